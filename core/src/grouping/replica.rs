@@ -1,0 +1,260 @@
+use core::fmt;
+
+use super::GroupingError;
+
+/// Which replicas share a value: `replicas` replicas in groups of `group_size` members
+/// spaced `stride` apart (SEMANTICS §1).
+///
+/// The blocks of `stride × group_size` consecutive replicas each hold `stride` interleaved
+/// groups. A validated grouping always has `replicas % (stride × group_size) == 0`; a group
+/// size of 1 stores stride 1, so that equal groupings compare equal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ReplicaGrouping {
+    replicas: usize,
+    stride: usize,
+    group_size: usize,
+}
+
+impl ReplicaGrouping {
+    /// Validates and normalises a grouping.
+    pub fn new(replicas: usize, stride: usize, group_size: usize) -> Result<Self, GroupingError> {
+        if replicas == 0 {
+            return Err(GroupingError::ZeroReplicas);
+        }
+        if stride == 0 {
+            return Err(GroupingError::ZeroStride);
+        }
+        if group_size == 0 {
+            return Err(GroupingError::ZeroGroupSize);
+        }
+        // An overflowing block size is certainly larger than `replicas`: not divisible.
+        let divides = stride
+            .checked_mul(group_size)
+            .is_some_and(|block| replicas.is_multiple_of(block));
+        if !divides {
+            return Err(GroupingError::NotDivisible {
+                replicas,
+                stride,
+                group_size,
+            });
+        }
+        let stride = if group_size == 1 { 1 } else { stride };
+        Ok(Self {
+            replicas,
+            stride,
+            group_size,
+        })
+    }
+
+    /// One group holding every replica.
+    pub fn all(replicas: usize) -> Result<Self, GroupingError> {
+        Self::new(replicas, 1, replicas)
+    }
+
+    /// Every replica in a group of its own.
+    pub fn none(replicas: usize) -> Result<Self, GroupingError> {
+        Self::new(replicas, 1, 1)
+    }
+
+    /// Number of replicas.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Distance between consecutive members of a group (stored, normalised form).
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Members per group.
+    pub fn group_size(&self) -> usize {
+        self.group_size
+    }
+
+    /// Number of groups, `replicas / group_size`.
+    pub fn num_groups(&self) -> usize {
+        self.replicas / self.group_size
+    }
+
+    /// The group that replica `replica` belongs to.
+    pub fn group_of(&self, replica: usize) -> Result<usize, GroupingError> {
+        if replica >= self.replicas {
+            return Err(GroupingError::ReplicaOutOfRange {
+                replica,
+                grouping: *self,
+            });
+        }
+        Ok(replica % self.stride + self.stride * (replica / self.block()))
+    }
+
+    /// The replica that is member `member` of group `group`.
+    pub fn replica_at(&self, group: usize, member: usize) -> Result<usize, GroupingError> {
+        if group >= self.num_groups() {
+            return Err(GroupingError::GroupOutOfRange {
+                group,
+                grouping: *self,
+            });
+        }
+        if member >= self.group_size {
+            return Err(GroupingError::MemberOutOfRange {
+                member,
+                grouping: *self,
+            });
+        }
+        Ok((group / self.stride) * self.block() + group % self.stride + member * self.stride)
+    }
+
+    /// The position of replica `replica` within its group.
+    pub fn index_in_group(&self, replica: usize) -> Result<usize, GroupingError> {
+        let first = self.replica_at(self.group_of(replica)?, 0)?;
+        Ok((replica - first) / self.stride)
+    }
+
+    /// The members of group `group`, in member order.
+    pub fn members(&self, group: usize) -> Result<Members, GroupingError> {
+        let first = self.replica_at(group, 0)?;
+        Ok(Members {
+            next: first,
+            stride: self.stride,
+            left: self.group_size,
+        })
+    }
+
+    /// The group of every replica, in replica order.
+    pub fn assignment(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        (0..self.replicas).map(|r| r % self.stride + self.stride * (r / self.block()))
+    }
+
+    /// The grouping whose groups take one member from each group of this one.
+    ///
+    /// Only defined where the result is itself a strided grouping: stride 1, or one block
+    /// spanning all replicas.
+    pub fn transpose(&self) -> Result<Self, GroupingError> {
+        if self.stride == 1 {
+            Self::new(self.replicas, self.group_size, self.num_groups())
+        } else if self.block() == self.replicas {
+            Self::new(self.replicas, 1, self.stride)
+        } else {
+            Err(GroupingError::TransposeNotRepresentable { grouping: *self })
+        }
+    }
+
+    /// Replicas per block of interleaved groups; never overflows once validated.
+    fn block(&self) -> usize {
+        self.stride * self.group_size
+    }
+}
+
+impl fmt::Display for ReplicaGrouping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ReplicaGrouping(numReplicas={}, stride={}, groupSize={})",
+            self.replicas, self.stride, self.group_size
+        )
+    }
+}
+
+/// Iterator over the members of one group; see [`ReplicaGrouping::members`].
+#[derive(Debug, Clone)]
+pub struct Members {
+    next: usize,
+    stride: usize,
+    left: usize,
+}
+
+impl Iterator for Members {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let member = self.next;
+        // The last member plus a stride may pass `usize::MAX` for huge groupings; it is
+        // never returned, so saturate instead of overflowing.
+        self.next = self.next.saturating_add(self.stride);
+        Some(member)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Members {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    fn g(n: usize, s: usize, k: usize) -> ReplicaGrouping {
+        ReplicaGrouping::new(n, s, k).unwrap()
+    }
+
+    #[test]
+    fn groups_of_interleaved_grouping() {
+        let grouping = g(4, 2, 2);
+        let groups: Vec<Vec<usize>> = (0..2)
+            .map(|x| grouping.members(x).unwrap().collect())
+            .collect();
+        assert_eq!(groups, [[0, 2], [1, 3]]);
+    }
+
+    #[test]
+    fn assignment_and_index_in_group() {
+        let grouping = g(8, 2, 4);
+        assert_eq!(
+            grouping.assignment().collect::<Vec<_>>(),
+            [0, 1, 0, 1, 0, 1, 0, 1]
+        );
+        let index: Vec<usize> = (0..8)
+            .map(|r| grouping.index_in_group(r).unwrap())
+            .collect();
+        assert_eq!(index, [0, 0, 1, 1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn group_size_one_normalises_stride() {
+        assert_eq!(g(4, 2, 1), g(4, 1, 1));
+        assert_eq!(g(4, 4, 1).stride(), 1);
+    }
+
+    #[test]
+    fn transpose_examples() {
+        assert_eq!(g(16, 1, 4).transpose(), Ok(g(16, 4, 4)));
+        assert_eq!(g(16, 1, 16).transpose(), Ok(g(16, 1, 1)));
+        assert!(matches!(
+            g(12, 3, 2).transpose(),
+            Err(GroupingError::TransposeNotRepresentable { .. })
+        ));
+    }
+
+    #[test]
+    fn overflowing_block_is_not_divisible() {
+        assert!(matches!(
+            ReplicaGrouping::new(4, usize::MAX, 2),
+            Err(GroupingError::NotDivisible { .. })
+        ));
+    }
+
+    #[test]
+    fn out_of_range_queries_are_errors() {
+        let grouping = g(4, 1, 2);
+        assert!(grouping.group_of(4).is_err());
+        assert!(grouping.replica_at(2, 0).is_err());
+        assert!(grouping.replica_at(0, 2).is_err());
+        assert!(grouping.members(2).is_err());
+    }
+
+    #[test]
+    fn members_of_the_last_group_do_not_overflow() {
+        let n = usize::MAX - usize::MAX % 2;
+        let grouping = g(n, n / 2, 2);
+        let last: Vec<usize> = grouping.members(n / 2 - 1).unwrap().collect();
+        assert_eq!(last, [n / 2 - 1, n - 1]);
+    }
+}

@@ -1,0 +1,30 @@
+//! tessera-core: the layout math shared by the tessera host runtime and the accelerator
+//! firmware.
+//!
+//! Everything here is `no_std`, allocation-free and `unsafe`-free. Memory comes from the
+//! caller (slices, const-generic capacities); every fallible operation returns a small
+//! `Copy` error enum that implements `Display` and `core::error::Error` (and
+//! `defmt::Format` behind the `defmt` feature).
+//!
+//! # Panics
+//!
+//! No function in this crate panics, whatever its input: out-of-range indices, invalid
+//! groupings, mismatched buffer sizes and arithmetic overflow are all reported as errors.
+//! The property tests of each module check this.
+//!
+//! # Modules
+//!
+//! - [`grouping`]: replica groupings, comm groups, retrieval modes, variable settings and
+//!   the host/replica shapes of grouped variables.
+//! - [`shard`]: how a sharded variable is split over a shard domain of replicas.
+//! - [`transfer`]: weights between a host buffer and the replicas' remote buffers.
+#![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod grouping;
+pub mod shard;
+pub mod transfer;

@@ -1,0 +1,319 @@
+//! Inspect a variable's layout: which replicas share it, which shard each holds and which
+//! part of the host buffer lands in which slot.
+//!
+//! [`Report::build`] asks `tessera-core` every question (grouping, shard layout, placement,
+//! collective) so that what a user sees is exactly what the runtime will do. The report is
+//! rendered as a table ([`table`]), as JSON (its `serde` form) or as a picture ([`svg`]).
+
+pub mod svg;
+pub mod table;
+
+use std::fmt;
+
+use serde::Serialize;
+use tessera_core::grouping::{
+    CommGroup, GroupingError, GroupingSpec, ReplicaGrouping, RetrievalMode, Shape, ShapeError,
+    VariableSettings,
+};
+use tessera_core::shard::{LayoutKind, ShardError, ShardLayout};
+use tessera_core::transfer::{InstanceWindow, LayoutError, WeightLayout};
+
+/// What the user asked to see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Number of global replicas.
+    pub replicas: usize,
+    /// How the variable's replicas are grouped.
+    pub spec: GroupingSpec,
+    /// How the variable returns to the host.
+    pub retrieval: RetrievalMode,
+    /// The variable's shape on one replica.
+    pub shape: Vec<usize>,
+    /// Shard domain and layout rule, if the variable is sharded.
+    pub shard: Option<(usize, LayoutKind)>,
+    /// Number of instances splitting the replicas evenly.
+    pub instances: usize,
+    /// Which instance's window to show.
+    pub instance: usize,
+}
+
+/// A stored grouping, as `{replicas, stride, group_size}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GroupingTriple {
+    /// Number of replicas.
+    pub replicas: usize,
+    /// Stored stride.
+    pub stride: usize,
+    /// Members per group.
+    pub group_size: usize,
+}
+
+impl From<&ReplicaGrouping> for GroupingTriple {
+    fn from(g: &ReplicaGrouping) -> Self {
+        Self {
+            replicas: g.replicas(),
+            stride: g.stride(),
+            group_size: g.group_size(),
+        }
+    }
+}
+
+/// The shard layout, in element units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShardReport {
+    /// Replicas in the shard domain.
+    pub domain: usize,
+    /// Elements per shard, padding included.
+    pub per_replica: usize,
+    /// Elements of the gathered buffer.
+    pub gathered_elements: usize,
+    /// Intervals of the gathered buffer, in reference order.
+    pub intervals: Vec<[usize; 2]>,
+    /// The rule that made the layout (not part of the JSON form).
+    #[serde(skip)]
+    pub kind: Option<LayoutKind>,
+}
+
+/// Where one local replica's slot comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlacementReport {
+    /// Global replica.
+    pub replica: usize,
+    /// Host row it is filled from.
+    pub row: usize,
+    /// `[src_begin, src_end, dst_offset]`: elements of the row and where they land.
+    pub pieces: Vec<[usize; 3]>,
+}
+
+/// Everything `tessera layout` shows. Field order is the JSON key order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The stored grouping.
+    pub grouping: GroupingTriple,
+    /// The comm group naming it, if any.
+    pub comm_group: Option<String>,
+    /// Number of groups.
+    pub num_groups: usize,
+    /// Group of every replica.
+    pub assignment: Vec<usize>,
+    /// Position of every replica in its group.
+    pub index_in_group: Vec<usize>,
+    /// Members of every group.
+    pub groups: Vec<Vec<usize>>,
+    /// First member of every group.
+    pub representatives: Vec<usize>,
+    /// The transposed grouping, if representable.
+    pub transpose: Option<GroupingTriple>,
+    /// Retrieval mode.
+    pub retrieval: String,
+    /// Rows weights-to-host returns.
+    pub returning: usize,
+    /// Shape of the from-host buffer.
+    pub host_shape: Vec<usize>,
+    /// Shape of the to-host buffer.
+    pub returned_shape: Vec<usize>,
+    /// The shard layout, for sharded variables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardReport>,
+    /// One entry per local replica, in order.
+    pub placement: Vec<PlacementReport>,
+    /// What weights-to-host still needs across instances.
+    pub collective: String,
+}
+
+impl Report {
+    /// Asks the core every question about `request`'s layout.
+    pub fn build(request: &Request) -> Result<Self, InspectError> {
+        let settings = VariableSettings::new(request.spec, request.retrieval, request.replicas)?;
+        let grouping = *settings.grouping();
+        let shape = Shape::new(&request.shape)?;
+        let elements = shape.elements()?;
+        let window = InstanceWindow::split(request.replicas, request.instances, request.instance)
+            .ok_or(InspectError::Instances {
+            replicas: request.replicas,
+            instances: request.instances,
+            instance: request.instance,
+        })?;
+        let shard = match request.shard {
+            None => None,
+            Some((domain, LayoutKind::PaddedTail)) => {
+                Some(ShardLayout::padded_tail(elements, domain)?)
+            }
+            Some((domain, _)) => Some(ShardLayout::balanced(elements, domain)?),
+        };
+        // Element units: one "byte" per element.
+        let layout = WeightLayout::new(settings, elements, 1, shard, window)?;
+
+        let num_groups = grouping.num_groups();
+        let groups = (0..num_groups)
+            .map(|g| grouping.members(g).map(Iterator::collect))
+            .collect::<Result<Vec<Vec<usize>>, _>>()?;
+        let placement = (0..window.local)
+            .map(|local| placement_report(&layout, local))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            grouping: (&grouping).into(),
+            comm_group: CommGroup::from_grouping(&grouping)
+                .ok()
+                .map(|c| c.to_string()),
+            num_groups,
+            assignment: grouping.assignment().collect(),
+            index_in_group: (0..grouping.replicas())
+                .map(|r| grouping.index_in_group(r))
+                .collect::<Result<_, _>>()?,
+            representatives: groups
+                .iter()
+                .filter_map(|members| members.first().copied())
+                .collect(),
+            groups,
+            transpose: grouping.transpose().ok().as_ref().map(GroupingTriple::from),
+            retrieval: request.retrieval.to_string(),
+            returning: settings.returning(),
+            host_shape: settings.host_shape(&shape)?.dims().to_vec(),
+            returned_shape: settings.returned_shape(&shape)?.dims().to_vec(),
+            shard: shard.map(|s| ShardReport {
+                domain: s.domain(),
+                per_replica: s.per_replica(),
+                gathered_elements: s.gathered_len(),
+                intervals: s.intervals().map(|iv| [iv.begin, iv.end]).collect(),
+                kind: Some(s.kind()),
+            }),
+            placement,
+            collective: layout.collective().to_string(),
+        })
+    }
+}
+
+fn placement_report(
+    layout: &WeightLayout<'_>,
+    local: usize,
+) -> Result<PlacementReport, InspectError> {
+    let placement = layout.placement(local)?;
+    let pieces = match (layout.shard(), placement.shard) {
+        (Some(shard), Some(m)) => shard
+            .pieces(m)?
+            .map(|p| [p.src_begin, p.src_end, p.dst_offset])
+            .collect(),
+        _ => vec![[0, layout.elements(), 0]],
+    };
+    Ok(PlacementReport {
+        replica: placement.replica,
+        row: placement.row,
+        pieces,
+    })
+}
+
+/// Why a layout cannot be shown: the rule the request breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectError {
+    /// An invalid grouping or comm group.
+    Grouping(GroupingError),
+    /// An invalid shape.
+    Shape(ShapeError),
+    /// An invalid shard layout.
+    Shard(ShardError),
+    /// Pieces that do not fit together (e.g. a domain not dividing the group size).
+    Layout(LayoutError),
+    /// Instances that do not split the replicas evenly, or an instance out of range.
+    Instances {
+        /// Number of replicas.
+        replicas: usize,
+        /// Number of instances.
+        instances: usize,
+        /// The instance asked for.
+        instance: usize,
+    },
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Grouping(e) => e.fmt(f),
+            Self::Shape(e) => e.fmt(f),
+            Self::Shard(e) => e.fmt(f),
+            Self::Layout(e) => e.fmt(f),
+            Self::Instances {
+                replicas,
+                instances,
+                instance,
+            } => write!(
+                f,
+                "--instances ({instances}) must be at least 1 and divide --replicas \
+                 ({replicas}), and --instance ({instance}) must be below --instances"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {}
+
+macro_rules! from_core {
+    ($($variant:ident($ty:ty)),*) => {$(
+        impl From<$ty> for InspectError {
+            fn from(e: $ty) -> Self {
+                Self::$variant(e)
+            }
+        }
+    )*};
+}
+from_core!(
+    Grouping(GroupingError),
+    Shape(ShapeError),
+    Shard(ShardError),
+    Layout(LayoutError)
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(replicas: usize, spec: GroupingSpec) -> Request {
+        Request {
+            replicas,
+            spec,
+            retrieval: RetrievalMode::OnePerGroup,
+            shape: vec![],
+            shard: None,
+            instances: 1,
+            instance: 0,
+        }
+    }
+
+    #[test]
+    fn orthogonal_report() {
+        let report =
+            Report::build(&request(4, GroupingSpec::Comm(CommGroup::Orthogonal(2)))).unwrap();
+        assert_eq!(report.groups, [[0, 2], [1, 3]]);
+        assert_eq!(report.representatives, [0, 1]);
+        assert_eq!(report.comm_group.as_deref(), Some("orthogonal:2"));
+        assert_eq!(report.host_shape, [2]);
+        assert_eq!(report.collective, "none");
+    }
+
+    #[test]
+    fn sharded_placement_on_second_instance() {
+        let mut req = request(4, GroupingSpec::Comm(CommGroup::All));
+        req.shape = vec![30];
+        req.shard = Some((4, LayoutKind::Balanced));
+        req.instances = 2;
+        req.instance = 1;
+        let report = Report::build(&req).unwrap();
+        let pieces: Vec<_> = report
+            .placement
+            .iter()
+            .map(|p| (p.replica, p.pieces.clone()))
+            .collect();
+        assert_eq!(pieces, [(2, vec![[15, 22, 0]]), (3, vec![[22, 30, 0]])]);
+        assert_eq!(report.collective, "sum-allreduce");
+    }
+
+    #[test]
+    fn uneven_instances_are_rejected() {
+        let mut req = request(4, GroupingSpec::Comm(CommGroup::All));
+        req.instances = 3;
+        assert!(matches!(
+            Report::build(&req),
+            Err(InspectError::Instances { .. })
+        ));
+    }
+}
