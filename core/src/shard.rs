@@ -300,10 +300,14 @@ impl<'a> ShardLayout<'a> {
                 })
             }
             Rule::Balanced { filled } => (i < filled).then(|| {
-                let split = |r: usize| {
-                    // ⌊r·n/V⌋ in 128 bits; the result is at most n.
-                    let wide = r as u128 * self.elements as u128 / filled as u128;
-                    usize::try_from(wide).unwrap_or(self.elements)
+                // ⌊r·n/V⌋ (at most n). Native width when r·n fits: a 128-bit division
+                // is a slow library call on every target.
+                let split = |r: usize| match r.checked_mul(self.elements) {
+                    Some(product) => product / filled,
+                    None => {
+                        let wide = r as u128 * self.elements as u128 / filled as u128;
+                        usize::try_from(wide).unwrap_or(self.elements)
+                    }
                 };
                 let (from, to) = (split(i), split(i + 1));
                 let begin = i * t;
