@@ -99,7 +99,7 @@ impl SplitMix {
 }
 
 fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|&d| n.is_multiple_of(d)).collect()
 }
 
 /// A random valid explicit layout: `elements` positions scattered over the gathered
