@@ -18,6 +18,8 @@
 //!   the host/replica shapes of grouped variables.
 //! - [`shard`]: how a sharded variable is split over a shard domain of replicas.
 //! - [`transfer`]: weights between a host buffer and the replicas' remote buffers.
+//! - [`stream`]: step IO: anchors, data flow and size checks, the per-replica splitter.
+//! - [`dtype`]: element types and the checked conversion of input buffers.
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -25,6 +27,8 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod dtype;
 pub mod grouping;
 pub mod shard;
+pub mod stream;
 pub mod transfer;
