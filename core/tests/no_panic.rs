@@ -160,3 +160,75 @@ proptest! {
         let _ = layout.to_host(&mut slots[..half], &mut to);
     }
 }
+
+mod streams {
+    use proptest::prelude::*;
+    use tessera_core::dtype::{convert_input, ConvertError, DataType};
+    use tessera_core::stream::{AnchorReturnType, DataFlow, StreamKind, StreamSpec};
+
+    use super::size;
+
+    fn dtype() -> impl Strategy<Value = DataType> {
+        (0usize..DataType::ALL.len()).prop_map(|i| DataType::ALL[i])
+    }
+
+    fn anchor() -> impl Strategy<Value = AnchorReturnType> {
+        prop_oneof![
+            Just(AnchorReturnType::All),
+            Just(AnchorReturnType::Final),
+            Just(AnchorReturnType::Sum),
+            size().prop_map(AnchorReturnType::EveryN),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn conversions(from in dtype(), to in dtype(), src in prop::collection::vec(any::<u8>(), 0..64), dst_len in 0usize..40) {
+            let mut dst = vec![0u8; dst_len];
+            let _ = convert_input("t", from, &src, to, &mut dst);
+        }
+
+        /// int64 → int32 succeeds exactly when every value fits, at any alignment, and
+        /// otherwise names the first value that does not.
+        #[test]
+        fn narrowing_is_exact(values in prop::collection::vec(prop_oneof![any::<i32>().prop_map(i64::from), any::<i64>()], 0..32), shift in 0usize..8) {
+            let mut raw = vec![0u8; shift];
+            raw.extend(values.iter().flat_map(|v| v.to_ne_bytes()));
+            let src = &raw[shift..];
+            let mut out = vec![0u8; values.len() * 4 + 1];
+            let dst = &mut out[1..];
+            let result = convert_input("ids", DataType::I64, src, DataType::I32, dst);
+            match values.iter().position(|v| i32::try_from(*v).is_err()) {
+                None => {
+                    prop_assert_eq!(result, Ok(()));
+                    let narrowed: Vec<i64> = dst.chunks(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap()).into()).collect();
+                    prop_assert_eq!(narrowed, values);
+                }
+                Some(index) => prop_assert_eq!(result, Err(ConvertError::OutOfRange { tensor: "ids", index, value: values[index] })),
+            }
+        }
+
+        #[test]
+        fn dataflow_arithmetic(bps in size(), af in size(), a in anchor(), sample in size(), replicas in size(), broadcast in any::<bool>(), batch in size(), micro in size(), received in size()) {
+            let _ = a.action(batch, micro, bps, af);
+            let _ = a.to_string().parse::<AnchorReturnType>();
+            if let Ok(flow) = DataFlow::new(bps, af) {
+                let _ = flow.check_anchor(a);
+                let _ = flow.outputs_per_replica(Some(a));
+                for kind in [StreamKind::Input { broadcast }, StreamKind::Output(a)] {
+                    let spec = StreamSpec { name: "s", sample_elements: sample, kind };
+                    let _ = flow.expected_elements(&spec, replicas);
+                    let _ = flow.check_sizes(replicas, &[spec], &[("s", received), ("other", 1)]);
+                }
+            }
+        }
+
+        #[test]
+        fn anchor_text(text in "\\PC{0,24}") {
+            let _ = text.parse::<AnchorReturnType>();
+            let _ = text.parse::<DataType>();
+        }
+    }
+}
