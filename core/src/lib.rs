@@ -20,6 +20,7 @@
 //! - [`transfer`]: weights between a host buffer and the replicas' remote buffers.
 //! - [`stream`]: step IO: anchors, data flow and size checks, the per-replica splitter.
 //! - [`dtype`]: element types and the checked conversion of input buffers.
+//! - [`wire`]: the host↔device protocol: messages, envelopes, framing.
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -32,3 +33,4 @@ pub mod grouping;
 pub mod shard;
 pub mod stream;
 pub mod transfer;
+pub mod wire;

@@ -1,0 +1,293 @@
+//! Frames on a byte link: `COBS(postcard body ‖ CRC-32 of the body, little-endian) ‖ 0x00`.
+//!
+//! COBS removes every zero from the frame, so `0x00` marks frame ends unambiguously: after
+//! any damage the decoder starts afresh at the next delimiter.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// CRC-32 as Ethernet and zlib use it.
+const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+
+/// Bytes a frame adds to its body, besides COBS's one byte in 254: the CRC, COBS's leading
+/// byte and the delimiter.
+pub const FRAME_OVERHEAD: usize = 4 + 1 + 1;
+
+/// The largest encoded frame (delimiter included) for a body of `body` bytes.
+pub const fn max_frame_len(body: usize) -> usize {
+    // COBS adds one byte per 254 and one more at the start.
+    // Saturating: a body near `usize::MAX` can never be encoded anyway.
+    let with_crc = body.saturating_add(4);
+    with_crc.saturating_add(with_crc / 254).saturating_add(2)
+}
+
+/// Encodes `message` as one frame into `out`, using `scratch` for the body; returns the
+/// frame's length (delimiter included).
+pub fn encode_frame<T: Serialize>(
+    message: &T,
+    scratch: &mut [u8],
+    out: &mut [u8],
+) -> Result<usize, FrameError> {
+    let body_len = postcard::to_slice(message, scratch)
+        .map_err(|_| FrameError::TooLarge)?
+        .len();
+    let crc = CRC.checksum(&scratch[..body_len]).to_le_bytes();
+    let with_crc = body_len + crc.len();
+    scratch
+        .get_mut(body_len..with_crc)
+        .ok_or(FrameError::TooLarge)?
+        .copy_from_slice(&crc);
+    if out.len() < max_frame_len(body_len) {
+        return Err(FrameError::TooLarge);
+    }
+    let encoded = cobs::encode(&scratch[..with_crc], out);
+    *out.get_mut(encoded).ok_or(FrameError::TooLarge)? = 0;
+    Ok(encoded + 1)
+}
+
+/// Decodes one message from a frame body returned by [`FrameDecoder`].
+pub fn decode_body<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, FrameError> {
+    postcard::from_bytes(body).map_err(|_| FrameError::Malformed)
+}
+
+/// Reassembles frames from a byte stream in a fixed buffer of `N` bytes.
+#[derive(Debug, Clone)]
+pub struct FrameDecoder<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+    /// The current frame outgrew the buffer: drop bytes until the next delimiter.
+    overflowed: bool,
+}
+
+impl<const N: usize> Default for FrameDecoder<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> FrameDecoder<N> {
+    /// An empty decoder.
+    pub const fn new() -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
+            overflowed: false,
+        }
+    }
+
+    /// Forgets any partial frame.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.overflowed = false;
+    }
+
+    /// Feeds one byte. At a delimiter, returns the frame's checked body (`Ok`) or why the
+    /// frame was dropped (`Err`); otherwise `None`. Empty frames (two delimiters in a row)
+    /// are skipped silently.
+    pub fn push(&mut self, byte: u8) -> Option<Result<&[u8], FrameError>> {
+        if byte != 0 {
+            match self.buf.get_mut(self.len) {
+                Some(slot) if !self.overflowed => {
+                    *slot = byte;
+                    self.len += 1;
+                }
+                _ => self.overflowed = true,
+            }
+            return None;
+        }
+        let (len, overflowed) = (self.len, self.overflowed);
+        self.clear();
+        if overflowed {
+            return Some(Err(FrameError::Oversized));
+        }
+        if len == 0 {
+            return None;
+        }
+        Some(self.check(len))
+    }
+
+    /// Feeds bytes until a frame ends; returns how many bytes were used and the frame's
+    /// outcome, if one ended.
+    pub fn feed(&mut self, bytes: &[u8]) -> (usize, Option<Result<&[u8], FrameError>>) {
+        for (i, &byte) in bytes.iter().enumerate() {
+            if byte == 0 {
+                return (i + 1, self.push(0));
+            }
+            let _ = self.push(byte);
+        }
+        (bytes.len(), None)
+    }
+
+    fn check(&mut self, len: usize) -> Result<&[u8], FrameError> {
+        let frame = self.buf.get_mut(..len).ok_or(FrameError::Oversized)?;
+        let decoded = cobs::decode_in_place(frame).map_err(|_| FrameError::Cobs)?;
+        let body_len = decoded.checked_sub(4).ok_or(FrameError::TooShort)?;
+        let (body, crc) = self.buf[..decoded].split_at(body_len);
+        let sent = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        let actual = CRC.checksum(body);
+        if sent != actual {
+            return Err(FrameError::Crc { sent, actual });
+        }
+        Ok(body)
+    }
+}
+
+/// Why a frame could not be built or was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum FrameError {
+    /// The message does not fit the buffers given.
+    TooLarge,
+    /// A frame longer than the decoder's buffer; dropped whole.
+    Oversized,
+    /// Bytes that are not valid COBS.
+    Cobs,
+    /// A frame too short to hold a CRC.
+    TooShort,
+    /// The CRC does not match: the frame was damaged.
+    Crc {
+        /// CRC in the frame.
+        sent: u32,
+        /// CRC of the body received.
+        actual: u32,
+    },
+    /// A body that is not the expected message.
+    Malformed,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::TooLarge => f.write_str("the message does not fit the frame buffers"),
+            Self::Oversized => f.write_str("a frame exceeded the decoder's buffer and was dropped"),
+            Self::Cobs => f.write_str("a frame is not valid COBS"),
+            Self::TooShort => f.write_str("a frame is too short to hold its CRC"),
+            Self::Crc { sent, actual } => {
+                write!(
+                    f,
+                    "frame CRC mismatch: sent {sent:#010x}, computed {actual:#010x}"
+                )
+            }
+            Self::Malformed => f.write_str("a frame's body is not a valid message"),
+        }
+    }
+}
+
+impl core::error::Error for FrameError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Envelope, Request};
+    use std::vec::Vec;
+
+    fn frame(message: &Envelope<Request<'_>>) -> Vec<u8> {
+        let (mut scratch, mut out) = ([0u8; 256], [0u8; 300]);
+        let n = encode_frame(message, &mut scratch, &mut out).unwrap();
+        out[..n].to_vec()
+    }
+
+    fn decode_all<const N: usize>(
+        decoder: &mut FrameDecoder<N>,
+        bytes: &[u8],
+    ) -> Vec<Result<Vec<u8>, FrameError>> {
+        let mut out = Vec::new();
+        for &b in bytes {
+            if let Some(r) = decoder.push(b) {
+                out.push(r.map(<[u8]>::to_vec));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn round_trip_and_zero_free_encoding() {
+        let msg = Envelope {
+            seq: 7,
+            body: Request::WriteSlot {
+                slot: 1,
+                offset: 0,
+                data: &[0, 0, 1, 0],
+            },
+        };
+        let bytes = frame(&msg);
+        assert_eq!(
+            bytes.iter().filter(|&&b| b == 0).count(),
+            1,
+            "only the delimiter is zero"
+        );
+        let mut d = FrameDecoder::<64>::new();
+        let frames = decode_all(&mut d, &bytes);
+        let body = frames[0].as_ref().unwrap();
+        let back: Envelope<Request<'_>> = decode_body(body).unwrap();
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn damage_is_detected_and_the_next_frame_decodes() {
+        let a = frame(&Envelope {
+            seq: 1,
+            body: Request::GetSeed,
+        });
+        let b = frame(&Envelope {
+            seq: 2,
+            body: Request::CycleCount,
+        });
+        let mut flipped = a.clone();
+        flipped[2] ^= 0x10;
+        let mut d = FrameDecoder::<64>::new();
+        let mut stream = flipped;
+        stream.extend_from_slice(&b);
+        let frames = decode_all(&mut d, &stream);
+        assert!(frames[0].is_err());
+        let back: Envelope<Request<'_>> = decode_body(frames[1].as_ref().unwrap()).unwrap();
+        assert_eq!(back.seq, 2);
+    }
+
+    #[test]
+    fn truncated_and_oversized_frames_are_dropped() {
+        let a = frame(&Envelope {
+            seq: 1,
+            body: Request::GetSeed,
+        });
+        let b = frame(&Envelope {
+            seq: 2,
+            body: Request::GetSeed,
+        });
+        let mut d = FrameDecoder::<8>::new();
+        // A truncated frame runs into the next one: one bad frame, then nothing lost after.
+        let mut stream = a[..a.len() - 3].to_vec();
+        stream.extend_from_slice(&b);
+        stream.extend_from_slice(&[1; 20]);
+        stream.push(0);
+        stream.extend_from_slice(&b);
+        let frames = decode_all(&mut d, &stream);
+        assert_eq!(frames.len(), 3);
+        assert!(frames[0].is_err());
+        assert_eq!(frames[1], Err(FrameError::Oversized));
+        assert!(frames[2].is_ok());
+    }
+
+    #[test]
+    fn encoding_checks_buffer_sizes() {
+        let msg = Envelope {
+            seq: 1,
+            body: Request::WriteSlot {
+                slot: 1,
+                offset: 0,
+                data: &[1; 100],
+            },
+        };
+        let (mut scratch, mut out) = ([0u8; 64], [0u8; 300]);
+        assert_eq!(
+            encode_frame(&msg, &mut scratch, &mut out),
+            Err(FrameError::TooLarge)
+        );
+        let (mut scratch, mut out) = ([0u8; 256], [0u8; 50]);
+        assert_eq!(
+            encode_frame(&msg, &mut scratch, &mut out),
+            Err(FrameError::TooLarge)
+        );
+    }
+}

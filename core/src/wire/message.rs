@@ -1,0 +1,439 @@
+//! The messages. Payloads borrow from the frame they were decoded from.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Registers hold shapes of at most this rank.
+pub const MAX_SHAPE_RANK: usize = 8;
+
+/// Arguments a [`Request::Call`] can pass.
+pub const MAX_CALL_ARGS: usize = 4;
+
+/// One message and its sequence number. Replies carry the sequence number of the request
+/// they answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    /// Chosen by the host, increasing per request; retries reuse it.
+    pub seq: u32,
+    /// The message.
+    pub body: T,
+}
+
+/// What a device can hold, announced in its hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Limits {
+    /// Bytes of arena for slots, FIFOs and registers.
+    pub memory: u32,
+    /// Largest frame the device accepts or sends, delimiter included.
+    pub max_frame: u32,
+    /// The replica this device is.
+    pub replica: u32,
+}
+
+impl Limits {
+    /// The largest bulk chunk that fits one frame with its envelope.
+    pub fn max_chunk(&self) -> usize {
+        // Worst case for COBS is one extra byte per 254; the envelope and payload header
+        // take at most 32 bytes.
+        let frame = self.max_frame as usize;
+        frame.saturating_sub(super::FRAME_OVERHEAD + frame / 254 + 32)
+    }
+}
+
+/// The training step's shape: a linear model `y = W·x` trained with SGD on the replica's
+/// micro-batches (SEMANTICS: data flow of one training step).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct StepConfig {
+    /// Elements of one input sample `x` (f32).
+    pub inputs: u16,
+    /// Elements of one output `y` and target (f32).
+    pub outputs: u16,
+    /// Slot holding `W`, `outputs × inputs` f32, row-major.
+    pub weights: u16,
+    /// FIFO of input samples.
+    pub input_fifo: u16,
+    /// FIFO of targets.
+    pub target_fifo: u16,
+    /// FIFO the loss (one f32 per micro-batch) is written to.
+    pub loss_fifo: u16,
+    /// Batches per step.
+    pub batches_per_step: u16,
+    /// Micro-batches whose gradients are accumulated before one update.
+    pub accumulation: u16,
+    /// Replicas sharing `W`; above 1 the gradient is averaged across them through a
+    /// [`Response::Reduce`] before every update.
+    pub group_size: u16,
+    /// Probability of dropping each input element (0 disables dropout).
+    pub dropout: f32,
+}
+
+/// A register value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Value<'a> {
+    /// A signed integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A shape.
+    Shape(heapless::Vec<u32, MAX_SHAPE_RANK>),
+    /// A short string.
+    #[serde(borrow)]
+    Str(&'a str),
+    /// f32 elements, little-endian.
+    Tensor(&'a [u8]),
+}
+
+/// How a [`Response::Reduce`] combines the group's contributions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ReduceOp {
+    /// Elementwise sum of f32 buffers.
+    Sum,
+    /// Elementwise mean of f32 buffers.
+    Mean,
+}
+
+/// Host to device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request<'a> {
+    /// Opens a session; the device answers with its limits.
+    Hello {
+        /// The host's [`PROTOCOL_VERSION`].
+        version: u16,
+    },
+    /// Frees every slot, FIFO and register; keeps seed and RNG state.
+    Reset,
+    /// Reserves a remote-buffer slot of `bytes` bytes, zeroed.
+    AllocSlot {
+        /// Slot id, chosen by the host.
+        slot: u16,
+        /// Size in bytes.
+        bytes: u32,
+    },
+    /// Writes a chunk into a slot.
+    WriteSlot {
+        /// Slot id.
+        slot: u16,
+        /// Byte offset.
+        offset: u32,
+        /// The chunk.
+        #[serde(borrow)]
+        data: &'a [u8],
+    },
+    /// Reads a chunk of a slot.
+    ReadSlot {
+        /// Slot id.
+        slot: u16,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes wanted.
+        len: u32,
+    },
+    /// Creates a stream FIFO of `depth` items of `item_bytes` bytes.
+    CreateFifo {
+        /// FIFO id, chosen by the host.
+        fifo: u16,
+        /// Bytes per item.
+        item_bytes: u32,
+        /// Items it holds.
+        depth: u16,
+    },
+    /// Appends one item to a FIFO.
+    PushFifo {
+        /// FIFO id.
+        fifo: u16,
+        /// Exactly one item.
+        data: &'a [u8],
+    },
+    /// Removes and returns the oldest item of a FIFO.
+    PopFifo {
+        /// FIFO id.
+        fifo: u16,
+    },
+    /// Optimizer from host: the SGD learning rate.
+    SetOptimizer {
+        /// Learning rate.
+        learning_rate: f32,
+    },
+    /// Random seed from host; also reseeds the RNG.
+    SetSeed {
+        /// The seed.
+        seed: u64,
+    },
+    /// Random seed to host.
+    GetSeed,
+    /// RNG state from host.
+    SetRngState {
+        /// The generator's words.
+        state: [u32; 4],
+    },
+    /// RNG state to host.
+    GetRngState,
+    /// Sets up the training step.
+    ConfigureStep(StepConfig),
+    /// Runs one training step (`batches_per_step` batches).
+    RunStep,
+    /// The host's answer to the device's [`Response::Reduce`] during a step.
+    Reduced {
+        /// The combined buffer.
+        data: &'a [u8],
+    },
+    /// Cycle count to host.
+    CycleCount,
+    /// Stores a value in register `id` (replacing what it held).
+    SetRegister {
+        /// Register id (0 is reserved).
+        id: u16,
+        /// The value.
+        value: Value<'a>,
+    },
+    /// Returns the value of register `id`.
+    GetRegister {
+        /// Register id.
+        id: u16,
+    },
+    /// Frees register `id`.
+    FreeRegister {
+        /// Register id.
+        id: u16,
+    },
+    /// Calls a named device function on registers, storing the result in `out`
+    /// (0: discard).
+    Call {
+        /// Function name.
+        function: &'a str,
+        /// Argument registers.
+        args: heapless::Vec<u16, MAX_CALL_ARGS>,
+        /// Result register.
+        out: u16,
+    },
+}
+
+/// Which request an error reply is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[allow(missing_docs)]
+pub enum RequestKind {
+    Hello,
+    Reset,
+    AllocSlot,
+    WriteSlot,
+    ReadSlot,
+    CreateFifo,
+    PushFifo,
+    PopFifo,
+    SetOptimizer,
+    SetSeed,
+    GetSeed,
+    SetRngState,
+    GetRngState,
+    ConfigureStep,
+    RunStep,
+    Reduced,
+    CycleCount,
+    SetRegister,
+    GetRegister,
+    FreeRegister,
+    Call,
+    /// A frame that did not decode as any request.
+    Malformed,
+}
+
+impl Request<'_> {
+    /// The kind of this request, for error replies.
+    pub fn kind(&self) -> RequestKind {
+        match self {
+            Self::Hello { .. } => RequestKind::Hello,
+            Self::Reset => RequestKind::Reset,
+            Self::AllocSlot { .. } => RequestKind::AllocSlot,
+            Self::WriteSlot { .. } => RequestKind::WriteSlot,
+            Self::ReadSlot { .. } => RequestKind::ReadSlot,
+            Self::CreateFifo { .. } => RequestKind::CreateFifo,
+            Self::PushFifo { .. } => RequestKind::PushFifo,
+            Self::PopFifo { .. } => RequestKind::PopFifo,
+            Self::SetOptimizer { .. } => RequestKind::SetOptimizer,
+            Self::SetSeed { .. } => RequestKind::SetSeed,
+            Self::GetSeed => RequestKind::GetSeed,
+            Self::SetRngState { .. } => RequestKind::SetRngState,
+            Self::GetRngState => RequestKind::GetRngState,
+            Self::ConfigureStep(_) => RequestKind::ConfigureStep,
+            Self::RunStep => RequestKind::RunStep,
+            Self::Reduced { .. } => RequestKind::Reduced,
+            Self::CycleCount => RequestKind::CycleCount,
+            Self::SetRegister { .. } => RequestKind::SetRegister,
+            Self::GetRegister { .. } => RequestKind::GetRegister,
+            Self::FreeRegister { .. } => RequestKind::FreeRegister,
+            Self::Call { .. } => RequestKind::Call,
+        }
+    }
+}
+
+/// Why the device refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ErrorCode {
+    /// The host speaks another protocol version.
+    Version {
+        /// The device's version.
+        device: u16,
+    },
+    /// The arena cannot hold the allocation.
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: u32,
+        /// Bytes left.
+        available: u32,
+    },
+    /// A table (slots, FIFOs, registers) is full.
+    TableFull,
+    /// No slot, FIFO or register with that id.
+    UnknownId {
+        /// The id.
+        id: u16,
+    },
+    /// An id already in use.
+    IdInUse {
+        /// The id.
+        id: u16,
+    },
+    /// A range outside the object it addresses.
+    OutOfBounds {
+        /// Byte offset asked for.
+        offset: u32,
+        /// Bytes asked for.
+        len: u32,
+        /// Size of the object.
+        size: u32,
+    },
+    /// A FIFO item of the wrong size.
+    ItemSize {
+        /// The FIFO's item size.
+        expected: u32,
+        /// Bytes given.
+        actual: u32,
+    },
+    /// Pushing to a full FIFO.
+    FifoFull {
+        /// The FIFO.
+        fifo: u16,
+    },
+    /// Popping an empty FIFO.
+    FifoEmpty {
+        /// The FIFO.
+        fifo: u16,
+    },
+    /// `RunStep` before `ConfigureStep`, or after what it names was freed.
+    NotConfigured,
+    /// A step configuration that does not fit the slots and FIFOs it names.
+    BadConfig,
+    /// A reply that does not fit in one frame.
+    ReplyTooLarge,
+    /// No device function of that name.
+    UnknownFunction,
+    /// Arguments of the wrong number or kind for the function.
+    BadArguments,
+    /// The frame did not decode as a request.
+    Malformed,
+    /// A [`Request::Reduced`] when no step is waiting for one, or of the wrong size.
+    UnexpectedReduced,
+    /// The host did not answer a [`Response::Reduce`] in time.
+    ReduceTimeout,
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Version { device } => write!(f, "the device speaks protocol version {device}"),
+            Self::OutOfMemory {
+                requested,
+                available,
+            } => write!(
+                f,
+                "the device arena cannot hold {requested} more bytes ({available} left)"
+            ),
+            Self::TableFull => f.write_str("the device table for that kind of object is full"),
+            Self::UnknownId { id } => write!(f, "no object with id {id} on the device"),
+            Self::IdInUse { id } => write!(f, "id {id} is already in use on the device"),
+            Self::OutOfBounds { offset, len, size } => write!(
+                f,
+                "bytes [{offset}, {offset}+{len}) are outside an object of {size} bytes"
+            ),
+            Self::ItemSize { expected, actual } => {
+                write!(f, "a FIFO item must be {expected} bytes, not {actual}")
+            }
+            Self::FifoFull { fifo } => write!(f, "FIFO {fifo} is full"),
+            Self::FifoEmpty { fifo } => write!(f, "FIFO {fifo} is empty"),
+            Self::NotConfigured => f.write_str("the training step is not configured"),
+            Self::BadConfig => {
+                f.write_str("the step configuration does not match the slots and FIFOs it names")
+            }
+            Self::ReplyTooLarge => f.write_str("the reply does not fit in one frame"),
+            Self::UnknownFunction => f.write_str("no device function of that name"),
+            Self::BadArguments => f.write_str("wrong arguments for the device function"),
+            Self::Malformed => f.write_str("the frame is not a request"),
+            Self::UnexpectedReduced => f.write_str("no step is waiting for that reduction"),
+            Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
+        }
+    }
+}
+
+/// Device to host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response<'a> {
+    /// Answer to [`Request::Hello`].
+    Hello {
+        /// The device's [`PROTOCOL_VERSION`].
+        version: u16,
+        /// What it can hold.
+        limits: Limits,
+    },
+    /// The request ran.
+    Done,
+    /// Bytes read (slot chunk, FIFO item).
+    Data {
+        /// The bytes.
+        #[serde(borrow)]
+        data: &'a [u8],
+    },
+    /// The random seed.
+    Seed {
+        /// The seed.
+        seed: u64,
+    },
+    /// The RNG state.
+    RngState {
+        /// The generator's words.
+        state: [u32; 4],
+    },
+    /// Cycles counted by the device.
+    Cycles {
+        /// The count.
+        cycles: u64,
+    },
+    /// A register's value.
+    Register {
+        /// The value.
+        value: Value<'a>,
+    },
+    /// Sent during a step (with the step's sequence number): combine `data` across the
+    /// replica group and answer with [`Request::Reduced`].
+    Reduce {
+        /// How to combine.
+        op: ReduceOp,
+        /// This replica's contribution (f32, little-endian).
+        data: &'a [u8],
+    },
+    /// The request failed.
+    Error {
+        /// Which request.
+        request: RequestKind,
+        /// Why.
+        code: ErrorCode,
+    },
+}

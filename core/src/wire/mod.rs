@@ -1,0 +1,28 @@
+//! The host↔device protocol: messages and their framing on a byte link.
+//!
+//! - [`message`]: what host and device say to each other. Every message travels in an
+//!   [`Envelope`] with a sequence number, so that the host can retry a request and the
+//!   device can recognise (and answer again) one it already ran. The session starts with
+//!   [`Request::Hello`], which carries [`PROTOCOL_VERSION`]; the device answers with its
+//!   [`Limits`]. Enums are append-only: new variants go at the end.
+//! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
+//!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
+//!   delimiter, so a corrupted, truncated or oversized frame costs only itself.
+//!
+//! Bulk data (weights, stream buffers) travels in chunks no larger than
+//! [`Limits::max_chunk`], which leaves room for the envelope in one frame.
+//!
+//! # Panics
+//!
+//! Nothing here panics, whatever the bytes on the link.
+
+pub mod frame;
+pub mod message;
+
+pub use frame::{
+    decode_body, encode_frame, max_frame_len, FrameDecoder, FrameError, FRAME_OVERHEAD,
+};
+pub use message::{
+    Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, StepConfig, Value,
+    PROTOCOL_VERSION,
+};
