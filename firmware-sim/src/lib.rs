@@ -1,10 +1,33 @@
 //! The simulated tessera accelerator.
 //!
-//! This crate will hold the portable `no_std` device (memory arena, remote-buffer slots,
-//! stream FIFOs, program table, `serve` loop) and its bare-metal firmware binary. Until the
-//! wire protocol lands it only re-exports the layout core the device is built on, so that
-//! the workspace and the bare-metal builds are in place.
+//! A [`Device`] is one replica: a memory arena the caller provides (remote-buffer slots,
+//! stream FIFOs, registers, step scratch), a random seed and RNG state, a cycle counter,
+//! and the program set — weights and optimizer from the host, seed and RNG state both
+//! ways, the training step, weights and cycle counts to the host, named functions on
+//! registers. [`serve`] runs a device on any `embedded_io` byte link, so the same code runs
+//! in a host thread, in a child process (`tessera device`) and on bare metal.
+//!
+//! # Panics
+//!
+//! No request, however malformed, makes the device panic or touch memory outside its
+//! arena: every id, offset and length is checked and answered with an error reply.
 #![no_std]
 #![forbid(unsafe_code)]
 
-pub use tessera_core as core;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod arena;
+pub mod device;
+pub mod fifo;
+pub mod functions;
+pub mod registers;
+pub mod rng;
+pub mod serve;
+pub mod step;
+
+pub use device::{CycleCounter, Device};
+pub use serve::{serve, ServeError, Server};
+
+#[cfg(feature = "std")]
+pub mod std_link;

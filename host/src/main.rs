@@ -23,6 +23,16 @@ struct Cli {
 enum Command {
     /// Show how a variable is grouped, sharded and placed on the replicas.
     Layout(LayoutArgs),
+    /// Serve one simulated device on stdin/stdout (the child-process placement).
+    #[command(hide = true)]
+    Device {
+        /// The replica this device is.
+        #[arg(long)]
+        replica: u32,
+        /// Bytes of device memory.
+        #[arg(long, default_value_t = 16 << 20)]
+        memory: usize,
+    },
 }
 
 #[derive(clap::Args)]
@@ -102,6 +112,21 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Layout(args) => layout(args),
+        Command::Device { replica, memory } => {
+            // Stdout carries frames only; a closed stdin (the host went away) ends it.
+            match tessera_host::transport::run_device(
+                replica,
+                memory,
+                std::io::stdin(),
+                std::io::stdout(),
+            ) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tessera device {replica}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 

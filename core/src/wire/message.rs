@@ -424,6 +424,9 @@ pub enum Response<'a> {
     /// Sent during a step (with the step's sequence number): combine `data` across the
     /// replica group and answer with [`Request::Reduced`].
     Reduce {
+        /// Which reduction of the step this is (the batch index), so that the host can
+        /// tell a re-sent contribution from the next one.
+        round: u32,
         /// How to combine.
         op: ReduceOp,
         /// This replica's contribution (f32, little-endian).

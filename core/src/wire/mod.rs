@@ -24,5 +24,5 @@ pub use frame::{
 };
 pub use message::{
     Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, StepConfig, Value,
-    PROTOCOL_VERSION,
+    MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
 };

@@ -1,0 +1,212 @@
+//! The device's memory: one caller-provided byte arena, carved into blocks for slots,
+//! FIFOs, registers and step scratch.
+//!
+//! The block table is the allocator's only metadata: a new block goes in the first gap
+//! large enough, and freeing a block just removes its entry. Blocks start at 8-byte
+//! aligned addresses so that f32 views of them are plain (checked) casts.
+
+use tessera_core::wire::ErrorCode;
+
+/// Objects a device can hold at once, all kinds together.
+pub const MAX_BLOCKS: usize = 64;
+
+const ALIGN: usize = 8;
+
+/// What a block holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A remote-buffer slot.
+    Slot(u16),
+    /// A stream FIFO.
+    Fifo(u16),
+    /// A register's tensor or string bytes.
+    Register(u16),
+    /// The training step's scratch (gradient, masked input).
+    StepScratch,
+}
+
+/// A range of the arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Who holds it.
+    pub owner: Owner,
+    /// Offset from the arena's aligned start.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+/// The arena and its block table.
+#[derive(Debug)]
+pub struct Arena<'a> {
+    memory: &'a mut [u8],
+    /// Sorted by offset.
+    blocks: heapless::Vec<Block, MAX_BLOCKS>,
+}
+
+impl<'a> Arena<'a> {
+    /// Takes `memory`, skipping the few bytes before its first aligned address.
+    pub fn new(memory: &'a mut [u8]) -> Self {
+        let skip = memory.as_ptr().align_offset(ALIGN).min(memory.len());
+        let (_, memory) = memory.split_at_mut(skip);
+        Self {
+            memory,
+            blocks: heapless::Vec::new(),
+        }
+    }
+
+    /// Usable bytes.
+    pub fn capacity(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Bytes not held by any block (possibly fragmented).
+    pub fn free(&self) -> usize {
+        self.capacity()
+            - self
+                .blocks
+                .iter()
+                .map(|b| b.len.next_multiple_of(ALIGN))
+                .sum::<usize>()
+    }
+
+    /// Allocates `len` zeroed bytes for `owner`, which must not hold a block already.
+    pub fn alloc(&mut self, owner: Owner, len: usize) -> Result<Block, ErrorCode> {
+        if self.find(owner).is_some() {
+            return Err(ErrorCode::IdInUse {
+                id: owner_id(owner),
+            });
+        }
+        let out_of_memory = ErrorCode::OutOfMemory {
+            requested: saturate(len),
+            available: saturate(self.free()),
+        };
+        let rounded = len.checked_next_multiple_of(ALIGN).ok_or(out_of_memory)?;
+        let mut start = 0;
+        let mut position = self.blocks.len();
+        for (i, block) in self.blocks.iter().enumerate() {
+            if block.offset - start >= rounded {
+                position = i;
+                break;
+            }
+            start = block.offset + block.len.next_multiple_of(ALIGN);
+        }
+        if position == self.blocks.len() && self.capacity().saturating_sub(start) < rounded {
+            return Err(out_of_memory);
+        }
+        let block = Block {
+            owner,
+            offset: start,
+            len,
+        };
+        self.blocks
+            .insert(position, block)
+            .map_err(|_| ErrorCode::TableFull)?;
+        self.bytes_mut(block).fill(0);
+        Ok(block)
+    }
+
+    /// Frees `owner`'s block, if any.
+    pub fn free_block(&mut self, owner: Owner) {
+        self.blocks.retain(|b| b.owner != owner);
+    }
+
+    /// Frees every block.
+    pub fn clear(&mut self) {
+        self.blocks.clear();
+    }
+
+    /// `owner`'s block.
+    pub fn find(&self, owner: Owner) -> Option<Block> {
+        self.blocks.iter().copied().find(|b| b.owner == owner)
+    }
+
+    /// The bytes of a block returned by this arena.
+    pub fn bytes(&self, block: Block) -> &[u8] {
+        self.memory
+            .get(block.offset..block.offset + block.len)
+            .unwrap_or(&[])
+    }
+
+    /// The bytes of a block returned by this arena, writable.
+    pub fn bytes_mut(&mut self, block: Block) -> &mut [u8] {
+        self.memory
+            .get_mut(block.offset..block.offset + block.len)
+            .unwrap_or(&mut [])
+    }
+
+    /// Two distinct blocks at once, writable (`None` if they are the same block).
+    pub fn pair_mut(&mut self, a: Block, b: Block) -> Option<(&mut [u8], &mut [u8])> {
+        if a.offset == b.offset {
+            return None;
+        }
+        let (low, high, swapped) = if a.offset < b.offset {
+            (a, b, false)
+        } else {
+            (b, a, true)
+        };
+        let (head, tail) = self.memory.split_at_mut(high.offset);
+        let low_bytes = head.get_mut(low.offset..low.offset + low.len)?;
+        let high_bytes = tail.get_mut(..high.len)?;
+        Some(if swapped {
+            (high_bytes, low_bytes)
+        } else {
+            (low_bytes, high_bytes)
+        })
+    }
+}
+
+fn owner_id(owner: Owner) -> u16 {
+    match owner {
+        Owner::Slot(id) | Owner::Fifo(id) | Owner::Register(id) => id,
+        Owner::StepScratch => 0,
+    }
+}
+
+/// A byte count for the wire, which carries `u32`.
+pub fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_fit_reuses_freed_gaps() {
+        let mut memory = [0u8; 128];
+        let mut arena = Arena::new(&mut memory);
+        let a = arena.alloc(Owner::Slot(1), 20).unwrap();
+        let b = arena.alloc(Owner::Slot(2), 8).unwrap();
+        assert_eq!((a.offset, b.offset), (0, 24));
+        arena.free_block(Owner::Slot(1));
+        let c = arena.alloc(Owner::Fifo(1), 16).unwrap();
+        assert_eq!(c.offset, 0, "the freed gap is reused");
+        assert_eq!(
+            arena.alloc(Owner::Slot(2), 1),
+            Err(ErrorCode::IdInUse { id: 2 })
+        );
+        assert!(matches!(
+            arena.alloc(Owner::Slot(3), 1000),
+            Err(ErrorCode::OutOfMemory { .. })
+        ));
+        assert!(matches!(
+            arena.alloc(Owner::Slot(4), usize::MAX),
+            Err(ErrorCode::OutOfMemory { .. })
+        ));
+    }
+
+    #[test]
+    fn blocks_are_aligned_and_zeroed() {
+        let mut memory = [0xFFu8; 64];
+        let mut arena = Arena::new(&mut memory[1..]);
+        let block = arena.alloc(Owner::Slot(1), 5).unwrap();
+        assert_eq!(arena.bytes(block), [0; 5]);
+        assert_eq!(arena.bytes(block).as_ptr().align_offset(8), 0);
+        let other = arena.alloc(Owner::Slot(2), 5).unwrap();
+        let (x, y) = arena.pair_mut(block, other).unwrap();
+        x[0] = 1;
+        y[0] = 2;
+        assert_eq!((arena.bytes(block)[0], arena.bytes(other)[0]), (1, 2));
+    }
+}

@@ -1,0 +1,243 @@
+//! One replica's device: its memory, its programs, and the answer to every request.
+
+use core::cell::Cell;
+
+use critical_section::Mutex;
+use tessera_core::wire::{ErrorCode, Limits, Request, Response, StepConfig, PROTOCOL_VERSION};
+
+use crate::arena::{saturate, Arena, Owner};
+use crate::fifo::Fifos;
+use crate::functions::{self, Returned};
+use crate::registers::Registers;
+use crate::rng::Rng;
+use crate::step::{self, Reducer, StepContext};
+
+/// Cycles the device has counted, shareable with an interrupt handler (hence the critical
+/// section): the step adds its work, a timer interrupt on hardware could add ticks.
+#[derive(Debug)]
+pub struct CycleCounter(Mutex<Cell<u64>>);
+
+impl Default for CycleCounter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CycleCounter {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        Self(Mutex::new(Cell::new(0)))
+    }
+
+    /// Adds `n` cycles.
+    pub fn add(&self, n: u64) {
+        critical_section::with(|cs| {
+            let cell = self.0.borrow(cs);
+            cell.set(cell.get().saturating_add(n));
+        });
+    }
+
+    /// The count so far.
+    pub fn get(&self) -> u64 {
+        critical_section::with(|cs| self.0.borrow(cs).get())
+    }
+}
+
+/// A simulated accelerator replica. All its memory is the arena it was given.
+pub struct Device<'a> {
+    arena: Arena<'a>,
+    fifos: Fifos,
+    registers: Registers,
+    limits: Limits,
+    seed: u64,
+    rng: Rng,
+    learning_rate: f32,
+    step: Option<StepConfig>,
+    cycles: &'a CycleCounter,
+}
+
+impl<'a> Device<'a> {
+    /// Replica `replica`, with `memory` as its arena, accepting frames of up to
+    /// `max_frame` bytes, counting cycles in `cycles`.
+    pub fn new(
+        replica: u32,
+        memory: &'a mut [u8],
+        max_frame: usize,
+        cycles: &'a CycleCounter,
+    ) -> Self {
+        let arena = Arena::new(memory);
+        let limits = Limits {
+            memory: saturate(arena.capacity()),
+            max_frame: saturate(max_frame),
+            replica,
+        };
+        Self {
+            arena,
+            fifos: Fifos::default(),
+            registers: Registers::default(),
+            limits,
+            seed: 0,
+            rng: Rng::from_seed(0),
+            learning_rate: 0.0,
+            step: None,
+            cycles,
+        }
+    }
+
+    /// What the device announces in its hello.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Runs `request`; a failure becomes an error reply naming the request. `reducer`
+    /// answers the step's collective requests.
+    pub fn handle(&mut self, request: &Request<'_>, reducer: &mut dyn Reducer) -> Response<'_> {
+        let kind = request.kind();
+        match self.run(request, reducer) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => Response::Done,
+            Err(code) => Response::Error {
+                request: kind,
+                code,
+            },
+        }
+    }
+
+    fn run(
+        &mut self,
+        request: &Request<'_>,
+        reducer: &mut dyn Reducer,
+    ) -> Result<Option<Response<'_>>, ErrorCode> {
+        match *request {
+            Request::Hello { version } if version != PROTOCOL_VERSION => {
+                return Err(ErrorCode::Version {
+                    device: PROTOCOL_VERSION,
+                })
+            }
+            Request::Hello { .. } => {
+                return Ok(Some(Response::Hello {
+                    version: PROTOCOL_VERSION,
+                    limits: self.limits,
+                }))
+            }
+            Request::Reset => {
+                self.arena.clear();
+                self.fifos.clear();
+                self.registers.clear();
+                self.step = None;
+            }
+            Request::AllocSlot { slot, bytes } => {
+                self.arena.alloc(Owner::Slot(slot), bytes as usize)?;
+            }
+            Request::WriteSlot { slot, offset, data } => {
+                self.slot_range(slot, offset, saturate(data.len()))?
+                    .copy_from_slice(data);
+            }
+            Request::ReadSlot { slot, offset, len } => {
+                if len > self.limits.max_frame {
+                    return Err(ErrorCode::ReplyTooLarge);
+                }
+                return Ok(Some(Response::Data {
+                    data: self.slot_range(slot, offset, len)?,
+                }));
+            }
+            Request::CreateFifo {
+                fifo,
+                item_bytes,
+                depth,
+            } => {
+                self.fifos
+                    .create(&mut self.arena, fifo, item_bytes, depth)?;
+            }
+            Request::PushFifo { fifo, data } => self.fifos.push(&mut self.arena, fifo, data)?,
+            Request::PopFifo { fifo } => {
+                let (block, range) = self.fifos.pop(&self.arena, fifo)?;
+                let data = self.arena.bytes(block).get(range).unwrap_or(&[]);
+                return Ok(Some(Response::Data { data }));
+            }
+            Request::SetOptimizer { learning_rate } => self.learning_rate = learning_rate,
+            Request::SetSeed { seed } => {
+                self.seed = seed;
+                self.rng = Rng::from_seed(seed);
+            }
+            Request::GetSeed => return Ok(Some(Response::Seed { seed: self.seed })),
+            Request::SetRngState { state } => self.rng = Rng::from_state(state),
+            Request::GetRngState => {
+                return Ok(Some(Response::RngState {
+                    state: self.rng.state(),
+                }))
+            }
+            Request::ConfigureStep(config) => {
+                step::configure(&mut self.arena, &self.fifos, &config)?;
+                self.step = Some(config);
+            }
+            Request::RunStep => {
+                let config = self.step.ok_or(ErrorCode::NotConfigured)?;
+                let ctx = StepContext {
+                    arena: &mut self.arena,
+                    fifos: &mut self.fifos,
+                    rng: &mut self.rng,
+                    learning_rate: self.learning_rate,
+                };
+                let work = step::run(ctx, &config, reducer)?;
+                self.cycles.add(work);
+            }
+            Request::Reduced { .. } => return Err(ErrorCode::UnexpectedReduced),
+            Request::CycleCount => {
+                return Ok(Some(Response::Cycles {
+                    cycles: self.cycles.get(),
+                }))
+            }
+            Request::SetRegister { id, ref value } => {
+                self.registers.set(&mut self.arena, id, value)?
+            }
+            Request::GetRegister { id } => {
+                return Ok(Some(Response::Register {
+                    value: self.registers.get(&self.arena, id)?,
+                }))
+            }
+            Request::FreeRegister { id } => {
+                self.registers.stored(id)?;
+                self.registers.free(&mut self.arena, id);
+            }
+            Request::Call {
+                function,
+                ref args,
+                out,
+            } => {
+                let f = functions::lookup(function)?;
+                match f(
+                    &mut self.registers,
+                    &mut self.arena,
+                    args,
+                    self.limits.replica,
+                )? {
+                    Returned::Value(value) => {
+                        self.registers.set_inline(&mut self.arena, out, value)?
+                    }
+                    Returned::InPlace => {}
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Bytes `[offset, offset + len)` of slot `slot`, checked.
+    fn slot_range(&mut self, slot: u16, offset: u32, len: u32) -> Result<&mut [u8], ErrorCode> {
+        let block = self
+            .arena
+            .find(Owner::Slot(slot))
+            .ok_or(ErrorCode::UnknownId { id: slot })?;
+        let out_of_bounds = ErrorCode::OutOfBounds {
+            offset,
+            len,
+            size: saturate(block.len),
+        };
+        let start = offset as usize;
+        let end = start.checked_add(len as usize).ok_or(out_of_bounds)?;
+        self.arena
+            .bytes_mut(block)
+            .get_mut(start..end)
+            .ok_or(out_of_bounds)
+    }
+}

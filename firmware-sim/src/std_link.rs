@@ -1,0 +1,118 @@
+//! Host placements of a device: a byte link over any std reader and writer (a socket to the
+//! host in the same process, or stdin/stdout in a child process), a delay that sleeps, and
+//! a busy line nobody watches.
+
+use std::io;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::thread;
+use std::time::Duration;
+use std::vec::Vec;
+
+use embedded_io::{ErrorType, Read, ReadReady, Write};
+
+/// A link whose reads come from a background thread, so that `read_ready` can answer
+/// without blocking on any kind of reader.
+pub struct StdLink<W> {
+    incoming: Receiver<Vec<u8>>,
+    pending: Vec<u8>,
+    at: usize,
+    writer: W,
+}
+
+impl<W: io::Write> StdLink<W> {
+    /// Reads `reader` on a thread of its own; writes go straight to `writer`.
+    pub fn new<R: io::Read + Send + 'static>(mut reader: R, writer: W) -> Self {
+        let (tx, incoming) = mpsc::sync_channel(64);
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends at end of file, on a read error, or when the link is dropped.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            incoming,
+            pending: Vec::new(),
+            at: 0,
+            writer,
+        }
+    }
+}
+
+impl<W> ErrorType for StdLink<W> {
+    type Error = io::Error;
+}
+
+impl<W: io::Write> Read for StdLink<W> {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, io::Error> {
+        if self.at == self.pending.len() {
+            match self.incoming.recv() {
+                Ok(chunk) => {
+                    self.pending = chunk;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(0), // the reader ended: end of file
+            }
+        }
+        let n = buf.len().min(self.pending.len() - self.at);
+        buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl<W: io::Write> ReadReady for StdLink<W> {
+    fn read_ready(&mut self) -> Result<bool, io::Error> {
+        if self.at < self.pending.len() {
+            return Ok(true);
+        }
+        match self.incoming.try_recv() {
+            Ok(chunk) => {
+                self.pending = chunk;
+                self.at = 0;
+                Ok(true)
+            }
+            Err(TryRecvError::Empty) => Ok(false),
+            // End of file is "ready": the next read returns 0.
+            Err(TryRecvError::Disconnected) => Ok(true),
+        }
+    }
+}
+
+impl<W: io::Write> Write for StdLink<W> {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, io::Error> {
+        self.writer.write(buf)
+    }
+
+    fn flush(&mut self) -> Result<(), io::Error> {
+        self.writer.flush()
+    }
+}
+
+/// A delay that sleeps the thread.
+pub struct SleepDelay;
+
+impl embedded_hal::delay::DelayNs for SleepDelay {
+    fn delay_ns(&mut self, ns: u32) {
+        thread::sleep(Duration::from_nanos(u64::from(ns)));
+    }
+}
+
+/// A busy line connected to nothing.
+pub struct NoPin;
+
+impl embedded_hal::digital::ErrorType for NoPin {
+    type Error = core::convert::Infallible;
+}
+
+impl embedded_hal::digital::OutputPin for NoPin {
+    fn set_low(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn set_high(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}

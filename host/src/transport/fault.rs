@@ -1,0 +1,88 @@
+//! A writer that damages the bytes it forwards, for testing recovery: bit flips, dropped
+//! bytes and truncated writes, each at a seeded per-byte rate.
+
+use std::io::{self, Write};
+
+/// How often each kind of damage strikes, per byte.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultConfig {
+    /// Seed of the damage pattern.
+    pub seed: u64,
+    /// Probability that a byte has one bit flipped.
+    pub flip_rate: f64,
+    /// Probability that a byte is dropped.
+    pub drop_rate: f64,
+    /// Probability that the rest of a write is dropped from this byte on.
+    pub truncate_rate: f64,
+}
+
+/// Counts of damage done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Bytes with a flipped bit.
+    pub flipped: u64,
+    /// Bytes dropped.
+    pub dropped: u64,
+    /// Writes cut short.
+    pub truncated: u64,
+}
+
+/// Forwards writes to `inner`, damaged as `config` says.
+pub struct FaultInjector<W> {
+    inner: W,
+    config: FaultConfig,
+    state: u64,
+    /// What it has done so far.
+    pub counts: FaultCounts,
+}
+
+impl<W: Write> FaultInjector<W> {
+    /// Wraps `inner`.
+    pub fn new(inner: W, config: FaultConfig) -> Self {
+        Self {
+            inner,
+            config,
+            state: config.seed,
+            counts: FaultCounts::default(),
+        }
+    }
+
+    fn chance(&mut self) -> f64 {
+        // SplitMix64: cheap, seeded, good enough for choosing faults.
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) as f64 / u64::MAX as f64
+    }
+}
+
+impl<W: Write> Write for FaultInjector<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut out = Vec::with_capacity(buf.len());
+        for &byte in buf {
+            if self.chance() < self.config.truncate_rate {
+                self.counts.truncated += 1;
+                break;
+            }
+            if self.chance() < self.config.drop_rate {
+                self.counts.dropped += 1;
+                continue;
+            }
+            if self.chance() < self.config.flip_rate {
+                self.counts.flipped += 1;
+                let bit = (self.chance() * 8.0) as u32 % 8;
+                out.push(byte ^ (1 << bit));
+                continue;
+            }
+            out.push(byte);
+        }
+        self.inner.write_all(&out)?;
+        // The caller's bytes all count as written, damaged or not: the link lost them.
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
