@@ -27,8 +27,18 @@ const HOST_FRAME: usize = 66 * 1024;
 const MAX_FRAME: usize = 1 << 20;
 
 /// A reply: the frame body it came in, and its decoded response.
+#[derive(Clone)]
 pub struct Reply {
     body: Vec<u8>,
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reply")
+            .field("seq", &self.seq())
+            .field("response", &self.response())
+            .finish()
+    }
 }
 
 impl Reply {
@@ -131,6 +141,7 @@ pub struct Channel {
     scratch: Vec<u8>,
     out: Vec<u8>,
     placement: Placement,
+    retries: u64,
 }
 
 impl Channel {
@@ -208,6 +219,7 @@ impl Channel {
             scratch: vec![0; MAX_FRAME],
             out: vec![0; max_frame_len(MAX_FRAME)],
             placement,
+            retries: 0,
         };
         let reply = channel.request(&Request::Hello {
             version: PROTOCOL_VERSION,
@@ -229,6 +241,11 @@ impl Channel {
     /// The device's limits from its hello.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Requests sent again because their reply did not arrive in time.
+    pub fn retries(&self) -> u64 {
+        self.retries
     }
 
     /// The replica this channel reaches.
@@ -262,6 +279,7 @@ impl Channel {
                 return Ok(reply);
             }
             if attempt < ATTEMPTS {
+                self.retries += 1;
                 self.resend(seq, request)?;
             }
         }

@@ -1,0 +1,230 @@
+//! No host frame can make the device panic: random bytes and random well-formed requests
+//! (any ids, offsets, lengths and values) go through the real serve loop, and every
+//! well-formed request gets exactly one reply.
+
+use std::convert::Infallible;
+
+use embedded_io::{ErrorType, Read, ReadReady, Write};
+use proptest::prelude::*;
+use tessera_core::wire::frame::decode_body;
+use tessera_core::wire::{
+    encode_frame, Envelope, FrameDecoder, Request, Response, StepConfig, Value,
+};
+use tessera_firmware_sim::{serve, CycleCounter, Device, Server};
+
+/// A link that reads a fixed input and collects what the device writes.
+struct MemLink {
+    input: Vec<u8>,
+    at: usize,
+    output: Vec<u8>,
+}
+
+impl ErrorType for MemLink {
+    type Error = Infallible;
+}
+
+impl Read for MemLink {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        let n = buf.len().min(self.input.len() - self.at);
+        buf[..n].copy_from_slice(&self.input[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl ReadReady for MemLink {
+    fn read_ready(&mut self) -> Result<bool, Infallible> {
+        Ok(true)
+    }
+}
+
+impl Write for MemLink {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+struct NoDelay;
+impl embedded_hal::delay::DelayNs for NoDelay {
+    fn delay_ns(&mut self, _: u32) {}
+}
+
+struct NoPin;
+impl embedded_hal::digital::ErrorType for NoPin {
+    type Error = Infallible;
+}
+impl embedded_hal::digital::OutputPin for NoPin {
+    fn set_low(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn set_high(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+const FRAME: usize = 1024;
+
+fn run(input: Vec<u8>) -> Vec<u8> {
+    let mut arena = vec![0u8; 4096];
+    let cycles = CycleCounter::new();
+    let mut device = Device::new(0, &mut arena, FRAME, &cycles);
+    let mut server = Box::new(Server::<FRAME>::new());
+    let mut link = MemLink {
+        input,
+        at: 0,
+        output: Vec::new(),
+    };
+    serve(
+        &mut server,
+        &mut device,
+        &mut link,
+        &mut NoDelay,
+        &mut NoPin,
+    )
+    .unwrap();
+    link.output
+}
+
+fn small() -> impl Strategy<Value = u32> {
+    prop_oneof![0u32..8, 0u32..5000, Just(u32::MAX)]
+}
+
+fn id() -> impl Strategy<Value = u16> {
+    prop_oneof![0u16..4, any::<u16>()]
+}
+
+const BYTES: [u8; 64] = [7; 64];
+
+/// Steps are configured with a group size of at most 1: a group step waits for the host's
+/// reduction and would rightly consume the frames that follow it.
+fn request() -> impl Strategy<Value = Request<'static>> {
+    prop_oneof![
+        Just(Request::Hello { version: 1 }),
+        any::<u16>().prop_map(|version| Request::Hello { version }),
+        Just(Request::Reset),
+        (id(), small()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
+        (id(), small(), 0usize..64).prop_map(|(slot, offset, n)| Request::WriteSlot {
+            slot,
+            offset,
+            data: &BYTES[..n]
+        }),
+        (id(), small(), small()).prop_map(|(slot, offset, len)| Request::ReadSlot {
+            slot,
+            offset,
+            len
+        }),
+        (id(), small(), any::<u16>()).prop_map(|(fifo, item_bytes, depth)| Request::CreateFifo {
+            fifo,
+            item_bytes,
+            depth
+        }),
+        (id(), 0usize..64).prop_map(|(fifo, n)| Request::PushFifo {
+            fifo,
+            data: &BYTES[..n]
+        }),
+        id().prop_map(|fifo| Request::PopFifo { fifo }),
+        any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
+        any::<[u32; 4]>().prop_map(|state| Request::SetRngState { state }),
+        (
+            0u16..4,
+            0u16..4,
+            id(),
+            id(),
+            id(),
+            id(),
+            0u16..3,
+            0u16..3,
+            0u16..2,
+            -1.0f32..2.0
+        )
+            .prop_map(
+                |(
+                    inputs,
+                    outputs,
+                    weights,
+                    input_fifo,
+                    target_fifo,
+                    loss_fifo,
+                    b,
+                    a,
+                    g,
+                    dropout,
+                )| {
+                    Request::ConfigureStep(StepConfig {
+                        inputs,
+                        outputs,
+                        weights,
+                        input_fifo,
+                        target_fifo,
+                        loss_fifo,
+                        batches_per_step: b,
+                        accumulation: a,
+                        group_size: g,
+                        dropout,
+                    })
+                }
+            ),
+        Just(Request::RunStep),
+        Just(Request::CycleCount),
+        (id(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {
+            id,
+            value: Value::Int(v)
+        }),
+        (id(), 0usize..64).prop_map(|(id, n)| Request::SetRegister {
+            id,
+            value: Value::Tensor(&BYTES[..n])
+        }),
+        id().prop_map(|id| Request::GetRegister { id }),
+        id().prop_map(|id| Request::FreeRegister { id }),
+        (
+            prop_oneof![
+                Just("add"),
+                Just("sum"),
+                Just("scale"),
+                Just("replica_id"),
+                Just("nope")
+            ],
+            prop::collection::vec(id(), 0..5),
+            id()
+        )
+            .prop_map(|(function, args, out)| Request::Call {
+                function,
+                args: args.into_iter().take(4).collect(),
+                out,
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1500))]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
+        run(bytes);
+    }
+
+    #[test]
+    fn random_requests_get_one_reply_each(requests in prop::collection::vec(request(), 1..40)) {
+        let mut input = Vec::new();
+        let (mut scratch, mut out) = ([0u8; FRAME], [0u8; FRAME + 64]);
+        for (seq, body) in requests.iter().enumerate() {
+            let n = encode_frame(&Envelope { seq: seq as u32 + 1, body }, &mut scratch, &mut out).unwrap();
+            input.extend_from_slice(&out[..n]);
+        }
+        let output = run(input);
+        let mut decoder = FrameDecoder::<FRAME>::new();
+        let mut seqs = Vec::new();
+        for &b in &output {
+            if let Some(frame) = decoder.push(b) {
+                let reply: Envelope<Response<'_>> = decode_body(frame.expect("the device's frames are intact")).unwrap();
+                seqs.push(reply.seq);
+            }
+        }
+        let expected: Vec<u32> = (1..=requests.len() as u32).collect();
+        prop_assert_eq!(seqs, expected);
+    }
+}

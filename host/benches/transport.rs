@@ -1,0 +1,58 @@
+//! Requests per second and payload throughput over the host placements of a device:
+//! a thread in this process and a child process on stdio, for 1 KiB and 1 MiB payloads
+//! written to and read from a remote slot.
+//!
+//! `cargo bench -p tessera-host --bench transport`; a 1 KiB write or read is one request,
+//! so its time is the round-trip latency (requests/s = 1 / time).
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tessera_core::transfer::RemoteSlots;
+use tessera_host::transport::{Channel, ChannelSlots};
+
+const SLOT: u16 = 1;
+const SIZES: [usize; 2] = [1 << 10, 1 << 20];
+
+fn placements() -> Vec<(&'static str, Channel)> {
+    let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
+    vec![
+        ("in_process", Channel::in_process(0, 4 << 20, None).unwrap()),
+        (
+            "child_process",
+            Channel::child_process(exe, 0, 4 << 20).unwrap(),
+        ),
+    ]
+}
+
+fn transport(c: &mut Criterion) {
+    let mut group = c.benchmark_group("transport");
+    group
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20);
+    for (name, channel) in placements() {
+        let mut channels = [channel];
+        let mut slots = ChannelSlots::allocate(&mut channels, SLOT, 1 << 20).unwrap();
+        for bytes in SIZES {
+            let payload: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+            let mut back = vec![0u8; bytes];
+            group.throughput(Throughput::Bytes(bytes as u64));
+            group.bench_with_input(
+                BenchmarkId::new(format!("{name}/write"), bytes),
+                &bytes,
+                |b, _| b.iter(|| slots.write(0, 0, &payload).unwrap()),
+            );
+            group.bench_with_input(
+                BenchmarkId::new(format!("{name}/read"), bytes),
+                &bytes,
+                |b, _| b.iter(|| slots.read(0, 0, &mut back).unwrap()),
+            );
+            assert_eq!(back, payload, "{name}: read back what was written");
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, transport);
+criterion_main!(benches);
