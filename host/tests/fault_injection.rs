@@ -93,7 +93,7 @@ fn ten_thousand_requests_over_a_damaging_link() {
                 checked += 1;
             }
             2 if fifo.len() < 4 => {
-                let item = (rng.next() as u64 ^ i as u64).to_le_bytes();
+                let item = (rng.next() ^ i as u64).to_le_bytes();
                 channel
                     .request(&Request::PushFifo {
                         fifo: 2,
