@@ -6,20 +6,37 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "install the bare-metal targets"
+step "install the bare-metal targets, QEMU and defmt-print"
 rustup target add thumbv6m-none-eabi thumbv7m-none-eabi
+if ! command -v qemu-system-arm >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq qemu-system-arm
+fi
+if ! command -v defmt-print >/dev/null; then
+    cargo install --locked defmt-print
+fi
+qemu-system-arm --version | head -n 1
+defmt-print --version
 
-step "workspace tests"
-cargo test --workspace --locked
+step "firmware for QEMU mps2-an385 (release)"
+cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --release --locked
+firmware=target/thumbv7m-none-eabi/release/tessera-firmware
+size -A "$firmware" | awk '$1 == ".text" { printf "firmware .text: %d bytes (target: at most 65536)\n", $2 }'
 
-step "clippy (warnings are errors)"
+step "on-target tests in QEMU"
+bash firmware-sim/qemu-run.sh target/thumbv7m-none-eabi/release/tessera-selftest 60
+
+step "workspace tests (the QEMU session runs the firmware above)"
+TESSERA_FIRMWARE="$PWD/$firmware" cargo test --workspace --locked
+
+step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --locked -- -D warnings
 
 step "tessera-core on bare metal, with and without defmt"
 for target in thumbv6m-none-eabi thumbv7m-none-eabi; do
     cargo build -p tessera-core --target "$target" --locked
     cargo build -p tessera-core --target "$target" --features defmt --locked
 done
-cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --locked
 
 step "all checks passed"

@@ -8,7 +8,8 @@ use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response
 
 fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
     prop_oneof![
-        any::<u16>().prop_map(|version| Request::Hello { version }),
+        (any::<u16>(), any::<u32>())
+            .prop_map(|(version, replica)| Request::Hello { version, replica }),
         Just(Request::RunStep),
         (any::<u16>(), any::<u32>()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
         (any::<u16>(), any::<u32>(), 0..=data.len()).prop_map(move |(slot, offset, n)| {

@@ -57,7 +57,7 @@ pub struct Device<'a> {
 }
 
 impl<'a> Device<'a> {
-    /// Replica `replica`, with `memory` as its arena, accepting frames of up to
+    /// Replica `replica` (until a hello assigns another), with `memory` as its arena, accepting frames of up to
     /// `max_frame` bytes, counting cycles in `cycles`.
     pub fn new(
         replica: u32,
@@ -109,16 +109,17 @@ impl<'a> Device<'a> {
         reducer: &mut dyn Reducer,
     ) -> Result<Option<Response<'_>>, ErrorCode> {
         match *request {
-            Request::Hello { version } if version != PROTOCOL_VERSION => {
+            Request::Hello { version, .. } if version != PROTOCOL_VERSION => {
                 return Err(ErrorCode::Version {
                     device: PROTOCOL_VERSION,
                 })
             }
-            Request::Hello { .. } => {
+            Request::Hello { replica, .. } => {
+                self.limits.replica = replica;
                 return Ok(Some(Response::Hello {
                     version: PROTOCOL_VERSION,
                     limits: self.limits,
-                }))
+                }));
             }
             Request::Reset => {
                 self.arena.clear();

@@ -103,8 +103,14 @@ const BYTES: [u8; 64] = [7; 64];
 /// reduction and would rightly consume the frames that follow it.
 fn request() -> impl Strategy<Value = Request<'static>> {
     prop_oneof![
-        Just(Request::Hello { version: 1 }),
-        any::<u16>().prop_map(|version| Request::Hello { version }),
+        any::<u32>().prop_map(|replica| Request::Hello {
+            version: 1,
+            replica
+        }),
+        any::<u16>().prop_map(|version| Request::Hello {
+            version,
+            replica: 0
+        }),
         Just(Request::Reset),
         (id(), small()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
         (id(), small(), 0usize..64).prop_map(|(slot, offset, n)| Request::WriteSlot {

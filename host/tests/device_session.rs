@@ -3,7 +3,7 @@
 //! gradient averaged in each group, anchors and weights back — checked against a host
 //! reference computed in f64.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tessera_core::grouping::{CommGroup, ReplicaGrouping, RetrievalMode, VariableSettings};
 use tessera_core::stream::{DataFlow, Splitter, UpstreamIo};
@@ -322,5 +322,34 @@ fn session_in_child_processes() {
     let mut channels: Vec<Channel> = (0..R as u32)
         .map(|r| Channel::child_process(exe, r, 1 << 20).unwrap())
         .collect();
+    run_session(&mut channels);
+}
+
+/// The firmware ELF: `$TESSERA_FIRMWARE`, or the release build in this workspace.
+fn firmware() -> PathBuf {
+    let path = std::env::var_os("TESSERA_FIRMWARE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/thumbv7m-none-eabi/release/tessera-firmware")
+        });
+    assert!(
+        path.exists(),
+        "the QEMU session cannot run: no firmware at {}; build it with `cargo build -p \
+         tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --release` \
+         (tests/ci.sh does)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn session_in_qemu() {
+    let elf = firmware();
+    let mut channels: Vec<Channel> = (0..R as u32)
+        .map(|r| Channel::qemu(&elf, r).unwrap())
+        .collect();
+    // Bare-metal frames are 2 KiB: the session runs in small chunks, all checked.
+    assert!(channels[0].limits().max_frame <= 4096);
     run_session(&mut channels);
 }

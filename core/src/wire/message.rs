@@ -102,10 +102,13 @@ pub enum ReduceOp {
 /// Host to device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request<'a> {
-    /// Opens a session; the device answers with its limits.
+    /// Opens a session and tells the device which replica it is (the controller assigns
+    /// worker ids); the device answers with its limits.
     Hello {
         /// The host's [`PROTOCOL_VERSION`].
         version: u16,
+        /// The replica this device serves from now on.
+        replica: u32,
     },
     /// Frees every slot, FIFO and register; keeps seed and RNG state.
     Reset,

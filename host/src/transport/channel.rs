@@ -1,8 +1,10 @@
 use std::fmt;
+use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -123,12 +125,19 @@ impl From<io::Error> for TransportError {
     }
 }
 
-/// What keeps the device alive; dropping it stops the device.
+/// What keeps the device alive; dropping it stops the device (declared last in
+/// [`Channel`], so it is dropped after the link's other ends).
 enum Placement {
     /// The device thread, and our socket end: shutting it down ends the device's loop
     /// even though the reader thread holds a duplicate of it.
     Thread(Option<JoinHandle<()>>, UnixStream),
     Child(Child),
+    /// The emulator, the defmt decoder reading its stdout, and the folder of its socket.
+    Qemu {
+        qemu: Child,
+        decoder: Option<Child>,
+        dir: PathBuf,
+    },
 }
 
 /// A link to one device. See the module documentation.
@@ -140,8 +149,9 @@ pub struct Channel {
     limits: Limits,
     scratch: Vec<u8>,
     out: Vec<u8>,
-    placement: Placement,
     retries: u64,
+    /// Held only to be dropped with the channel: it stops the device.
+    _placement: Placement,
 }
 
 impl Channel {
@@ -173,7 +183,12 @@ impl Channel {
             Some(config) => Box::new(FaultInjector::new(host_end, config)),
             None => Box::new(host_end),
         };
-        Self::open(reader, writer, Placement::Thread(Some(thread), control))
+        Self::open(
+            reader,
+            writer,
+            Placement::Thread(Some(thread), control),
+            replica,
+        )
     }
 
     /// A device in a child process (`tessera device`, `exe` being the `tessera` binary),
@@ -196,13 +211,69 @@ impl Channel {
                 "child process without stdio pipes".into(),
             ));
         };
-        Self::open(stdout, Box::new(stdin), Placement::Child(child))
+        Self::open(stdout, Box::new(stdin), Placement::Child(child), replica)
+    }
+
+    /// The bare-metal firmware (`firmware`, an ELF for mps2-an385) under
+    /// `qemu-system-arm`, its UART0 on a Unix socket. The firmware's defmt logs go through
+    /// `defmt-print` to stderr. Dropping the channel kills QEMU.
+    pub fn qemu(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
+        static LAUNCHES: AtomicU32 = AtomicU32::new(0);
+        let launch = LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("tessera-qemu-{}-{launch}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let socket = dir.join("uart0.sock");
+        let chardev = format!(
+            "socket,id=uart0,path={},server=on,wait=off",
+            socket.display()
+        );
+        let mut qemu = Command::new("qemu-system-arm")
+            .args([
+                "-machine",
+                "mps2-an385",
+                "-cpu",
+                "cortex-m3",
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+            ])
+            .args([
+                "-semihosting-config",
+                "enable=on,target=native",
+                "-chardev",
+                &chardev,
+            ])
+            .args(["-serial", "chardev:uart0", "-kernel"])
+            .arg(firmware)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| TransportError::Protocol(format!("cannot start qemu-system-arm: {e}")))?;
+        let logs = qemu.stdout.take();
+        let decoder = logs.and_then(|logs| {
+            Command::new("defmt-print")
+                .arg("-e")
+                .arg(firmware)
+                .stdin(logs)
+                .stdout(Stdio::from(io::stderr()))
+                .spawn()
+                .ok()
+        });
+        // From here on, an early return stops QEMU through the placement's drop.
+        let placement = Placement::Qemu { qemu, decoder, dir };
+        let stream = connect_when_ready(&socket, Duration::from_secs(10))?;
+        let reader = stream.try_clone()?;
+        Self::open(reader, Box::new(stream), placement, replica)
     }
 
     fn open(
         reader: impl Read + Send + 'static,
         writer: Box<dyn Write + Send>,
         placement: Placement,
+        replica: u32,
     ) -> Result<Self, TransportError> {
         let (tx, frames) = mpsc::channel();
         thread::spawn(move || read_frames(reader, tx));
@@ -218,17 +289,18 @@ impl Channel {
             },
             scratch: vec![0; MAX_FRAME],
             out: vec![0; max_frame_len(MAX_FRAME)],
-            placement,
             retries: 0,
+            _placement: placement,
         };
         let reply = channel.request(&Request::Hello {
             version: PROTOCOL_VERSION,
+            replica,
         })?;
         match reply.response() {
             Response::Hello {
                 version: PROTOCOL_VERSION,
                 limits,
-            } => channel.limits = limits,
+            } if limits.replica == replica => channel.limits = limits,
             other => {
                 return Err(TransportError::Protocol(format!(
                     "unexpected hello reply {other:?}"
@@ -336,21 +408,42 @@ impl Channel {
     }
 }
 
-impl Drop for Channel {
+impl Drop for Placement {
     fn drop(&mut self) {
-        // Closing our end of the link ends the device's serve loop.
-        self.writer = Box::new(io::sink());
-        match &mut self.placement {
+        match self {
             Placement::Thread(handle, control) => {
+                // Shutting the socket down (every duplicate of it) ends the device's loop.
                 let _ = control.shutdown(std::net::Shutdown::Both);
                 if let Some(handle) = handle.take() {
                     let _ = handle.join();
                 }
             }
-            Placement::Child(child) => {
-                let _ = child.kill();
-                let _ = child.wait();
+            Placement::Child(child) => stop(child),
+            Placement::Qemu { qemu, decoder, dir } => {
+                stop(qemu);
+                if let Some(decoder) = decoder {
+                    // It ends by itself once QEMU's stdout closes.
+                    let _ = decoder.wait();
+                }
+                let _ = fs::remove_dir_all(dir);
             }
+        }
+    }
+}
+
+fn stop(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Connects to QEMU's UART socket, which appears a moment after QEMU starts.
+fn connect_when_ready(socket: &Path, limit: Duration) -> io::Result<UnixStream> {
+    let start = Instant::now();
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if start.elapsed() > limit => return Err(e),
+            Err(_) => thread::sleep(Duration::from_millis(10)),
         }
     }
 }

@@ -1,0 +1,45 @@
+//! What both firmware binaries need from the mps2-an385 board: the UART0 link, the busy
+//! LED, a spinning delay, and panic and HardFault handlers that end QEMU with a failing
+//! exit status (so a crash is never mistaken for a pass).
+
+pub mod uart;
+
+use cortex_m_rt::{exception, ExceptionFrame};
+use cortex_m_semihosting::debug::{self, EXIT_FAILURE, EXIT_SUCCESS};
+use defmt_semihosting as _;
+
+/// QEMU's mps2 CPU clock, for busy-wait delays.
+const CPU_HZ: u32 = 25_000_000;
+
+/// A delay that spins the CPU.
+pub struct SpinDelay;
+
+impl embedded_hal::delay::DelayNs for SpinDelay {
+    fn delay_ns(&mut self, ns: u32) {
+        let cycles = u64::from(ns) * u64::from(CPU_HZ) / 1_000_000_000;
+        cortex_m::asm::delay(u32::try_from(cycles).unwrap_or(u32::MAX).max(1));
+    }
+}
+
+/// Ends QEMU with `success`'s exit status.
+pub fn exit(success: bool) -> ! {
+    debug::exit(if success { EXIT_SUCCESS } else { EXIT_FAILURE });
+    // Only reached without a semihosting host (real hardware): stop here.
+    loop {
+        cortex_m::asm::wfi();
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    defmt::error!("panic: {}", defmt::Display2Format(info));
+    exit(false)
+}
+
+// cortex-m-rt requires the HardFault handler to be declared `unsafe`.
+#[allow(unsafe_code)]
+#[exception]
+unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
+    defmt::error!("hard fault at pc {=u32:#x}", frame.pc());
+    exit(false)
+}

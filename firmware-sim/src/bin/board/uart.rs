@@ -1,0 +1,108 @@
+//! The CMSDK UART0 of the mps2-an385 board as an `embedded-io` byte link, and the board's
+//! user LED as the busy line.
+//!
+//! This is the only place in tessera with `unsafe`: volatile accesses to fixed device
+//! registers. Each is a single aligned 32-bit access to an address the board documents.
+
+use core::convert::Infallible;
+use core::ptr::{read_volatile, write_volatile};
+
+use embedded_io::{ErrorType, Read, ReadReady, Write};
+
+const UART0: usize = 0x4000_4000;
+const DATA: usize = UART0;
+const STATE: usize = UART0 + 0x04;
+const CTRL: usize = UART0 + 0x08;
+const BAUDDIV: usize = UART0 + 0x10;
+const STATE_TX_FULL: u32 = 1 << 0;
+const STATE_RX_FULL: u32 = 1 << 1;
+const CTRL_TX_RX_ENABLE: u32 = 0b11;
+/// FPGA IO: user LEDs.
+const FPGAIO_LED: usize = 0x4002_8000;
+
+fn read(address: usize) -> u32 {
+    // SAFETY: `address` is one of the documented, always-mapped UART/FPGA registers above.
+    #[allow(unsafe_code)]
+    unsafe {
+        read_volatile(address as *const u32)
+    }
+}
+
+fn write(address: usize, value: u32) {
+    // SAFETY: as for `read`; writes to these registers have no effect on memory.
+    #[allow(unsafe_code)]
+    unsafe {
+        write_volatile(address as *mut u32, value)
+    }
+}
+
+/// UART0, enabled for transmit and receive.
+pub struct Uart0(());
+
+impl Uart0 {
+    /// Enables the UART (QEMU ignores the baud rate; 16 is the smallest legal divider).
+    pub fn take() -> Self {
+        write(BAUDDIV, 16);
+        write(CTRL, CTRL_TX_RX_ENABLE);
+        Self(())
+    }
+}
+
+impl ErrorType for Uart0 {
+    type Error = Infallible;
+}
+
+impl Read for Uart0 {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        while read(STATE) & STATE_RX_FULL == 0 {}
+        let mut n = 0;
+        // Take whatever else has already arrived, without waiting.
+        while n < buf.len() && read(STATE) & STATE_RX_FULL != 0 {
+            buf[n] = read(DATA) as u8;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl ReadReady for Uart0 {
+    fn read_ready(&mut self) -> Result<bool, Infallible> {
+        Ok(read(STATE) & STATE_RX_FULL != 0)
+    }
+}
+
+impl Write for Uart0 {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+        for &byte in buf {
+            while read(STATE) & STATE_TX_FULL != 0 {}
+            write(DATA, u32::from(byte));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+/// User LED 0, lit while the device is busy with a request.
+pub struct BusyLed;
+
+impl embedded_hal::digital::ErrorType for BusyLed {
+    type Error = Infallible;
+}
+
+impl embedded_hal::digital::OutputPin for BusyLed {
+    fn set_low(&mut self) -> Result<(), Infallible> {
+        write(FPGAIO_LED, 0);
+        Ok(())
+    }
+
+    fn set_high(&mut self) -> Result<(), Infallible> {
+        write(FPGAIO_LED, 1);
+        Ok(())
+    }
+}

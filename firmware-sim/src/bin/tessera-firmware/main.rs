@@ -1,0 +1,47 @@
+//! The simulated accelerator as bare-metal firmware for QEMU's mps2-an385 (Cortex-M3):
+//! one device serving its replica on UART0. Logs go out as defmt over semihosting; a panic
+//! or a HardFault ends QEMU with a failing exit status.
+#![no_std]
+#![no_main]
+#![deny(unsafe_code)]
+
+#[path = "../board/mod.rs"]
+mod board;
+
+use cortex_m_rt::entry;
+use static_cell::ConstStaticCell;
+use tessera_firmware_sim::{serve, CycleCounter, Device, Server};
+
+/// Frame capacity: bulk data moves in chunks of a little under 2 KiB.
+const FRAME: usize = 2048;
+/// Device memory: most of the board's 4 MiB of data RAM.
+const ARENA: usize = 3 << 20;
+
+// Const-initialised: they live in .bss from the start, never on the stack.
+static ARENA_MEMORY: ConstStaticCell<[u8; ARENA]> = ConstStaticCell::new([0; ARENA]);
+static SERVER: ConstStaticCell<Server<FRAME>> = ConstStaticCell::new(Server::new());
+static CYCLES: CycleCounter = CycleCounter::new();
+
+#[entry]
+fn main() -> ! {
+    let memory = ARENA_MEMORY.take();
+    let server = SERVER.take();
+    // The host assigns the replica id in its hello.
+    let mut device = Device::new(0, memory, FRAME, &CYCLES);
+    let mut link = board::uart::Uart0::take();
+    defmt::info!(
+        "tessera device up: {} bytes of memory, {}-byte frames",
+        ARENA,
+        FRAME
+    );
+    // A UART has no end of file: the loop only returns on a failure.
+    let _ = serve(
+        server,
+        &mut device,
+        &mut link,
+        &mut board::SpinDelay,
+        &mut board::uart::BusyLed,
+    );
+    defmt::error!("serve loop failed");
+    board::exit(false)
+}

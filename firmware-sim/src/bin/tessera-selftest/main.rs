@@ -1,0 +1,208 @@
+//! On-target tests: the device's code paths that depend on the target (alignment, f32
+//! arithmetic, 32-bit sizes, critical sections) checked on the Cortex-M3 under QEMU.
+//! Exits 0 when every check passes; a failed check panics, which exits non-zero.
+#![no_std]
+#![no_main]
+#![deny(unsafe_code)]
+
+#[path = "../board/mod.rs"]
+mod board;
+
+use cortex_m_rt::entry;
+use static_cell::ConstStaticCell;
+use tessera_core::wire::frame::decode_body;
+use tessera_core::wire::{
+    encode_frame, Envelope, FrameDecoder, Request, Response, StepConfig, Value,
+};
+use tessera_firmware_sim::rng::Rng;
+use tessera_firmware_sim::step::NoReduce;
+use tessera_firmware_sim::{CycleCounter, Device};
+
+static MEMORY: ConstStaticCell<[u8; 8192]> = ConstStaticCell::new([0; 8192]);
+static CYCLES: CycleCounter = CycleCounter::new();
+
+fn ok(device: &mut Device<'_>, request: Request<'_>) {
+    let reply = device.handle(&request, &mut NoReduce);
+    assert!(matches!(reply, Response::Done), "request failed on target");
+}
+
+fn f32s(values: &[f32]) -> [u8; 4] {
+    values[0].to_le_bytes()
+}
+
+#[entry]
+fn main() -> ! {
+    // One byte in, so the arena has to align itself.
+    let memory = &mut MEMORY.take()[1..];
+    let mut device = Device::new(0, memory, 1024, &CYCLES);
+
+    // Slots: bounds-checked writes and reads.
+    ok(&mut device, Request::AllocSlot { slot: 1, bytes: 4 });
+    ok(
+        &mut device,
+        Request::WriteSlot {
+            slot: 1,
+            offset: 0,
+            data: &f32s(&[0.5]),
+        },
+    );
+    let reply = device.handle(
+        &Request::WriteSlot {
+            slot: 1,
+            offset: 2,
+            data: &[0; 4],
+        },
+        &mut NoReduce,
+    );
+    assert!(
+        matches!(reply, Response::Error { .. }),
+        "an out-of-bounds write must fail"
+    );
+    defmt::info!("slots ok");
+
+    // The training step on one replica: w = 0.5, x = 2, t = 3 → y = 1, e = −2,
+    // loss = 2, grad = −4, w ← 0.5 + 0.1·4 = 0.9.
+    for (fifo, item_bytes) in [(10, 4), (11, 4), (12, 4)] {
+        ok(
+            &mut device,
+            Request::CreateFifo {
+                fifo,
+                item_bytes,
+                depth: 2,
+            },
+        );
+    }
+    ok(
+        &mut device,
+        Request::PushFifo {
+            fifo: 10,
+            data: &f32s(&[2.0]),
+        },
+    );
+    ok(
+        &mut device,
+        Request::PushFifo {
+            fifo: 11,
+            data: &f32s(&[3.0]),
+        },
+    );
+    ok(&mut device, Request::SetOptimizer { learning_rate: 0.1 });
+    let config = StepConfig {
+        inputs: 1,
+        outputs: 1,
+        weights: 1,
+        input_fifo: 10,
+        target_fifo: 11,
+        loss_fifo: 12,
+        batches_per_step: 1,
+        accumulation: 1,
+        group_size: 1,
+        dropout: 0.0,
+    };
+    ok(&mut device, Request::ConfigureStep(config));
+    ok(&mut device, Request::RunStep);
+    let Response::Data { data } = device.handle(&Request::PopFifo { fifo: 12 }, &mut NoReduce)
+    else {
+        panic!("no loss")
+    };
+    assert_eq!(
+        f32::from_le_bytes([data[0], data[1], data[2], data[3]]),
+        2.0,
+        "loss"
+    );
+    let Response::Data { data } = device.handle(
+        &Request::ReadSlot {
+            slot: 1,
+            offset: 0,
+            len: 4,
+        },
+        &mut NoReduce,
+    ) else {
+        panic!("no weights")
+    };
+    let w = f32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    assert!((w - 0.9).abs() < 1e-6, "weight after one step");
+    assert!(CYCLES.get() > 0, "the step counts its work");
+    defmt::info!("training step ok");
+
+    // Registers and a device function.
+    let tensor = [1.0f32.to_le_bytes(), 2.5f32.to_le_bytes()].concat_bytes();
+    ok(
+        &mut device,
+        Request::SetRegister {
+            id: 1,
+            value: Value::Tensor(&tensor),
+        },
+    );
+    let args = heapless::Vec::from_slice(&[1]).unwrap_or_default();
+    ok(
+        &mut device,
+        Request::Call {
+            function: "sum",
+            args,
+            out: 2,
+        },
+    );
+    let Response::Register {
+        value: Value::Float(sum),
+    } = device.handle(&Request::GetRegister { id: 2 }, &mut NoReduce)
+    else {
+        panic!("no sum")
+    };
+    assert_eq!(sum, 3.5, "sum of the tensor");
+    defmt::info!("registers ok");
+
+    // The RNG and the wire codec on this target.
+    let mut a = Rng::from_seed(7);
+    let mut b = Rng::from_state(a.state());
+    assert_eq!(a.next_u32(), b.next_u32(), "RNG state round trip");
+    let (mut scratch, mut frame) = ([0u8; 64], [0u8; 80]);
+    let message = Envelope {
+        seq: 9,
+        body: Request::SetSeed { seed: u64::MAX },
+    };
+    let n = encode_frame(&message, &mut scratch, &mut frame).unwrap_or(0);
+    let mut decoder = FrameDecoder::<80>::new();
+    let mut decoded = false;
+    for &byte in &frame[..n] {
+        if let Some(Ok(body)) = decoder.push(byte) {
+            decoded = decode_body::<Envelope<Request<'_>>>(body).ok() == Some(message.clone());
+        }
+    }
+    assert!(decoded, "a frame round trip");
+    defmt::info!("rng and wire ok");
+
+    // The board: busy LED, delay, and the UART (not connected here: writes must not block).
+    use embedded_hal::delay::DelayNs;
+    use embedded_hal::digital::OutputPin;
+    use embedded_io::{ReadReady, Write};
+    let mut led = board::uart::BusyLed;
+    let _ = led.set_high();
+    board::SpinDelay.delay_us(50);
+    let _ = led.set_low();
+    let mut uart = board::uart::Uart0::take();
+    let _ = uart.write_all(&frame[..n]);
+    assert_eq!(
+        uart.read_ready(),
+        Ok(false),
+        "nothing arrives on an unconnected UART"
+    );
+    defmt::info!("board ok");
+
+    defmt::info!("all on-target checks passed");
+    board::exit(true)
+}
+
+/// Two 4-byte arrays as one 8-byte array.
+trait ConcatBytes {
+    fn concat_bytes(self) -> [u8; 8];
+}
+
+impl ConcatBytes for [[u8; 4]; 2] {
+    fn concat_bytes(self) -> [u8; 8] {
+        let mut out = [0; 8];
+        out[..4].copy_from_slice(&self[0]);
+        out[4..].copy_from_slice(&self[1]);
+        out
+    }
+}
