@@ -1,0 +1,78 @@
+//! A device that dies is reported as an error within the deadlines, never waited on.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tessera_core::wire::Request;
+use tessera_host::transport::{Channel, TransportError};
+
+/// The child processes of this test process running `tessera device`, by pid.
+fn device_pids() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let out = Command::new("pgrep")
+        .args(["-P", &me, "-f", "tessera device"])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_killed_child_process_is_reported() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
+    let mut channel = Channel::child_process(exe, 0, 1 << 16).unwrap();
+    channel
+        .request(&Request::AllocSlot { slot: 1, bytes: 8 })
+        .unwrap();
+    for pid in device_pids() {
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let start = Instant::now();
+    let err = channel
+        .request(&Request::ReadSlot {
+            slot: 1,
+            offset: 0,
+            len: 8,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TransportError::Closed { replica: 0 } | TransportError::Io(_)
+        ),
+        "a dead device is an error: {err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "reported promptly, not after a hang"
+    );
+}
+
+#[test]
+fn a_silent_device_times_out() {
+    // A device thread whose replies are all lost: every attempt times out.
+    let faults = tessera_host::transport::FaultConfig {
+        seed: 1,
+        flip_rate: 0.0,
+        drop_rate: 0.0,
+        truncate_rate: 1.0,
+    };
+    let start = Instant::now();
+    match Channel::in_process(3, 1 << 16, Some(faults)) {
+        Err(TransportError::Timeout { attempts, .. }) => {
+            assert!(attempts > 1, "retried before giving up")
+        }
+        Err(other) => panic!("expected a timeout, got {other}"),
+        Ok(_) => panic!("a hello cannot get through a link that loses everything"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "gave up within the deadlines"
+    );
+}
