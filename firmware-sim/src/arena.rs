@@ -17,6 +17,8 @@ const ALIGN: usize = 8;
 pub enum Owner {
     /// A remote-buffer slot.
     Slot(u16),
+    /// An on-device variable.
+    Variable(u16),
     /// A stream FIFO.
     Fifo(u16),
     /// A register's tensor or string bytes.
@@ -135,6 +137,21 @@ impl<'a> Arena<'a> {
             .unwrap_or(&mut [])
     }
 
+    /// Copies block `from` into block `to`, which must be as long.
+    pub fn copy(&mut self, from: Block, to: Block) -> Result<(), ErrorCode> {
+        if from.len != to.len {
+            return Err(ErrorCode::OutOfBounds {
+                offset: 0,
+                len: saturate(from.len),
+                size: saturate(to.len),
+            });
+        }
+        if let Some((source, destination)) = self.pair_mut(from, to) {
+            destination.copy_from_slice(source);
+        }
+        Ok(())
+    }
+
     /// Two distinct blocks at once, writable (`None` if they are the same block).
     pub fn pair_mut(&mut self, a: Block, b: Block) -> Option<(&mut [u8], &mut [u8])> {
         if a.offset == b.offset {
@@ -158,7 +175,7 @@ impl<'a> Arena<'a> {
 
 fn owner_id(owner: Owner) -> u16 {
     match owner {
-        Owner::Slot(id) | Owner::Fifo(id) | Owner::Register(id) => id,
+        Owner::Slot(id) | Owner::Variable(id) | Owner::Fifo(id) | Owner::Register(id) => id,
         Owner::StepScratch => 0,
     }
 }

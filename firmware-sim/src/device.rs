@@ -219,6 +219,28 @@ impl<'a> Device<'a> {
                     Returned::InPlace => {}
                 }
             }
+            Request::RemoteLoad { slot, variable } => {
+                let from = self
+                    .arena
+                    .find(Owner::Slot(slot))
+                    .ok_or(ErrorCode::UnknownId { id: slot })?;
+                let to = match self.arena.find(Owner::Variable(variable)) {
+                    Some(block) => block,
+                    None => self.arena.alloc(Owner::Variable(variable), from.len)?,
+                };
+                self.arena.copy(from, to)?;
+            }
+            Request::RemoteStore { variable, slot } => {
+                let from = self
+                    .arena
+                    .find(Owner::Variable(variable))
+                    .ok_or(ErrorCode::UnknownId { id: variable })?;
+                let to = self
+                    .arena
+                    .find(Owner::Slot(slot))
+                    .ok_or(ErrorCode::UnknownId { id: slot })?;
+                self.arena.copy(from, to)?;
+            }
         }
         Ok(None)
     }

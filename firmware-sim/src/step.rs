@@ -42,7 +42,7 @@ pub fn configure(
 ) -> Result<(), ErrorCode> {
     let (i, o) = (usize::from(config.inputs), usize::from(config.outputs));
     let weights = arena
-        .find(Owner::Slot(config.weights))
+        .find(Owner::Variable(config.weights))
         .ok_or(ErrorCode::UnknownId { id: config.weights })?;
     let item = |id: u16| fifos.get(id).map(|f| f.item_bytes);
     let fits = weights.len == o * i * 4
@@ -87,7 +87,7 @@ pub fn run(
     } = ctx;
     let (ni, no) = (usize::from(config.inputs), usize::from(config.outputs));
     let weights = arena
-        .find(Owner::Slot(config.weights))
+        .find(Owner::Variable(config.weights))
         .ok_or(ErrorCode::NotConfigured)?;
     let scratch = arena
         .find(Owner::StepScratch)

@@ -175,6 +175,8 @@ fn request() -> impl Strategy<Value = Request<'static>> {
                 }
             ),
         Just(Request::RunStep),
+        (id(), id()).prop_map(|(slot, variable)| Request::RemoteLoad { slot, variable }),
+        (id(), id()).prop_map(|(variable, slot)| Request::RemoteStore { variable, slot }),
         Just(Request::CycleCount),
         (id(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {
             id,

@@ -21,7 +21,10 @@ const STEPS: usize = 2;
 const LR: f32 = 0.05;
 const DROPOUT: f32 = 0.25;
 const SEED: u64 = 1234;
+/// The remote-buffer slot the host writes weights to, and the on-device variable the step
+/// trains.
 const WEIGHTS: u16 = 1;
+const W_VARIABLE: u16 = 7;
 const X_FIFO: u16 = 10;
 const T_FIFO: u16 = 11;
 const LOSS_FIFO: u16 = 12;
@@ -201,7 +204,7 @@ fn run_session(channels: &mut [Channel]) {
     let config = StepConfig {
         inputs: INPUTS as u16,
         outputs: OUTPUTS as u16,
-        weights: WEIGHTS,
+        weights: W_VARIABLE,
         input_fifo: X_FIFO,
         target_fifo: T_FIFO,
         loss_fifo: LOSS_FIFO,
@@ -211,6 +214,11 @@ fn run_session(channels: &mut [Channel]) {
         dropout: DROPOUT,
     };
     for c in channels.iter_mut() {
+        c.request(&Request::RemoteLoad {
+            slot: WEIGHTS,
+            variable: W_VARIABLE,
+        })
+        .unwrap();
         c.request(&Request::ConfigureStep(config)).unwrap();
     }
 
@@ -262,7 +270,15 @@ fn run_session(channels: &mut [Channel]) {
         }
     }
 
-    // Weights to host: each group's representative, through the same layout.
+    // Weights to host: variables to their remote buffers, then each group's
+    // representative's slot through the same layout.
+    for c in channels.iter_mut() {
+        c.request(&Request::RemoteStore {
+            variable: W_VARIABLE,
+            slot: WEIGHTS,
+        })
+        .unwrap();
+    }
     let mut back = vec![0u8; layout.to_host_bytes()];
     layout
         .to_host(

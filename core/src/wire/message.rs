@@ -54,7 +54,8 @@ pub struct StepConfig {
     pub inputs: u16,
     /// Elements of one output `y` and target (f32).
     pub outputs: u16,
-    /// Slot holding `W`, `outputs × inputs` f32, row-major.
+    /// On-device variable holding `W`, `outputs × inputs` f32, row-major (loaded from a
+    /// remote-buffer slot with [`Request::RemoteLoad`]).
     pub weights: u16,
     /// FIFO of input samples.
     pub input_fifo: u16,
@@ -216,6 +217,21 @@ pub enum Request<'a> {
         /// Result register.
         out: u16,
     },
+    /// Copies a remote-buffer slot into an on-device variable (created with the slot's
+    /// size if it does not exist).
+    RemoteLoad {
+        /// Source slot.
+        slot: u16,
+        /// Destination variable.
+        variable: u16,
+    },
+    /// Copies an on-device variable into a remote-buffer slot of the same size.
+    RemoteStore {
+        /// Source variable.
+        variable: u16,
+        /// Destination slot.
+        slot: u16,
+    },
 }
 
 /// Which request an error reply is about.
@@ -246,6 +262,8 @@ pub enum RequestKind {
     Call,
     /// A frame that did not decode as any request.
     Malformed,
+    RemoteLoad,
+    RemoteStore,
 }
 
 impl Request<'_> {
@@ -273,6 +291,8 @@ impl Request<'_> {
             Self::GetRegister { .. } => RequestKind::GetRegister,
             Self::FreeRegister { .. } => RequestKind::FreeRegister,
             Self::Call { .. } => RequestKind::Call,
+            Self::RemoteLoad { .. } => RequestKind::RemoteLoad,
+            Self::RemoteStore { .. } => RequestKind::RemoteStore,
         }
     }
 }

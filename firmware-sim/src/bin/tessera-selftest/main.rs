@@ -60,7 +60,7 @@ fn main() -> ! {
     );
     defmt::info!("slots ok");
 
-    // The training step on one replica: w = 0.5, x = 2, t = 3 → y = 1, e = −2,
+    // The training step on one replica, on a variable loaded from the slot: w = 0.5, x = 2, t = 3 → y = 1, e = −2,
     // loss = 2, grad = −4, w ← 0.5 + 0.1·4 = 0.9.
     for (fifo, item_bytes) in [(10, 4), (11, 4), (12, 4)] {
         ok(
@@ -90,7 +90,7 @@ fn main() -> ! {
     let config = StepConfig {
         inputs: 1,
         outputs: 1,
-        weights: 1,
+        weights: 5,
         input_fifo: 10,
         target_fifo: 11,
         loss_fifo: 12,
@@ -99,8 +99,22 @@ fn main() -> ! {
         group_size: 1,
         dropout: 0.0,
     };
+    ok(
+        &mut device,
+        Request::RemoteLoad {
+            slot: 1,
+            variable: 5,
+        },
+    );
     ok(&mut device, Request::ConfigureStep(config));
     ok(&mut device, Request::RunStep);
+    ok(
+        &mut device,
+        Request::RemoteStore {
+            variable: 5,
+            slot: 1,
+        },
+    );
     let Response::Data { data } = device.handle(&Request::PopFifo { fifo: 12 }, &mut NoReduce)
     else {
         panic!("no loss")
