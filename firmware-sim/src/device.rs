@@ -159,7 +159,7 @@ impl<'a> Device<'a> {
             Request::SetOptimizer { learning_rate } => self.learning_rate = learning_rate,
             Request::SetSeed { seed } => {
                 self.seed = seed;
-                self.rng = Rng::from_seed(seed);
+                self.rng = Rng::for_replica(seed, self.limits.replica);
             }
             Request::GetSeed => return Ok(Some(Response::Seed { seed: self.seed })),
             Request::SetRngState { state } => self.rng = Rng::from_state(state),

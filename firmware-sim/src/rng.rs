@@ -23,6 +23,12 @@ impl Rng {
         Self::from_state([a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32])
     }
 
+    /// Replica `replica`'s generator for `seed`: every replica gets the same seed, and its
+    /// own stream.
+    pub fn for_replica(seed: u64, replica: u32) -> Self {
+        Self::from_seed(seed ^ u64::from(replica).wrapping_mul(0xA076_1D64_78BD_642F))
+    }
+
     /// A generator with this exact state (an all-zero state, which would only ever
     /// produce zeros, is replaced by a fixed non-zero one).
     pub fn from_state(state: [u32; 4]) -> Self {

@@ -2,9 +2,12 @@
 //!
 //! - [`layout`]: inspect a variable's grouping and shard layout before running anything
 //!   (`tessera layout`).
+//! - [`runtime`]: the device runtime: prepare replicas, weights to and from the host, training
+//!   steps from user arrays, seeds, RNG state, cycle counts.
 //! - [`transport`]: channels to devices in every placement, with deadlines and retries, and
 //!   the hub that runs training steps across them.
 #![forbid(unsafe_code)]
 
 pub mod layout;
+pub mod runtime;
 pub mod transport;

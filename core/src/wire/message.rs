@@ -165,7 +165,7 @@ pub enum Request<'a> {
         /// Learning rate.
         learning_rate: f32,
     },
-    /// Random seed from host; also reseeds the RNG.
+    /// Random seed from host; also reseeds the RNG with this replica's stream for it.
     SetSeed {
         /// The seed.
         seed: u64,
