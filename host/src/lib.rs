@@ -4,10 +4,13 @@
 //!   (`tessera layout`).
 //! - [`runtime`]: the device runtime: prepare replicas, weights to and from the host, training
 //!   steps from user arrays, seeds, RNG state, cycle counts.
+//! - [`train`]: the main job (`tessera train`): a model trained on the simulated accelerator
+//!   and checked against the host reference.
 //! - [`transport`]: channels to devices in every placement, with deadlines and retries, and
 //!   the hub that runs training steps across them.
 #![forbid(unsafe_code)]
 
 pub mod layout;
 pub mod runtime;
+pub mod train;
 pub mod transport;

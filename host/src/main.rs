@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::shard::LayoutKind;
 use tessera_host::layout::{svg, table, Report, Request};
+use tessera_host::runtime::{ModelConfig, Placement};
+use tessera_host::train::TrainJob;
 
 #[derive(Parser)]
 #[command(
@@ -21,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Train the linear model on the simulated accelerator and check it against the host.
+    Train(TrainArgs),
     /// Show how a variable is grouped, sharded and placed on the replicas.
     Layout(LayoutArgs),
     /// Serve one simulated device on stdin/stdout (the child-process placement).
@@ -72,6 +76,63 @@ struct LayoutArgs {
     svg: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// Number of replicas.
+    #[arg(long, default_value_t = 4)]
+    replicas: usize,
+    /// Comm group of the weight: all, none, consecutive:K or orthogonal:K.
+    #[arg(long, default_value = "consecutive:2")]
+    comm: CommGroup,
+    /// Elements of one input sample.
+    #[arg(long, default_value_t = 16)]
+    inputs: usize,
+    /// Elements of one output.
+    #[arg(long, default_value_t = 4)]
+    outputs: usize,
+    /// Batches per step.
+    #[arg(long, default_value_t = 4)]
+    batches_per_step: usize,
+    /// Micro-batches per batch (gradient accumulation).
+    #[arg(long, default_value_t = 2)]
+    accumulation: usize,
+    /// Training steps.
+    #[arg(long, default_value_t = 30)]
+    steps: usize,
+    /// SGD learning rate.
+    #[arg(long, default_value_t = 0.05)]
+    learning_rate: f32,
+    /// Input dropout probability.
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f32,
+    /// Seed of the data and of the replicas' RNGs.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Where the devices run.
+    #[arg(long, value_enum, default_value_t = Where::Thread)]
+    placement: Where,
+    /// Firmware ELF for `--placement qemu`.
+    #[arg(
+        long,
+        value_name = "ELF",
+        default_value = "target/thumbv7m-none-eabi/release/tessera-firmware"
+    )]
+    firmware: PathBuf,
+    /// Largest relative difference from the host reference that passes.
+    #[arg(long, default_value_t = 1e-3)]
+    tolerance: f64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Where {
+    /// Threads of this process.
+    Thread,
+    /// Child processes.
+    Process,
+    /// QEMU processes running the firmware.
+    Qemu,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Retrieval {
     OnePerGroup,
@@ -111,6 +172,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Train(args) => train(args),
         Command::Layout(args) => layout(args),
         Command::Device { replica, memory } => {
             // Stdout carries frames only; a closed stdin (the host went away) ends it.
@@ -126,6 +188,66 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn train(args: TrainArgs) -> ExitCode {
+    let placement = match args.placement {
+        Where::Thread => Placement::Thread,
+        Where::Process => match std::env::current_exe() {
+            Ok(exe) => Placement::Process(exe),
+            Err(e) => {
+                eprintln!("error: cannot find the tessera binary: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Where::Qemu => Placement::Qemu(args.firmware),
+    };
+    let job = TrainJob {
+        replicas: args.replicas,
+        grouping: GroupingSpec::Comm(args.comm),
+        model: ModelConfig {
+            inputs: args.inputs,
+            outputs: args.outputs,
+            batches_per_step: args.batches_per_step,
+            accumulation: args.accumulation,
+            learning_rate: args.learning_rate,
+            dropout: args.dropout,
+        },
+        steps: args.steps,
+        seed: args.seed,
+        placement,
+        tolerance: args.tolerance,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    println!(
+        "training y = W·x ({}→{}) on {} replicas ({}), {} steps of {}×{} micro-batches",
+        job.model.inputs,
+        job.model.outputs,
+        job.replicas,
+        args.comm,
+        job.steps,
+        job.model.batches_per_step,
+        job.model.accumulation
+    );
+    match tessera_host::train::train(&job) {
+        Ok(report) => {
+            print!("{}", report.summary(&job));
+            if report.passed(job.tolerance) {
+                println!("ok: the accelerator matches the host reference");
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "error: the accelerator differs from the host reference beyond {:e}",
+                    job.tolerance
+                );
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -25,8 +25,11 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 const ATTEMPTS: u32 = 8;
 /// Frame capacity of host-placed devices (64 KiB chunks plus framing).
 const HOST_FRAME: usize = 66 * 1024;
-/// Largest frame the host accepts.
-const MAX_FRAME: usize = 1 << 20;
+/// Largest frame the host accepts: any device's (host-placed devices send the largest).
+const MAX_FRAME: usize = 128 * 1024;
+/// Stack for the device and link threads: the frame buffers are built on the stack before
+/// they are boxed, several times over in unoptimised builds.
+const THREAD_STACK: usize = 8 << 20;
 
 /// A reply: the frame body it came in, and its decoded response.
 #[derive(Clone)]
@@ -169,6 +172,7 @@ impl Channel {
             ..f
         });
         let thread = thread::Builder::new()
+            .stack_size(THREAD_STACK)
             .name(format!("tessera-device-{replica}"))
             .spawn(move || {
                 let writer: Box<dyn Write + Send> = match device_faults {
@@ -276,7 +280,10 @@ impl Channel {
         replica: u32,
     ) -> Result<Self, TransportError> {
         let (tx, frames) = mpsc::channel();
-        thread::spawn(move || read_frames(reader, tx));
+        thread::Builder::new()
+            .name("tessera-link".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || read_frames(reader, tx))?;
         let mut channel = Self {
             writer,
             frames,
