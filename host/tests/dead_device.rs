@@ -76,3 +76,31 @@ fn a_silent_device_times_out() {
         "gave up within the deadlines"
     );
 }
+
+#[test]
+fn a_request_larger_than_the_device_frame_is_refused_at_once() {
+    let mut channel = Channel::in_process(0, 1 << 20, None).unwrap();
+    channel
+        .request(&Request::CreateFifo {
+            fifo: 1,
+            item_bytes: 100_000,
+            depth: 1,
+        })
+        .unwrap();
+    let item = vec![1u8; 100_000];
+    let start = Instant::now();
+    let err = channel
+        .request(&Request::PushFifo {
+            fifo: 1,
+            data: &item,
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("exceeds device 0's maximum frame"),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(400),
+        "refused before any deadline ran"
+    );
+}

@@ -455,6 +455,32 @@ impl Model {
         }
     }
 
+    /// The buffer replica `replica` must get next (its j-th is `j·R + r`), or `None` when
+    /// it has had all of this run's.
+    fn take(&mut self, replica: usize) -> Option<usize> {
+        if self.taken[replica] == self.cap {
+            return None;
+        }
+        self.taken[replica] += 1;
+        self.outstanding[replica] += 1;
+        Some((self.taken[replica] - 1) * self.replicas + replica)
+    }
+
+    /// What completing one of `replica`'s buffers of `tensor` must return.
+    fn complete(
+        &mut self,
+        tensor: usize,
+        replica: usize,
+    ) -> Result<(), SplitterError<RecordingError>> {
+        if self.outstanding[replica] == 0 {
+            return Err(SplitterError::NothingOutstanding { tensor, replica });
+        }
+        let j = self.taken[replica] - self.outstanding[replica];
+        self.completed.insert(j * self.replicas + replica);
+        self.outstanding[replica] -= 1;
+        Ok(())
+    }
+
     /// Upstream releases exactly the longest prefix of fetch order that replicas completed.
     fn check_released(&self, released: &[usize]) -> Result<(), TestCaseError> {
         let prefix = (0..).take_while(|id| self.completed.contains(id)).count();
@@ -481,47 +507,24 @@ proptest! {
             match c {
                 Call::In { replica, prefetch } => {
                     let got = s.input(&mut io, x, replica, prefetch);
-                    if ins.taken[replica] == ins.cap {
-                        let exhausted = SplitterError::Exhausted { tensor: x, replica, cap: ins.cap };
-                        prop_assert_eq!(got, if prefetch { Ok(None) } else { Err(exhausted) });
-                    } else {
-                        prop_assert_eq!(got, Ok(Some(ins.taken[replica] * ins.replicas + replica)));
-                        ins.taken[replica] += 1;
-                        ins.outstanding[replica] += 1;
-                    }
+                    let want = match ins.take(replica) {
+                        Some(buffer) => Ok(Some(buffer)),
+                        None if prefetch => Ok(None),
+                        None => Err(SplitterError::Exhausted { tensor: x, replica, cap: ins.cap }),
+                    };
+                    prop_assert_eq!(got, want);
                 }
                 Call::Complete { replica } => {
-                    let got = s.input_complete(&mut io, x, replica);
-                    if ins.outstanding[replica] == 0 {
-                        prop_assert_eq!(got, Err(SplitterError::NothingOutstanding { tensor: x, replica }));
-                    } else {
-                        prop_assert_eq!(got, Ok(()));
-                        let j = ins.taken[replica] - ins.outstanding[replica];
-                        ins.completed.insert(j * replicas + replica);
-                        ins.outstanding[replica] -= 1;
-                    }
+                    prop_assert_eq!(s.input_complete(&mut io, x, replica), ins.complete(x, replica));
                     ins.check_released(&io.input_log(x).released)?;
                 }
                 Call::Out { replica } => {
                     let got = s.output(&mut io, y, replica);
-                    if outs.taken[replica] == outs.cap {
-                        prop_assert_eq!(got, Err(SplitterError::Exhausted { tensor: y, replica, cap: outs.cap }));
-                    } else {
-                        prop_assert_eq!(got, Ok(outs.taken[replica] * replicas + replica));
-                        outs.taken[replica] += 1;
-                        outs.outstanding[replica] += 1;
-                    }
+                    let exhausted = SplitterError::Exhausted { tensor: y, replica, cap: outs.cap };
+                    prop_assert_eq!(got, outs.take(replica).ok_or(exhausted));
                 }
                 Call::OutComplete { replica } => {
-                    let got = s.output_complete(&mut io, y, replica);
-                    if outs.outstanding[replica] == 0 {
-                        prop_assert_eq!(got, Err(SplitterError::NothingOutstanding { tensor: y, replica }));
-                    } else {
-                        prop_assert_eq!(got, Ok(()));
-                        let j = outs.taken[replica] - outs.outstanding[replica];
-                        outs.completed.insert(j * replicas + replica);
-                        outs.outstanding[replica] -= 1;
-                    }
+                    prop_assert_eq!(s.output_complete(&mut io, y, replica), outs.complete(y, replica));
                     outs.check_released(&io.output_log(y).released)?;
                 }
             }

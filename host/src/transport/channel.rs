@@ -34,6 +34,7 @@ const THREAD_STACK: usize = 8 << 20;
 /// A reply: the frame body it came in, and its decoded response.
 #[derive(Clone)]
 pub struct Reply {
+    seq: u32,
     body: Vec<u8>,
 }
 
@@ -57,9 +58,7 @@ impl Reply {
 
     /// The sequence number.
     pub fn seq(&self) -> u32 {
-        decode_body::<Envelope<Response<'_>>>(&self.body)
-            .map(|e| e.seq)
-            .unwrap_or(0)
+        self.seq
     }
 }
 
@@ -385,13 +384,22 @@ impl Channel {
             &mut self.out,
         )
         .map_err(|e| TransportError::Protocol(format!("cannot frame {:?}: {e}", request.kind())))?;
+        // The device would drop a longer frame unread: refuse it here, at once.
+        if n > self.limits.max_frame as usize {
+            return Err(TransportError::Protocol(format!(
+                "a {:?} frame of {n} bytes exceeds device {}'s maximum frame of {} bytes",
+                request.kind(),
+                self.replica(),
+                self.limits.max_frame
+            )));
+        }
         self.writer.write_all(&self.out[..n])?;
         self.writer.flush()?;
         Ok(())
     }
 
-    /// The next reply for `seq` (or any reply, with `None`), waiting at most `deadline`;
-    /// `Ok(None)` when the deadline passes.
+    /// The next reply for `seq`, waiting at most `deadline`; `Ok(None)` when the deadline
+    /// passes. Replies with other sequence numbers (answers to earlier retries) are skipped.
     pub fn wait(&mut self, seq: u32, deadline: Duration) -> Result<Option<Reply>, TransportError> {
         let end = Instant::now() + deadline;
         loop {
@@ -400,7 +408,9 @@ impl Channel {
                 Ok(body) => {
                     // Replies to earlier requests (answers to retries) are stale: skip them.
                     match decode_body::<Envelope<Response<'_>>>(&body) {
-                        Ok(envelope) if envelope.seq == seq => return Ok(Some(Reply { body })),
+                        Ok(envelope) if envelope.seq == seq => {
+                            return Ok(Some(Reply { seq, body }))
+                        }
                         _ => continue,
                     }
                 }
