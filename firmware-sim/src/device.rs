@@ -169,6 +169,18 @@ impl<'a> Device<'a> {
                 }))
             }
             Request::ConfigureStep(config) => {
+                // A group's gradient travels in one frame: refuse a step it cannot fit.
+                // Saturating: a product past u32 is certainly larger than any frame.
+                let gradient = u32::from(config.inputs)
+                    .saturating_mul(u32::from(config.outputs))
+                    .saturating_mul(4);
+                let max = saturate(self.limits.max_chunk());
+                if config.group_size > 1 && gradient > max {
+                    return Err(ErrorCode::ReductionTooLarge {
+                        bytes: gradient,
+                        max,
+                    });
+                }
                 step::configure(&mut self.arena, &self.fifos, &config)?;
                 self.step = Some(config);
             }

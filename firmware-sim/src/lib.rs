@@ -4,8 +4,9 @@
 //! stream FIFOs, registers, step scratch), a random seed and RNG state, a cycle counter,
 //! and the program set — weights and optimizer from the host, seed and RNG state both
 //! ways, the training step, weights and cycle counts to the host, named functions on
-//! registers. [`serve`] runs a device on any `embedded_io` byte link, so the same code runs
-//! in a host thread, in a child process (`tessera device`) and on bare metal.
+//! registers. [`serve`] runs a device on any `embedded_io` byte link with deadlines measured
+//! on a real-time [`Clock`], so the same code runs in a host thread, in a child process
+//! (`tessera device`) and on bare metal.
 //!
 //! # Panics
 //!
@@ -18,6 +19,7 @@
 extern crate std;
 
 pub mod arena;
+pub mod clock;
 pub mod device;
 pub mod fifo;
 pub mod functions;
@@ -26,6 +28,7 @@ pub mod rng;
 pub mod serve;
 pub mod step;
 
+pub use clock::Clock;
 pub use device::{CycleCounter, Device};
 pub use serve::{serve, ServeError, Server};
 

@@ -1,11 +1,11 @@
 //! Host placements of a device: a byte link over any std reader and writer (a socket to the
-//! host in the same process, or stdin/stdout in a child process), a delay that sleeps, and
+//! host in the same process, or stdin/stdout in a child process), a clock on `Instant`, and
 //! a busy line nobody watches.
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
@@ -91,12 +91,35 @@ impl<W: io::Write> Write for StdLink<W> {
     }
 }
 
-/// A delay that sleeps the thread.
-pub struct SleepDelay;
+/// Real time from `Instant`; its waits sleep the thread.
+pub struct StdClock {
+    start: Instant,
+}
 
-impl embedded_hal::delay::DelayNs for SleepDelay {
+impl Default for StdClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StdClock {
+    /// A clock starting now.
+    pub fn new() -> Self {
+        Self {
+            start: Instant::now(),
+        }
+    }
+}
+
+impl embedded_hal::delay::DelayNs for StdClock {
     fn delay_ns(&mut self, ns: u32) {
         thread::sleep(Duration::from_nanos(u64::from(ns)));
+    }
+}
+
+impl crate::clock::Clock for StdClock {
+    fn now_ms(&mut self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }
 

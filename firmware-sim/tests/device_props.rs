@@ -2,90 +2,16 @@
 //! (any ids, offsets, lengths and values) go through the real serve loop, and every
 //! well-formed request gets exactly one reply.
 
-use std::convert::Infallible;
-
-use embedded_io::{ErrorType, Read, ReadReady, Write};
 use proptest::prelude::*;
-use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{
-    encode_frame, Envelope, FrameDecoder, Request, Response, StepConfig, Value,
-};
-use tessera_firmware_sim::{serve, CycleCounter, Device, Server};
+use tessera_core::wire::{Request, StepConfig, Value};
 
-/// A link that reads a fixed input and collects what the device writes.
-struct MemLink {
-    input: Vec<u8>,
-    at: usize,
-    output: Vec<u8>,
-}
+mod support;
 
-impl ErrorType for MemLink {
-    type Error = Infallible;
-}
-
-impl Read for MemLink {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
-        let n = buf.len().min(self.input.len() - self.at);
-        buf[..n].copy_from_slice(&self.input[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
-}
-
-impl ReadReady for MemLink {
-    fn read_ready(&mut self) -> Result<bool, Infallible> {
-        Ok(true)
-    }
-}
-
-impl Write for MemLink {
-    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
-        self.output.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> Result<(), Infallible> {
-        Ok(())
-    }
-}
-
-struct NoDelay;
-impl embedded_hal::delay::DelayNs for NoDelay {
-    fn delay_ns(&mut self, _: u32) {}
-}
-
-struct NoPin;
-impl embedded_hal::digital::ErrorType for NoPin {
-    type Error = Infallible;
-}
-impl embedded_hal::digital::OutputPin for NoPin {
-    fn set_low(&mut self) -> Result<(), Infallible> {
-        Ok(())
-    }
-    fn set_high(&mut self) -> Result<(), Infallible> {
-        Ok(())
-    }
-}
-
-const FRAME: usize = 1024;
+use support::{frame, replies, serve_all, MemLink};
 
 fn run(input: Vec<u8>) -> Vec<u8> {
-    let mut arena = vec![0u8; 4096];
-    let cycles = CycleCounter::new();
-    let mut device = Device::new(0, &mut arena, FRAME, &cycles);
-    let mut server = Box::new(Server::<FRAME>::new());
-    let mut link = MemLink {
-        input,
-        at: 0,
-        output: Vec::new(),
-    };
-    serve(
-        &mut server,
-        &mut device,
-        &mut link,
-        &mut NoDelay,
-        &mut NoPin,
-    )
-    .unwrap();
+    let mut link = MemLink::new(input);
+    serve_all(&mut link);
     link.output
 }
 
@@ -104,7 +30,7 @@ const BYTES: [u8; 64] = [7; 64];
 fn request() -> impl Strategy<Value = Request<'static>> {
     prop_oneof![
         any::<u32>().prop_map(|replica| Request::Hello {
-            version: 1,
+            version: tessera_core::wire::PROTOCOL_VERSION,
             replica
         }),
         any::<u16>().prop_map(|version| Request::Hello {
@@ -218,20 +144,10 @@ proptest! {
     #[test]
     fn random_requests_get_one_reply_each(requests in prop::collection::vec(request(), 1..40)) {
         let mut input = Vec::new();
-        let (mut scratch, mut out) = ([0u8; FRAME], [0u8; FRAME + 64]);
         for (seq, body) in requests.iter().enumerate() {
-            let n = encode_frame(&Envelope { seq: seq as u32 + 1, body }, &mut scratch, &mut out).unwrap();
-            input.extend_from_slice(&out[..n]);
+            input.extend_from_slice(&frame(seq as u32 + 1, body));
         }
-        let output = run(input);
-        let mut decoder = FrameDecoder::<FRAME>::new();
-        let mut seqs = Vec::new();
-        for &b in &output {
-            if let Some(frame) = decoder.push(b) {
-                let reply: Envelope<Response<'_>> = decode_body(frame.expect("the device's frames are intact")).unwrap();
-                seqs.push(reply.seq);
-            }
-        }
+        let seqs: Vec<u32> = replies(&run(input)).into_iter().map(|(seq, _)| seq).collect();
         let expected: Vec<u32> = (1..=requests.len() as u32).collect();
         prop_assert_eq!(seqs, expected);
     }

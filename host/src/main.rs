@@ -6,9 +6,21 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::shard::LayoutKind;
-use tessera_host::layout::{svg, table, Report, Request};
+use tessera_host::layout::{svg, table, Report, Request, MAX_ELEMENTS, MAX_REPLICAS};
 use tessera_host::runtime::{ModelConfig, Placement};
-use tessera_host::train::TrainJob;
+use tessera_host::train::{
+    TrainJob, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_LEARNING_RATE, MAX_SAMPLE_ELEMENTS,
+    MAX_STEPS, MAX_TOLERANCE, MAX_TRAIN_REPLICAS,
+};
+
+/// Bounds of the hidden `device` subcommand's `--memory`: 4 KiB to 1 GiB.
+const MIN_DEVICE_MEMORY: usize = 4 << 10;
+const MAX_DEVICE_MEMORY: usize = 1 << 30;
+
+// Every numeric argument goes through a parser that enforces its documented range, so
+// clap reports "invalid value 'X' for '--arg <ARG>': ..." (one line, exit status 2).
+// The ranges in the doc lines below are these constants; `TrainJob::validate` and
+// `Report::build` check the same bounds for library callers.
 
 #[derive(Parser)]
 #[command(
@@ -33,77 +45,140 @@ enum Command {
         /// The replica this device is.
         #[arg(long)]
         replica: u32,
-        /// Bytes of device memory.
-        #[arg(long, default_value_t = 16 << 20)]
+        /// Bytes of device memory (4096–1073741824).
+        #[arg(
+            long,
+            default_value_t = 16 << 20,
+            value_parser = count::<MIN_DEVICE_MEMORY, MAX_DEVICE_MEMORY>,
+            allow_negative_numbers = true
+        )]
         memory: usize,
     },
 }
 
 #[derive(clap::Args)]
 struct LayoutArgs {
-    /// Number of replicas (global, across all instances).
-    #[arg(long)]
+    /// Number of replicas, global across all instances (1–4096).
+    #[arg(long, value_parser = count::<1, MAX_REPLICAS>, allow_negative_numbers = true)]
     replicas: usize,
-    /// Explicit grouping as STRIDE:SIZE.
+    /// Explicit grouping as STRIDE:SIZE (each 1–4096; STRIDE × SIZE must divide --replicas).
     #[arg(long, value_parser = parse_stride_size, conflicts_with = "comm")]
     grouping: Option<(usize, usize)>,
-    /// Comm group: all, none, consecutive:K or orthogonal:K [default: all].
+    /// Comm group: all, none, consecutive:K or orthogonal:K, K dividing --replicas [default: all].
     #[arg(long)]
     comm: Option<CommGroup>,
     /// How weights come back to the host.
     #[arg(long, value_enum, default_value_t = Retrieval::OnePerGroup)]
     retrieval: Retrieval,
-    /// The variable's shape on one replica, as D0,D1,... [default: scalar].
-    #[arg(long, value_delimiter = ',')]
+    /// The variable's shape on one replica, as D0,D1,... (at most 8 dimensions, each
+    /// 0–1073741824, at most 1073741824 elements in all) [default: scalar].
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = count::<0, MAX_ELEMENTS>,
+        allow_negative_numbers = true
+    )]
     shape: Vec<usize>,
-    /// Shard the variable over this many replicas of each group.
-    #[arg(long)]
+    /// Shard the variable over this many replicas of each group (1–4096, dividing the group size).
+    #[arg(long, value_parser = count::<1, MAX_REPLICAS>, allow_negative_numbers = true)]
     shard_domain: Option<usize>,
     /// Shard layout rule [default: balanced].
     #[arg(long, value_enum, requires = "shard_domain")]
     layout: Option<Layout>,
-    /// Number of instances (host processes) splitting the replicas evenly.
-    #[arg(long, default_value_t = 1)]
+    /// Number of instances (host processes) splitting the replicas evenly (1–4096, dividing --replicas).
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = count::<1, MAX_REPLICAS>,
+        allow_negative_numbers = true
+    )]
     instances: usize,
-    /// Which instance's replicas to place.
-    #[arg(long, default_value_t = 0)]
+    /// Which instance's replicas to place (0–4095, below --instances).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_parser = count::<0, { MAX_REPLICAS - 1 }>,
+        allow_negative_numbers = true
+    )]
     instance: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Also draw the layout as an SVG picture into FILE.
+    /// Also draw the layout as an SVG picture into FILE (at most 256 replicas are drawn).
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 struct TrainArgs {
-    /// Number of replicas.
-    #[arg(long, default_value_t = 4)]
+    /// Number of replicas (1–64).
+    #[arg(
+        long,
+        default_value_t = 4,
+        value_parser = count::<1, MAX_TRAIN_REPLICAS>,
+        allow_negative_numbers = true
+    )]
     replicas: usize,
-    /// Comm group of the weight: all, none, consecutive:K or orthogonal:K.
+    /// Comm group of the weight: all, none, consecutive:K or orthogonal:K, K dividing --replicas.
     #[arg(long, default_value = "consecutive:2")]
     comm: CommGroup,
-    /// Elements of one input sample.
-    #[arg(long, default_value_t = 16)]
+    /// Elements of one input sample (1–256).
+    #[arg(
+        long,
+        default_value_t = 16,
+        value_parser = count::<1, MAX_SAMPLE_ELEMENTS>,
+        allow_negative_numbers = true
+    )]
     inputs: usize,
-    /// Elements of one output.
-    #[arg(long, default_value_t = 4)]
+    /// Elements of one output (1–256).
+    #[arg(
+        long,
+        default_value_t = 4,
+        value_parser = count::<1, MAX_SAMPLE_ELEMENTS>,
+        allow_negative_numbers = true
+    )]
     outputs: usize,
-    /// Batches per step.
-    #[arg(long, default_value_t = 4)]
+    /// Batches per step (1–1024; batches per step × accumulation at most 65535, and one
+    /// step's arrays, batches × accumulation × replicas × (inputs + outputs) × 4 bytes, at
+    /// most 64 MiB).
+    #[arg(
+        long,
+        default_value_t = 4,
+        value_parser = count::<1, MAX_BATCHES_PER_STEP>,
+        allow_negative_numbers = true
+    )]
     batches_per_step: usize,
-    /// Micro-batches per batch (gradient accumulation).
-    #[arg(long, default_value_t = 2)]
+    /// Micro-batches per batch, gradient accumulation (1–1024).
+    #[arg(
+        long,
+        default_value_t = 2,
+        value_parser = count::<1, MAX_ACCUMULATION>,
+        allow_negative_numbers = true
+    )]
     accumulation: usize,
-    /// Training steps.
-    #[arg(long, default_value_t = 30)]
+    /// Training steps (1–1000000).
+    #[arg(
+        long,
+        default_value_t = 30,
+        value_parser = count::<1, MAX_STEPS>,
+        allow_negative_numbers = true
+    )]
     steps: usize,
-    /// SGD learning rate.
-    #[arg(long, default_value_t = 0.05)]
+    /// SGD learning rate (a finite number in (0, 10]).
+    #[arg(
+        long,
+        default_value_t = 0.05,
+        value_parser = learning_rate,
+        allow_negative_numbers = true
+    )]
     learning_rate: f32,
-    /// Input dropout probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Input dropout probability (in [0, 1)).
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_parser = dropout,
+        allow_negative_numbers = true
+    )]
     dropout: f32,
     /// Seed of the data and of the replicas' RNGs.
     #[arg(long, default_value_t = 42)]
@@ -118,8 +193,13 @@ struct TrainArgs {
         default_value = "target/thumbv7m-none-eabi/release/tessera-firmware"
     )]
     firmware: PathBuf,
-    /// Largest relative difference from the host reference that passes.
-    #[arg(long, default_value_t = 1e-3)]
+    /// Largest relative difference from the host reference that passes (in [0, 1]).
+    #[arg(
+        long,
+        default_value_t = 1e-3,
+        value_parser = tolerance,
+        allow_negative_numbers = true
+    )]
     tolerance: f64,
 }
 
@@ -145,13 +225,55 @@ enum Layout {
     PaddedTail,
 }
 
+/// A whole number in `MIN..=MAX`.
+fn count<const MIN: usize, const MAX: usize>(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (MIN..=MAX).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number in {MIN}..={MAX}")),
+    }
+}
+
+/// A number that `ok` accepts; otherwise an error saying it must be `rule`.
+fn number<T>(text: &str, ok: impl Fn(T) -> bool, rule: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + Copy,
+{
+    match text.parse::<T>() {
+        Ok(value) if ok(value) => Ok(value),
+        _ => Err(format!("expected {rule}")),
+    }
+}
+
+fn learning_rate(text: &str) -> Result<f32, String> {
+    // "1e39" parses as an f32 infinity: refused like "inf".
+    number(
+        text,
+        |v: f32| v.is_finite() && v > 0.0 && v <= MAX_LEARNING_RATE,
+        &format!("a finite number in (0, {MAX_LEARNING_RATE}]"),
+    )
+}
+
+fn dropout(text: &str) -> Result<f32, String> {
+    number(
+        text,
+        |v: f32| (0.0..1.0).contains(&v),
+        "a probability in [0, 1)",
+    )
+}
+
+fn tolerance(text: &str) -> Result<f64, String> {
+    number(
+        text,
+        |v: f64| (0.0..=MAX_TOLERANCE).contains(&v),
+        &format!("a finite number in [0, {MAX_TOLERANCE}]"),
+    )
+}
+
 fn parse_stride_size(text: &str) -> Result<(usize, usize), String> {
-    let rule = "expected STRIDE:SIZE, two whole numbers";
-    let (stride, size) = text.split_once(':').ok_or(rule)?;
-    Ok((
-        stride.parse().map_err(|_| rule)?,
-        size.parse().map_err(|_| rule)?,
-    ))
+    let rule = format!("expected STRIDE:SIZE, two whole numbers in 1..={MAX_REPLICAS}");
+    let (stride, size) = text.split_once(':').ok_or(rule.clone())?;
+    let part = |t: &str| count::<1, MAX_REPLICAS>(t).map_err(|_| rule.clone());
+    Ok((part(stride)?, part(size)?))
 }
 
 fn main() -> ExitCode {
@@ -221,6 +343,11 @@ fn train(args: TrainArgs) -> ExitCode {
         tolerance: args.tolerance,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
+    // The rules that span several arguments (grouping, step size): before anything starts.
+    if let Err(e) = job.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     println!(
         "training y = W·x ({}→{}) on {} replicas ({}), {} steps of {}×{} micro-batches",
         job.model.inputs,
@@ -238,10 +365,18 @@ fn train(args: TrainArgs) -> ExitCode {
                 println!("ok: the accelerator matches the host reference");
                 ExitCode::SUCCESS
             } else {
-                eprintln!(
-                    "error: the accelerator differs from the host reference beyond {:e}",
-                    job.tolerance
-                );
+                match (&report.loss_error, &report.weight_error) {
+                    (Err(e), _) => eprintln!(
+                        "error: the accelerator differs from the host reference: losses: {e}"
+                    ),
+                    (_, Err(e)) => eprintln!(
+                        "error: the accelerator differs from the host reference: weights: {e}"
+                    ),
+                    _ => eprintln!(
+                        "error: the accelerator differs from the host reference beyond {:e}",
+                        job.tolerance
+                    ),
+                }
                 ExitCode::FAILURE
             }
         }

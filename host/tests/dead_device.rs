@@ -62,6 +62,7 @@ fn a_silent_device_times_out() {
         flip_rate: 0.0,
         drop_rate: 0.0,
         truncate_rate: 1.0,
+        ..tessera_host::transport::FaultConfig::NONE
     };
     let start = Instant::now();
     match Channel::in_process(3, 1 << 16, Some(faults)) {

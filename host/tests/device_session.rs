@@ -74,7 +74,7 @@ fn run_session(placement: Placement) {
             expected.len(),
             "one loss per micro-batch per replica"
         );
-        let error = max_relative_error(&losses, &expected);
+        let error = max_relative_error(&losses, &expected).unwrap();
         assert!(
             error < TOLERANCE,
             "step {step}: losses differ from the reference by {error:e}"
@@ -83,7 +83,7 @@ fn run_session(placement: Placement) {
 
     let weights = runtime.weights_to_host().unwrap();
     assert!(runtime.weights_in_sync());
-    let error = max_relative_error(&weights, &reference.weights());
+    let error = max_relative_error(&weights, &reference.weights()).unwrap();
     assert!(
         error < TOLERANCE,
         "weights differ from the reference by {error:e}"

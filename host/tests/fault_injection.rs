@@ -34,6 +34,7 @@ fn ten_thousand_requests_over_a_damaging_link() {
         flip_rate: 4e-4,
         drop_rate: 3e-4,
         truncate_rate: 3e-4,
+        ..FaultConfig::NONE
     };
     let mut channel =
         Channel::in_process(0, 1 << 16, Some(faults)).expect("hello gets through eventually");

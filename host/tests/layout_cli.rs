@@ -232,7 +232,7 @@ fn invalid_input_names_the_rule() {
     assert!(error_of(&["--replicas", "8", "--comm", "consecutive:3"])
         .contains("divide the number of replicas (8)"));
     assert!(error_of(&["--replicas", "4", "--grouping", "3:1"]).contains("divisible"));
-    assert!(error_of(&["--replicas", "0"]).contains("greater than 0"));
+    assert!(error_of(&["--replicas", "0"]).contains("1..=4096"));
     assert!(
         error_of(&["--replicas", "8", "--shape", "5", "--shard-domain", "3"])
             .contains("shard domain (3) must divide the group size (8)")

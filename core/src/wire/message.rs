@@ -5,7 +5,7 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -46,7 +46,7 @@ impl Limits {
 }
 
 /// The training step's shape: a linear model `y = W·x` trained with SGD on the replica's
-/// micro-batches (SEMANTICS: data flow of one training step).
+/// micro-batches, its gradient averaged across the replica group before every update.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct StepConfig {
@@ -183,8 +183,13 @@ pub enum Request<'a> {
     ConfigureStep(StepConfig),
     /// Runs one training step (`batches_per_step` batches).
     RunStep,
-    /// The host's answer to the device's [`Response::Reduce`] during a step.
+    /// The host's answer to the device's [`Response::Reduce`] during a step. It travels
+    /// under the step's sequence number and names the round it answers: together they are
+    /// the reduction's identity, and a device applies an answer only when both match the
+    /// reduction it is waiting for (a stale or duplicate answer is discarded).
     Reduced {
+        /// The round answered (the `round` of the [`Response::Reduce`]).
+        round: u32,
         /// The combined buffer.
         data: &'a [u8],
     },
@@ -367,6 +372,13 @@ pub enum ErrorCode {
     UnexpectedReduced,
     /// The host did not answer a [`Response::Reduce`] in time.
     ReduceTimeout,
+    /// A step whose reduction would not fit one frame.
+    ReductionTooLarge {
+        /// Bytes one contribution would carry.
+        bytes: u32,
+        /// The most one frame carries.
+        max: u32,
+    },
 }
 
 impl fmt::Display for ErrorCode {
@@ -402,9 +414,15 @@ impl fmt::Display for ErrorCode {
             Self::Malformed => f.write_str("the frame is not a request"),
             Self::UnexpectedReduced => f.write_str("no step is waiting for that reduction"),
             Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
+            Self::ReductionTooLarge { bytes, max } => write!(
+                f,
+                "a reduction of {bytes} bytes does not fit the device's frame ({max} bytes at most)"
+            ),
         }
     }
 }
+
+impl core::error::Error for ErrorCode {}
 
 /// Device to host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -445,10 +463,12 @@ pub enum Response<'a> {
         value: Value<'a>,
     },
     /// Sent during a step (with the step's sequence number): combine `data` across the
-    /// replica group and answer with [`Request::Reduced`].
+    /// replica group and answer with [`Request::Reduced`] under the same sequence number
+    /// and round. A device may send the same contribution again (its answer was late or
+    /// lost); the host answers every copy with the same combination.
     Reduce {
-        /// Which reduction of the step this is (the batch index), so that the host can
-        /// tell a re-sent contribution from the next one.
+        /// Which reduction of the step this is (the batch index), so that neither side
+        /// takes a re-sent contribution or answer for the next one.
         round: u32,
         /// How to combine.
         op: ReduceOp,

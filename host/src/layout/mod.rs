@@ -4,6 +4,9 @@
 //! [`Report::build`] asks `tessera-core` every question (grouping, shard layout, placement,
 //! collective) so that what a user sees is exactly what the runtime will do. The report is
 //! rendered as a table ([`table`]), as JSON (its `serde` form) or as a picture ([`svg`]).
+//!
+//! Requests are bounded ([`MAX_REPLICAS`], [`MAX_ELEMENTS`]) so that every form of the
+//! report stays small: one entry per replica at most, whatever the variable's size.
 
 pub mod svg;
 pub mod table;
@@ -17,6 +20,12 @@ use tessera_core::grouping::{
 };
 use tessera_core::shard::{LayoutKind, ShardError, ShardLayout};
 use tessera_core::transfer::{InstanceWindow, LayoutError, WeightLayout};
+
+/// Most replicas a layout shows (`--replicas`, and so `--shard-domain`, `--instances`).
+pub const MAX_REPLICAS: usize = 4096;
+/// Most elements of the variable on one replica: the bound of every dimension of
+/// `--shape` and of their product (2^30).
+pub const MAX_ELEMENTS: usize = 1 << 30;
 
 /// What the user asked to see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,11 +132,41 @@ pub struct Report {
 
 impl Report {
     /// Asks the core every question about `request`'s layout.
+    ///
+    /// The request is checked against [`MAX_REPLICAS`] and [`MAX_ELEMENTS`] first.
     pub fn build(request: &Request) -> Result<Self, InspectError> {
-        let settings = VariableSettings::new(request.spec, request.retrieval, request.replicas)?;
+        let replicas = request.replicas;
+        if !(1..=MAX_REPLICAS).contains(&replicas) {
+            return Err(InspectError::Replicas { replicas });
+        }
+        if let Some((index, &dim)) = request
+            .shape
+            .iter()
+            .enumerate()
+            .find(|&(_, &dim)| dim > MAX_ELEMENTS)
+        {
+            return Err(InspectError::Dimension { index, dim });
+        }
+        if let Some((domain, _)) = request.shard {
+            if !(1..=MAX_REPLICAS).contains(&domain) {
+                return Err(InspectError::ShardDomain { domain });
+            }
+        }
+        let settings =
+            VariableSettings::new(request.spec, request.retrieval, replicas).map_err(|error| {
+                InspectError::Spec {
+                    spec: request.spec,
+                    replicas,
+                    error,
+                }
+            })?;
         let grouping = *settings.grouping();
         let shape = Shape::new(&request.shape)?;
-        let elements = shape.elements()?;
+        let elements = match shape.elements() {
+            Ok(n) if n <= MAX_ELEMENTS => n,
+            Ok(n) => return Err(InspectError::Elements { elements: Some(n) }),
+            Err(_) => return Err(InspectError::Elements { elements: None }),
+        };
         let window = InstanceWindow::split(request.replicas, request.instances, request.instance)
             .ok_or(InspectError::Instances {
             replicas: request.replicas,
@@ -206,6 +245,37 @@ fn placement_report(
 /// Why a layout cannot be shown: the rule the request breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InspectError {
+    /// A number of replicas outside `1..=MAX_REPLICAS`.
+    Replicas {
+        /// The number asked for.
+        replicas: usize,
+    },
+    /// A dimension of the shape above [`MAX_ELEMENTS`].
+    Dimension {
+        /// Position of the dimension.
+        index: usize,
+        /// Its size.
+        dim: usize,
+    },
+    /// A shape of more than [`MAX_ELEMENTS`] elements.
+    Elements {
+        /// The product of the dimensions (`None`: it overflows `usize`).
+        elements: Option<usize>,
+    },
+    /// A shard domain outside `1..=MAX_REPLICAS`.
+    ShardDomain {
+        /// The domain asked for.
+        domain: usize,
+    },
+    /// A grouping or comm group that does not fit the replicas.
+    Spec {
+        /// The grouping asked for.
+        spec: GroupingSpec,
+        /// Number of replicas.
+        replicas: usize,
+        /// The rule it breaks.
+        error: GroupingError,
+    },
     /// An invalid grouping or comm group.
     Grouping(GroupingError),
     /// An invalid shape.
@@ -228,6 +298,39 @@ pub enum InspectError {
 impl fmt::Display for InspectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Replicas { replicas } => {
+                write!(f, "--replicas ({replicas}) must be in 1..={MAX_REPLICAS}")
+            }
+            Self::Dimension { index, dim } => write!(
+                f,
+                "--shape: dimension {index} ({dim}) must be at most {MAX_ELEMENTS}"
+            ),
+            Self::Elements {
+                elements: Some(elements),
+            } => write!(
+                f,
+                "--shape: the variable has {elements} elements; at most {MAX_ELEMENTS} are allowed"
+            ),
+            Self::Elements { elements: None } => write!(
+                f,
+                "--shape: the number of elements overflows; at most {MAX_ELEMENTS} are allowed"
+            ),
+            Self::ShardDomain { domain } => {
+                write!(f, "--shard-domain ({domain}) must be in 1..={MAX_REPLICAS}")
+            }
+            Self::Spec {
+                spec,
+                replicas,
+                error,
+            } => {
+                match spec {
+                    GroupingSpec::Comm(comm) => write!(f, "--comm {comm}")?,
+                    GroupingSpec::Strided { stride, group_size } => {
+                        write!(f, "--grouping {stride}:{group_size}")?
+                    }
+                }
+                write!(f, " does not fit --replicas {replicas}: {error}")
+            }
             Self::Grouping(e) => e.fmt(f),
             Self::Shape(e) => e.fmt(f),
             Self::Shard(e) => e.fmt(f),
@@ -305,6 +408,75 @@ mod tests {
             .collect();
         assert_eq!(pieces, [(2, vec![[15, 22, 0]]), (3, vec![[22, 30, 0]])]);
         assert_eq!(report.collective, "sum-allreduce");
+    }
+
+    #[test]
+    fn oversized_requests_are_rejected_before_anything_is_built() {
+        // Each of these panicked or aborted on allocation before the bounds.
+        let all = GroupingSpec::Comm(CommGroup::All);
+        let none = GroupingSpec::Comm(CommGroup::None);
+        for (replicas, spec) in [(usize::MAX, all), (4_000_000_000, all), (100_000_000, none)] {
+            assert_eq!(
+                Report::build(&request(replicas, spec)),
+                Err(InspectError::Replicas { replicas })
+            );
+        }
+        let mut req = request(4, all);
+        req.shape = vec![1 << 20, 1 << 20];
+        let err = Report::build(&req).unwrap_err();
+        assert_eq!(
+            err,
+            InspectError::Elements {
+                elements: Some(1 << 40)
+            }
+        );
+        assert!(err.to_string().starts_with("--shape"), "{err}");
+        req.shape = vec![usize::MAX, 0];
+        assert_eq!(
+            Report::build(&req),
+            Err(InspectError::Dimension {
+                index: 0,
+                dim: usize::MAX
+            })
+        );
+        req.shape = vec![8];
+        req.shard = Some((usize::MAX, LayoutKind::Balanced));
+        assert_eq!(
+            Report::build(&req),
+            Err(InspectError::ShardDomain { domain: usize::MAX })
+        );
+    }
+
+    #[test]
+    fn the_largest_request_builds() {
+        let mut req = request(MAX_REPLICAS, GroupingSpec::Comm(CommGroup::None));
+        req.shape = vec![MAX_ELEMENTS];
+        let report = Report::build(&req).unwrap();
+        assert_eq!(report.placement.len(), MAX_REPLICAS);
+    }
+
+    #[test]
+    fn groupings_that_do_not_fit_name_both_arguments() {
+        let err = Report::build(&request(8, GroupingSpec::Comm(CommGroup::Consecutive(3))))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--comm consecutive:3 does not fit --replicas 8:"),
+            "{err}"
+        );
+        let err = Report::build(&request(
+            4,
+            GroupingSpec::Strided {
+                stride: 3,
+                group_size: 1,
+            },
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("--grouping 3:1 does not fit --replicas 4:"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! A picture of a [`Report`]: one column per local replica, coloured by group, with the
 //! replica's slot drawn below it — the reference elements it holds and its padding.
+//!
+//! At most [`MAX_COLUMNS`] replicas are drawn; the picture says how many more there are.
 
 use std::fmt::Write;
 
@@ -10,10 +12,14 @@ const MARGIN: usize = 24;
 const BOX_H: usize = 44;
 const SLOT_Y: usize = 120;
 const SLOT_H: usize = 28;
+/// Most replica columns one picture draws (the table and the JSON list them all).
+pub const MAX_COLUMNS: usize = 256;
 
 /// Renders `report` as a standalone SVG document.
 pub fn render(report: &Report) -> String {
-    let columns = report.placement.len().max(1);
+    let drawn = &report.placement[..report.placement.len().min(MAX_COLUMNS)];
+    let hidden = report.placement.len() - drawn.len();
+    let columns = drawn.len().max(1);
     let width = 2 * MARGIN + columns * COLUMN;
     let height = SLOT_Y + SLOT_H + 64;
     let mut svg = String::new();
@@ -32,9 +38,9 @@ pub fn render(report: &Report) -> String {
         r#"<text x="{MARGIN}" y="18" font-size="13">{title}</text>"#
     );
     let slot_elements = slot_elements(report).max(1);
-    for (column, p) in report.placement.iter().enumerate() {
+    for (column, p) in drawn.iter().enumerate() {
         let x = MARGIN + column * COLUMN;
-        let group = report.assignment[p.replica];
+        let group = report.assignment.get(p.replica).copied().unwrap_or(0);
         let colour = colour(group, report.num_groups);
         let _ = writeln!(
             svg,
@@ -52,7 +58,7 @@ pub fn render(report: &Report) -> String {
             r#"<text x="{}" y="74">g{} #{} row {}</text>"#,
             x + 8,
             group,
-            report.index_in_group[p.replica],
+            report.index_in_group.get(p.replica).copied().unwrap_or(0),
             p.row
         );
         // The slot: grey padding underneath, the held pieces on top.
@@ -75,6 +81,13 @@ pub fn render(report: &Report) -> String {
                 SLOT_Y + SLOT_H + 14
             );
         }
+    }
+    if hidden > 0 {
+        let _ = writeln!(
+            svg,
+            r#"<text x="{MARGIN}" y="{}">… and {hidden} more replicas, not drawn (at most {MAX_COLUMNS} are)</text>"#,
+            height - 28
+        );
     }
     let legend = format!(
         "slot: coloured = row elements held, grey = padding · collective to host: {}",
@@ -106,4 +119,30 @@ fn slot_elements(report: &Report) -> usize {
 fn colour(group: usize, groups: usize) -> String {
     let hue = group * 360 / groups.max(1);
     format!("hsl({hue}, 70%, 75%)")
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+
+    use super::*;
+    use crate::layout::{Request, MAX_REPLICAS};
+
+    #[test]
+    fn large_layouts_draw_a_bounded_picture() {
+        let report = Report::build(&Request {
+            replicas: MAX_REPLICAS,
+            spec: GroupingSpec::Comm(CommGroup::None),
+            retrieval: RetrievalMode::OnePerGroup,
+            shape: vec![3],
+            shard: None,
+            instances: 1,
+            instance: 0,
+        })
+        .unwrap();
+        let picture = render(&report);
+        assert_eq!(picture.matches(">replica ").count(), MAX_COLUMNS);
+        assert!(picture.contains(&format!("and {} more replicas", MAX_REPLICAS - MAX_COLUMNS)));
+        assert!(picture.len() < 1 << 20, "{} bytes", picture.len());
+    }
 }

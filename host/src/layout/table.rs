@@ -81,7 +81,8 @@ fn write_table(r: &Report, out: &mut String) -> fmt::Result {
             holds
         };
         let replica = p.replica;
-        let (group, index) = (r.assignment[replica], r.index_in_group[replica]);
+        let at = |list: &[usize]| list.get(replica).copied().unwrap_or(0);
+        let (group, index) = (at(&r.assignment), at(&r.index_in_group));
         writeln!(
             out,
             "{replica:>7}  {group:>5}  {index:>5}  {:>4}  {holds}",

@@ -18,7 +18,7 @@ use tessera_core::stream::{
 use tessera_core::transfer::{InstanceWindow, WeightLayout};
 use tessera_core::wire::{Request, Response, StepConfig};
 
-use crate::transport::{hub, Channel, ChannelSlots, TransportError};
+use crate::transport::{check_firmware, hub, Channel, ChannelSlots, TransportError};
 
 /// The remote-buffer slot weights travel through, and the variable the step trains.
 const WEIGHT_SLOT: u16 = 1;
@@ -115,7 +115,14 @@ impl fmt::Display for RuntimeError {
     }
 }
 
-impl std::error::Error for RuntimeError {}
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Transport(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<TransportError> for RuntimeError {
     fn from(e: TransportError) -> Self {
@@ -141,8 +148,10 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts the devices and sets up their streams, weight slot and training step.
-    pub fn prepare(config: RuntimeConfig, placement: &Placement) -> Result<Self, RuntimeError> {
+    /// Checks `config` and derives what the devices are set up with.
+    fn check(
+        config: &RuntimeConfig,
+    ) -> Result<(VariableSettings, DataFlow, StepConfig, u16), RuntimeError> {
         let settings = VariableSettings::new(config.grouping, config.retrieval, config.replicas)
             .map_err(config_error)?;
         if config.replicas > MAX_REPLICAS {
@@ -170,6 +179,16 @@ impl Runtime {
             dropout: m.dropout,
         };
         let depth = small(flow.inputs_per_replica(), "buffers per replica per step")?;
+        Ok((settings, flow, step, depth))
+    }
+
+    /// Starts the devices and sets up their streams, weight slot and training step.
+    pub fn prepare(config: RuntimeConfig, placement: &Placement) -> Result<Self, RuntimeError> {
+        let (settings, flow, step, depth) = Self::check(&config)?;
+        // Everything the placement needs is checked before the first device starts.
+        if let Placement::Qemu(firmware) = placement {
+            check_firmware(firmware).map_err(TransportError::from)?;
+        }
         let mut channels = Vec::with_capacity(config.replicas);
         for replica in 0..config.replicas as u32 {
             channels.push(match placement {
@@ -180,6 +199,33 @@ impl Runtime {
                 Placement::Qemu(firmware) => Channel::qemu(firmware, replica)?,
             });
         }
+        Self::set_up(config, settings, flow, step, depth, channels)
+    }
+
+    /// Like [`Runtime::prepare`], on devices the caller has already opened (one channel per
+    /// replica, in replica order): for links with faults injected, or devices placed in
+    /// ways [`Placement`] does not name.
+    pub fn prepare_on(config: RuntimeConfig, channels: Vec<Channel>) -> Result<Self, RuntimeError> {
+        if channels.len() != config.replicas {
+            return Err(RuntimeError::Config(format!(
+                "{} channels for {} replicas: one channel per replica",
+                channels.len(),
+                config.replicas
+            )));
+        }
+        let (settings, flow, step, depth) = Self::check(&config)?;
+        Self::set_up(config, settings, flow, step, depth, channels)
+    }
+
+    fn set_up(
+        config: RuntimeConfig,
+        settings: VariableSettings,
+        flow: DataFlow,
+        step: StepConfig,
+        depth: u16,
+        mut channels: Vec<Channel>,
+    ) -> Result<Self, RuntimeError> {
+        let m = config.model;
         let weight_bytes = m.inputs * m.outputs * 4;
         ChannelSlots::allocate(&mut channels, WEIGHT_SLOT, weight_bytes)?;
         for c in &mut channels {
@@ -344,13 +390,12 @@ impl Runtime {
                 let k = splitter
                     .output(&mut arrays, loss, r)
                     .map_err(config_error)?;
-                let reply = c.request(&Request::PopFifo { fifo: LOSS_FIFO })?;
-                let Response::Data { data } = reply.response() else {
-                    return Err(RuntimeError::Size("the loss FIFO returned no data".into()));
+                let pop = Request::PopFifo { fifo: LOSS_FIFO };
+                let reply = c.request(&pop)?;
+                let bytes: [u8; 4] = match reply.response() {
+                    Response::Data { data } if data.len() == 4 => [data[0], data[1], data[2], data[3]],
+                    other => return Err(c.unexpected(&pop, &other).into()),
                 };
-                let bytes = data
-                    .try_into()
-                    .map_err(|_| RuntimeError::Size("a loss is one f32".into()))?;
                 losses[k] = f32::from_le_bytes(bytes);
                 splitter
                     .output_complete(&mut arrays, loss, r)
@@ -375,9 +420,7 @@ impl Runtime {
         };
         match c.request(&Request::GetSeed)?.response() {
             Response::Seed { seed } => Ok(seed),
-            other => Err(RuntimeError::Config(format!(
-                "unexpected reply to GetSeed: {other:?}"
-            ))),
+            other => Err(c.unexpected(&Request::GetSeed, &other).into()),
         }
     }
 
@@ -387,11 +430,7 @@ impl Runtime {
         for c in &mut self.channels {
             match c.request(&Request::GetRngState)?.response() {
                 Response::RngState { state } => words.extend_from_slice(&state),
-                other => {
-                    return Err(RuntimeError::Config(format!(
-                        "unexpected reply to GetRngState: {other:?}"
-                    )))
-                }
+                other => return Err(c.unexpected(&Request::GetRngState, &other).into()),
             }
         }
         Ok(words)
@@ -419,11 +458,7 @@ impl Runtime {
         for c in &mut self.channels {
             match c.request(&Request::CycleCount)?.response() {
                 Response::Cycles { cycles } => counts.push(cycles),
-                other => {
-                    return Err(RuntimeError::Config(format!(
-                        "unexpected reply to CycleCount: {other:?}"
-                    )))
-                }
+                other => return Err(c.unexpected(&Request::CycleCount, &other).into()),
             }
         }
         Ok(counts)

@@ -1,7 +1,11 @@
-//! A writer that damages the bytes it forwards, for testing recovery: bit flips, dropped
-//! bytes and truncated writes, each at a seeded per-byte rate.
+//! Writers that misbehave on purpose, for testing recovery: [`FaultInjector`] damages the
+//! bytes it forwards (bit flips, dropped bytes, truncated writes, each at a seeded per-byte
+//! rate); [`Delayed`] delivers them late, as a slow or stalled device link would.
 
 use std::io::{self, Write};
+use std::sync::mpsc::{self, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// How often each kind of damage strikes, per byte.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -14,6 +18,19 @@ pub struct FaultConfig {
     pub drop_rate: f64,
     /// Probability that the rest of a write is dropped from this byte on.
     pub truncate_rate: f64,
+    /// How late every host → device write arrives (zero: at once).
+    pub latency: Duration,
+}
+
+impl FaultConfig {
+    /// No faults at all.
+    pub const NONE: Self = Self {
+        seed: 0,
+        flip_rate: 0.0,
+        drop_rate: 0.0,
+        truncate_rate: 0.0,
+        latency: Duration::ZERO,
+    };
 }
 
 /// Counts of damage done.
@@ -84,5 +101,42 @@ impl<W: Write> Write for FaultInjector<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// Forwards writes to a writer on a thread of its own, each `latency` after it was made,
+/// in order. A flush returns at once: the bytes are in flight, as on a slow link.
+pub struct Delayed {
+    tx: Sender<(Instant, Vec<u8>)>,
+    latency: Duration,
+}
+
+impl Delayed {
+    /// Wraps `inner`; the thread ends when the `Delayed` is dropped or `inner` fails.
+    pub fn new<W: Write + Send + 'static>(mut inner: W, latency: Duration) -> Self {
+        let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+        thread::spawn(move || {
+            for (due, bytes) in rx {
+                thread::sleep(due.saturating_duration_since(Instant::now()));
+                if inner.write_all(&bytes).and_then(|()| inner.flush()).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { tx, latency }
+    }
+}
+
+impl Write for Delayed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let due = Instant::now() + self.latency;
+        self.tx
+            .send((due, buf.to_vec()))
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

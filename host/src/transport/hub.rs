@@ -1,5 +1,16 @@
 //! Runs a training step on several devices at once and answers their reductions: the
 //! gradient of a weight is averaged across the replicas of the weight's group.
+//!
+//! # Contract
+//!
+//! Every reduction has an identity: the step's sequence number on the device's channel
+//! (its envelope) and the round within the step. Contributions are collected per (group,
+//! round); when a group's contributions are all in, every member gets the combination under
+//! its own step sequence number and that round. A contribution that arrives again (the
+//! device re-sent it: its answer was late or lost) is answered again with the same round's
+//! combination, which the device applies only if it is still waiting for that round, so a
+//! duplicate can never stand in for a later round's answer. Contributions of one round that
+//! disagree in length are an error, never truncated.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -40,6 +51,9 @@ pub fn run_step(
     let mut done = vec![false; channels.len()];
     let mut heard = vec![Instant::now(); channels.len()];
     let mut resent = vec![0u32; channels.len()];
+    // Devices whose contribution to an open round is in: they wait for their peers, so
+    // their silence is no sign of trouble (the peers' silence is).
+    let mut waiting = vec![false; channels.len()];
     // Contributions and answers, by (group, round).
     let mut contributions: HashMap<(usize, u32), Vec<Contribution>> = HashMap::new();
     let mut answers: HashMap<(usize, u32), Vec<u8>> = HashMap::new();
@@ -50,8 +64,11 @@ pub fn run_step(
                 continue;
             }
             let Some(reply) = channels[i].wait(seqs[i], POLL)? else {
-                if heard[i].elapsed() > channels[i].deadline() {
+                if waiting[i] {
+                    heard[i] = Instant::now();
+                } else if heard[i].elapsed() > channels[i].deadline() {
                     if resent[i] == STEP_ATTEMPTS {
+                        tracing::warn!(replica = channels[i].replica(), attempts = STEP_ATTEMPTS, "device silent during a step");
                         return Err(TransportError::Timeout {
                             replica: channels[i].replica(),
                             request: tessera_core::wire::RequestKind::RunStep,
@@ -60,6 +77,7 @@ pub fn run_step(
                     }
                     // The device answers a repeated step with its reply or its pending
                     // contribution; it never runs the step twice.
+                    tracing::debug!(replica = channels[i].replica(), "device silent during a step: sending the step again");
                     channels[i].resend(seqs[i], &Request::RunStep)?;
                     resent[i] += 1;
                     heard[i] = Instant::now();
@@ -67,17 +85,30 @@ pub fn run_step(
                 continue;
             };
             heard[i] = Instant::now();
+            resent[i] = 0;
             match reply.response() {
                 Response::Done => done[i] = true,
                 Response::Reduce { round, op, data } => {
                     let key = (groups[i], round);
                     if let Some(answer) = answers.get(&key) {
-                        let answer = answer.clone();
-                        channels[i].send(&Request::Reduced { data: &answer })?;
+                        // A re-sent contribution: answer it again, under its identity.
+                        let reduced = Request::Reduced { round, data: answer };
+                        channels[i].resend(seqs[i], &reduced)?;
                         continue;
                     }
                     let entry = contributions.entry(key).or_default();
+                    if let Some(first) = entry.first() {
+                        if first.data.len() != data.len() || first.op != op {
+                            return Err(TransportError::Reduction {
+                                replica: channels[i].replica(),
+                                round,
+                                expected: first.data.len(),
+                                actual: data.len(),
+                            });
+                        }
+                    }
                     if !entry.iter().any(|c| c.from == i) {
+                        waiting[i] = true;
                         entry.push(Contribution {
                             from: i,
                             data: data.to_vec(),
@@ -87,8 +118,13 @@ pub fn run_step(
                     let members = groups.iter().filter(|g| **g == groups[i]).count();
                     if entry.len() == members {
                         let answer = combine(entry);
+                        let reduced = Request::Reduced {
+                            round,
+                            data: &answer,
+                        };
                         for c in entry.iter() {
-                            channels[c.from].send(&Request::Reduced { data: &answer })?;
+                            channels[c.from].resend(seqs[c.from], &reduced)?;
+                            waiting[c.from] = false;
                         }
                         contributions.remove(&key);
                         answers.insert(key, answer);
@@ -101,18 +137,15 @@ pub fn run_step(
                         code,
                     })
                 }
-                other => {
-                    return Err(TransportError::Protocol(format!(
-                        "unexpected reply to RunStep: {other:?}"
-                    )))
-                }
+                other => return Err(channels[i].unexpected(&Request::RunStep, &other)),
             }
         }
     }
     Ok(())
 }
 
-/// Elementwise sum or mean of f32 buffers.
+/// Elementwise sum or mean of f32 buffers (of equal lengths, checked as they arrived),
+/// accumulated in f64.
 fn combine(contributions: &[Contribution]) -> Vec<u8> {
     let len = contributions.first().map_or(0, |c| c.data.len() / 4);
     let mut total = vec![0f64; len];

@@ -1,17 +1,29 @@
 //! Channels to devices, whatever their placement: a thread in this process, a child
-//! process speaking over stdio, or (later) QEMU on a UART socket.
+//! process speaking over stdio, or the firmware under QEMU on a UART socket.
 //!
-//! A [`Channel`] frames requests with sequence numbers and waits for the reply with the
-//! same number under a deadline; a missing or damaged reply is retried with the same
-//! number (the device answers a retry from its reply cache instead of running the request
-//! twice). A device that stops answering or closes its link is an error, never a hang.
-//! [`hub`] runs training steps across channels and answers the devices' reductions.
+//! - [`Channel`] (`channel`): the request protocol — sequence numbers, deadlines, retries
+//!   answered from the device's reply cache.
+//! - `spawn`: starting and stopping a device in each placement; [`check_firmware`] checks
+//!   what the QEMU placement needs before anything starts.
+//! - `reader`: the thread that decodes the device's frames.
+//! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
+//! - [`hub`]: training steps across channels, and the answers to the devices' reductions.
+//! - [`fault`]: links that damage or delay bytes, for tests.
+//! - [`run_device`]: the device side, for threads and `tessera device`.
 
 mod channel;
+pub mod children;
+mod device;
+mod error;
 pub mod fault;
 pub mod hub;
+mod reader;
 mod slots;
+mod spawn;
 
-pub use channel::{run_device, Channel, Reply, TransportError, DEFAULT_DEADLINE};
+pub use channel::{Channel, Reply, DEFAULT_DEADLINE};
+pub use device::{run_device, HOST_FRAME};
+pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
 pub use slots::ChannelSlots;
+pub use spawn::{check_firmware, FirmwareError};

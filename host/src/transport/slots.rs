@@ -23,7 +23,10 @@ impl<'c> ChannelSlots<'c> {
         bytes: usize,
     ) -> Result<Self, TransportError> {
         let size = u32::try_from(bytes)
-            .map_err(|_| TransportError::Protocol(format!("slot of {bytes} bytes exceeds u32")))?;
+            .map_err(|_| TransportError::Overflow {
+                what: "slot size",
+                value: bytes,
+            })?;
         for channel in channels.iter_mut() {
             channel.request(&Request::AllocSlot { slot, bytes: size })?;
         }
@@ -44,14 +47,18 @@ impl<'c> ChannelSlots<'c> {
     }
 
     fn channel(&mut self, local: usize) -> Result<&mut Channel, TransportError> {
-        self.channels.get_mut(local).ok_or_else(|| {
-            TransportError::Protocol(format!("no channel for local replica {local}"))
-        })
+        let replicas = self.channels.len();
+        self.channels
+            .get_mut(local)
+            .ok_or(TransportError::NoReplica { local, replicas })
     }
 }
 
 fn offset(at: usize) -> Result<u32, TransportError> {
-    u32::try_from(at).map_err(|_| TransportError::Protocol(format!("slot offset {at} exceeds u32")))
+    u32::try_from(at).map_err(|_| TransportError::Overflow {
+        what: "slot offset",
+        value: at,
+    })
 }
 
 impl RemoteSlots for ChannelSlots<'_> {
@@ -61,9 +68,10 @@ impl RemoteSlots for ChannelSlots<'_> {
         if local < self.channels.len() {
             Ok(self.bytes)
         } else {
-            Err(TransportError::Protocol(format!(
-                "no channel for local replica {local}"
-            )))
+            Err(TransportError::NoReplica {
+                local,
+                replicas: self.channels.len(),
+            })
         }
     }
 
@@ -101,14 +109,11 @@ impl RemoteSlots for ChannelSlots<'_> {
         for (i, piece) in out.chunks_mut(chunk).enumerate() {
             let offset = offset(at + i * chunk)?;
             let len = offset_len(piece.len())?;
-            let reply = channel.request(&Request::ReadSlot { slot, offset, len })?;
+            let request = Request::ReadSlot { slot, offset, len };
+            let reply = channel.request(&request)?;
             match reply.response() {
                 Response::Data { data } if data.len() == piece.len() => piece.copy_from_slice(data),
-                other => {
-                    return Err(TransportError::Protocol(format!(
-                        "unexpected reply to ReadSlot: {other:?}"
-                    )))
-                }
+                other => return Err(channel.unexpected(&request, &other)),
             }
         }
         Ok(())

@@ -1,7 +1,9 @@
 //! What both firmware binaries need from the mps2-an385 board: the UART0 link, the busy
-//! LED, a spinning delay, and panic and HardFault handlers that end QEMU with a failing
+//! LED, a real-time clock on timer 0, a spinning delay, and panic and HardFault handlers that end QEMU with a failing
 //! exit status (so a crash is never mistaken for a pass).
 
+mod mmio;
+pub mod timer;
 pub mod uart;
 
 use cortex_m_rt::{exception, ExceptionFrame};
@@ -11,7 +13,8 @@ use defmt_semihosting as _;
 /// QEMU's mps2 CPU clock, for busy-wait delays.
 const CPU_HZ: u32 = 25_000_000;
 
-/// A delay that spins the CPU.
+/// A delay that spins the CPU: only for short waits, since QEMU's emulated CPU runs at no
+/// fixed speed (deadlines use [`timer::Timer0Clock`]).
 pub struct SpinDelay;
 
 impl embedded_hal::delay::DelayNs for SpinDelay {

@@ -1,13 +1,11 @@
 //! The CMSDK UART0 of the mps2-an385 board as an `embedded-io` byte link, and the board's
-//! user LED as the busy line.
-//!
-//! This is the only place in tessera with `unsafe`: volatile accesses to fixed device
-//! registers. Each is a single aligned 32-bit access to an address the board documents.
+//! user LED as the busy line. Register access goes through [`super::mmio`].
 
 use core::convert::Infallible;
-use core::ptr::{read_volatile, write_volatile};
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
+
+use super::mmio::{read, write};
 
 const UART0: usize = 0x4000_4000;
 const DATA: usize = UART0;
@@ -19,22 +17,6 @@ const STATE_RX_FULL: u32 = 1 << 1;
 const CTRL_TX_RX_ENABLE: u32 = 0b11;
 /// FPGA IO: user LEDs.
 const FPGAIO_LED: usize = 0x4002_8000;
-
-fn read(address: usize) -> u32 {
-    // SAFETY: `address` is one of the documented, always-mapped UART/FPGA registers above.
-    #[allow(unsafe_code)]
-    unsafe {
-        read_volatile(address as *const u32)
-    }
-}
-
-fn write(address: usize, value: u32) {
-    // SAFETY: as for `read`; writes to these registers have no effect on memory.
-    #[allow(unsafe_code)]
-    unsafe {
-        write_volatile(address as *mut u32, value)
-    }
-}
 
 /// UART0, enabled for transmit and receive.
 pub struct Uart0(());

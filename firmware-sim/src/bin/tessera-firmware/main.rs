@@ -39,7 +39,7 @@ fn main() -> ! {
         server,
         &mut device,
         &mut link,
-        &mut board::SpinDelay,
+        &mut board::timer::Timer0Clock::take(),
         &mut board::uart::BusyLed,
     );
     defmt::error!("serve loop failed");

@@ -194,6 +194,16 @@ fn main() -> ! {
     let _ = led.set_high();
     board::SpinDelay.delay_us(50);
     let _ = led.set_low();
+    // The clock counts real time: it advances across a busy wait and never goes back.
+    use tessera_firmware_sim::Clock;
+    let mut clock = board::timer::Timer0Clock::take();
+    let before = clock.now_ms();
+    let mut waited = 0;
+    while clock.now_ms() == before && waited < 100_000 {
+        board::SpinDelay.delay_us(10);
+        waited += 1;
+    }
+    assert!(clock.now_ms() > before, "timer 0 advances");
     let mut uart = board::uart::Uart0::take();
     let _ = uart.write_all(&frame[..n]);
     assert_eq!(

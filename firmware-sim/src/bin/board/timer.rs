@@ -1,0 +1,55 @@
+//! The board's real-time clock: CMSDK APB timer 0, a 32-bit down-counter at the 25 MHz
+//! peripheral clock (QEMU runs it on the host's clock, whatever the emulated CPU's speed).
+//!
+//! The counter wraps every 171 s; the clock extends it to 64 bits by adding the ticks
+//! since its previous reading. Readings further apart than one wrap lose whole wraps, which
+//! keeps the clock monotonic but slow across long idle gaps: deadlines read it every poll,
+//! so they are exact.
+
+use tessera_firmware_sim::Clock;
+
+use super::mmio::{read, write};
+
+const TIMER0: usize = 0x4000_0000;
+const CTRL: usize = TIMER0;
+const VALUE: usize = TIMER0 + 0x04;
+const RELOAD: usize = TIMER0 + 0x08;
+const CTRL_ENABLE: u32 = 1;
+/// Timer ticks per millisecond (the peripheral clock).
+const TICKS_PER_MS: u64 = super::CPU_HZ as u64 / 1000;
+
+/// Milliseconds from timer 0.
+pub struct Timer0Clock {
+    last: u32,
+    ticks: u64,
+}
+
+impl Timer0Clock {
+    /// Starts timer 0 free-running from its largest value.
+    pub fn take() -> Self {
+        write(CTRL, 0);
+        write(RELOAD, u32::MAX);
+        write(VALUE, u32::MAX);
+        write(CTRL, CTRL_ENABLE);
+        Self {
+            last: read(VALUE),
+            ticks: 0,
+        }
+    }
+}
+
+impl embedded_hal::delay::DelayNs for Timer0Clock {
+    fn delay_ns(&mut self, ns: u32) {
+        super::SpinDelay.delay_ns(ns);
+    }
+}
+
+impl Clock for Timer0Clock {
+    fn now_ms(&mut self) -> u64 {
+        let now = read(VALUE);
+        // A down-counter: the ticks since the last reading are last − now, modulo a wrap.
+        self.ticks = self.ticks.saturating_add(u64::from(self.last.wrapping_sub(now)));
+        self.last = now;
+        self.ticks / TICKS_PER_MS
+    }
+}

@@ -1,0 +1,140 @@
+//! What the device tests share: a link over fixed input bytes, a clock that advances on
+//! every reading, a busy line to nowhere, and helpers to frame requests and read replies.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::convert::Infallible;
+
+use embedded_io::{ErrorType, Read, ReadReady, Write};
+use tessera_core::wire::frame::decode_body;
+use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response};
+use tessera_firmware_sim::{serve, Clock, CycleCounter, Device, Server};
+
+/// Frame capacity of the devices under test.
+pub const FRAME: usize = 1024;
+
+/// A link that reads a fixed input (at most `chunk` bytes per read) and collects what the
+/// device writes.
+pub struct MemLink {
+    pub input: Vec<u8>,
+    pub at: usize,
+    pub chunk: usize,
+    pub output: Vec<u8>,
+    /// `output.len()` at the last flush.
+    pub flushed: usize,
+    /// Reads made while written bytes were not yet flushed: a device that waits for input
+    /// holding back output it already wrote (a buffered link would never send it).
+    pub unflushed_reads: usize,
+}
+
+impl MemLink {
+    pub fn new(input: Vec<u8>) -> Self {
+        Self {
+            input,
+            at: 0,
+            chunk: usize::MAX,
+            output: Vec::new(),
+            flushed: 0,
+            unflushed_reads: 0,
+        }
+    }
+}
+
+impl ErrorType for MemLink {
+    type Error = Infallible;
+}
+
+impl Read for MemLink {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        if self.flushed != self.output.len() {
+            self.unflushed_reads += 1;
+        }
+        let n = buf.len().min(self.chunk).min(self.input.len() - self.at);
+        buf[..n].copy_from_slice(&self.input[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl ReadReady for MemLink {
+    fn read_ready(&mut self) -> Result<bool, Infallible> {
+        Ok(true)
+    }
+}
+
+impl Write for MemLink {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), Infallible> {
+        self.flushed = self.output.len();
+        Ok(())
+    }
+}
+
+/// A clock that advances one millisecond every time it is read, so every deadline ends.
+#[derive(Default)]
+pub struct TickClock(u64);
+
+impl embedded_hal::delay::DelayNs for TickClock {
+    fn delay_ns(&mut self, _: u32) {}
+}
+
+impl Clock for TickClock {
+    fn now_ms(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+pub struct NoPin;
+
+impl embedded_hal::digital::ErrorType for NoPin {
+    type Error = Infallible;
+}
+
+impl embedded_hal::digital::OutputPin for NoPin {
+    fn set_low(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn set_high(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+/// `body` under `seq`, framed.
+pub fn frame(seq: u32, body: &Request<'_>) -> Vec<u8> {
+    let (mut scratch, mut out) = ([0u8; FRAME], [0u8; FRAME + 64]);
+    let n = encode_frame(&Envelope { seq, body }, &mut scratch, &mut out).unwrap();
+    out[..n].to_vec()
+}
+
+/// Serves a fresh device (4 KiB of memory) on `link` until its input runs out; returns the
+/// server, for its counters.
+pub fn serve_all(link: &mut MemLink) -> Box<Server<FRAME>> {
+    let mut arena = vec![0u8; 4096];
+    serve_with(link, &mut arena)
+}
+
+/// Like [`serve_all`], over `arena`.
+pub fn serve_with(link: &mut MemLink, arena: &mut [u8]) -> Box<Server<FRAME>> {
+    let cycles = CycleCounter::new();
+    let mut device = Device::new(0, arena, FRAME, &cycles);
+    let mut server = Box::new(Server::<FRAME>::new());
+    serve(&mut server, &mut device, link, &mut TickClock::default(), &mut NoPin).unwrap();
+    server
+}
+
+/// Every intact frame in `output`, decoded as a reply; a damaged frame fails the test.
+pub fn replies(output: &[u8]) -> Vec<(u32, String)> {
+    let mut decoder = FrameDecoder::<FRAME>::new();
+    let mut out = Vec::new();
+    for &b in output {
+        if let Some(frame) = decoder.push(b) {
+            let reply: Envelope<Response<'_>> =
+                decode_body(frame.expect("the device's frames are intact")).unwrap();
+            out.push((reply.seq, format!("{:?}", reply.body)));
+        }
+    }
+    out
+}

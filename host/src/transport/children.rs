@@ -1,0 +1,129 @@
+//! The child processes tessera starts — device processes, QEMU, defmt-print — and how they
+//! end.
+//!
+//! Every child is adopted into one registry as soon as it starts. Dropping its [`Adopted`]
+//! handle kills and reaps it. [`stop_on_signals`] makes SIGINT, SIGTERM and SIGHUP to
+//! tessera do the same for every child still registered before tessera exits with status
+//! 128 + the signal's number. Children are killed with SIGKILL, which also ends a stopped
+//! child: without this, a stopped device process, or a QEMU still serving its socket, would
+//! outlive tessera.
+//!
+//! A signal that arrives between a child's start and its adoption (a few instructions)
+//! leaves that one child to its own devices: a device process still exits when its stdin
+//! closes.
+
+use std::io;
+use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Every child not yet stopped, with its registry key.
+static REGISTRY: Mutex<Vec<(u64, Child)>> = Mutex::new(Vec::new());
+static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
+
+fn registry() -> MutexGuard<'static, Vec<(u64, Child)>> {
+    // A panic while the lock was held leaves the list itself intact: keep using it.
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A registered child. Dropping it kills and reaps the child.
+#[derive(Debug)]
+pub struct Adopted {
+    key: u64,
+    pid: u32,
+    /// What it runs, for logs.
+    name: &'static str,
+}
+
+/// Registers `child`, which runs `name` (for logs).
+pub fn adopt(child: Child, name: &'static str) -> Adopted {
+    let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    let pid = child.id();
+    registry().push((key, child));
+    tracing::debug!(pid, name, "started a child process");
+    Adopted { key, pid, name }
+}
+
+impl Adopted {
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// How the child ended, if it has.
+    pub fn try_wait(&self) -> io::Result<Option<ExitStatus>> {
+        match registry().iter_mut().find(|(key, _)| *key == self.key) {
+            Some((_, child)) => child.try_wait(),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits up to `limit` for the child to end by itself.
+    pub fn wait_timeout(&self, limit: Duration) -> io::Result<Option<ExitStatus>> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(Some(status));
+            }
+            if start.elapsed() >= limit {
+                return Ok(None);
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Adopted {
+    fn drop(&mut self) {
+        let child = {
+            let mut children = registry();
+            let at = children.iter().position(|(key, _)| *key == self.key);
+            at.map(|at| children.swap_remove(at).1)
+        };
+        if let Some(mut child) = child {
+            stop(&mut child);
+            tracing::debug!(pid = self.pid, name = self.name, "stopped a child process");
+        }
+    }
+}
+
+/// Kills and reaps every registered child.
+pub fn stop_all() {
+    let children: Vec<(u64, Child)> = registry().drain(..).collect();
+    for (_, mut child) in children {
+        stop(&mut child);
+    }
+}
+
+fn stop(child: &mut Child) {
+    // Both fail only for a child already reaped, which is what we want anyway.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// From now on, SIGINT, SIGTERM and SIGHUP stop every registered child and then exit with
+/// 128 + the signal's number. Calling it again does nothing.
+pub fn stop_on_signals() -> io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    static INSTALLED: Once = Once::new();
+    let mut result = Ok(());
+    INSTALLED.call_once(|| {
+        result = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).and_then(
+            |mut signals| {
+                thread::Builder::new()
+                    .name("tessera-signals".into())
+                    .spawn(move || {
+                        if let Some(signal) = signals.forever().next() {
+                            tracing::warn!(signal, "stopping every device process, then exiting");
+                            stop_all();
+                            std::process::exit(128 + signal);
+                        }
+                    })
+                    .map(drop)
+            },
+        );
+    });
+    result
+}

@@ -1,0 +1,201 @@
+//! Why talking to a device failed: one typed case per way it can fail, each naming the
+//! replica and the request where there is one.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+use tessera_core::wire::{ErrorCode, RequestKind};
+
+use super::spawn::FirmwareError;
+
+/// Why a request, a step or a placement failed.
+#[derive(Debug)]
+pub enum TransportError {
+    /// The link could not be read or written, or a pipe or socket could not be made.
+    Io(io::Error),
+    /// A program (a device process, QEMU, defmt-print) could not be started.
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The firmware for the QEMU placement is missing or is not the device firmware.
+    Firmware(FirmwareError),
+    /// The device closed its link.
+    Closed {
+        /// The replica.
+        replica: u32,
+    },
+    /// The device's process (or QEMU) exited before it answered.
+    Exited {
+        /// The replica.
+        replica: u32,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// No reply after every attempt: the device is dead or unreachable.
+    Timeout {
+        /// The replica.
+        replica: u32,
+        /// The request that went unanswered.
+        request: RequestKind,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The device answered with an error.
+    Device {
+        /// The replica.
+        replica: u32,
+        /// The request.
+        request: RequestKind,
+        /// Why.
+        code: ErrorCode,
+    },
+    /// The device speaks another protocol version.
+    Version {
+        /// The replica.
+        replica: u32,
+        /// The device's version.
+        device: u16,
+        /// Ours.
+        host: u16,
+    },
+    /// The device answered with a reply of the wrong type for the request.
+    UnexpectedReply {
+        /// The replica.
+        replica: u32,
+        /// The request.
+        request: RequestKind,
+        /// The reply received, as text.
+        reply: String,
+    },
+    /// A request does not fit the device's frame (the device would drop it unread).
+    TooLarge {
+        /// The replica.
+        replica: u32,
+        /// The request.
+        request: RequestKind,
+        /// Its encoded size.
+        bytes: usize,
+        /// The device's largest frame.
+        max: usize,
+    },
+    /// A local replica index with no channel.
+    NoReplica {
+        /// The index asked for.
+        local: usize,
+        /// Channels there are.
+        replicas: usize,
+    },
+    /// A size or offset that the protocol's 32-bit fields cannot carry.
+    Overflow {
+        /// What it is.
+        what: &'static str,
+        /// Its value.
+        value: usize,
+    },
+    /// The contributions of one reduction disagree with each other.
+    Reduction {
+        /// The replica whose contribution disagrees with the first one heard.
+        replica: u32,
+        /// The reduction's round.
+        round: u32,
+        /// Bytes the first contribution carried.
+        expected: usize,
+        /// Bytes this one carried.
+        actual: usize,
+    },
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(e) => write!(f, "link error: {e}"),
+            Self::Spawn { program, source } => {
+                write!(f, "cannot start {}: {source}", program.display())
+            }
+            Self::Firmware(e) => e.fmt(f),
+            Self::Closed { replica } => write!(f, "device {replica} closed its link"),
+            Self::Exited { replica, status } => {
+                write!(f, "device {replica} exited ({status}) before it answered")
+            }
+            Self::Timeout {
+                replica,
+                request,
+                attempts,
+            } => write!(
+                f,
+                "device {replica} did not answer {request:?} after {attempts} attempts"
+            ),
+            Self::Device {
+                replica,
+                request,
+                code,
+            } => write!(f, "device {replica} refused {request:?}: {code}"),
+            Self::Version {
+                replica,
+                device,
+                host,
+            } => write!(
+                f,
+                "device {replica} speaks protocol version {device}, this host {host}"
+            ),
+            Self::UnexpectedReply {
+                replica,
+                request,
+                reply,
+            } => write!(f, "device {replica} answered {request:?} with {reply}"),
+            Self::TooLarge {
+                replica,
+                request,
+                bytes,
+                max,
+            } => write!(
+                f,
+                "a {request:?} frame of {bytes} bytes exceeds device {replica}'s maximum frame of {max} bytes"
+            ),
+            Self::NoReplica { local, replicas } => {
+                write!(f, "no local replica {local} (there are {replicas})")
+            }
+            Self::Overflow { what, value } => {
+                write!(f, "{what} {value} does not fit the protocol's 32 bits")
+            }
+            Self::Reduction {
+                replica,
+                round,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "device {replica} contributed {actual} bytes to reduction round {round}, \
+                 its group's first contribution {expected}: contributions must match"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(e) | Self::Spawn { source: e, .. } => Some(e),
+            Self::Firmware(e) => Some(e),
+            Self::Device { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for TransportError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl From<FirmwareError> for TransportError {
+    fn from(e: FirmwareError) -> Self {
+        Self::Firmware(e)
+    }
+}

@@ -1,0 +1,335 @@
+//! Starting a device in each placement, and stopping it: a thread of this process on a
+//! socket pair, a child process (`tessera device`) on its stdio, or the bare-metal firmware
+//! under `qemu-system-arm` with UART0 on a Unix socket and its defmt logs decoded by
+//! `defmt-print`.
+//!
+//! The QEMU placement checks everything it needs before it starts anything: the firmware
+//! exists and is a 32-bit little-endian ARM ELF, and `qemu-system-arm` and `defmt-print`
+//! are on the `PATH`. Every child process is adopted by [`children`] so that dropping the
+//! link, or a signal to tessera, stops it.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::children::{self, Adopted};
+use super::device::run_device;
+use super::fault::{Delayed, FaultConfig, FaultInjector};
+use super::TransportError;
+
+/// How long QEMU's UART socket may take to appear.
+const QEMU_START: Duration = Duration::from_secs(10);
+/// How long the defmt decoder may take to print QEMU's last logs once QEMU is gone.
+const DECODER_DRAIN: Duration = Duration::from_secs(1);
+
+/// Both ends of a new link to a device, and what keeps the device running.
+pub(super) struct Link {
+    pub reader: Box<dyn Read + Send>,
+    pub writer: Box<dyn Write + Send>,
+    pub handle: DeviceHandle,
+}
+
+/// What keeps a device running; dropping it stops the device.
+pub(super) enum DeviceHandle {
+    /// The device thread, and our socket end: shutting it down ends the device's loop
+    /// even though the reader thread holds a duplicate of it.
+    Thread(Option<JoinHandle<()>>, UnixStream),
+    /// A `tessera device` process.
+    Child(Adopted),
+    /// The emulator, the defmt decoder reading its stdout, and the folder of its socket.
+    Qemu {
+        qemu: Option<Adopted>,
+        decoder: Option<Adopted>,
+        dir: PathBuf,
+    },
+}
+
+impl DeviceHandle {
+    /// How the device's process ended, if it has (waiting up to `limit` for it).
+    pub fn exit_status(&self, limit: Duration) -> Option<ExitStatus> {
+        match self {
+            Self::Child(child)
+            | Self::Qemu {
+                qemu: Some(child), ..
+            } => child.wait_timeout(limit).ok().flatten(),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for DeviceHandle {
+    fn drop(&mut self) {
+        match self {
+            Self::Thread(handle, control) => {
+                // Shutting the socket down (every duplicate of it) ends the device's loop.
+                let _ = control.shutdown(std::net::Shutdown::Both);
+                if let Some(handle) = handle.take() {
+                    let _ = handle.join();
+                }
+            }
+            // Dropping the adopted child kills and reaps it.
+            Self::Child(_) => {}
+            Self::Qemu { qemu, decoder, dir } => {
+                drop(qemu.take());
+                if let Some(decoder) = decoder.take() {
+                    // It ends by itself once QEMU's stdout closes; give it a moment to
+                    // print the last logs, then stop it anyway.
+                    let _ = decoder.wait_timeout(DECODER_DRAIN);
+                }
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// A device in a thread of this process, `memory` bytes of arena, optionally with faults
+/// injected in both directions (latency on the host's side only).
+pub(super) fn in_process(
+    replica: u32,
+    memory: usize,
+    faults: Option<FaultConfig>,
+) -> Result<Link, TransportError> {
+    let (host_end, device_end) = UnixStream::pair()?;
+    let device_reader = device_end.try_clone()?;
+    let device_faults = faults.map(|f| FaultConfig {
+        seed: f.seed ^ 0xD5,
+        latency: Duration::ZERO,
+        ..f
+    });
+    let thread = thread::Builder::new()
+        .name(format!("tessera-device-{replica}"))
+        .spawn(move || {
+            let writer: Box<dyn Write + Send> = match device_faults {
+                Some(config) => Box::new(FaultInjector::new(device_end, config)),
+                None => Box::new(device_end),
+            };
+            if let Err(e) = run_device(replica, memory, device_reader, writer) {
+                tracing::warn!(replica, error = %e, "device thread stopped");
+            }
+        })?;
+    let reader = host_end.try_clone()?;
+    let control = host_end.try_clone()?;
+    let writer: Box<dyn Write + Send> = match faults {
+        Some(config) if config.latency > Duration::ZERO => Box::new(Delayed::new(
+            FaultInjector::new(host_end, config),
+            config.latency,
+        )),
+        Some(config) => Box::new(FaultInjector::new(host_end, config)),
+        None => Box::new(host_end),
+    };
+    Ok(Link {
+        reader: Box::new(reader),
+        writer,
+        handle: DeviceHandle::Thread(Some(thread), control),
+    })
+}
+
+/// A device in a child process (`exe device`, `exe` being the `tessera` binary), speaking
+/// over its stdio.
+pub(super) fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Link, TransportError> {
+    let mut child = Command::new(exe)
+        .args(["device", "--replica", &replica.to_string()])
+        .args(["--memory", &memory.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|source| TransportError::Spawn {
+            program: exe.to_path_buf(),
+            source,
+        })?;
+    let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+    let child = children::adopt(child, "tessera device");
+    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+        return Err(io::Error::other("the child process has no stdio pipes").into());
+    };
+    Ok(Link {
+        reader: Box::new(stdout),
+        writer: Box::new(stdin),
+        handle: DeviceHandle::Child(child),
+    })
+}
+
+/// The firmware ELF `firmware` under `qemu-system-arm` (mps2-an385), its UART0 on a Unix
+/// socket, its defmt logs through `defmt-print` to stderr.
+pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError> {
+    check_firmware(firmware)?;
+    static LAUNCHES: AtomicU32 = AtomicU32::new(0);
+    let launch = LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tessera-qemu-{}-{launch}", std::process::id()));
+    fs::create_dir_all(&dir)?;
+    let socket = dir.join("uart0.sock");
+    let chardev = format!("socket,id=uart0,path={},server=on,wait=off", socket.display());
+    let mut qemu = Command::new("qemu-system-arm")
+        .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
+        .args(["-display", "none", "-monitor", "none"])
+        .args(["-semihosting-config", "enable=on,target=native"])
+        .args(["-chardev", &chardev, "-serial", "chardev:uart0", "-kernel"])
+        .arg(firmware)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|source| TransportError::Spawn {
+            program: "qemu-system-arm".into(),
+            source,
+        })?;
+    let logs = qemu.stdout.take();
+    let qemu = children::adopt(qemu, "qemu-system-arm");
+    let decoder = match logs {
+        Some(logs) => Some(
+            Command::new("defmt-print")
+                .arg("-e")
+                .arg(firmware)
+                .stdin(logs)
+                .stdout(Stdio::from(io::stderr()))
+                .spawn()
+                .map_err(|source| TransportError::Spawn {
+                    program: "defmt-print".into(),
+                    source,
+                })?,
+        ),
+        None => None,
+    }
+    .map(|decoder| children::adopt(decoder, "defmt-print"));
+    // From here on, an early return stops QEMU through the handle's drop.
+    let handle = DeviceHandle::Qemu {
+        qemu: Some(qemu),
+        decoder,
+        dir,
+    };
+    let stream = connect_when_ready(&socket, &handle, replica)?;
+    let reader = stream.try_clone()?;
+    Ok(Link {
+        reader: Box::new(reader),
+        writer: Box::new(stream),
+        handle,
+    })
+}
+
+/// Connects to QEMU's UART socket, which appears a moment after QEMU starts.
+fn connect_when_ready(
+    socket: &Path,
+    handle: &DeviceHandle,
+    replica: u32,
+) -> Result<UnixStream, TransportError> {
+    let start = Instant::now();
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if start.elapsed() > QEMU_START => return Err(e.into()),
+            Err(_) => {
+                if let Some(status) = handle.exit_status(Duration::ZERO) {
+                    return Err(TransportError::Exited { replica, status });
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// What is wrong with the firmware or the tools the QEMU placement needs.
+#[derive(Debug)]
+pub enum FirmwareError {
+    /// The firmware file cannot be read.
+    Unreadable {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The file is not a 32-bit little-endian ARM ELF executable.
+    NotArmElf {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A program the placement runs is not on the `PATH`.
+    MissingTool {
+        /// Its name.
+        tool: &'static str,
+        /// How to get it.
+        install: &'static str,
+    },
+}
+
+/// How to build the firmware, for error messages.
+const BUILD_FIRMWARE: &str =
+    "build it with `cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --release`";
+
+impl fmt::Display for FirmwareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unreadable { path, source } => write!(
+                f,
+                "cannot read the firmware {}: {source} ({BUILD_FIRMWARE})",
+                path.display()
+            ),
+            Self::NotArmElf { path } => write!(
+                f,
+                "{} is not the device firmware: it is not a 32-bit ARM ELF executable ({BUILD_FIRMWARE})",
+                path.display()
+            ),
+            Self::MissingTool { tool, install } => {
+                write!(f, "the QEMU placement needs `{tool}` on the PATH ({install})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FirmwareError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Unreadable { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Checks, before anything starts, that `firmware` is a 32-bit little-endian ARM ELF
+/// executable and that `qemu-system-arm` and `defmt-print` can be found.
+pub fn check_firmware(firmware: &Path) -> Result<(), FirmwareError> {
+    let unreadable = |source| FirmwareError::Unreadable {
+        path: firmware.to_path_buf(),
+        source,
+    };
+    let mut header = [0u8; 20];
+    File::open(firmware)
+        .and_then(|mut file| file.read_exact(&mut header))
+        .map_err(unreadable)?;
+    // e_ident: magic, ELFCLASS32 (1), ELFDATA2LSB (1); e_type ET_EXEC (2); e_machine EM_ARM (40).
+    let elf = header[..4] == *b"\x7fELF"
+        && header[4] == 1
+        && header[5] == 1
+        && u16::from_le_bytes([header[16], header[17]]) == 2
+        && u16::from_le_bytes([header[18], header[19]]) == 40;
+    if !elf {
+        return Err(FirmwareError::NotArmElf {
+            path: firmware.to_path_buf(),
+        });
+    }
+    for (tool, install) in [
+        ("qemu-system-arm", "apt-get install qemu-system-arm"),
+        ("defmt-print", "cargo install --locked defmt-print"),
+    ] {
+        if !on_path(tool) {
+            return Err(FirmwareError::MissingTool { tool, install });
+        }
+    }
+    Ok(())
+}
+
+/// True when an executable file named `tool` is in a directory of `PATH`.
+fn on_path(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            fs::metadata(dir.join(tool)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}

@@ -1,0 +1,444 @@
+//! Every argument of `tessera` is checked against its documented range: a bad value is a
+//! one-line error naming the argument and its range, exit status 2 — never a panic (101),
+//! an abort (a signal), a huge allocation or a run that prints "ok:".
+//!
+//! Each row of the tables below is a reproduction of a bug the command had; its comment
+//! says which.
+
+use std::process::{Command, Output, Stdio};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        // The hidden `device` subcommand serves stdin: give it none.
+        .stdin(Stdio::null())
+        .output()
+        .expect("the tessera binary runs")
+}
+
+/// One invalid command line: what the error must name.
+struct Rejected {
+    args: &'static [&'static str],
+    /// The argument the one-line error names.
+    argument: &'static str,
+    /// The allowed range (or rule) the error states.
+    range: &'static str,
+}
+
+const fn rejected(
+    args: &'static [&'static str],
+    argument: &'static str,
+    range: &'static str,
+) -> Rejected {
+    Rejected {
+        args,
+        argument,
+        range,
+    }
+}
+
+fn assert_rejected(cases: &[Rejected]) {
+    let mut failures = Vec::new();
+    for case in cases {
+        let out = tessera(case.args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let problems: Vec<&str> = [
+            (out.status.code().is_none(), "killed by a signal (abort)"),
+            (out.status.code() == Some(101), "panicked (exit 101)"),
+            (out.status.code() != Some(2), "exit status is not 2"),
+            (stderr.contains("panicked"), "stderr says panicked"),
+            (
+                stderr.trim_end().lines().count() != 1,
+                "stderr is not one line",
+            ),
+            (
+                !stderr.contains(case.argument),
+                "stderr does not name the argument",
+            ),
+            (
+                !stderr.contains(case.range),
+                "stderr does not state the range",
+            ),
+            (stdout.contains("ok:"), "stdout says ok"),
+        ]
+        .into_iter()
+        .filter_map(|(bad, what)| bad.then_some(what))
+        .collect();
+        if !problems.is_empty() {
+            failures.push(format!(
+                "tessera {}: {} (status {:?})\n  stderr: {}\n  stdout: {}",
+                case.args.join(" "),
+                problems.join(", "),
+                out.status,
+                stderr.trim_end(),
+                stdout.trim_end()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn layout_rejects_out_of_range_arguments() {
+    assert_rejected(&[
+        // Capacity overflow panic: the report allocated one entry per replica.
+        rejected(
+            &["layout", "--replicas", "18446744073709551615"],
+            "--replicas",
+            "1..=4096",
+        ),
+        // Abort: 4·10⁹ replicas in one group.
+        rejected(
+            &["layout", "--replicas", "4000000000", "--comm", "all"],
+            "--replicas",
+            "1..=4096",
+        ),
+        // Allocated 8 GB, then aborted: 10⁸ groups of one.
+        rejected(
+            &["layout", "--replicas", "100000000", "--comm", "none"],
+            "--replicas",
+            "1..=4096",
+        ),
+        // Zero replicas: the lower bound is part of the range.
+        rejected(&["layout", "--replicas", "0"], "--replicas", "1..=4096"),
+        // A negative number read as an unknown flag, not as a bad --replicas.
+        rejected(&["layout", "--replicas", "-1"], "--replicas", "1..=4096"),
+        // One huge dimension: the shape's size was unbounded.
+        rejected(
+            &[
+                "layout",
+                "--replicas",
+                "8",
+                "--shape",
+                "18446744073709551615",
+            ],
+            "--shape",
+            "0..=1073741824",
+        ),
+        // Dimensions each in range whose product is not: the product is bounded too.
+        rejected(
+            &["layout", "--replicas", "8", "--shape", "1048576,1048576"],
+            "--shape",
+            "at most 1073741824",
+        ),
+        // An unbounded shard domain.
+        rejected(
+            &[
+                "layout",
+                "--replicas",
+                "8",
+                "--shape",
+                "4",
+                "--shard-domain",
+                "18446744073709551615",
+            ],
+            "--shard-domain",
+            "1..=4096",
+        ),
+        // Unbounded instance counts.
+        rejected(
+            &[
+                "layout",
+                "--replicas",
+                "8",
+                "--instances",
+                "18446744073709551615",
+            ],
+            "--instances",
+            "1..=4096",
+        ),
+        rejected(
+            &[
+                "layout",
+                "--replicas",
+                "8",
+                "--instance",
+                "18446744073709551615",
+            ],
+            "--instance",
+            "0..=4095",
+        ),
+        // An explicit grouping with an unbounded stride.
+        rejected(
+            &[
+                "layout",
+                "--replicas",
+                "8",
+                "--grouping",
+                "18446744073709551615:2",
+            ],
+            "--grouping",
+            "1..=4096",
+        ),
+        // A comm group that does not divide the replicas: the error names both arguments.
+        rejected(
+            &["layout", "--replicas", "8", "--comm", "consecutive:3"],
+            "--comm consecutive:3",
+            "--replicas 8",
+        ),
+    ]);
+}
+
+#[test]
+fn train_rejects_out_of_range_arguments() {
+    assert_rejected(&[
+        // Index panic: a sample of zero elements.
+        rejected(&["train", "--inputs", "0"], "--inputs", "1..=256"),
+        rejected(&["train", "--outputs", "0"], "--outputs", "1..=256"),
+        // Larger than a device frame (QEMU's is 2048 bytes).
+        rejected(&["train", "--inputs", "257"], "--inputs", "1..=256"),
+        // Capacity overflow panic: the step losses were pre-allocated from --steps.
+        rejected(
+            &["train", "--steps", "18446744073709551615"],
+            "--steps",
+            "1..=1000000",
+        ),
+        // Allocation abort: 10¹⁴ step losses.
+        rejected(
+            &["train", "--steps", "100000000000000"],
+            "--steps",
+            "1..=1000000",
+        ),
+        // Printed "ok" with a loss of 0 at step 0.
+        rejected(&["train", "--steps", "0"], "--steps", "1..=1000000"),
+        // A confusing message about slots and FIFOs instead of naming --dropout.
+        rejected(&["train", "--dropout", "1"], "--dropout", "[0, 1)"),
+        rejected(&["train", "--dropout", "NaN"], "--dropout", "[0, 1)"),
+        rejected(&["train", "--dropout", "-0.5"], "--dropout", "[0, 1)"),
+        // Printed "ok": NaN and infinite learning rates slipped past the self-check.
+        rejected(
+            &["train", "--learning-rate", "NaN"],
+            "--learning-rate",
+            "(0, 10]",
+        ),
+        rejected(
+            &["train", "--learning-rate", "inf"],
+            "--learning-rate",
+            "(0, 10]",
+        ),
+        // 1e39 is an f32 infinity.
+        rejected(
+            &["train", "--learning-rate", "1e39"],
+            "--learning-rate",
+            "(0, 10]",
+        ),
+        // Non-positive and too large learning rates.
+        rejected(
+            &["train", "--learning-rate", "-0.1"],
+            "--learning-rate",
+            "(0, 10]",
+        ),
+        rejected(
+            &["train", "--learning-rate", "0"],
+            "--learning-rate",
+            "(0, 10]",
+        ),
+        rejected(
+            &["train", "--learning-rate", "11"],
+            "--learning-rate",
+            "(0, 10]",
+        ),
+        // A NaN, negative or infinite tolerance made the check meaningless.
+        rejected(&["train", "--tolerance", "NaN"], "--tolerance", "[0, 1]"),
+        rejected(&["train", "--tolerance", "-1"], "--tolerance", "[0, 1]"),
+        rejected(&["train", "--tolerance", "inf"], "--tolerance", "[0, 1]"),
+        // The runtime drives at most 64 replicas.
+        rejected(&["train", "--replicas", "0"], "--replicas", "1..=64"),
+        rejected(
+            &["train", "--replicas", "65", "--comm", "none"],
+            "--replicas",
+            "1..=64",
+        ),
+        // Unbounded schedule sizes.
+        rejected(
+            &["train", "--batches-per-step", "0"],
+            "--batches-per-step",
+            "1..=1024",
+        ),
+        rejected(
+            &["train", "--batches-per-step", "18446744073709551615"],
+            "--batches-per-step",
+            "1..=1024",
+        ),
+        rejected(
+            &["train", "--accumulation", "0"],
+            "--accumulation",
+            "1..=1024",
+        ),
+        rejected(
+            &["train", "--accumulation", "1025"],
+            "--accumulation",
+            "1..=1024",
+        ),
+        // More micro-batches per replica than a device FIFO holds (16-bit depth).
+        rejected(
+            &[
+                "train",
+                "--batches-per-step",
+                "1024",
+                "--accumulation",
+                "1024",
+            ],
+            "--batches-per-step × --accumulation",
+            "65535",
+        ),
+        // One step's arrays beyond 64 MiB, refused before any device starts.
+        rejected(
+            &[
+                "train",
+                "--replicas",
+                "64",
+                "--comm",
+                "none",
+                "--inputs",
+                "256",
+                "--outputs",
+                "256",
+                "--batches-per-step",
+                "256",
+                "--accumulation",
+                "4",
+            ],
+            "--replicas",
+            "64 MiB",
+        ),
+        // A comm group that does not divide the replicas: the error names both.
+        rejected(
+            &["train", "--replicas", "4", "--comm", "consecutive:3"],
+            "--comm consecutive:3",
+            "--replicas 4",
+        ),
+        rejected(
+            &["train", "--replicas", "4", "--comm", "orthogonal:0"],
+            "--comm orthogonal:0",
+            "--replicas 4",
+        ),
+    ]);
+}
+
+#[test]
+fn device_rejects_out_of_range_memory() {
+    assert_rejected(&[
+        // The hidden child-process subcommand allocated whatever --memory said.
+        rejected(
+            &[
+                "device",
+                "--replica",
+                "0",
+                "--memory",
+                "18446744073709551615",
+            ],
+            "--memory",
+            "4096..=1073741824",
+        ),
+        rejected(
+            &["device", "--replica", "0", "--memory", "0"],
+            "--memory",
+            "4096..=1073741824",
+        ),
+    ]);
+}
+
+#[test]
+fn the_smallest_training_run_passes() {
+    let out = tessera(&["train", "--steps", "1", "--replicas", "1", "--comm", "none"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ok:"), "{stdout}");
+    assert!(stdout.contains("at step 1"), "{stdout}");
+}
+
+#[test]
+fn a_diverged_run_fails_the_check() {
+    // The largest learning rate is allowed, and the run overflows f32: the check must
+    // fail on the infinities and NaNs, not pass them (f64::max used to drop NaN).
+    let out = tessera(&["train", "--learning-rate", "10"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("ok:"), "{stdout}");
+    assert!(
+        stderr.contains("differs from the host reference"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_largest_layout_has_bounded_output() {
+    let args = ["layout", "--replicas", "4096", "--comm", "none"];
+    let out = tessera(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.len() < 1 << 20, "{} bytes", out.stdout.len());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().any(|l| l.trim_start().starts_with("4095 ")));
+
+    let mut json = args.to_vec();
+    json.push("--json");
+    let out = tessera(&json);
+    assert!(out.status.success());
+    assert!(out.stdout.len() < 4 << 20, "{} bytes", out.stdout.len());
+
+    let svg = std::env::temp_dir().join(format!("tessera-cli-args-{}.svg", std::process::id()));
+    let mut drawn = args.to_vec();
+    drawn.extend(["--shape", "1024,1048576", "--svg", svg.to_str().unwrap()]);
+    let out = tessera(&drawn);
+    let picture = std::fs::read_to_string(&svg);
+    std::fs::remove_file(&svg).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let picture = picture.unwrap();
+    assert_eq!(
+        picture.matches(">replica ").count(),
+        256,
+        "at most 256 replicas are drawn"
+    );
+    assert!(picture.contains("and 3840 more replicas"));
+    assert!(picture.len() < 1 << 20, "{} bytes", picture.len());
+}
+
+#[test]
+fn help_documents_the_ranges() {
+    let out = tessera(&["train", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for range in [
+        "Number of replicas (1–64)",
+        "Elements of one input sample (1–256)",
+        "Elements of one output (1–256)",
+        "(1–1024",
+        "64 MiB",
+        "Training steps (1–1000000)",
+        "(0, 10]",
+        "[0, 1)",
+        "[0, 1]",
+    ] {
+        assert!(
+            help.contains(range),
+            "train --help lacks {range:?}:\n{help}"
+        );
+    }
+    let out = tessera(&["layout", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for range in ["(1–4096)", "1073741824", "0–4095", "256 replicas"] {
+        assert!(
+            help.contains(range),
+            "layout --help lacks {range:?}:\n{help}"
+        );
+    }
+    let out = tessera(&["device", "--help"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("4096–1073741824"));
+}
