@@ -276,6 +276,20 @@ fn parse_stride_size(text: &str) -> Result<(usize, usize), String> {
     Ok((part(stride)?, part(size)?))
 }
 
+/// Logs (retries, timeouts, device errors, processes started) go to stderr at the level
+/// `TESSERA_LOG` names (error, warn, info, debug, trace; warn when unset or unreadable).
+fn init_logging() {
+    let level = std::env::var("TESSERA_LOG")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::WARN);
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .init();
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -293,8 +307,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logging();
     match cli.command {
-        Command::Train(args) => train(args),
+        Command::Train(args) => {
+            // Ctrl-C or a kill must not leave device processes or QEMUs behind.
+            if let Err(e) = tessera_host::transport::children::stop_on_signals() {
+                eprintln!("error: cannot watch for signals: {e}");
+                return ExitCode::FAILURE;
+            }
+            train(args)
+        }
         Command::Layout(args) => layout(args),
         Command::Device { replica, memory } => {
             // Stdout carries frames only; a closed stdin (the host went away) ends it.
@@ -344,6 +366,14 @@ fn train(args: TrainArgs) -> ExitCode {
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     // The rules that span several arguments (grouping, step size): before anything starts.
+    // The QEMU placement's firmware and tools are checked before anything is printed or
+    // started (the runtime checks again for library users).
+    if let Placement::Qemu(firmware) = &job.placement {
+        if let Err(e) = tessera_host::transport::check_firmware(firmware) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if let Err(e) = job.validate() {
         eprintln!("error: {e}");
         return ExitCode::from(2);

@@ -442,3 +442,29 @@ fn help_documents_the_ranges() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("4096–1073741824"));
 }
+
+#[test]
+fn qemu_without_its_firmware_says_so_before_starting_anything() {
+    const EXE: &str = env!("CARGO_BIN_EXE_tessera");
+    assert_rejected(&[
+        // A missing firmware started QEMU anyway: "device 4294967295 closed its link", a
+        // defmt-print backtrace and a QEMU register dump.
+        rejected(
+            &[
+                "train",
+                "--placement",
+                "qemu",
+                "--firmware",
+                "/nonexistent/tessera-firmware",
+            ],
+            "/nonexistent/tessera-firmware",
+            "cannot read the firmware",
+        ),
+        // A file that is no ARM firmware at all (this very binary).
+        rejected(
+            &["train", "--placement", "qemu", "--firmware", EXE],
+            EXE,
+            "is not the device firmware",
+        ),
+    ]);
+}

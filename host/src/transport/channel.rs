@@ -141,7 +141,11 @@ impl Channel {
             // A device process that ended before its hello says how it ended.
             Err(TransportError::Closed { .. }) => {
                 return Err(match channel.handle.exit_status(EXIT_GRACE) {
-                    Some(status) => TransportError::Exited { replica, status },
+                    Some(status) => TransportError::Exited {
+                        replica,
+                        program: channel.handle.program(),
+                        status,
+                    },
                     None => TransportError::Closed { replica },
                 })
             }

@@ -117,7 +117,13 @@ pub fn stop_on_signals() -> io::Result<()> {
                     .spawn(move || {
                         if let Some(signal) = signals.forever().next() {
                             tracing::warn!(signal, "stopping every device process, then exiting");
-                            stop_all();
+                            // The registry stays locked until the process is gone: a thread
+                            // that meanwhile sees its device vanish blocks in the drop of
+                            // that device's handle instead of exiting with an error first.
+                            let mut children = registry();
+                            for (_, child) in children.iter_mut() {
+                                stop(child);
+                            }
                             std::process::exit(128 + signal);
                         }
                     })

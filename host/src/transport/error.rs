@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 
 use tessera_core::wire::{ErrorCode, RequestKind};
 
-use super::spawn::FirmwareError;
+use super::spawn::{self, FirmwareError};
 
 /// Why a request, a step or a placement failed.
 #[derive(Debug)]
@@ -33,6 +33,8 @@ pub enum TransportError {
     Exited {
         /// The replica.
         replica: u32,
+        /// The program that ran it.
+        program: &'static str,
         /// How it ended.
         status: ExitStatus,
     },
@@ -119,8 +121,16 @@ impl fmt::Display for TransportError {
             }
             Self::Firmware(e) => e.fmt(f),
             Self::Closed { replica } => write!(f, "device {replica} closed its link"),
-            Self::Exited { replica, status } => {
-                write!(f, "device {replica} exited ({status}) before it answered")
+            Self::Exited {
+                replica,
+                program,
+                status,
+            } => {
+                write!(f, "device {replica} ({program}) exited ({status}) before it answered")?;
+                if *program == spawn::QEMU {
+                    f.write_str(": is the firmware the tessera device (tessera-firmware)?")?;
+                }
+                Ok(())
             }
             Self::Timeout {
                 replica,

@@ -23,6 +23,11 @@ use super::device::run_device;
 use super::fault::{Delayed, FaultConfig, FaultInjector};
 use super::TransportError;
 
+/// The emulator the QEMU placement runs.
+pub(super) const QEMU: &str = "qemu-system-arm";
+/// The program that runs a device in a child process.
+const DEVICE_PROCESS: &str = "tessera device";
+
 /// How long QEMU's UART socket may take to appear.
 const QEMU_START: Duration = Duration::from_secs(10);
 /// How long the defmt decoder may take to print QEMU's last logs once QEMU is gone.
@@ -51,6 +56,15 @@ pub(super) enum DeviceHandle {
 }
 
 impl DeviceHandle {
+    /// The program running the device.
+    pub fn program(&self) -> &'static str {
+        match self {
+            Self::Thread(..) => "thread",
+            Self::Child(_) => DEVICE_PROCESS,
+            Self::Qemu { .. } => QEMU,
+        }
+    }
+
     /// How the device's process ended, if it has (waiting up to `limit` for it).
     pub fn exit_status(&self, limit: Duration) -> Option<ExitStatus> {
         match self {
@@ -145,7 +159,7 @@ pub(super) fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<L
             source,
         })?;
     let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-    let child = children::adopt(child, "tessera device");
+    let child = children::adopt(child, DEVICE_PROCESS);
     let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
         return Err(io::Error::other("the child process has no stdio pipes").into());
     };
@@ -166,7 +180,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
     fs::create_dir_all(&dir)?;
     let socket = dir.join("uart0.sock");
     let chardev = format!("socket,id=uart0,path={},server=on,wait=off", socket.display());
-    let mut qemu = Command::new("qemu-system-arm")
+    let mut qemu = Command::new(QEMU)
         .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
         .args(["-display", "none", "-monitor", "none"])
         .args(["-semihosting-config", "enable=on,target=native"])
@@ -177,11 +191,11 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|source| TransportError::Spawn {
-            program: "qemu-system-arm".into(),
+            program: QEMU.into(),
             source,
         })?;
     let logs = qemu.stdout.take();
-    let qemu = children::adopt(qemu, "qemu-system-arm");
+    let qemu = children::adopt(qemu, QEMU);
     let decoder = match logs {
         Some(logs) => Some(
             Command::new("defmt-print")
@@ -226,7 +240,11 @@ fn connect_when_ready(
             Err(e) if start.elapsed() > QEMU_START => return Err(e.into()),
             Err(_) => {
                 if let Some(status) = handle.exit_status(Duration::ZERO) {
-                    return Err(TransportError::Exited { replica, status });
+                    return Err(TransportError::Exited {
+                        replica,
+                        program: QEMU,
+                        status,
+                    });
                 }
                 thread::sleep(Duration::from_millis(10));
             }
@@ -314,7 +332,7 @@ pub fn check_firmware(firmware: &Path) -> Result<(), FirmwareError> {
         });
     }
     for (tool, install) in [
-        ("qemu-system-arm", "apt-get install qemu-system-arm"),
+        (QEMU, "apt-get install qemu-system-arm"),
         ("defmt-print", "cargo install --locked defmt-print"),
     ] {
         if !on_path(tool) {
