@@ -1,5 +1,22 @@
 //! Data types an accelerator streams, and the checked conversion of a host input buffer
-//! into a replica's buffer (SEMANTICS §5, "Reading an input").
+//! into a replica's buffer.
+//!
+//! # Conversion rules
+//!
+//! Reading the user's buffer of type `from` into a replica buffer of type `to`
+//! ([`convert_input`]):
+//!
+//! - the same type: the bytes are copied;
+//! - `int64` into `int32`: every value is narrowed; a value outside `i32`'s range is an
+//!   error naming the tensor, the element's index and the value (**tessera:** PopART
+//!   truncates it instead);
+//! - `uint8` into `float8_e4m3` or `float8_e5m2`: the bytes are copied (hosts carry 8-bit
+//!   floats as `uint8`);
+//! - any other pair: a type-discrepancy error naming the tensor and both types.
+//!
+//! The replica buffer's length fixes the element count; the user's buffer must hold exactly
+//! that many elements of its own type, or it is a size error naming the tensor, both byte
+//! sizes and the element count.
 //!
 //! Buffers are bytes in the machine's native byte order (little-endian on every tessera
 //! target). They need no particular alignment: aligned buffers take a cast through

@@ -1,10 +1,22 @@
-//! Shard layouts for replicated weight sharding (SEMANTICS §3).
+//! Shard layouts for replicated weight sharding.
 //!
 //! A sharded variable of `n` elements is spread over a *shard domain* of `D` replicas. Each
 //! replica holds a shard of `T` elements, padding included; the *gathered* buffer is the
 //! `D` shards one after another (`D·T` elements). A layout is the list of intervals of the
 //! gathered buffer that, concatenated in order, reproduce the tensor; positions outside
 //! every interval are padding and hold zeros.
+//!
+//! # Layouts
+//!
+//! - **Balanced** ([`ShardLayout::balanced`], PopART's layout for a tensor in one region):
+//!   `T = ⌈n/D⌉` and `V = ⌈n/T⌉` shards hold data. Shard `r < V` holds reference elements
+//!   `[⌊r·n/V⌋, ⌊(r+1)·n/V⌋)` at its start, padding after them; shards `r ≥ V` are all
+//!   padding. For `n = 30`, `D = 4`: `T = 8` and the shards hold 7, 8, 7 and 8 elements.
+//! - **Padded tail** ([`ShardLayout::padded_tail`], FSDP and DeepSpeed): `T = ⌈n/D⌉`;
+//!   shard `r` holds `[r·T, min((r+1)·T, n))`, so only the tail is padding.
+//! - **Explicit** ([`ShardLayout::explicit`]): `D`, `T` and the intervals as loaded from a
+//!   saved executable. The intervals must lie inside `[0, D·T)`, be disjoint, and have
+//!   lengths adding up to `n`.
 //!
 //! All layouts answer the same two questions through one code path: which [`Piece`]s of the
 //! reference tensor shard `m` holds ([`ShardLayout::pieces`]), and which parts of it are
@@ -214,6 +226,7 @@ impl<'a> ShardLayout<'a> {
 
     /// Elements of the gathered buffer, `D·T` (checked when the layout was built).
     pub fn gathered_len(&self) -> usize {
+        // Cannot overflow: checked by every constructor.
         self.domain * self.per_replica
     }
 
@@ -247,6 +260,7 @@ impl<'a> ShardLayout<'a> {
                 (shard.min(filled), (shard + 1).min(filled))
             }
         };
+        // Cannot overflow: `shard < D`, so the shard ends by `D·T`, checked at build.
         let first = shard * self.per_replica;
         let shard_range = Interval {
             begin: first,
@@ -310,6 +324,7 @@ impl<'a> ShardLayout<'a> {
                     }
                 };
                 let (from, to) = (split(i), split(i + 1));
+                // Cannot overflow: `i < V ≤ D`, and `D·T` was checked at build.
                 let begin = i * t;
                 (
                     Interval {

@@ -159,6 +159,36 @@ proptest! {
         let _ = layout.to_replicas(&from, &mut slots[..half]);
         let _ = layout.to_host(&mut slots[..half], &mut to);
     }
+
+    /// Huge element counts on small groupings: every size query and the size checks of
+    /// every transfer (with empty buffers, so nothing is allocated). Catches a byte size
+    /// that `new` did not check, such as the all-replicas buffer `downsample` reads when
+    /// the layout returns one row per group.
+    #[test]
+    fn transfers_with_huge_sizes(
+        s in 1usize..4, k in 1usize..4, blocks in 1usize..4, mode in retrieval(),
+        elements in size(), es in size(), domain in 0usize..5, padded in any::<bool>(),
+    ) {
+        let n = s * k * blocks;
+        let spec = GroupingSpec::Strided { stride: s, group_size: k };
+        let vs = VariableSettings::new(spec, mode, n).unwrap();
+        let shard = match (domain, padded) {
+            (0, _) => None,
+            (d, true) => ShardLayout::padded_tail(elements, d).ok(),
+            (d, false) => ShardLayout::balanced(elements, d).ok(),
+        };
+        let Ok(layout) = WeightLayout::new(vs, elements, es, shard, InstanceWindow::whole(n)) else {
+            return Ok(());
+        };
+        let _ = (layout.from_host_bytes(), layout.to_host_bytes(), layout.slot_bytes());
+        for local in 0..n {
+            let _ = layout.placement(local);
+        }
+        let mut slots: Vec<Vec<u8>> = vec![Vec::new(); n];
+        let _ = layout.to_replicas(&[], &mut slots[..]);
+        let _ = layout.to_host(&mut slots[..], &mut []);
+        let _ = layout.downsample(&[], &mut []);
+    }
 }
 
 mod streams {
@@ -217,6 +247,9 @@ mod streams {
             if let Ok(flow) = DataFlow::new(bps, af) {
                 let _ = flow.check_anchor(a);
                 let _ = flow.outputs_per_replica(Some(a));
+                let _ = flow.micro_batch(batch, micro);
+                let _ = a.output_index(batch, micro, &flow);
+                let _ = a.output_index(bps.saturating_sub(1), af.saturating_sub(1), &flow);
                 for kind in [StreamKind::Input { broadcast }, StreamKind::Output(a)] {
                     let spec = StreamSpec { name: "s", sample_elements: sample, kind };
                     let _ = flow.expected_elements(&spec, replicas);

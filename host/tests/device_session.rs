@@ -3,7 +3,9 @@
 //! 2 groups), stream data through the splitter, training steps with the gradient averaged
 //! in each group, anchors and weights back — checked against the f64 host reference.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_firmware_sim::rng::Rng;
@@ -128,25 +130,8 @@ fn session_in_child_processes() {
     ))));
 }
 
-/// The firmware ELF: `$TESSERA_FIRMWARE`, or the release build in this workspace.
-fn firmware() -> PathBuf {
-    let path = std::env::var_os("TESSERA_FIRMWARE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/thumbv7m-none-eabi/release/tessera-firmware")
-        });
-    assert!(
-        path.exists(),
-        "the QEMU session cannot run: no firmware at {}; build it with `cargo build -p \\
-         tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --release` \\
-         (tests/ci.sh does)",
-        path.display()
-    );
-    path
-}
-
 #[test]
+#[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn session_in_qemu() {
-    run_session(Placement::Qemu(firmware()));
+    run_session(Placement::Qemu(common::firmware()));
 }

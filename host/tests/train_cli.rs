@@ -1,6 +1,8 @@
 //! `tessera train` as a user runs it: it trains, checks itself against the host reference,
 //! and says so; bad input is a one-line error.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn tessera_train(args: &[&str]) -> Output {
@@ -57,4 +59,35 @@ fn invalid_groupings_name_the_rule() {
         stderr.contains("divide the number of replicas (3)"),
         "{stderr}"
     );
+}
+
+/// The README's main job, as it is, on `placement`: it must pass its own reference check.
+/// Under QEMU it once failed every time (late reductions applied to the wrong round).
+fn the_default_job_passes_on(placement: &str, extra: &[&str]) {
+    let mut args = vec!["--placement", placement];
+    args.extend_from_slice(extra);
+    let out = tessera_train(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok: the accelerator matches the host reference"),
+        "{placement}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_default_job_passes_in_threads() {
+    the_default_job_passes_on("thread", &[]);
+}
+
+#[test]
+fn the_default_job_passes_in_child_processes() {
+    the_default_job_passes_on("process", &[]);
+}
+
+#[test]
+#[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
+fn the_default_job_passes_in_qemu() {
+    let firmware = common::firmware();
+    the_default_job_passes_on("qemu", &["--firmware", firmware.to_str().unwrap()]);
 }

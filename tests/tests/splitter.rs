@@ -1,5 +1,7 @@
-//! The step-IO splitter against PopART's trace, SEMANTICS' scenarios, and properties over
-//! arbitrary interleavings of per-replica calls (SEMANTICS §5).
+//! The step-IO splitter against PopART's trace, hand-written scenarios (depths, reset,
+//! outputs, broadcast, every error), and properties over arbitrary interleavings of
+//! per-replica calls. The rules checked are the round-robin rules stated in the docs of
+//! core's `stream` and `stream::splitter` modules.
 
 use std::collections::BTreeSet;
 

@@ -1,5 +1,6 @@
 //! PopART's data-flow and anchor cases (`tests/data/streams.json`): period rules, anchor
-//! parsing, the identity model's returned anchors, and the input size check.
+//! parsing, the identity model's returned anchors (inference, and training with gradient
+//! accumulation), and the input size check.
 
 use serde_json::Value;
 use tessera_core::stream::{
@@ -99,7 +100,20 @@ impl UpstreamIo for ArrayIo {
 /// Runs the identity model (output = input) for one step on one replica and returns what
 /// the anchor hands the host.
 fn identity_model(input: &[f32], sample: usize, bps: usize, anchor: AnchorReturnType) -> Vec<f32> {
-    let flow = DataFlow::new(bps, 1).unwrap();
+    accumulating_identity_model(input, sample, bps, 1, anchor)
+}
+
+/// The identity model over `bps` batches of `af` micro-batches: the device loop asks
+/// [`AnchorReturnType::action`] what to do with each micro-batch's output, and the output
+/// buffer it writes must be the one [`AnchorReturnType::output_index`] names.
+fn accumulating_identity_model(
+    input: &[f32],
+    sample: usize,
+    bps: usize,
+    af: usize,
+    anchor: AnchorReturnType,
+) -> Vec<f32> {
+    let flow = DataFlow::new(bps, af).unwrap();
     flow.check_anchor(anchor).unwrap();
     let x_spec = StreamSpec {
         name: "x",
@@ -126,21 +140,30 @@ fn identity_model(input: &[f32], sample: usize, bps: usize, anchor: AnchorReturn
     };
     let mut sum = vec![0.0f32; sample];
     for batch in 0..bps {
-        let j = s.input(&mut io, x, 0, false).unwrap().unwrap();
-        let value: Vec<f32> = io.input[j * sample..][..sample].to_vec();
-        s.input_complete(&mut io, x, 0).unwrap();
-        let write = match anchor.action(batch, 0, bps, 1) {
-            AnchorAction::Skip => None,
-            AnchorAction::Write => Some(value),
-            AnchorAction::Accumulate { emit } => {
-                sum.iter_mut().zip(&value).for_each(|(acc, v)| *acc += v);
-                emit.then(|| sum.clone())
+        for micro in 0..af {
+            let j = s.input(&mut io, x, 0, false).unwrap().unwrap();
+            let value: Vec<f32> = io.input[j * sample..][..sample].to_vec();
+            s.input_complete(&mut io, x, 0).unwrap();
+            let write = match anchor.action(batch, micro, bps, af) {
+                AnchorAction::Skip => None,
+                AnchorAction::Write => Some(value),
+                AnchorAction::Accumulate { emit } => {
+                    sum.iter_mut().zip(&value).for_each(|(acc, v)| *acc += v);
+                    emit.then(|| sum.clone())
+                }
+            };
+            let index = anchor.output_index(batch, micro, &flow);
+            assert_eq!(
+                index.is_some(),
+                write.is_some(),
+                "{anchor}: action and output_index disagree at batch {batch} micro {micro}"
+            );
+            if let Some(data) = write {
+                let k = s.output(&mut io, y, 0).unwrap();
+                assert_eq!(Some(k), index, "{anchor}: batch {batch} micro {micro}");
+                io.output[k * sample..][..sample].copy_from_slice(&data);
+                s.output_complete(&mut io, y, 0).unwrap();
             }
-        };
-        if let Some(data) = write {
-            let k = s.output(&mut io, y, 0).unwrap();
-            io.output[k * sample..][..sample].copy_from_slice(&data);
-            s.output_complete(&mut io, y, 0).unwrap();
         }
     }
     io.output
@@ -188,5 +211,41 @@ fn identity_model_returns_what_popart_returns() {
     assert_eq!(
         identity_model(&input, 2, 4, AnchorReturnType::Sum),
         floats(&pairs["sum"])
+    );
+}
+
+/// PopART's training cases (`test_simple_training_session`): gradient accumulation numbers
+/// a step's micro-batches `m = batch·af + micro`, and `everyn:P` returns the `m` with
+/// `m % P == P − 1`. Catches an `EveryN` that counts batches instead of micro-batches: with
+/// bps 2, af 2, `everyn:2` must return micro-batches 1 and 3 (`[[3,4],[7,8]]`), not both
+/// micro-batches of batch 1 (`[[5,6],[7,8]]`). The other anchors of the same cases pin
+/// `all`, `final` and `sum` under accumulation.
+#[test]
+fn training_with_accumulation_returns_what_popart_returns() {
+    let doc: Value = serde_json::from_str(STREAMS).unwrap();
+    let cases = doc["training"].as_array().unwrap();
+    let mut checked = 0;
+    for case in cases {
+        let bps = case["bps"].as_u64().unwrap() as usize;
+        let af = case["af"].as_u64().unwrap() as usize;
+        let sample = case["sample"].as_u64().unwrap() as usize;
+        let input = floats(&case["input"]);
+        for (text, expected) in case["returns"].as_object().unwrap() {
+            let anchor: AnchorReturnType = text.parse().unwrap();
+            assert_eq!(
+                accumulating_identity_model(&input, sample, bps, af, anchor),
+                floats(expected),
+                "{}: {text}",
+                case["note"]
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 10, "streams.json lost training cases");
+    assert!(
+        cases
+            .iter()
+            .any(|c| c["af"] == 2 && c["bps"] == 2 && !c["returns"]["everyn:2"].is_null()),
+        "streams.json lost PopART's bps 2, af 2, everyn:2 case"
     );
 }

@@ -1,5 +1,6 @@
 //! Weights sent to the replicas and fetched back reproduce the host buffer, for every shard
-//! layout, grouping, retrieval mode and instance split (SEMANTICS §4).
+//! layout, grouping, retrieval mode and instance split, following the rules in core's
+//! `transfer` module docs.
 //!
 //! Each instance runs `to_replicas` and `to_host` on its own window; the instances' host
 //! buffers are then combined the way the returned collective says (allgather of window rows,
@@ -241,7 +242,8 @@ proptest! {
     }
 }
 
-/// The grouping of SEMANTICS' worked example, across two instances, every layout.
+/// The grouping (8, 2, 4) of the example in `ReplicaGrouping`'s docs (two interleaved
+/// groups of four), across two instances, every layout.
 #[test]
 fn orthogonal_groups_split_across_instances() {
     for shard in [

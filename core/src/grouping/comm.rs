@@ -2,10 +2,29 @@ use core::fmt;
 
 use super::{GroupingError, ReplicaGrouping};
 
-/// The named groupings users write (SEMANTICS §2).
+/// The named groupings users write.
 ///
 /// `Consecutive(k)` and `Orthogonal(k)` both make groups of `k` members; consecutive groups
 /// are blocks of neighbours, orthogonal groups take every `(N / k)`-th replica.
+///
+/// # Rules
+///
+/// As a grouping `(N, stride, group size)` of `N` replicas ([`to_grouping`](Self::to_grouping)):
+///
+/// - `All` → `(N, 1, N)`: one group;
+/// - `Consecutive(k)` → `(N, 1, k)`: groups `{0..k}`, `{k..2k}`, …;
+/// - `Orthogonal(k)` → `(N, N/k, k)`: `G = N/k` groups of `k` members spaced `G` apart,
+///   group `g` = `{g, g+G, g+2G, …}`;
+/// - `None` → `(N, 1, 1)`: every replica alone.
+///
+/// `k` must divide `N`. Back from a grouping ([`from_grouping`](Self::from_grouping)), the
+/// tests run in this order: group size 1 → `None`; group size `N` → `All`; stride `G` →
+/// `Orthogonal(k)`; stride 1 → `Consecutive(k)`; any other grouping has no name. So a
+/// comm group survives the round trip except that size 1 comes back as `None` and size `N`
+/// as `All`.
+///
+/// The text form ([`Display`](fmt::Display) and [`FromStr`](core::str::FromStr)) is
+/// `all`, `none`, `consecutive:K` or `orthogonal:K`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum CommGroup {

@@ -1,9 +1,14 @@
-//! Replica groupings and the variable settings built on them (SEMANTICS §1–2).
+//! Replica groupings and the variable settings built on them.
 //!
 //! A variable on a replicated accelerator is either one value shared by all replicas or one
 //! value per *group* of replicas. [`ReplicaGrouping`] says which replicas form each group,
 //! [`CommGroup`] is the named form users usually write, and [`VariableSettings`] adds how
 //! the value is returned to the host ([`RetrievalMode`]) and the shapes that follow.
+//!
+//! Each type's documentation states its rules: [`ReplicaGrouping`] the validity rule, the
+//! replica ↔ (group, member) mapping, the transpose and the text form; [`CommGroup`] the
+//! comm group ↔ grouping mapping; [`VariableSettings`] the host, returned and replica
+//! shapes.
 //!
 //! Shapes have a fixed maximum rank ([`MAX_RANK`]) so that they live on the stack.
 //!

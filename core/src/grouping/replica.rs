@@ -2,12 +2,47 @@ use core::fmt;
 
 use super::GroupingError;
 
-/// Which replicas share a value: `replicas` replicas in groups of `group_size` members
-/// spaced `stride` apart (SEMANTICS §1).
+/// Which replicas share a value: `N` replicas in groups of `k` members spaced `s` apart
+/// (`N` = `replicas`, `s` = `stride`, `k` = `group_size`).
 ///
-/// The blocks of `stride × group_size` consecutive replicas each hold `stride` interleaved
-/// groups. A validated grouping always has `replicas % (stride × group_size) == 0`; a group
-/// size of 1 stores stride 1, so that equal groupings compare equal.
+/// # Rules
+///
+/// - **Valid** iff `N > 0`, `s > 0`, `k > 0` and `N` is a multiple of `s·k`. A group size
+///   of 1 stores stride 1, and equality compares the stored triple, so (4, 2, 1) ==
+///   (4, 1, 1).
+/// - The replicas form blocks of `s·k` consecutive replicas, each holding `s` interleaved
+///   groups; there are `G = N / k` groups.
+/// - [`group_of`](Self::group_of)`(r) = r % s + s·⌊r / (s·k)⌋`, for `r < N`.
+/// - [`replica_at`](Self::replica_at)`(g, i) = ⌊g / s⌋·s·k + g % s + i·s`, for `g < G` and
+///   `i < k`.
+/// - [`index_in_group`](Self::index_in_group)`(r) = (r − replica_at(group_of(r), 0)) / s`,
+///   so that `replica_at(group_of(r), index_in_group(r)) == r`.
+/// - [`members`](Self::members)`(g)` is `replica_at(g, i)` for `i` in `0..k`;
+///   [`assignment`](Self::assignment) is `group_of(r)` for `r` in `0..N`.
+/// - [`transpose`](Self::transpose) makes groups that take one member from each group of
+///   this one: `(N, k, G)` when `s == 1`, `(N, 1, s)` when `s·k == N` (a single block),
+///   otherwise an error. The result is validated and normalised again, so transposing
+///   twice gives the grouping back.
+/// - The text form ([`Display`](fmt::Display)) is
+///   `ReplicaGrouping(numReplicas=N, stride=s, groupSize=k)`, with the stored stride.
+///
+/// Queries outside these ranges are errors.
+///
+/// # Examples
+///
+/// ```
+/// use tessera_core::grouping::ReplicaGrouping;
+///
+/// // 8 replicas, stride 2, groups of 4: groups [0, 2, 4, 6] and [1, 3, 5, 7].
+/// let grouping = ReplicaGrouping::new(8, 2, 4)?;
+/// assert_eq!(grouping.assignment().collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1, 0, 1]);
+/// assert_eq!(grouping.index_in_group(5)?, 2);
+/// assert_eq!(grouping.replica_at(1, 2)?, 5);
+/// assert_eq!(grouping.transpose()?, ReplicaGrouping::new(8, 1, 2)?);
+/// // (12, 3, 2) has two blocks of three interleaved groups: no strided transpose.
+/// assert!(ReplicaGrouping::new(12, 3, 2)?.transpose().is_err());
+/// # Ok::<(), tessera_core::grouping::GroupingError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ReplicaGrouping {

@@ -51,8 +51,21 @@ impl GroupingSpec {
     }
 }
 
-/// A variable's grouping and retrieval mode, resolved for a number of replicas
-/// (SEMANTICS §2).
+/// A variable's grouping and retrieval mode, resolved for `N` replicas in `G` groups.
+///
+/// # Rules
+///
+/// - [`group_count`](Self::group_count) is `G`: the variable has one value per group.
+/// - [`returning`](Self::returning), the rows weights-to-host returns, is `G` with
+///   [`RetrievalMode::OnePerGroup`] and `N` with [`RetrievalMode::AllReplicas`].
+/// - The [`representative`](Self::representative) of group `g`, whose copy stands for the
+///   group, is its first member, `replica_at(g, 0)`.
+/// - [`host_shape`](Self::host_shape) of a variable of shape `S`: `S` when `G == 1`, else
+///   `[G] ++ S` (row `g` is group `g`'s value).
+/// - [`returned_shape`](Self::returned_shape): `S` when `returning == 1`, else
+///   `[returning] ++ S` (with `AllReplicas`, row `r` is replica `r`'s copy).
+/// - [`replica_shape`](Self::replica_shape) from a host shape `H`: `H` when `G == 1`; else
+///   `H` must have rank ≥ 1 and `H[0] == G`, and each replica holds `H[1..]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct VariableSettings {

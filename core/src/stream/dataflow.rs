@@ -61,18 +61,31 @@ impl DataFlow {
 
     /// Input buffers each replica consumes per run, `bps·af`.
     pub fn inputs_per_replica(&self) -> usize {
-        self.batches_per_step * self.accumulation
+        // Cannot overflow: `new` checked `bps·af`.
+        self.batches_per_step.saturating_mul(self.accumulation)
+    }
+
+    /// The number `m = batch·af + micro` of micro-batch `micro` of batch `batch` within the
+    /// step, or `None` if either index is outside this data flow.
+    pub fn micro_batch(&self, batch: usize, micro: usize) -> Option<usize> {
+        if batch >= self.batches_per_step || micro >= self.accumulation {
+            return None;
+        }
+        batch.checked_mul(self.accumulation)?.checked_add(micro)
     }
 
     /// Output buffers each replica produces per run for a tensor anchored with `anchor`
-    /// (`None`: not an anchor). An invalid `EveryN` period counts as no output.
+    /// (`None`: not an anchor): `bps·af` for `All`, `bps·af / p` for `EveryN(p)` (which
+    /// is `(bps / p)·af`, as `p` divides `bps`), 1 for `Final` and `Sum`. An `EveryN`
+    /// period [`check_anchor`](Self::check_anchor) rejects counts as no output.
     pub fn outputs_per_replica(&self, anchor: Option<AnchorReturnType>) -> usize {
         match anchor {
             None => 0,
             Some(AnchorReturnType::All) => self.inputs_per_replica(),
-            Some(AnchorReturnType::EveryN(p)) => {
-                self.batches_per_step.checked_div(p).unwrap_or(0) * self.accumulation
+            Some(a @ AnchorReturnType::EveryN(p)) if self.check_anchor(a).is_ok() => {
+                self.inputs_per_replica().checked_div(p).unwrap_or(0)
             }
+            Some(AnchorReturnType::EveryN(_)) => 0,
             Some(AnchorReturnType::Final | AnchorReturnType::Sum) => 1,
         }
     }
@@ -301,6 +314,40 @@ mod tests {
         );
         assert_eq!(flow.outputs_per_replica(Some(AnchorReturnType::Final)), 1);
         assert_eq!(flow.outputs_per_replica(Some(AnchorReturnType::Sum)), 1);
+        // PopART's training case: bps 2, af 2, every 2nd micro-batch → 2 buffers.
+        let flow = DataFlow::new(2, 2).unwrap();
+        assert_eq!(
+            flow.outputs_per_replica(Some(AnchorReturnType::EveryN(2))),
+            2
+        );
+    }
+
+    /// Catches an output count for a period the data flow rejects (bps 5, period 3 used to
+    /// count `⌊5/3⌋·af` buffers although the doc promised none).
+    #[test]
+    fn invalid_periods_count_no_output() {
+        let flow = DataFlow::new(5, 2).unwrap();
+        for p in [0, 3, 6] {
+            assert_eq!(
+                flow.outputs_per_replica(Some(AnchorReturnType::EveryN(p))),
+                0
+            );
+        }
+        assert_eq!(
+            flow.outputs_per_replica(Some(AnchorReturnType::EveryN(5))),
+            2
+        );
+    }
+
+    #[test]
+    fn micro_batches_are_numbered_across_batches() {
+        let flow = DataFlow::new(3, 2).unwrap();
+        assert_eq!(flow.micro_batch(0, 0), Some(0));
+        assert_eq!(flow.micro_batch(1, 1), Some(3));
+        assert_eq!(flow.micro_batch(2, 1), Some(5));
+        assert_eq!(flow.micro_batch(3, 0), None);
+        assert_eq!(flow.micro_batch(0, 2), None);
+        assert_eq!(flow.micro_batch(usize::MAX, usize::MAX), None);
     }
 
     #[test]

@@ -26,6 +26,7 @@ impl WeightLayout<'_> {
                 slots.write(local, 0, row).map_err(remote)?;
                 continue;
             };
+            // Pieces lie inside `elements` and `per_replica`, whose byte sizes `new` checked.
             let es = self.element_size;
             for piece in shard.pieces(m).map_err(super::LayoutError::from)? {
                 let src = &row[piece.src_begin * es..piece.src_end * es];
@@ -44,7 +45,7 @@ impl WeightLayout<'_> {
 
     /// Weights to the host: fills `host` (one row per returning replica) from the local
     /// slots, zeroing whatever this instance does not hold, and returns the collective
-    /// still needed across instances (SEMANTICS §4).
+    /// still needed across instances (see the module documentation).
     pub fn to_host<S: RemoteSlots + ?Sized>(
         &self,
         slots: &mut S,
@@ -60,9 +61,19 @@ impl WeightLayout<'_> {
     }
 
     /// Keeps one row per group of an all-replicas buffer: each group's representative's.
+    ///
+    /// `src` has one row per replica, `dst` one row per group. A `src` size that does not
+    /// fit in `usize` is [`LayoutError::TooLarge`](super::LayoutError::TooLarge): `new`
+    /// only checked the sizes of this layout's own host buffers, and with one row per group
+    /// an all-replicas buffer can be larger than both.
     pub fn downsample(&self, src: &[u8], dst: &mut [u8]) -> Result<(), TransferError<Infallible>> {
         let grouping = self.settings.grouping();
-        check_len(self.row_bytes * grouping.replicas(), src.len())?;
+        // Unchecked by `new` when returning < replicas (one row per group): may overflow.
+        let src_bytes = self
+            .row_bytes
+            .checked_mul(grouping.replicas())
+            .ok_or(layout(super::LayoutError::TooLarge))?;
+        check_len(src_bytes, src.len())?;
         check_len(self.from_host_bytes(), dst.len())?;
         for group in 0..grouping.num_groups() {
             let representative = self.settings.representative(group).map_err(layout)?;
@@ -106,6 +117,7 @@ impl WeightLayout<'_> {
             return Ok(());
         };
         let grouping = self.settings.grouping();
+        // Pieces lie inside `elements` and `per_replica`, whose byte sizes `new` checked.
         let es = self.element_size;
         for group in 0..grouping.num_groups() {
             let first = grouping.replica_at(group, 0).map_err(layout)?;

@@ -30,6 +30,7 @@ impl InstanceWindow {
         }
         let local = replicas / count;
         Some(Self {
+            // Cannot overflow: `index < count`, so `index·local < replicas`.
             offset: index * local,
             local,
         })
@@ -192,11 +193,13 @@ impl<'a> WeightLayout<'a> {
 
     /// Bytes of the buffer `to_replicas` reads: one row per group.
     pub fn from_host_bytes(&self) -> usize {
+        // Cannot overflow: `new` checked `row_bytes·returning`, and `returning ≥ groups`.
         self.row_bytes * self.settings.group_count()
     }
 
     /// Bytes of the buffer `to_host` writes: one row per returning replica.
     pub fn to_host_bytes(&self) -> usize {
+        // Cannot overflow: `new` checked it.
         self.row_bytes * self.settings.returning()
     }
 

@@ -1,4 +1,5 @@
-//! Worked examples of SEMANTICS §4; the property tests in `tests/` cover every layout.
+//! Worked examples of the transfer rules in the module documentation; the property tests
+//! in `tests/` cover every layout.
 
 use std::vec;
 use std::vec::Vec;
@@ -169,4 +170,26 @@ fn downsample_takes_representatives() {
     layout.downsample(&[10, 11, 12, 13], &mut dst).unwrap();
     assert_eq!(dst, [10, 11]);
     assert!(layout.downsample(&[10, 11, 12], &mut dst).is_err());
+}
+
+/// Catches the unchecked `row_bytes × replicas` in `downsample`: with one row per group,
+/// `new` only checks `row_bytes × groups`, so an all-replicas buffer of a huge variable can
+/// overflow `usize`. That must be a size error, not an overflow panic (or, without
+/// overflow checks, a wrapped size that a short buffer could match).
+#[test]
+fn downsample_of_an_impossible_size_is_an_error() {
+    // One group of 4: the to-host buffer is one row of `usize::MAX / 2` bytes, which
+    // fits; the all-replicas buffer would be 4 rows, which does not.
+    let layout = WeightLayout::new(
+        settings(4, 1, 4, RetrievalMode::OnePerGroup),
+        usize::MAX / 2,
+        1,
+        None,
+        InstanceWindow::whole(4),
+    )
+    .unwrap();
+    assert_eq!(
+        layout.downsample(&[], &mut []),
+        Err(TransferError::Layout(LayoutError::TooLarge))
+    );
 }

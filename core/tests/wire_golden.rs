@@ -1,0 +1,666 @@
+//! Golden bytes for every wire message.
+//!
+//! One representative value of every `Request`, `Response`, `ErrorCode`, `Value`,
+//! `RequestKind` and `ReduceOp` variant, and of `Limits`, `StepConfig` and `Envelope`, is
+//! encoded and compared with bytes written literally below; each also decodes back to the
+//! value it came from. A few whole frames pin the framing (CRC-32 and COBS) as well.
+//!
+//! What this catches: host and device built from different commits must agree byte for
+//! byte, and postcard writes an enum variant as its position and a struct as its fields in
+//! declaration order. So reordering variants, inserting one anywhere but at the end,
+//! reordering, adding, removing or retyping a field, or changing the framing changes bytes
+//! here and fails, instead of passing silently and breaking the link. Such a change must
+//! come with a [`PROTOCOL_VERSION`] bump, which [`protocol_version_is_pinned`] asks for.
+//!
+//! The `*_variant` helpers match exhaustively (no `_` arm): a new variant does not compile
+//! until it is given a position there, and then the coverage checks fail until it has a
+//! golden case. The number of variants is also probed from the decoder itself, so a
+//! variant cannot be left out of both.
+//!
+//! The literals were produced once by running the encoder and checked by hand against
+//! postcard's format (varints, zigzag for signed, fixed little-endian floats, length-prefixed
+//! slices and strings). To update after an intended change: bump the version, run this
+//! test, and paste the `actual` bytes it prints.
+
+use tessera_core::wire::{
+    decode_body, encode_frame, Envelope, ErrorCode, FrameDecoder, Limits, ReduceOp, Request,
+    RequestKind, Response, StepConfig, Value, PROTOCOL_VERSION,
+};
+
+/// `"0a ff"` → `[0x0a, 0xff]`.
+fn bytes(hex: &str) -> Vec<u8> {
+    hex.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).expect("two hex digits"))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Encodes every `(name, value, golden)` of `$cases` with postcard, compares with the
+/// golden bytes and decodes them back as `$ty`; panics with every mismatch at once (the
+/// `actual` lines are what to paste after an intended change).
+macro_rules! check_golden {
+    ($ty:ty, $cases:expr) => {{
+        let mut failures = Vec::new();
+        for (name, value, golden) in $cases.iter() {
+            let mut buf = [0u8; 256];
+            let encoded = postcard::to_slice(value, &mut buf).expect("fits the buffer");
+            let actual = hex(encoded);
+            if actual != hex(&bytes(golden)) {
+                failures.push(format!(
+                    "{name}: expected {golden}\n{name}: actual   {actual}"
+                ));
+                continue;
+            }
+            let decoded: $ty = decode_body(encoded).expect("golden bytes decode");
+            if decoded != *value {
+                failures.push(format!("{name}: decodes to {decoded:?}, not {value:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    }};
+}
+
+/// How many variants the decoder knows: the first variant index that no longer decodes
+/// (fields filled with zero bytes, which every field type here accepts).
+fn probed_variants(decodes: impl Fn(&[u8]) -> bool) -> u32 {
+    let mut index = 0u8;
+    loop {
+        let mut body = [0u8; 64];
+        body[0] = index;
+        if !decodes(&body) {
+            return u32::from(index);
+        }
+        index += 1;
+        assert!(index < 0x80, "more variants than one varint byte");
+    }
+}
+
+/// Asserts that `positions` (the variant position of every golden case) are exactly
+/// `0..n`, each once, where `n` is what the decoder knows.
+fn assert_covers(what: &str, mut positions: Vec<u32>, variants: u32) {
+    positions.sort_unstable();
+    let expected: Vec<u32> = (0..variants).collect();
+    assert_eq!(
+        positions, expected,
+        "{what}: every variant needs exactly one golden case"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Exhaustive matches: a new variant fails to compile here.
+
+fn request_variant(request: &Request<'_>) -> u32 {
+    match request {
+        Request::Hello { .. } => 0,
+        Request::Reset => 1,
+        Request::AllocSlot { .. } => 2,
+        Request::WriteSlot { .. } => 3,
+        Request::ReadSlot { .. } => 4,
+        Request::CreateFifo { .. } => 5,
+        Request::PushFifo { .. } => 6,
+        Request::PopFifo { .. } => 7,
+        Request::SetOptimizer { .. } => 8,
+        Request::SetSeed { .. } => 9,
+        Request::GetSeed => 10,
+        Request::SetRngState { .. } => 11,
+        Request::GetRngState => 12,
+        Request::ConfigureStep(_) => 13,
+        Request::RunStep => 14,
+        Request::Reduced { .. } => 15,
+        Request::CycleCount => 16,
+        Request::SetRegister { .. } => 17,
+        Request::GetRegister { .. } => 18,
+        Request::FreeRegister { .. } => 19,
+        Request::Call { .. } => 20,
+        Request::RemoteLoad { .. } => 21,
+        Request::RemoteStore { .. } => 22,
+    }
+}
+
+fn response_variant(response: &Response<'_>) -> u32 {
+    match response {
+        Response::Hello { .. } => 0,
+        Response::Done => 1,
+        Response::Data { .. } => 2,
+        Response::Seed { .. } => 3,
+        Response::RngState { .. } => 4,
+        Response::Cycles { .. } => 5,
+        Response::Register { .. } => 6,
+        Response::Reduce { .. } => 7,
+        Response::Error { .. } => 8,
+    }
+}
+
+fn error_variant(code: &ErrorCode) -> u32 {
+    match code {
+        ErrorCode::Version { .. } => 0,
+        ErrorCode::OutOfMemory { .. } => 1,
+        ErrorCode::TableFull => 2,
+        ErrorCode::UnknownId { .. } => 3,
+        ErrorCode::IdInUse { .. } => 4,
+        ErrorCode::OutOfBounds { .. } => 5,
+        ErrorCode::ItemSize { .. } => 6,
+        ErrorCode::FifoFull { .. } => 7,
+        ErrorCode::FifoEmpty { .. } => 8,
+        ErrorCode::NotConfigured => 9,
+        ErrorCode::BadConfig => 10,
+        ErrorCode::ReplyTooLarge => 11,
+        ErrorCode::UnknownFunction => 12,
+        ErrorCode::BadArguments => 13,
+        ErrorCode::Malformed => 14,
+        ErrorCode::UnexpectedReduced => 15,
+        ErrorCode::ReduceTimeout => 16,
+        ErrorCode::ReductionTooLarge { .. } => 17,
+    }
+}
+
+fn value_variant(value: &Value<'_>) -> u32 {
+    match value {
+        Value::Int(_) => 0,
+        Value::Float(_) => 1,
+        Value::Shape(_) => 2,
+        Value::Str(_) => 3,
+        Value::Tensor(_) => 4,
+    }
+}
+
+fn kind_variant(kind: RequestKind) -> u32 {
+    match kind {
+        RequestKind::Hello => 0,
+        RequestKind::Reset => 1,
+        RequestKind::AllocSlot => 2,
+        RequestKind::WriteSlot => 3,
+        RequestKind::ReadSlot => 4,
+        RequestKind::CreateFifo => 5,
+        RequestKind::PushFifo => 6,
+        RequestKind::PopFifo => 7,
+        RequestKind::SetOptimizer => 8,
+        RequestKind::SetSeed => 9,
+        RequestKind::GetSeed => 10,
+        RequestKind::SetRngState => 11,
+        RequestKind::GetRngState => 12,
+        RequestKind::ConfigureStep => 13,
+        RequestKind::RunStep => 14,
+        RequestKind::Reduced => 15,
+        RequestKind::CycleCount => 16,
+        RequestKind::SetRegister => 17,
+        RequestKind::GetRegister => 18,
+        RequestKind::FreeRegister => 19,
+        RequestKind::Call => 20,
+        RequestKind::Malformed => 21,
+        RequestKind::RemoteLoad => 22,
+        RequestKind::RemoteStore => 23,
+    }
+}
+
+fn op_variant(op: ReduceOp) -> u32 {
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Mean => 1,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Representative values. Fields of one message get distinct values, so that swapping two
+// fields of the same type changes the bytes.
+
+const ONE_F32: &[u8] = &[0x00, 0x00, 0x80, 0x3f];
+
+fn step_config() -> StepConfig {
+    StepConfig {
+        inputs: 1,
+        outputs: 2,
+        weights: 3,
+        input_fifo: 4,
+        target_fifo: 5,
+        loss_fifo: 6,
+        batches_per_step: 7,
+        accumulation: 8,
+        group_size: 9,
+        dropout: 0.25,
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        memory: 65536,
+        max_frame: 1024,
+        replica: 3,
+    }
+}
+
+/// Every request, inside an envelope with sequence number 5.
+fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
+    let env = |body| Envelope { seq: 5, body };
+    vec![
+        (
+            "Hello",
+            env(Request::Hello {
+                version: 2,
+                replica: 3,
+            }),
+            "05 00 02 03",
+        ),
+        ("Reset", env(Request::Reset), "05 01"),
+        (
+            "AllocSlot",
+            env(Request::AllocSlot {
+                slot: 1,
+                bytes: 300,
+            }),
+            "05 02 01 ac 02",
+        ),
+        (
+            "WriteSlot",
+            env(Request::WriteSlot {
+                slot: 2,
+                offset: 5,
+                data: &[0xaa, 0xbb],
+            }),
+            "05 03 02 05 02 aa bb",
+        ),
+        (
+            "ReadSlot",
+            env(Request::ReadSlot {
+                slot: 3,
+                offset: 6,
+                len: 7,
+            }),
+            "05 04 03 06 07",
+        ),
+        (
+            "CreateFifo",
+            env(Request::CreateFifo {
+                fifo: 4,
+                item_bytes: 8,
+                depth: 9,
+            }),
+            "05 05 04 08 09",
+        ),
+        (
+            "PushFifo",
+            env(Request::PushFifo {
+                fifo: 5,
+                data: &[1, 2, 3],
+            }),
+            "05 06 05 03 01 02 03",
+        ),
+        ("PopFifo", env(Request::PopFifo { fifo: 6 }), "05 07 06"),
+        (
+            "SetOptimizer",
+            env(Request::SetOptimizer { learning_rate: 0.5 }),
+            "05 08 00 00 00 3f",
+        ),
+        (
+            "SetSeed",
+            env(Request::SetSeed {
+                seed: 0x0123_4567_89ab_cdef,
+            }),
+            "05 09 ef 9b af cd f8 ac d1 91 01",
+        ),
+        ("GetSeed", env(Request::GetSeed), "05 0a"),
+        (
+            "SetRngState",
+            env(Request::SetRngState {
+                state: [1, 2, 3, 4],
+            }),
+            "05 0b 01 02 03 04",
+        ),
+        ("GetRngState", env(Request::GetRngState), "05 0c"),
+        (
+            "ConfigureStep",
+            env(Request::ConfigureStep(step_config())),
+            "05 0d 01 02 03 04 05 06 07 08 09 00 00 80 3e",
+        ),
+        ("RunStep", env(Request::RunStep), "05 0e"),
+        (
+            "Reduced",
+            env(Request::Reduced {
+                round: 10,
+                data: ONE_F32,
+            }),
+            "05 0f 0a 04 00 00 80 3f",
+        ),
+        ("CycleCount", env(Request::CycleCount), "05 10"),
+        (
+            "SetRegister",
+            env(Request::SetRegister {
+                id: 11,
+                value: Value::Int(-2),
+            }),
+            "05 11 0b 00 03",
+        ),
+        (
+            "GetRegister",
+            env(Request::GetRegister { id: 12 }),
+            "05 12 0c",
+        ),
+        (
+            "FreeRegister",
+            env(Request::FreeRegister { id: 13 }),
+            "05 13 0d",
+        ),
+        (
+            "Call",
+            env(Request::Call {
+                function: "add",
+                args: heapless::Vec::from_slice(&[1, 2]).unwrap(),
+                out: 14,
+            }),
+            "05 14 03 61 64 64 02 01 02 0e",
+        ),
+        (
+            "RemoteLoad",
+            env(Request::RemoteLoad {
+                slot: 15,
+                variable: 16,
+            }),
+            "05 15 0f 10",
+        ),
+        (
+            "RemoteStore",
+            env(Request::RemoteStore {
+                variable: 17,
+                slot: 18,
+            }),
+            "05 16 11 12",
+        ),
+    ]
+}
+
+/// Every response, inside an envelope with sequence number 5.
+fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)> {
+    let env = |body| Envelope { seq: 5, body };
+    vec![
+        (
+            "Hello",
+            env(Response::Hello {
+                version: 2,
+                limits: limits(),
+            }),
+            "05 00 02 80 80 04 80 08 03",
+        ),
+        ("Done", env(Response::Done), "05 01"),
+        (
+            "Data",
+            env(Response::Data { data: &[9, 8] }),
+            "05 02 02 09 08",
+        ),
+        ("Seed", env(Response::Seed { seed: 42 }), "05 03 2a"),
+        (
+            "RngState",
+            env(Response::RngState {
+                state: [5, 6, 7, 8],
+            }),
+            "05 04 05 06 07 08",
+        ),
+        (
+            "Cycles",
+            env(Response::Cycles { cycles: 1000 }),
+            "05 05 e8 07",
+        ),
+        (
+            "Register",
+            env(Response::Register {
+                value: Value::Float(1.5),
+            }),
+            "05 06 01 00 00 00 00 00 00 f8 3f",
+        ),
+        (
+            "Reduce",
+            env(Response::Reduce {
+                round: 2,
+                op: ReduceOp::Mean,
+                data: ONE_F32,
+            }),
+            "05 07 02 01 04 00 00 80 3f",
+        ),
+        (
+            "Error",
+            env(Response::Error {
+                request: RequestKind::PushFifo,
+                code: ErrorCode::FifoFull { fifo: 5 },
+            }),
+            "05 08 06 07 05",
+        ),
+    ]
+}
+
+fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
+    vec![
+        ("Version", ErrorCode::Version { device: 2 }, "00 02"),
+        (
+            "OutOfMemory",
+            ErrorCode::OutOfMemory {
+                requested: 300,
+                available: 7,
+            },
+            "01 ac 02 07",
+        ),
+        ("TableFull", ErrorCode::TableFull, "02"),
+        ("UnknownId", ErrorCode::UnknownId { id: 4 }, "03 04"),
+        ("IdInUse", ErrorCode::IdInUse { id: 5 }, "04 05"),
+        (
+            "OutOfBounds",
+            ErrorCode::OutOfBounds {
+                offset: 1,
+                len: 2,
+                size: 3,
+            },
+            "05 01 02 03",
+        ),
+        (
+            "ItemSize",
+            ErrorCode::ItemSize {
+                expected: 8,
+                actual: 9,
+            },
+            "06 08 09",
+        ),
+        ("FifoFull", ErrorCode::FifoFull { fifo: 6 }, "07 06"),
+        ("FifoEmpty", ErrorCode::FifoEmpty { fifo: 7 }, "08 07"),
+        ("NotConfigured", ErrorCode::NotConfigured, "09"),
+        ("BadConfig", ErrorCode::BadConfig, "0a"),
+        ("ReplyTooLarge", ErrorCode::ReplyTooLarge, "0b"),
+        ("UnknownFunction", ErrorCode::UnknownFunction, "0c"),
+        ("BadArguments", ErrorCode::BadArguments, "0d"),
+        ("Malformed", ErrorCode::Malformed, "0e"),
+        ("UnexpectedReduced", ErrorCode::UnexpectedReduced, "0f"),
+        ("ReduceTimeout", ErrorCode::ReduceTimeout, "10"),
+        (
+            "ReductionTooLarge",
+            ErrorCode::ReductionTooLarge {
+                bytes: 5000,
+                max: 1024,
+            },
+            "11 88 27 80 08",
+        ),
+    ]
+}
+
+fn values() -> Vec<(&'static str, Value<'static>, &'static str)> {
+    vec![
+        ("Int", Value::Int(-2), "00 03"),
+        ("Float", Value::Float(1.5), "01 00 00 00 00 00 00 f8 3f"),
+        (
+            "Shape",
+            Value::Shape(heapless::Vec::from_slice(&[2, 300]).unwrap()),
+            "02 02 02 ac 02",
+        ),
+        ("Str", Value::Str("w"), "03 01 77"),
+        ("Tensor", Value::Tensor(ONE_F32), "04 04 00 00 80 3f"),
+    ]
+}
+
+fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
+    use RequestKind::*;
+    vec![
+        ("Hello", Hello, "00"),
+        ("Reset", Reset, "01"),
+        ("AllocSlot", AllocSlot, "02"),
+        ("WriteSlot", WriteSlot, "03"),
+        ("ReadSlot", ReadSlot, "04"),
+        ("CreateFifo", CreateFifo, "05"),
+        ("PushFifo", PushFifo, "06"),
+        ("PopFifo", PopFifo, "07"),
+        ("SetOptimizer", SetOptimizer, "08"),
+        ("SetSeed", SetSeed, "09"),
+        ("GetSeed", GetSeed, "0a"),
+        ("SetRngState", SetRngState, "0b"),
+        ("GetRngState", GetRngState, "0c"),
+        ("ConfigureStep", ConfigureStep, "0d"),
+        ("RunStep", RunStep, "0e"),
+        ("Reduced", Reduced, "0f"),
+        ("CycleCount", CycleCount, "10"),
+        ("SetRegister", SetRegister, "11"),
+        ("GetRegister", GetRegister, "12"),
+        ("FreeRegister", FreeRegister, "13"),
+        ("Call", Call, "14"),
+        ("Malformed", Malformed, "15"),
+        ("RemoteLoad", RemoteLoad, "16"),
+        ("RemoteStore", RemoteStore, "17"),
+    ]
+}
+
+fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
+    vec![("Sum", ReduceOp::Sum, "00"), ("Mean", ReduceOp::Mean, "01")]
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A change to the bytes below is a protocol change: bump [`PROTOCOL_VERSION`] with it and
+/// update this number together with the literals.
+#[test]
+fn protocol_version_is_pinned() {
+    assert_eq!(PROTOCOL_VERSION, 2);
+}
+
+#[test]
+fn every_request_has_its_golden_bytes() {
+    let cases = requests();
+    check_golden!(Envelope<Request<'_>>, cases);
+    assert_covers(
+        "Request",
+        cases
+            .iter()
+            .map(|(_, e, _)| request_variant(&e.body))
+            .collect(),
+        probed_variants(|b| decode_body::<Request<'_>>(b).is_ok()),
+    );
+    // `kind()` is what error replies carry; each request reports its own kind.
+    for (name, envelope, _) in &cases {
+        assert_eq!(format!("{:?}", envelope.body.kind()), *name);
+    }
+}
+
+#[test]
+fn every_response_has_its_golden_bytes() {
+    let cases = responses();
+    check_golden!(Envelope<Response<'_>>, cases);
+    assert_covers(
+        "Response",
+        cases
+            .iter()
+            .map(|(_, e, _)| response_variant(&e.body))
+            .collect(),
+        probed_variants(|b| decode_body::<Response<'_>>(b).is_ok()),
+    );
+}
+
+#[test]
+fn every_error_code_has_its_golden_bytes() {
+    let cases = error_codes();
+    check_golden!(ErrorCode, cases);
+    assert_covers(
+        "ErrorCode",
+        cases.iter().map(|(_, c, _)| error_variant(c)).collect(),
+        probed_variants(|b| decode_body::<ErrorCode>(b).is_ok()),
+    );
+}
+
+#[test]
+fn every_value_has_its_golden_bytes() {
+    let cases = values();
+    check_golden!(Value<'_>, cases);
+    assert_covers(
+        "Value",
+        cases.iter().map(|(_, v, _)| value_variant(v)).collect(),
+        probed_variants(|b| decode_body::<Value<'_>>(b).is_ok()),
+    );
+}
+
+#[test]
+fn every_request_kind_has_its_golden_bytes() {
+    let cases = kinds();
+    check_golden!(RequestKind, cases);
+    assert_covers(
+        "RequestKind",
+        cases.iter().map(|(_, k, _)| kind_variant(*k)).collect(),
+        probed_variants(|b| decode_body::<RequestKind>(b).is_ok()),
+    );
+}
+
+#[test]
+fn every_reduce_op_has_its_golden_bytes() {
+    let cases = ops();
+    check_golden!(ReduceOp, cases);
+    assert_covers(
+        "ReduceOp",
+        cases.iter().map(|(_, o, _)| op_variant(*o)).collect(),
+        probed_variants(|b| decode_body::<ReduceOp>(b).is_ok()),
+    );
+}
+
+/// The two plain structs on their own: field order and types.
+#[test]
+fn limits_and_step_config_have_their_golden_bytes() {
+    check_golden!(Limits, [("Limits", limits(), "80 80 04 80 08 03")]);
+    check_golden!(
+        StepConfig,
+        [(
+            "StepConfig",
+            step_config(),
+            "01 02 03 04 05 06 07 08 09 00 00 80 3e"
+        )]
+    );
+}
+
+/// Whole frames: `COBS(body ‖ CRC-32 little-endian) ‖ 00`. Catches a change of checksum,
+/// byte order or stuffing, and an envelope whose sequence number is not a varint first.
+#[test]
+fn frames_have_their_golden_bytes() {
+    let request = Envelope {
+        seq: 0x0102_0304,
+        body: Request::PushFifo {
+            fifo: 1,
+            data: &[0, 0, 0],
+        },
+    };
+    let response = Envelope {
+        seq: 0,
+        body: Response::Done,
+    };
+    let golden_request = bytes("08 84 86 88 08 06 01 03 01 01 05 83 0d 96 53 00");
+    let golden_response = bytes("01 06 01 69 22 de 36 00");
+    let (mut scratch, mut out) = ([0u8; 64], [0u8; 80]);
+    let n = encode_frame(&request, &mut scratch, &mut out).unwrap();
+    assert_eq!(hex(&out[..n]), hex(&golden_request), "request frame");
+    let n = encode_frame(&response, &mut scratch, &mut out).unwrap();
+    assert_eq!(hex(&out[..n]), hex(&golden_response), "response frame");
+
+    let mut decoder = FrameDecoder::<80>::new();
+    let (used, got) = decoder.feed(&golden_request);
+    assert_eq!(used, golden_request.len());
+    let body = got.expect("a whole frame").expect("a good frame");
+    assert_eq!(decode_body::<Envelope<Request<'_>>>(body), Ok(request));
+    let (_, got) = decoder.feed(&golden_response);
+    let body = got.expect("a whole frame").expect("a good frame");
+    assert_eq!(decode_body::<Envelope<Response<'_>>>(body), Ok(response));
+}
