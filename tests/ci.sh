@@ -6,8 +6,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "install the bare-metal targets, QEMU and defmt-print"
+# The toolchain the workspace declares as its minimum (rust-version in Cargo.toml).
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+
+step "install the bare-metal targets, the rust-version toolchain, QEMU and defmt-print"
 rustup target add thumbv6m-none-eabi thumbv7m-none-eabi
+rustup toolchain install "$msrv" --profile minimal
 if ! command -v qemu-system-arm >/dev/null; then
     apt-get update -qq
     apt-get install -y -qq qemu-system-arm
@@ -26,12 +30,21 @@ size -A "$firmware" | awk '$1 == ".text" { printf "firmware .text: %d bytes (tar
 step "on-target tests in QEMU"
 bash firmware-sim/qemu-run.sh target/thumbv7m-none-eabi/release/tessera-selftest 60
 
-step "workspace tests (the QEMU session runs the firmware above)"
-TESSERA_FIRMWARE="$PWD/$firmware" cargo test --workspace --locked
+step "formatting"
+cargo fmt --all --check
+
+step "workspace tests, the QEMU ones included (they run the firmware above)"
+TESSERA_FIRMWARE="$PWD/$firmware" cargo test --workspace --locked -- --include-ignored
 
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --locked -- -D warnings
+
+step "documentation (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+step "the declared rust-version ($msrv) builds everything"
+cargo "+$msrv" check --workspace --all-targets --locked
 
 step "tessera-core on bare metal, with and without defmt"
 for target in thumbv6m-none-eabi thumbv7m-none-eabi; do

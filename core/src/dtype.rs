@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn int64_narrows_and_checks_range_aligned_or_not() {
-        let values = [0, -1, i32::MAX as i64, i32::MIN as i64];
+        let values = [0, -1, i64::from(i32::MAX), i64::from(i32::MIN)];
         let src = i64_bytes(&values);
         // Offset the source by one byte inside a larger buffer to force the unaligned path.
         let mut shifted = vec![0u8; src.len() + 1];

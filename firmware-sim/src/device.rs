@@ -56,6 +56,16 @@ pub struct Device<'a> {
     cycles: &'a CycleCounter,
 }
 
+impl core::fmt::Debug for Device<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Device")
+            .field("limits", &self.limits)
+            .field("seed", &self.seed)
+            .field("step", &self.step)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a> Device<'a> {
     /// Replica `replica` (until a hello assigns another), with `memory` as its arena, accepting frames of up to
     /// `max_frame` bytes, counting cycles in `cycles`.

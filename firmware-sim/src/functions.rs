@@ -9,6 +9,7 @@ use crate::arena::{Arena, Owner};
 use crate::registers::{Registers, Stored};
 
 /// What a function returns: a value to store, or nothing (it worked in place).
+#[derive(Debug)]
 pub enum Returned {
     /// Store this in the result register.
     Value(Stored),

@@ -4,7 +4,7 @@
 //! stream FIFOs, registers, step scratch), a random seed and RNG state, a cycle counter,
 //! and the program set — weights and optimizer from the host, seed and RNG state both
 //! ways, the training step, weights and cycle counts to the host, named functions on
-//! registers. [`serve`] runs a device on any `embedded_io` byte link with deadlines measured
+//! registers. [`serve()`] runs a device on any `embedded_io` byte link with deadlines measured
 //! on a real-time [`Clock`], so the same code runs in a host thread, in a child process
 //! (`tessera device`) and on bare metal.
 //!

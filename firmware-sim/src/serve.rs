@@ -63,6 +63,16 @@ pub struct Server<const FRAME: usize> {
     pub stale_answers: u32,
 }
 
+impl<const FRAME: usize> core::fmt::Debug for Server<FRAME> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Server")
+            .field("last_seq", &self.last_seq)
+            .field("bad_frames", &self.bad_frames)
+            .field("stale_answers", &self.stale_answers)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<const FRAME: usize> Default for Server<FRAME> {
     fn default() -> Self {
         Self::new()
@@ -328,7 +338,11 @@ impl<L: Read + ReadReady + Write, C: Clock, const FRAME: usize> LinkReducer<'_, 
         match decode_body::<Envelope<Request<'_>>>(body) {
             Ok(Envelope {
                 seq,
-                body: Request::Reduced { round: r, data: combined },
+                body:
+                    Request::Reduced {
+                        round: r,
+                        data: combined,
+                    },
             }) if seq == self.seq && r == round => {
                 if combined.len() != data.len() {
                     return Err(ErrorCode::UnexpectedReduced);

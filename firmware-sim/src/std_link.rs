@@ -41,6 +41,14 @@ impl<W: io::Write> StdLink<W> {
     }
 }
 
+impl<W> core::fmt::Debug for StdLink<W> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StdLink")
+            .field("pending", &(self.pending.len() - self.at))
+            .finish_non_exhaustive()
+    }
+}
+
 impl<W> ErrorType for StdLink<W> {
     type Error = io::Error;
 }
@@ -92,6 +100,7 @@ impl<W: io::Write> Write for StdLink<W> {
 }
 
 /// Real time from `Instant`; its waits sleep the thread.
+#[derive(Debug)]
 pub struct StdClock {
     start: Instant,
 }
@@ -124,6 +133,7 @@ impl crate::clock::Clock for StdClock {
 }
 
 /// A busy line connected to nothing.
+#[derive(Debug)]
 pub struct NoPin;
 
 impl embedded_hal::digital::ErrorType for NoPin {

@@ -20,6 +20,7 @@ pub trait Reducer {
 }
 
 /// A reducer for devices that are alone in their group.
+#[derive(Debug)]
 pub struct NoReduce;
 
 impl Reducer for NoReduce {
@@ -62,6 +63,7 @@ pub fn configure(
 }
 
 /// Everything a step touches.
+#[derive(Debug)]
 pub struct StepContext<'d, 'a> {
     /// The device memory.
     pub arena: &'d mut Arena<'a>,

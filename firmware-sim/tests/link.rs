@@ -4,8 +4,8 @@
 
 mod support;
 
-use tessera_core::wire::{Request, StepConfig};
 use support::{frame, replies, serve_all, MemLink};
+use tessera_core::wire::{Request, StepConfig};
 
 /// The step's sequence number in these scripts.
 const STEP: u32 = 20;
@@ -129,8 +129,14 @@ fn a_duplicate_answer_is_never_applied_to_the_next_round() {
     let server = serve_all(&mut link);
     let (weight, step_reply) = outcome(&link);
     assert_eq!(step_reply, "Done");
-    assert_eq!(weight, format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes()));
-    assert_eq!(server.stale_answers, 1, "the duplicate was seen and discarded");
+    assert_eq!(
+        weight,
+        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
+    );
+    assert_eq!(
+        server.stale_answers, 1,
+        "the duplicate was seen and discarded"
+    );
     assert_eq!(
         contributions(&link),
         [
@@ -168,7 +174,10 @@ fn answers_for_another_step_are_discarded() {
     let server = serve_all(&mut link);
     let (weight, step_reply) = outcome(&link);
     assert_eq!(step_reply, "Done");
-    assert_eq!(weight, format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes()));
+    assert_eq!(
+        weight,
+        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
+    );
     assert_eq!(server.stale_answers, 3);
 }
 
@@ -190,7 +199,10 @@ fn answers_read_together_with_their_step_are_seen() {
         serve_all(&mut link);
         let (weight, step_reply) = outcome(&link);
         assert_eq!(step_reply, "Done", "reads of {chunk} bytes");
-        assert_eq!(weight, format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes()));
+        assert_eq!(
+            weight,
+            format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
+        );
     }
 }
 
@@ -231,7 +243,10 @@ fn a_malformed_frame_leaves_the_reply_cache_alone() {
     assert_eq!(replies[0], (5, "Seed { seed: 0 }".to_string()));
     assert_eq!(replies[1].0, 0, "the malformed frame's reply");
     assert!(replies[1].1.contains("Malformed"), "{:?}", replies[1]);
-    assert_eq!(replies[2], replies[0], "the retry is answered from the cache");
+    assert_eq!(
+        replies[2], replies[0],
+        "the retry is answered from the cache"
+    );
 }
 
 /// Every reply starts with a delimiter, so garbage the host's decoder holds (a damaged

@@ -90,7 +90,9 @@ fn a_slow_link_trains_exactly_like_a_fast_one() {
     // And both match the host's f64 computation of the same training.
     let grouping = *slow.settings().grouping();
     let n = MODEL.inputs * MODEL.outputs;
-    let initial: Vec<f32> = (0..grouping.num_groups() * n).map(|i| value(1, i)).collect();
+    let initial: Vec<f32> = (0..grouping.num_groups() * n)
+        .map(|i| value(1, i))
+        .collect();
     let mut reference = Reference::new(MODEL, grouping, SEED, &initial);
     let samples = MODEL.batches_per_step * MODEL.accumulation * R;
     for step in 0..2u64 {
@@ -106,5 +108,8 @@ fn a_slow_link_trains_exactly_like_a_fast_one() {
         });
     }
     let error = max_relative_error(&weights, &reference.weights()).unwrap();
-    assert!(error < 1e-4, "weights differ from the reference by {error:e}");
+    assert!(
+        error < 1e-4,
+        "weights differ from the reference by {error:e}"
+    );
 }

@@ -67,7 +67,11 @@ fn stops_its_children_on(args: &[&str], count: usize, name: &str, expected_statu
         );
         thread::sleep(Duration::from_millis(10));
     };
-    assert_eq!(status.code(), Some(expected_status), "exit status after {name}");
+    assert_eq!(
+        status.code(),
+        Some(expected_status),
+        "exit status after {name}"
+    );
     for device in devices {
         assert!(
             !Path::new(&format!("/proc/{device}")).exists(),
@@ -91,7 +95,12 @@ fn sigint_stops_and_reaps_every_device_process() {
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn sigterm_stops_and_reaps_every_qemu() {
     let firmware = common::firmware();
-    let args = ["--placement", "qemu", "--firmware", firmware.to_str().unwrap()];
+    let args = [
+        "--placement",
+        "qemu",
+        "--firmware",
+        firmware.to_str().unwrap(),
+    ];
     // Each replica: a QEMU and its defmt-print.
     stops_its_children_on(&args, 8, "-TERM", 143);
 }

@@ -121,7 +121,14 @@ pub fn serve_with(link: &mut MemLink, arena: &mut [u8]) -> Box<Server<FRAME>> {
     let cycles = CycleCounter::new();
     let mut device = Device::new(0, arena, FRAME, &cycles);
     let mut server = Box::new(Server::<FRAME>::new());
-    serve(&mut server, &mut device, link, &mut TickClock::default(), &mut NoPin).unwrap();
+    serve(
+        &mut server,
+        &mut device,
+        link,
+        &mut TickClock::default(),
+        &mut NoPin,
+    )
+    .unwrap();
     server
 }
 

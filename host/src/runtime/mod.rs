@@ -1,7 +1,8 @@
 //! The device runtime (PopART's `Devicex`, for the simulated accelerator): it prepares the
 //! replicas, moves weights between a host buffer and the replicas through core's
 //! [`transfer`](tessera_core::transfer), runs training steps fed from user arrays through
-//! core's [`Splitter`], and handles seeds, RNG state and cycle counts (SEMANTICS §4–6).
+//! core's [`Splitter`], and handles seeds (each replica derives its own stream), RNG state
+//! (every replica's words, concatenated in replica order) and cycle counts.
 //!
 //! The model is the device's training step: `y = W·x` with SGD, one weight per replica
 //! group, the gradient averaged within each group.
@@ -138,6 +139,7 @@ fn config_error(e: impl fmt::Display) -> RuntimeError {
 pub const RNG_WORDS: usize = 4;
 
 /// Prepared replicas, ready to take weights and run steps.
+#[derive(Debug)]
 pub struct Runtime {
     channels: Vec<Channel>,
     config: RuntimeConfig,
@@ -295,7 +297,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// Weights to host: one row per returning replica (SEMANTICS §2).
+    /// Weights to host: one row per returning replica (one per group with OnePerGroup, one
+    /// per replica with AllReplicas), or the bare weight when only one row returns.
     pub fn weights_to_host(&mut self) -> Result<Vec<f32>, RuntimeError> {
         for c in &mut self.channels {
             c.request(&Request::RemoteStore {
@@ -393,7 +396,9 @@ impl Runtime {
                 let pop = Request::PopFifo { fifo: LOSS_FIFO };
                 let reply = c.request(&pop)?;
                 let bytes: [u8; 4] = match reply.response() {
-                    Response::Data { data } if data.len() == 4 => [data[0], data[1], data[2], data[3]],
+                    Response::Data { data } if data.len() == 4 => {
+                        [data[0], data[1], data[2], data[3]]
+                    }
                     other => return Err(c.unexpected(&pop, &other).into()),
                 };
                 losses[k] = f32::from_le_bytes(bytes);

@@ -9,6 +9,7 @@ use tessera_firmware_sim::rng::Rng;
 use super::{ModelConfig, StepData};
 
 /// A host-side copy of the model and of every replica's dropout RNG.
+#[derive(Debug)]
 pub struct Reference {
     model: ModelConfig,
     grouping: ReplicaGrouping,

@@ -81,6 +81,18 @@ pub struct Channel {
     handle: DeviceHandle,
 }
 
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("replica", &self.replica)
+            .field("device", &self.handle.program())
+            .field("next_seq", &self.next_seq)
+            .field("limits", &self.limits)
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Channel {
     /// A device in a thread of this process, `memory` bytes of arena, optionally with
     /// faults injected in both directions.
@@ -168,7 +180,11 @@ impl Channel {
             } if limits.replica == replica => channel.limits = limits,
             other => return Err(channel.unexpected(&hello, &other)),
         }
-        tracing::debug!(replica, max_frame = channel.limits.max_frame, "device ready");
+        tracing::debug!(
+            replica,
+            max_frame = channel.limits.max_frame,
+            "device ready"
+        );
         Ok(channel)
     }
 

@@ -45,6 +45,7 @@ pub struct FaultCounts {
 }
 
 /// Forwards writes to `inner`, damaged as `config` says.
+#[derive(Debug)]
 pub struct FaultInjector<W> {
     inner: W,
     config: FaultConfig,
@@ -106,6 +107,7 @@ impl<W: Write> Write for FaultInjector<W> {
 
 /// Forwards writes to a writer on a thread of its own, each `latency` after it was made,
 /// in order. A flush returns at once: the bytes are in flight, as on a slow link.
+#[derive(Debug)]
 pub struct Delayed {
     tx: Sender<(Instant, Vec<u8>)>,
     latency: Duration,
@@ -118,7 +120,11 @@ impl Delayed {
         thread::spawn(move || {
             for (due, bytes) in rx {
                 thread::sleep(due.saturating_duration_since(Instant::now()));
-                if inner.write_all(&bytes).and_then(|()| inner.flush()).is_err() {
+                if inner
+                    .write_all(&bytes)
+                    .and_then(|()| inner.flush())
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -68,7 +68,11 @@ pub fn run_step(
                     heard[i] = Instant::now();
                 } else if heard[i].elapsed() > channels[i].deadline() {
                     if resent[i] == STEP_ATTEMPTS {
-                        tracing::warn!(replica = channels[i].replica(), attempts = STEP_ATTEMPTS, "device silent during a step");
+                        tracing::warn!(
+                            replica = channels[i].replica(),
+                            attempts = STEP_ATTEMPTS,
+                            "device silent during a step"
+                        );
                         return Err(TransportError::Timeout {
                             replica: channels[i].replica(),
                             request: tessera_core::wire::RequestKind::RunStep,
@@ -77,7 +81,10 @@ pub fn run_step(
                     }
                     // The device answers a repeated step with its reply or its pending
                     // contribution; it never runs the step twice.
-                    tracing::debug!(replica = channels[i].replica(), "device silent during a step: sending the step again");
+                    tracing::debug!(
+                        replica = channels[i].replica(),
+                        "device silent during a step: sending the step again"
+                    );
                     channels[i].resend(seqs[i], &Request::RunStep)?;
                     resent[i] += 1;
                     heard[i] = Instant::now();
@@ -92,7 +99,10 @@ pub fn run_step(
                     let key = (groups[i], round);
                     if let Some(answer) = answers.get(&key) {
                         // A re-sent contribution: answer it again, under its identity.
-                        let reduced = Request::Reduced { round, data: answer };
+                        let reduced = Request::Reduced {
+                            round,
+                            data: answer,
+                        };
                         channels[i].resend(seqs[i], &reduced)?;
                         continue;
                     }

@@ -9,6 +9,7 @@ use super::{Channel, TransportError};
 
 /// Slot `slot` on each of `channels` (local replica `i` is `channels[i]`), all `bytes`
 /// long: allocate them with [`ChannelSlots::allocate`].
+#[derive(Debug)]
 pub struct ChannelSlots<'c> {
     channels: &'c mut [Channel],
     slot: u16,
@@ -22,11 +23,10 @@ impl<'c> ChannelSlots<'c> {
         slot: u16,
         bytes: usize,
     ) -> Result<Self, TransportError> {
-        let size = u32::try_from(bytes)
-            .map_err(|_| TransportError::Overflow {
-                what: "slot size",
-                value: bytes,
-            })?;
+        let size = u32::try_from(bytes).map_err(|_| TransportError::Overflow {
+            what: "slot size",
+            value: bytes,
+        })?;
         for channel in channels.iter_mut() {
             channel.request(&Request::AllocSlot { slot, bytes: size })?;
         }

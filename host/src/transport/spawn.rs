@@ -146,7 +146,11 @@ pub(super) fn in_process(
 
 /// A device in a child process (`exe device`, `exe` being the `tessera` binary), speaking
 /// over its stdio.
-pub(super) fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Link, TransportError> {
+pub(super) fn child_process(
+    exe: &Path,
+    replica: u32,
+    memory: usize,
+) -> Result<Link, TransportError> {
     let mut child = Command::new(exe)
         .args(["device", "--replica", &replica.to_string()])
         .args(["--memory", &memory.to_string()])
@@ -179,7 +183,10 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
     let dir = std::env::temp_dir().join(format!("tessera-qemu-{}-{launch}", std::process::id()));
     fs::create_dir_all(&dir)?;
     let socket = dir.join("uart0.sock");
-    let chardev = format!("socket,id=uart0,path={},server=on,wait=off", socket.display());
+    let chardev = format!(
+        "socket,id=uart0,path={},server=on,wait=off",
+        socket.display()
+    );
     let mut qemu = Command::new(QEMU)
         .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
         .args(["-display", "none", "-monitor", "none"])
@@ -347,7 +354,8 @@ fn on_path(tool: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::env::var_os("PATH").is_some_and(|path| {
         std::env::split_paths(&path).any(|dir| {
-            fs::metadata(dir.join(tool)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            fs::metadata(dir.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
     })
 }

@@ -48,7 +48,9 @@ impl Clock for Timer0Clock {
     fn now_ms(&mut self) -> u64 {
         let now = read(VALUE);
         // A down-counter: the ticks since the last reading are last − now, modulo a wrap.
-        self.ticks = self.ticks.saturating_add(u64::from(self.last.wrapping_sub(now)));
+        self.ticks = self
+            .ticks
+            .saturating_add(u64::from(self.last.wrapping_sub(now)));
         self.last = now;
         self.ticks / TICKS_PER_MS
     }
