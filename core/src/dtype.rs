@@ -28,8 +28,8 @@
 
 use core::fmt;
 
-/// An element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An element type. On the wire it travels as its position in this list: append only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum DataType {
     /// IEEE 754 half precision.

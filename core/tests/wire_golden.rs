@@ -1,9 +1,10 @@
 //! Golden bytes for every wire message.
 //!
-//! One representative value of every `Request`, `Response`, `ErrorCode`, `Value`,
-//! `RequestKind` and `ReduceOp` variant, and of `Limits`, `StepConfig` and `Envelope`, is
-//! encoded and compared with bytes written literally below; each also decodes back to the
-//! value it came from. A few whole frames pin the framing (CRC-32 and COBS) as well.
+//! One representative value of every `Request`, `Response`, `ErrorCode`, `Value`, `Arg`,
+//! `ValueKind`, `RequestKind`, `ReduceOp` and `DataType` variant, and of `Limits`,
+//! `StepConfig`, `Array` and `Envelope`, is encoded and compared with bytes written
+//! literally below; each also decodes back to the value it came from. A few whole frames
+//! pin the framing (CRC-32 and COBS) as well.
 //!
 //! What this catches: host and device built from different commits must agree byte for
 //! byte, and postcard writes an enum variant as its position and a struct as its fields in
@@ -22,9 +23,10 @@
 //! slices and strings). To update after an intended change: bump the version, run this
 //! test, and paste the `actual` bytes it prints.
 
+use tessera_core::dtype::DataType;
 use tessera_core::wire::{
-    decode_body, encode_frame, Envelope, ErrorCode, FrameDecoder, Limits, ReduceOp, Request,
-    RequestKind, Response, StepConfig, Value, PROTOCOL_VERSION,
+    decode_body, encode_frame, Arg, Array, Envelope, ErrorCode, FrameDecoder, Limits, ReduceOp,
+    Request, RequestKind, Response, StepConfig, Value, ValueKind, PROTOCOL_VERSION,
 };
 
 /// `"0a ff"` → `[0x0a, 0xff]`.
@@ -121,6 +123,13 @@ fn request_variant(request: &Request<'_>) -> u32 {
         Request::Call { .. } => 20,
         Request::RemoteLoad { .. } => 21,
         Request::RemoteStore { .. } => 22,
+        Request::Invoke { .. } => 23,
+        Request::HasFunction { .. } => 24,
+        Request::Ping => 25,
+        Request::AllocArray { .. } => 26,
+        Request::WriteArray { .. } => 27,
+        Request::ReadArray { .. } => 28,
+        Request::DescribeRegister { .. } => 29,
     }
 }
 
@@ -135,6 +144,7 @@ fn response_variant(response: &Response<'_>) -> u32 {
         Response::Register { .. } => 6,
         Response::Reduce { .. } => 7,
         Response::Error { .. } => 8,
+        Response::Described { .. } => 9,
     }
 }
 
@@ -168,6 +178,45 @@ fn value_variant(value: &Value<'_>) -> u32 {
         Value::Shape(_) => 2,
         Value::Str(_) => 3,
         Value::Tensor(_) => 4,
+        Value::Array(_) => 5,
+    }
+}
+
+fn value_kind_variant(kind: ValueKind) -> u32 {
+    match kind {
+        ValueKind::Int => 0,
+        ValueKind::Float => 1,
+        ValueKind::Shape => 2,
+        ValueKind::Str => 3,
+        ValueKind::Tensor => 4,
+        ValueKind::Array => 5,
+    }
+}
+
+fn arg_variant(arg: &Arg<'_>) -> u32 {
+    match arg {
+        Arg::Register(_) => 0,
+        Arg::Value(_) => 1,
+    }
+}
+
+fn data_type_variant(dtype: DataType) -> u32 {
+    match dtype {
+        DataType::F16 => 0,
+        DataType::BF16 => 1,
+        DataType::F32 => 2,
+        DataType::F64 => 3,
+        DataType::I8 => 4,
+        DataType::I16 => 5,
+        DataType::I32 => 6,
+        DataType::I64 => 7,
+        DataType::U8 => 8,
+        DataType::U16 => 9,
+        DataType::U32 => 10,
+        DataType::U64 => 11,
+        DataType::Bool => 12,
+        DataType::F8E4M3 => 13,
+        DataType::F8E5M2 => 14,
     }
 }
 
@@ -197,6 +246,13 @@ fn kind_variant(kind: RequestKind) -> u32 {
         RequestKind::Malformed => 21,
         RequestKind::RemoteLoad => 22,
         RequestKind::RemoteStore => 23,
+        RequestKind::Invoke => 24,
+        RequestKind::HasFunction => 25,
+        RequestKind::Ping => 26,
+        RequestKind::AllocArray => 27,
+        RequestKind::WriteArray => 28,
+        RequestKind::ReadArray => 29,
+        RequestKind::DescribeRegister => 30,
     }
 }
 
@@ -233,6 +289,16 @@ fn limits() -> Limits {
         memory: 65536,
         max_frame: 1024,
         replica: 3,
+        window: 16,
+    }
+}
+
+/// A 2×3 `int16` array.
+fn array() -> Array<'static> {
+    Array {
+        dtype: DataType::I16,
+        shape: heapless::Vec::from_slice(&[2, 3]).unwrap(),
+        data: &[1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 0xff, 0xff],
     }
 }
 
@@ -372,6 +438,54 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
             }),
             "05 16 11 12",
         ),
+        (
+            "Invoke",
+            env(Request::Invoke {
+                function: "mul",
+                args: heapless::Vec::from_slice(&[Arg::Register(19), Arg::Value(Value::Int(3))])
+                    .unwrap(),
+                out: 20,
+            }),
+            "05 17 03 6d 75 6c 02 00 13 01 00 06 14",
+        ),
+        (
+            "HasFunction",
+            env(Request::HasFunction { function: "relu" }),
+            "05 18 04 72 65 6c 75",
+        ),
+        ("Ping", env(Request::Ping), "05 19"),
+        (
+            "AllocArray",
+            env(Request::AllocArray {
+                id: 21,
+                dtype: DataType::U32,
+                shape: heapless::Vec::from_slice(&[4, 200]).unwrap(),
+            }),
+            "05 1a 15 0a 02 04 c8 01",
+        ),
+        (
+            "WriteArray",
+            env(Request::WriteArray {
+                id: 22,
+                offset: 130,
+                data: &[0xcc, 0xdd],
+            }),
+            "05 1b 16 82 01 02 cc dd",
+        ),
+        (
+            "ReadArray",
+            env(Request::ReadArray {
+                id: 23,
+                offset: 24,
+                len: 25,
+            }),
+            "05 1c 17 18 19",
+        ),
+        (
+            "DescribeRegister",
+            env(Request::DescribeRegister { id: 26 }),
+            "05 1d 1a",
+        ),
     ]
 }
 
@@ -385,7 +499,7 @@ fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)>
                 version: 2,
                 limits: limits(),
             }),
-            "05 00 02 80 80 04 80 08 03",
+            "05 00 02 80 80 04 80 08 03 10",
         ),
         ("Done", env(Response::Done), "05 01"),
         (
@@ -429,6 +543,16 @@ fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)>
                 code: ErrorCode::FifoFull { fifo: 5 },
             }),
             "05 08 06 07 05",
+        ),
+        (
+            "Described",
+            env(Response::Described {
+                kind: ValueKind::Array,
+                dtype: Some(DataType::BF16),
+                shape: heapless::Vec::from_slice(&[3, 7]).unwrap(),
+                bytes: 42,
+            }),
+            "05 09 05 01 01 02 03 07 2a",
         ),
     ]
 }
@@ -496,6 +620,52 @@ fn values() -> Vec<(&'static str, Value<'static>, &'static str)> {
         ),
         ("Str", Value::Str("w"), "03 01 77"),
         ("Tensor", Value::Tensor(ONE_F32), "04 04 00 00 80 3f"),
+        (
+            "Array",
+            Value::Array(array()),
+            "05 05 02 02 03 0c 01 00 02 00 03 00 04 00 05 00 ff ff",
+        ),
+    ]
+}
+
+fn value_kinds() -> Vec<(&'static str, ValueKind, &'static str)> {
+    use ValueKind::*;
+    vec![
+        ("Int", Int, "00"),
+        ("Float", Float, "01"),
+        ("Shape", Shape, "02"),
+        ("Str", Str, "03"),
+        ("Tensor", Tensor, "04"),
+        ("Array", Array, "05"),
+    ]
+}
+
+fn args() -> Vec<(&'static str, Arg<'static>, &'static str)> {
+    vec![
+        ("Register", Arg::Register(300), "00 ac 02"),
+        ("Value", Arg::Value(Value::Str("x")), "01 03 01 78"),
+    ]
+}
+
+/// Every element type: it travels as its position in the list.
+fn data_types() -> Vec<(&'static str, DataType, &'static str)> {
+    use DataType::*;
+    vec![
+        ("F16", F16, "00"),
+        ("BF16", BF16, "01"),
+        ("F32", F32, "02"),
+        ("F64", F64, "03"),
+        ("I8", I8, "04"),
+        ("I16", I16, "05"),
+        ("I32", I32, "06"),
+        ("I64", I64, "07"),
+        ("U8", U8, "08"),
+        ("U16", U16, "09"),
+        ("U32", U32, "0a"),
+        ("U64", U64, "0b"),
+        ("Bool", Bool, "0c"),
+        ("F8E4M3", F8E4M3, "0d"),
+        ("F8E5M2", F8E5M2, "0e"),
     ]
 }
 
@@ -526,6 +696,13 @@ fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
         ("Malformed", Malformed, "15"),
         ("RemoteLoad", RemoteLoad, "16"),
         ("RemoteStore", RemoteStore, "17"),
+        ("Invoke", Invoke, "18"),
+        ("HasFunction", HasFunction, "19"),
+        ("Ping", Ping, "1a"),
+        ("AllocArray", AllocArray, "1b"),
+        ("WriteArray", WriteArray, "1c"),
+        ("ReadArray", ReadArray, "1d"),
+        ("DescribeRegister", DescribeRegister, "1e"),
     ]
 }
 
@@ -539,7 +716,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 2);
+    assert_eq!(PROTOCOL_VERSION, 3);
 }
 
 #[test]
@@ -597,6 +774,48 @@ fn every_value_has_its_golden_bytes() {
 }
 
 #[test]
+fn every_value_kind_has_its_golden_bytes() {
+    let cases = value_kinds();
+    check_golden!(ValueKind, cases);
+    assert_covers(
+        "ValueKind",
+        cases
+            .iter()
+            .map(|(_, k, _)| value_kind_variant(*k))
+            .collect(),
+        probed_variants(|b| decode_body::<ValueKind>(b).is_ok()),
+    );
+}
+
+#[test]
+fn every_arg_has_its_golden_bytes() {
+    let cases = args();
+    check_golden!(Arg<'_>, cases);
+    assert_covers(
+        "Arg",
+        cases.iter().map(|(_, a, _)| arg_variant(a)).collect(),
+        probed_variants(|b| decode_body::<Arg<'_>>(b).is_ok()),
+    );
+}
+
+/// Every data type, and in the order of `DataType::ALL` (its position is its wire byte).
+#[test]
+fn every_data_type_has_its_golden_bytes() {
+    let cases = data_types();
+    check_golden!(DataType, cases);
+    assert_covers(
+        "DataType",
+        cases
+            .iter()
+            .map(|(_, t, _)| data_type_variant(*t))
+            .collect(),
+        probed_variants(|b| decode_body::<DataType>(b).is_ok()),
+    );
+    let listed: Vec<DataType> = cases.iter().map(|(_, t, _)| *t).collect();
+    assert_eq!(listed, DataType::ALL, "DataType::ALL is the wire order");
+}
+
+#[test]
 fn every_request_kind_has_its_golden_bytes() {
     let cases = kinds();
     check_golden!(RequestKind, cases);
@@ -618,16 +837,45 @@ fn every_reduce_op_has_its_golden_bytes() {
     );
 }
 
-/// The two plain structs on their own: field order and types.
+/// The plain structs on their own: field order and types.
 #[test]
-fn limits_and_step_config_have_their_golden_bytes() {
-    check_golden!(Limits, [("Limits", limits(), "80 80 04 80 08 03")]);
+fn limits_step_config_and_array_have_their_golden_bytes() {
+    check_golden!(Limits, [("Limits", limits(), "80 80 04 80 08 03 10")]);
+    check_golden!(
+        Array<'_>,
+        [(
+            "Array",
+            array(),
+            "05 02 02 03 0c 01 00 02 00 03 00 04 00 05 00 ff ff"
+        )]
+    );
     check_golden!(
         StepConfig,
         [(
             "StepConfig",
             step_config(),
             "01 02 03 04 05 06 07 08 09 00 00 80 3e"
+        )]
+    );
+}
+
+/// An `Option` is a tag byte (0: `None`; 1: `Some`, then the value). The `Described` case
+/// above carries `Some`; this pins `None`, and an empty shape, as a device sends them for a
+/// plain integer register.
+#[test]
+fn described_without_a_dtype_has_its_golden_bytes() {
+    let env = |body| Envelope { seq: 5, body };
+    check_golden!(
+        Envelope<Response<'_>>,
+        [(
+            "Described (no dtype)",
+            env(Response::Described {
+                kind: ValueKind::Int,
+                dtype: None,
+                shape: heapless::Vec::new(),
+                bytes: 0,
+            }),
+            "05 09 00 00 00 00",
         )]
     );
 }

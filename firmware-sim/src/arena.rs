@@ -7,8 +7,11 @@
 
 use tessera_core::wire::ErrorCode;
 
-/// Objects a device can hold at once, all kinds together.
-pub const MAX_BLOCKS: usize = 64;
+/// Objects a device can hold at once, all kinds together: room for every register's bytes
+/// ([`MAX_REGISTERS`](crate::registers::MAX_REGISTERS)), every FIFO
+/// ([`MAX_FIFOS`](crate::fifo::MAX_FIFOS)), a call's scratch and the step's, and as many
+/// slots and variables again.
+pub const MAX_BLOCKS: usize = 128;
 
 const ALIGN: usize = 8;
 

@@ -3,13 +3,16 @@
 use core::cell::Cell;
 
 use critical_section::Mutex;
-use tessera_core::wire::{ErrorCode, Limits, Request, Response, StepConfig, PROTOCOL_VERSION};
+use tessera_core::wire::{
+    Arg, ErrorCode, Limits, Request, Response, StepConfig, MAX_CALL_ARGS, PROTOCOL_VERSION,
+};
 
 use crate::arena::{saturate, Arena, Owner};
 use crate::fifo::Fifos;
-use crate::functions::{self, Returned};
+use crate::functions::{self, Function};
 use crate::registers::Registers;
 use crate::rng::Rng;
+use crate::serve::LinkLimits;
 use crate::step::{self, Reducer, StepContext};
 
 /// Cycles the device has counted, shareable with an interrupt handler (hence the critical
@@ -54,6 +57,7 @@ pub struct Device<'a> {
     learning_rate: f32,
     step: Option<StepConfig>,
     cycles: &'a CycleCounter,
+    functions: &'a [(&'static str, Function)],
 }
 
 impl core::fmt::Debug for Device<'_> {
@@ -67,18 +71,20 @@ impl core::fmt::Debug for Device<'_> {
 }
 
 impl<'a> Device<'a> {
-    /// Replica `replica` (until a hello assigns another), with `memory` as its arena, accepting frames of up to
-    /// `max_frame` bytes, counting cycles in `cycles`.
+    /// Replica `replica` (until a hello assigns another), with `memory` as its arena, taking
+    /// frames and keeping replies as `link` says (see [`Server::link`](crate::Server::link)),
+    /// counting cycles in `cycles`.
     pub fn new(
         replica: u32,
         memory: &'a mut [u8],
-        max_frame: usize,
+        link: LinkLimits,
         cycles: &'a CycleCounter,
     ) -> Self {
         let arena = Arena::new(memory);
         let limits = Limits {
             memory: saturate(arena.capacity()),
-            max_frame: saturate(max_frame),
+            max_frame: saturate(link.max_frame),
+            window: link.window,
             replica,
         };
         Self {
@@ -91,7 +97,36 @@ impl<'a> Device<'a> {
             learning_rate: 0.0,
             step: None,
             cycles,
+            functions: &[],
         }
+    }
+
+    /// This device with `functions` callable by name besides the built-ins, and searched
+    /// before them (an entry may replace a built-in of the same name). See
+    /// [`functions`] for how to write one.
+    ///
+    /// ```
+    /// use tessera_core::wire::{ErrorCode, Request, Response};
+    /// use tessera_firmware_sim::functions::{Args, Function, Output};
+    /// use tessera_firmware_sim::step::NoReduce;
+    /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
+    ///
+    /// fn answer(args: &Args<'_>) -> Result<Output, ErrorCode> {
+    ///     args.expect(0)?;
+    ///     Ok(Output::Int(42))
+    /// }
+    /// const MINE: &[(&str, Function)] = &[("answer", answer)];
+    ///
+    /// let (mut memory, cycles) = ([0u8; 256], CycleCounter::new());
+    /// let link = LinkLimits { max_frame: 256, window: 1 };
+    /// let mut device = Device::new(0, &mut memory, link, &cycles).with_functions(MINE);
+    /// let has = |name| Request::HasFunction { function: name };
+    /// assert_eq!(device.handle(&has("answer"), &mut NoReduce), Response::Done);
+    /// assert_eq!(device.handle(&has("add_one"), &mut NoReduce), Response::Done);
+    /// ```
+    pub fn with_functions(mut self, functions: &'a [(&'static str, Function)]) -> Self {
+        self.functions = functions;
+        self
     }
 
     /// What the device announces in its hello.
@@ -228,18 +263,49 @@ impl<'a> Device<'a> {
                 ref args,
                 out,
             } => {
-                let f = functions::lookup(function)?;
-                match f(
-                    &mut self.registers,
-                    &mut self.arena,
-                    args,
-                    self.limits.replica,
-                )? {
-                    Returned::Value(value) => {
-                        self.registers.set_inline(&mut self.arena, out, value)?
-                    }
-                    Returned::InPlace => {}
+                let f = functions::lookup(self.functions, function)?;
+                let mut named = heapless::Vec::<Arg<'_>, MAX_CALL_ARGS>::new();
+                for &id in args {
+                    named
+                        .push(Arg::Register(id))
+                        .map_err(|_| ErrorCode::BadArguments)?;
                 }
+                let (replica, regs) = (self.limits.replica, &mut self.registers);
+                functions::call::run(regs, &mut self.arena, f, &named, out, replica)?;
+            }
+            Request::Invoke {
+                function,
+                ref args,
+                out,
+            } => {
+                let f = functions::lookup(self.functions, function)?;
+                let (replica, regs) = (self.limits.replica, &mut self.registers);
+                functions::call::run(regs, &mut self.arena, f, args, out, replica)?;
+            }
+            Request::HasFunction { function } => {
+                functions::lookup(self.functions, function)?;
+            }
+            Request::AllocArray {
+                id,
+                dtype,
+                ref shape,
+            } => {
+                self.registers
+                    .alloc_array(&mut self.arena, id, dtype, shape)?;
+            }
+            Request::WriteArray { id, offset, data } => {
+                self.registers.write(&mut self.arena, id, offset, data)?;
+            }
+            Request::ReadArray { id, offset, len } => {
+                if len > self.limits.max_frame {
+                    return Err(ErrorCode::ReplyTooLarge);
+                }
+                return Ok(Some(Response::Data {
+                    data: self.registers.read(&self.arena, id, offset, len)?,
+                }));
+            }
+            Request::DescribeRegister { id } => {
+                return Ok(Some(self.registers.describe(&self.arena, id)?));
             }
             Request::RemoteLoad { slot, variable } => {
                 let from = self
@@ -252,6 +318,7 @@ impl<'a> Device<'a> {
                 };
                 self.arena.copy(from, to)?;
             }
+            Request::Ping => {}
             Request::RemoteStore { variable, slot } => {
                 let from = self
                     .arena

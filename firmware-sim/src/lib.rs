@@ -8,6 +8,15 @@
 //! on a real-time [`Clock`], so the same code runs in a host thread, in a child process
 //! (`tessera device`) and on bare metal.
 //!
+//! For SPMD sessions (a controller and its workers, as in TVM Disco) the device keeps
+//! [`registers`] of integers, floats, shapes, strings and arrays of any dtype, and runs
+//! named [`functions`] on them: the built-ins the session scenarios need (`add_one`,
+//! `transpose`, `matmul`, `gelu`, …) and any you add. A firmware built on this crate
+//! registers its own kernels with [`Device::with_functions`]; the [`functions`] module doc
+//! shows how, and `examples/custom_kernel.rs` builds a device with a `double` kernel and
+//! calls it through [`Device::handle`]
+//! (`cargo run -p tessera-firmware-sim --example custom_kernel`).
+//!
 //! # Panics
 //!
 //! No request, however malformed, makes the device panic or touch memory outside its
@@ -23,14 +32,17 @@ pub mod clock;
 pub mod device;
 pub mod fifo;
 pub mod functions;
+pub mod link;
 pub mod registers;
+pub mod reply_cache;
 pub mod rng;
 pub mod serve;
 pub mod step;
 
 pub use clock::Clock;
 pub use device::{CycleCounter, Device};
-pub use serve::{serve, ServeError, Server};
+pub use link::{Framed, Framing, Incoming, Messages};
+pub use serve::{serve, serve_messages, LinkLimits, ServeError, Server};
 
 #[cfg(feature = "std")]
 pub mod std_link;

@@ -2,15 +2,16 @@
 //!
 //! # Contract
 //!
-//! - **Exactly once.** A request whose sequence number equals the last one served is a host
-//!   retry: the cached reply is sent again and the request does not run twice. Only a
-//!   request that ran replaces the cache; a frame that does not decode as a request is
-//!   answered `Malformed` from a buffer of its own, so a retry of the last request after
-//!   such a frame still gets its cached reply.
-//! - **Every frame starts with a delimiter and is flushed.** The leading `0x00` ends any
-//!   garbage the host's decoder holds, so damage before a frame costs nothing but itself;
-//!   the flush keeps a buffered link (a child's stdout) from holding a reply or a re-sent
-//!   contribution back until the next frame, where it would arrive out of turn.
+//! - **Exactly once, many in flight.** Requests run strictly in the host's numbering; a
+//!   retry of one of the last `WINDOW` is answered from the [`ReplyCache`] and never runs
+//!   twice; a request after a gap is dropped and comes again (go-back-N: the rule is stated
+//!   in [`reply_cache`](crate::reply_cache)). Only a request that ran fills the cache; a
+//!   frame that does not decode as a request is answered `Malformed` from a buffer of its
+//!   own.
+//! - **Any link.** The loop speaks whole messages through [`Messages`]: [`serve`] frames
+//!   them on a byte link ([`Framed`]: every frame delimited first and flushed),
+//!   [`serve_messages`] takes a link that carries messages as they are (threads of one
+//!   process).
 //! - **Reductions carry their identity.** During a step the device sends
 //!   [`Response::Reduce`] under the step's sequence number with the round's number, and
 //!   applies only the [`Request::Reduced`] carrying that same sequence number and round. Any
@@ -18,21 +19,25 @@
 //!   [`Server::stale_answers`] and discarded, never applied. The device sends its
 //!   contribution again when the host retries the step and when the host stays silent for
 //!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`].
-//! - **No byte is set aside.** Bytes that arrive in the same read as a request wait in the
-//!   server's inbox; the step's reductions read them before reading the link again, so an
+//! - **No byte is set aside.** Bytes that arrive in the same read as a request stay with
+//!   the link; the step's reductions read them before reading the link again, so an
 //!   answer that follows its step at once is seen.
+//! - **Replies fit a frame.** A reply body is at most [`Server::body_limit`] bytes, so its
+//!   frame (CRC and COBS included) fits `FRAME`; a larger one becomes a `ReplyTooLarge`
+//!   error reply.
 //! - The busy line is high while a request runs.
 
 use embedded_hal::digital::OutputPin;
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, Envelope, ErrorCode, FrameDecoder, FrameError, ReduceOp, Request, RequestKind,
-    Response,
+    encode_body, Envelope, ErrorCode, ReduceOp, Request, RequestKind, Response,
 };
 
 use crate::clock::{elapsed_ms, Clock};
 use crate::device::Device;
+use crate::link::{Framed, Framing, Incoming, Messages};
+use crate::reply_cache::{ReplyCache, Verdict};
 use crate::step::Reducer;
 
 /// How long the device waits for the host's [`Request::Reduced`], in real time, before it
@@ -43,56 +48,76 @@ pub const REDUCE_DEADLINE_MS: u64 = 2_000;
 pub const REDUCE_ATTEMPTS: u32 = 5;
 /// How long the device waits between two looks at an idle link during a reduction.
 const POLL_US: u32 = 50;
-/// Bytes taken from the link per read.
-const INBOX: usize = 256;
 
-/// The serve loop's state and buffers (`FRAME` bytes each): the frame decoder, the bytes
-/// read but not yet decoded, a copy of the request being run, the encoded reply (kept for
-/// retries) and an encoding scratch.
-pub struct Server<const FRAME: usize> {
-    decoder: FrameDecoder<FRAME>,
-    inbox: Inbox,
+/// What a device's link can carry, announced in its hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkLimits {
+    /// Largest frame, delimiter included.
+    pub max_frame: usize,
+    /// Requests the host may have outstanding (replies kept for retries).
+    pub window: u16,
+}
+
+/// The serve loop's state and buffers (`FRAME` bytes each): a copy of the request being
+/// run, a buffer for what arrives while a step waits for a reduction, the replies kept for
+/// retries (`WINDOW` of them, in storage the caller provides), and the framing state of a
+/// byte link.
+pub struct Server<'b, const FRAME: usize, const WINDOW: usize> {
     request: [u8; FRAME],
-    reply: [u8; FRAME],
-    scratch: [u8; FRAME],
-    reply_len: usize,
-    last_seq: Option<u32>,
+    aside: [u8; FRAME],
+    cache: ReplyCache<'b, FRAME, WINDOW>,
+    framing: Framing<FRAME>,
     /// Frames dropped for a bad CRC, bad COBS or excess length.
     pub bad_frames: u32,
     /// Reduction answers discarded because they named another step or round.
     pub stale_answers: u32,
+    /// Requests dropped because they came after a gap in the numbering (or while a step
+    /// waited for a reduction); the host sends them again.
+    pub dropped: u32,
 }
 
-impl<const FRAME: usize> core::fmt::Debug for Server<FRAME> {
+impl<const FRAME: usize, const WINDOW: usize> core::fmt::Debug for Server<'_, FRAME, WINDOW> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Server")
-            .field("last_seq", &self.last_seq)
+            .field("cache", &self.cache)
+            .field("dropped", &self.dropped)
             .field("bad_frames", &self.bad_frames)
             .field("stale_answers", &self.stale_answers)
             .finish_non_exhaustive()
     }
 }
 
-impl<const FRAME: usize> Default for Server<FRAME> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<const FRAME: usize> Server<FRAME> {
-    /// Empty buffers.
-    pub const fn new() -> Self {
+impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
+    /// Empty buffers; replies are kept in `replies`.
+    pub fn new(replies: &'b mut [[u8; FRAME]; WINDOW]) -> Self {
         Self {
-            decoder: FrameDecoder::new(),
-            inbox: Inbox::new(),
             request: [0; FRAME],
-            reply: [0; FRAME],
-            scratch: [0; FRAME],
-            reply_len: 0,
-            last_seq: None,
+            aside: [0; FRAME],
+            cache: ReplyCache::new(replies),
+            framing: Framing::new(),
             bad_frames: 0,
             stale_answers: 0,
+            dropped: 0,
         }
+    }
+
+    /// What this server's link carries: frames of `FRAME` bytes, `WINDOW` requests in
+    /// flight (saturated to 16 bits).
+    pub const fn link(&self) -> LinkLimits {
+        LinkLimits {
+            max_frame: FRAME,
+            window: if WINDOW > u16::MAX as usize {
+                u16::MAX
+            } else {
+                WINDOW as u16
+            },
+        }
+    }
+
+    /// The longest reply body: its frame (CRC, COBS's one byte in 254, the delimiters)
+    /// still fits `FRAME`.
+    pub const fn body_limit() -> usize {
+        FRAME.saturating_sub(FRAME / 254 + 8)
     }
 }
 
@@ -116,10 +141,10 @@ impl<E: core::fmt::Debug> core::fmt::Display for ServeError<E> {
 
 impl<E: core::fmt::Debug> core::error::Error for ServeError<E> {}
 
-/// Serves `device` on `link` until the link reaches end of file (the host went away),
-/// which returns `Ok`. Deadlines are measured on `clock`.
-pub fn serve<L, C, P, const FRAME: usize>(
-    server: &mut Server<FRAME>,
+/// Serves `device` on the byte link `link` until it reaches end of file (the host went
+/// away), which returns `Ok`. Deadlines are measured on `clock`.
+pub fn serve<L, C, P, const FRAME: usize, const WINDOW: usize>(
+    server: &mut Server<'_, FRAME, WINDOW>,
     device: &mut Device<'_>,
     link: &mut L,
     clock: &mut C,
@@ -130,110 +155,183 @@ where
     C: Clock,
     P: OutputPin,
 {
+    let Server {
+        request,
+        aside,
+        cache,
+        framing,
+        bad_frames,
+        stale_answers,
+        dropped,
+    } = server;
+    let mut state = State {
+        request,
+        aside,
+        cache,
+        bad_frames,
+        stale_answers,
+        dropped,
+    };
+    let mut framed = Framed { link, framing };
+    run(&mut state, device, &mut framed, clock, busy)
+}
+
+/// Serves `device` on a link that carries whole messages (no framing) until it closes.
+pub fn serve_messages<M, C, P, const FRAME: usize, const WINDOW: usize>(
+    server: &mut Server<'_, FRAME, WINDOW>,
+    device: &mut Device<'_>,
+    link: &mut M,
+    clock: &mut C,
+    busy: &mut P,
+) -> Result<(), ServeError<M::Error>>
+where
+    M: Messages,
+    C: Clock,
+    P: OutputPin,
+{
+    let Server {
+        request,
+        aside,
+        cache,
+        bad_frames,
+        stale_answers,
+        dropped,
+        ..
+    } = server;
+    let mut state = State {
+        request,
+        aside,
+        cache,
+        bad_frames,
+        stale_answers,
+        dropped,
+    };
+    run(&mut state, device, link, clock, busy)
+}
+
+/// The server without its framing, borrowed for one loop.
+struct State<'s, 'b, const FRAME: usize, const WINDOW: usize> {
+    request: &'s mut [u8; FRAME],
+    aside: &'s mut [u8; FRAME],
+    cache: &'s mut ReplyCache<'b, FRAME, WINDOW>,
+    bad_frames: &'s mut u32,
+    stale_answers: &'s mut u32,
+    dropped: &'s mut u32,
+}
+
+fn run<M, C, P, const FRAME: usize, const WINDOW: usize>(
+    state: &mut State<'_, '_, FRAME, WINDOW>,
+    device: &mut Device<'_>,
+    link: &mut M,
+    clock: &mut C,
+    busy: &mut P,
+) -> Result<(), ServeError<M::Error>>
+where
+    M: Messages,
+    C: Clock,
+    P: OutputPin,
+{
     loop {
-        if server.inbox.is_empty() && server.inbox.fill(link).map_err(ServeError::Link)? == 0 {
-            return Ok(());
-        }
-        let len = match server.inbox.next_frame(&mut server.decoder) {
-            None => continue,
-            Some(Err(_)) => {
-                server.bad_frames = server.bad_frames.saturating_add(1);
+        let len = match link
+            .receive(&mut state.request[..], true)
+            .map_err(ServeError::Link)?
+        {
+            Incoming::Closed => return Ok(()),
+            Incoming::Idle => continue,
+            Incoming::Damaged => {
+                *state.bad_frames = state.bad_frames.saturating_add(1);
                 continue;
             }
-            // Keep the request apart from the decoder, which the step's reductions reuse.
-            Some(Ok(body)) => {
-                let len = body.len();
-                server.request[..len].copy_from_slice(body);
-                len
-            }
+            Incoming::Message(len) => len,
         };
         let _ = busy.set_high();
-        let outcome = answer(server, len, device, link, clock);
+        let outcome = answer(state, len, device, link, clock);
         let _ = busy.set_low();
         outcome?;
     }
 }
 
-/// Runs (or answers again) the request held in `server.request[..len]`.
-fn answer<L, C, const FRAME: usize>(
-    server: &mut Server<FRAME>,
+/// Runs (or answers again, or drops) the request held in `state.request[..len]`.
+fn answer<M, C, const FRAME: usize, const WINDOW: usize>(
+    state: &mut State<'_, '_, FRAME, WINDOW>,
     len: usize,
     device: &mut Device<'_>,
-    link: &mut L,
+    link: &mut M,
     clock: &mut C,
-) -> Result<(), ServeError<L::Error>>
+) -> Result<(), ServeError<M::Error>>
 where
-    L: Read + ReadReady + Write,
+    M: Messages,
     C: Clock,
 {
-    let Server {
-        decoder,
-        inbox,
+    let State {
         request,
-        reply,
-        scratch,
-        reply_len,
-        last_seq,
+        aside,
+        cache,
         stale_answers,
+        dropped,
         ..
-    } = server;
+    } = state;
     let Ok(envelope) = decode_body::<Envelope<Request<'_>>>(&request[..len]) else {
         return send_malformed(link);
     };
+    let seq = envelope.seq;
+    let hello = matches!(envelope.body, Request::Hello { .. });
     if let Request::Reduced { .. } = envelope.body {
         // An answer to a reduction that is over (or was abandoned): not a request, so it
         // gets no reply and leaves the reply cache alone.
-        *stale_answers = stale_answers.saturating_add(1);
+        **stale_answers = stale_answers.saturating_add(1);
         return Ok(());
     }
-    if *last_seq != Some(envelope.seq) {
-        // The reply buffer is about to be reused (the step's contributions go through it).
-        *last_seq = None;
-        let mut reducer = LinkReducer {
-            seq: envelope.seq,
-            link,
-            clock,
-            decoder,
-            inbox,
-            frame: reply,
-            scratch,
-            stale: stale_answers,
-        };
-        let response = device.handle(&envelope.body, &mut reducer);
-        let framed = encode_delimited(
-            &Envelope {
-                seq: envelope.seq,
-                body: response,
-            },
-            scratch,
-            reply,
-        );
-        *reply_len = match framed {
-            Ok(n) => n,
-            Err(_) => {
-                let error = Response::Error {
-                    request: envelope.body.kind(),
-                    code: ErrorCode::ReplyTooLarge,
-                };
-                encode_delimited(
-                    &Envelope {
-                        seq: envelope.seq,
-                        body: error,
-                    },
-                    scratch,
-                    reply,
-                )
-                .map_err(|_| ServeError::ReplyTooLarge)?
+    match cache.verdict(seq, hello) {
+        Verdict::Drop => {
+            **dropped = dropped.saturating_add(1);
+            return Ok(());
+        }
+        Verdict::Repeat => {}
+        Verdict::Run => {
+            if hello {
+                cache.restart();
             }
-        };
-        *last_seq = Some(envelope.seq);
+            let limit = Server::<FRAME, WINDOW>::body_limit();
+            // The reply's slot doubles as the step's buffer for its contributions.
+            let slot = &mut cache.slot(seq)[..limit];
+            let mut reducer = LinkReducer {
+                seq,
+                link: &mut *link,
+                clock,
+                contribution: &mut *slot,
+                aside: &mut aside[..],
+                stale: stale_answers,
+                dropped,
+            };
+            let response = device.handle(&envelope.body, &mut reducer);
+            let n = match encode_body(
+                &Envelope {
+                    seq,
+                    body: response,
+                },
+                slot,
+            ) {
+                Ok(n) => n,
+                Err(_) => {
+                    let error = Response::Error {
+                        request: envelope.body.kind(),
+                        code: ErrorCode::ReplyTooLarge,
+                    };
+                    encode_body(&Envelope { seq, body: error }, slot)
+                        .map_err(|_| ServeError::ReplyTooLarge)?
+                }
+            };
+            cache.keep(seq, n);
+        }
     }
-    send(link, &reply[..*reply_len]).map_err(ServeError::Link)
+    let reply = cache.cached(seq).unwrap_or(&[]);
+    link.send(reply).map_err(ServeError::Link)
 }
 
-/// Answers a frame that is not a request, from buffers of its own (the reply cache keeps
-/// the last real reply for retries).
-fn send_malformed<L: Write>(link: &mut L) -> Result<(), ServeError<L::Error>> {
+/// Answers a frame that is not a request, from a buffer of its own (the reply cache keeps
+/// the last real replies for retries).
+fn send_malformed<M: Messages>(link: &mut M) -> Result<(), ServeError<M::Error>> {
     let malformed = Envelope {
         seq: 0,
         body: Response::Error {
@@ -241,84 +339,26 @@ fn send_malformed<L: Write>(link: &mut L) -> Result<(), ServeError<L::Error>> {
             code: ErrorCode::Malformed,
         },
     };
-    let (mut scratch, mut frame) = ([0u8; 16], [0u8; 24]);
-    let n = encode_delimited(&malformed, &mut scratch, &mut frame)
-        .map_err(|_| ServeError::ReplyTooLarge)?;
-    send(link, &frame[..n]).map_err(ServeError::Link)
-}
-
-/// Encodes `message` as a frame preceded by a delimiter into `out`; returns the length.
-fn encode_delimited(
-    message: &Envelope<Response<'_>>,
-    scratch: &mut [u8],
-    out: &mut [u8],
-) -> Result<usize, FrameError> {
-    let (first, rest) = out.split_first_mut().ok_or(FrameError::TooLarge)?;
-    *first = 0;
-    Ok(1 + encode_frame(message, scratch, rest)?)
-}
-
-/// Writes one whole frame and flushes it.
-fn send<L: Write>(link: &mut L, frame: &[u8]) -> Result<(), L::Error> {
-    link.write_all(frame)?;
-    link.flush()
-}
-
-/// Bytes read from the link and not yet fed to the decoder.
-struct Inbox {
-    buf: [u8; INBOX],
-    at: usize,
-    len: usize,
-}
-
-impl Inbox {
-    const fn new() -> Self {
-        Self {
-            buf: [0; INBOX],
-            at: 0,
-            len: 0,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.at >= self.len
-    }
-
-    /// Reads whatever the link has (blocking for at least one byte); 0 is end of file.
-    fn fill<L: Read>(&mut self, link: &mut L) -> Result<usize, L::Error> {
-        let n = link.read(&mut self.buf)?;
-        self.at = 0;
-        self.len = n.min(INBOX);
-        Ok(self.len)
-    }
-
-    /// Feeds held bytes to `decoder` until a frame ends (its outcome) or the bytes run out
-    /// or an empty frame ends (`None`; call again while bytes are held).
-    fn next_frame<'d, const N: usize>(
-        &mut self,
-        decoder: &'d mut FrameDecoder<N>,
-    ) -> Option<Result<&'d [u8], FrameError>> {
-        let held = self.buf.get(self.at..self.len)?;
-        let (used, frame) = decoder.feed(held);
-        self.at += used;
-        frame
-    }
+    let mut body = [0u8; 16];
+    let n = encode_body(&malformed, &mut body).map_err(|_| ServeError::ReplyTooLarge)?;
+    link.send(&body[..n]).map_err(ServeError::Link)
 }
 
 /// Answers the step's reductions over the link.
-struct LinkReducer<'l, L, C, const FRAME: usize> {
+struct LinkReducer<'l, M, C> {
     /// The step's sequence number: half of every reduction's identity.
     seq: u32,
-    link: &'l mut L,
+    link: &'l mut M,
     clock: &'l mut C,
-    decoder: &'l mut FrameDecoder<FRAME>,
-    inbox: &'l mut Inbox,
-    frame: &'l mut [u8; FRAME],
-    scratch: &'l mut [u8; FRAME],
+    /// Where the contribution's message is encoded.
+    contribution: &'l mut [u8],
+    /// Where messages that arrive during the reduction go.
+    aside: &'l mut [u8],
     stale: &'l mut u32,
+    dropped: &'l mut u32,
 }
 
-/// What one frame read during a reduction means for it.
+/// What one message read during a reduction means for it.
 enum Heard {
     /// The answer to this reduction, applied.
     Answer,
@@ -328,11 +368,11 @@ enum Heard {
     Nothing,
 }
 
-impl<L: Read + ReadReady + Write, C: Clock, const FRAME: usize> LinkReducer<'_, L, C, FRAME> {
-    /// Decodes the next held frame, if one ends in the bytes held, and applies it when it is
-    /// the answer to (`self.seq`, `round`).
-    fn hear(&mut self, round: u32, data: &mut [u8]) -> Result<Heard, ErrorCode> {
-        let Some(Ok(body)) = self.inbox.next_frame(self.decoder) else {
+impl<M: Messages, C: Clock> LinkReducer<'_, M, C> {
+    /// Decodes the message in `aside[..len]` and applies it when it is the answer to
+    /// (`self.seq`, `round`).
+    fn hear(&mut self, len: usize, round: u32, data: &mut [u8]) -> Result<Heard, ErrorCode> {
+        let Some(body) = self.aside.get(..len) else {
             return Ok(Heard::Nothing);
         };
         match decode_body::<Envelope<Request<'_>>>(body) {
@@ -361,39 +401,46 @@ impl<L: Read + ReadReady + Write, C: Clock, const FRAME: usize> LinkReducer<'_, 
                 seq,
                 body: Request::RunStep,
             }) if seq == self.seq => Ok(Heard::StepRetry),
-            _ => Ok(Heard::Nothing),
+            // A request sent while the step runs: it comes again (go-back-N).
+            Ok(_) => {
+                *self.dropped = self.dropped.saturating_add(1);
+                Ok(Heard::Nothing)
+            }
+            Err(_) => Ok(Heard::Nothing),
         }
     }
 }
 
-impl<L: Read + ReadReady + Write, C: Clock, const FRAME: usize> Reducer
-    for LinkReducer<'_, L, C, FRAME>
-{
+impl<M: Messages, C: Clock> Reducer for LinkReducer<'_, M, C> {
     fn reduce(&mut self, round: u32, op: ReduceOp, data: &mut [u8]) -> Result<(), ErrorCode> {
         let ask = Envelope {
             seq: self.seq,
             body: Response::Reduce { round, op, data },
         };
-        let n = encode_delimited(&ask, self.scratch, self.frame)
-            .map_err(|_| ErrorCode::ReplyTooLarge)?;
+        let n = encode_body(&ask, self.contribution).map_err(|_| ErrorCode::ReplyTooLarge)?;
         let link_failed = |_| ErrorCode::ReduceTimeout;
         for _ in 0..REDUCE_ATTEMPTS {
-            send(self.link, &self.frame[..n]).map_err(link_failed)?;
+            self.link
+                .send(&self.contribution[..n])
+                .map_err(link_failed)?;
             let sent = self.clock.now_ms();
             while elapsed_ms(self.clock, sent) < REDUCE_DEADLINE_MS {
-                if self.inbox.is_empty() {
-                    if !self.link.read_ready().map_err(link_failed)? {
+                let len = match self.link.receive(self.aside, false).map_err(link_failed)? {
+                    // The host went away.
+                    Incoming::Closed => return Err(ErrorCode::ReduceTimeout),
+                    Incoming::Idle => {
                         self.clock.delay_us(POLL_US);
                         continue;
                     }
-                    if self.inbox.fill(self.link).map_err(link_failed)? == 0 {
-                        // The host went away.
-                        return Err(ErrorCode::ReduceTimeout);
-                    }
-                }
-                match self.hear(round, data)? {
+                    Incoming::Damaged => continue,
+                    Incoming::Message(len) => len,
+                };
+                match self.hear(len, round, data)? {
                     Heard::Answer => return Ok(()),
-                    Heard::StepRetry => send(self.link, &self.frame[..n]).map_err(link_failed)?,
+                    Heard::StepRetry => self
+                        .link
+                        .send(&self.contribution[..n])
+                        .map_err(link_failed)?,
                     Heard::Nothing => {}
                 }
             }

@@ -1,14 +1,17 @@
 //! Host placements of a device: a byte link over any std reader and writer (a socket to the
-//! host in the same process, or stdin/stdout in a child process), a clock on `Instant`, and
-//! a busy line nobody watches.
+//! host in the same process, or stdin/stdout in a child process), a message queue between
+//! threads (no framing), a clock on `Instant`, and a busy line nobody watches.
 
 use std::io;
-use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread;
 use std::time::{Duration, Instant};
+use std::vec;
 use std::vec::Vec;
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
+
+use crate::link::{Incoming, Messages};
 
 /// A link whose reads come from a background thread, so that `read_ready` can answer
 /// without blocking on any kind of reader.
@@ -24,7 +27,7 @@ impl<W: io::Write> StdLink<W> {
     pub fn new<R: io::Read + Send + 'static>(mut reader: R, writer: W) -> Self {
         let (tx, incoming) = mpsc::sync_channel(64);
         thread::spawn(move || {
-            let mut buf = [0u8; 4096];
+            let mut buf = vec![0u8; 64 * 1024];
             // Ends at end of file, on a read error, or when the link is dropped.
             while let Ok(n @ 1..) = reader.read(&mut buf) {
                 if tx.send(buf[..n].to_vec()).is_err() {
@@ -147,5 +150,52 @@ impl embedded_hal::digital::OutputPin for NoPin {
 
     fn set_high(&mut self) -> Result<(), Self::Error> {
         Ok(())
+    }
+}
+
+/// A link between threads of one process that carries whole messages: memory does not
+/// corrupt, so there is no framing, no CRC and no per-byte work.
+#[derive(Debug)]
+pub struct Queue {
+    incoming: Receiver<Vec<u8>>,
+    outgoing: Sender<Vec<u8>>,
+}
+
+impl Queue {
+    /// Messages arrive on `incoming` and leave on `outgoing`.
+    pub fn new(incoming: Receiver<Vec<u8>>, outgoing: Sender<Vec<u8>>) -> Self {
+        Self { incoming, outgoing }
+    }
+}
+
+impl Messages for Queue {
+    type Error = io::Error;
+
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
+        let message = if wait {
+            match self.incoming.recv() {
+                Ok(message) => message,
+                Err(_) => return Ok(Incoming::Closed),
+            }
+        } else {
+            match self.incoming.try_recv() {
+                Ok(message) => message,
+                Err(TryRecvError::Empty) => return Ok(Incoming::Idle),
+                Err(TryRecvError::Disconnected) => return Ok(Incoming::Closed),
+            }
+        };
+        Ok(match into.get_mut(..message.len()) {
+            Some(to) => {
+                to.copy_from_slice(&message);
+                Incoming::Message(message.len())
+            }
+            None => Incoming::Damaged,
+        })
+    }
+
+    fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
+        self.outgoing
+            .send(body.to_vec())
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
     }
 }

@@ -7,12 +7,16 @@ mod support;
 use support::{frame, replies, serve_all, MemLink};
 use tessera_core::wire::{Request, StepConfig};
 
-/// The step's sequence number in these scripts.
-const STEP: u32 = 20;
+/// The step's sequence number in these scripts: it follows the 13 set-up requests (the
+/// device runs requests strictly in order).
+const STEP: u32 = 14;
+/// The requests that read the weight back, after the step.
+const STORE: u32 = STEP + 1;
+const READ: u32 = STEP + 2;
 
 /// Sets up a 1→1 linear model in a group of 2 with 3 batches per step (three reductions),
 /// weight 0, learning rate 0.5, and queues its samples; then the step's frames, then reads
-/// the weight back (sequence numbers 30 and 31).
+/// the weight back (sequence numbers `STORE` and `READ`).
 fn script(step: &[Vec<u8>]) -> Vec<u8> {
     let f32s = |v: f32| v.to_le_bytes();
     let mut bytes = Vec::new();
@@ -59,15 +63,16 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
     for f in step {
         bytes.extend_from_slice(f);
     }
+    assert_eq!(seq + 1, STEP, "the step follows the set-up");
     bytes.extend_from_slice(&frame(
-        30,
+        STORE,
         &Request::RemoteStore {
             variable: 1,
             slot: 1,
         },
     ));
     bytes.extend_from_slice(&frame(
-        31,
+        READ,
         &Request::ReadSlot {
             slot: 1,
             offset: 0,
@@ -99,7 +104,7 @@ fn outcome(link: &MemLink) -> (String, String) {
             .map(|(_, r)| r.clone())
             .unwrap_or_default()
     };
-    (find(31), find(STEP))
+    (find(READ), find(STEP))
 }
 
 /// The rounds of the contributions the device sent, in order.

@@ -324,7 +324,9 @@ fn main() -> ExitCode {
                 replica,
                 memory,
                 std::io::stdin(),
-                std::io::stdout(),
+                // Stdout is line-buffered: on binary frames that is a write per 0x0A byte.
+                // The device flushes after every frame, so a plain buffer loses nothing.
+                std::io::BufWriter::with_capacity(128 << 10, std::io::stdout().lock()),
             ) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

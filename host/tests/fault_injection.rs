@@ -1,13 +1,14 @@
 //! 10,000 requests over a link that flips bits, drops bytes and cuts writes short (1e-3 per
 //! byte in all, both directions): every reply must be exactly right. CRCs catch the damage,
 //! deadlines and retries recover, and the device's reply cache keeps retried requests from
-//! running twice (a FIFO push that ran twice would show up as an extra item).
+//! running twice (a FIFO push that ran twice would show up as an extra item). Once one
+//! request at a time, once pipelined (many in flight, go-back-N retransmission).
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tessera_core::wire::{Request, Response};
-use tessera_host::transport::{Channel, FaultConfig};
+use tessera_core::wire::{ErrorCode, Request, Response};
+use tessera_host::transport::{Channel, FaultConfig, TransportError};
 
 const REQUESTS: usize = 10_000;
 const SLOT_BYTES: usize = 512;
@@ -131,5 +132,212 @@ fn ten_thousand_requests_over_a_damaging_link() {
     assert!(
         retries > 50,
         "the link must actually have been damaged ({retries} retries)"
+    );
+}
+
+/// What the reply to a pipelined request must be, decided from the host-side model when
+/// the request was submitted (the device runs requests in submission order).
+#[derive(Debug)]
+enum Expect {
+    /// `Done` (a slot write or a FIFO push).
+    Done,
+    /// Exactly these bytes (a slot read or a FIFO pop).
+    Data(Vec<u8>),
+    /// A `FifoEmpty` error (a pop the model knows finds the FIFO empty).
+    FifoEmpty,
+}
+
+/// 10,000 requests over the same kind of damaging link, pipelined: batches of 1 to 16
+/// requests (up to the device's window) are submitted back to back, then, now and then
+/// after a `drain`, their replies are claimed in a shuffled order. The host-side model of
+/// the slot and the FIFO is updated in submission order, and every reply must be exactly
+/// what the model says at that point in the order.
+///
+/// What this catches, beyond the one-at-a-time test above:
+///
+/// - **a request run twice** after a go-back-N retransmission (a device that re-runs a
+///   retried request instead of answering it from its reply cache, or a cache that does
+///   not cover the whole window): a FIFO push shows up as an extra item, a slot write
+///   replayed after a later overlapping write shows up in a later read (the slot is small
+///   so that writes overlap often);
+/// - **requests run out of order or past a gap** (a device that runs a request after a
+///   lost one instead of dropping it, or a host that retransmits only the oldest request
+///   or not in order): a write lands after a read that should have seen it, a pop comes
+///   before its push;
+/// - **replies matched to the wrong request** (by position instead of sequence number,
+///   or a cached reply of a reused cache slot given to an older number): a read of the
+///   wrong length or bytes, `Done` where data was due, or a reply whose `seq` is not the
+///   ticket's;
+/// - **replies lost or claimed twice** when they are claimed in another order than they
+///   arrived, or after `drain`: `receive` fails (`NotInFlight`, `Timeout`) or never
+///   returns;
+/// - **a stuck window or a retry storm**: a window that does not free up as replies arrive
+///   ends in `Timeout`; a channel that resends more than the unanswered requests once per
+///   deadline (or on every reply) fails the bound on retries;
+/// - **a window counted in requests instead of sequence numbers**: batches larger than the
+///   device's window, with the oldest reply lost, once pushed that reply out of the
+///   device's cache and its retries were dropped until `Timeout`.
+#[test]
+fn ten_thousand_pipelined_requests_over_a_damaging_link() {
+    // Small, so that writes in flight together overlap and a replayed one shows.
+    const SLOT: usize = 128;
+    // Larger than the device's window: `submit` must wait for room.
+    const MAX_BATCH: usize = 24;
+    let faults = FaultConfig {
+        seed: 4242,
+        flip_rate: 4e-4,
+        drop_rate: 3e-4,
+        truncate_rate: 3e-4,
+        ..FaultConfig::NONE
+    };
+    let started = Instant::now();
+    let mut channel =
+        Channel::in_process(0, 1 << 16, Some(faults)).expect("hello gets through eventually");
+    channel.set_deadline(Duration::from_millis(15));
+    let window = usize::from(channel.limits().window);
+    assert!(
+        (8..MAX_BATCH).contains(&window),
+        "batches must outgrow the device's window ({window}), which pipelines at least 8"
+    );
+    channel
+        .request(&Request::AllocSlot {
+            slot: 1,
+            bytes: SLOT as u32,
+        })
+        .unwrap();
+    channel
+        .request(&Request::CreateFifo {
+            fifo: 2,
+            item_bytes: 8,
+            depth: 4,
+        })
+        .unwrap();
+
+    // What the device must hold once every request submitted so far has run.
+    let mut slot = [0u8; SLOT];
+    let mut fifo: VecDeque<[u8; 8]> = VecDeque::new();
+    let mut rng = Lcg(17);
+    let (mut sent, mut checked, mut batches, mut drained) = (0, 0, 0, 0);
+    while sent < REQUESTS {
+        let size = (1 + rng.below(MAX_BATCH)).min(REQUESTS - sent);
+        let mut batch: Vec<(usize, u32, Expect)> = Vec::with_capacity(size);
+        for i in sent..sent + size {
+            let (seq, expect) = match rng.below(4) {
+                0 => {
+                    let len = 1 + rng.below(48);
+                    let at = rng.below(SLOT - len);
+                    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                    slot[at..at + len].copy_from_slice(&data);
+                    let seq = channel
+                        .submit(&Request::WriteSlot {
+                            slot: 1,
+                            offset: at as u32,
+                            data: &data,
+                        })
+                        .unwrap();
+                    (seq, Expect::Done)
+                }
+                1 => {
+                    let len = 1 + rng.below(48);
+                    let at = rng.below(SLOT - len);
+                    let seq = channel
+                        .submit(&Request::ReadSlot {
+                            slot: 1,
+                            offset: at as u32,
+                            len: len as u32,
+                        })
+                        .unwrap();
+                    (seq, Expect::Data(slot[at..at + len].to_vec()))
+                }
+                2 if fifo.len() < 4 => {
+                    let item = (rng.next() ^ i as u64).to_le_bytes();
+                    fifo.push_back(item);
+                    let seq = channel
+                        .submit(&Request::PushFifo {
+                            fifo: 2,
+                            data: &item,
+                        })
+                        .unwrap();
+                    (seq, Expect::Done)
+                }
+                _ => {
+                    let seq = channel.submit(&Request::PopFifo { fifo: 2 }).unwrap();
+                    match fifo.pop_front() {
+                        Some(want) => (seq, Expect::Data(want.to_vec())),
+                        None => (seq, Expect::FifoEmpty),
+                    }
+                }
+            };
+            batch.push((i, seq, expect));
+        }
+        sent += size;
+        batches += 1;
+        if rng.below(4) == 0 {
+            channel.drain().unwrap();
+            assert_eq!(channel.in_flight(), 0, "drain leaves nothing in flight");
+            drained += 1;
+        }
+        // Claim the replies in a shuffled order (Fisher-Yates).
+        for k in (1..batch.len()).rev() {
+            batch.swap(k, rng.below(k + 1));
+        }
+        for (i, seq, expect) in batch {
+            let outcome = channel.receive(seq);
+            match (expect, outcome) {
+                (Expect::Done, Ok(reply)) => {
+                    assert_eq!(reply.seq(), seq, "request {i}: reply to another request");
+                    assert!(
+                        matches!(reply.response(), Response::Done),
+                        "request {i}: {:?} instead of Done",
+                        reply.response()
+                    );
+                }
+                (Expect::Data(want), Ok(reply)) => {
+                    assert_eq!(reply.seq(), seq, "request {i}: reply to another request");
+                    let Response::Data { data } = reply.response() else {
+                        panic!("request {i}: {:?} instead of data", reply.response())
+                    };
+                    assert_eq!(
+                        data, want,
+                        "request {i}: wrong bytes (a request ran twice or out of order?)"
+                    );
+                    checked += 1;
+                }
+                (
+                    Expect::FifoEmpty,
+                    Err(TransportError::Device {
+                        code: ErrorCode::FifoEmpty { fifo: 2 },
+                        ..
+                    }),
+                ) => {}
+                (expect, outcome) => {
+                    panic!("request {i} (seq {seq}): expected {expect:?}, got {outcome:?}")
+                }
+            }
+        }
+        assert_eq!(
+            channel.in_flight(),
+            0,
+            "nothing is in flight once the batch's replies are claimed"
+        );
+    }
+    assert!(
+        checked > REQUESTS / 3,
+        "most requests must be checked reads ({checked})"
+    );
+    let retries = channel.retries();
+    eprintln!(
+        "{REQUESTS} pipelined requests in {batches} batches ({drained} drained first), \
+         {checked} checked replies, {retries} retries, {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        retries > 50,
+        "the link must actually have been damaged ({retries} retries)"
+    );
+    // About 1,300 at these rates: each go-back resends every unanswered request.
+    assert!(
+        retries < REQUESTS as u64 / 2,
+        "a retry storm ({retries} retries for {REQUESTS} requests)"
     );
 }

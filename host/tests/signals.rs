@@ -21,6 +21,82 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// True while process `pid` runs (a zombie has ended: only its parent's reaping is left).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            // "pid (comm) S ...": the state follows the last ')'.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        })
+        .unwrap_or(false)
+}
+
+/// Waits until `tessera train` with `args` has `count` children; returns tessera and them.
+// The child is returned to the caller, which waits for it (and this waits on failure).
+#[allow(clippy::zombie_processes)]
+fn start_with_children(args: &[&str], count: usize) -> (std::process::Child, Vec<u32>) {
+    let mut tessera = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("train")
+        .args(args)
+        .args(["--steps", "1000000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let found = children_of(tessera.id());
+        if found.len() == count {
+            return (tessera, found);
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = tessera.kill();
+            let _ = tessera.wait();
+            panic!("{count} child processes start (found {found:?})");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A controller killed outright (no chance to clean up): its devices must end by
+/// themselves within a deadline (TVM Disco's workers outlive a dead controller).
+fn devices_end_when_the_controller_is_killed(args: &[&str], count: usize) {
+    let (mut tessera, devices) = start_with_children(args, count);
+    signal(tessera.id(), "-KILL");
+    tessera.wait().unwrap();
+    let start = Instant::now();
+    while devices.iter().any(|&pid| alive(pid)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "devices still running after their controller died: {:?}",
+            devices
+                .iter()
+                .filter(|&&pid| alive(pid))
+                .collect::<Vec<_>>()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn device_processes_end_when_the_controller_is_killed() {
+    devices_end_when_the_controller_is_killed(&["--placement", "process"], 4);
+}
+
+#[test]
+#[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
+fn qemus_end_when_the_controller_is_killed() {
+    let firmware = common::firmware();
+    let args = [
+        "--placement",
+        "qemu",
+        "--firmware",
+        firmware.to_str().unwrap(),
+    ];
+    devices_end_when_the_controller_is_killed(&args, 12);
+}
+
 fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .args([name, &pid.to_string()])
@@ -33,27 +109,8 @@ fn signal(pid: u32, name: &str) {
 /// (SIGSTOP), sends signal `name` to tessera and checks it exits with `expected_status`
 /// having killed and reaped every child.
 fn stops_its_children_on(args: &[&str], count: usize, name: &str, expected_status: i32) {
-    let mut tessera = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .arg("train")
-        .args(args)
-        .args(["--steps", "1000000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut tessera, devices) = start_with_children(args, count);
     let pid = tessera.id();
-    let start = Instant::now();
-    let devices = loop {
-        let found = children_of(pid);
-        if found.len() == count {
-            break found;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{count} child processes start (found {found:?})"
-        );
-        thread::sleep(Duration::from_millis(20));
-    };
     signal(devices[0], "-STOP");
     signal(pid, name);
     let start = Instant::now();
@@ -101,6 +158,6 @@ fn sigterm_stops_and_reaps_every_qemu() {
         "--firmware",
         firmware.to_str().unwrap(),
     ];
-    // Each replica: a QEMU and its defmt-print.
-    stops_its_children_on(&args, 8, "-TERM", 143);
+    // Each replica: a QEMU, its defmt-print and their reaper.
+    stops_its_children_on(&args, 12, "-TERM", 143);
 }

@@ -46,6 +46,29 @@ pub fn encode_frame<T: Serialize>(
     Ok(encoded + 1)
 }
 
+/// Encodes `message` as a bare body (postcard, no CRC, no framing) into `out`; returns its
+/// length. Links that carry whole messages (threads of one process) send bodies as they are.
+pub fn encode_body<T: Serialize>(message: &T, out: &mut [u8]) -> Result<usize, FrameError> {
+    postcard::to_slice(message, out)
+        .map(|body| body.len())
+        .map_err(|_| FrameError::TooLarge)
+}
+
+/// Frames a body that is already encoded (`COBS(body ‖ CRC-32) ‖ 0x00`) into `out`;
+/// returns the frame's length (delimiter included).
+pub fn frame_body(body: &[u8], out: &mut [u8]) -> Result<usize, FrameError> {
+    if out.len() < max_frame_len(body.len()) {
+        return Err(FrameError::TooLarge);
+    }
+    let crc = CRC.checksum(body).to_le_bytes();
+    let mut encoder = cobs::CobsEncoder::new(out);
+    encoder.push(body).map_err(|_| FrameError::TooLarge)?;
+    encoder.push(&crc).map_err(|_| FrameError::TooLarge)?;
+    let n = encoder.finalize();
+    *out.get_mut(n).ok_or(FrameError::TooLarge)? = 0;
+    Ok(n + 1)
+}
+
 /// Decodes one message from a frame body returned by [`FrameDecoder`].
 pub fn decode_body<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, FrameError> {
     postcard::from_bytes(body).map_err(|_| FrameError::Malformed)
@@ -110,13 +133,24 @@ impl<const N: usize> FrameDecoder<N> {
     /// Feeds bytes until a frame ends; returns how many bytes were used and the frame's
     /// outcome, if one ended.
     pub fn feed(&mut self, bytes: &[u8]) -> (usize, Option<Result<&[u8], FrameError>>) {
-        for (i, &byte) in bytes.iter().enumerate() {
-            if byte == 0 {
-                return (i + 1, self.push(0));
+        // The bytes up to the next delimiter are copied in one go, not one by one.
+        let end = bytes.iter().position(|&b| b == 0);
+        let run = &bytes[..end.unwrap_or(bytes.len())];
+        if !self.overflowed {
+            // No room (or a length past usize, which is certainly no room): overflowed.
+            let room = self.len.checked_add(run.len());
+            match room.and_then(|end| self.buf.get_mut(self.len..end)) {
+                Some(room) => {
+                    room.copy_from_slice(run);
+                    self.len += run.len();
+                }
+                None => self.overflowed = true,
             }
-            let _ = self.push(byte);
         }
-        (bytes.len(), None)
+        match end {
+            Some(at) => (at + 1, self.push(0)),
+            None => (bytes.len(), None),
+        }
     }
 
     fn check(&mut self, len: usize) -> Result<&[u8], FrameError> {
@@ -267,6 +301,23 @@ mod tests {
         assert!(frames[0].is_err());
         assert_eq!(frames[1], Err(FrameError::Oversized));
         assert!(frames[2].is_ok());
+    }
+
+    #[test]
+    fn a_framed_body_is_the_frame_of_its_message() {
+        let msg = Envelope {
+            seq: 3,
+            body: Request::GetSeed,
+        };
+        let mut body = [0u8; 32];
+        let n = postcard::to_slice(&msg, &mut body).unwrap().len();
+        let mut out = [0u8; 64];
+        let m = frame_body(&body[..n], &mut out).unwrap();
+        assert_eq!(out[..m], frame(&msg)[..]);
+        assert_eq!(
+            frame_body(&body[..n], &mut out[..4]),
+            Err(FrameError::TooLarge)
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::DataType;
+
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -33,6 +35,9 @@ pub struct Limits {
     pub max_frame: u32,
     /// The replica this device is.
     pub replica: u32,
+    /// Requests whose replies the device keeps for retries: the host never has more than
+    /// this many outstanding.
+    pub window: u16,
 }
 
 impl Limits {
@@ -88,6 +93,45 @@ pub enum Value<'a> {
     Str(&'a str),
     /// f32 elements, little-endian.
     Tensor(&'a [u8]),
+    /// An array of any element type.
+    #[serde(borrow)]
+    Array(Array<'a>),
+}
+
+/// An array: element type, shape (row-major) and little-endian bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Array<'a> {
+    /// Element type.
+    pub dtype: DataType,
+    /// Dimensions; empty for a scalar.
+    pub shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
+    /// The elements, `dtype`'s size each, little-endian.
+    #[serde(borrow)]
+    pub data: &'a [u8],
+}
+
+/// What a register holds, without its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[allow(missing_docs)]
+pub enum ValueKind {
+    Int,
+    Float,
+    Shape,
+    Str,
+    Tensor,
+    Array,
+}
+
+/// An argument of a [`Request::Invoke`]: a register the device holds, or a value sent
+/// with the call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Arg<'a> {
+    /// The value of this register.
+    Register(u16),
+    /// This value.
+    #[serde(borrow)]
+    Value(Value<'a>),
 }
 
 /// How a [`Response::Reduce`] combines the group's contributions.
@@ -101,6 +145,9 @@ pub enum ReduceOp {
 }
 
 /// Host to device.
+// `Invoke` carries its arguments inline (a few hundred bytes): a request is built once on
+// the stack and encoded at once, and no_std has no box to put them in.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request<'a> {
     /// Opens a session and tells the device which replica it is (the controller assigns
@@ -237,6 +284,57 @@ pub enum Request<'a> {
         /// Destination slot.
         slot: u16,
     },
+    /// Calls a named device function on registers and values, storing the result in `out`
+    /// (0: discard).
+    Invoke {
+        /// Function name.
+        function: &'a str,
+        /// Arguments, in order.
+        args: heapless::Vec<Arg<'a>, MAX_CALL_ARGS>,
+        /// Result register.
+        out: u16,
+    },
+    /// Done if the device has a function of this name, else an `UnknownFunction` error.
+    HasFunction {
+        /// Function name.
+        function: &'a str,
+    },
+    /// Does nothing: its reply comes after the replies to every earlier request, so it
+    /// marks a point the device has certainly passed.
+    Ping,
+    /// Makes register `id` a zeroed array (replacing what it held), to be filled with
+    /// [`Request::WriteArray`].
+    AllocArray {
+        /// Register id (0 is reserved).
+        id: u16,
+        /// Element type.
+        dtype: DataType,
+        /// Dimensions.
+        shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
+    },
+    /// Writes a chunk of an array register's bytes.
+    WriteArray {
+        /// Register id.
+        id: u16,
+        /// Byte offset.
+        offset: u32,
+        /// The chunk.
+        data: &'a [u8],
+    },
+    /// Reads a chunk of an array or tensor register's bytes.
+    ReadArray {
+        /// Register id.
+        id: u16,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes wanted.
+        len: u32,
+    },
+    /// What register `id` holds, without its bytes.
+    DescribeRegister {
+        /// Register id.
+        id: u16,
+    },
 }
 
 /// Which request an error reply is about.
@@ -269,6 +367,13 @@ pub enum RequestKind {
     Malformed,
     RemoteLoad,
     RemoteStore,
+    Invoke,
+    HasFunction,
+    Ping,
+    AllocArray,
+    WriteArray,
+    ReadArray,
+    DescribeRegister,
 }
 
 impl Request<'_> {
@@ -298,6 +403,13 @@ impl Request<'_> {
             Self::Call { .. } => RequestKind::Call,
             Self::RemoteLoad { .. } => RequestKind::RemoteLoad,
             Self::RemoteStore { .. } => RequestKind::RemoteStore,
+            Self::Invoke { .. } => RequestKind::Invoke,
+            Self::HasFunction { .. } => RequestKind::HasFunction,
+            Self::Ping => RequestKind::Ping,
+            Self::AllocArray { .. } => RequestKind::AllocArray,
+            Self::WriteArray { .. } => RequestKind::WriteArray,
+            Self::ReadArray { .. } => RequestKind::ReadArray,
+            Self::DescribeRegister { .. } => RequestKind::DescribeRegister,
         }
     }
 }
@@ -481,5 +593,16 @@ pub enum Response<'a> {
         request: RequestKind,
         /// Why.
         code: ErrorCode,
+    },
+    /// What a register holds ([`Request::DescribeRegister`]).
+    Described {
+        /// The kind of value.
+        kind: ValueKind,
+        /// The element type, for arrays (F32 for tensors).
+        dtype: Option<DataType>,
+        /// The shape, for arrays and shapes.
+        shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
+        /// Bytes the value's data takes (arrays, tensors, strings), else 0.
+        bytes: u32,
     },
 }

@@ -5,6 +5,7 @@
 //!   device can recognise (and answer again) one it already ran. The session starts with
 //!   [`Request::Hello`], which carries [`PROTOCOL_VERSION`]; the device answers with its
 //!   [`Limits`]. Enums are append-only: new variants go at the end.
+//! - [`endpoint`]: typed endpoints — each request type and the payload of its reply.
 //! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
 //!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
 //!   delimiter, so a corrupted, truncated or oversized frame costs only itself.
@@ -16,13 +17,16 @@
 //!
 //! Nothing here panics, whatever the bytes on the link.
 
+pub mod endpoint;
 pub mod frame;
 pub mod message;
 
+pub use endpoint::{Command, Endpoint};
 pub use frame::{
-    decode_body, encode_frame, max_frame_len, FrameDecoder, FrameError, FRAME_OVERHEAD,
+    decode_body, encode_body, encode_frame, frame_body, max_frame_len, FrameDecoder, FrameError,
+    FRAME_OVERHEAD,
 };
 pub use message::{
-    Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, StepConfig, Value,
-    MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
+    Arg, Array, Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, StepConfig,
+    Value, ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
 };

@@ -11,6 +11,8 @@ use tessera_firmware_sim::{serve, Clock, CycleCounter, Device, Server};
 
 /// Frame capacity of the devices under test.
 pub const FRAME: usize = 1024;
+/// Requests they keep replies for.
+pub const WINDOW: usize = 4;
 
 /// A link that reads a fixed input (at most `chunk` bytes per read) and collects what the
 /// device writes.
@@ -111,16 +113,17 @@ pub fn frame(seq: u32, body: &Request<'_>) -> Vec<u8> {
 
 /// Serves a fresh device (4 KiB of memory) on `link` until its input runs out; returns the
 /// server, for its counters.
-pub fn serve_all(link: &mut MemLink) -> Box<Server<FRAME>> {
+pub fn serve_all(link: &mut MemLink) -> Counters {
     let mut arena = vec![0u8; 4096];
     serve_with(link, &mut arena)
 }
 
 /// Like [`serve_all`], over `arena`.
-pub fn serve_with(link: &mut MemLink, arena: &mut [u8]) -> Box<Server<FRAME>> {
+pub fn serve_with(link: &mut MemLink, arena: &mut [u8]) -> Counters {
     let cycles = CycleCounter::new();
-    let mut device = Device::new(0, arena, FRAME, &cycles);
-    let mut server = Box::new(Server::<FRAME>::new());
+    let mut replies = Box::new([[0u8; FRAME]; WINDOW]);
+    let mut server = Box::new(Server::new(&mut replies));
+    let mut device = Device::new(0, arena, server.link(), &cycles);
     serve(
         &mut server,
         &mut device,
@@ -129,9 +132,20 @@ pub fn serve_with(link: &mut MemLink, arena: &mut [u8]) -> Box<Server<FRAME>> {
         &mut NoPin,
     )
     .unwrap();
-    server
+    Counters {
+        bad_frames: server.bad_frames,
+        stale_answers: server.stale_answers,
+        dropped: server.dropped,
+    }
 }
 
+/// A server's counters after it served a script.
+#[derive(Debug)]
+pub struct Counters {
+    pub bad_frames: u32,
+    pub stale_answers: u32,
+    pub dropped: u32,
+}
 /// Every intact frame in `output`, decoded as a reply; a damaged frame fails the test.
 pub fn replies(output: &[u8]) -> Vec<(u32, String)> {
     let mut decoder = FrameDecoder::<FRAME>::new();

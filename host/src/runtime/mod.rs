@@ -17,6 +17,7 @@ use tessera_core::stream::{
     AnchorReturnType, DataFlow, SizeCheck, Splitter, StreamKind, StreamSpec, UpstreamIo,
 };
 use tessera_core::transfer::{InstanceWindow, WeightLayout};
+use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
 use tessera_core::wire::{Request, Response, StepConfig};
 
 use crate::transport::{check_firmware, hub, Channel, ChannelSlots, TransportError};
@@ -360,6 +361,8 @@ impl Runtime {
             (x, INPUT_FIFO, m.inputs, data.inputs),
             (t, TARGET_FIFO, m.outputs, data.targets),
         ];
+        // Every sample is sent before any reply is awaited; the replies are claimed after.
+        let mut sent: Vec<Vec<u32>> = vec![Vec::new(); replicas];
         for _ in 0..self.flow.inputs_per_replica() {
             for (r, c) in self.channels.iter_mut().enumerate() {
                 for (tensor, fifo, width, source) in streams {
@@ -371,14 +374,19 @@ impl Runtime {
                         .iter()
                         .flat_map(|v| v.to_le_bytes())
                         .collect();
-                    c.request(&Request::PushFifo {
+                    sent[r].push(c.submit(&Request::PushFifo {
                         fifo,
                         data: &sample,
-                    })?;
+                    })?);
                     splitter
                         .input_complete(&mut arrays, tensor, r)
                         .map_err(config_error)?;
                 }
+            }
+        }
+        for (c, seqs) in self.channels.iter_mut().zip(&sent) {
+            for &seq in seqs {
+                c.receive(seq)?;
             }
         }
 
@@ -388,24 +396,28 @@ impl Runtime {
 
         let outputs = self.flow.outputs_per_replica(Some(AnchorReturnType::All));
         let mut losses = vec![0f32; outputs * replicas];
+        let pop = Request::PopFifo { fifo: LOSS_FIFO };
+        // (replica, sequence number, index in `losses`) of every pop, all sent first.
+        let mut pops = Vec::with_capacity(outputs * replicas);
         for _ in 0..outputs {
             for (r, c) in self.channels.iter_mut().enumerate() {
                 let k = splitter
                     .output(&mut arrays, loss, r)
                     .map_err(config_error)?;
-                let pop = Request::PopFifo { fifo: LOSS_FIFO };
-                let reply = c.request(&pop)?;
-                let bytes: [u8; 4] = match reply.response() {
-                    Response::Data { data } if data.len() == 4 => {
-                        [data[0], data[1], data[2], data[3]]
-                    }
-                    other => return Err(c.unexpected(&pop, &other).into()),
-                };
-                losses[k] = f32::from_le_bytes(bytes);
+                pops.push((r, c.submit(&pop)?, k));
                 splitter
                     .output_complete(&mut arrays, loss, r)
                     .map_err(config_error)?;
             }
+        }
+        for (r, seq, k) in pops {
+            let c = &mut self.channels[r];
+            let reply = c.receive(seq)?;
+            let bytes: [u8; 4] = match reply.response() {
+                Response::Data { data } if data.len() == 4 => [data[0], data[1], data[2], data[3]],
+                other => return Err(c.unexpected(&pop, &other).into()),
+            };
+            losses[k] = f32::from_le_bytes(bytes);
         }
         Ok(losses)
     }
@@ -423,20 +435,14 @@ impl Runtime {
         let Some(c) = self.channels.first_mut() else {
             return Err(RuntimeError::Config("no replicas".into()));
         };
-        match c.request(&Request::GetSeed)?.response() {
-            Response::Seed { seed } => Ok(seed),
-            other => Err(c.unexpected(&Request::GetSeed, &other).into()),
-        }
+        Ok(c.call(&GetSeed)?.get())
     }
 
     /// Every replica's RNG state, concatenated in replica order.
     pub fn rng_state(&mut self) -> Result<Vec<u32>, RuntimeError> {
         let mut words = Vec::with_capacity(RNG_WORDS * self.channels.len());
         for c in &mut self.channels {
-            match c.request(&Request::GetRngState)?.response() {
-                Response::RngState { state } => words.extend_from_slice(&state),
-                other => return Err(c.unexpected(&Request::GetRngState, &other).into()),
-            }
+            words.extend_from_slice(&c.call(&GetRngState)?.get());
         }
         Ok(words)
     }
@@ -461,10 +467,7 @@ impl Runtime {
     pub fn cycle_counts(&mut self) -> Result<Vec<u64>, RuntimeError> {
         let mut counts = Vec::with_capacity(self.channels.len());
         for c in &mut self.channels {
-            match c.request(&Request::CycleCount)?.response() {
-                Response::Cycles { cycles } => counts.push(cycles),
-                other => return Err(c.unexpected(&Request::CycleCount, &other).into()),
-            }
+            counts.push(c.call(&CycleCount)?.get());
         }
         Ok(counts)
     }

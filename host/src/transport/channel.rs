@@ -1,14 +1,24 @@
-//! The request protocol over one link: sequence numbers, deadlines and retries.
+//! The request protocol over one link: sequence numbers, a window of requests in flight,
+//! deadlines and retransmission.
 //!
-//! A [`Channel`] frames each request in an envelope with a fresh sequence number and waits
-//! for the reply carrying the same number under a deadline. A missing or damaged reply is
-//! retried under the same number: the device answers a retry from its reply cache instead
-//! of running the request twice. Replies with other numbers (answers to earlier retries)
-//! are skipped. A device that stops answering or closes its link is an error, never a hang.
+//! # Contract
 //!
-//! Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
-//! holds before it ends there and costs only itself, and is flushed at once.
+//! - **Pipelined.** [`Channel::submit`] sends a request at once and returns its ticket
+//!   (its sequence number); up to the device's window (announced in its hello) may be
+//!   unanswered at a time, and `submit` waits for room beyond that. Replies are matched
+//!   by sequence number and kept until [`Channel::receive`] claims them, in any order.
+//! - **Exactly once, go-back-N.** The device runs requests strictly in order and drops
+//!   one that follows a gap. When the oldest unanswered request has waited a deadline,
+//!   the channel sends every unanswered request again, in order, under the same numbers;
+//!   the device answers the ones it already ran from its reply cache. After
+//!   [`ATTEMPTS`] sends the device is declared dead: an error, never a hang.
+//! - **Typed.** [`Channel::call`] takes an [`Endpoint`] and returns its reply's payload
+//!   with its type; an error reply is [`TransportError::Device`], a reply of another type
+//!   [`TransportError::UnexpectedReply`].
+//! - Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
+//!   holds ends there and costs only itself, and is flushed at once.
 
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -16,20 +26,22 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, max_frame_len, Envelope, Limits, Request, Response, PROTOCOL_VERSION,
+    encode_body, encode_frame, max_frame_len, Endpoint, Envelope, ErrorCode, Limits, Request,
+    RequestKind, Response, PROTOCOL_VERSION,
 };
 
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
-use super::spawn::{self, DeviceHandle, Link};
+use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
 use super::TransportError;
 
-/// How long a request waits for its reply before it is sent again.
+/// How long the oldest unanswered request waits before everything unanswered is sent again.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 /// Times a request is sent before its device is declared dead.
-const ATTEMPTS: u32 = 8;
+pub const ATTEMPTS: u32 = 8;
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
@@ -52,7 +64,7 @@ impl fmt::Debug for Reply {
 impl Reply {
     /// The response, borrowing its payload from the frame.
     pub fn response(&self) -> Response<'_> {
-        // Checked when the reply was accepted (see `Channel::wait`).
+        // Checked when the reply was accepted (see `Channel::pump`).
         decode_body::<Envelope<Response<'_>>>(&self.body)
             .map(|e| e.body)
             .unwrap_or(Response::Done)
@@ -64,9 +76,43 @@ impl Reply {
     }
 }
 
+/// A reply known to be `E`'s: [`Typed::get`] gives its payload.
+pub struct Typed<E> {
+    reply: Reply,
+    endpoint: std::marker::PhantomData<E>,
+}
+
+impl<E: Endpoint> Typed<E> {
+    /// The reply's payload, borrowing from the frame.
+    pub fn get(&self) -> E::Reply<'_> {
+        match E::reply(self.reply.response()) {
+            Some(payload) => payload,
+            // `Channel::call` checked the type before building this.
+            None => unreachable!("a typed reply of the wrong type"),
+        }
+    }
+}
+
+impl<E> fmt::Debug for Typed<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.reply.fmt(f)
+    }
+}
+
+/// A request sent and not yet answered.
+#[derive(Debug)]
+struct InFlight {
+    seq: u32,
+    kind: RequestKind,
+    /// The whole frame, delimiter first, ready to be sent again.
+    frame: Vec<u8>,
+    /// Times sent.
+    attempts: u32,
+}
+
 /// A link to one device. See the module documentation.
 pub struct Channel {
-    writer: Box<dyn Write + Send>,
+    writer: Outgoing,
     frames: Receiver<Vec<u8>>,
     next_seq: u32,
     deadline: Duration,
@@ -75,6 +121,12 @@ pub struct Channel {
     limits: Limits,
     scratch: Vec<u8>,
     out: Vec<u8>,
+    /// Unanswered requests, oldest first.
+    in_flight: VecDeque<InFlight>,
+    /// When the oldest unanswered request was last sent.
+    oldest_sent: Instant,
+    /// Replies not yet claimed, by sequence number; a step's reductions queue here too.
+    arrived: HashMap<u32, VecDeque<Vec<u8>>>,
     retries: u64,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
@@ -87,6 +139,7 @@ impl fmt::Debug for Channel {
             .field("replica", &self.replica)
             .field("device", &self.handle.program())
             .field("next_seq", &self.next_seq)
+            .field("in_flight", &self.in_flight.len())
             .field("limits", &self.limits)
             .field("retries", &self.retries)
             .finish_non_exhaustive()
@@ -120,36 +173,48 @@ impl Channel {
 
     fn open(link: Link, replica: u32) -> Result<Self, TransportError> {
         let Link {
-            reader,
-            writer,
+            incoming,
+            outgoing: writer,
             handle,
         } = link;
-        let (tx, frames) = mpsc::channel();
-        thread::Builder::new()
-            .name(format!("tessera-link-{replica}"))
-            .spawn(move || read_frames(reader, tx, replica))?;
+        let frames = match incoming {
+            // A byte link gets a thread that decodes its frames.
+            Incoming::Bytes(reader) => {
+                let (tx, frames) = mpsc::channel();
+                thread::Builder::new()
+                    .name(format!("tessera-link-{replica}"))
+                    .spawn(move || read_frames(reader, tx, replica))?;
+                frames
+            }
+            Incoming::Messages(frames) => frames,
+        };
         let mut channel = Self {
             writer,
             frames,
             next_seq: 1,
             deadline: DEFAULT_DEADLINE,
             replica,
+            // Until the hello's answer: small frames, one request at a time.
             limits: Limits {
                 memory: 0,
                 max_frame: 256,
                 replica,
+                window: 1,
             },
             scratch: vec![0; MAX_FRAME],
             out: vec![0; 1 + max_frame_len(MAX_FRAME)],
+            in_flight: VecDeque::new(),
+            oldest_sent: Instant::now(),
+            arrived: HashMap::new(),
             retries: 0,
             handle,
         };
-        let hello = Request::Hello {
+        let hello = Hello {
             version: PROTOCOL_VERSION,
             replica,
         };
-        let reply = match channel.request(&hello) {
-            Ok(reply) => reply,
+        let (version, limits) = match channel.call(&hello) {
+            Ok(reply) => reply.get(),
             // A device process that ended before its hello says how it ended.
             Err(TransportError::Closed { .. }) => {
                 return Err(match channel.handle.exit_status(EXIT_GRACE) {
@@ -162,7 +227,7 @@ impl Channel {
                 })
             }
             Err(TransportError::Device {
-                code: tessera_core::wire::ErrorCode::Version { device },
+                code: ErrorCode::Version { device },
                 ..
             }) => {
                 return Err(TransportError::Version {
@@ -173,18 +238,18 @@ impl Channel {
             }
             Err(e) => return Err(e),
         };
-        match reply.response() {
-            Response::Hello {
-                version: PROTOCOL_VERSION,
-                limits,
-            } if limits.replica == replica => channel.limits = limits,
-            other => return Err(channel.unexpected(&hello, &other)),
+        if version != PROTOCOL_VERSION || limits.replica != replica {
+            return Err(TransportError::UnexpectedReply {
+                replica,
+                request: RequestKind::Hello,
+                reply: format!("version {version}, {limits:?}"),
+            });
         }
-        tracing::debug!(
-            replica,
-            max_frame = channel.limits.max_frame,
-            "device ready"
-        );
+        channel.limits = Limits {
+            window: limits.window.max(1),
+            ..limits
+        };
+        tracing::debug!(replica, ?limits, "device ready");
         Ok(channel)
     }
 
@@ -212,22 +277,79 @@ impl Channel {
         self.replica
     }
 
-    /// How long each attempt waits for its reply.
+    /// How long the oldest unanswered request waits before it is sent again.
     pub fn deadline(&self) -> Duration {
         self.deadline
     }
 
-    /// Changes how long each attempt waits for its reply.
+    /// Changes how long the oldest unanswered request waits before it is sent again.
     pub fn set_deadline(&mut self, deadline: Duration) {
         self.deadline = deadline;
     }
 
-    /// Sends `request` and returns the device's reply, retrying under the same sequence
-    /// number until the deadline of the last attempt. An error reply is an error.
+    /// Requests sent and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Sends `endpoint`'s request and waits for its reply, typed.
+    pub fn call<E: Endpoint>(&mut self, endpoint: &E) -> Result<Typed<E>, TransportError> {
+        let request = endpoint.request();
+        let seq = self.submit(&request)?;
+        let reply = self.receive(seq)?;
+        if E::reply(reply.response()).is_none() {
+            return Err(self.unexpected(&request, &reply.response()));
+        }
+        Ok(Typed {
+            reply,
+            endpoint: std::marker::PhantomData,
+        })
+    }
+
+    /// Sends `request` and returns the device's reply (an error reply is an error).
     pub fn request(&mut self, request: &Request<'_>) -> Result<Reply, TransportError> {
-        let seq = self.send(request)?;
-        for attempt in 1..=ATTEMPTS {
-            if let Some(reply) = self.wait(seq, self.deadline)? {
+        let seq = self.submit(request)?;
+        self.receive(seq)
+    }
+
+    /// Sends `request` with the next sequence number without waiting for its reply, once
+    /// the window has room; returns the number (claim the reply with
+    /// [`Channel::receive`]).
+    pub fn submit(&mut self, request: &Request<'_>) -> Result<u32, TransportError> {
+        // The device keeps replies for the last `window` numbers, not for the last `window`
+        // unanswered requests: while the oldest unanswered one is `window` numbers back, a
+        // newer request would push its reply out of the device's cache.
+        let window = u32::from(self.limits.window.max(1));
+        while self
+            .in_flight
+            .front()
+            .is_some_and(|oldest| self.next_seq.wrapping_sub(oldest.seq) >= window)
+        {
+            self.pump(None, true)?;
+        }
+        let seq = self.next_seq;
+        // Zero is never used: the device answers undecodable frames under it.
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        let frame = self.frame(seq, request)?.to_vec();
+        if self.in_flight.is_empty() {
+            self.oldest_sent = Instant::now();
+        }
+        transmit(&mut self.writer, &frame, self.replica)?;
+        self.in_flight.push_back(InFlight {
+            seq,
+            kind: request.kind(),
+            frame,
+            attempts: 1,
+        });
+        Ok(seq)
+    }
+
+    /// Waits for the reply to request `seq` (sent with [`Channel::submit`]), sending the
+    /// unanswered requests again as deadlines pass. An error reply is an error.
+    pub fn receive(&mut self, seq: u32) -> Result<Reply, TransportError> {
+        loop {
+            if let Some(body) = self.take(seq) {
+                let reply = Reply { seq, body };
                 if let Response::Error { request, code } = reply.response() {
                     tracing::debug!(replica = self.replica, ?request, %code, "device error");
                     return Err(TransportError::Device {
@@ -238,74 +360,184 @@ impl Channel {
                 }
                 return Ok(reply);
             }
-            if attempt < ATTEMPTS {
-                self.retries += 1;
-                tracing::debug!(replica = self.replica, seq, attempt, request = ?request.kind(), "no reply in time: retrying");
-                self.resend(seq, request)?;
+            if !self.in_flight.iter().any(|f| f.seq == seq) {
+                return Err(TransportError::NotInFlight {
+                    replica: self.replica,
+                    seq,
+                });
             }
+            self.pump(None, true)?;
         }
-        tracing::warn!(replica = self.replica, request = ?request.kind(), attempts = ATTEMPTS, "device did not answer");
-        Err(TransportError::Timeout {
-            replica: self.replica,
-            request: request.kind(),
-            attempts: ATTEMPTS,
-        })
     }
 
-    /// Sends `request` with a fresh sequence number, without waiting; returns the number.
-    pub fn send(&mut self, request: &Request<'_>) -> Result<u32, TransportError> {
-        let seq = self.next_seq;
-        // Zero is never used: the device answers undecodable frames under it.
-        self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        self.resend(seq, request)?;
-        Ok(seq)
+    /// Waits for every request in flight to be answered (their replies stay to be
+    /// claimed).
+    pub fn drain(&mut self) -> Result<(), TransportError> {
+        while !self.in_flight.is_empty() {
+            self.pump(None, true)?;
+        }
+        Ok(())
     }
 
-    /// Sends `request` (again) under `seq`.
+    /// The next message under `seq` (a reply, or a reduction during a step) if one
+    /// arrives within `wait`, without sending anything again: for a caller that manages
+    /// its own retries (the step hub).
+    pub fn poll(&mut self, seq: u32, wait: Duration) -> Result<Option<Reply>, TransportError> {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(body) = self.take(seq) {
+                return Ok(Some(Reply { seq, body }));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            self.pump(Some(until), false)?;
+        }
+    }
+
+    /// Sends `request` under `seq` without tracking it: a retry the caller manages, or a
+    /// message that gets no reply (a reduction's answer).
     pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
+        let n = self.frame(seq, request)?.len();
+        transmit(&mut self.writer, &self.out[..n], self.replica)
+    }
+
+    /// Encodes `request` under `seq` into the output buffer: a frame, delimiter first, for
+    /// a byte link; the bare body for a message link.
+    fn frame(&mut self, seq: u32, request: &Request<'_>) -> Result<&[u8], TransportError> {
         let envelope = Envelope { seq, body: request };
-        // out[0] is the delimiter that ends whatever the device's decoder holds.
-        let Some((first, rest)) = self.out.split_first_mut() else {
-            return Err(TransportError::Io(std::io::Error::other("no frame buffer")));
-        };
-        *first = 0;
         let too_large = |bytes| TransportError::TooLarge {
             replica: self.replica,
             request: request.kind(),
             bytes,
             max: self.limits.max_frame as usize,
         };
-        let n = 1 + encode_frame(&envelope, &mut self.scratch, rest)
-            .map_err(|_| too_large(MAX_FRAME))?;
-        // The device would drop a longer frame unread: refuse it here, at once.
-        if n - 1 > self.limits.max_frame as usize {
-            return Err(too_large(n - 1));
-        }
-        self.writer.write_all(&self.out[..n])?;
-        self.writer.flush()?;
-        Ok(())
+        let n = match self.writer {
+            Outgoing::Bytes(_) => {
+                // out[0] is the delimiter that ends whatever the device's decoder holds.
+                let Some((first, rest)) = self.out.split_first_mut() else {
+                    return Err(too_large(0));
+                };
+                *first = 0;
+                let n = encode_frame(&envelope, &mut self.scratch, rest)
+                    .map_err(|_| too_large(MAX_FRAME))?;
+                // The device would drop a longer frame unread: refuse it here, at once.
+                if n > self.limits.max_frame as usize {
+                    return Err(too_large(n));
+                }
+                n + 1
+            }
+            Outgoing::Messages(_) => {
+                let n = encode_body(&envelope, &mut self.out).map_err(|_| too_large(MAX_FRAME))?;
+                if n > self.limits.max_frame as usize {
+                    return Err(too_large(n));
+                }
+                n
+            }
+        };
+        Ok(&self.out[..n])
     }
 
-    /// The next reply for `seq`, waiting at most `deadline`; `Ok(None)` when the deadline
-    /// passes. Replies with other sequence numbers (answers to earlier retries) and bodies
-    /// that are not responses are skipped.
-    pub fn wait(&mut self, seq: u32, deadline: Duration) -> Result<Option<Reply>, TransportError> {
-        let end = Instant::now() + deadline;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.frames.recv_timeout(left) {
-                Ok(body) => match decode_body::<Envelope<Response<'_>>>(&body) {
-                    Ok(envelope) if envelope.seq == seq => return Ok(Some(Reply { seq, body })),
-                    _ => continue,
-                },
-                Err(RecvTimeoutError::Timeout) => return Ok(None),
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(TransportError::Closed {
-                        replica: self.replica,
-                    })
-                }
+    /// The oldest unclaimed message under `seq`.
+    fn take(&mut self, seq: u32) -> Option<Vec<u8>> {
+        let queue = self.arrived.get_mut(&seq)?;
+        let body = queue.pop_front();
+        if queue.is_empty() {
+            self.arrived.remove(&seq);
+        }
+        body
+    }
+
+    /// Takes in what the device sent, until one message arrives or `until` passes; with
+    /// `retransmit`, sends every unanswered request again when the oldest has waited its
+    /// deadline (and fails after [`ATTEMPTS`]).
+    fn pump(&mut self, until: Option<Instant>, retransmit: bool) -> Result<(), TransportError> {
+        let resend_at = self.oldest_sent + self.deadline;
+        let wake = match until {
+            Some(until) if !retransmit || until < resend_at => until,
+            _ => resend_at,
+        };
+        match self
+            .frames
+            .recv_timeout(wake.saturating_duration_since(Instant::now()))
+        {
+            Ok(body) => {
+                self.accept(body);
+                Ok(())
+            }
+            Err(RecvTimeoutError::Timeout) if retransmit && Instant::now() >= resend_at => {
+                self.go_back()
+            }
+            Err(RecvTimeoutError::Timeout) => Ok(()),
+            Err(RecvTimeoutError::Disconnected) => Err(TransportError::Closed {
+                replica: self.replica,
+            }),
+        }
+    }
+
+    /// Files a message from the device: a reply to a request in flight completes it; a
+    /// reduction (during a step) is queued under the step; anything else is stale.
+    fn accept(&mut self, body: Vec<u8>) {
+        let Ok(envelope) = decode_body::<Envelope<Response<'_>>>(&body) else {
+            return;
+        };
+        let seq = envelope.seq;
+        let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
+            return; // an answer to a retry of something already answered
+        };
+        if !matches!(envelope.body, Response::Reduce { .. }) {
+            self.in_flight.remove(at);
+            if at == 0 {
+                self.oldest_sent = Instant::now();
             }
         }
+        self.arrived.entry(seq).or_default().push_back(body);
+    }
+
+    /// Sends every unanswered request again, oldest first (go-back-N).
+    fn go_back(&mut self) -> Result<(), TransportError> {
+        let Some(oldest) = self.in_flight.front() else {
+            return Ok(());
+        };
+        if oldest.attempts >= ATTEMPTS {
+            tracing::warn!(replica = self.replica, request = ?oldest.kind, attempts = ATTEMPTS, "device did not answer");
+            return Err(TransportError::Timeout {
+                replica: self.replica,
+                request: oldest.kind,
+                attempts: ATTEMPTS,
+            });
+        }
+        tracing::debug!(
+            replica = self.replica,
+            seq = oldest.seq,
+            unanswered = self.in_flight.len(),
+            "no reply in time: sending the unanswered requests again"
+        );
+        // Only the oldest timed out: the others are sent again because go-back-N must, and
+        // that costs none of their attempts.
+        if let Some(oldest) = self.in_flight.front_mut() {
+            oldest.attempts += 1;
+        }
+        for request in &self.in_flight {
+            transmit(&mut self.writer, &request.frame, self.replica)?;
+            self.retries += 1;
+        }
+        self.oldest_sent = Instant::now();
+        Ok(())
+    }
+}
+
+/// Sends one encoded message (a frame, or a bare body) and flushes it. A link whose other
+/// end is gone is [`TransportError::Closed`], naming the replica.
+fn transmit(writer: &mut Outgoing, encoded: &[u8], replica: u32) -> Result<(), TransportError> {
+    let closed = TransportError::Closed { replica };
+    match writer {
+        Outgoing::Bytes(writer) => match writer.write_all(encoded).and_then(|()| writer.flush()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(closed),
+            Err(e) => Err(e.into()),
+        },
+        Outgoing::Messages(queue) => queue.send(encoded.to_vec()).map_err(|_| closed),
     }
 }
 
@@ -341,7 +573,7 @@ mod tests {
         let (_, frames) = mpsc::channel();
         let (ours, _theirs) = UnixStream::pair().unwrap();
         let mut channel = Channel {
-            writer: Box::new(capture.clone()),
+            writer: Outgoing::Bytes(Box::new(capture.clone())),
             frames,
             next_seq: 1,
             deadline: DEFAULT_DEADLINE,
@@ -350,13 +582,17 @@ mod tests {
                 memory: 0,
                 max_frame: 256,
                 replica: 0,
+                window: 4,
             },
             scratch: vec![0; 512],
             out: vec![0; 600],
+            in_flight: VecDeque::new(),
+            oldest_sent: Instant::now(),
+            arrived: HashMap::new(),
             retries: 0,
-            handle: DeviceHandle::Thread(None, ours),
+            handle: DeviceHandle::Thread(None, Some(ours)),
         };
-        channel.send(&Request::GetSeed).unwrap();
+        channel.submit(&Request::GetSeed).unwrap();
         let sent = capture.0.lock().unwrap().clone();
         assert_eq!(sent.first(), Some(&0), "the frame opens with 0x00");
 

@@ -1,35 +1,56 @@
 //! A simulated device served from this host: the whole of a device thread and of the
-//! `tessera device` child process.
+//! `tessera device` child process, on a byte link or on a message queue.
 
 use std::io::{self, Read, Write};
 
-use tessera_firmware_sim::std_link::{NoPin, StdClock, StdLink};
-use tessera_firmware_sim::{serve, CycleCounter, Device, ServeError, Server};
+use tessera_firmware_sim::std_link::{NoPin, Queue, StdClock, StdLink};
+use tessera_firmware_sim::{serve, serve_messages, CycleCounter, Device, ServeError, Server};
 
 /// Frame capacity of host-placed devices (64 KiB chunks plus framing).
 pub const HOST_FRAME: usize = 66 * 1024;
+/// Requests a host-placed device keeps replies for.
+pub const HOST_WINDOW: usize = 16;
 
-/// Serves a device for `replica` with `memory` bytes of arena on `reader`/`writer` until
-/// the reader ends (the host went away), which returns `Ok`.
+type HostServer<'b> = Server<'b, HOST_FRAME, HOST_WINDOW>;
+
+/// Serves a device for `replica` with `memory` bytes of arena on `reader`/`writer` (framed)
+/// until the reader ends (the host went away), which returns `Ok`.
 pub fn run_device(
     replica: u32,
     memory: usize,
     reader: impl Read + Send + 'static,
     writer: impl Write,
 ) -> Result<(), io::Error> {
+    let mut link = StdLink::new(reader, writer);
+    with_device(replica, memory, |server, device| {
+        serve(server, device, &mut link, &mut StdClock::new(), &mut NoPin)
+    })
+}
+
+/// Serves a device on a message queue between threads until the host's end is dropped.
+pub fn run_device_on_queue(replica: u32, memory: usize, mut queue: Queue) -> Result<(), io::Error> {
+    with_device(replica, memory, |server, device| {
+        serve_messages(server, device, &mut queue, &mut StdClock::new(), &mut NoPin)
+    })
+}
+
+/// Builds a device and its server on the heap and runs `serve` on them.
+fn with_device(
+    replica: u32,
+    memory: usize,
+    serve: impl FnOnce(&mut HostServer<'_>, &mut Device<'_>) -> Result<(), ServeError<io::Error>>,
+) -> Result<(), io::Error> {
     let mut arena = vec![0u8; memory];
     let cycles = CycleCounter::new();
-    let mut device = Device::new(replica, &mut arena, HOST_FRAME, &cycles);
-    // The server's buffers are large: keep them off the thread's stack.
-    let mut server = Box::new(Server::<HOST_FRAME>::new());
-    let mut link = StdLink::new(reader, writer);
-    match serve(
-        &mut server,
-        &mut device,
-        &mut link,
-        &mut StdClock::new(),
-        &mut NoPin,
-    ) {
+    // The kept replies (a megabyte) live on the heap.
+    let mut replies = vec![[0u8; HOST_FRAME]; HOST_WINDOW];
+    let replies: &mut [[u8; HOST_FRAME]; HOST_WINDOW] = replies
+        .as_mut_slice()
+        .try_into()
+        .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
+    let mut server = Box::new(Server::new(replies));
+    let mut device = Device::new(replica, &mut arena, server.link(), &cycles);
+    match serve(&mut server, &mut device) {
         Ok(()) => Ok(()),
         Err(ServeError::Link(e)) => Err(e),
         Err(e) => Err(io::Error::other(e)),

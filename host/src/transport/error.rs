@@ -74,6 +74,14 @@ pub enum TransportError {
         /// The reply received, as text.
         reply: String,
     },
+    /// A reply was claimed for a sequence number that is not in flight (never sent, or
+    /// already claimed).
+    NotInFlight {
+        /// The replica.
+        replica: u32,
+        /// The sequence number.
+        seq: u32,
+    },
     /// A request does not fit the device's frame (the device would drop it unread).
     TooLarge {
         /// The replica.
@@ -166,6 +174,10 @@ impl fmt::Display for TransportError {
             } => write!(
                 f,
                 "a {request:?} frame of {bytes} bytes exceeds device {replica}'s maximum frame of {max} bytes"
+            ),
+            Self::NotInFlight { replica, seq } => write!(
+                f,
+                "request {seq} to device {replica} is not in flight (never sent, or its reply was claimed)"
             ),
             Self::NoReplica { local, replicas } => {
                 write!(f, "no local replica {local} (there are {replicas})")

@@ -40,7 +40,7 @@ pub fn run_step(
 ) -> Result<(), TransportError> {
     let seqs = channels
         .iter_mut()
-        .map(|c| c.send(&Request::RunStep))
+        .map(|c| c.submit(&Request::RunStep))
         .collect::<Result<Vec<_>, _>>()?;
     let group_of = |c: &Channel| {
         grouping
@@ -63,7 +63,7 @@ pub fn run_step(
             if done[i] {
                 continue;
             }
-            let Some(reply) = channels[i].wait(seqs[i], POLL)? else {
+            let Some(reply) = channels[i].poll(seqs[i], POLL)? else {
                 if waiting[i] {
                     heard[i] = Instant::now();
                 } else if heard[i].elapsed() > channels[i].deadline() {
@@ -128,13 +128,15 @@ pub fn run_step(
                     let members = groups.iter().filter(|g| **g == groups[i]).count();
                     if entry.len() == members {
                         let answer = combine(entry);
-                        let reduced = Request::Reduced {
-                            round,
-                            data: &answer,
-                        };
-                        for c in entry.iter() {
-                            channels[c.from].resend(seqs[c.from], &reduced)?;
-                            waiting[c.from] = false;
+                        {
+                            let reduced = Request::Reduced {
+                                round,
+                                data: &answer,
+                            };
+                            for c in entry.iter() {
+                                channels[c.from].resend(seqs[c.from], &reduced)?;
+                                waiting[c.from] = false;
+                            }
                         }
                         contributions.remove(&key);
                         answers.insert(key, answer);

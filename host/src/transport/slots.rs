@@ -79,13 +79,18 @@ impl RemoteSlots for ChannelSlots<'_> {
         let slot = self.slot;
         let channel = self.channel(local)?;
         let chunk = channel.limits().max_chunk().max(1);
+        // Every chunk is sent before any reply is awaited (the channel keeps the window).
+        let mut sent = Vec::with_capacity(data.len().div_ceil(chunk));
         for (i, piece) in data.chunks(chunk).enumerate() {
             let offset = offset(at + i * chunk)?;
-            channel.request(&Request::WriteSlot {
+            sent.push(channel.submit(&Request::WriteSlot {
                 slot,
                 offset,
                 data: piece,
-            })?;
+            })?);
+        }
+        for seq in sent {
+            channel.receive(seq)?;
         }
         Ok(())
     }
@@ -106,14 +111,24 @@ impl RemoteSlots for ChannelSlots<'_> {
         let slot = self.slot;
         let channel = self.channel(local)?;
         let chunk = channel.limits().max_chunk().max(1);
-        for (i, piece) in out.chunks_mut(chunk).enumerate() {
+        let mut sent = Vec::with_capacity(out.len().div_ceil(chunk));
+        for (i, piece) in out.chunks(chunk).enumerate() {
             let offset = offset(at + i * chunk)?;
             let len = offset_len(piece.len())?;
-            let request = Request::ReadSlot { slot, offset, len };
-            let reply = channel.request(&request)?;
+            sent.push(channel.submit(&Request::ReadSlot { slot, offset, len })?);
+        }
+        for (seq, piece) in sent.into_iter().zip(out.chunks_mut(chunk)) {
+            let reply = channel.receive(seq)?;
             match reply.response() {
                 Response::Data { data } if data.len() == piece.len() => piece.copy_from_slice(data),
-                other => return Err(channel.unexpected(&request, &other)),
+                other => {
+                    let request = Request::ReadSlot {
+                        slot,
+                        offset: 0,
+                        len: offset_len(piece.len())?,
+                    };
+                    return Err(channel.unexpected(&request, &other));
+                }
             }
         }
         Ok(())

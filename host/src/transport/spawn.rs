@@ -1,7 +1,7 @@
 //! Starting a device in each placement, and stopping it: a thread of this process on a
 //! socket pair, a child process (`tessera device`) on its stdio, or the bare-metal firmware
 //! under `qemu-system-arm` with UART0 on a Unix socket and its defmt logs decoded by
-//! `defmt-print`.
+//! `defmt-print` (and a reaper that kills both if this process dies without stopping them).
 //!
 //! The QEMU placement checks everything it needs before it starts anything: the firmware
 //! exists and is a 32-bit little-endian ARM ELF, and `qemu-system-arm` and `defmt-print`
@@ -13,13 +13,16 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use tessera_firmware_sim::std_link::Queue;
+
 use super::children::{self, Adopted};
-use super::device::run_device;
+use super::device::{run_device, run_device_on_queue};
 use super::fault::{Delayed, FaultConfig, FaultInjector};
 use super::TransportError;
 
@@ -35,22 +38,41 @@ const DECODER_DRAIN: Duration = Duration::from_secs(1);
 
 /// Both ends of a new link to a device, and what keeps the device running.
 pub(super) struct Link {
-    pub reader: Box<dyn Read + Send>,
-    pub writer: Box<dyn Write + Send>,
+    pub incoming: Incoming,
+    pub outgoing: Outgoing,
     pub handle: DeviceHandle,
+}
+
+/// Where the device's messages come from.
+pub(super) enum Incoming {
+    /// A byte link: frames, decoded by a reader thread.
+    Bytes(Box<dyn Read + Send>),
+    /// Whole messages from a device thread.
+    Messages(Receiver<Vec<u8>>),
+}
+
+/// Where messages to the device go.
+pub(super) enum Outgoing {
+    /// A byte link: frames.
+    Bytes(Box<dyn Write + Send>),
+    /// Whole messages to a device thread.
+    Messages(Sender<Vec<u8>>),
 }
 
 /// What keeps a device running; dropping it stops the device.
 pub(super) enum DeviceHandle {
-    /// The device thread, and our socket end: shutting it down ends the device's loop
-    /// even though the reader thread holds a duplicate of it.
-    Thread(Option<JoinHandle<()>>, UnixStream),
+    /// The device thread, and our socket end if it has one: shutting it down ends the
+    /// device's loop even though the reader thread holds a duplicate of it (a queue ends
+    /// when the channel drops its sender).
+    Thread(Option<JoinHandle<()>>, Option<UnixStream>),
     /// A `tessera device` process.
     Child(Adopted),
-    /// The emulator, the defmt decoder reading its stdout, and the folder of its socket.
+    /// The emulator, the defmt decoder reading its stdout, their reaper (and the end of
+    /// its stdin we hold), and the folder of the UART socket.
     Qemu {
         qemu: Option<Adopted>,
         decoder: Option<Adopted>,
+        reaper: Option<(Adopted, ChildStdin)>,
         dir: PathBuf,
     },
 }
@@ -82,14 +104,23 @@ impl Drop for DeviceHandle {
         match self {
             Self::Thread(handle, control) => {
                 // Shutting the socket down (every duplicate of it) ends the device's loop.
-                let _ = control.shutdown(std::net::Shutdown::Both);
+                if let Some(control) = control {
+                    let _ = control.shutdown(std::net::Shutdown::Both);
+                }
                 if let Some(handle) = handle.take() {
                     let _ = handle.join();
                 }
             }
             // Dropping the adopted child kills and reaps it.
             Self::Child(_) => {}
-            Self::Qemu { qemu, decoder, dir } => {
+            Self::Qemu {
+                qemu,
+                decoder,
+                reaper,
+                dir,
+            } => {
+                // The reaper goes first, so it never kills a process id that was reused.
+                drop(reaper.take());
                 drop(qemu.take());
                 if let Some(decoder) = decoder.take() {
                     // It ends by itself once QEMU's stdout closes; give it a moment to
@@ -109,6 +140,9 @@ pub(super) fn in_process(
     memory: usize,
     faults: Option<FaultConfig>,
 ) -> Result<Link, TransportError> {
+    if faults.is_none() {
+        return in_process_queue(replica, memory);
+    }
     let (host_end, device_end) = UnixStream::pair()?;
     let device_reader = device_end.try_clone()?;
     let device_faults = faults.map(|f| FaultConfig {
@@ -138,9 +172,30 @@ pub(super) fn in_process(
         None => Box::new(host_end),
     };
     Ok(Link {
-        reader: Box::new(reader),
-        writer,
-        handle: DeviceHandle::Thread(Some(thread), control),
+        incoming: Incoming::Bytes(Box::new(reader)),
+        outgoing: Outgoing::Bytes(writer),
+        handle: DeviceHandle::Thread(Some(thread), Some(control)),
+    })
+}
+
+/// A device thread on message queues: no framing, no socket. (Faults need bytes to damage:
+/// with faults the device gets a socket instead.)
+fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError> {
+    let (to_device, device_in) = mpsc::channel();
+    let (device_out, from_device) = mpsc::channel();
+    let thread = thread::Builder::new()
+        .name(format!("tessera-device-{replica}"))
+        .spawn(move || {
+            let queue = Queue::new(device_in, device_out);
+            if let Err(e) = run_device_on_queue(replica, memory, queue) {
+                tracing::warn!(replica, error = %e, "device thread stopped");
+            }
+        })?;
+    Ok(Link {
+        incoming: Incoming::Messages(from_device),
+        outgoing: Outgoing::Messages(to_device),
+        // Dropping the channel's sender ends the device's loop.
+        handle: DeviceHandle::Thread(Some(thread), None),
     })
 }
 
@@ -168,8 +223,8 @@ pub(super) fn child_process(
         return Err(io::Error::other("the child process has no stdio pipes").into());
     };
     Ok(Link {
-        reader: Box::new(stdout),
-        writer: Box::new(stdin),
+        incoming: Incoming::Bytes(Box::new(stdout)),
+        outgoing: Outgoing::Bytes(Box::new(stdin)),
         handle: DeviceHandle::Child(child),
     })
 }
@@ -219,19 +274,51 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
         None => None,
     }
     .map(|decoder| children::adopt(decoder, "defmt-print"));
+    let mut pids = vec![qemu.pid()];
+    pids.extend(decoder.as_ref().map(Adopted::pid));
+    let reaper = reaper(&pids);
     // From here on, an early return stops QEMU through the handle's drop.
     let handle = DeviceHandle::Qemu {
         qemu: Some(qemu),
         decoder,
+        reaper: Some(reaper?),
         dir,
     };
     let stream = connect_when_ready(&socket, &handle, replica)?;
     let reader = stream.try_clone()?;
     Ok(Link {
-        reader: Box::new(reader),
-        writer: Box::new(stream),
+        incoming: Incoming::Bytes(Box::new(reader)),
+        outgoing: Outgoing::Bytes(Box::new(stream)),
         handle,
     })
+}
+
+/// A shell that waits for its stdin to close — which happens when this process ends, however
+/// it ends, even by SIGKILL — and then kills `pids`. QEMU serves its socket forever and
+/// would otherwise outlive a controller that died without cleaning up. Its stdin's other end
+/// is returned, to be held until the processes are stopped.
+fn reaper(pids: &[u32]) -> Result<(Adopted, ChildStdin), TransportError> {
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            "read _; kill -KILL \"$@\" 2>/dev/null",
+            "tessera-reaper",
+        ])
+        .args(pids.iter().map(u32::to_string))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|source| TransportError::Spawn {
+            program: "sh".into(),
+            source,
+        })?;
+    let stdin = child.stdin.take();
+    let child = children::adopt(child, "tessera-reaper");
+    match stdin {
+        Some(stdin) => Ok((child, stdin)),
+        None => Err(io::Error::other("the reaper has no stdin pipe").into()),
+    }
 }
 
 /// Connects to QEMU's UART socket, which appears a moment after QEMU starts.

@@ -14,20 +14,23 @@ use tessera_firmware_sim::{serve, CycleCounter, Device, Server};
 
 /// Frame capacity: bulk data moves in chunks of a little under 2 KiB.
 const FRAME: usize = 2048;
+/// Requests the host may have in flight (replies kept for retries).
+const WINDOW: usize = 8;
 /// Device memory: most of the board's 4 MiB of data RAM.
 const ARENA: usize = 3 << 20;
 
 // Const-initialised: they live in .bss from the start, never on the stack.
 static ARENA_MEMORY: ConstStaticCell<[u8; ARENA]> = ConstStaticCell::new([0; ARENA]);
-static SERVER: ConstStaticCell<Server<FRAME>> = ConstStaticCell::new(Server::new());
+static REPLIES: ConstStaticCell<[[u8; FRAME]; WINDOW]> = ConstStaticCell::new([[0; FRAME]; WINDOW]);
 static CYCLES: CycleCounter = CycleCounter::new();
 
 #[entry]
 fn main() -> ! {
     let memory = ARENA_MEMORY.take();
-    let server = SERVER.take();
+    // The server itself (three frames) lives on main's stack; its replies in .bss.
+    let server = &mut Server::new(REPLIES.take());
     // The host assigns the replica id in its hello.
-    let mut device = Device::new(0, memory, FRAME, &CYCLES);
+    let mut device = Device::new(0, memory, server.link(), &CYCLES);
     let mut link = board::uart::Uart0::take();
     defmt::info!(
         "tessera device up: {} bytes of memory, {}-byte frames",

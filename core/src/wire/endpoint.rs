@@ -1,0 +1,303 @@
+//! Typed endpoints: each request type names the reply it gets, as postcard-rpc's endpoints
+//! do, so a caller receives the reply's payload with its type or learns that the device
+//! answered with something else — never a hand-written match per call site.
+//!
+//! The requests whose reply carries data have an endpoint type of their own ([`Hello`],
+//! [`GetSeed`], [`ReadSlot`], [`GetRegister`], …). Every other request is answered
+//! [`Response::Done`]; wrap it in a [`Command`], which refuses (at construction) a request
+//! whose reply is not `Done`.
+
+use super::message::{Limits, Request, Response, Value, ValueKind, MAX_SHAPE_RANK};
+use crate::dtype::DataType;
+
+/// A request type and the payload of its reply.
+pub trait Endpoint {
+    /// What a successful reply carries (borrowing from the reply's frame).
+    type Reply<'r>;
+    /// The request this endpoint sends.
+    fn request(&self) -> Request<'_>;
+    /// The payload of `response`, or `None` when `response` is not this endpoint's reply.
+    fn reply(response: Response<'_>) -> Option<Self::Reply<'_>>;
+}
+
+/// Any request answered [`Response::Done`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command<'a>(Request<'a>);
+
+impl<'a> Command<'a> {
+    /// `request` as a command; `None` when its reply is not [`Response::Done`] (use its own
+    /// endpoint type instead).
+    pub fn new(request: Request<'a>) -> Option<Self> {
+        let done = !matches!(
+            request,
+            Request::Hello { .. }
+                | Request::ReadSlot { .. }
+                | Request::PopFifo { .. }
+                | Request::GetSeed
+                | Request::GetRngState
+                | Request::RunStep
+                | Request::Reduced { .. }
+                | Request::CycleCount
+                | Request::GetRegister { .. }
+                | Request::ReadArray { .. }
+                | Request::DescribeRegister { .. }
+        );
+        done.then_some(Self(request))
+    }
+}
+
+impl Endpoint for Command<'_> {
+    type Reply<'r> = ();
+    fn request(&self) -> Request<'_> {
+        self.0.clone()
+    }
+    fn reply(response: Response<'_>) -> Option<()> {
+        matches!(response, Response::Done).then_some(())
+    }
+}
+
+/// [`Request::Hello`]: the device's limits, if it speaks `version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// The host's protocol version.
+    pub version: u16,
+    /// The replica the device serves.
+    pub replica: u32,
+}
+
+impl Endpoint for Hello {
+    type Reply<'r> = (u16, Limits);
+    fn request(&self) -> Request<'_> {
+        Request::Hello {
+            version: self.version,
+            replica: self.replica,
+        }
+    }
+    fn reply(response: Response<'_>) -> Option<(u16, Limits)> {
+        match response {
+            Response::Hello { version, limits } => Some((version, limits)),
+            _ => None,
+        }
+    }
+}
+
+/// [`Request::GetSeed`]: the random seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetSeed;
+
+impl Endpoint for GetSeed {
+    type Reply<'r> = u64;
+    fn request(&self) -> Request<'_> {
+        Request::GetSeed
+    }
+    fn reply(response: Response<'_>) -> Option<u64> {
+        match response {
+            Response::Seed { seed } => Some(seed),
+            _ => None,
+        }
+    }
+}
+
+/// [`Request::GetRngState`]: the generator's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetRngState;
+
+impl Endpoint for GetRngState {
+    type Reply<'r> = [u32; 4];
+    fn request(&self) -> Request<'_> {
+        Request::GetRngState
+    }
+    fn reply(response: Response<'_>) -> Option<[u32; 4]> {
+        match response {
+            Response::RngState { state } => Some(state),
+            _ => None,
+        }
+    }
+}
+
+/// [`Request::CycleCount`]: cycles counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CycleCount;
+
+impl Endpoint for CycleCount {
+    type Reply<'r> = u64;
+    fn request(&self) -> Request<'_> {
+        Request::CycleCount
+    }
+    fn reply(response: Response<'_>) -> Option<u64> {
+        match response {
+            Response::Cycles { cycles } => Some(cycles),
+            _ => None,
+        }
+    }
+}
+
+/// Reads `Response::Data` out of a response.
+fn data(response: Response<'_>) -> Option<&[u8]> {
+    match response {
+        Response::Data { data } => Some(data),
+        _ => None,
+    }
+}
+
+/// [`Request::ReadSlot`]: a chunk of a slot, exactly `len` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadSlot {
+    /// Slot id.
+    pub slot: u16,
+    /// Byte offset.
+    pub offset: u32,
+    /// Bytes wanted.
+    pub len: u32,
+}
+
+impl Endpoint for ReadSlot {
+    type Reply<'r> = &'r [u8];
+    fn request(&self) -> Request<'_> {
+        Request::ReadSlot {
+            slot: self.slot,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+    fn reply(response: Response<'_>) -> Option<&[u8]> {
+        data(response)
+    }
+}
+
+/// [`Request::PopFifo`]: the oldest item of a FIFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PopFifo {
+    /// FIFO id.
+    pub fifo: u16,
+}
+
+impl Endpoint for PopFifo {
+    type Reply<'r> = &'r [u8];
+    fn request(&self) -> Request<'_> {
+        Request::PopFifo { fifo: self.fifo }
+    }
+    fn reply(response: Response<'_>) -> Option<&[u8]> {
+        data(response)
+    }
+}
+
+/// [`Request::ReadArray`]: a chunk of a register's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadArray {
+    /// Register id.
+    pub id: u16,
+    /// Byte offset.
+    pub offset: u32,
+    /// Bytes wanted.
+    pub len: u32,
+}
+
+impl Endpoint for ReadArray {
+    type Reply<'r> = &'r [u8];
+    fn request(&self) -> Request<'_> {
+        Request::ReadArray {
+            id: self.id,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+    fn reply(response: Response<'_>) -> Option<&[u8]> {
+        data(response)
+    }
+}
+
+/// [`Request::GetRegister`]: a register's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetRegister {
+    /// Register id.
+    pub id: u16,
+}
+
+impl Endpoint for GetRegister {
+    type Reply<'r> = Value<'r>;
+    fn request(&self) -> Request<'_> {
+        Request::GetRegister { id: self.id }
+    }
+    fn reply(response: Response<'_>) -> Option<Value<'_>> {
+        match response {
+            Response::Register { value } => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// What [`DescribeRegister`] learns about a register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Description {
+    /// The kind of value.
+    pub kind: ValueKind,
+    /// The element type, for arrays and tensors.
+    pub dtype: Option<DataType>,
+    /// The shape, for arrays and shapes.
+    pub shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
+    /// Bytes of the value's data.
+    pub bytes: u32,
+}
+
+/// [`Request::DescribeRegister`]: what a register holds, without its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DescribeRegister {
+    /// Register id.
+    pub id: u16,
+}
+
+impl Endpoint for DescribeRegister {
+    type Reply<'r> = Description;
+    fn request(&self) -> Request<'_> {
+        Request::DescribeRegister { id: self.id }
+    }
+    fn reply(response: Response<'_>) -> Option<Description> {
+        match response {
+            Response::Described {
+                kind,
+                dtype,
+                shape,
+                bytes,
+            } => Some(Description {
+                kind,
+                dtype,
+                shape,
+                bytes,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_refuse_requests_with_payload_replies() {
+        assert!(Command::new(Request::GetSeed).is_none());
+        assert!(Command::new(Request::ReadArray {
+            id: 1,
+            offset: 0,
+            len: 4
+        })
+        .is_none());
+        assert!(Command::new(Request::Ping).is_some());
+    }
+
+    #[test]
+    fn a_reply_of_another_type_is_none() {
+        assert_eq!(GetSeed::reply(Response::Seed { seed: 7 }), Some(7));
+        assert_eq!(GetSeed::reply(Response::Done), None);
+        assert_eq!(<Command<'_> as Endpoint>::reply(Response::Done), Some(()));
+        assert_eq!(
+            <Command<'_> as Endpoint>::reply(Response::Seed { seed: 1 }),
+            None
+        );
+        assert_eq!(
+            ReadSlot::reply(Response::Data { data: &[1, 2] }),
+            Some(&[1u8, 2][..])
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The device's link to its host, one message at a time.
+//!
+//! [`Messages`] is what the serve loop needs: the next message body (waiting for it or
+//! not) and a way to send one. Two kinds of link provide it:
+//!
+//! - [`Framed`], over any byte link (`embedded-io`: a UART, a pipe, a socket): frames are
+//!   CRC-32 + COBS + `0x00`, decoded in a fixed buffer that resynchronises at every
+//!   delimiter, so damage costs only the damaged frame. Every frame it sends starts with a
+//!   delimiter (ending whatever garbage the host's decoder holds) and is flushed at once (a
+//!   buffered link must not hold a reply back until the next frame). Bytes read together
+//!   with a message wait in its inbox for the next call: none is set aside.
+//! - a message queue between threads of one process (`std_link::Queue`, with the `std`
+//!   feature): memory does not corrupt, so bodies move as they are, without framing.
+
+use embedded_io::{Read, ReadReady, Write};
+use tessera_core::wire::{frame_body, FrameDecoder};
+
+/// What one look at the link found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incoming {
+    /// A message of this many bytes, copied into the caller's buffer.
+    Message(usize),
+    /// A damaged frame, or a message too long for the buffer: dropped.
+    Damaged,
+    /// Nothing yet (only when not waiting).
+    Idle,
+    /// The host has gone: end of link.
+    Closed,
+}
+
+/// A link that carries whole messages.
+pub trait Messages {
+    /// Why the link failed.
+    type Error: core::fmt::Debug;
+    /// The next message, copied into `into`; with `wait`, blocks until something arrives.
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, Self::Error>;
+    /// Sends one message (flushed).
+    fn send(&mut self, body: &[u8]) -> Result<(), Self::Error>;
+}
+
+/// Bytes taken from the link per read.
+const INBOX: usize = 4096;
+
+/// The framing state of a byte link: the decoder, the bytes read but not yet decoded, and
+/// the buffer frames are encoded into (`FRAME` bytes each).
+pub struct Framing<const FRAME: usize> {
+    decoder: FrameDecoder<FRAME>,
+    inbox: [u8; INBOX],
+    at: usize,
+    len: usize,
+    out: [u8; FRAME],
+}
+
+impl<const FRAME: usize> Default for Framing<FRAME> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const FRAME: usize> core::fmt::Debug for Framing<FRAME> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Framing")
+            .field("held", &(self.len - self.at))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const FRAME: usize> Framing<FRAME> {
+    /// Nothing held.
+    pub const fn new() -> Self {
+        Self {
+            decoder: FrameDecoder::new(),
+            inbox: [0; INBOX],
+            at: 0,
+            len: 0,
+            out: [0; FRAME],
+        }
+    }
+}
+
+/// [`Messages`] over the byte link `L`, framed.
+#[derive(Debug)]
+pub struct Framed<'f, L, const FRAME: usize> {
+    /// The byte link.
+    pub link: &'f mut L,
+    /// Its framing state.
+    pub framing: &'f mut Framing<FRAME>,
+}
+
+impl<L: Read + ReadReady + Write, const FRAME: usize> Messages for Framed<'_, L, FRAME> {
+    type Error = L::Error;
+
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, L::Error> {
+        let f = &mut *self.framing;
+        loop {
+            if f.at >= f.len {
+                if !wait && !self.link.read_ready()? {
+                    return Ok(Incoming::Idle);
+                }
+                let n = self.link.read(&mut f.inbox)?;
+                if n == 0 {
+                    return Ok(Incoming::Closed);
+                }
+                f.at = 0;
+                f.len = n.min(INBOX);
+            }
+            let (used, frame) = f.decoder.feed(&f.inbox[f.at..f.len]);
+            f.at += used;
+            match frame {
+                None => continue,
+                Some(Err(_)) => return Ok(Incoming::Damaged),
+                Some(Ok(body)) => {
+                    return Ok(match into.get_mut(..body.len()) {
+                        Some(to) => {
+                            to.copy_from_slice(body);
+                            Incoming::Message(body.len())
+                        }
+                        None => Incoming::Damaged,
+                    })
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, body: &[u8]) -> Result<(), L::Error> {
+        let out = &mut self.framing.out;
+        // out[0] is the delimiter that ends whatever the host's decoder holds. A body too
+        // long to frame cannot happen (the server caps replies at its frame); if it did,
+        // only the delimiter would go out and the host would retry.
+        let n = match out.split_first_mut() {
+            Some((first, rest)) => {
+                *first = 0;
+                1 + frame_body(body, rest).unwrap_or(0)
+            }
+            None => 0,
+        };
+        self.link.write_all(&out[..n])?;
+        self.link.flush()
+    }
+}

@@ -1,0 +1,207 @@
+//! The device's half of exactly-once delivery with many requests in flight: go-back-N over
+//! the host's sequence numbers, with the replies of the last `WINDOW` requests kept for
+//! retries.
+//!
+//! # Rule
+//!
+//! The host numbers its requests 1, 2, 3, … (after `u32::MAX` comes 1 again; 0 is never
+//! used) and never has more than `WINDOW` of them unanswered. The device runs requests
+//! strictly in that order:
+//!
+//! - the request numbered `next` runs, its reply is kept, and `next` moves on;
+//! - a request numbered one of the `WINDOW` before `next` already ran: it is answered again
+//!   from the cache, never run twice;
+//! - any other number is a request after a gap (an earlier one was lost) or an ancient
+//!   retry: it is dropped unanswered. The host, hearing nothing, sends again every request
+//!   from its oldest unanswered one (go-back-N), in order.
+//!
+//! A hello starts a new session: it always runs, forgets every kept reply and sets `next`
+//! after itself. Before the first hello, any number is taken as the start.
+//!
+//! # Memory
+//!
+//! `WINDOW` replies of at most `FRAME` bytes each, in storage the caller provides (a
+//! static on bare metal, the heap on a host): no allocation, nothing large on a stack.
+
+/// What to do with a request, by its sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run it (and keep its reply).
+    Run,
+    /// Answer it again from the cache.
+    Repeat,
+    /// Drop it unanswered.
+    Drop,
+}
+
+/// The sequence number after `seq`, skipping 0.
+pub const fn after(seq: u32) -> u32 {
+    if seq == u32::MAX {
+        1
+    } else {
+        seq + 1
+    }
+}
+
+/// Replies kept for retries, and the number of the request that runs next.
+pub struct ReplyCache<'b, const FRAME: usize, const WINDOW: usize> {
+    replies: &'b mut [[u8; FRAME]; WINDOW],
+    lens: [usize; WINDOW],
+    seqs: [Option<u32>; WINDOW],
+    next: Option<u32>,
+}
+
+impl<const FRAME: usize, const WINDOW: usize> core::fmt::Debug for ReplyCache<'_, FRAME, WINDOW> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ReplyCache")
+            .field("next", &self.next)
+            .field("kept", &self.seqs)
+            .finish()
+    }
+}
+
+impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> {
+    /// Nothing kept, in `replies`; the first request sets the numbering.
+    pub fn new(replies: &'b mut [[u8; FRAME]; WINDOW]) -> Self {
+        Self {
+            replies,
+            lens: [0; WINDOW],
+            seqs: [None; WINDOW],
+            next: None,
+        }
+    }
+
+    /// What to do with request `seq` (`hello`: it is a hello).
+    pub fn verdict(&self, seq: u32, hello: bool) -> Verdict {
+        let Some(next) = self.next else {
+            return Verdict::Run;
+        };
+        if hello || seq == next {
+            return Verdict::Run;
+        }
+        // Walk forward from `seq` at most WINDOW steps: reaching `next` means `seq` is one
+        // of the last WINDOW requests (this also handles the wrap past u32::MAX).
+        let mut at = seq;
+        for _ in 0..WINDOW {
+            at = after(at);
+            if at == next {
+                return match self.cached(seq) {
+                    Some(_) => Verdict::Repeat,
+                    None => Verdict::Drop,
+                };
+            }
+        }
+        Verdict::Drop
+    }
+
+    /// Forgets every kept reply (a new session starts).
+    pub fn restart(&mut self) {
+        self.seqs = [None; WINDOW];
+        self.next = None;
+    }
+
+    /// The buffer request `seq`'s reply goes into; whatever it kept is forgotten. Until
+    /// [`ReplyCache::keep`], the caller may use it as scratch.
+    pub fn slot(&mut self, seq: u32) -> &mut [u8; FRAME] {
+        let at = Self::index(seq);
+        self.seqs[at] = None;
+        &mut self.replies[at]
+    }
+
+    /// Keeps the first `len` bytes of `seq`'s slot as its reply; `seq` has run.
+    pub fn keep(&mut self, seq: u32, len: usize) {
+        let at = Self::index(seq);
+        self.seqs[at] = Some(seq);
+        self.lens[at] = len.min(FRAME);
+        self.next = Some(after(seq));
+    }
+
+    /// The kept reply to `seq`.
+    pub fn cached(&self, seq: u32) -> Option<&[u8]> {
+        let at = Self::index(seq);
+        match self.seqs[at] {
+            Some(kept) if kept == seq => self.replies[at].get(..self.lens[at]),
+            _ => None,
+        }
+    }
+
+    fn index(seq: u32) -> usize {
+        // WINDOW is at least 1 for any cache that can hold a reply; max(1) keeps a
+        // zero-window cache from dividing by zero (it then keeps nothing useful).
+        seq as usize % WINDOW.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(cache: &mut ReplyCache<'_, 4, 3>, seq: u32) {
+        cache.slot(seq)[0] = seq as u8;
+        cache.keep(seq, 1);
+    }
+
+    #[test]
+    fn in_order_runs_duplicates_repeat_gaps_drop() {
+        let mut storage = [[0; 4]; 3];
+        let mut cache = ReplyCache::new(&mut storage);
+        assert_eq!(
+            cache.verdict(5, false),
+            Verdict::Run,
+            "the first number starts it"
+        );
+        ran(&mut cache, 5);
+        ran(&mut cache, 6);
+        ran(&mut cache, 7);
+        assert_eq!(cache.verdict(8, false), Verdict::Run);
+        for seq in [5, 6, 7] {
+            assert_eq!(cache.verdict(seq, false), Verdict::Repeat);
+            assert_eq!(cache.cached(seq), Some(&[seq as u8][..]));
+        }
+        assert_eq!(cache.verdict(9, false), Verdict::Drop, "a gap: 8 was lost");
+        assert_eq!(
+            cache.verdict(4, false),
+            Verdict::Drop,
+            "older than the window"
+        );
+        assert_eq!(cache.verdict(4, true), Verdict::Run, "a hello always runs");
+    }
+
+    /// A duplicate whose slot was reused by a later request must not get that request's
+    /// reply.
+    #[test]
+    fn a_reused_slot_is_not_a_reply_to_an_older_number() {
+        let mut storage = [[0; 4]; 3];
+        let mut cache = ReplyCache::new(&mut storage);
+        for seq in 1..=4 {
+            ran(&mut cache, seq);
+        }
+        // 1 and 4 share a slot; 1 is outside the window anyway.
+        assert_eq!(cache.verdict(1, false), Verdict::Drop);
+        assert_eq!(cache.cached(1), None);
+        assert_eq!(cache.cached(4), Some(&[4][..]));
+    }
+
+    #[test]
+    fn numbering_wraps_past_the_largest_number_skipping_zero() {
+        let mut storage = [[0; 4]; 3];
+        let mut cache = ReplyCache::new(&mut storage);
+        ran(&mut cache, u32::MAX - 1);
+        ran(&mut cache, u32::MAX);
+        assert_eq!(cache.verdict(1, false), Verdict::Run);
+        ran(&mut cache, 1);
+        assert_eq!(cache.verdict(u32::MAX, false), Verdict::Repeat);
+        assert_eq!(cache.verdict(u32::MAX - 1, false), Verdict::Repeat);
+        assert_eq!(cache.verdict(2, false), Verdict::Run);
+    }
+
+    #[test]
+    fn a_restart_forgets_everything() {
+        let mut storage = [[0; 4]; 3];
+        let mut cache = ReplyCache::new(&mut storage);
+        ran(&mut cache, 7);
+        cache.restart();
+        assert_eq!(cache.cached(7), None);
+        assert_eq!(cache.verdict(1, false), Verdict::Run);
+    }
+}

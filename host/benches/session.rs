@@ -1,0 +1,165 @@
+//! The session measured beside its baselines, in the same run: call + sync of worker 0 and
+//! of all workers (4 workers), copies to and from worker 0 beside `copy_from_slice` of the
+//! same bytes, and an allreduce of 16 MiB of f32 per worker beside one 16 MiB memcpy — in
+//! threads and in child processes; and QEMU's bytes per second both ways (when the
+//! firmware is built: `$TESSERA_FIRMWARE` or the workspace's release build).
+//!
+//! `cargo bench -p tessera-host --bench session`. Each figure is the median of several
+//! runs; ratios are baseline time / session time (1.0× = as fast as memcpy).
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tessera_core::dtype::DataType;
+use tessera_host::runtime::Placement;
+use tessera_host::session::collective::{ReduceOp, Scope};
+use tessera_host::session::{CallArg, HostArray, Session};
+
+const WORKERS: usize = 4;
+
+/// The median time of `runs` runs of `f`.
+fn median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn gbps(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e9
+}
+
+/// memcpy of `bytes`: the baseline every copy is held to.
+fn memcpy(bytes: usize, runs: usize) -> Duration {
+    let from = vec![1u8; bytes];
+    let mut to = vec![0u8; bytes];
+    median(runs, || {
+        to.copy_from_slice(black_box(&from));
+        black_box(&to);
+    })
+}
+
+fn calls(name: &str, session: &Session) {
+    let add_one = session.get_function("add_one").unwrap();
+    let one = |worker: Option<usize>| {
+        let r = session.call(&add_one, &[CallArg::Int(1)]).unwrap();
+        match worker {
+            Some(w) => session.sync_worker(w).unwrap(),
+            None => session.sync_all().unwrap(),
+        }
+        drop(r);
+    };
+    for _ in 0..100 {
+        one(None);
+    }
+    let w0 = median(2001, || one(Some(0)));
+    let all = median(2001, || one(None));
+    println!(
+        "{name:>8}  call + sync worker 0: {:8.1} µs   call + sync all {WORKERS}: {:8.1} µs   (TVM Disco on this machine: 45 µs and 126 µs)",
+        micros(w0),
+        micros(all)
+    );
+}
+
+fn copies(name: &str, session: &Session, sizes: &[usize]) {
+    for &bytes in sizes {
+        let runs = if bytes >= 64 << 20 { 5 } else { 21 };
+        let values: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+        let array = HostArray::from_u8(&[bytes as u32], &values).unwrap();
+        let base = memcpy(bytes, runs);
+        let mut kept = None;
+        let to = median(runs, || {
+            let r = session.copy_to_worker0(&array).unwrap();
+            session.sync_worker(0).unwrap();
+            kept = Some(r);
+        });
+        let register = kept.take().unwrap();
+        let from = median(runs, || {
+            black_box(session.copy_from_worker0(&register).unwrap());
+        });
+        println!(
+            "{name:>8}  {:>7} KiB  to worker 0: {:6.2} GB/s ({:4.2}× memcpy)   from worker 0: {:6.2} GB/s ({:4.2}× memcpy)   memcpy {:6.2} GB/s",
+            bytes >> 10,
+            gbps(bytes, to),
+            base.as_secs_f64() / to.as_secs_f64(),
+            gbps(bytes, from),
+            base.as_secs_f64() / from.as_secs_f64(),
+            gbps(bytes, base)
+        );
+    }
+}
+
+fn allreduce(name: &str, session: &Session) {
+    let bytes = 16 << 20;
+    let elements = (bytes / 4) as u32;
+    let src = session.empty(DataType::F32, &[elements]).unwrap();
+    let dst = session.empty(DataType::F32, &[elements]).unwrap();
+    session.sync_all().unwrap();
+    let base = memcpy(bytes, 5);
+    let time = median(3, || {
+        session
+            .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
+            .unwrap();
+    });
+    println!(
+        "{name:>8}  allreduce 16 MiB f32 × {WORKERS}: {:8.1} ms = {:5.1}× one 16 MiB memcpy ({:.2} ms)",
+        time.as_secs_f64() * 1e3,
+        time.as_secs_f64() / base.as_secs_f64(),
+        base.as_secs_f64() * 1e3
+    );
+}
+
+fn firmware() -> Option<PathBuf> {
+    let path = std::env::var_os("TESSERA_FIRMWARE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/thumbv7m-none-eabi/release/tessera-firmware")
+        });
+    path.exists().then_some(path)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is taken.
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_tessera"));
+    for (name, placement) in [
+        ("thread", Placement::Thread),
+        ("process", Placement::Process(exe)),
+    ] {
+        let session = Session::new(&placement, WORKERS, 1, 192 << 20).unwrap();
+        calls(name, &session);
+        copies(name, &session, &[4 << 10, 1 << 20, 64 << 20]);
+        allreduce(name, &session);
+    }
+    match firmware() {
+        Some(firmware) => {
+            let session = Session::new(&Placement::Qemu(firmware), 1, 1, 0).unwrap();
+            let bytes = 64 << 10;
+            let values = vec![7u8; bytes];
+            let array = HostArray::from_u8(&[bytes as u32], &values).unwrap();
+            let start = Instant::now();
+            let r = session.copy_to_worker0(&array).unwrap();
+            session.sync_worker(0).unwrap();
+            let to = start.elapsed();
+            let start = Instant::now();
+            black_box(session.copy_from_worker0(&r).unwrap());
+            let from = start.elapsed();
+            println!(
+                "    qemu  64 KiB  to worker 0: {:7.1} KiB/s   from worker 0: {:7.1} KiB/s   (target: 1024 KiB/s)",
+                bytes as f64 / 1024.0 / to.as_secs_f64(),
+                bytes as f64 / 1024.0 / from.as_secs_f64()
+            );
+        }
+        None => println!("    qemu  no firmware built: not measured"),
+    }
+}

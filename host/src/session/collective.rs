@@ -1,0 +1,469 @@
+//! Collectives across a session's workers, destination-passing: each reads a source
+//! register on the workers it concerns and writes the result into a destination register
+//! the caller allocated (e.g. with [`Session::empty`]).
+//!
+//! # Rules
+//!
+//! - [`Scope::Global`] runs one collective over all workers; [`Scope::InGroup`] runs it
+//!   independently in each contiguous group, whose leader is its first worker.
+//! - allreduce: element-wise sum, product, min, max or average (integers: the sum divided
+//!   and truncated) of the members' arrays, to every member; f32, f64, i32 and i64.
+//! - allgather: the members' arrays concatenated flat in rank order, to every member.
+//! - broadcast: the leader's array to every member.
+//! - scatter: the leader's array split by flat element count into as many equal parts as
+//!   there are members (it must divide); member i gets part i.
+//! - gather: the members' arrays concatenated in rank order, to the leader.
+//! - send to a worker, send to the next group: a worker's (or each worker of a group's)
+//!   array to another worker (to the worker of the same rank in the next group).
+//!
+//! The result takes the destination's shape, whose element count must match. Every worker
+//! is synced first (earlier failures are reported, not run past), and every size and type
+//! is checked before the first result is written.
+
+use std::ops::Range;
+
+use tessera_core::dtype::DataType;
+
+use super::value::HostArray;
+use super::{Register, Session, SessionError, State};
+
+/// Which workers one collective spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// All workers together.
+    Global,
+    /// Each group on its own.
+    InGroup,
+}
+
+/// How an allreduce combines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Element-wise sum.
+    Sum,
+    /// Element-wise product.
+    Prod,
+    /// Element-wise minimum.
+    Min,
+    /// Element-wise maximum.
+    Max,
+    /// Element-wise mean (integers truncate).
+    Avg,
+}
+
+/// One result to write: the worker, the array (in the destination's shape) and the
+/// destination register.
+type Output = (usize, (HostArray, u16));
+
+impl Session {
+    /// Allreduce of `src` into `dst` on every worker of each group.
+    pub fn allreduce(
+        &self,
+        src: &Register,
+        dst: &Register,
+        op: ReduceOp,
+        scope: Scope,
+    ) -> Result<(), SessionError> {
+        self.collective_in(scope, |state, groups| {
+            let mut out = Vec::new();
+            for group in groups.iter().cloned() {
+                let arrays = state.read_all(group.clone(), src.id)?;
+                let combined = reduce(&arrays, op, group.start)?;
+                for worker in group {
+                    out.push((worker, state.fit(worker, dst.id, "allreduce", &combined)?));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Allgather of `src` into `dst`: the group's arrays concatenated in rank order.
+    pub fn allgather(
+        &self,
+        src: &Register,
+        dst: &Register,
+        scope: Scope,
+    ) -> Result<(), SessionError> {
+        self.collective_in(scope, |state, groups| {
+            let mut out = Vec::new();
+            for group in groups.iter().cloned() {
+                let arrays = state.read_all(group.clone(), src.id)?;
+                let joined = concat(&arrays, "allgather", group.start)?;
+                for worker in group {
+                    out.push((worker, state.fit(worker, dst.id, "allgather", &joined)?));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Broadcast of the leader's `src` into every member's `dst`.
+    pub fn broadcast_from_worker0(
+        &self,
+        src: &Register,
+        dst: &Register,
+        scope: Scope,
+    ) -> Result<(), SessionError> {
+        self.collective_in(scope, |state, groups| {
+            let mut out = Vec::new();
+            for group in groups.iter().cloned() {
+                let array = state.read_array(group.start, src.id)?;
+                for worker in group {
+                    out.push((worker, state.fit(worker, dst.id, "broadcast", &array)?));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Scatter of the leader's `src` by flat element count into the members' `dst`.
+    pub fn scatter_from_worker0(
+        &self,
+        src: &Register,
+        dst: &Register,
+        scope: Scope,
+    ) -> Result<(), SessionError> {
+        self.collective_in(scope, |state, groups| {
+            let mut out = Vec::new();
+            for group in groups.iter().cloned() {
+                let array = state.read_array(group.start, src.id)?;
+                let parts = group.len();
+                if array.elements() % parts != 0 {
+                    return Err(SessionError::Indivisible {
+                        operation: "scatter",
+                        elements: array.elements(),
+                        parts,
+                    });
+                }
+                let part_bytes = array.bytes().len() / parts;
+                for (rank, worker) in group.enumerate() {
+                    let bytes = array.bytes()[rank * part_bytes..][..part_bytes].to_vec();
+                    let elements = array.elements() / parts;
+                    let part = HostArray::new(array.dtype(), &[elements as u32], bytes)?;
+                    out.push((worker, state.fit(worker, dst.id, "scatter", &part)?));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Gather of the members' `src` into the leader's `dst`, in rank order.
+    pub fn gather_to_worker0(
+        &self,
+        src: &Register,
+        dst: &Register,
+        scope: Scope,
+    ) -> Result<(), SessionError> {
+        self.collective_in(scope, |state, groups| {
+            let mut out = Vec::new();
+            for group in groups.iter().cloned() {
+                let arrays = state.read_all(group.clone(), src.id)?;
+                let joined = concat(&arrays, "gather", group.start)?;
+                out.push((
+                    group.start,
+                    state.fit(group.start, dst.id, "gather", &joined)?,
+                ));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Worker `from`'s `src` into worker `to`'s `dst`.
+    pub fn send_to_worker(
+        &self,
+        src: &Register,
+        from: usize,
+        to: usize,
+        dst: &Register,
+    ) -> Result<(), SessionError> {
+        self.collective(|state, _| {
+            state.check_worker(from)?;
+            state.check_worker(to)?;
+            let array = state.read_array(from, src.id)?;
+            Ok(vec![(to, state.fit(to, dst.id, "send", &array)?)])
+        })
+    }
+
+    /// Each worker of group `group` sends its `src` to the worker of the same rank in the
+    /// next group, into its `dst`. The last group has no next group: an error.
+    pub fn send_to_next_group(
+        &self,
+        src: &Register,
+        dst: &Register,
+        group: usize,
+    ) -> Result<(), SessionError> {
+        self.collective_in(Scope::InGroup, |state, groups| {
+            let count = groups.len();
+            if group + 1 >= count {
+                return Err(SessionError::NoNextGroup {
+                    group,
+                    groups: count,
+                });
+            }
+            let (senders, receivers) = (groups[group].clone(), groups[group + 1].clone());
+            let mut out = Vec::new();
+            for (from, to) in senders.zip(receivers) {
+                let array = state.read_array(from, src.id)?;
+                out.push((to, state.fit(to, dst.id, "send to next group", &array)?));
+            }
+            Ok(out)
+        })
+    }
+
+    fn collective(
+        &self,
+        plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
+    ) -> Result<(), SessionError> {
+        self.collective_in(Scope::Global, plan)
+    }
+
+    /// Syncs every worker, computes every result (`plan` reads and checks), then writes
+    /// them all and waits for the writes.
+    fn collective_in(
+        &self,
+        scope: Scope,
+        plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
+    ) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        for worker in 0..state.workers.len() {
+            state.sync(worker)?;
+        }
+        let workers = state.workers.len();
+        let size = match scope {
+            Scope::Global => workers,
+            Scope::InGroup => workers / state.num_groups.max(1),
+        }
+        .max(1);
+        let groups: Vec<Range<usize>> = (0..workers)
+            .step_by(size)
+            .map(|start| start..start + size)
+            .collect();
+        let outputs = plan(&mut state, &groups)?;
+        let mut touched = Vec::new();
+        for (worker, result) in &outputs {
+            state.write_result(*worker, result)?;
+            touched.push(*worker);
+        }
+        touched.dedup();
+        for worker in touched {
+            state.sync(worker)?;
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    /// Register `id`'s array on every worker of `group`.
+    fn read_all(&mut self, group: Range<usize>, id: u16) -> Result<Vec<HostArray>, SessionError> {
+        group.map(|worker| self.read_array(worker, id)).collect()
+    }
+
+    /// `result` reshaped to register `dst`'s shape on `worker` (the element counts and
+    /// types must match).
+    fn fit(
+        &mut self,
+        worker: usize,
+        dst: u16,
+        operation: &'static str,
+        result: &HostArray,
+    ) -> Result<(HostArray, u16), SessionError> {
+        let described = self.describe(worker, dst)?;
+        let dtype = described.dtype.unwrap_or(DataType::F32);
+        if dtype != result.dtype() {
+            return Err(SessionError::DtypeMismatch {
+                operation,
+                worker,
+                expected: result.dtype(),
+                actual: dtype,
+            });
+        }
+        let elements = described.bytes as usize / dtype.size().max(1);
+        if elements != result.elements() {
+            return Err(SessionError::Elements {
+                operation,
+                worker,
+                expected: elements,
+                actual: result.elements(),
+            });
+        }
+        Ok((result.reshaped(&described.shape)?, dst))
+    }
+
+    fn write_result(
+        &mut self,
+        worker: usize,
+        (array, dst): &(HostArray, u16),
+    ) -> Result<(), SessionError> {
+        self.write_array(worker, *dst, array.dtype(), array.shape(), array.bytes())
+    }
+}
+
+/// The arrays of workers `first..` concatenated, checking they share a type.
+fn concat(
+    arrays: &[HostArray],
+    operation: &'static str,
+    first: usize,
+) -> Result<HostArray, SessionError> {
+    let dtype = same_dtype(arrays, operation, first)?;
+    let bytes: Vec<u8> = arrays
+        .iter()
+        .flat_map(|a| a.bytes().iter().copied())
+        .collect();
+    let elements = bytes.len() / dtype.size().max(1);
+    Ok(HostArray::new(dtype, &[elements as u32], bytes)?)
+}
+
+fn same_dtype(
+    arrays: &[HostArray],
+    operation: &'static str,
+    first: usize,
+) -> Result<DataType, SessionError> {
+    let dtype = arrays.first().map_or(DataType::F32, HostArray::dtype);
+    for (rank, array) in arrays.iter().enumerate() {
+        if array.dtype() != dtype {
+            return Err(SessionError::DtypeMismatch {
+                operation,
+                worker: first + rank,
+                expected: dtype,
+                actual: array.dtype(),
+            });
+        }
+    }
+    Ok(dtype)
+}
+
+/// The element-wise combination of `arrays` (workers `first..`).
+fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray, SessionError> {
+    let dtype = same_dtype(arrays, "allreduce", first)?;
+    let Some(head) = arrays.first() else {
+        return Err(SessionError::Elements {
+            operation: "allreduce",
+            worker: first,
+            expected: 1,
+            actual: 0,
+        });
+    };
+    for (rank, array) in arrays.iter().enumerate() {
+        if array.elements() != head.elements() {
+            return Err(SessionError::Elements {
+                operation: "allreduce",
+                worker: first + rank,
+                expected: head.elements(),
+                actual: array.elements(),
+            });
+        }
+    }
+    let n = arrays.len();
+    let bytes = match dtype {
+        DataType::F32 => combine::<f32, 4>(
+            arrays,
+            |v| float_op(op, v, n) as f32,
+            |b| f64::from(f32::from_le_bytes(b)),
+        )?,
+        DataType::F64 => combine::<f64, 8>(arrays, |v| float_op(op, v, n), f64::from_le_bytes)?,
+        DataType::I32 => int_combine::<4>(
+            arrays,
+            op,
+            |b| i64::from(i32::from_le_bytes(b)),
+            |v| i32::try_from(v).ok().map(|v| v.to_le_bytes().to_vec()),
+        )?,
+        DataType::I64 => int_combine::<8>(arrays, op, i64::from_le_bytes, |v| {
+            Some(v.to_le_bytes().to_vec())
+        })?,
+        other => {
+            return Err(SessionError::Dtype {
+                operation: "allreduce",
+                dtype: other,
+            })
+        }
+    };
+    Ok(HostArray::new(dtype, head.shape(), bytes)?)
+}
+
+fn float_op(op: ReduceOp, values: &[f64], n: usize) -> f64 {
+    match op {
+        ReduceOp::Sum => values.iter().sum(),
+        ReduceOp::Prod => values.iter().product(),
+        ReduceOp::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
+        ReduceOp::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ReduceOp::Avg => values.iter().sum::<f64>() / n as f64,
+    }
+}
+
+/// Floats: each element's values in f64, combined by `op`, written back by `to_bytes`.
+fn combine<T: ToBytes, const N: usize>(
+    arrays: &[HostArray],
+    op: impl Fn(&[f64]) -> T,
+    read: impl Fn([u8; N]) -> f64,
+) -> Result<Vec<u8>, SessionError> {
+    let elements = arrays.first().map_or(0, HostArray::elements);
+    let mut out = Vec::with_capacity(elements * N);
+    let mut values = vec![0f64; arrays.len()];
+    for i in 0..elements {
+        for (v, array) in values.iter_mut().zip(arrays) {
+            let mut b = [0u8; N];
+            b.copy_from_slice(&array.bytes()[i * N..][..N]);
+            *v = read(b);
+        }
+        out.extend_from_slice(&op(&values).to_le());
+    }
+    Ok(out)
+}
+
+/// Integers, with checked arithmetic: an overflow is an error, never a wrap.
+fn int_combine<const N: usize>(
+    arrays: &[HostArray],
+    op: ReduceOp,
+    read: impl Fn([u8; N]) -> i64,
+    write: impl Fn(i64) -> Option<Vec<u8>>,
+) -> Result<Vec<u8>, SessionError> {
+    let elements = arrays.first().map_or(0, HostArray::elements);
+    let mut out = Vec::with_capacity(elements * N);
+    for i in 0..elements {
+        let mut values = arrays.iter().map(|a| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(&a.bytes()[i * N..][..N]);
+            read(b)
+        });
+        let first = values.next().unwrap_or(0);
+        let mut acc = Some(first);
+        for v in values {
+            acc = acc.and_then(|a| match op {
+                ReduceOp::Sum | ReduceOp::Avg => a.checked_add(v),
+                ReduceOp::Prod => a.checked_mul(v),
+                ReduceOp::Min => Some(a.min(v)),
+                ReduceOp::Max => Some(a.max(v)),
+            });
+        }
+        let mut value = acc.ok_or_else(overflow_error)?;
+        if op == ReduceOp::Avg {
+            // Truncating, as integer division does; the count is at least 1.
+            value /= arrays.len().max(1) as i64;
+        }
+        out.extend_from_slice(&write(value).ok_or_else(overflow_error)?);
+    }
+    Ok(out)
+}
+
+fn overflow_error() -> SessionError {
+    SessionError::Overflow {
+        operation: "allreduce",
+    }
+}
+
+/// Little-endian bytes of a float.
+trait ToBytes {
+    fn to_le(&self) -> Vec<u8>;
+}
+
+impl ToBytes for f32 {
+    fn to_le(&self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl ToBytes for f64 {
+    fn to_le(&self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}

@@ -1,0 +1,255 @@
+//! Why a session command failed: one case per rule or failure, naming the worker, the
+//! command and the sizes involved.
+
+use std::fmt;
+
+use tessera_core::dtype::DataType;
+use tessera_core::wire::ValueKind;
+
+use super::value::ArrayError;
+use crate::transport::TransportError;
+
+/// A command sent to the workers, as errors name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// A call of the named function.
+    Call(String),
+    /// Freeing a register.
+    Free(u16),
+    /// Setting a register (a copy to a worker, a collective's result, a debug set).
+    Set(u16),
+    /// Making a register an empty array.
+    Alloc(u16),
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Call(name) => write!(f, "the call of {name:?}"),
+            Self::Free(id) => write!(f, "freeing register {id}"),
+            Self::Set(id) => write!(f, "setting register {id}"),
+            Self::Alloc(id) => write!(f, "allocating register {id}"),
+        }
+    }
+}
+
+/// Why a session command failed.
+#[derive(Debug)]
+pub enum SessionError {
+    /// Starting or reaching a worker failed.
+    Transport(TransportError),
+    /// The groups do not divide the workers.
+    Groups {
+        /// Workers.
+        workers: usize,
+        /// Groups asked for.
+        groups: usize,
+    },
+    /// A function no worker (or not every worker) has; nothing was run.
+    UnknownFunction {
+        /// Its name.
+        name: String,
+        /// The first worker without it.
+        worker: usize,
+    },
+    /// A command failed on a worker (reported at the next sync).
+    Worker {
+        /// The worker.
+        worker: usize,
+        /// The command.
+        command: Command,
+        /// Why.
+        source: TransportError,
+    },
+    /// The session was shut down.
+    ShutDown,
+    /// No worker with that index.
+    NoWorker {
+        /// The index given.
+        worker: usize,
+        /// Workers there are.
+        workers: usize,
+    },
+    /// Every register id is in use.
+    RegistersExhausted,
+    /// A register that must hold an array holds something else.
+    NotAnArray {
+        /// The worker.
+        worker: usize,
+        /// The register.
+        register: u16,
+        /// What it holds.
+        kind: ValueKind,
+    },
+    /// A list of the wrong length (call arguments, one array per worker).
+    Count {
+        /// What is counted.
+        what: &'static str,
+        /// The most (or the exact number) allowed.
+        expected: usize,
+        /// How many were given.
+        actual: usize,
+    },
+    /// An array's element count does not fit the operation.
+    Elements {
+        /// The operation.
+        operation: &'static str,
+        /// The worker whose array does not fit.
+        worker: usize,
+        /// Elements expected.
+        expected: usize,
+        /// Elements found.
+        actual: usize,
+    },
+    /// Arrays of different element types meet in one operation.
+    DtypeMismatch {
+        /// The operation.
+        operation: &'static str,
+        /// The worker whose array differs.
+        worker: usize,
+        /// The first worker's type.
+        expected: DataType,
+        /// This one's.
+        actual: DataType,
+    },
+    /// An element type the operation does not support.
+    Dtype {
+        /// The operation.
+        operation: &'static str,
+        /// The type.
+        dtype: DataType,
+    },
+    /// An element count that does not split into equal parts.
+    Indivisible {
+        /// The operation.
+        operation: &'static str,
+        /// Elements.
+        elements: usize,
+        /// Parts.
+        parts: usize,
+    },
+    /// A send to the next group from the last group.
+    NoNextGroup {
+        /// The group.
+        group: usize,
+        /// Groups there are.
+        groups: usize,
+    },
+    /// An integer result that does not fit its type.
+    Overflow {
+        /// The operation.
+        operation: &'static str,
+    },
+    /// A host array that is not well formed.
+    Array(ArrayError),
+    /// A host array too large to send with a call.
+    InlineTooLarge {
+        /// Its bytes.
+        bytes: usize,
+        /// The most a call carries.
+        max: usize,
+    },
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Transport(e) => e.fmt(f),
+            Self::Groups { workers, groups } => write!(
+                f,
+                "{groups} groups do not divide {workers} workers: groups are equal contiguous blocks"
+            ),
+            Self::UnknownFunction { name, worker } => write!(
+                f,
+                "worker {worker} has no function {name:?}; nothing was run"
+            ),
+            Self::Worker {
+                worker,
+                command,
+                source,
+            } => write!(f, "worker {worker}: {command} failed: {source}"),
+            Self::ShutDown => f.write_str("the session was shut down"),
+            Self::NoWorker { worker, workers } => {
+                write!(f, "no worker {worker}: the session has {workers}")
+            }
+            Self::RegistersExhausted => f.write_str("every register id is in use"),
+            Self::NotAnArray {
+                worker,
+                register,
+                kind,
+            } => write!(
+                f,
+                "register {register} on worker {worker} holds a {kind:?}, not an array"
+            ),
+            Self::Count {
+                what,
+                expected,
+                actual,
+            } => write!(f, "{actual} {what} given, {expected} expected"),
+            Self::Elements {
+                operation,
+                worker,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "{operation}: worker {worker}'s array has {actual} elements, {expected} expected"
+            ),
+            Self::DtypeMismatch {
+                operation,
+                worker,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "{operation}: worker {worker}'s array is {actual}, worker 0's {expected}"
+            ),
+            Self::Dtype { operation, dtype } => {
+                write!(f, "{operation} does not support {dtype} arrays")
+            }
+            Self::Indivisible {
+                operation,
+                elements,
+                parts,
+            } => write!(
+                f,
+                "{operation}: {elements} elements do not split into {parts} equal parts"
+            ),
+            Self::NoNextGroup { group, groups } => write!(
+                f,
+                "group {group} is the last of {groups}: it has no next group to send to"
+            ),
+            Self::Overflow { operation } => {
+                write!(f, "{operation}: an integer result does not fit its type")
+            }
+            Self::Array(e) => e.fmt(f),
+            Self::InlineTooLarge { bytes, max } => write!(
+                f,
+                "an array of {bytes} bytes does not fit a call ({max} bytes at most): copy it \
+                 into a register first"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Transport(e) | Self::Worker { source: e, .. } => Some(e),
+            Self::Array(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<TransportError> for SessionError {
+    fn from(e: TransportError) -> Self {
+        Self::Transport(e)
+    }
+}
+
+impl From<ArrayError> for SessionError {
+    fn from(e: ArrayError) -> Self {
+        Self::Array(e)
+    }
+}

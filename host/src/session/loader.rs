@@ -1,0 +1,837 @@
+//! Sharded loading of safetensors files into a session, as TVM Disco's shard loader does:
+//! each tensor of a file becomes one register, the same id on every worker, and each
+//! worker's register holds that worker's part of the tensor.
+//!
+//! # Contract
+//!
+//! - **Rules.** [`ShardRules`] gives each tensor a [`ShardRule`]. [`ShardRule::Split`]
+//!   cuts the tensor into equal parts along one dimension, part *r* to the worker of rank
+//!   *r*; the tensor is row-major, so a split on dimension 0 takes contiguous rows and a
+//!   split on a later dimension gathers a strided block. [`ShardRule::Replicate`] gives
+//!   every worker the whole tensor. A tensor the rules do not name takes the default rule
+//!   (replicate, unless [`ShardRules::with_default`] says otherwise). With
+//!   [`Scope::Global`] a split spans all the session's workers; with [`Scope::InGroup`]
+//!   each group holds the whole tensor, split across its own workers in rank order.
+//! - **Presharded files.** [`Session::load_presharded`] takes one file per worker and
+//!   gives worker *i* file *i*'s tensors as they are: no worker's data goes anywhere but
+//!   to that worker. Every file must hold the same tensor names, each with the same type
+//!   and shape (what an even split gives).
+//! - **Checked before anything moves.** Every file is read and every tensor checked — its
+//!   element type, its shape, the rule's dimension and that the dimension divides — before
+//!   the first register is allocated: a refused load allocates nothing and sends nothing.
+//! - **All or nothing.** A load waits for its workers. If one fails (out of memory, a
+//!   full register table, a broken link) the error names the tensor and the worker, the
+//!   load's registers are freed, and the session stays usable.
+//! - **Errors name the cause.** A [`LoadError`] names the file, the tensor, its shape and
+//!   the rule. A truncated or corrupt file is a [`LoadError::Format`], never a panic.
+//!
+//! Element types are those safetensors and [`DataType`] share: F16, BF16, F32, F64,
+//! I8–I64, U8–U64, BOOL, F8_E4M3 and F8_E5M2; any other is a [`LoadError::Dtype`]. Bytes
+//! are copied as they are: both sides are little-endian.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use safetensors::{tensor::TensorView, Dtype};
+//! use tessera_host::runtime::Placement;
+//! use tessera_host::session::loader::ShardRules;
+//! use tessera_host::session::{HostValue, Session};
+//!
+//! // A (2, 4) f32 tensor, saved the way any safetensors writer saves it.
+//! let values: Vec<f32> = (0..8).map(|i| i as f32).collect();
+//! let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let view = TensorView::new(Dtype::F32, vec![2, 4], &bytes)?;
+//! let file = std::env::temp_dir().join(format!("loader-doc-{}.safetensors", std::process::id()));
+//! std::fs::write(&file, safetensors::serialize([("w", view)], None)?)?;
+//!
+//! let session = Session::new(&Placement::Thread, 2, 1, 1 << 20)?;
+//! let loaded = session.load_safetensors(&file, &ShardRules::new().split("w", 1))?;
+//! std::fs::remove_file(&file)?;
+//! let HostValue::Array(part) = session.debug_get(&loaded["w"], 1)? else { panic!() };
+//! assert_eq!(part.shape(), &[2, 2]);
+//! assert_eq!(part.to_f32().unwrap(), [2.0, 3.0, 6.0, 7.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
+use tessera_core::dtype::DataType;
+
+use super::collective::Scope;
+use super::value::{byte_len, ArrayError, HostArray};
+use super::{Command, Register, Session, SessionError, State};
+
+/// How one tensor is spread over the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardRule {
+    /// Equal parts along dimension `dim`, part *r* to the worker of rank *r*.
+    Split {
+        /// The dimension cut (0 = the outermost).
+        dim: usize,
+    },
+    /// The whole tensor on every worker.
+    #[default]
+    Replicate,
+}
+
+impl fmt::Display for ShardRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Split { dim } => write!(f, "split on dimension {dim}"),
+            Self::Replicate => f.write_str("replicate"),
+        }
+    }
+}
+
+/// A [`ShardRule`] per tensor name, a default rule for the others, and the workers a split
+/// spans.
+///
+/// ```
+/// use tessera_host::session::collective::Scope;
+/// use tessera_host::session::loader::{ShardRule, ShardRules};
+///
+/// let rules = ShardRules::new().split("attn.q", 1).split("mlp.up", 0);
+/// assert_eq!(rules.rule("attn.q"), ShardRule::Split { dim: 1 });
+/// assert_eq!(rules.rule("norm"), ShardRule::Replicate);
+/// assert_eq!(rules.scope(), Scope::Global);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRules {
+    named: BTreeMap<String, ShardRule>,
+    default: ShardRule,
+    scope: Scope,
+}
+
+impl Default for ShardRules {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ShardRules {
+    /// No named rule: every tensor replicated, splits spanning all workers.
+    pub fn new() -> Self {
+        Self {
+            named: BTreeMap::new(),
+            default: ShardRule::Replicate,
+            scope: Scope::Global,
+        }
+    }
+
+    /// Splits `tensor` on dimension `dim`.
+    pub fn split(self, tensor: impl Into<String>, dim: usize) -> Self {
+        self.with_rule(tensor, ShardRule::Split { dim })
+    }
+
+    /// Gives every worker the whole of `tensor`.
+    pub fn replicate(self, tensor: impl Into<String>) -> Self {
+        self.with_rule(tensor, ShardRule::Replicate)
+    }
+
+    /// Gives `tensor` `rule` (replacing an earlier rule for it).
+    pub fn with_rule(mut self, tensor: impl Into<String>, rule: ShardRule) -> Self {
+        self.named.insert(tensor.into(), rule);
+        self
+    }
+
+    /// The rule of every tensor not named.
+    pub fn with_default(mut self, rule: ShardRule) -> Self {
+        self.default = rule;
+        self
+    }
+
+    /// The workers a split spans: all of them, or each group's own.
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// The rule for `tensor`.
+    pub fn rule(&self, tensor: &str) -> ShardRule {
+        self.named.get(tensor).copied().unwrap_or(self.default)
+    }
+
+    /// The workers a split spans.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+}
+
+/// Why a load failed. See the module documentation.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file cannot be read.
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a well-formed safetensors file: truncated, a corrupt header, offsets that do not
+    /// cover the data.
+    Format {
+        /// The file.
+        file: PathBuf,
+        /// What the parser found.
+        source: SafeTensorError,
+    },
+    /// An element type tessera has no [`DataType`] for.
+    Dtype {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its type in the file.
+        dtype: Dtype,
+    },
+    /// A rule names a tensor the file does not hold.
+    UnknownTensor {
+        /// The file.
+        file: PathBuf,
+        /// The name the rule gives.
+        tensor: String,
+        /// The rule.
+        rule: ShardRule,
+    },
+    /// A split on a dimension the tensor does not have.
+    NoDim {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The rule.
+        rule: ShardRule,
+    },
+    /// A split whose dimension is not a multiple of the workers it spans.
+    Indivisible {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The rule.
+        rule: ShardRule,
+        /// The workers the split spans (all of them, or a group's).
+        workers: usize,
+    },
+    /// A shape a register cannot hold (too many dimensions, one over `u32::MAX`, a byte
+    /// size that overflows) or bytes that do not match it.
+    Shape {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Why.
+        source: ArrayError,
+    },
+    /// [`Session::load_presharded`] takes exactly one file per worker.
+    FileCount {
+        /// Files given.
+        files: usize,
+        /// Workers in the session.
+        workers: usize,
+    },
+    /// Presharded files that do not hold the same tensor names.
+    ShardMissing {
+        /// The file without the tensor.
+        file: PathBuf,
+        /// Its worker.
+        worker: usize,
+        /// The tensor.
+        tensor: String,
+        /// The other file, which holds it.
+        other: PathBuf,
+    },
+    /// A presharded tensor whose type or shape differs from worker 0's.
+    ShardMismatch {
+        /// The file.
+        file: PathBuf,
+        /// Its worker.
+        worker: usize,
+        /// The tensor.
+        tensor: String,
+        /// Its type and shape in this file.
+        found: (DataType, Vec<usize>),
+        /// Its type and shape in worker 0's file.
+        expected: (DataType, Vec<usize>),
+    },
+    /// Writing a tensor failed on a worker; the load's registers were freed.
+    Worker {
+        /// The file the tensor came from.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The failure, naming the worker and the command.
+        source: SessionError,
+    },
+    /// The session could not take the load (shut down, every register id in use, a broken
+    /// link, or an earlier command that failed and is reported here first).
+    Session {
+        /// The file being loaded.
+        file: PathBuf,
+        /// Why.
+        source: SessionError,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read { file, source } => write!(f, "cannot read {}: {source}", file.display()),
+            Self::Format { file, source } => {
+                write!(
+                    f,
+                    "{} is not a valid safetensors file: {source}",
+                    file.display()
+                )
+            }
+            Self::Dtype {
+                file,
+                tensor,
+                dtype,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} is {dtype}, which tessera has no element type for",
+                file.display()
+            ),
+            Self::UnknownTensor { file, tensor, rule } => write!(
+                f,
+                "{}: a rule ({rule}) names tensor {tensor:?}, which the file does not hold",
+                file.display()
+            ),
+            Self::NoDim {
+                file,
+                tensor,
+                shape,
+                rule,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule}: it has {} dimensions",
+                file.display(),
+                shape.len()
+            ),
+            Self::Indivisible {
+                file,
+                tensor,
+                shape,
+                rule,
+                workers,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule} across {workers} \
+                 workers: the dimension does not divide into {workers} equal parts",
+                file.display()
+            ),
+            Self::Shape {
+                file,
+                tensor,
+                shape,
+                source,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} of shape {shape:?} does not fit a register: {source}",
+                file.display()
+            ),
+            Self::FileCount { files, workers } => write!(
+                f,
+                "presharded loading takes one file per worker: {files} files for {workers} workers"
+            ),
+            Self::ShardMissing {
+                file,
+                worker,
+                tensor,
+                other,
+            } => write!(
+                f,
+                "{} (worker {worker}) has no tensor {tensor:?}, which {} holds: presharded files \
+                 must hold the same tensors",
+                file.display(),
+                other.display()
+            ),
+            Self::ShardMismatch {
+                file,
+                worker,
+                tensor,
+                found,
+                expected,
+            } => write!(
+                f,
+                "{} (worker {worker}): tensor {tensor:?} is {} of shape {:?}, worker 0's is {} of \
+                 shape {:?}: presharded parts must be equal",
+                file.display(),
+                found.0,
+                found.1,
+                expected.0,
+                expected.1
+            ),
+            Self::Worker {
+                file,
+                tensor,
+                source,
+            } => write!(
+                f,
+                "{}: loading tensor {tensor:?} failed: {source}",
+                file.display()
+            ),
+            Self::Session { file, source } => {
+                write!(f, "cannot load {}: {source}", file.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Read { source, .. } => Some(source),
+            Self::Format { source, .. } => Some(source),
+            Self::Shape { source, .. } => Some(source),
+            Self::Worker { source, .. } | Self::Session { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Session {
+    /// Loads every tensor of the safetensors file at `path`, spread over the workers by
+    /// `rules`; returns a register per tensor name. See the module documentation.
+    pub fn load_safetensors(
+        &self,
+        path: impl AsRef<Path>,
+        rules: &ShardRules,
+    ) -> Result<HashMap<String, Register>, LoadError> {
+        let file = path.as_ref();
+        let bytes = read(file)?;
+        let tensors = parse(file, &bytes)?;
+        for (name, &rule) in &rules.named {
+            if !tensors.iter().any(|(n, _)| n == name) {
+                return Err(LoadError::UnknownTensor {
+                    file: file.to_path_buf(),
+                    tensor: name.clone(),
+                    rule,
+                });
+            }
+        }
+        let (workers, groups) = self.size(file)?;
+        let span = match rules.scope {
+            Scope::Global => workers,
+            Scope::InGroup => workers / groups.max(1),
+        }
+        .max(1);
+        let mut planned = Vec::with_capacity(tensors.len());
+        for (name, view) in tensors {
+            let rule = rules.rule(&name);
+            planned.push(plan_split(file, name, &view, rule, span)?);
+        }
+        self.write_planned(&[file], planned)
+    }
+
+    /// Loads presharded files, `paths[i]` holding worker *i*'s part of every tensor; returns
+    /// a register per tensor name. See the module documentation.
+    pub fn load_presharded<P: AsRef<Path>>(
+        &self,
+        paths: &[P],
+    ) -> Result<HashMap<String, Register>, LoadError> {
+        let (workers, _) = self.size(paths.first().map_or(Path::new(""), AsRef::as_ref))?;
+        if paths.len() != workers {
+            return Err(LoadError::FileCount {
+                files: paths.len(),
+                workers,
+            });
+        }
+        let files: Vec<&Path> = paths.iter().map(AsRef::as_ref).collect();
+        let buffers = files
+            .iter()
+            .map(|file| read(file))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut parsed = Vec::with_capacity(workers);
+        for (file, bytes) in files.iter().zip(&buffers) {
+            parsed.push(parse(file, bytes)?);
+        }
+        let mut planned = Vec::new();
+        for (name, view) in &parsed[0] {
+            let mut first = plan_split(files[0], name.clone(), view, ShardRule::Replicate, 1)?;
+            let mut parts = Vec::with_capacity(workers);
+            for (worker, tensors) in parsed.iter().enumerate() {
+                let found = tensors.binary_search_by(|(n, _)| n.as_str().cmp(name));
+                let Ok(at) = found else {
+                    return Err(LoadError::ShardMissing {
+                        file: files[worker].to_path_buf(),
+                        worker,
+                        tensor: name.clone(),
+                        other: files[0].to_path_buf(),
+                    });
+                };
+                let other = &tensors[at].1;
+                let dtype = element_type(files[worker], name, other.dtype())?;
+                if (dtype, other.shape()) != (first.dtype, view.shape()) {
+                    return Err(LoadError::ShardMismatch {
+                        file: files[worker].to_path_buf(),
+                        worker,
+                        tensor: name.clone(),
+                        found: (dtype, other.shape().to_vec()),
+                        expected: (first.dtype, view.shape().to_vec()),
+                    });
+                }
+                parts.push(other.data());
+            }
+            first.source = Source::PerWorker(parts);
+            planned.push(first);
+        }
+        // Every file holds worker 0's names; one holding more has a name worker 0's lacks.
+        for (worker, tensors) in parsed.iter().enumerate().skip(1) {
+            let lacking = |(n, _): &&(String, _)| {
+                parsed[0]
+                    .binary_search_by(|(first, _)| first.cmp(n))
+                    .is_err()
+            };
+            if let Some((name, _)) = tensors.iter().find(lacking) {
+                return Err(LoadError::ShardMissing {
+                    file: files[0].to_path_buf(),
+                    worker: 0,
+                    tensor: name.clone(),
+                    other: files[worker].to_path_buf(),
+                });
+            }
+        }
+        self.write_planned(&files, planned)
+    }
+
+    /// Copies `arrays[i]` from the host to worker *i*, all into one new register (the
+    /// same id on every worker). There must be one array per worker; they may differ in
+    /// type and shape. Returns once the copies are sent: failures come back at the next
+    /// sync, as with [`Session::copy_to_worker0`].
+    pub fn copy_to_workers(&self, arrays: &[HostArray]) -> Result<Register, SessionError> {
+        let mut state = self.lock()?;
+        let workers = state.workers.len();
+        if arrays.len() != workers {
+            return Err(SessionError::Count {
+                what: "arrays (one per worker)",
+                expected: workers,
+                actual: arrays.len(),
+            });
+        }
+        let id = state.allocate_id()?;
+        for (worker, array) in arrays.iter().enumerate() {
+            let sent = state.write_array(worker, id, array.dtype(), array.shape(), array.bytes());
+            if let Err(e) = sent {
+                release(&mut state, &[id]);
+                return Err(e);
+            }
+        }
+        drop(state);
+        Ok(self.handle(id))
+    }
+
+    /// The workers and groups, if the session is still up.
+    fn size(&self, file: &Path) -> Result<(usize, usize), LoadError> {
+        let state = self.lock().map_err(|source| LoadError::Session {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        Ok((state.workers.len(), state.num_groups))
+    }
+
+    /// Writes every planned tensor (worker `w`'s part from `files[w % files.len()]`), waits
+    /// for the workers, and hands out the registers — or frees them all on a failure.
+    fn write_planned(
+        &self,
+        files: &[&Path],
+        planned: Vec<Planned<'_>>,
+    ) -> Result<HashMap<String, Register>, LoadError> {
+        let file_of = |worker: usize| files[worker % files.len()].to_path_buf();
+        let session_error = |source| LoadError::Session {
+            file: file_of(0),
+            source,
+        };
+        let mut state = self.lock().map_err(session_error)?;
+        let workers = state.workers.len();
+        // Earlier failures are reported now, not blamed on this load.
+        for worker in 0..workers {
+            state.sync(worker).map_err(session_error)?;
+        }
+        let mut ids: Vec<u16> = Vec::with_capacity(planned.len());
+        let bytes = match send(&mut state, &planned, &mut ids) {
+            Ok(bytes) => bytes,
+            Err(source) => {
+                // What was sent is claimed (its outcome overshadowed), so no later sync
+                // reports this load's commands.
+                for worker in 0..workers {
+                    let _ = state.sync(worker);
+                }
+                release(&mut state, &ids);
+                return Err(session_error(source));
+            }
+        };
+        let mut first = None;
+        for worker in 0..workers {
+            if let Err(source) = state.sync(worker) {
+                first.get_or_insert(source);
+            }
+        }
+        if let Some(source) = first {
+            release(&mut state, &ids);
+            let failed = match &source {
+                SessionError::Worker {
+                    worker,
+                    command: Command::Alloc(id) | Command::Set(id),
+                    ..
+                } => ids
+                    .iter()
+                    .position(|i| i == id)
+                    .map(|at| (*worker, planned[at].name.clone())),
+                _ => None,
+            };
+            return Err(match failed {
+                Some((worker, tensor)) => LoadError::Worker {
+                    file: file_of(worker),
+                    tensor,
+                    source,
+                },
+                None => session_error(source),
+            });
+        }
+        drop(state);
+        tracing::debug!(
+            file = %file_of(0).display(),
+            files = files.len(),
+            tensors = planned.len(),
+            bytes,
+            "loaded safetensors"
+        );
+        Ok(planned
+            .into_iter()
+            .zip(ids)
+            .map(|(tensor, id)| (tensor.name, self.handle(id)))
+            .collect())
+    }
+}
+
+/// Allocates a register per planned tensor (its id pushed to `ids` at once, so a failure
+/// can free it) and sends every worker its part; returns the bytes sent.
+fn send(
+    state: &mut State,
+    planned: &[Planned<'_>],
+    ids: &mut Vec<u16>,
+) -> Result<usize, SessionError> {
+    let mut bytes = 0usize;
+    for tensor in planned {
+        let id = state.allocate_id()?;
+        ids.push(id);
+        for worker in 0..state.workers.len() {
+            let data = tensor.part(worker);
+            bytes = bytes.saturating_add(data.len());
+            state.write_array(worker, id, tensor.dtype, &tensor.shape, &data)?;
+        }
+    }
+    Ok(bytes)
+}
+
+/// Frees `ids` on every worker after a failed load (a failure to free is already
+/// overshadowed by the error being returned).
+fn release(state: &mut State, ids: &[u16]) {
+    for &id in ids {
+        if let Err(e) = state.free(id) {
+            tracing::warn!(register = id, error = %e, "cannot free a register of a failed load");
+        }
+    }
+}
+
+/// One tensor, checked and ready to write.
+struct Planned<'a> {
+    name: String,
+    dtype: DataType,
+    /// Each worker's register shape.
+    shape: Vec<u32>,
+    source: Source<'a>,
+}
+
+/// Where each worker's bytes come from.
+enum Source<'a> {
+    /// Part `rank` of `parts` of one row-major tensor, cut on `dim`, worker `w` having
+    /// rank `w % parts` (one part: the whole tensor).
+    Split {
+        data: &'a [u8],
+        shape: Vec<usize>,
+        dim: usize,
+        parts: usize,
+    },
+    /// Worker `w`'s bytes are `data[w]`.
+    PerWorker(Vec<&'a [u8]>),
+}
+
+impl Planned<'_> {
+    /// Worker `worker`'s bytes.
+    fn part(&self, worker: usize) -> Cow<'_, [u8]> {
+        match &self.source {
+            Source::PerWorker(data) => Cow::Borrowed(data[worker % data.len()]),
+            Source::Split {
+                data,
+                shape,
+                dim,
+                parts,
+            } => slice(data, shape, self.dtype.size(), *dim, *parts, worker % parts),
+        }
+    }
+}
+
+/// Part `rank` of `parts` equal parts of `data` (row-major, `shape`, `size`-byte elements)
+/// cut on dimension `dim`. The caller checked that `dim` exists and divides, and that
+/// `data` holds exactly the shape's bytes, so every product below is at most its length.
+fn slice<'a>(
+    data: &'a [u8],
+    shape: &[usize],
+    size: usize,
+    dim: usize,
+    parts: usize,
+    rank: usize,
+) -> Cow<'a, [u8]> {
+    if parts <= 1 || data.is_empty() {
+        return Cow::Borrowed(data);
+    }
+    let outer: usize = shape[..dim].iter().product();
+    let inner: usize = shape[dim + 1..].iter().product::<usize>() * size;
+    let run = shape[dim] / parts * inner;
+    let stride = shape[dim] * inner;
+    if outer == 1 {
+        return Cow::Borrowed(&data[rank * run..][..run]);
+    }
+    let mut out = Vec::with_capacity(outer * run);
+    for row in data.chunks_exact(stride) {
+        out.extend_from_slice(&row[rank * run..][..run]);
+    }
+    Cow::Owned(out)
+}
+
+fn read(file: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(file).map_err(|source| LoadError::Read {
+        file: file.to_path_buf(),
+        source,
+    })
+}
+
+/// The tensors of a file, sorted by name (so register ids follow the names).
+fn parse<'a>(
+    file: &Path,
+    bytes: &'a [u8],
+) -> Result<Vec<(String, safetensors::tensor::TensorView<'a>)>, LoadError> {
+    let parsed = SafeTensors::deserialize(bytes).map_err(|source| LoadError::Format {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    let mut tensors = parsed.tensors();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(tensors)
+}
+
+/// The tessera type of a safetensors type.
+fn element_type(file: &Path, tensor: &str, dtype: Dtype) -> Result<DataType, LoadError> {
+    Ok(match dtype {
+        Dtype::BOOL => DataType::Bool,
+        Dtype::U8 => DataType::U8,
+        Dtype::I8 => DataType::I8,
+        Dtype::F8_E5M2 => DataType::F8E5M2,
+        Dtype::F8_E4M3 => DataType::F8E4M3,
+        Dtype::I16 => DataType::I16,
+        Dtype::U16 => DataType::U16,
+        Dtype::F16 => DataType::F16,
+        Dtype::BF16 => DataType::BF16,
+        Dtype::I32 => DataType::I32,
+        Dtype::U32 => DataType::U32,
+        Dtype::F32 => DataType::F32,
+        Dtype::F64 => DataType::F64,
+        Dtype::I64 => DataType::I64,
+        Dtype::U64 => DataType::U64,
+        _ => {
+            return Err(LoadError::Dtype {
+                file: file.to_path_buf(),
+                tensor: tensor.into(),
+                dtype,
+            })
+        }
+    })
+}
+
+/// Checks tensor `name` under `rule` across `span` workers and plans its parts.
+fn plan_split<'a>(
+    file: &Path,
+    name: String,
+    view: &safetensors::tensor::TensorView<'a>,
+    rule: ShardRule,
+    span: usize,
+) -> Result<Planned<'a>, LoadError> {
+    let dtype = element_type(file, &name, view.dtype())?;
+    let shape = view.shape().to_vec();
+    let (dim, parts) = match rule {
+        ShardRule::Replicate => (0, 1),
+        ShardRule::Split { dim } => {
+            let Some(&extent) = shape.get(dim) else {
+                return Err(LoadError::NoDim {
+                    file: file.to_path_buf(),
+                    tensor: name,
+                    shape,
+                    rule,
+                });
+            };
+            if extent % span != 0 {
+                return Err(LoadError::Indivisible {
+                    file: file.to_path_buf(),
+                    tensor: name,
+                    shape,
+                    rule,
+                    workers: span,
+                });
+            }
+            (dim, span)
+        }
+    };
+    let data = view.data();
+    let checked = shape
+        .iter()
+        .map(|&d| u32::try_from(d).map_err(|_| ArrayError::Overflow))
+        .collect::<Result<Vec<u32>, _>>()
+        .and_then(|whole| {
+            let expected = byte_len(dtype, &whole)?;
+            if data.len() != expected {
+                return Err(ArrayError::Length {
+                    expected,
+                    actual: data.len(),
+                });
+            }
+            Ok(whole)
+        });
+    let mut part_shape = match checked {
+        Ok(whole) => whole,
+        Err(source) => {
+            return Err(LoadError::Shape {
+                file: file.to_path_buf(),
+                tensor: name,
+                shape,
+                source,
+            })
+        }
+    };
+    if let Some(extent) = part_shape.get_mut(dim) {
+        // A part is no larger than the whole dimension, which fits u32 (checked above).
+        *extent = (shape[dim] / parts) as u32;
+    }
+    Ok(Planned {
+        name,
+        dtype,
+        shape: part_shape,
+        source: Source::Split {
+            data,
+            shape,
+            dim,
+            parts,
+        },
+    })
+}

@@ -1,0 +1,711 @@
+//! The SPMD session (TVM Disco's controller and workers): one controller drives N workers
+//! in lock-step — registers, named functions, copies to and from worker 0, and collectives
+//! across the workers, whole or in contiguous groups.
+//!
+//! # Contract
+//!
+//! - **One order.** Every command goes to every worker it concerns in the order the
+//!   controller issues it; workers run them in that order. Commands are pipelined: a call
+//!   returns once it is sent, and [`Session::sync_worker`] / [`Session::sync_all`] wait for
+//!   the replies.
+//! - **Errors reach the controller.** A command that fails on a worker is reported, naming
+//!   the worker and the command, by the next sync (or by the next operation that needs the
+//!   worker's results); the session stays usable. A function that does not exist is an
+//!   error before any worker runs anything.
+//! - **Registers.** Ids come from the controller, from 1 (0 means "discard"); a freed id is
+//!   reused last-in-first-out. A [`Register`] handle frees its id on every worker when it
+//!   is dropped; after shutdown, dropping one does nothing.
+//! - **Groups** are `num_groups` equal contiguous blocks of workers; a group's leader is its
+//!   first worker. Collectives (see [`collective`]) run on the host between the workers'
+//!   registers, destination-passing: the result goes into a register the caller allocated
+//!   with the right element count. Every size and type is checked before the first result
+//!   is written, so a refused collective leaves no worker half-way.
+//! - **Shutdown** is idempotent and happens on drop too; the workers stop with it (a worker
+//!   whose controller vanished exits: its link closes).
+//!
+//! ```
+//! use tessera_core::dtype::DataType;
+//! use tessera_host::runtime::Placement;
+//! use tessera_host::session::collective::{ReduceOp, Scope};
+//! use tessera_host::session::{CallArg, HostArray, HostValue, Session};
+//!
+//! // Four workers in threads (or Placement::Process / Placement::Qemu), one group.
+//! let session = Session::new(&Placement::Thread, 4, 1, 16 << 20)?;
+//! let add_one = session.get_function("add_one")?; // an unknown name fails here
+//! let x = session.copy_to_worker0(&HostArray::from_f32(&[2, 3], &[0., 1., 2., 3., 4., 5.])?)?;
+//! let y = session.call(&add_one, &[CallArg::Register(&x)])?; // pipelined; errors at sync
+//! session.sync_worker(0)?;
+//! assert_eq!(session.copy_from_worker0(&y)?.to_f32(), Some(vec![1., 2., 3., 4., 5., 6.]));
+//!
+//! let total = session.empty(DataType::F32, &[2, 3])?; // collectives are destination-passing
+//! session.broadcast_from_worker0(&y, &total, Scope::Global)?;
+//! session.allreduce(&total, &total, ReduceOp::Sum, Scope::Global)?;
+//! let HostValue::Array(sum) = session.debug_get(&total, 3)? else { unreachable!() };
+//! assert_eq!(sum.to_f32(), Some(vec![4., 8., 12., 16., 20., 24.]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod collective;
+mod error;
+pub mod loader;
+mod value;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use tessera_core::dtype::DataType;
+use tessera_core::wire::endpoint::{DescribeRegister, GetRegister, ReadArray};
+use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
+
+pub use error::{Command, SessionError};
+pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
+
+use crate::runtime::Placement;
+use crate::transport::{Channel, TransportError};
+
+/// Register ids a session hands out (1..=MAX_REGISTER_ID).
+const MAX_REGISTER_ID: u16 = 4096;
+
+/// A register on the workers. Dropping it frees its id on every worker.
+#[derive(Debug)]
+pub struct Register {
+    id: u16,
+    state: Weak<Mutex<State>>,
+}
+
+impl Register {
+    /// The register's id (the same on every worker).
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+}
+
+impl Drop for Register {
+    fn drop(&mut self) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.shut_down {
+            return;
+        }
+        if let Err(e) = state.free(self.id) {
+            tracing::warn!(register = self.id, error = %e, "cannot free a register");
+        }
+    }
+}
+
+/// A function the workers have, checked by [`Session::get_function`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    name: String,
+}
+
+impl Function {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A command sent and not yet answered.
+#[derive(Debug)]
+struct Pending {
+    seq: u32,
+    command: Command,
+}
+
+/// Everything the controller holds; register handles reach it through a weak reference.
+#[derive(Debug)]
+struct State {
+    workers: Vec<Channel>,
+    pending: Vec<VecDeque<Pending>>,
+    /// Ids never handed out start here.
+    next_id: u16,
+    /// Freed ids, reused last-in-first-out.
+    free_ids: Vec<u16>,
+    num_groups: usize,
+    shut_down: bool,
+}
+
+/// A controller and its workers. See the module documentation.
+#[derive(Debug)]
+pub struct Session {
+    state: Arc<Mutex<State>>,
+}
+
+impl Session {
+    /// Starts `workers` devices on `placement` (`memory` bytes each for host-placed ones) in
+    /// `num_groups` contiguous groups.
+    pub fn new(
+        placement: &Placement,
+        workers: usize,
+        num_groups: usize,
+        memory: usize,
+    ) -> Result<Self, SessionError> {
+        check_groups(workers, num_groups)?;
+        if let Placement::Qemu(firmware) = placement {
+            crate::transport::check_firmware(firmware).map_err(TransportError::from)?;
+        }
+        let mut channels = Vec::with_capacity(workers);
+        for worker in 0..workers {
+            let replica =
+                u32::try_from(worker).map_err(|_| SessionError::NoWorker { worker, workers })?;
+            channels.push(match placement {
+                Placement::Thread => Channel::in_process(replica, memory, None)?,
+                Placement::Process(exe) => Channel::child_process(exe, replica, memory)?,
+                Placement::Qemu(firmware) => Channel::qemu(firmware, replica)?,
+            });
+        }
+        Self::on(channels, num_groups)
+    }
+
+    /// A session on devices already opened, worker `i` being `channels[i]`.
+    pub fn on(channels: Vec<Channel>, num_groups: usize) -> Result<Self, SessionError> {
+        check_groups(channels.len(), num_groups)?;
+        let pending = channels.iter().map(|_| VecDeque::new()).collect();
+        Ok(Self {
+            state: Arc::new(Mutex::new(State {
+                workers: channels,
+                pending,
+                next_id: 1,
+                free_ids: Vec::new(),
+                num_groups,
+                shut_down: false,
+            })),
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>, SessionError> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.shut_down {
+            return Err(SessionError::ShutDown);
+        }
+        Ok(state)
+    }
+
+    fn handle(&self, id: u16) -> Register {
+        Register {
+            id,
+            state: Arc::downgrade(&self.state),
+        }
+    }
+
+    /// Number of workers.
+    pub fn num_workers(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .workers
+            .len()
+    }
+
+    /// Number of groups.
+    pub fn num_groups(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .num_groups
+    }
+
+    /// The function `name`, once every worker confirms it has one (else an error, and
+    /// nothing runs).
+    pub fn get_function(&self, name: &str) -> Result<Function, SessionError> {
+        let mut state = self.lock()?;
+        let request = Request::HasFunction { function: name };
+        let seqs = state.submit_everywhere(&request)?;
+        for (worker, seq) in seqs.into_iter().enumerate() {
+            match state.workers[worker].receive(seq) {
+                Ok(_) => {}
+                Err(TransportError::Device {
+                    code: ErrorCode::UnknownFunction,
+                    ..
+                }) => {
+                    state.drain_worker(worker)?;
+                    return Err(SessionError::UnknownFunction {
+                        name: name.into(),
+                        worker,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Function { name: name.into() })
+    }
+
+    /// Calls `function` on every worker with `args` (a register argument is each worker's
+    /// own value); the result goes into a new register. Returns once the call is sent:
+    /// failures come back at the next sync.
+    pub fn call(
+        &self,
+        function: &Function,
+        args: &[CallArg<'_>],
+    ) -> Result<Register, SessionError> {
+        // Made first, so that an early return frees the id on every worker that got it.
+        let register = self.new_register()?;
+        let mut state = self.lock()?;
+        let max = state.max_chunk();
+        let mut wire_args: heapless::Vec<Arg<'_>, MAX_CALL_ARGS> = heapless::Vec::new();
+        for arg in args {
+            let arg = match *arg {
+                CallArg::Int(v) => Arg::Value(Value::Int(v)),
+                CallArg::Float(v) => Arg::Value(Value::Float(v)),
+                CallArg::Str(text) => Arg::Value(Value::Str(text)),
+                CallArg::Shape(dims) => Arg::Value(Value::Shape(
+                    heapless::Vec::from_slice(dims)
+                        .map_err(|_| ArrayError::Rank { rank: dims.len() })?,
+                )),
+                CallArg::Array(array) => {
+                    if array.bytes().len() > max {
+                        return Err(SessionError::InlineTooLarge {
+                            bytes: array.bytes().len(),
+                            max,
+                        });
+                    }
+                    Arg::Value(Value::Array(wire_array(array)?))
+                }
+                CallArg::Register(register) => Arg::Register(register.id),
+            };
+            wire_args.push(arg).map_err(|_| SessionError::Count {
+                what: "call arguments",
+                expected: MAX_CALL_ARGS,
+                actual: args.len(),
+            })?;
+        }
+        let request = Request::Invoke {
+            function: &function.name,
+            args: wire_args,
+            out: register.id,
+        };
+        for worker in 0..state.workers.len() {
+            state.submit(worker, &request, Command::Call(function.name.clone()))?;
+        }
+        Ok(register)
+    }
+
+    /// A handle on a fresh register id (nothing is sent).
+    fn new_register(&self) -> Result<Register, SessionError> {
+        let id = self.lock()?.allocate_id()?;
+        Ok(self.handle(id))
+    }
+
+    /// A new register holding a zeroed array of `dtype` and `shape` on every worker: the
+    /// destination of a collective.
+    pub fn empty(&self, dtype: DataType, shape: &[u32]) -> Result<Register, SessionError> {
+        byte_len(dtype, shape)?;
+        let register = self.new_register()?;
+        let mut state = self.lock()?;
+        let id = register.id;
+        let request = alloc_request(id, dtype, shape)?;
+        for worker in 0..state.workers.len() {
+            state.submit(worker, &request, Command::Alloc(id))?;
+        }
+        Ok(register)
+    }
+
+    /// Copies `array` from the host into a new register: worker 0 holds `array`, every
+    /// other worker a zeroed array of the same type and shape (so a call on the register
+    /// runs everywhere, as in Disco, where the register exists on every worker).
+    pub fn copy_to_worker0(&self, array: &HostArray) -> Result<Register, SessionError> {
+        let register = self.new_register()?;
+        let mut state = self.lock()?;
+        let id = register.id;
+        let zeroed = alloc_request(id, array.dtype(), array.shape())?;
+        for worker in 1..state.workers.len() {
+            state.submit(worker, &zeroed, Command::Alloc(id))?;
+        }
+        state.write_array(0, id, array.dtype(), array.shape(), array.bytes())?;
+        Ok(register)
+    }
+
+    /// Copies `array` from the host into `dst` on worker 0 (replacing what it held there).
+    pub fn copy_to_worker0_into(
+        &self,
+        array: &HostArray,
+        dst: &Register,
+    ) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        state.write_array(0, dst.id, array.dtype(), array.shape(), array.bytes())
+    }
+
+    /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier
+    /// commands: their failures are reported first).
+    pub fn copy_from_worker0(&self, register: &Register) -> Result<HostArray, SessionError> {
+        let mut state = self.lock()?;
+        state.sync(0)?;
+        state.read_array(0, register.id)
+    }
+
+    /// Waits for worker `worker` to finish every command sent to it; the first failure
+    /// among them is the error.
+    pub fn sync_worker(&self, worker: usize) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        state.check_worker(worker)?;
+        state.sync(worker)
+    }
+
+    /// Waits for every worker; the first failure (lowest worker) is the error.
+    pub fn sync_all(&self) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        let mut first = Ok(());
+        for worker in 0..state.workers.len() {
+            let outcome = state.sync(worker);
+            if first.is_ok() {
+                first = outcome;
+            }
+        }
+        first
+    }
+
+    /// Register `register`'s value on worker `worker` (after its earlier commands).
+    pub fn debug_get(&self, register: &Register, worker: usize) -> Result<HostValue, SessionError> {
+        let mut state = self.lock()?;
+        state.check_worker(worker)?;
+        state.sync(worker)?;
+        state.read_value(worker, register.id)
+    }
+
+    /// Sets register `register` on worker `worker` to `value`.
+    pub fn debug_set(
+        &self,
+        register: &Register,
+        worker: usize,
+        value: &HostValue,
+    ) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        state.check_worker(worker)?;
+        let id = register.id;
+        match value {
+            HostValue::Array(array) => {
+                state.write_array(worker, id, array.dtype(), array.shape(), array.bytes())
+            }
+            HostValue::Int(v) => state.set_value(worker, id, Value::Int(*v)),
+            HostValue::Float(v) => state.set_value(worker, id, Value::Float(*v)),
+            HostValue::Str(text) => state.set_value(worker, id, Value::Str(text)),
+            HostValue::Shape(dims) => {
+                let dims = heapless::Vec::from_slice(dims)
+                    .map_err(|_| ArrayError::Rank { rank: dims.len() })?;
+                state.set_value(worker, id, Value::Shape(dims))
+            }
+        }
+    }
+
+    /// Stops every worker. Calling it again does nothing; register handles dropped
+    /// afterwards do nothing either.
+    pub fn shutdown(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.shut_down {
+            return;
+        }
+        state.shut_down = true;
+        // Dropping the channels stops the devices (threads end, processes are killed).
+        state.workers.clear();
+        state.pending.clear();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn check_groups(workers: usize, groups: usize) -> Result<(), SessionError> {
+    if workers == 0 || groups == 0 || !workers.is_multiple_of(groups) {
+        return Err(SessionError::Groups { workers, groups });
+    }
+    Ok(())
+}
+
+/// A host array as a wire value (borrowing its bytes).
+fn wire_array(array: &HostArray) -> Result<Array<'_>, SessionError> {
+    Ok(Array {
+        dtype: array.dtype(),
+        shape: heapless::Vec::from_slice(array.shape()).map_err(|_| ArrayError::Rank {
+            rank: array.shape().len(),
+        })?,
+        data: array.bytes(),
+    })
+}
+
+fn alloc_request(
+    id: u16,
+    dtype: DataType,
+    shape: &[u32],
+) -> Result<Request<'static>, SessionError> {
+    Ok(Request::AllocArray {
+        id,
+        dtype,
+        shape: heapless::Vec::from_slice(shape)
+            .map_err(|_| ArrayError::Rank { rank: shape.len() })?,
+    })
+}
+
+fn offset(at: usize) -> Result<u32, SessionError> {
+    u32::try_from(at).map_err(|_| {
+        SessionError::Transport(TransportError::Overflow {
+            what: "array offset",
+            value: at,
+        })
+    })
+}
+
+impl State {
+    fn check_worker(&self, worker: usize) -> Result<(), SessionError> {
+        if worker < self.workers.len() {
+            Ok(())
+        } else {
+            Err(SessionError::NoWorker {
+                worker,
+                workers: self.workers.len(),
+            })
+        }
+    }
+
+    /// The largest bulk chunk every worker takes in one frame.
+    fn max_chunk(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|w| w.limits().max_chunk())
+            .min()
+            .unwrap_or(0)
+            .max(1)
+    }
+
+    fn allocate_id(&mut self) -> Result<u16, SessionError> {
+        if let Some(id) = self.free_ids.pop() {
+            return Ok(id);
+        }
+        if self.next_id > MAX_REGISTER_ID {
+            return Err(SessionError::RegistersExhausted);
+        }
+        self.next_id += 1;
+        Ok(self.next_id - 1)
+    }
+
+    /// Frees `id` on every worker (pipelined) and returns it to the free list.
+    fn free(&mut self, id: u16) -> Result<(), SessionError> {
+        for worker in 0..self.workers.len() {
+            self.submit(worker, &Request::FreeRegister { id }, Command::Free(id))?;
+        }
+        self.free_ids.push(id);
+        Ok(())
+    }
+
+    /// Sends `request` to `worker`, to be answered at the next sync.
+    fn submit(
+        &mut self,
+        worker: usize,
+        request: &Request<'_>,
+        command: Command,
+    ) -> Result<(), SessionError> {
+        match self.workers[worker].submit(request) {
+            Ok(seq) => {
+                self.pending[worker].push_back(Pending { seq, command });
+                Ok(())
+            }
+            Err(source) => Err(SessionError::Worker {
+                worker,
+                command,
+                source,
+            }),
+        }
+    }
+
+    /// Sends `request` to every worker (all sent before any reply is awaited); returns
+    /// the sequence numbers, claimed by the caller.
+    fn submit_everywhere(&mut self, request: &Request<'_>) -> Result<Vec<u32>, SessionError> {
+        let mut seqs = Vec::with_capacity(self.workers.len());
+        for worker in &mut self.workers {
+            seqs.push(worker.submit(request)?);
+        }
+        Ok(seqs)
+    }
+
+    /// Claims every pending reply of `worker`; the first failure is the error (the rest are
+    /// still claimed, so the session stays usable).
+    fn sync(&mut self, worker: usize) -> Result<(), SessionError> {
+        let mut first = Ok(());
+        while let Some(pending) = self.pending[worker].pop_front() {
+            let outcome = self.workers[worker].receive(pending.seq);
+            let failure = match outcome {
+                Ok(_) => None,
+                // Freeing a register a worker never held (a copy to worker 0 only).
+                Err(TransportError::Device {
+                    code: ErrorCode::UnknownId { .. },
+                    ..
+                }) if matches!(pending.command, Command::Free(_)) => None,
+                // A dead link fails everything after it: report it once.
+                Err(e @ (TransportError::Closed { .. } | TransportError::Timeout { .. })) => {
+                    self.pending[worker].clear();
+                    Some(e)
+                }
+                Err(e) => Some(e),
+            };
+            if let (Some(source), Ok(())) = (failure, &first) {
+                first = Err(SessionError::Worker {
+                    worker,
+                    command: pending.command,
+                    source,
+                });
+            }
+        }
+        first
+    }
+
+    /// Claims `worker`'s pending replies, dropping failures (used after an error that
+    /// is already being reported).
+    fn drain_worker(&mut self, worker: usize) -> Result<(), SessionError> {
+        let _ = self.sync(worker);
+        Ok(())
+    }
+
+    fn set_value(&mut self, worker: usize, id: u16, value: Value<'_>) -> Result<(), SessionError> {
+        self.submit(
+            worker,
+            &Request::SetRegister { id, value },
+            Command::Set(id),
+        )
+    }
+
+    /// Makes register `id` on `worker` an array of `dtype` and `shape` holding `data`
+    /// (pipelined: an allocation, then one write per chunk).
+    fn write_array(
+        &mut self,
+        worker: usize,
+        id: u16,
+        dtype: DataType,
+        shape: &[u32],
+        data: &[u8],
+    ) -> Result<(), SessionError> {
+        let expected = byte_len(dtype, shape)?;
+        if data.len() != expected {
+            return Err(ArrayError::Length {
+                expected,
+                actual: data.len(),
+            }
+            .into());
+        }
+        self.submit(
+            worker,
+            &alloc_request(id, dtype, shape)?,
+            Command::Alloc(id),
+        )?;
+        let chunk = self.workers[worker].limits().max_chunk().max(1);
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            let request = Request::WriteArray {
+                id,
+                offset: offset(i * chunk)?,
+                data: piece,
+            };
+            self.submit(worker, &request, Command::Set(id))?;
+        }
+        Ok(())
+    }
+
+    /// What register `id` on `worker` holds (its earlier commands already claimed).
+    fn describe(
+        &mut self,
+        worker: usize,
+        id: u16,
+    ) -> Result<tessera_core::wire::endpoint::Description, SessionError> {
+        let described = self.workers[worker].call(&DescribeRegister { id })?;
+        Ok(described.get())
+    }
+
+    /// Register `id`'s array on `worker`, read in chunks (all requested before any reply
+    /// is awaited). The caller has synced the worker.
+    fn read_array(&mut self, worker: usize, id: u16) -> Result<HostArray, SessionError> {
+        let described = self.describe(worker, id)?;
+        let (dtype, shape) = match (described.kind, described.dtype) {
+            (ValueKind::Array, Some(dtype)) => (dtype, described.shape.to_vec()),
+            (ValueKind::Tensor, _) => (DataType::F32, vec![described.bytes / 4]),
+            (kind, _) => {
+                return Err(SessionError::NotAnArray {
+                    worker,
+                    register: id,
+                    kind,
+                })
+            }
+        };
+        let data = self.read_bytes(worker, id, described.bytes as usize)?;
+        Ok(HostArray::new(dtype, &shape, data)?)
+    }
+
+    /// `len` bytes of register `id` on `worker`.
+    fn read_bytes(&mut self, worker: usize, id: u16, len: usize) -> Result<Vec<u8>, SessionError> {
+        let channel = &mut self.workers[worker];
+        let chunk = channel.limits().max_chunk().max(1);
+        let mut seqs = Vec::with_capacity(len.div_ceil(chunk));
+        for at in (0..len).step_by(chunk) {
+            let piece = (len - at).min(chunk);
+            let request = Request::ReadArray {
+                id,
+                offset: offset(at)?,
+                len: offset(piece)?,
+            };
+            seqs.push((channel.submit(&request)?, piece));
+        }
+        let mut data = Vec::with_capacity(len);
+        for (seq, piece) in seqs {
+            let reply = channel.receive(seq)?;
+            match ReadArray::reply_data(&reply) {
+                Some(bytes) if bytes.len() == piece => data.extend_from_slice(bytes),
+                _ => {
+                    let request = Request::ReadArray {
+                        id,
+                        offset: 0,
+                        len: offset(piece)?,
+                    };
+                    return Err(channel.unexpected(&request, &reply.response()).into());
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Register `id`'s value on `worker` (synced by the caller).
+    fn read_value(&mut self, worker: usize, id: u16) -> Result<HostValue, SessionError> {
+        let described = self.describe(worker, id)?;
+        match described.kind {
+            ValueKind::Array | ValueKind::Tensor => {
+                Ok(HostValue::Array(self.read_array(worker, id)?))
+            }
+            ValueKind::Str => {
+                let bytes = self.read_bytes(worker, id, described.bytes as usize)?;
+                Ok(HostValue::Str(String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            ValueKind::Int | ValueKind::Float | ValueKind::Shape => {
+                let reply = self.workers[worker].call(&GetRegister { id })?;
+                Ok(match reply.get() {
+                    Value::Int(v) => HostValue::Int(v),
+                    Value::Float(v) => HostValue::Float(v),
+                    Value::Shape(dims) => HostValue::Shape(dims.to_vec()),
+                    Value::Str(text) => HostValue::Str(text.into()),
+                    Value::Tensor(bytes) => HostValue::Array(HostArray::new(
+                        DataType::F32,
+                        &[(bytes.len() / 4) as u32],
+                        bytes.to_vec(),
+                    )?),
+                    Value::Array(array) => HostValue::Array(HostArray::new(
+                        array.dtype,
+                        &array.shape,
+                        array.data.to_vec(),
+                    )?),
+                })
+            }
+        }
+    }
+}
+
+/// The data of a `ReadArray` reply.
+trait ReplyData {
+    fn reply_data(reply: &crate::transport::Reply) -> Option<&[u8]>;
+}
+
+impl ReplyData for ReadArray {
+    fn reply_data(reply: &crate::transport::Reply) -> Option<&[u8]> {
+        use tessera_core::wire::Endpoint;
+        ReadArray::reply(reply.response())
+    }
+}
