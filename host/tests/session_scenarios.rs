@@ -919,6 +919,7 @@ fn killed_worker_is_reported_process() {
     assert_eq!(pids.len(), 4, "the session's processes: {pids:?}");
     let add_one = session.get_function("add_one").unwrap();
     let two = session.call(&add_one, &[CallArg::Int(1)]).unwrap();
+    let gradients = session.empty(DataType::F32, &[4096]).unwrap();
     session.sync_all().unwrap();
 
     let victim = children_matching(&format!("tessera device --replica 2 --memory {MEM}$"));
@@ -954,9 +955,25 @@ fn killed_worker_is_reported_process() {
         start.elapsed()
     );
     assert!(names_worker(&again, 2), "the error names worker 2: {again}");
+
+    // A collective that needs the dead worker fails just as promptly, naming it.
+    let start = Instant::now();
+    let collective = session
+        .allreduce(&gradients, &gradients, ReduceOp::Sum, Scope::Global)
+        .expect_err("an allreduce over a dead worker fails");
+    assert!(
+        start.elapsed() < PROMPT,
+        "reported after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        names_worker(&collective, 2),
+        "the error names worker 2: {collective}"
+    );
     expect_value(&session, &two, [0, 1, 3], &HostValue::Int(2));
 
     drop(two);
+    drop(gradients);
     drop(session);
     assert_no_devices_left(MEM, &pids);
 }
