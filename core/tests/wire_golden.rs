@@ -130,6 +130,8 @@ fn request_variant(request: &Request<'_>) -> u32 {
         Request::WriteArray { .. } => 27,
         Request::ReadArray { .. } => 28,
         Request::DescribeRegister { .. } => 29,
+        Request::WriteArrayBulk { .. } => 30,
+        Request::ReadArrayBulk { .. } => 31,
     }
 }
 
@@ -145,6 +147,7 @@ fn response_variant(response: &Response<'_>) -> u32 {
         Response::Reduce { .. } => 7,
         Response::Error { .. } => 8,
         Response::Described { .. } => 9,
+        Response::Bulk { .. } => 10,
     }
 }
 
@@ -168,6 +171,7 @@ fn error_variant(code: &ErrorCode) -> u32 {
         ErrorCode::UnexpectedReduced => 15,
         ErrorCode::ReduceTimeout => 16,
         ErrorCode::ReductionTooLarge { .. } => 17,
+        ErrorCode::BulkUnavailable => 18,
     }
 }
 
@@ -253,6 +257,8 @@ fn kind_variant(kind: RequestKind) -> u32 {
         RequestKind::WriteArray => 28,
         RequestKind::ReadArray => 29,
         RequestKind::DescribeRegister => 30,
+        RequestKind::WriteArrayBulk => 31,
+        RequestKind::ReadArrayBulk => 32,
     }
 }
 
@@ -486,6 +492,24 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
             env(Request::DescribeRegister { id: 26 }),
             "05 1d 1a",
         ),
+        (
+            "WriteArrayBulk",
+            env(Request::WriteArrayBulk {
+                id: 27,
+                offset: 128,
+                len: 70000,
+            }),
+            "05 1e 1b 80 01 f0 a2 04",
+        ),
+        (
+            "ReadArrayBulk",
+            env(Request::ReadArrayBulk {
+                id: 29,
+                offset: 300,
+                len: 4096,
+            }),
+            "05 1f 1d ac 02 80 20",
+        ),
     ]
 }
 
@@ -554,6 +578,7 @@ fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)>
             }),
             "05 09 05 01 01 02 03 07 2a",
         ),
+        ("Bulk", env(Response::Bulk { len: 513 }), "05 0a 81 04"),
     ]
 }
 
@@ -606,6 +631,7 @@ fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
             },
             "11 88 27 80 08",
         ),
+        ("BulkUnavailable", ErrorCode::BulkUnavailable, "12"),
     ]
 }
 
@@ -703,6 +729,8 @@ fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
         ("WriteArray", WriteArray, "1c"),
         ("ReadArray", ReadArray, "1d"),
         ("DescribeRegister", DescribeRegister, "1e"),
+        ("WriteArrayBulk", WriteArrayBulk, "1f"),
+        ("ReadArrayBulk", ReadArrayBulk, "20"),
     ]
 }
 
@@ -716,7 +744,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 3);
+    assert_eq!(PROTOCOL_VERSION, 4);
 }
 
 #[test]

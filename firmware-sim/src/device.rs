@@ -307,6 +307,11 @@ impl<'a> Device<'a> {
             Request::DescribeRegister { id } => {
                 return Ok(Some(self.registers.describe(&self.arena, id)?));
             }
+            // The serve loop turns these into WriteArray / reads of `register_bytes` when
+            // its link carries bytes beside messages; reaching here means it does not.
+            Request::WriteArrayBulk { .. } | Request::ReadArrayBulk { .. } => {
+                return Err(ErrorCode::BulkUnavailable)
+            }
             Request::RemoteLoad { slot, variable } => {
                 let from = self
                     .arena
@@ -332,6 +337,12 @@ impl<'a> Device<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// Bytes `[offset, offset + len)` of register `id` (an array, tensor or string),
+    /// checked, whatever their length: what a bulk read sends beside its reply.
+    pub fn register_bytes(&self, id: u16, offset: u32, len: u32) -> Result<&[u8], ErrorCode> {
+        self.registers.read(&self.arena, id, offset, len)
     }
 
     /// Bytes `[offset, offset + len)` of slot `slot`, checked.

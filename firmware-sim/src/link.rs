@@ -10,7 +10,9 @@
 //!   buffered link must not hold a reply back until the next frame). Bytes read together
 //!   with a message wait in its inbox for the next call: none is set aside.
 //! - a message queue between threads of one process (`std_link::Queue`, with the `std`
-//!   feature): memory does not corrupt, so bodies move as they are, without framing.
+//!   feature): memory does not corrupt, so bodies move as they are, without framing, and
+//!   bulk bytes (a whole array) travel beside them as one buffer handed over: one copy
+//!   between the host's array and the device's memory, whatever the size.
 
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::{frame_body, FrameDecoder};
@@ -28,14 +30,29 @@ pub enum Incoming {
     Closed,
 }
 
-/// A link that carries whole messages.
+/// A link that carries whole messages, and perhaps bulk bytes beside them.
 pub trait Messages {
     /// Why the link failed.
     type Error: core::fmt::Debug;
+    /// Bytes that travel beside a message, on links that carry them.
+    type Bulk: AsRef<[u8]>;
     /// The next message, copied into `into`; with `wait`, blocks until something arrives.
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, Self::Error>;
     /// Sends one message (flushed).
     fn send(&mut self, body: &[u8]) -> Result<(), Self::Error>;
+    /// True when this link carries bulk bytes beside messages.
+    fn carries_bulk(&self) -> bool {
+        false
+    }
+    /// Takes the bulk bytes that came beside the last message received, if any.
+    fn take_bulk(&mut self) -> Option<Self::Bulk> {
+        None
+    }
+    /// Sends `body` with `bulk` beside it (on a link that carries no bulk: `body` alone).
+    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), Self::Error> {
+        let _ = bulk;
+        self.send(body)
+    }
 }
 
 /// Bytes taken from the link per read.
@@ -89,6 +106,8 @@ pub struct Framed<'f, L, const FRAME: usize> {
 
 impl<L: Read + ReadReady + Write, const FRAME: usize> Messages for Framed<'_, L, FRAME> {
     type Error = L::Error;
+    /// Frames carry nothing beside them.
+    type Bulk = [u8; 0];
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, L::Error> {
         let f = &mut *self.framing;

@@ -244,8 +244,9 @@ where
             }
             Incoming::Message(len) => len,
         };
+        let bulk = link.take_bulk();
         let _ = busy.set_high();
-        let outcome = answer(state, len, device, link, clock);
+        let outcome = answer(state, len, bulk, device, link, clock);
         let _ = busy.set_low();
         outcome?;
     }
@@ -255,6 +256,7 @@ where
 fn answer<M, C, const FRAME: usize, const WINDOW: usize>(
     state: &mut State<'_, '_, FRAME, WINDOW>,
     len: usize,
+    bulk: Option<M::Bulk>,
     device: &mut Device<'_>,
     link: &mut M,
     clock: &mut C,
@@ -276,6 +278,25 @@ where
     };
     let seq = envelope.seq;
     let hello = matches!(envelope.body, Request::Hello { .. });
+    // A bulk read's bytes go beside its reply, straight from the device's memory.
+    if let Request::ReadArrayBulk { id, offset, len } = envelope.body {
+        if link.carries_bulk() && cache.verdict(seq, false) == Verdict::Run {
+            return answer_bulk_read(cache, seq, (id, offset, len), device, link);
+        }
+    }
+    // A bulk write's bytes came beside it: the device sees an ordinary write.
+    let body = match (&envelope.body, bulk.as_ref()) {
+        (&Request::WriteArrayBulk { id, offset, len }, Some(bytes))
+            if bytes.as_ref().len() == len as usize =>
+        {
+            Request::WriteArray {
+                id,
+                offset,
+                data: bytes.as_ref(),
+            }
+        }
+        _ => envelope.body.clone(),
+    };
     if let Request::Reduced { .. } = envelope.body {
         // An answer to a reduction that is over (or was abandoned): not a request, so it
         // gets no reply and leaves the reply cache alone.
@@ -304,7 +325,7 @@ where
                 stale: stale_answers,
                 dropped,
             };
-            let response = device.handle(&envelope.body, &mut reducer);
+            let response = device.handle(&body, &mut reducer);
             let n = match encode_body(
                 &Envelope {
                     seq,
@@ -327,6 +348,40 @@ where
     }
     let reply = cache.cached(seq).unwrap_or(&[]);
     link.send(reply).map_err(ServeError::Link)
+}
+
+/// Runs a bulk read: its reply (kept for retries) says how many bytes, which go beside it.
+/// A retry gets the kept reply alone; on the links that carry bulk (threads of one
+/// process) nothing is lost, so the first reply has already arrived.
+fn answer_bulk_read<M: Messages, const FRAME: usize, const WINDOW: usize>(
+    cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+    seq: u32,
+    (id, offset, len): (u16, u32, u32),
+    device: &mut Device<'_>,
+    link: &mut M,
+) -> Result<(), ServeError<M::Error>> {
+    let slot = &mut cache.slot(seq)[..Server::<FRAME, WINDOW>::body_limit()];
+    let (response, bytes) = match device.register_bytes(id, offset, len) {
+        Ok(bytes) => (Response::Bulk { len }, bytes),
+        Err(code) => (
+            Response::Error {
+                request: RequestKind::ReadArrayBulk,
+                code,
+            },
+            &[][..],
+        ),
+    };
+    let n = encode_body(
+        &Envelope {
+            seq,
+            body: response,
+        },
+        slot,
+    )
+    .map_err(|_| ServeError::ReplyTooLarge)?;
+    cache.keep(seq, n);
+    let reply = cache.cached(seq).unwrap_or(&[]);
+    link.send_bulk(reply, bytes).map_err(ServeError::Link)
 }
 
 /// Answers a frame that is not a request, from a buffer of its own (the reply cache keeps

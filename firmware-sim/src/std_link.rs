@@ -4,6 +4,7 @@
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 use std::vec;
@@ -153,23 +154,50 @@ impl embedded_hal::digital::OutputPin for NoPin {
     }
 }
 
+/// Bytes that travel beside a message between threads: one buffer, shared, never copied on
+/// the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bulk(pub Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Bulk {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// One message between threads: its body, and perhaps bulk bytes beside it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The encoded envelope.
+    pub body: Vec<u8>,
+    /// Bytes beside it.
+    pub bulk: Option<Bulk>,
+}
+
 /// A link between threads of one process that carries whole messages: memory does not
-/// corrupt, so there is no framing, no CRC and no per-byte work.
+/// corrupt, so there is no framing, no CRC and no per-byte work, and bulk bytes travel
+/// beside the messages.
 #[derive(Debug)]
 pub struct Queue {
-    incoming: Receiver<Vec<u8>>,
-    outgoing: Sender<Vec<u8>>,
+    incoming: Receiver<Message>,
+    outgoing: Sender<Message>,
+    bulk: Option<Bulk>,
 }
 
 impl Queue {
     /// Messages arrive on `incoming` and leave on `outgoing`.
-    pub fn new(incoming: Receiver<Vec<u8>>, outgoing: Sender<Vec<u8>>) -> Self {
-        Self { incoming, outgoing }
+    pub fn new(incoming: Receiver<Message>, outgoing: Sender<Message>) -> Self {
+        Self {
+            incoming,
+            outgoing,
+            bulk: None,
+        }
     }
 }
 
 impl Messages for Queue {
     type Error = io::Error;
+    type Bulk = Bulk;
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
         let message = if wait {
@@ -184,18 +212,41 @@ impl Messages for Queue {
                 Err(TryRecvError::Disconnected) => return Ok(Incoming::Closed),
             }
         };
-        Ok(match into.get_mut(..message.len()) {
+        self.bulk = message.bulk;
+        Ok(match into.get_mut(..message.body.len()) {
             Some(to) => {
-                to.copy_from_slice(&message);
-                Incoming::Message(message.len())
+                to.copy_from_slice(&message.body);
+                Incoming::Message(message.body.len())
             }
             None => Incoming::Damaged,
         })
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
+        self.send_message(body, None)
+    }
+
+    fn carries_bulk(&self) -> bool {
+        true
+    }
+
+    fn take_bulk(&mut self) -> Option<Bulk> {
+        self.bulk.take()
+    }
+
+    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), io::Error> {
+        // The one copy of a bulk read: the device's memory into a buffer the host keeps.
+        self.send_message(body, Some(Bulk(Arc::new(bulk.to_vec()))))
+    }
+}
+
+impl Queue {
+    fn send_message(&mut self, body: &[u8], bulk: Option<Bulk>) -> Result<(), io::Error> {
         self.outgoing
-            .send(body.to_vec())
+            .send(Message {
+                body: body.to_vec(),
+                bulk,
+            })
             .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
     }
 }

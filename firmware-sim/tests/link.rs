@@ -270,3 +270,32 @@ fn replies_start_with_a_delimiter() {
         .collect();
     assert_eq!(frames, [false, true], "the garbage, then the intact reply");
 }
+
+/// A bulk request on a byte link (which carries nothing beside its frames) is a clean
+/// error naming the reason, never a write of missing bytes.
+#[test]
+fn bulk_requests_on_a_byte_link_are_refused() {
+    let mut input = frame(
+        1,
+        &Request::WriteArrayBulk {
+            id: 1,
+            offset: 0,
+            len: 8,
+        },
+    );
+    input.extend_from_slice(&frame(
+        2,
+        &Request::ReadArrayBulk {
+            id: 1,
+            offset: 0,
+            len: 8,
+        },
+    ));
+    let mut link = MemLink::new(input);
+    serve_all(&mut link);
+    let replies = replies(&link.output);
+    assert_eq!(replies.len(), 2);
+    for (_, reply) in replies {
+        assert!(reply.contains("BulkUnavailable"), "{reply}");
+    }
+}

@@ -41,6 +41,7 @@ impl<'a> Command<'a> {
                 | Request::GetRegister { .. }
                 | Request::ReadArray { .. }
                 | Request::DescribeRegister { .. }
+                | Request::ReadArrayBulk { .. }
         );
         done.then_some(Self(request))
     }

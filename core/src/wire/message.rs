@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DataType;
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -335,6 +335,27 @@ pub enum Request<'a> {
         /// Register id.
         id: u16,
     },
+    /// Like [`Request::WriteArray`], with the `len` bytes travelling beside the message
+    /// instead of inside it: only links between threads of one process carry them (the
+    /// host hands its buffer over; no framing, no copy on the way).
+    WriteArrayBulk {
+        /// Register id.
+        id: u16,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes beside the message.
+        len: u32,
+    },
+    /// Like [`Request::ReadArray`], answered with [`Response::Bulk`] and the bytes beside
+    /// the reply, whatever their length.
+    ReadArrayBulk {
+        /// Register id.
+        id: u16,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes wanted.
+        len: u32,
+    },
 }
 
 /// Which request an error reply is about.
@@ -374,6 +395,8 @@ pub enum RequestKind {
     WriteArray,
     ReadArray,
     DescribeRegister,
+    WriteArrayBulk,
+    ReadArrayBulk,
 }
 
 impl Request<'_> {
@@ -410,6 +433,8 @@ impl Request<'_> {
             Self::WriteArray { .. } => RequestKind::WriteArray,
             Self::ReadArray { .. } => RequestKind::ReadArray,
             Self::DescribeRegister { .. } => RequestKind::DescribeRegister,
+            Self::WriteArrayBulk { .. } => RequestKind::WriteArrayBulk,
+            Self::ReadArrayBulk { .. } => RequestKind::ReadArrayBulk,
         }
     }
 }
@@ -491,6 +516,9 @@ pub enum ErrorCode {
         /// The most one frame carries.
         max: u32,
     },
+    /// A bulk request on a link that carries no bytes beside its messages, or whose bytes
+    /// beside it are not the length it names.
+    BulkUnavailable,
 }
 
 impl fmt::Display for ErrorCode {
@@ -526,6 +554,9 @@ impl fmt::Display for ErrorCode {
             Self::Malformed => f.write_str("the frame is not a request"),
             Self::UnexpectedReduced => f.write_str("no step is waiting for that reduction"),
             Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
+            Self::BulkUnavailable => {
+                f.write_str("no bulk bytes of that length came with the request on this link")
+            }
             Self::ReductionTooLarge { bytes, max } => write!(
                 f,
                 "a reduction of {bytes} bytes does not fit the device's frame ({max} bytes at most)"
@@ -604,5 +635,10 @@ pub enum Response<'a> {
         shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
         /// Bytes the value's data takes (arrays, tensors, strings), else 0.
         bytes: u32,
+    },
+    /// Answer to [`Request::ReadArrayBulk`]: the `len` bytes travel beside this reply.
+    Bulk {
+        /// Bytes beside the reply.
+        len: u32,
     },
 }

@@ -294,7 +294,7 @@ impl State {
         worker: usize,
         (array, dst): &(HostArray, u16),
     ) -> Result<(), SessionError> {
-        self.write_array(worker, *dst, array.dtype(), array.shape(), array.bytes())
+        self.write_host_array(worker, *dst, array)
     }
 }
 

@@ -521,7 +521,7 @@ impl Session {
         }
         let id = state.allocate_id()?;
         for (worker, array) in arrays.iter().enumerate() {
-            let sent = state.write_array(worker, id, array.dtype(), array.shape(), array.bytes());
+            let sent = state.write_host_array(worker, id, array);
             if let Err(e) = sent {
                 release(&mut state, &[id]);
                 return Err(e);

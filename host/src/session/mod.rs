@@ -53,6 +53,8 @@ mod value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
+use tessera_firmware_sim::std_link::Bulk;
+
 use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, GetRegister, ReadArray};
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
@@ -314,7 +316,7 @@ impl Session {
         for worker in 1..state.workers.len() {
             state.submit(worker, &zeroed, Command::Alloc(id))?;
         }
-        state.write_array(0, id, array.dtype(), array.shape(), array.bytes())?;
+        state.write_host_array(0, id, array)?;
         Ok(register)
     }
 
@@ -325,7 +327,7 @@ impl Session {
         dst: &Register,
     ) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        state.write_array(0, dst.id, array.dtype(), array.shape(), array.bytes())
+        state.write_host_array(0, dst.id, array)
     }
 
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier
@@ -376,9 +378,7 @@ impl Session {
         state.check_worker(worker)?;
         let id = register.id;
         match value {
-            HostValue::Array(array) => {
-                state.write_array(worker, id, array.dtype(), array.shape(), array.bytes())
-            }
+            HostValue::Array(array) => state.write_host_array(worker, id, array),
             HostValue::Int(v) => state.set_value(worker, id, Value::Int(*v)),
             HostValue::Float(v) => state.set_value(worker, id, Value::Float(*v)),
             HostValue::Str(text) => state.set_value(worker, id, Value::Str(text)),
@@ -628,8 +628,72 @@ impl State {
                 })
             }
         };
-        let data = self.read_bytes(worker, id, described.bytes as usize)?;
-        Ok(HostArray::new(dtype, &shape, data)?)
+        let data = self.read_shared(worker, id, described.bytes as usize)?;
+        Ok(HostArray::shared(dtype, &shape, data)?)
+    }
+
+    /// Makes register `id` on `worker` the array `array`: handed over whole beside one
+    /// request on a link that carries bulk (a device thread: one copy, into the device's
+    /// memory), else written in chunks.
+    fn write_host_array(
+        &mut self,
+        worker: usize,
+        id: u16,
+        array: &HostArray,
+    ) -> Result<(), SessionError> {
+        if !self.workers[worker].carries_bulk() {
+            return self.write_array(worker, id, array.dtype(), array.shape(), array.bytes());
+        }
+        self.submit(
+            worker,
+            &alloc_request(id, array.dtype(), array.shape())?,
+            Command::Alloc(id),
+        )?;
+        let request = Request::WriteArrayBulk {
+            id,
+            offset: 0,
+            len: offset(array.bytes().len())?,
+        };
+        let bulk = Bulk(array.share());
+        match self.workers[worker].submit_bulk(&request, bulk) {
+            Ok(seq) => {
+                self.pending[worker].push_back(Pending {
+                    seq,
+                    command: Command::Set(id),
+                });
+                Ok(())
+            }
+            Err(source) => Err(SessionError::Worker {
+                worker,
+                command: Command::Set(id),
+                source,
+            }),
+        }
+    }
+
+    /// `len` bytes of register `id` on `worker`, shared: taken whole from beside one reply
+    /// on a link that carries bulk, else read in chunks.
+    fn read_shared(
+        &mut self,
+        worker: usize,
+        id: u16,
+        len: usize,
+    ) -> Result<Arc<Vec<u8>>, SessionError> {
+        let channel = &mut self.workers[worker];
+        if !channel.carries_bulk() {
+            return Ok(Arc::new(self.read_bytes(worker, id, len)?));
+        }
+        let request = Request::ReadArrayBulk {
+            id,
+            offset: 0,
+            len: offset(len)?,
+        };
+        let seq = channel.submit(&request)?;
+        let mut reply = channel.receive(seq)?;
+        match reply.take_bulk() {
+            Some(Bulk(bytes)) if bytes.len() == len => Ok(bytes),
+            _ => Err(channel.unexpected(&request, &reply.response()).into()),
+        }
     }
 
     /// `len` bytes of register `id` on `worker`.

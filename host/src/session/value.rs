@@ -1,17 +1,21 @@
 //! Values on the host side of a session: arrays with their element type and shape, and
 //! the arguments a call takes.
 
+use std::sync::Arc;
+
 use tessera_core::dtype::DataType;
 use tessera_core::wire::MAX_SHAPE_RANK;
 
 use super::Register;
 
-/// An array on the host: element type, shape (row-major) and little-endian bytes.
+/// An array on the host: element type, shape (row-major) and little-endian bytes. The
+/// bytes are shared, not copied, when the array is cloned, reshaped or handed to a device
+/// thread.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostArray {
     dtype: DataType,
     shape: Vec<u32>,
-    data: Vec<u8>,
+    data: Arc<Vec<u8>>,
 }
 
 /// Why a host array cannot be built.
@@ -65,6 +69,11 @@ pub fn byte_len(dtype: DataType, shape: &[u32]) -> Result<usize, ArrayError> {
 impl HostArray {
     /// An array from its bytes; their length must match the shape and type.
     pub fn new(dtype: DataType, shape: &[u32], data: Vec<u8>) -> Result<Self, ArrayError> {
+        Self::shared(dtype, shape, Arc::new(data))
+    }
+
+    /// An array over bytes already shared.
+    pub fn shared(dtype: DataType, shape: &[u32], data: Arc<Vec<u8>>) -> Result<Self, ArrayError> {
         let expected = byte_len(dtype, shape)?;
         if data.len() != expected {
             return Err(ArrayError::Length {
@@ -144,9 +153,14 @@ impl HostArray {
         (self.dtype == DataType::I64).then(|| le_values(&self.data, i64::from_le_bytes))
     }
 
-    /// The same bytes under another shape with the same element count.
+    /// The same bytes (shared) under another shape with the same element count.
     pub fn reshaped(&self, shape: &[u32]) -> Result<Self, ArrayError> {
-        Self::new(self.dtype, shape, self.data.clone())
+        Self::shared(self.dtype, shape, Arc::clone(&self.data))
+    }
+
+    /// The bytes, shared.
+    pub fn share(&self) -> Arc<Vec<u8>> {
+        Arc::clone(&self.data)
     }
 }
 

@@ -33,6 +33,8 @@ use tessera_core::wire::{
     RequestKind, Response, PROTOCOL_VERSION,
 };
 
+use tessera_firmware_sim::std_link::{Bulk, Message};
+
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
 use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
@@ -45,11 +47,12 @@ pub const ATTEMPTS: u32 = 8;
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
-/// A reply: the frame body it came in, and its decoded response.
+/// A reply: the frame body it came in, its decoded response, and any bulk bytes beside it.
 #[derive(Clone)]
 pub struct Reply {
     seq: u32,
     body: Vec<u8>,
+    bulk: Option<Bulk>,
 }
 
 impl fmt::Debug for Reply {
@@ -73,6 +76,11 @@ impl Reply {
     /// The sequence number.
     pub fn seq(&self) -> u32 {
         self.seq
+    }
+
+    /// The bulk bytes that came beside the reply (a bulk read's data), if any.
+    pub fn take_bulk(&mut self) -> Option<Bulk> {
+        self.bulk.take()
     }
 }
 
@@ -106,6 +114,8 @@ struct InFlight {
     kind: RequestKind,
     /// The whole frame, delimiter first, ready to be sent again.
     frame: Vec<u8>,
+    /// Bulk bytes sent beside it.
+    bulk: Option<Bulk>,
     /// Times sent.
     attempts: u32,
 }
@@ -113,7 +123,7 @@ struct InFlight {
 /// A link to one device. See the module documentation.
 pub struct Channel {
     writer: Outgoing,
-    frames: Receiver<Vec<u8>>,
+    frames: Receiver<Message>,
     next_seq: u32,
     deadline: Duration,
     /// The replica this channel was opened for (the device confirms it in its hello).
@@ -126,7 +136,7 @@ pub struct Channel {
     /// When the oldest unanswered request was last sent.
     oldest_sent: Instant,
     /// Replies not yet claimed, by sequence number; a step's reductions queue here too.
-    arrived: HashMap<u32, VecDeque<Vec<u8>>>,
+    arrived: HashMap<u32, VecDeque<Message>>,
     retries: u64,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
@@ -316,6 +326,36 @@ impl Channel {
     /// the window has room; returns the number (claim the reply with
     /// [`Channel::receive`]).
     pub fn submit(&mut self, request: &Request<'_>) -> Result<u32, TransportError> {
+        self.submit_with(request, None)
+    }
+
+    /// True when this link carries bulk bytes beside messages (a device thread).
+    pub fn carries_bulk(&self) -> bool {
+        matches!(self.writer, Outgoing::Messages(_))
+    }
+
+    /// Like [`Channel::submit`], with `bulk` handed to the device beside the request (a
+    /// [`Request::WriteArrayBulk`]); an error on a link that carries no bulk.
+    pub fn submit_bulk(
+        &mut self,
+        request: &Request<'_>,
+        bulk: Bulk,
+    ) -> Result<u32, TransportError> {
+        if !self.carries_bulk() {
+            return Err(TransportError::Device {
+                replica: self.replica,
+                request: request.kind(),
+                code: ErrorCode::BulkUnavailable,
+            });
+        }
+        self.submit_with(request, Some(bulk))
+    }
+
+    fn submit_with(
+        &mut self,
+        request: &Request<'_>,
+        bulk: Option<Bulk>,
+    ) -> Result<u32, TransportError> {
         // The device keeps replies for the last `window` numbers, not for the last `window`
         // unanswered requests: while the oldest unanswered one is `window` numbers back, a
         // newer request would push its reply out of the device's cache.
@@ -334,11 +374,12 @@ impl Channel {
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
         }
-        transmit(&mut self.writer, &frame, self.replica)?;
+        transmit(&mut self.writer, &frame, bulk.clone(), self.replica)?;
         self.in_flight.push_back(InFlight {
             seq,
             kind: request.kind(),
             frame,
+            bulk,
             attempts: 1,
         });
         Ok(seq)
@@ -348,8 +389,12 @@ impl Channel {
     /// unanswered requests again as deadlines pass. An error reply is an error.
     pub fn receive(&mut self, seq: u32) -> Result<Reply, TransportError> {
         loop {
-            if let Some(body) = self.take(seq) {
-                let reply = Reply { seq, body };
+            if let Some(message) = self.take(seq) {
+                let reply = Reply {
+                    seq,
+                    body: message.body,
+                    bulk: message.bulk,
+                };
                 if let Response::Error { request, code } = reply.response() {
                     tracing::debug!(replica = self.replica, ?request, %code, "device error");
                     return Err(TransportError::Device {
@@ -385,8 +430,12 @@ impl Channel {
     pub fn poll(&mut self, seq: u32, wait: Duration) -> Result<Option<Reply>, TransportError> {
         let until = Instant::now() + wait;
         loop {
-            if let Some(body) = self.take(seq) {
-                return Ok(Some(Reply { seq, body }));
+            if let Some(message) = self.take(seq) {
+                return Ok(Some(Reply {
+                    seq,
+                    body: message.body,
+                    bulk: message.bulk,
+                }));
             }
             if Instant::now() >= until {
                 return Ok(None);
@@ -399,7 +448,7 @@ impl Channel {
     /// message that gets no reply (a reduction's answer).
     pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
         let n = self.frame(seq, request)?.len();
-        transmit(&mut self.writer, &self.out[..n], self.replica)
+        transmit(&mut self.writer, &self.out[..n], None, self.replica)
     }
 
     /// Encodes `request` under `seq` into the output buffer: a frame, delimiter first, for
@@ -439,7 +488,7 @@ impl Channel {
     }
 
     /// The oldest unclaimed message under `seq`.
-    fn take(&mut self, seq: u32) -> Option<Vec<u8>> {
+    fn take(&mut self, seq: u32) -> Option<Message> {
         let queue = self.arrived.get_mut(&seq)?;
         let body = queue.pop_front();
         if queue.is_empty() {
@@ -461,8 +510,8 @@ impl Channel {
             .frames
             .recv_timeout(wake.saturating_duration_since(Instant::now()))
         {
-            Ok(body) => {
-                self.accept(body);
+            Ok(message) => {
+                self.accept(message);
                 Ok(())
             }
             Err(RecvTimeoutError::Timeout) if retransmit && Instant::now() >= resend_at => {
@@ -477,8 +526,8 @@ impl Channel {
 
     /// Files a message from the device: a reply to a request in flight completes it; a
     /// reduction (during a step) is queued under the step; anything else is stale.
-    fn accept(&mut self, body: Vec<u8>) {
-        let Ok(envelope) = decode_body::<Envelope<Response<'_>>>(&body) else {
+    fn accept(&mut self, message: Message) {
+        let Ok(envelope) = decode_body::<Envelope<Response<'_>>>(&message.body) else {
             return;
         };
         let seq = envelope.seq;
@@ -491,7 +540,7 @@ impl Channel {
                 self.oldest_sent = Instant::now();
             }
         }
-        self.arrived.entry(seq).or_default().push_back(body);
+        self.arrived.entry(seq).or_default().push_back(message);
     }
 
     /// Sends every unanswered request again, oldest first (go-back-N).
@@ -519,7 +568,12 @@ impl Channel {
             oldest.attempts += 1;
         }
         for request in &self.in_flight {
-            transmit(&mut self.writer, &request.frame, self.replica)?;
+            transmit(
+                &mut self.writer,
+                &request.frame,
+                request.bulk.clone(),
+                self.replica,
+            )?;
             self.retries += 1;
         }
         self.oldest_sent = Instant::now();
@@ -529,7 +583,12 @@ impl Channel {
 
 /// Sends one encoded message (a frame, or a bare body) and flushes it. A link whose other
 /// end is gone is [`TransportError::Closed`], naming the replica.
-fn transmit(writer: &mut Outgoing, encoded: &[u8], replica: u32) -> Result<(), TransportError> {
+fn transmit(
+    writer: &mut Outgoing,
+    encoded: &[u8],
+    bulk: Option<Bulk>,
+    replica: u32,
+) -> Result<(), TransportError> {
     let closed = TransportError::Closed { replica };
     match writer {
         Outgoing::Bytes(writer) => match writer.write_all(encoded).and_then(|()| writer.flush()) {
@@ -537,7 +596,12 @@ fn transmit(writer: &mut Outgoing, encoded: &[u8], replica: u32) -> Result<(), T
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(closed),
             Err(e) => Err(e.into()),
         },
-        Outgoing::Messages(queue) => queue.send(encoded.to_vec()).map_err(|_| closed),
+        Outgoing::Messages(queue) => queue
+            .send(Message {
+                body: encoded.to_vec(),
+                bulk,
+            })
+            .map_err(|_| closed),
     }
 }
 

@@ -6,13 +6,14 @@ use std::io::Read;
 use std::sync::mpsc::Sender;
 
 use tessera_core::wire::FrameDecoder;
+use tessera_firmware_sim::std_link::Message;
 
 /// Largest frame the host accepts: any device's (host-placed devices send the largest).
 pub const MAX_FRAME: usize = 128 * 1024;
 
 /// Decodes frames from `reader` and sends their bodies on `tx` until the link ends or the
 /// receiving channel is gone.
-pub fn read_frames(mut reader: impl Read, tx: Sender<Vec<u8>>, replica: u32) {
+pub fn read_frames(mut reader: impl Read, tx: Sender<Message>, replica: u32) {
     let mut decoder = Box::new(FrameDecoder::<MAX_FRAME>::new());
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n @ 1..) = reader.read(&mut buf) {
@@ -22,7 +23,16 @@ pub fn read_frames(mut reader: impl Read, tx: Sender<Vec<u8>>, replica: u32) {
             rest = &rest[used..];
             match frame {
                 // The channel is gone: nobody is waiting for replies any more.
-                Some(Ok(body)) if tx.send(body.to_vec()).is_err() => return,
+                Some(Ok(body))
+                    if tx
+                        .send(Message {
+                            body: body.to_vec(),
+                            bulk: None,
+                        })
+                        .is_err() =>
+                {
+                    return
+                }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => tracing::debug!(replica, error = %e, "dropped a damaged frame"),
                 None => {}

@@ -19,7 +19,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use tessera_firmware_sim::std_link::Queue;
+use tessera_firmware_sim::std_link::{Message, Queue};
 
 use super::children::{self, Adopted};
 use super::device::{run_device, run_device_on_queue};
@@ -47,16 +47,16 @@ pub(super) struct Link {
 pub(super) enum Incoming {
     /// A byte link: frames, decoded by a reader thread.
     Bytes(Box<dyn Read + Send>),
-    /// Whole messages from a device thread.
-    Messages(Receiver<Vec<u8>>),
+    /// Whole messages (and bulk bytes) from a device thread.
+    Messages(Receiver<Message>),
 }
 
 /// Where messages to the device go.
 pub(super) enum Outgoing {
     /// A byte link: frames.
     Bytes(Box<dyn Write + Send>),
-    /// Whole messages to a device thread.
-    Messages(Sender<Vec<u8>>),
+    /// Whole messages (and bulk bytes) to a device thread.
+    Messages(Sender<Message>),
 }
 
 /// What keeps a device running; dropping it stops the device.
