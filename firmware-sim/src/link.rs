@@ -40,11 +40,16 @@ pub trait Messages {
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, Self::Error>;
     /// Sends one message (flushed).
     fn send(&mut self, body: &[u8]) -> Result<(), Self::Error>;
+    /// The most bulk bytes this link carries beside one message (0: none).
+    fn bulk_capacity(&self) -> usize {
+        0
+    }
     /// True when this link carries bulk bytes beside messages.
     fn carries_bulk(&self) -> bool {
-        false
+        self.bulk_capacity() > 0
     }
-    /// Takes the bulk bytes that came beside the last message received, if any.
+    /// Takes the bulk bytes that came beside the last message received, if any (a bulk
+    /// write uses the first `len` of them).
     fn take_bulk(&mut self) -> Option<Self::Bulk> {
         None
     }

@@ -280,19 +280,17 @@ where
     let hello = matches!(envelope.body, Request::Hello { .. });
     // A bulk read's bytes go beside its reply, straight from the device's memory.
     if let Request::ReadArrayBulk { id, offset, len } = envelope.body {
-        if link.carries_bulk() && cache.verdict(seq, false) == Verdict::Run {
+        let fits = usize::try_from(len).is_ok_and(|len| len <= link.bulk_capacity());
+        if fits && cache.verdict(seq, false) == Verdict::Run {
             return answer_bulk_read(cache, seq, (id, offset, len), device, link);
         }
     }
     // A bulk write's bytes came beside it: the device sees an ordinary write.
     let body = match (&envelope.body, bulk.as_ref()) {
-        (&Request::WriteArrayBulk { id, offset, len }, Some(bytes))
-            if bytes.as_ref().len() == len as usize =>
-        {
-            Request::WriteArray {
-                id,
-                offset,
-                data: bytes.as_ref(),
+        (&Request::WriteArrayBulk { id, offset, len }, Some(bytes)) => {
+            match bytes.as_ref().get(..len as usize) {
+                Some(data) => Request::WriteArray { id, offset, data },
+                None => envelope.body.clone(),
             }
         }
         _ => envelope.body.clone(),

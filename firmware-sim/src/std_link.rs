@@ -226,8 +226,8 @@ impl Messages for Queue {
         self.send_message(body, None)
     }
 
-    fn carries_bulk(&self) -> bool {
-        true
+    fn bulk_capacity(&self) -> usize {
+        usize::MAX
     }
 
     fn take_bulk(&mut self) -> Option<Bulk> {

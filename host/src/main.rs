@@ -53,6 +53,13 @@ enum Command {
             allow_negative_numbers = true
         )]
         memory: usize,
+        /// A shared-memory window inherited from the host, by descriptor number: bulk
+        /// bytes pass through it.
+        #[arg(long, requires = "window_bytes")]
+        window_fd: Option<u32>,
+        /// The window's size in bytes.
+        #[arg(long, requires = "window_fd")]
+        window_bytes: Option<usize>,
     },
 }
 
@@ -318,24 +325,38 @@ fn main() -> ExitCode {
             train(args)
         }
         Command::Layout(args) => layout(args),
-        Command::Device { replica, memory } => {
-            // Stdout carries frames only; a closed stdin (the host went away) ends it.
-            match tessera_host::transport::run_device(
-                replica,
-                memory,
-                std::io::stdin(),
-                // Stdout is line-buffered: on binary frames that is a write per 0x0A byte.
-                // The device flushes after every frame, so a plain buffer loses nothing.
-                std::io::BufWriter::with_capacity(128 << 10, std::io::stdout().lock()),
-            ) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tessera device {replica}: {e}");
-                    ExitCode::FAILURE
-                }
+        Command::Device {
+            replica,
+            memory,
+            window_fd,
+            window_bytes,
+        } => match device(replica, memory, window_fd.zip(window_bytes)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tessera device {replica}: {e}");
+                ExitCode::FAILURE
             }
-        }
+        },
     }
+}
+
+/// One device on stdin/stdout (frames only; a closed stdin — the host went away — ends
+/// it), with bulk bytes through the host's shared window when it names one.
+fn device(replica: u32, memory: usize, window: Option<(u32, usize)>) -> std::io::Result<()> {
+    use tessera_host::transport::{run_device, run_device_with_window, SharedWindow};
+    // Stdout is line-buffered: on binary frames that is a write per 0x0A byte. The device
+    // flushes after every frame, so a plain buffer loses nothing.
+    let stdout = std::io::BufWriter::with_capacity(128 << 10, std::io::stdout().lock());
+    let Some((fd, bytes)) = window else {
+        return run_device(replica, memory, std::io::stdin(), stdout);
+    };
+    // The inherited descriptor, opened anew by its /proc name (no unsafe needed here).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{fd}"))?;
+    let window = SharedWindow::open(file, bytes)?;
+    run_device_with_window(replica, memory, std::io::stdin(), stdout, &window)
 }
 
 fn train(args: TrainArgs) -> ExitCode {

@@ -850,7 +850,7 @@ fn children_matching(pattern: &str) -> Vec<u32> {
 /// parallel in this process).
 fn devices_with_memory(memory: usize) -> Vec<u32> {
     children_matching(&format!(
-        "tessera device --replica [0-9]+ --memory {memory}$"
+        "tessera device --replica [0-9]+ --memory {memory} "
     ))
 }
 
@@ -922,7 +922,7 @@ fn killed_worker_is_reported_process() {
     let gradients = session.empty(DataType::F32, &[4096]).unwrap();
     session.sync_all().unwrap();
 
-    let victim = children_matching(&format!("tessera device --replica 2 --memory {MEM}$"));
+    let victim = children_matching(&format!("tessera device --replica 2 --memory {MEM} "));
     let [victim] = victim[..] else {
         panic!("one process for worker 2: {victim:?}")
     };

@@ -38,6 +38,7 @@ use tessera_firmware_sim::std_link::{Bulk, Message};
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
 use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
+use super::window::SharedWindow;
 use super::TransportError;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
@@ -138,6 +139,8 @@ pub struct Channel {
     /// Replies not yet claimed, by sequence number; a step's reductions queue here too.
     arrived: HashMap<u32, VecDeque<Message>>,
     retries: u64,
+    /// The shared window bulk bytes pass through (child processes).
+    window: Option<SharedWindow>,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
     handle: DeviceHandle,
@@ -186,6 +189,7 @@ impl Channel {
             incoming,
             outgoing: writer,
             handle,
+            window,
         } = link;
         let frames = match incoming {
             // A byte link gets a thread that decodes its frames.
@@ -217,6 +221,7 @@ impl Channel {
             oldest_sent: Instant::now(),
             arrived: HashMap::new(),
             retries: 0,
+            window,
             handle,
         };
         let hello = Hello {
@@ -329,9 +334,19 @@ impl Channel {
         self.submit_with(request, None)
     }
 
-    /// True when this link carries bulk bytes beside messages (a device thread).
+    /// The most bulk bytes one request or reply carries beside it: any number on a device
+    /// thread's queue, the shared window's size for a child process, 0 on other links.
+    pub fn bulk_capacity(&self) -> usize {
+        match (&self.writer, &self.window) {
+            (Outgoing::Messages(_), _) => usize::MAX,
+            (_, Some(window)) => window.len(),
+            _ => 0,
+        }
+    }
+
+    /// True when this link carries bulk bytes beside messages.
     pub fn carries_bulk(&self) -> bool {
-        matches!(self.writer, Outgoing::Messages(_))
+        self.bulk_capacity() > 0
     }
 
     /// Like [`Channel::submit`], with `bulk` handed to the device beside the request (a
@@ -341,14 +356,31 @@ impl Channel {
         request: &Request<'_>,
         bulk: Bulk,
     ) -> Result<u32, TransportError> {
-        if !self.carries_bulk() {
+        if bulk.as_ref().len() > self.bulk_capacity() {
             return Err(TransportError::Device {
                 replica: self.replica,
                 request: request.kind(),
                 code: ErrorCode::BulkUnavailable,
             });
         }
+        if self.window.is_some() {
+            // The window holds one request's bytes at a time: wait until it is free, then
+            // fill it. The device reads it while it serves this request.
+            self.wait_for_window()?;
+            if let Some(window) = &self.window {
+                window.write(bulk.as_ref());
+            }
+            return self.submit_with(request, None);
+        }
         self.submit_with(request, Some(bulk))
+    }
+
+    /// Waits until no request that uses the shared window is in flight.
+    fn wait_for_window(&mut self) -> Result<(), TransportError> {
+        while self.in_flight.iter().any(|f| uses_window(f.kind)) {
+            self.pump(None, true)?;
+        }
+        Ok(())
     }
 
     fn submit_with(
@@ -356,6 +388,10 @@ impl Channel {
         request: &Request<'_>,
         bulk: Option<Bulk>,
     ) -> Result<u32, TransportError> {
+        if self.window.is_some() && request.kind() == RequestKind::ReadArrayBulk {
+            // Its reply's bytes come back through the window: nothing else may use it.
+            self.wait_for_window()?;
+        }
         // The device keeps replies for the last `window` numbers, not for the last `window`
         // unanswered requests: while the oldest unanswered one is `window` numbers back, a
         // newer request would push its reply out of the device's cache.
@@ -526,7 +562,7 @@ impl Channel {
 
     /// Files a message from the device: a reply to a request in flight completes it; a
     /// reduction (during a step) is queued under the step; anything else is stale.
-    fn accept(&mut self, message: Message) {
+    fn accept(&mut self, mut message: Message) {
         let Ok(envelope) = decode_body::<Envelope<Response<'_>>>(&message.body) else {
             return;
         };
@@ -534,7 +570,16 @@ impl Channel {
         let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
             return; // an answer to a retry of something already answered
         };
-        if !matches!(envelope.body, Response::Reduce { .. }) {
+        let completes = !matches!(envelope.body, Response::Reduce { .. });
+        // A bulk read's bytes wait in the shared window: take them before it is reused.
+        let from_window = match (&envelope.body, &self.window) {
+            (Response::Bulk { len }, Some(window)) => window.read(*len as usize),
+            _ => None,
+        };
+        if let Some(bytes) = from_window {
+            message.bulk = Some(Bulk(std::sync::Arc::new(bytes)));
+        }
+        if completes {
             self.in_flight.remove(at);
             if at == 0 {
                 self.oldest_sent = Instant::now();
@@ -579,6 +624,14 @@ impl Channel {
         self.oldest_sent = Instant::now();
         Ok(())
     }
+}
+
+/// True for the requests whose bytes pass through a shared window.
+fn uses_window(kind: RequestKind) -> bool {
+    matches!(
+        kind,
+        RequestKind::WriteArrayBulk | RequestKind::ReadArrayBulk
+    )
 }
 
 /// Sends one encoded message (a frame, or a bare body) and flushes it. A link whose other
@@ -654,6 +707,7 @@ mod tests {
             oldest_sent: Instant::now(),
             arrived: HashMap::new(),
             retries: 0,
+            window: None,
             handle: DeviceHandle::Thread(None, Some(ours)),
         };
         channel.submit(&Request::GetSeed).unwrap();

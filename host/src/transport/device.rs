@@ -4,7 +4,12 @@
 use std::io::{self, Read, Write};
 
 use tessera_firmware_sim::std_link::{NoPin, Queue, StdClock, StdLink};
-use tessera_firmware_sim::{serve, serve_messages, CycleCounter, Device, ServeError, Server};
+use tessera_firmware_sim::{
+    serve, serve_messages, CycleCounter, Device, Framed, Framing, Incoming, Messages, ServeError,
+    Server,
+};
+
+use super::window::SharedWindow;
 
 /// Frame capacity of host-placed devices (64 KiB chunks plus framing).
 pub const HOST_FRAME: usize = 66 * 1024;
@@ -25,6 +30,81 @@ pub fn run_device(
     with_device(replica, memory, |server, device| {
         serve(server, device, &mut link, &mut StdClock::new(), &mut NoPin)
     })
+}
+
+/// Like [`run_device`], with bulk bytes passing through `window`, a shared-memory window
+/// the host maps too (the child-process placement).
+pub fn run_device_with_window(
+    replica: u32,
+    memory: usize,
+    reader: impl Read + Send + 'static,
+    writer: impl Write,
+    window: &SharedWindow,
+) -> Result<(), io::Error> {
+    let mut link = StdLink::new(reader, writer);
+    let mut framing = Box::new(Framing::<HOST_FRAME>::new());
+    let mut windowed = Windowed {
+        framed: Framed {
+            link: &mut link,
+            framing: &mut framing,
+        },
+        window,
+    };
+    with_device(replica, memory, |server, device| {
+        serve_messages(
+            server,
+            device,
+            &mut windowed,
+            &mut StdClock::new(),
+            &mut NoPin,
+        )
+    })
+}
+
+/// A framed byte link whose bulk bytes pass through a shared window.
+struct Windowed<'a, W> {
+    framed: Framed<'a, StdLink<W>, HOST_FRAME>,
+    window: &'a SharedWindow,
+}
+
+/// The window's bytes, as a bulk write's data (the serve loop takes the prefix it names).
+struct WindowBytes<'a>(&'a SharedWindow);
+
+impl AsRef<[u8]> for WindowBytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes(self.0.len()).unwrap_or(&[])
+    }
+}
+
+impl<'a, W: Write> Messages for Windowed<'a, W> {
+    type Error = io::Error;
+    type Bulk = WindowBytes<'a>;
+
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
+        self.framed.receive(into, wait)
+    }
+
+    fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
+        self.framed.send(body)
+    }
+
+    fn bulk_capacity(&self) -> usize {
+        self.window.len()
+    }
+
+    fn take_bulk(&mut self) -> Option<WindowBytes<'a>> {
+        Some(WindowBytes(self.window))
+    }
+
+    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), io::Error> {
+        // Into the window first: the host reads it once the reply has arrived.
+        if !self.window.write(bulk) {
+            return Err(io::Error::other(
+                "a bulk reply larger than the shared window",
+            ));
+        }
+        self.framed.send(body)
+    }
 }
 
 /// Serves a device on a message queue between threads until the host's end is dropped.

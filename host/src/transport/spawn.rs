@@ -24,6 +24,7 @@ use tessera_firmware_sim::std_link::{Message, Queue};
 use super::children::{self, Adopted};
 use super::device::{run_device, run_device_on_queue};
 use super::fault::{Delayed, FaultConfig, FaultInjector};
+use super::window::SharedWindow;
 use super::TransportError;
 
 /// The emulator the QEMU placement runs.
@@ -41,7 +42,13 @@ pub(super) struct Link {
     pub incoming: Incoming,
     pub outgoing: Outgoing,
     pub handle: DeviceHandle,
+    /// The shared window bulk bytes pass through (child processes).
+    pub window: Option<SharedWindow>,
 }
+
+/// Bytes of the shared window of a child-process device: the largest array that moves in
+/// one bulk request (larger ones go in framed chunks). Pages are only touched when used.
+pub const WINDOW_BYTES: usize = 80 << 20;
 
 /// Where the device's messages come from.
 pub(super) enum Incoming {
@@ -175,6 +182,7 @@ pub(super) fn in_process(
         incoming: Incoming::Bytes(Box::new(reader)),
         outgoing: Outgoing::Bytes(writer),
         handle: DeviceHandle::Thread(Some(thread), Some(control)),
+        window: None,
     })
 }
 
@@ -196,6 +204,7 @@ fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError>
         outgoing: Outgoing::Messages(to_device),
         // Dropping the channel's sender ends the device's loop.
         handle: DeviceHandle::Thread(Some(thread), None),
+        window: None,
     })
 }
 
@@ -206,17 +215,22 @@ pub(super) fn child_process(
     replica: u32,
     memory: usize,
 ) -> Result<Link, TransportError> {
-    let mut child = Command::new(exe)
+    // The window's descriptor is inheritable until the child has it.
+    let window = SharedWindow::create(WINDOW_BYTES)?;
+    let spawned = Command::new(exe)
         .args(["device", "--replica", &replica.to_string()])
         .args(["--memory", &memory.to_string()])
+        .args(["--window-fd", &window.fd().to_string()])
+        .args(["--window-bytes", &WINDOW_BYTES.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|source| TransportError::Spawn {
-            program: exe.to_path_buf(),
-            source,
-        })?;
+        .spawn();
+    window.seal_from_children()?;
+    let mut child = spawned.map_err(|source| TransportError::Spawn {
+        program: exe.to_path_buf(),
+        source,
+    })?;
     let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
     let child = children::adopt(child, DEVICE_PROCESS);
     let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
@@ -226,6 +240,7 @@ pub(super) fn child_process(
         incoming: Incoming::Bytes(Box::new(stdout)),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
         handle: DeviceHandle::Child(child),
+        window: Some(window),
     })
 }
 
@@ -290,6 +305,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
         incoming: Incoming::Bytes(Box::new(reader)),
         outgoing: Outgoing::Bytes(Box::new(stream)),
         handle,
+        window: None,
     })
 }
 
