@@ -114,6 +114,28 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
         }
     }
 
+    /// The loop's state, and the framing state of a byte link, borrowed apart.
+    fn split(&mut self) -> (State<'_, 'b, FRAME, WINDOW>, &mut Framing<FRAME>) {
+        let Server {
+            request,
+            aside,
+            cache,
+            framing,
+            bad_frames,
+            stale_answers,
+            dropped,
+        } = self;
+        let state = State {
+            request,
+            aside,
+            cache,
+            bad_frames,
+            stale_answers,
+            dropped,
+        };
+        (state, framing)
+    }
+
     /// The longest reply body: its frame (CRC, COBS's one byte in 254, the delimiters)
     /// still fits `FRAME`.
     pub const fn body_limit() -> usize {
@@ -155,23 +177,7 @@ where
     C: Clock,
     P: OutputPin,
 {
-    let Server {
-        request,
-        aside,
-        cache,
-        framing,
-        bad_frames,
-        stale_answers,
-        dropped,
-    } = server;
-    let mut state = State {
-        request,
-        aside,
-        cache,
-        bad_frames,
-        stale_answers,
-        dropped,
-    };
+    let (mut state, framing) = server.split();
     let mut framed = Framed { link, framing };
     run(&mut state, device, &mut framed, clock, busy)
 }
@@ -189,23 +195,7 @@ where
     C: Clock,
     P: OutputPin,
 {
-    let Server {
-        request,
-        aside,
-        cache,
-        bad_frames,
-        stale_answers,
-        dropped,
-        ..
-    } = server;
-    let mut state = State {
-        request,
-        aside,
-        cache,
-        bad_frames,
-        stale_answers,
-        dropped,
-    };
+    let (mut state, _) = server.split();
     run(&mut state, device, link, clock, busy)
 }
 

@@ -64,16 +64,9 @@ impl Session {
         op: ReduceOp,
         scope: Scope,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
-            let mut out = Vec::new();
-            for group in groups.iter().cloned() {
-                let arrays = state.read_all(group.clone(), src.id)?;
-                let combined = reduce(&arrays, op, group.start)?;
-                for worker in group {
-                    out.push((worker, state.fit(worker, dst.id, "allreduce", &combined)?));
-                }
-            }
-            Ok(out)
+        self.to_every_member(scope, dst, "allreduce", |state, group| {
+            let arrays = state.read_all(group.clone(), src.id)?;
+            reduce(&arrays, op, group.start)
         })
     }
 
@@ -84,16 +77,9 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
-            let mut out = Vec::new();
-            for group in groups.iter().cloned() {
-                let arrays = state.read_all(group.clone(), src.id)?;
-                let joined = concat(&arrays, "allgather", group.start)?;
-                for worker in group {
-                    out.push((worker, state.fit(worker, dst.id, "allgather", &joined)?));
-                }
-            }
-            Ok(out)
+        self.to_every_member(scope, dst, "allgather", |state, group| {
+            let arrays = state.read_all(group.clone(), src.id)?;
+            concat(&arrays, "allgather", group.start)
         })
     }
 
@@ -104,15 +90,8 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
-            let mut out = Vec::new();
-            for group in groups.iter().cloned() {
-                let array = state.read_array(group.start, src.id)?;
-                for worker in group {
-                    out.push((worker, state.fit(worker, dst.id, "broadcast", &array)?));
-                }
-            }
-            Ok(out)
+        self.to_every_member(scope, dst, "broadcast", |state, group| {
+            state.read_array(group.start, src.id)
         })
     }
 
@@ -205,6 +184,26 @@ impl Session {
             for (from, to) in senders.zip(receivers) {
                 let array = state.read_array(from, src.id)?;
                 out.push((to, state.fit(to, dst.id, "send to next group", &array)?));
+            }
+            Ok(out)
+        })
+    }
+
+    /// One result per group (`compute`), written into `dst` on every member of the group.
+    fn to_every_member(
+        &self,
+        scope: Scope,
+        dst: &Register,
+        operation: &'static str,
+        mut compute: impl FnMut(&mut State, Range<usize>) -> Result<HostArray, SessionError>,
+    ) -> Result<(), SessionError> {
+        self.collective_in(scope, |state, groups| {
+            let mut out = Vec::new();
+            for group in groups.iter().cloned() {
+                let result = compute(state, group.clone())?;
+                for worker in group {
+                    out.push((worker, state.fit(worker, dst.id, operation, &result)?));
+                }
             }
             Ok(out)
         })
