@@ -345,6 +345,17 @@ impl<'a> Device<'a> {
         self.registers.read(&self.arena, id, offset, len)
     }
 
+    /// Bytes `[offset, offset + len)` of array register `id`, checked, to be written in
+    /// place: where a bulk write's bytes land.
+    pub fn register_bytes_mut(
+        &mut self,
+        id: u16,
+        offset: u32,
+        len: u32,
+    ) -> Result<&mut [u8], ErrorCode> {
+        self.registers.bytes_mut(&mut self.arena, id, offset, len)
+    }
+
     /// Bytes `[offset, offset + len)` of slot `slot`, checked.
     fn slot_range(&mut self, slot: u16, offset: u32, len: u32) -> Result<&mut [u8], ErrorCode> {
         let block = self

@@ -13,6 +13,10 @@
 //!   feature): memory does not corrupt, so bodies move as they are, without framing, and
 //!   bulk bytes (a whole array) travel beside them as one buffer handed over: one copy
 //!   between the host's array and the device's memory, whatever the size.
+//!
+//! Other links carry bulk bytes through a window both sides can reach (shared memory for a
+//! child process, a file for QEMU); a bulk write's bytes are copied from it straight into
+//! the register they are for.
 
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::{frame_body, FrameDecoder};
@@ -34,8 +38,6 @@ pub enum Incoming {
 pub trait Messages {
     /// Why the link failed.
     type Error: core::fmt::Debug;
-    /// Bytes that travel beside a message, on links that carry them.
-    type Bulk: AsRef<[u8]>;
     /// The next message, copied into `into`; with `wait`, blocks until something arrives.
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, Self::Error>;
     /// Sends one message (flushed).
@@ -48,10 +50,11 @@ pub trait Messages {
     fn carries_bulk(&self) -> bool {
         self.bulk_capacity() > 0
     }
-    /// Takes the bulk bytes that came beside the last message received, if any (a bulk
-    /// write uses the first `len` of them).
-    fn take_bulk(&mut self) -> Option<Self::Bulk> {
-        None
+    /// Copies the bulk bytes that came beside the last message received into `into`,
+    /// which has the length the message named; `false` if none came, or too few.
+    fn receive_bulk(&mut self, into: &mut [u8]) -> Result<bool, Self::Error> {
+        let _ = into;
+        Ok(false)
     }
     /// Sends `body` with `bulk` beside it (on a link that carries no bulk: `body` alone).
     fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), Self::Error> {
@@ -111,8 +114,6 @@ pub struct Framed<'f, L, const FRAME: usize> {
 
 impl<L: Read + ReadReady + Write, const FRAME: usize> Messages for Framed<'_, L, FRAME> {
     type Error = L::Error;
-    /// Frames carry nothing beside them.
-    type Bulk = [u8; 0];
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, L::Error> {
         let f = &mut *self.framing;

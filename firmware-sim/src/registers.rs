@@ -225,6 +225,26 @@ impl Registers {
         copy_exact(dst, data)
     }
 
+    /// Bytes `[offset, offset + len)` of register `id`, which holds an array, to be
+    /// written in place (a bulk write lands here straight from its link).
+    pub fn bytes_mut<'s>(
+        &self,
+        arena: &'s mut Arena<'_>,
+        id: u16,
+        offset: u32,
+        len: u32,
+    ) -> Result<&'s mut [u8], ErrorCode> {
+        let Stored::Array { .. } = self.stored(id)? else {
+            return Err(ErrorCode::BadArguments);
+        };
+        let block = self.block(arena, id)?.ok_or(ErrorCode::UnknownId { id })?;
+        let range = chunk(block, offset, len)?;
+        arena
+            .bytes_mut(block)
+            .get_mut(range)
+            .ok_or(ErrorCode::UnknownId { id })
+    }
+
     /// Bytes `[offset, offset + len)` of register `id`, which holds an array, a tensor or a
     /// string.
     pub fn read<'s>(

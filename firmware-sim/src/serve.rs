@@ -234,9 +234,8 @@ where
             }
             Incoming::Message(len) => len,
         };
-        let bulk = link.take_bulk();
         let _ = busy.set_high();
-        let outcome = answer(state, len, bulk, device, link, clock);
+        let outcome = answer(state, len, device, link, clock);
         let _ = busy.set_low();
         outcome?;
     }
@@ -246,7 +245,6 @@ where
 fn answer<M, C, const FRAME: usize, const WINDOW: usize>(
     state: &mut State<'_, '_, FRAME, WINDOW>,
     len: usize,
-    bulk: Option<M::Bulk>,
     device: &mut Device<'_>,
     link: &mut M,
     clock: &mut C,
@@ -268,28 +266,24 @@ where
     };
     let seq = envelope.seq;
     let hello = matches!(envelope.body, Request::Hello { .. });
-    // A bulk read's bytes go beside its reply, straight from the device's memory.
-    if let Request::ReadArrayBulk { id, offset, len } = envelope.body {
-        let fits = usize::try_from(len).is_ok_and(|len| len <= link.bulk_capacity());
-        if fits && cache.verdict(seq, false) == Verdict::Run {
-            return answer_bulk_read(cache, seq, (id, offset, len), device, link);
-        }
-    }
-    // A bulk write's bytes came beside it: the device sees an ordinary write.
-    let body = match (&envelope.body, bulk.as_ref()) {
-        (&Request::WriteArrayBulk { id, offset, len }, Some(bytes)) => {
-            match bytes.as_ref().get(..len as usize) {
-                Some(data) => Request::WriteArray { id, offset, data },
-                None => envelope.body.clone(),
-            }
-        }
-        _ => envelope.body.clone(),
-    };
     if let Request::Reduced { .. } = envelope.body {
         // An answer to a reduction that is over (or was abandoned): not a request, so it
         // gets no reply and leaves the reply cache alone.
         **stale_answers = stale_answers.saturating_add(1);
         return Ok(());
+    }
+    // A bulk request's bytes come or go beside its message, straight between the link and
+    // the register: the server runs it itself.
+    let bulk = match envelope.body {
+        Request::WriteArrayBulk { id, offset, len } => Some((true, id, offset, len)),
+        Request::ReadArrayBulk { id, offset, len } => Some((false, id, offset, len)),
+        _ => None,
+    };
+    if let Some((write, id, offset, len)) = bulk {
+        let fits = usize::try_from(len).is_ok_and(|len| len <= link.bulk_capacity());
+        if fits && cache.verdict(seq, false) == Verdict::Run {
+            return answer_bulk(cache, seq, write, (id, offset, len), device, link);
+        }
     }
     match cache.verdict(seq, hello) {
         Verdict::Drop => {
@@ -313,7 +307,7 @@ where
                 stale: stale_answers,
                 dropped,
             };
-            let response = device.handle(&body, &mut reducer);
+            let response = device.handle(&envelope.body, &mut reducer);
             let n = match encode_body(
                 &Envelope {
                     seq,
@@ -338,26 +332,44 @@ where
     link.send(reply).map_err(ServeError::Link)
 }
 
-/// Runs a bulk read: its reply (kept for retries) says how many bytes, which go beside it.
-/// A retry gets the kept reply alone; on the links that carry bulk (threads of one
-/// process) nothing is lost, so the first reply has already arrived.
-fn answer_bulk_read<M: Messages, const FRAME: usize, const WINDOW: usize>(
+/// Runs a bulk request: a write's bytes are received into the register; a read's go beside
+/// its reply. The reply is kept for retries; a retry gets it alone (on the links that carry
+/// bulk nothing is lost, so the first reply has already arrived).
+fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
     cache: &mut ReplyCache<'_, FRAME, WINDOW>,
     seq: u32,
+    write: bool,
     (id, offset, len): (u16, u32, u32),
     device: &mut Device<'_>,
     link: &mut M,
 ) -> Result<(), ServeError<M::Error>> {
+    let request = if write {
+        RequestKind::WriteArrayBulk
+    } else {
+        RequestKind::ReadArrayBulk
+    };
     let slot = &mut cache.slot(seq)[..Server::<FRAME, WINDOW>::body_limit()];
-    let (response, bytes) = match device.register_bytes(id, offset, len) {
-        Ok(bytes) => (Response::Bulk { len }, bytes),
-        Err(code) => (
-            Response::Error {
-                request: RequestKind::ReadArrayBulk,
-                code,
+    let mut outgoing: &[u8] = &[];
+    let response = if write {
+        match device.register_bytes_mut(id, offset, len) {
+            Ok(into) => match link.receive_bulk(into).map_err(ServeError::Link)? {
+                true => Response::Done,
+                // No bytes, or too few, came with it.
+                false => Response::Error {
+                    request,
+                    code: ErrorCode::BulkUnavailable,
+                },
             },
-            &[][..],
-        ),
+            Err(code) => Response::Error { request, code },
+        }
+    } else {
+        match device.register_bytes(id, offset, len) {
+            Ok(bytes) => {
+                outgoing = bytes;
+                Response::Bulk { len }
+            }
+            Err(code) => Response::Error { request, code },
+        }
     };
     let n = encode_body(
         &Envelope {
@@ -369,7 +381,12 @@ fn answer_bulk_read<M: Messages, const FRAME: usize, const WINDOW: usize>(
     .map_err(|_| ServeError::ReplyTooLarge)?;
     cache.keep(seq, n);
     let reply = cache.cached(seq).unwrap_or(&[]);
-    link.send_bulk(reply, bytes).map_err(ServeError::Link)
+    if write {
+        link.send(reply)
+    } else {
+        link.send_bulk(reply, outgoing)
+    }
+    .map_err(ServeError::Link)
 }
 
 /// Answers a frame that is not a request, from a buffer of its own (the reply cache keeps

@@ -197,7 +197,6 @@ impl Queue {
 
 impl Messages for Queue {
     type Error = io::Error;
-    type Bulk = Bulk;
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
         let message = if wait {
@@ -230,8 +229,17 @@ impl Messages for Queue {
         usize::MAX
     }
 
-    fn take_bulk(&mut self) -> Option<Bulk> {
-        self.bulk.take()
+    fn receive_bulk(&mut self, into: &mut [u8]) -> Result<bool, io::Error> {
+        let Some(Bulk(bytes)) = self.bulk.take() else {
+            return Ok(false);
+        };
+        match bytes.get(..into.len()) {
+            Some(from) => {
+                into.copy_from_slice(from);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), io::Error> {

@@ -67,18 +67,8 @@ struct Windowed<'a, W> {
     window: &'a SharedWindow,
 }
 
-/// The window's bytes, as a bulk write's data (the serve loop takes the prefix it names).
-struct WindowBytes<'a>(&'a SharedWindow);
-
-impl AsRef<[u8]> for WindowBytes<'_> {
-    fn as_ref(&self) -> &[u8] {
-        self.0.bytes(self.0.len()).unwrap_or(&[])
-    }
-}
-
-impl<'a, W: Write> Messages for Windowed<'a, W> {
+impl<W: Write> Messages for Windowed<'_, W> {
     type Error = io::Error;
-    type Bulk = WindowBytes<'a>;
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
         self.framed.receive(into, wait)
@@ -92,8 +82,15 @@ impl<'a, W: Write> Messages for Windowed<'a, W> {
         self.window.len()
     }
 
-    fn take_bulk(&mut self) -> Option<WindowBytes<'a>> {
-        Some(WindowBytes(self.window))
+    fn receive_bulk(&mut self, into: &mut [u8]) -> Result<bool, io::Error> {
+        // The host filled the window before it sent the request.
+        match self.window.bytes(into.len()) {
+            Some(from) => {
+                into.copy_from_slice(from);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), io::Error> {
