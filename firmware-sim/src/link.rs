@@ -14,9 +14,9 @@
 //!   bulk bytes (a whole array) travel beside them as one buffer handed over: one copy
 //!   between the host's array and the device's memory, whatever the size.
 //!
-//! Other links carry bulk bytes through a window both sides can reach (shared memory for a
-//! child process, a file for QEMU); a bulk write's bytes are copied from it straight into
-//! the register they are for.
+//! A third kind wraps [`Framed`] and carries bulk bytes through a window both sides can
+//! reach (shared memory for a child process, a host file for QEMU); a bulk write's bytes
+//! are copied from it straight into the register they are for.
 
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::{frame_body, FrameDecoder};
@@ -56,10 +56,11 @@ pub trait Messages {
         let _ = into;
         Ok(false)
     }
-    /// Sends `body` with `bulk` beside it (on a link that carries no bulk: `body` alone).
-    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), Self::Error> {
-        let _ = bulk;
-        self.send(body)
+    /// Sends `body` with `bulk` beside it; `false` (and nothing sent) when the link cannot
+    /// carry these bytes.
+    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<bool, Self::Error> {
+        let _ = (body, bulk);
+        Ok(false)
     }
 }
 

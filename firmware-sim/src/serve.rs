@@ -10,8 +10,12 @@
 //!   own.
 //! - **Any link.** The loop speaks whole messages through [`Messages`]: [`serve`] frames
 //!   them on a byte link ([`Framed`]: every frame delimited first and flushed),
-//!   [`serve_messages`] takes a link that carries messages as they are (threads of one
-//!   process).
+//!   [`serve_messages`] takes any other [`Messages`] link: a queue between threads, or a
+//!   framed link with a window for bulk bytes (a child process's shared memory, QEMU's
+//!   host file).
+//! - **Bulk requests run in the server.** A bulk write's bytes are received straight into
+//!   their register, a bulk read's sent straight from it, and only for a request that runs:
+//!   a repeat gets its kept reply alone and never touches the window.
 //! - **Reductions carry their identity.** During a step the device sends
 //!   [`Response::Reduce`] under the step's sequence number with the round's number, and
 //!   applies only the [`Request::Reduced`] carrying that same sequence number and round. Any
@@ -348,8 +352,7 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
     } else {
         RequestKind::ReadArrayBulk
     };
-    let slot = &mut cache.slot(seq)[..Server::<FRAME, WINDOW>::body_limit()];
-    let mut outgoing: &[u8] = &[];
+    let limit = Server::<FRAME, WINDOW>::body_limit();
     let response = if write {
         match device.register_bytes_mut(id, offset, len) {
             Ok(into) => match link.receive_bulk(into).map_err(ServeError::Link)? {
@@ -365,12 +368,25 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
     } else {
         match device.register_bytes(id, offset, len) {
             Ok(bytes) => {
-                outgoing = bytes;
-                Response::Bulk { len }
+                let slot = &mut cache.slot(seq)[..limit];
+                let body = Response::Bulk { len };
+                let n = encode_body(&Envelope { seq, body }, slot)
+                    .map_err(|_| ServeError::ReplyTooLarge)?;
+                cache.keep(seq, n);
+                let reply = cache.cached(seq).unwrap_or(&[]);
+                if link.send_bulk(reply, bytes).map_err(ServeError::Link)? {
+                    return Ok(());
+                }
+                // The link could not carry them: the kept reply becomes this error.
+                Response::Error {
+                    request,
+                    code: ErrorCode::BulkUnavailable,
+                }
             }
             Err(code) => Response::Error { request, code },
         }
     };
+    let slot = &mut cache.slot(seq)[..limit];
     let n = encode_body(
         &Envelope {
             seq,
@@ -380,13 +396,8 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
     )
     .map_err(|_| ServeError::ReplyTooLarge)?;
     cache.keep(seq, n);
-    let reply = cache.cached(seq).unwrap_or(&[]);
-    if write {
-        link.send(reply)
-    } else {
-        link.send_bulk(reply, outgoing)
-    }
-    .map_err(ServeError::Link)
+    link.send(cache.cached(seq).unwrap_or(&[]))
+        .map_err(ServeError::Link)
 }
 
 /// Answers a frame that is not a request, from a buffer of its own (the reply cache keeps

@@ -242,9 +242,10 @@ impl Messages for Queue {
         }
     }
 
-    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), io::Error> {
+    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<bool, io::Error> {
         // The one copy of a bulk read: the device's memory into a buffer the host keeps.
-        self.send_message(body, Some(Bulk(Arc::new(bulk.to_vec()))))
+        self.send_message(body, Some(Bulk(Arc::new(bulk.to_vec()))))?;
+        Ok(true)
     }
 }
 

@@ -552,7 +552,9 @@ impl fmt::Display for ErrorCode {
             Self::UnknownFunction => f.write_str("no device function of that name"),
             Self::BadArguments => f.write_str("wrong arguments for the device function"),
             Self::Malformed => f.write_str("the frame is not a request"),
-            Self::UnexpectedReduced => f.write_str("no step is waiting for that reduction"),
+            Self::UnexpectedReduced => f.write_str(
+                "no step is waiting for that reduction, or its answer has the wrong length",
+            ),
             Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
             Self::BulkUnavailable => {
                 f.write_str("no bulk bytes of that length came with the request on this link")

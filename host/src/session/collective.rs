@@ -173,7 +173,7 @@ impl Session {
     ) -> Result<(), SessionError> {
         self.collective_in(Scope::InGroup, |state, groups| {
             let count = groups.len();
-            if group + 1 >= count {
+            if group.checked_add(1).is_none_or(|next| next >= count) {
                 return Err(SessionError::NoNextGroup {
                     group,
                     groups: count,

@@ -19,7 +19,11 @@
 //!   first worker. Collectives (see [`collective`]) run on the host between the workers'
 //!   registers, destination-passing: the result goes into a register the caller allocated
 //!   with the right element count. Every size and type is checked before the first result
-//!   is written, so a refused collective leaves no worker half-way.
+//!   is written, so a collective refused for a rule leaves no worker half-way (a worker
+//!   that fails while results are being written is reported, naming it).
+//! - **Bulk.** Whole arrays move beside one request where the link allows (device threads:
+//!   handed over; child processes: a shared-memory window; QEMU: a host file), else in
+//!   framed chunks.
 //! - **Shutdown** is idempotent and happens on drop too; the workers stop with it (a worker
 //!   whose controller vanished exits: its link closes).
 //!
@@ -216,23 +220,25 @@ impl Session {
         let mut state = self.lock()?;
         let request = Request::HasFunction { function: name };
         let seqs = state.submit_everywhere(&request)?;
+        // Every reply is claimed, so none is left behind; the first failure is the answer.
+        let mut first = Ok(());
         for (worker, seq) in seqs.into_iter().enumerate() {
-            match state.workers[worker].receive(seq) {
-                Ok(_) => {}
+            let failure = match state.workers[worker].receive(seq) {
+                Ok(_) => continue,
                 Err(TransportError::Device {
                     code: ErrorCode::UnknownFunction,
                     ..
-                }) => {
-                    state.drain_worker(worker)?;
-                    return Err(SessionError::UnknownFunction {
-                        name: name.into(),
-                        worker,
-                    });
-                }
-                Err(e) => return Err(e.into()),
+                }) => SessionError::UnknownFunction {
+                    name: name.into(),
+                    worker,
+                },
+                Err(e) => e.into(),
+            };
+            if first.is_ok() {
+                first = Err(failure);
             }
         }
-        Ok(Function { name: name.into() })
+        first.map(|()| Function { name: name.into() })
     }
 
     /// Calls `function` on every worker with `args` (a register argument is each worker's
@@ -390,6 +396,17 @@ impl Session {
         }
     }
 
+    /// Changes how long every worker's oldest unanswered command may take before it is
+    /// sent again (a worker that stays silent through every attempt is reported dead):
+    /// raise it for kernels that run longer than a few seconds.
+    pub fn set_deadline(&self, deadline: std::time::Duration) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        for worker in &mut state.workers {
+            worker.set_deadline(deadline);
+        }
+        Ok(())
+    }
+
     /// Stops every worker. Calling it again does nothing; register handles dropped
     /// afterwards do nothing either.
     pub fn shutdown(&self) {
@@ -483,13 +500,18 @@ impl State {
         Ok(self.next_id - 1)
     }
 
-    /// Frees `id` on every worker (pipelined) and returns it to the free list.
+    /// Frees `id` on every worker (pipelined) and returns it to the free list, even when a
+    /// worker cannot be reached (the first such failure is the error).
     fn free(&mut self, id: u16) -> Result<(), SessionError> {
+        let mut first = Ok(());
         for worker in 0..self.workers.len() {
-            self.submit(worker, &Request::FreeRegister { id }, Command::Free(id))?;
+            let sent = self.submit(worker, &Request::FreeRegister { id }, Command::Free(id));
+            if first.is_ok() {
+                first = sent;
+            }
         }
         self.free_ids.push(id);
-        Ok(())
+        first
     }
 
     /// Sends `request` to `worker`, to be answered at the next sync.
@@ -551,13 +573,6 @@ impl State {
             }
         }
         first
-    }
-
-    /// Claims `worker`'s pending replies, dropping failures (used after an error that
-    /// is already being reported).
-    fn drain_worker(&mut self, worker: usize) -> Result<(), SessionError> {
-        let _ = self.sync(worker);
-        Ok(())
     }
 
     fn set_value(&mut self, worker: usize, id: u16, value: Value<'_>) -> Result<(), SessionError> {
@@ -632,16 +647,17 @@ impl State {
         Ok(HostArray::shared(dtype, &shape, data)?)
     }
 
-    /// Makes register `id` on `worker` the array `array`: handed over whole beside one
-    /// request on a link that carries bulk (a device thread: one copy, into the device's
-    /// memory), else written in chunks.
+    /// Makes register `id` on `worker` the array `array`: beside one request when the link
+    /// carries bulk of that size (a device thread's queue, a child's window, QEMU's file),
+    /// else in framed chunks.
     fn write_host_array(
         &mut self,
         worker: usize,
         id: u16,
         array: &HostArray,
     ) -> Result<(), SessionError> {
-        if !self.workers[worker].carries_bulk() {
+        // Checked before anything is sent: an array larger than the window goes in chunks.
+        if array.bytes().len() > self.workers[worker].bulk_capacity() {
             return self.write_array(worker, id, array.dtype(), array.shape(), array.bytes());
         }
         self.submit(
@@ -680,7 +696,7 @@ impl State {
         len: usize,
     ) -> Result<Arc<Vec<u8>>, SessionError> {
         let channel = &mut self.workers[worker];
-        if !channel.carries_bulk() {
+        if len > channel.bulk_capacity() {
             return Ok(Arc::new(self.read_bytes(worker, id, len)?));
         }
         let request = Request::ReadArrayBulk {

@@ -38,7 +38,7 @@ use tessera_firmware_sim::std_link::{Bulk, Message};
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
 use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
-use super::window::SharedWindow;
+use super::window::Window;
 use super::TransportError;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
@@ -139,8 +139,8 @@ pub struct Channel {
     /// Replies not yet claimed, by sequence number; a step's reductions queue here too.
     arrived: HashMap<u32, VecDeque<Message>>,
     retries: u64,
-    /// The shared window bulk bytes pass through (child processes).
-    window: Option<SharedWindow>,
+    /// The window bulk bytes pass through (child processes, QEMU).
+    window: Option<Window>,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
     handle: DeviceHandle,
@@ -335,7 +335,7 @@ impl Channel {
     }
 
     /// The most bulk bytes one request or reply carries beside it: any number on a device
-    /// thread's queue, the shared window's size for a child process, 0 on other links.
+    /// thread's queue, the window's size for a child process or QEMU, 0 on other links.
     pub fn bulk_capacity(&self) -> usize {
         match (&self.writer, &self.window) {
             (Outgoing::Messages(_), _) => usize::MAX,
@@ -349,18 +349,22 @@ impl Channel {
         self.bulk_capacity() > 0
     }
 
-    /// Like [`Channel::submit`], with `bulk` handed to the device beside the request (a
-    /// [`Request::WriteArrayBulk`]); an error on a link that carries no bulk.
+    /// Like [`Channel::submit`], with `bulk` beside the request (a
+    /// [`Request::WriteArrayBulk`]): handed over on a thread's queue, written into the
+    /// window first on a child's or QEMU's link. Refused at once ([`TransportError::TooLarge`])
+    /// when it exceeds [`Channel::bulk_capacity`].
     pub fn submit_bulk(
         &mut self,
         request: &Request<'_>,
         bulk: Bulk,
     ) -> Result<u32, TransportError> {
         if bulk.as_ref().len() > self.bulk_capacity() {
-            return Err(TransportError::Device {
+            // Refused here: the device never sees it.
+            return Err(TransportError::TooLarge {
                 replica: self.replica,
                 request: request.kind(),
-                code: ErrorCode::BulkUnavailable,
+                bytes: bulk.as_ref().len(),
+                max: self.bulk_capacity(),
             });
         }
         if self.window.is_some() {

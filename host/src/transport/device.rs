@@ -93,14 +93,13 @@ impl<W: Write> Messages for Windowed<'_, W> {
         }
     }
 
-    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<(), io::Error> {
+    fn send_bulk(&mut self, body: &[u8], bulk: &[u8]) -> Result<bool, io::Error> {
         // Into the window first: the host reads it once the reply has arrived.
         if !self.window.write(bulk) {
-            return Err(io::Error::other(
-                "a bulk reply larger than the shared window",
-            ));
+            return Ok(false);
         }
-        self.framed.send(body)
+        self.framed.send(body)?;
+        Ok(true)
     }
 }
 

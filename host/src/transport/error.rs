@@ -107,7 +107,14 @@ pub enum TransportError {
         /// Its value.
         value: usize,
     },
-    /// The contributions of one reduction disagree with each other.
+    /// The contributions of one reduction ask for different operations.
+    ReductionOps {
+        /// The replica whose operation differs from the first one heard.
+        replica: u32,
+        /// The reduction's round.
+        round: u32,
+    },
+    /// The contributions of one reduction disagree in length.
     Reduction {
         /// The replica whose contribution disagrees with the first one heard.
         replica: u32,
@@ -185,6 +192,11 @@ impl fmt::Display for TransportError {
             Self::Overflow { what, value } => {
                 write!(f, "{what} {value} does not fit the protocol's 32 bits")
             }
+            Self::ReductionOps { replica, round } => write!(
+                f,
+                "device {replica} asked for another operation in reduction round {round} than \
+                 its group's first contribution"
+            ),
             Self::Reduction {
                 replica,
                 round,

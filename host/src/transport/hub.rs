@@ -108,7 +108,13 @@ pub fn run_step(
                     }
                     let entry = contributions.entry(key).or_default();
                     if let Some(first) = entry.first() {
-                        if first.data.len() != data.len() || first.op != op {
+                        if first.op != op {
+                            return Err(TransportError::ReductionOps {
+                                replica: channels[i].replica(),
+                                round,
+                            });
+                        }
+                        if first.data.len() != data.len() {
                             return Err(TransportError::Reduction {
                                 replica: channels[i].replica(),
                                 round,

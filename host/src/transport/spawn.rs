@@ -24,7 +24,7 @@ use tessera_firmware_sim::std_link::{Message, Queue};
 use super::children::{self, Adopted};
 use super::device::{run_device, run_device_on_queue};
 use super::fault::{Delayed, FaultConfig, FaultInjector};
-use super::window::SharedWindow;
+use super::window::{SharedWindow, Window};
 use super::TransportError;
 
 /// The emulator the QEMU placement runs.
@@ -42,12 +42,29 @@ pub(super) struct Link {
     pub incoming: Incoming,
     pub outgoing: Outgoing,
     pub handle: DeviceHandle,
-    /// The shared window bulk bytes pass through (child processes).
-    pub window: Option<SharedWindow>,
+    /// The window bulk bytes pass through (child processes, QEMU).
+    pub window: Option<Window>,
 }
 
+/// Held while a child process is started, so that the descriptor of a shared window, which
+/// must be inherited by its own device process, is inherited by no other child tessera
+/// starts meanwhile.
+static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn spawning() -> std::sync::MutexGuard<'static, ()> {
+    SPAWNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Bytes of the bulk file of a QEMU device (its arena holds 3 MiB).
+pub const QEMU_WINDOW_BYTES: usize = 2 << 20;
+/// The bulk file's name in QEMU's working folder (the firmware opens it by this name).
+const QEMU_BULK_FILE: &str = "bulk.bin";
+
 /// Bytes of the shared window of a child-process device: the largest array that moves in
-/// one bulk request (larger ones go in framed chunks). Pages are only touched when used.
+/// one bulk request (the session sends larger ones in framed chunks). Pages are only
+/// touched when used.
 pub const WINDOW_BYTES: usize = 80 << 20;
 
 /// Where the device's messages come from.
@@ -215,7 +232,9 @@ pub(super) fn child_process(
     replica: u32,
     memory: usize,
 ) -> Result<Link, TransportError> {
-    // The window's descriptor is inheritable until the child has it.
+    // The window's descriptor is inheritable until the child has it; no other child starts
+    // meanwhile.
+    let guard = spawning();
     let window = SharedWindow::create(WINDOW_BYTES)?;
     let spawned = Command::new(exe)
         .args(["device", "--replica", &replica.to_string()])
@@ -227,6 +246,7 @@ pub(super) fn child_process(
         .stderr(Stdio::inherit())
         .spawn();
     window.seal_from_children()?;
+    drop(guard);
     let mut child = spawned.map_err(|source| TransportError::Spawn {
         program: exe.to_path_buf(),
         source,
@@ -240,7 +260,7 @@ pub(super) fn child_process(
         incoming: Incoming::Bytes(Box::new(stdout)),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
         handle: DeviceHandle::Child(child),
-        window: Some(window),
+        window: Some(Window::Shared(window)),
     })
 }
 
@@ -248,6 +268,11 @@ pub(super) fn child_process(
 /// socket, its defmt logs through `defmt-print` to stderr.
 pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError> {
     check_firmware(firmware)?;
+    // QEMU runs in its own folder: name the firmware by its full path.
+    let firmware = &fs::canonicalize(firmware).map_err(|source| FirmwareError::Unreadable {
+        path: firmware.to_path_buf(),
+        source,
+    })?;
     static LAUNCHES: AtomicU32 = AtomicU32::new(0);
     let launch = LAUNCHES.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("tessera-qemu-{}-{launch}", std::process::id()));
@@ -257,7 +282,18 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
         "socket,id=uart0,path={},server=on,wait=off",
         socket.display()
     );
+    // The bulk file, in the folder QEMU runs in (semihosting paths are relative to it).
+    let bulk = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join(QEMU_BULK_FILE))?;
+    bulk.set_len(QEMU_WINDOW_BYTES as u64)?;
+    // QEMU, its decoder and their reaper start together, while no window is inheritable.
+    let guard = spawning();
     let mut qemu = Command::new(QEMU)
+        .current_dir(&dir)
         .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
         .args(["-display", "none", "-monitor", "none"])
         .args(["-semihosting-config", "enable=on,target=native"])
@@ -292,6 +328,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
     let mut pids = vec![qemu.pid()];
     pids.extend(decoder.as_ref().map(Adopted::pid));
     let reaper = reaper(&pids);
+    drop(guard);
     // From here on, an early return stops QEMU through the handle's drop.
     let handle = DeviceHandle::Qemu {
         qemu: Some(qemu),
@@ -305,7 +342,10 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
         incoming: Incoming::Bytes(Box::new(reader)),
         outgoing: Outgoing::Bytes(Box::new(stream)),
         handle,
-        window: None,
+        window: Some(Window::File {
+            file: bulk,
+            len: QEMU_WINDOW_BYTES,
+        }),
     })
 }
 

@@ -1,6 +1,6 @@
-//! A shared-memory window between this process and a device in a child process: a memfd
-//! both map, through which bulk bytes (whole arrays) pass beside the framed link instead of
-//! inside it.
+//! The windows bulk bytes (whole arrays) pass through beside a framed link instead of
+//! inside it: a shared-memory window between this process and a device in a child process
+//! (a memfd both map), or a file QEMU's firmware reaches by semihosting.
 //!
 //! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls and
 //! the copies to and from the mapping. Every other module sees a safe API: bounds-checked
@@ -10,8 +10,9 @@
 //!
 //! The window belongs to one side at a time. The host writes it only before sending a
 //! bulk write and reads it only after the device's reply to a bulk read has arrived; the
-//! device reads it only while it serves that bulk write and writes it only while it serves
-//! that bulk read, before it replies. The host keeps at most one bulk request in flight per
+//! device reads it only while it runs that bulk write and writes it only while it runs that
+//! bulk read, before it replies (a repeated request is answered from the reply cache and
+//! never touches the window). The host keeps at most one bulk request in flight per
 //! window, so the two sides never touch the window at the same time.
 
 use std::fs::File;
@@ -157,6 +158,56 @@ impl Drop for SharedWindow {
         #[allow(unsafe_code)]
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Where a channel's bulk bytes pass: the memory it shares with a child process, or a file
+/// QEMU's firmware reads and writes by semihosting. The same ownership protocol holds for
+/// both (see the module doc).
+#[derive(Debug)]
+pub enum Window {
+    /// Shared memory.
+    Shared(SharedWindow),
+    /// A file of `len` bytes.
+    File {
+        /// The file.
+        file: File,
+        /// Its length.
+        len: usize,
+    },
+}
+
+impl Window {
+    /// The most bytes it holds.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Shared(shared) => shared.len(),
+            Self::File { len, .. } => *len,
+        }
+    }
+
+    /// Copies `data` to the start of the window; `false` if it does not fit or the file
+    /// cannot be written.
+    pub fn write(&self, data: &[u8]) -> bool {
+        match self {
+            Self::Shared(shared) => shared.write(data),
+            Self::File { file, len } => {
+                use std::os::unix::fs::FileExt;
+                data.len() <= *len && file.write_all_at(data, 0).is_ok()
+            }
+        }
+    }
+
+    /// The first `len` bytes of the window; `None` if they are not all there.
+    pub fn read(&self, len: usize) -> Option<Vec<u8>> {
+        match self {
+            Self::Shared(shared) => shared.read(len),
+            Self::File { file, len: size } => {
+                use std::os::unix::fs::FileExt;
+                let mut bytes = vec![0u8; len];
+                (len <= *size && file.read_exact_at(&mut bytes, 0).is_ok()).then_some(bytes)
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Volatile access to the board's memory-mapped registers.
 //!
-//! This is the only place in tessera with `unsafe`: single aligned 32-bit accesses to
+//! With `host_file` (semihosting calls), one of the board's two modules with `unsafe`:
+//! single aligned 32-bit accesses to
 //! registers of the mps2-an385 board (UART0, timer 0, FPGA IO). Callers name registers by
 //! the constants of their own module; every address used is one the board documents.
 

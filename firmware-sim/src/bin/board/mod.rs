@@ -2,6 +2,8 @@
 //! LED, a real-time clock on timer 0, a spinning delay, and panic and HardFault handlers that end QEMU with a failing
 //! exit status (so a crash is never mistaken for a pass).
 
+pub mod bulk_link;
+pub mod host_file;
 mod mmio;
 pub mod timer;
 pub mod uart;

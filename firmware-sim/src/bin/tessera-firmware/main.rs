@@ -1,6 +1,7 @@
 //! The simulated accelerator as bare-metal firmware for QEMU's mps2-an385 (Cortex-M3):
-//! one device serving its replica on UART0. Logs go out as defmt over semihosting; a panic
-//! or a HardFault ends QEMU with a failing exit status.
+//! one device serving its replica on UART0, with bulk bytes through `bulk.bin` in QEMU's
+//! working folder (semihosting) when the host made one. Logs go out as defmt over
+//! semihosting; a panic or a HardFault ends QEMU with a failing exit status.
 #![no_std]
 #![no_main]
 #![deny(unsafe_code)]
@@ -10,7 +11,7 @@ mod board;
 
 use cortex_m_rt::entry;
 use static_cell::ConstStaticCell;
-use tessera_firmware_sim::{serve, CycleCounter, Device, Server};
+use tessera_firmware_sim::{serve_messages, CycleCounter, Device, Framed, Framing, Server};
 
 /// Frame capacity: bulk data moves in chunks of a little under 2 KiB.
 const FRAME: usize = 2048;
@@ -22,7 +23,10 @@ const ARENA: usize = 3 << 20;
 // Const-initialised: they live in .bss from the start, never on the stack.
 static ARENA_MEMORY: ConstStaticCell<[u8; ARENA]> = ConstStaticCell::new([0; ARENA]);
 static REPLIES: ConstStaticCell<[[u8; FRAME]; WINDOW]> = ConstStaticCell::new([[0; FRAME]; WINDOW]);
+static FRAMING: ConstStaticCell<Framing<FRAME>> = ConstStaticCell::new(Framing::new());
 static CYCLES: CycleCounter = CycleCounter::new();
+/// The host file bulk bytes pass through, relative to QEMU's working folder.
+const BULK_FILE: &str = "bulk.bin\0";
 
 #[entry]
 fn main() -> ! {
@@ -31,14 +35,23 @@ fn main() -> ! {
     let server = &mut Server::new(REPLIES.take());
     // The host assigns the replica id in its hello.
     let mut device = Device::new(0, memory, server.link(), &CYCLES);
-    let mut link = board::uart::Uart0::take();
+    let mut uart = board::uart::Uart0::take();
+    let file = board::host_file::HostFile::open(BULK_FILE);
     defmt::info!(
-        "tessera device up: {} bytes of memory, {}-byte frames",
+        "tessera device up: {} bytes of memory, {}-byte frames, {} bytes of bulk window",
         ARENA,
-        FRAME
+        FRAME,
+        file.as_ref().map_or(0, board::host_file::HostFile::len)
     );
+    let mut link = board::bulk_link::UartWithFile {
+        framed: Framed {
+            link: &mut uart,
+            framing: FRAMING.take(),
+        },
+        file,
+    };
     // A UART has no end of file: the loop only returns on a failure.
-    let _ = serve(
+    let _ = serve_messages(
         server,
         &mut device,
         &mut link,

@@ -208,6 +208,11 @@ fn main() -> ! {
         waited += 1;
     }
     assert!(clock.now_ms() > before, "timer 0 advances");
+    // No bulk file where none was made: the device then serves without bulk.
+    assert!(
+        board::host_file::HostFile::open("tessera-no-such-file.bin\0").is_none(),
+        "a missing host file does not open"
+    );
     let mut uart = board::uart::Uart0::take();
     let _ = uart.write_all(&frame[..n]);
     assert_eq!(
