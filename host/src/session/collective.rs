@@ -23,6 +23,7 @@
 use std::ops::Range;
 
 use tessera_core::dtype::DataType;
+use tessera_core::wire::ValueKind;
 
 use super::value::HostArray;
 use super::{Register, Session, SessionError, State};
@@ -51,9 +52,9 @@ pub enum ReduceOp {
     Avg,
 }
 
-/// One result to write: the worker, the array (in the destination's shape) and the
-/// destination register.
-type Output = (usize, (HostArray, u16));
+/// One result to write: the worker, the array (in the destination's shape), the
+/// destination register, and whether it must be made anew (it is not an array yet).
+type Output = (usize, (HostArray, u16, bool));
 
 impl Session {
     /// Allreduce of `src` into `dst` on every worker of each group.
@@ -265,7 +266,7 @@ impl State {
         dst: u16,
         operation: &'static str,
         result: &HostArray,
-    ) -> Result<(HostArray, u16), SessionError> {
+    ) -> Result<(HostArray, u16, bool), SessionError> {
         let described = self.describe(worker, dst)?;
         let dtype = described.dtype.unwrap_or(DataType::F32);
         if dtype != result.dtype() {
@@ -285,15 +286,24 @@ impl State {
                 actual: result.elements(),
             });
         }
-        Ok((result.reshaped(&described.shape)?, dst))
+        if described.kind != ValueKind::Array {
+            // A tensor register: it becomes an array of its shape.
+            let shape = [elements as u32];
+            return Ok((result.reshaped(&shape)?, dst, true));
+        }
+        Ok((result.reshaped(&described.shape)?, dst, false))
     }
 
     fn write_result(
         &mut self,
         worker: usize,
-        (array, dst): &(HostArray, u16),
+        (array, dst, fresh): &(HostArray, u16, bool),
     ) -> Result<(), SessionError> {
-        self.write_host_array(worker, *dst, array)
+        if *fresh {
+            return self.write_host_array(worker, *dst, array);
+        }
+        // `fit` made the result's type and shape those of `dst`: overwrite it in place.
+        self.overwrite_array(worker, *dst, array)
     }
 }
 
@@ -304,10 +314,10 @@ fn concat(
     first: usize,
 ) -> Result<HostArray, SessionError> {
     let dtype = same_dtype(arrays, operation, first)?;
-    let bytes: Vec<u8> = arrays
-        .iter()
-        .flat_map(|a| a.bytes().iter().copied())
-        .collect();
+    let bytes = arrays.iter().fold(Vec::new(), |mut all, a| {
+        all.extend_from_slice(a.bytes());
+        all
+    });
     let elements = bytes.len() / dtype.size().max(1);
     Ok(HostArray::new(dtype, &[elements as u32], bytes)?)
 }
@@ -352,22 +362,29 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
             });
         }
     }
-    let n = arrays.len();
     let bytes = match dtype {
-        DataType::F32 => combine::<f32, 4>(
+        DataType::F32 => combine_floats::<4>(
             arrays,
-            |v| float_op(op, v, n) as f32,
+            op,
             |b| f64::from(f32::from_le_bytes(b)),
-        )?,
-        DataType::F64 => combine::<f64, 8>(arrays, |v| float_op(op, v, n), f64::from_le_bytes)?,
-        DataType::I32 => int_combine::<4>(
+            // The combination of f32 values, rounded once back to f32.
+            |v, out| out.copy_from_slice(&(v as f32).to_le_bytes()),
+        ),
+        DataType::F64 => combine_floats::<8>(arrays, op, f64::from_le_bytes, |v, out| {
+            out.copy_from_slice(&v.to_le_bytes())
+        }),
+        DataType::I32 => combine_ints::<4>(
             arrays,
             op,
             |b| i64::from(i32::from_le_bytes(b)),
-            |v| i32::try_from(v).ok().map(|v| v.to_le_bytes().to_vec()),
+            |v, out| {
+                out.copy_from_slice(&i32::try_from(v).ok()?.to_le_bytes());
+                Some(())
+            },
         )?,
-        DataType::I64 => int_combine::<8>(arrays, op, i64::from_le_bytes, |v| {
-            Some(v.to_le_bytes().to_vec())
+        DataType::I64 => combine_ints::<8>(arrays, op, i64::from_le_bytes, |v, out| {
+            out.copy_from_slice(&v.to_le_bytes());
+            Some(())
         })?,
         other => {
             return Err(SessionError::Dtype {
@@ -379,90 +396,82 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
     Ok(HostArray::new(dtype, head.shape(), bytes)?)
 }
 
-fn float_op(op: ReduceOp, values: &[f64], n: usize) -> f64 {
-    match op {
-        ReduceOp::Sum => values.iter().sum(),
-        ReduceOp::Prod => values.iter().product(),
-        ReduceOp::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
-        ReduceOp::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        ReduceOp::Avg => values.iter().sum::<f64>() / n as f64,
+/// Elements combined per pass: the accumulator stays in the cache while every array's
+/// block is added into it.
+const BLOCK: usize = 4096;
+
+/// Element `i` of `bytes` (`N` bytes each) as an array, for `from_le_bytes`.
+fn element<const N: usize>(bytes: &[u8], i: usize) -> [u8; N] {
+    let mut b = [0u8; N];
+    if let Some(c) = bytes.get(i * N..(i + 1) * N) {
+        b.copy_from_slice(c);
     }
+    b
 }
 
-/// Floats: each element's values in f64, combined by `op`, written back by `to_bytes`.
-fn combine<T: ToBytes, const N: usize>(
+/// Floats: each element's values combined in f64 (in rank order), written back by `write`.
+fn combine_floats<const N: usize>(
     arrays: &[HostArray],
-    op: impl Fn(&[f64]) -> T,
+    op: ReduceOp,
     read: impl Fn([u8; N]) -> f64,
-) -> Result<Vec<u8>, SessionError> {
+    write: impl Fn(f64, &mut [u8]),
+) -> Vec<u8> {
+    let step: fn(f64, f64) -> f64 = match op {
+        ReduceOp::Sum | ReduceOp::Avg => |a, v| a + v,
+        ReduceOp::Prod => |a, v| a * v,
+        ReduceOp::Min => f64::min,
+        ReduceOp::Max => f64::max,
+    };
     let elements = arrays.first().map_or(0, HostArray::elements);
-    let mut out = Vec::with_capacity(elements * N);
-    let mut values = vec![0f64; arrays.len()];
-    for i in 0..elements {
-        for (v, array) in values.iter_mut().zip(arrays) {
-            let mut b = [0u8; N];
-            b.copy_from_slice(&array.bytes()[i * N..][..N]);
-            *v = read(b);
+    let count = arrays.len().max(1) as f64;
+    let mut out = vec![0u8; elements * N];
+    let mut acc = vec![0f64; BLOCK];
+    for start in (0..elements).step_by(BLOCK) {
+        let len = BLOCK.min(elements - start);
+        for (rank, array) in arrays.iter().enumerate() {
+            let bytes = array.bytes();
+            for (i, a) in acc[..len].iter_mut().enumerate() {
+                let v = read(element(bytes, start + i));
+                *a = if rank == 0 { v } else { step(*a, v) };
+            }
         }
-        out.extend_from_slice(&op(&values).to_le());
+        for (a, to) in acc[..len].iter().zip(out[start * N..].chunks_exact_mut(N)) {
+            write(if op == ReduceOp::Avg { a / count } else { *a }, to);
+        }
     }
-    Ok(out)
+    out
 }
 
-/// Integers, with checked arithmetic: an overflow is an error, never a wrap.
-fn int_combine<const N: usize>(
+/// Integers, with checked arithmetic: an overflow (or a result that does not fit the
+/// type) is an error, never a wrap.
+fn combine_ints<const N: usize>(
     arrays: &[HostArray],
     op: ReduceOp,
     read: impl Fn([u8; N]) -> i64,
-    write: impl Fn(i64) -> Option<Vec<u8>>,
+    write: impl Fn(i64, &mut [u8]) -> Option<()>,
 ) -> Result<Vec<u8>, SessionError> {
+    let overflow = || SessionError::Overflow {
+        operation: "allreduce",
+    };
     let elements = arrays.first().map_or(0, HostArray::elements);
-    let mut out = Vec::with_capacity(elements * N);
-    for i in 0..elements {
-        let mut values = arrays.iter().map(|a| {
-            let mut b = [0u8; N];
-            b.copy_from_slice(&a.bytes()[i * N..][..N]);
-            read(b)
-        });
-        let first = values.next().unwrap_or(0);
-        let mut acc = Some(first);
+    let mut out = vec![0u8; elements * N];
+    for (i, to) in out.chunks_exact_mut(N).enumerate() {
+        let mut values = arrays.iter().map(|a| read(element(a.bytes(), i)));
+        let mut acc = values.next().unwrap_or(0);
         for v in values {
-            acc = acc.and_then(|a| match op {
-                ReduceOp::Sum | ReduceOp::Avg => a.checked_add(v),
-                ReduceOp::Prod => a.checked_mul(v),
-                ReduceOp::Min => Some(a.min(v)),
-                ReduceOp::Max => Some(a.max(v)),
-            });
+            acc = match op {
+                ReduceOp::Sum | ReduceOp::Avg => acc.checked_add(v),
+                ReduceOp::Prod => acc.checked_mul(v),
+                ReduceOp::Min => Some(acc.min(v)),
+                ReduceOp::Max => Some(acc.max(v)),
+            }
+            .ok_or_else(overflow)?;
         }
-        let mut value = acc.ok_or_else(overflow_error)?;
         if op == ReduceOp::Avg {
             // Truncating, as integer division does; the count is at least 1.
-            value /= arrays.len().max(1) as i64;
+            acc /= arrays.len().max(1) as i64;
         }
-        out.extend_from_slice(&write(value).ok_or_else(overflow_error)?);
+        write(acc, to).ok_or_else(overflow)?;
     }
     Ok(out)
-}
-
-fn overflow_error() -> SessionError {
-    SessionError::Overflow {
-        operation: "allreduce",
-    }
-}
-
-/// Little-endian bytes of a float.
-trait ToBytes {
-    fn to_le(&self) -> Vec<u8>;
-}
-
-impl ToBytes for f32 {
-    fn to_le(&self) -> Vec<u8> {
-        self.to_le_bytes().to_vec()
-    }
-}
-
-impl ToBytes for f64 {
-    fn to_le(&self) -> Vec<u8> {
-        self.to_le_bytes().to_vec()
-    }
 }

@@ -606,6 +606,11 @@ impl State {
             &alloc_request(id, dtype, shape)?,
             Command::Alloc(id),
         )?;
+        self.write_chunks(worker, id, data)
+    }
+
+    /// Writes `data` over the array register `id` on `worker`, in framed chunks.
+    fn write_chunks(&mut self, worker: usize, id: u16, data: &[u8]) -> Result<(), SessionError> {
         let chunk = self.workers[worker].limits().max_chunk().max(1);
         for (i, piece) in data.chunks(chunk).enumerate() {
             let request = Request::WriteArray {
@@ -656,15 +661,26 @@ impl State {
         id: u16,
         array: &HostArray,
     ) -> Result<(), SessionError> {
-        // Checked before anything is sent: an array larger than the window goes in chunks.
-        if array.bytes().len() > self.workers[worker].bulk_capacity() {
-            return self.write_array(worker, id, array.dtype(), array.shape(), array.bytes());
-        }
         self.submit(
             worker,
             &alloc_request(id, array.dtype(), array.shape())?,
             Command::Alloc(id),
         )?;
+        self.overwrite_array(worker, id, array)
+    }
+
+    /// Writes `array`'s bytes over register `id` on `worker`, which already holds an array of
+    /// the same type and shape (the caller checked): no new allocation, nothing zeroed.
+    fn overwrite_array(
+        &mut self,
+        worker: usize,
+        id: u16,
+        array: &HostArray,
+    ) -> Result<(), SessionError> {
+        // Decided before anything is sent: an array larger than the window goes in chunks.
+        if array.bytes().len() > self.workers[worker].bulk_capacity() {
+            return self.write_chunks(worker, id, array.bytes());
+        }
         let request = Request::WriteArrayBulk {
             id,
             offset: 0,
