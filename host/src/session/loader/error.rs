@@ -1,0 +1,253 @@
+//! Why a load failed: one case per rule, naming the file, the tensor, the shapes and the
+//! rule.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use safetensors::{Dtype, SafeTensorError};
+use tessera_core::dtype::DataType;
+
+use super::ShardRule;
+use crate::session::value::ArrayError;
+use crate::session::SessionError;
+
+/// Why a load failed. See the module documentation.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file cannot be read.
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a well-formed safetensors file: truncated, a corrupt header, offsets that do not
+    /// cover the data.
+    Format {
+        /// The file.
+        file: PathBuf,
+        /// What the parser found.
+        source: SafeTensorError,
+    },
+    /// An element type tessera has no [`DataType`] for.
+    Dtype {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its type in the file.
+        dtype: Dtype,
+    },
+    /// A rule names a tensor the file does not hold.
+    UnknownTensor {
+        /// The file.
+        file: PathBuf,
+        /// The name the rule gives.
+        tensor: String,
+        /// The rule.
+        rule: ShardRule,
+    },
+    /// A split on a dimension the tensor does not have.
+    NoDim {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The rule.
+        rule: ShardRule,
+    },
+    /// A split whose dimension is not a multiple of the workers it spans.
+    Indivisible {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The rule.
+        rule: ShardRule,
+        /// The workers the split spans (all of them, or a group's).
+        workers: usize,
+    },
+    /// A shape a register cannot hold (too many dimensions, one over `u32::MAX`, a byte
+    /// size that overflows) or bytes that do not match it.
+    Shape {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Why.
+        source: ArrayError,
+    },
+    /// [`load_presharded`](crate::session::Session::load_presharded) takes exactly one
+    /// file per worker.
+    FileCount {
+        /// Files given.
+        files: usize,
+        /// Workers in the session.
+        workers: usize,
+    },
+    /// Presharded files that do not hold the same tensor names.
+    ShardMissing {
+        /// The file without the tensor.
+        file: PathBuf,
+        /// Its worker.
+        worker: usize,
+        /// The tensor.
+        tensor: String,
+        /// The other file, which holds it.
+        other: PathBuf,
+    },
+    /// A presharded tensor whose type or shape differs from worker 0's.
+    ShardMismatch {
+        /// The file.
+        file: PathBuf,
+        /// Its worker.
+        worker: usize,
+        /// The tensor.
+        tensor: String,
+        /// Its type and shape in this file.
+        found: (DataType, Vec<usize>),
+        /// Its type and shape in worker 0's file.
+        expected: (DataType, Vec<usize>),
+    },
+    /// Writing a tensor failed on a worker; the load's registers were freed.
+    Worker {
+        /// The file the tensor came from.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The failure, naming the worker and the command.
+        source: SessionError,
+    },
+    /// The session could not take the load (shut down, every register id in use, a broken
+    /// link, or an earlier command that failed and is reported here first).
+    Session {
+        /// The file being loaded.
+        file: PathBuf,
+        /// Why.
+        source: SessionError,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read { file, source } => write!(f, "cannot read {}: {source}", file.display()),
+            Self::Format { file, source } => {
+                write!(
+                    f,
+                    "{} is not a valid safetensors file: {source}",
+                    file.display()
+                )
+            }
+            Self::Dtype {
+                file,
+                tensor,
+                dtype,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} is {dtype}, which tessera has no element type for",
+                file.display()
+            ),
+            Self::UnknownTensor { file, tensor, rule } => write!(
+                f,
+                "{}: a rule ({rule}) names tensor {tensor:?}, which the file does not hold",
+                file.display()
+            ),
+            Self::NoDim {
+                file,
+                tensor,
+                shape,
+                rule,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule}: it has {} dimensions",
+                file.display(),
+                shape.len()
+            ),
+            Self::Indivisible {
+                file,
+                tensor,
+                shape,
+                rule,
+                workers,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule} across {workers} \
+                 workers: the dimension does not divide into {workers} equal parts",
+                file.display()
+            ),
+            Self::Shape {
+                file,
+                tensor,
+                shape,
+                source,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?} of shape {shape:?} does not fit a register: {source}",
+                file.display()
+            ),
+            Self::FileCount { files, workers } => write!(
+                f,
+                "presharded loading takes one file per worker: {files} files for {workers} workers"
+            ),
+            Self::ShardMissing {
+                file,
+                worker,
+                tensor,
+                other,
+            } => write!(
+                f,
+                "{} (worker {worker}) has no tensor {tensor:?}, which {} holds: presharded files \
+                 must hold the same tensors",
+                file.display(),
+                other.display()
+            ),
+            Self::ShardMismatch {
+                file,
+                worker,
+                tensor,
+                found,
+                expected,
+            } => write!(
+                f,
+                "{} (worker {worker}): tensor {tensor:?} is {} of shape {:?}, worker 0's is {} of \
+                 shape {:?}: presharded parts must be equal",
+                file.display(),
+                found.0,
+                found.1,
+                expected.0,
+                expected.1
+            ),
+            Self::Worker {
+                file,
+                tensor,
+                source,
+            } => write!(
+                f,
+                "{}: loading tensor {tensor:?} failed: {source}",
+                file.display()
+            ),
+            Self::Session { file, source } => {
+                write!(f, "cannot load {}: {source}", file.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Read { source, .. } => Some(source),
+            Self::Format { source, .. } => Some(source),
+            Self::Shape { source, .. } => Some(source),
+            Self::Worker { source, .. } | Self::Session { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

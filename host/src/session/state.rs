@@ -1,0 +1,413 @@
+//! The controller's state: the workers' channels, the commands awaiting their replies,
+//! the register ids, and the ways arrays move between the host and a worker's register
+//! (beside one request where the link carries bulk bytes, else in framed chunks).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tessera_core::dtype::DataType;
+use tessera_core::wire::endpoint::{DescribeRegister, GetRegister, ReadArray};
+use tessera_core::wire::{ErrorCode, Request, Value, ValueKind};
+use tessera_firmware_sim::std_link::Bulk;
+
+use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
+use crate::transport::{Channel, TransportError};
+
+/// A command sent and not yet answered.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) seq: u32,
+    pub(super) command: Command,
+}
+
+/// Everything the controller holds; register handles reach it through a weak reference.
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) workers: Vec<Channel>,
+    pub(super) pending: Vec<VecDeque<Pending>>,
+    /// Ids never handed out start here.
+    pub(super) next_id: u16,
+    /// Freed ids, reused last-in-first-out.
+    pub(super) free_ids: Vec<u16>,
+    pub(super) num_groups: usize,
+    pub(super) shut_down: bool,
+}
+
+pub(super) fn alloc_request(
+    id: u16,
+    dtype: DataType,
+    shape: &[u32],
+) -> Result<Request<'static>, SessionError> {
+    Ok(Request::AllocArray {
+        id,
+        dtype,
+        shape: heapless::Vec::from_slice(shape)
+            .map_err(|_| ArrayError::Rank { rank: shape.len() })?,
+    })
+}
+
+pub(super) fn offset(at: usize) -> Result<u32, SessionError> {
+    u32::try_from(at).map_err(|_| {
+        SessionError::Transport(TransportError::Overflow {
+            what: "array offset",
+            value: at,
+        })
+    })
+}
+
+impl State {
+    pub(super) fn check_worker(&self, worker: usize) -> Result<(), SessionError> {
+        if worker < self.workers.len() {
+            Ok(())
+        } else {
+            Err(SessionError::NoWorker {
+                worker,
+                workers: self.workers.len(),
+            })
+        }
+    }
+
+    /// The largest bulk chunk every worker takes in one frame.
+    pub(super) fn max_chunk(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|w| w.limits().max_chunk())
+            .min()
+            .unwrap_or(0)
+            .max(1)
+    }
+
+    pub(super) fn allocate_id(&mut self) -> Result<u16, SessionError> {
+        if let Some(id) = self.free_ids.pop() {
+            return Ok(id);
+        }
+        if self.next_id > MAX_REGISTER_ID {
+            return Err(SessionError::RegistersExhausted);
+        }
+        self.next_id += 1;
+        Ok(self.next_id - 1)
+    }
+
+    /// Frees `id` on every worker (pipelined) and returns it to the free list, even when a
+    /// worker cannot be reached (the first such failure is the error).
+    pub(super) fn free(&mut self, id: u16) -> Result<(), SessionError> {
+        let mut first = Ok(());
+        for worker in 0..self.workers.len() {
+            let sent = self.submit(worker, &Request::FreeRegister { id }, Command::Free(id));
+            if first.is_ok() {
+                first = sent;
+            }
+        }
+        self.free_ids.push(id);
+        first
+    }
+
+    /// Sends `request` to `worker`, to be answered at the next sync.
+    pub(super) fn submit(
+        &mut self,
+        worker: usize,
+        request: &Request<'_>,
+        command: Command,
+    ) -> Result<(), SessionError> {
+        match self.workers[worker].submit(request) {
+            Ok(seq) => {
+                self.pending[worker].push_back(Pending { seq, command });
+                Ok(())
+            }
+            Err(source) => Err(SessionError::Worker {
+                worker,
+                command,
+                source,
+            }),
+        }
+    }
+
+    /// Sends `request` to every worker (all sent before any reply is awaited); returns
+    /// the sequence numbers, claimed by the caller.
+    pub(super) fn submit_everywhere(
+        &mut self,
+        request: &Request<'_>,
+    ) -> Result<Vec<u32>, SessionError> {
+        let mut seqs = Vec::with_capacity(self.workers.len());
+        for worker in &mut self.workers {
+            seqs.push(worker.submit(request)?);
+        }
+        Ok(seqs)
+    }
+
+    /// Claims every pending reply of `worker`; the first failure is the error (the rest are
+    /// still claimed, so the session stays usable).
+    pub(super) fn sync(&mut self, worker: usize) -> Result<(), SessionError> {
+        let mut first = Ok(());
+        while let Some(pending) = self.pending[worker].pop_front() {
+            let outcome = self.workers[worker].receive(pending.seq);
+            let failure = match outcome {
+                Ok(_) => None,
+                // Freeing a register a worker never held (a copy to worker 0 only).
+                Err(TransportError::Device {
+                    code: ErrorCode::UnknownId { .. },
+                    ..
+                }) if matches!(pending.command, Command::Free(_)) => None,
+                // A dead link fails everything after it: report it once.
+                Err(e @ (TransportError::Closed { .. } | TransportError::Timeout { .. })) => {
+                    self.pending[worker].clear();
+                    Some(e)
+                }
+                Err(e) => Some(e),
+            };
+            if let (Some(source), Ok(())) = (failure, &first) {
+                first = Err(SessionError::Worker {
+                    worker,
+                    command: pending.command,
+                    source,
+                });
+            }
+        }
+        first
+    }
+
+    pub(super) fn set_value(
+        &mut self,
+        worker: usize,
+        id: u16,
+        value: Value<'_>,
+    ) -> Result<(), SessionError> {
+        self.submit(
+            worker,
+            &Request::SetRegister { id, value },
+            Command::Set(id),
+        )
+    }
+
+    /// Makes register `id` on `worker` an array of `dtype` and `shape` holding `data`
+    /// (pipelined: an allocation, then one write per chunk).
+    pub(super) fn write_array(
+        &mut self,
+        worker: usize,
+        id: u16,
+        dtype: DataType,
+        shape: &[u32],
+        data: &[u8],
+    ) -> Result<(), SessionError> {
+        let expected = byte_len(dtype, shape)?;
+        if data.len() != expected {
+            return Err(ArrayError::Length {
+                expected,
+                actual: data.len(),
+            }
+            .into());
+        }
+        self.submit(
+            worker,
+            &alloc_request(id, dtype, shape)?,
+            Command::Alloc(id),
+        )?;
+        self.write_chunks(worker, id, data)
+    }
+
+    /// Writes `data` over the array register `id` on `worker`, in framed chunks.
+    pub(super) fn write_chunks(
+        &mut self,
+        worker: usize,
+        id: u16,
+        data: &[u8],
+    ) -> Result<(), SessionError> {
+        let chunk = self.workers[worker].limits().max_chunk().max(1);
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            let request = Request::WriteArray {
+                id,
+                offset: offset(i * chunk)?,
+                data: piece,
+            };
+            self.submit(worker, &request, Command::Set(id))?;
+        }
+        Ok(())
+    }
+
+    /// What register `id` on `worker` holds (its earlier commands already claimed).
+    pub(super) fn describe(
+        &mut self,
+        worker: usize,
+        id: u16,
+    ) -> Result<tessera_core::wire::endpoint::Description, SessionError> {
+        let described = self.workers[worker].call(&DescribeRegister { id })?;
+        Ok(described.get())
+    }
+
+    /// Register `id`'s array on `worker`, read in chunks (all requested before any reply
+    /// is awaited). The caller has synced the worker.
+    pub(super) fn read_array(&mut self, worker: usize, id: u16) -> Result<HostArray, SessionError> {
+        let described = self.describe(worker, id)?;
+        let (dtype, shape) = match (described.kind, described.dtype) {
+            (ValueKind::Array, Some(dtype)) => (dtype, described.shape.to_vec()),
+            (ValueKind::Tensor, _) => (DataType::F32, vec![described.bytes / 4]),
+            (kind, _) => {
+                return Err(SessionError::NotAnArray {
+                    worker,
+                    register: id,
+                    kind,
+                })
+            }
+        };
+        let data = self.read_shared(worker, id, described.bytes as usize)?;
+        Ok(HostArray::shared(dtype, &shape, data)?)
+    }
+
+    /// Makes register `id` on `worker` the array `array`: beside one request when the link
+    /// carries bulk of that size (a device thread's queue, a child's window, QEMU's file),
+    /// else in framed chunks.
+    pub(super) fn write_host_array(
+        &mut self,
+        worker: usize,
+        id: u16,
+        array: &HostArray,
+    ) -> Result<(), SessionError> {
+        self.submit(
+            worker,
+            &alloc_request(id, array.dtype(), array.shape())?,
+            Command::Alloc(id),
+        )?;
+        self.overwrite_array(worker, id, array)
+    }
+
+    /// Writes `array`'s bytes over register `id` on `worker`, which already holds an array of
+    /// the same type and shape (the caller checked): no new allocation, nothing zeroed.
+    pub(super) fn overwrite_array(
+        &mut self,
+        worker: usize,
+        id: u16,
+        array: &HostArray,
+    ) -> Result<(), SessionError> {
+        // Decided before anything is sent: an array larger than the window goes in chunks.
+        if array.bytes().len() > self.workers[worker].bulk_capacity() {
+            return self.write_chunks(worker, id, array.bytes());
+        }
+        let request = Request::WriteArrayBulk {
+            id,
+            offset: 0,
+            len: offset(array.bytes().len())?,
+        };
+        let bulk = Bulk(array.share());
+        match self.workers[worker].submit_bulk(&request, bulk) {
+            Ok(seq) => {
+                self.pending[worker].push_back(Pending {
+                    seq,
+                    command: Command::Set(id),
+                });
+                Ok(())
+            }
+            Err(source) => Err(SessionError::Worker {
+                worker,
+                command: Command::Set(id),
+                source,
+            }),
+        }
+    }
+
+    /// `len` bytes of register `id` on `worker`, shared: taken whole from beside one reply
+    /// on a link that carries bulk, else read in chunks.
+    pub(super) fn read_shared(
+        &mut self,
+        worker: usize,
+        id: u16,
+        len: usize,
+    ) -> Result<Arc<Vec<u8>>, SessionError> {
+        let channel = &mut self.workers[worker];
+        if len > channel.bulk_capacity() {
+            return Ok(Arc::new(self.read_bytes(worker, id, len)?));
+        }
+        let request = Request::ReadArrayBulk {
+            id,
+            offset: 0,
+            len: offset(len)?,
+        };
+        let seq = channel.submit(&request)?;
+        let mut reply = channel.receive(seq)?;
+        match reply.take_bulk() {
+            Some(Bulk(bytes)) if bytes.len() == len => Ok(bytes),
+            _ => Err(channel.unexpected(&request, &reply.response()).into()),
+        }
+    }
+
+    /// `len` bytes of register `id` on `worker`.
+    pub(super) fn read_bytes(
+        &mut self,
+        worker: usize,
+        id: u16,
+        len: usize,
+    ) -> Result<Vec<u8>, SessionError> {
+        let channel = &mut self.workers[worker];
+        let chunk = channel.limits().max_chunk().max(1);
+        let mut seqs = Vec::with_capacity(len.div_ceil(chunk));
+        for at in (0..len).step_by(chunk) {
+            let piece = (len - at).min(chunk);
+            let request = Request::ReadArray {
+                id,
+                offset: offset(at)?,
+                len: offset(piece)?,
+            };
+            seqs.push((channel.submit(&request)?, piece));
+        }
+        let mut data = Vec::with_capacity(len);
+        for (seq, piece) in seqs {
+            let reply = channel.receive(seq)?;
+            match ReadArray::reply_data(&reply) {
+                Some(bytes) if bytes.len() == piece => data.extend_from_slice(bytes),
+                _ => {
+                    let request = Request::ReadArray {
+                        id,
+                        offset: 0,
+                        len: offset(piece)?,
+                    };
+                    return Err(channel.unexpected(&request, &reply.response()).into());
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Register `id`'s value on `worker` (synced by the caller).
+    pub(super) fn read_value(&mut self, worker: usize, id: u16) -> Result<HostValue, SessionError> {
+        let described = self.describe(worker, id)?;
+        match described.kind {
+            ValueKind::Array | ValueKind::Tensor => {
+                Ok(HostValue::Array(self.read_array(worker, id)?))
+            }
+            ValueKind::Str => {
+                let bytes = self.read_bytes(worker, id, described.bytes as usize)?;
+                Ok(HostValue::Str(String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            ValueKind::Int | ValueKind::Float | ValueKind::Shape => {
+                let reply = self.workers[worker].call(&GetRegister { id })?;
+                Ok(match reply.get() {
+                    Value::Int(v) => HostValue::Int(v),
+                    Value::Float(v) => HostValue::Float(v),
+                    Value::Shape(dims) => HostValue::Shape(dims.to_vec()),
+                    Value::Str(text) => HostValue::Str(text.into()),
+                    Value::Tensor(bytes) => HostValue::Array(HostArray::new(
+                        DataType::F32,
+                        &[(bytes.len() / 4) as u32],
+                        bytes.to_vec(),
+                    )?),
+                    Value::Array(array) => HostValue::Array(HostArray::new(
+                        array.dtype,
+                        &array.shape,
+                        array.data.to_vec(),
+                    )?),
+                })
+            }
+        }
+    }
+}
+
+/// The data of a `ReadArray` reply.
+trait ReplyData {
+    fn reply_data(reply: &crate::transport::Reply) -> Option<&[u8]>;
+}
+
+impl ReplyData for ReadArray {
+    fn reply_data(reply: &crate::transport::Reply) -> Option<&[u8]> {
+        use tessera_core::wire::Endpoint;
+        ReadArray::reply(reply.response())
+    }
+}
