@@ -37,6 +37,7 @@ use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
+use super::reply::{Reply, Typed};
 use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
 use super::window::Window;
 use super::TransportError;
@@ -47,66 +48,6 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 pub const ATTEMPTS: u32 = 8;
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
-
-/// A reply: the frame body it came in, its decoded response, and any bulk bytes beside it.
-#[derive(Clone)]
-pub struct Reply {
-    seq: u32,
-    body: Vec<u8>,
-    bulk: Option<Bulk>,
-}
-
-impl fmt::Debug for Reply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reply")
-            .field("seq", &self.seq())
-            .field("response", &self.response())
-            .finish()
-    }
-}
-
-impl Reply {
-    /// The response, borrowing its payload from the frame.
-    pub fn response(&self) -> Response<'_> {
-        // Checked when the reply was accepted (see `Channel::pump`).
-        decode_body::<Envelope<Response<'_>>>(&self.body)
-            .map(|e| e.body)
-            .unwrap_or(Response::Done)
-    }
-
-    /// The sequence number.
-    pub fn seq(&self) -> u32 {
-        self.seq
-    }
-
-    /// The bulk bytes that came beside the reply (a bulk read's data), if any.
-    pub fn take_bulk(&mut self) -> Option<Bulk> {
-        self.bulk.take()
-    }
-}
-
-/// A reply known to be `E`'s: [`Typed::get`] gives its payload.
-pub struct Typed<E> {
-    reply: Reply,
-    endpoint: std::marker::PhantomData<E>,
-}
-
-impl<E: Endpoint> Typed<E> {
-    /// The reply's payload, borrowing from the frame.
-    pub fn get(&self) -> E::Reply<'_> {
-        match E::reply(self.reply.response()) {
-            Some(payload) => payload,
-            // `Channel::call` checked the type before building this.
-            None => unreachable!("a typed reply of the wrong type"),
-        }
-    }
-}
-
-impl<E> fmt::Debug for Typed<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.reply.fmt(f)
-    }
-}
 
 /// A request sent and not yet answered.
 #[derive(Debug)]

@@ -20,14 +20,16 @@ mod error;
 pub mod fault;
 pub mod hub;
 mod reader;
+mod reply;
 mod slots;
 mod spawn;
 mod window;
 
-pub use channel::{Channel, Reply, DEFAULT_DEADLINE};
+pub use channel::{Channel, DEFAULT_DEADLINE};
 pub use device::{run_device, run_device_with_window, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
+pub use reply::{Reply, Typed};
 pub use slots::ChannelSlots;
 pub use spawn::{check_firmware, FirmwareError};
 pub use window::SharedWindow;
