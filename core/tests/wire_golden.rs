@@ -172,6 +172,7 @@ fn error_variant(code: &ErrorCode) -> u32 {
         ErrorCode::ReduceTimeout => 16,
         ErrorCode::ReductionTooLarge { .. } => 17,
         ErrorCode::BulkUnavailable => 18,
+        ErrorCode::StepAbandoned => 19,
     }
 }
 
@@ -632,6 +633,7 @@ fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
             "11 88 27 80 08",
         ),
         ("BulkUnavailable", ErrorCode::BulkUnavailable, "12"),
+        ("StepAbandoned", ErrorCode::StepAbandoned, "13"),
     ]
 }
 
@@ -744,7 +746,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 4);
+    assert_eq!(PROTOCOL_VERSION, 5);
 }
 
 #[test]

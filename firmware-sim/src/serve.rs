@@ -22,7 +22,9 @@
 //!   other answer (late, duplicate, or from an earlier step) is counted in
 //!   [`Server::stale_answers`] and discarded, never applied. The device sends its
 //!   contribution again when the host retries the step and when the host stays silent for
-//!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`].
+//!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`]. A request numbered after
+//!   the step means the host gave up on it: the step fails (`StepAbandoned`) at once
+//!   instead of holding the device for every deadline, and the request comes again.
 //! - **No byte is set aside.** Bytes that arrive in the same read as a request stay with
 //!   the link; the step's reductions read them before reading the link again, so an
 //!   answer that follows its step at once is seen.
@@ -429,6 +431,12 @@ struct LinkReducer<'l, M, C> {
     dropped: &'l mut u32,
 }
 
+/// True when `seq` comes after `step` in the host's numbering (within half the number
+/// space: the host never runs that far ahead).
+fn is_later(seq: u32, step: u32) -> bool {
+    (1..=u32::MAX / 2).contains(&seq.wrapping_sub(step))
+}
+
 /// What one message read during a reduction means for it.
 enum Heard {
     /// The answer to this reduction, applied.
@@ -472,6 +480,12 @@ impl<M: Messages, C: Clock> LinkReducer<'_, M, C> {
                 seq,
                 body: Request::RunStep,
             }) if seq == self.seq => Ok(Heard::StepRetry),
+            // A later request: the host has given up on this step (another device failed
+            // it) and will not answer its reductions. The request itself comes again.
+            Ok(Envelope { seq, .. }) if is_later(seq, self.seq) => {
+                *self.dropped = self.dropped.saturating_add(1);
+                Err(ErrorCode::StepAbandoned)
+            }
             // A request sent while the step runs: it comes again (go-back-N).
             Ok(_) => {
                 *self.dropped = self.dropped.saturating_add(1);

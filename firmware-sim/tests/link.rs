@@ -299,3 +299,32 @@ fn bulk_requests_on_a_byte_link_are_refused() {
         assert!(reply.contains("BulkUnavailable"), "{reply}");
     }
 }
+
+/// A step whose host moved on (another device failed it): a later request ends the step at
+/// once with `StepAbandoned`, instead of holding the device in its reduction through every
+/// deadline (10 s) while it drops every request, so that the host took it for dead. The
+/// later request is dropped and, sent again, served.
+#[test]
+fn a_later_request_abandons_a_waiting_step() {
+    let step = [
+        frame(STEP, &Request::RunStep),
+        frame(STORE, &Request::GetSeed),
+        frame(STORE, &Request::GetSeed), // the host's retry
+    ];
+    let mut link = MemLink::new(script(&step));
+    let counters = serve_all(&mut link);
+    let replies = replies(&link.output);
+    let step_reply = replies
+        .iter()
+        .find(|(seq, body)| *seq == STEP && !body.starts_with("Reduce"))
+        .map(|(_, body)| body.clone())
+        .unwrap_or_default();
+    assert!(step_reply.contains("StepAbandoned"), "{step_reply}");
+    assert!(
+        replies
+            .iter()
+            .any(|(seq, body)| *seq == STORE && body.starts_with("Seed")),
+        "the retried request is served: {replies:?}"
+    );
+    assert!(counters.dropped >= 1, "the first copy was dropped");
+}

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DataType;
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -519,6 +519,9 @@ pub enum ErrorCode {
     /// A bulk request on a link that carries no bytes beside its messages, or whose bytes
     /// beside it are not the length it names.
     BulkUnavailable,
+    /// A step abandoned while it waited for a reduction: the host sent a later request,
+    /// so it will not answer this step's reductions any more.
+    StepAbandoned,
 }
 
 impl fmt::Display for ErrorCode {
@@ -556,6 +559,9 @@ impl fmt::Display for ErrorCode {
                 "no step is waiting for that reduction, or its answer has the wrong length",
             ),
             Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
+            Self::StepAbandoned => f.write_str(
+                "the step was abandoned: the host moved on while it waited for a reduction",
+            ),
             Self::BulkUnavailable => {
                 f.write_str("no bulk bytes of that length came with the request on this link")
             }
