@@ -17,8 +17,8 @@ use tessera_core::stream::{
     AnchorReturnType, DataFlow, SizeCheck, Splitter, StreamKind, StreamSpec, UpstreamIo,
 };
 use tessera_core::transfer::{InstanceWindow, WeightLayout};
-use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
-use tessera_core::wire::{Request, Response, StepConfig};
+use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed, PopFifo};
+use tessera_core::wire::{Request, RequestKind, StepConfig};
 
 use crate::transport::{check_firmware, hub, Channel, ChannelSlots, TransportError};
 
@@ -396,27 +396,27 @@ impl Runtime {
 
         let outputs = self.flow.outputs_per_replica(Some(AnchorReturnType::All));
         let mut losses = vec![0f32; outputs * replicas];
-        let pop = Request::PopFifo { fifo: LOSS_FIFO };
-        // (replica, sequence number, index in `losses`) of every pop, all sent first.
+        let pop = PopFifo { fifo: LOSS_FIFO };
+        // (replica, ticket, index in `losses`) of every pop, all sent first.
         let mut pops = Vec::with_capacity(outputs * replicas);
         for _ in 0..outputs {
             for (r, c) in self.channels.iter_mut().enumerate() {
                 let k = splitter
                     .output(&mut arrays, loss, r)
                     .map_err(config_error)?;
-                pops.push((r, c.submit(&pop)?, k));
+                pops.push((r, c.submit_typed(&pop)?, k));
                 splitter
                     .output_complete(&mut arrays, loss, r)
                     .map_err(config_error)?;
             }
         }
-        for (r, seq, k) in pops {
+        for (r, ticket, k) in pops {
             let c = &mut self.channels[r];
-            let reply = c.receive(seq)?;
-            let bytes: [u8; 4] = match reply.response() {
-                Response::Data { data } if data.len() == 4 => [data[0], data[1], data[2], data[3]],
-                other => return Err(c.unexpected(&pop, &other).into()),
-            };
+            let reply = c.receive_typed(ticket)?;
+            let bytes: [u8; 4] = reply
+                .get()
+                .try_into()
+                .map_err(|_| c.wrong_length(RequestKind::PopFifo, reply.get().len(), 4))?;
             losses[k] = f32::from_le_bytes(bytes);
         }
         Ok(losses)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, GetRegister, ReadArray};
-use tessera_core::wire::{ErrorCode, Request, Value, ValueKind};
+use tessera_core::wire::{ErrorCode, Request, RequestKind, Value, ValueKind};
 use tessera_firmware_sim::std_link::Bulk;
 
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
@@ -338,30 +338,26 @@ impl State {
     ) -> Result<Vec<u8>, SessionError> {
         let channel = &mut self.workers[worker];
         let chunk = channel.limits().max_chunk().max(1);
-        let mut seqs = Vec::with_capacity(len.div_ceil(chunk));
+        let mut tickets = Vec::with_capacity(len.div_ceil(chunk));
         for at in (0..len).step_by(chunk) {
             let piece = (len - at).min(chunk);
-            let request = Request::ReadArray {
+            let request = ReadArray {
                 id,
                 offset: offset(at)?,
                 len: offset(piece)?,
             };
-            seqs.push((channel.submit(&request)?, piece));
+            tickets.push((channel.submit_typed(&request)?, piece));
         }
         let mut data = Vec::with_capacity(len);
-        for (seq, piece) in seqs {
-            let reply = channel.receive(seq)?;
-            match ReadArray::reply_data(&reply) {
-                Some(bytes) if bytes.len() == piece => data.extend_from_slice(bytes),
-                _ => {
-                    let request = Request::ReadArray {
-                        id,
-                        offset: 0,
-                        len: offset(piece)?,
-                    };
-                    return Err(channel.unexpected(&request, &reply.response()).into());
-                }
+        for (ticket, piece) in tickets {
+            let reply = channel.receive_typed(ticket)?;
+            let bytes = reply.get();
+            if bytes.len() != piece {
+                return Err(channel
+                    .wrong_length(RequestKind::ReadArray, bytes.len(), piece)
+                    .into());
             }
+            data.extend_from_slice(bytes);
         }
         Ok(data)
     }
@@ -397,17 +393,5 @@ impl State {
                 })
             }
         }
-    }
-}
-
-/// The data of a `ReadArray` reply.
-trait ReplyData {
-    fn reply_data(reply: &crate::transport::Reply) -> Option<&[u8]>;
-}
-
-impl ReplyData for ReadArray {
-    fn reply_data(reply: &crate::transport::Reply) -> Option<&[u8]> {
-        use tessera_core::wire::Endpoint;
-        ReadArray::reply(reply.response())
     }
 }

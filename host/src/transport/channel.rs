@@ -49,6 +49,21 @@ pub const ATTEMPTS: u32 = 8;
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
+/// A request in flight whose reply is `E`'s.
+#[derive(Debug)]
+pub struct Ticket<E> {
+    seq: u32,
+    kind: RequestKind,
+    endpoint: std::marker::PhantomData<E>,
+}
+
+impl<E> Ticket<E> {
+    /// The request's sequence number.
+    pub fn seq(&self) -> u32 {
+        self.seq
+    }
+}
+
 /// A request sent and not yet answered.
 #[derive(Debug)]
 struct InFlight {
@@ -250,16 +265,48 @@ impl Channel {
 
     /// Sends `endpoint`'s request and waits for its reply, typed.
     pub fn call<E: Endpoint>(&mut self, endpoint: &E) -> Result<Typed<E>, TransportError> {
+        let ticket = self.submit_typed(endpoint)?;
+        self.receive_typed(ticket)
+    }
+
+    /// Sends `endpoint`'s request without waiting (like [`Channel::submit`]); the ticket
+    /// claims its typed reply.
+    pub fn submit_typed<E: Endpoint>(&mut self, endpoint: &E) -> Result<Ticket<E>, TransportError> {
         let request = endpoint.request();
-        let seq = self.submit(&request)?;
-        let reply = self.receive(seq)?;
+        Ok(Ticket {
+            seq: self.submit(&request)?,
+            kind: request.kind(),
+            endpoint: std::marker::PhantomData,
+        })
+    }
+
+    /// The reply to `ticket`'s request, typed: a reply of another type is
+    /// [`TransportError::UnexpectedReply`].
+    pub fn receive_typed<E: Endpoint>(
+        &mut self,
+        ticket: Ticket<E>,
+    ) -> Result<Typed<E>, TransportError> {
+        let reply = self.receive(ticket.seq)?;
         if E::reply(reply.response()).is_none() {
-            return Err(self.unexpected(&request, &reply.response()));
+            return Err(TransportError::UnexpectedReply {
+                replica: self.replica,
+                request: ticket.kind,
+                reply: format!("{:?}", reply.response()),
+            });
         }
         Ok(Typed {
             reply,
             endpoint: std::marker::PhantomData,
         })
+    }
+
+    /// The error for a data reply of the wrong length.
+    pub fn wrong_length(&self, request: RequestKind, got: usize, asked: usize) -> TransportError {
+        TransportError::UnexpectedReply {
+            replica: self.replica,
+            request,
+            reply: format!("{got} bytes where {asked} were asked for"),
+        }
     }
 
     /// Sends `request` and returns the device's reply (an error reply is an error).

@@ -25,7 +25,7 @@ mod slots;
 mod spawn;
 mod window;
 
-pub use channel::{Channel, DEFAULT_DEADLINE};
+pub use channel::{Channel, Ticket, DEFAULT_DEADLINE};
 pub use device::{run_device, run_device_with_window, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};

@@ -3,7 +3,8 @@
 //! in chunks that fit the devices' frames.
 
 use tessera_core::transfer::RemoteSlots;
-use tessera_core::wire::{Request, Response};
+use tessera_core::wire::endpoint::ReadSlot;
+use tessera_core::wire::{Request, RequestKind};
 
 use super::{Channel, TransportError};
 
@@ -115,21 +116,15 @@ impl RemoteSlots for ChannelSlots<'_> {
         for (i, piece) in out.chunks(chunk).enumerate() {
             let offset = offset(at + i * chunk)?;
             let len = offset_len(piece.len())?;
-            sent.push(channel.submit(&Request::ReadSlot { slot, offset, len })?);
+            sent.push(channel.submit_typed(&ReadSlot { slot, offset, len })?);
         }
-        for (seq, piece) in sent.into_iter().zip(out.chunks_mut(chunk)) {
-            let reply = channel.receive(seq)?;
-            match reply.response() {
-                Response::Data { data } if data.len() == piece.len() => piece.copy_from_slice(data),
-                other => {
-                    let request = Request::ReadSlot {
-                        slot,
-                        offset: 0,
-                        len: offset_len(piece.len())?,
-                    };
-                    return Err(channel.unexpected(&request, &other));
-                }
+        for (ticket, piece) in sent.into_iter().zip(out.chunks_mut(chunk)) {
+            let reply = channel.receive_typed(ticket)?;
+            let data = reply.get();
+            if data.len() != piece.len() {
+                return Err(channel.wrong_length(RequestKind::ReadSlot, data.len(), piece.len()));
             }
+            piece.copy_from_slice(data);
         }
         Ok(())
     }
