@@ -28,22 +28,27 @@ impl Lcg {
     }
 }
 
-#[test]
-fn ten_thousand_requests_over_a_damaging_link() {
-    let faults = FaultConfig {
-        seed: 99,
+/// About 1e-3 damage per byte in all: bit flips, dropped bytes and cut writes.
+fn damage(seed: u64) -> FaultConfig {
+    FaultConfig {
+        seed,
         flip_rate: 4e-4,
         drop_rate: 3e-4,
         truncate_rate: 3e-4,
         ..FaultConfig::NONE
-    };
+    }
+}
+
+/// A device behind a damaged link (15 ms deadline), with slot 1 of `slot_bytes` bytes and
+/// FIFO 2 of four 8-byte items.
+fn damaged_device(seed: u64, slot_bytes: usize) -> Channel {
     let mut channel =
-        Channel::in_process(0, 1 << 16, Some(faults)).expect("hello gets through eventually");
+        Channel::in_process(0, 1 << 16, Some(damage(seed))).expect("hello gets through eventually");
     channel.set_deadline(Duration::from_millis(15));
     channel
         .request(&Request::AllocSlot {
             slot: 1,
-            bytes: SLOT_BYTES as u32,
+            bytes: slot_bytes as u32,
         })
         .unwrap();
     channel
@@ -53,6 +58,12 @@ fn ten_thousand_requests_over_a_damaging_link() {
             depth: 4,
         })
         .unwrap();
+    channel
+}
+
+#[test]
+fn ten_thousand_requests_over_a_damaging_link() {
+    let mut channel = damaged_device(99, SLOT_BYTES);
 
     // What the device must hold, tracked on the host.
     let mut slot = vec![0u8; SLOT_BYTES];
@@ -183,35 +194,13 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
     const SLOT: usize = 128;
     // Larger than the device's window: `submit` must wait for room.
     const MAX_BATCH: usize = 24;
-    let faults = FaultConfig {
-        seed: 4242,
-        flip_rate: 4e-4,
-        drop_rate: 3e-4,
-        truncate_rate: 3e-4,
-        ..FaultConfig::NONE
-    };
     let started = Instant::now();
-    let mut channel =
-        Channel::in_process(0, 1 << 16, Some(faults)).expect("hello gets through eventually");
-    channel.set_deadline(Duration::from_millis(15));
+    let mut channel = damaged_device(4242, SLOT);
     let window = usize::from(channel.limits().window);
     assert!(
         (8..MAX_BATCH).contains(&window),
         "batches must outgrow the device's window ({window}), which pipelines at least 8"
     );
-    channel
-        .request(&Request::AllocSlot {
-            slot: 1,
-            bytes: SLOT as u32,
-        })
-        .unwrap();
-    channel
-        .request(&Request::CreateFifo {
-            fifo: 2,
-            item_bytes: 8,
-            depth: 4,
-        })
-        .unwrap();
 
     // What the device must hold once every request submitted so far has run.
     let mut slot = [0u8; SLOT];
@@ -356,13 +345,7 @@ fn collectives_over_damaging_links() {
     const ROUNDS: usize = 230;
     let channels = (0..WORKERS as u32)
         .map(|replica| {
-            let faults = FaultConfig {
-                seed: 77 + u64::from(replica),
-                flip_rate: 4e-4,
-                drop_rate: 3e-4,
-                truncate_rate: 3e-4,
-                ..FaultConfig::NONE
-            };
+            let faults = damage(77 + u64::from(replica));
             let mut channel = Channel::in_process(replica, 1 << 20, Some(faults)).unwrap();
             channel.set_deadline(Duration::from_millis(15));
             channel

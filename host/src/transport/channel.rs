@@ -83,8 +83,8 @@ pub struct Channel {
     frames: Receiver<Message>,
     next_seq: u32,
     deadline: Duration,
-    /// The replica this channel was opened for (the device confirms it in its hello).
-    replica: u32,
+    /// The device's limits from its hello; until then, small frames, one request at a
+    /// time, and the replica the channel was opened for (the hello confirms it).
     limits: Limits,
     scratch: Vec<u8>,
     out: Vec<u8>,
@@ -105,7 +105,7 @@ pub struct Channel {
 impl fmt::Debug for Channel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Channel")
-            .field("replica", &self.replica)
+            .field("replica", &self.limits.replica)
             .field("device", &self.handle.program())
             .field("next_seq", &self.next_seq)
             .field("in_flight", &self.in_flight.len())
@@ -163,8 +163,6 @@ impl Channel {
             frames,
             next_seq: 1,
             deadline: DEFAULT_DEADLINE,
-            replica,
-            // Until the hello's answer: small frames, one request at a time.
             limits: Limits {
                 memory: 0,
                 max_frame: 256,
@@ -227,7 +225,7 @@ impl Channel {
     /// The error for a reply of the wrong type.
     pub fn unexpected(&self, request: &Request<'_>, reply: &Response<'_>) -> TransportError {
         TransportError::UnexpectedReply {
-            replica: self.replica,
+            replica: self.limits.replica,
             request: request.kind(),
             reply: format!("{reply:?}"),
         }
@@ -245,7 +243,7 @@ impl Channel {
 
     /// The replica this channel reaches.
     pub fn replica(&self) -> u32 {
-        self.replica
+        self.limits.replica
     }
 
     /// How long the oldest unanswered request waits before it is sent again.
@@ -289,7 +287,7 @@ impl Channel {
         let reply = self.receive(ticket.seq)?;
         if E::reply(reply.response()).is_none() {
             return Err(TransportError::UnexpectedReply {
-                replica: self.replica,
+                replica: self.limits.replica,
                 request: ticket.kind,
                 reply: format!("{:?}", reply.response()),
             });
@@ -303,7 +301,7 @@ impl Channel {
     /// The error for a data reply of the wrong length.
     pub fn wrong_length(&self, request: RequestKind, got: usize, asked: usize) -> TransportError {
         TransportError::UnexpectedReply {
-            replica: self.replica,
+            replica: self.limits.replica,
             request,
             reply: format!("{got} bytes where {asked} were asked for"),
         }
@@ -349,7 +347,7 @@ impl Channel {
         if bulk.as_ref().len() > self.bulk_capacity() {
             // Refused here: the device never sees it.
             return Err(TransportError::TooLarge {
-                replica: self.replica,
+                replica: self.limits.replica,
                 request: request.kind(),
                 bytes: bulk.as_ref().len(),
                 max: self.bulk_capacity(),
@@ -402,7 +400,7 @@ impl Channel {
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
         }
-        transmit(&mut self.writer, &frame, bulk.clone(), self.replica)?;
+        transmit(&mut self.writer, &frame, bulk.clone(), self.limits.replica)?;
         self.in_flight.push_back(InFlight {
             seq,
             kind: request.kind(),
@@ -424,9 +422,9 @@ impl Channel {
                     bulk: message.bulk,
                 };
                 if let Response::Error { request, code } = reply.response() {
-                    tracing::debug!(replica = self.replica, ?request, %code, "device error");
+                    tracing::debug!(replica = self.limits.replica, ?request, %code, "device error");
                     return Err(TransportError::Device {
-                        replica: self.replica,
+                        replica: self.limits.replica,
                         request,
                         code,
                     });
@@ -435,7 +433,7 @@ impl Channel {
             }
             if !self.in_flight.iter().any(|f| f.seq == seq) {
                 return Err(TransportError::NotInFlight {
-                    replica: self.replica,
+                    replica: self.limits.replica,
                     seq,
                 });
             }
@@ -476,7 +474,7 @@ impl Channel {
     /// message that gets no reply (a reduction's answer).
     pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
         let n = self.frame(seq, request)?.len();
-        transmit(&mut self.writer, &self.out[..n], None, self.replica)
+        transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
     }
 
     /// Encodes `request` under `seq` into the output buffer: a frame, delimiter first, for
@@ -484,7 +482,7 @@ impl Channel {
     fn frame(&mut self, seq: u32, request: &Request<'_>) -> Result<&[u8], TransportError> {
         let envelope = Envelope { seq, body: request };
         let too_large = |bytes| TransportError::TooLarge {
-            replica: self.replica,
+            replica: self.limits.replica,
             request: request.kind(),
             bytes,
             max: self.limits.max_frame as usize,
@@ -547,7 +545,7 @@ impl Channel {
             }
             Err(RecvTimeoutError::Timeout) => Ok(()),
             Err(RecvTimeoutError::Disconnected) => Err(TransportError::Closed {
-                replica: self.replica,
+                replica: self.limits.replica,
             }),
         }
     }
@@ -586,15 +584,15 @@ impl Channel {
             return Ok(());
         };
         if oldest.attempts >= ATTEMPTS {
-            tracing::warn!(replica = self.replica, request = ?oldest.kind, attempts = ATTEMPTS, "device did not answer");
+            tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, attempts = ATTEMPTS, "device did not answer");
             return Err(TransportError::Timeout {
-                replica: self.replica,
+                replica: self.limits.replica,
                 request: oldest.kind,
                 attempts: ATTEMPTS,
             });
         }
         tracing::debug!(
-            replica = self.replica,
+            replica = self.limits.replica,
             seq = oldest.seq,
             unanswered = self.in_flight.len(),
             "no reply in time: sending the unanswered requests again"
@@ -609,7 +607,7 @@ impl Channel {
                 &mut self.writer,
                 &request.frame,
                 request.bulk.clone(),
-                self.replica,
+                self.limits.replica,
             )?;
             self.retries += 1;
         }
@@ -686,7 +684,6 @@ mod tests {
             frames,
             next_seq: 1,
             deadline: DEFAULT_DEADLINE,
-            replica: 0,
             limits: Limits {
                 memory: 0,
                 max_frame: 256,
