@@ -20,6 +20,9 @@
 //! - [`transfer`]: weights between a host buffer and the replicas' remote buffers.
 //! - [`stream`]: step IO: anchors, data flow and size checks, the per-replica splitter.
 //! - [`dtype`]: element types and the checked conversion of input buffers.
+//! - [`program`]: what a device runs: named variables, streams, anchors, data flow, the
+//!   optimizer and the layers, checked before anything is placed.
+//! - [`rng`]: the replicas' random generator and the seed-derivation rule both sides use.
 //! - [`wire`]: the host↔device protocol: messages, envelopes, framing.
 #![no_std]
 #![forbid(unsafe_code)]
@@ -30,6 +33,8 @@ extern crate std;
 
 pub mod dtype;
 pub mod grouping;
+pub mod program;
+pub mod rng;
 pub mod shard;
 pub mod stream;
 pub mod transfer;

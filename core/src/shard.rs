@@ -30,7 +30,7 @@
 use core::fmt;
 
 /// A half-open range `[begin, end)` of the gathered buffer, in elements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Interval {
     /// First element.

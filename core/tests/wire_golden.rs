@@ -2,7 +2,7 @@
 //!
 //! One representative value of every `Request`, `Response`, `ErrorCode`, `Value`, `Arg`,
 //! `ValueKind`, `RequestKind`, `ReduceOp` and `DataType` variant, and of `Limits`,
-//! `StepConfig`, `Array` and `Envelope`, is encoded and compared with bytes written
+//! `Program`, `Array` and `Envelope`, is encoded and compared with bytes written
 //! literally below; each also decodes back to the value it came from. A few whole frames
 //! pin the framing (CRC-32 and COBS) as well.
 //!
@@ -24,9 +24,14 @@
 //! test, and paste the `actual` bytes it prints.
 
 use tessera_core::dtype::DataType;
+use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+use tessera_core::program::{
+    Anchor, AnchorTensor, Layer, Optimizer, Program, Sharding, Stream, Variable,
+};
+use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{
     decode_body, encode_frame, Arg, Array, Envelope, ErrorCode, FrameDecoder, Limits, ReduceOp,
-    Request, RequestKind, Response, StepConfig, Value, ValueKind, PROTOCOL_VERSION,
+    Request, RequestKind, Response, Value, ValueKind, PROTOCOL_VERSION,
 };
 
 /// `"0a ff"` → `[0x0a, 0xff]`.
@@ -113,7 +118,7 @@ fn request_variant(request: &Request<'_>) -> u32 {
         Request::GetSeed => 10,
         Request::SetRngState { .. } => 11,
         Request::GetRngState => 12,
-        Request::ConfigureStep(_) => 13,
+        Request::Prepare(_) => 13,
         Request::RunStep => 14,
         Request::Reduced { .. } => 15,
         Request::CycleCount => 16,
@@ -173,6 +178,7 @@ fn error_variant(code: &ErrorCode) -> u32 {
         ErrorCode::ReductionTooLarge { .. } => 17,
         ErrorCode::BulkUnavailable => 18,
         ErrorCode::StepAbandoned => 19,
+        ErrorCode::NotInstrumented => 20,
     }
 }
 
@@ -240,7 +246,7 @@ fn kind_variant(kind: RequestKind) -> u32 {
         RequestKind::GetSeed => 10,
         RequestKind::SetRngState => 11,
         RequestKind::GetRngState => 12,
-        RequestKind::ConfigureStep => 13,
+        RequestKind::Prepare => 13,
         RequestKind::RunStep => 14,
         RequestKind::Reduced => 15,
         RequestKind::CycleCount => 16,
@@ -276,19 +282,55 @@ fn op_variant(op: ReduceOp) -> u32 {
 
 const ONE_F32: &[u8] = &[0x00, 0x00, 0x80, 0x3f];
 
-fn step_config() -> StepConfig {
-    StepConfig {
-        inputs: 1,
-        outputs: 2,
-        weights: 3,
-        input_fifo: 4,
-        target_fifo: 5,
-        loss_fifo: 6,
+/// One variable (sharded, balanced), two streams, one anchor, three layers.
+fn program() -> Program {
+    let name = |n: &str| n.try_into().expect("short name");
+    let dims = |d: &[u32]| heapless::Vec::from_slice(d).expect("low rank");
+    let mut p = Program {
+        variables: heapless::Vec::new(),
+        streams: heapless::Vec::new(),
+        anchors: heapless::Vec::new(),
+        layers: heapless::Vec::new(),
+        input: 0,
         batches_per_step: 7,
         accumulation: 8,
-        group_size: 9,
-        dropout: 0.25,
+        optimizer: Optimizer::SgdMomentum {
+            learning_rate: 0.5,
+            momentum: 0.25,
+        },
+        instrumented: true,
+    };
+    let variable = Variable {
+        name: name("w"),
+        dtype: DataType::F32,
+        shape: dims(&[3, 2]),
+        grouping: GroupingSpec::Comm(CommGroup::Consecutive(2)),
+        retrieval: RetrievalMode::AllReplicas,
+        sharding: Sharding::Balanced,
+    };
+    p.variables.push(variable).expect("room");
+    for (n, dtype, sample) in [("x", DataType::F32, 2), ("t", DataType::I32, 1)] {
+        let stream = Stream {
+            name: name(n),
+            dtype,
+            sample: dims(&[sample]),
+            broadcast: false,
+        };
+        p.streams.push(stream).expect("room");
     }
+    let anchor = Anchor {
+        tensor: AnchorTensor::Loss,
+        return_type: AnchorReturnType::EveryN(7),
+    };
+    p.anchors.push(anchor).expect("room");
+    for layer in [
+        Layer::Linear { weight: 0 },
+        Layer::Dropout { rate: 0.5 },
+        Layer::SoftmaxCrossEntropy { labels: 1 },
+    ] {
+        p.layers.push(layer).expect("room");
+    }
+    p
 }
 
 fn limits() -> Limits {
@@ -365,11 +407,18 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
             }),
             "05 06 05 03 01 02 03",
         ),
-        ("PopFifo", env(Request::PopFifo { fifo: 6 }), "05 07 06"),
+        (
+            "PopFifo",
+            env(Request::PopFifo { fifo: 6, items: 3 }),
+            "05 07 06 03",
+        ),
         (
             "SetOptimizer",
-            env(Request::SetOptimizer { learning_rate: 0.5 }),
-            "05 08 00 00 00 3f",
+            env(Request::SetOptimizer {
+                learning_rate: 0.5,
+                momentum: 0.25,
+            }),
+            "05 08 00 00 00 3f 00 00 80 3e",
         ),
         (
             "SetSeed",
@@ -388,9 +437,10 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
         ),
         ("GetRngState", env(Request::GetRngState), "05 0c"),
         (
-            "ConfigureStep",
-            env(Request::ConfigureStep(step_config())),
-            "05 0d 01 02 03 04 05 06 07 08 09 00 00 80 3e",
+            "Prepare",
+            env(Request::Prepare(program())),
+            "05 0d 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
+             00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01",
         ),
         ("RunStep", env(Request::RunStep), "05 0e"),
         (
@@ -634,6 +684,7 @@ fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
         ),
         ("BulkUnavailable", ErrorCode::BulkUnavailable, "12"),
         ("StepAbandoned", ErrorCode::StepAbandoned, "13"),
+        ("NotInstrumented", ErrorCode::NotInstrumented, "14"),
     ]
 }
 
@@ -713,7 +764,7 @@ fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
         ("GetSeed", GetSeed, "0a"),
         ("SetRngState", SetRngState, "0b"),
         ("GetRngState", GetRngState, "0c"),
-        ("ConfigureStep", ConfigureStep, "0d"),
+        ("Prepare", Prepare, "0d"),
         ("RunStep", RunStep, "0e"),
         ("Reduced", Reduced, "0f"),
         ("CycleCount", CycleCount, "10"),
@@ -746,7 +797,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 5);
+    assert_eq!(PROTOCOL_VERSION, 6);
 }
 
 #[test]
@@ -869,7 +920,7 @@ fn every_reduce_op_has_its_golden_bytes() {
 
 /// The plain structs on their own: field order and types.
 #[test]
-fn limits_step_config_and_array_have_their_golden_bytes() {
+fn limits_program_and_array_have_their_golden_bytes() {
     check_golden!(Limits, [("Limits", limits(), "80 80 04 80 08 03 10")]);
     check_golden!(
         Array<'_>,
@@ -880,11 +931,12 @@ fn limits_step_config_and_array_have_their_golden_bytes() {
         )]
     );
     check_golden!(
-        StepConfig,
+        Program,
         [(
-            "StepConfig",
-            step_config(),
-            "01 02 03 04 05 06 07 08 09 00 00 80 3e"
+            "Program",
+            program(),
+            "01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 00 01 \
+             07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01"
         )]
     );
 }

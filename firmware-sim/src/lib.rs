@@ -35,7 +35,6 @@ pub mod functions;
 pub mod link;
 pub mod registers;
 pub mod reply_cache;
-pub mod rng;
 pub mod serve;
 pub mod step;
 

@@ -25,7 +25,7 @@ use super::{GroupingError, ReplicaGrouping};
 ///
 /// The text form ([`Display`](fmt::Display) and [`FromStr`](core::str::FromStr)) is
 /// `all`, `none`, `consecutive:K` or `orthogonal:K`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum CommGroup {
     /// One group of all replicas.

@@ -3,7 +3,7 @@ use core::fmt;
 use super::{CommGroup, GroupingError, ReplicaGrouping, Shape, ShapeError};
 
 /// How a grouped variable comes back to the host.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum RetrievalMode {
     /// One row per group, read from the group's representative.
@@ -23,7 +23,7 @@ impl fmt::Display for RetrievalMode {
 }
 
 /// How a variable's grouping is written before the number of replicas is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum GroupingSpec {
     /// A named comm group.

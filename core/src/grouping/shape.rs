@@ -4,7 +4,7 @@ use core::fmt;
 pub const MAX_RANK: usize = 8;
 
 /// A tensor shape of at most [`MAX_RANK`] dimensions, stored inline.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Shape {
     dims: heapless::Vec<usize, MAX_RANK>,

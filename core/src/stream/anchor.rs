@@ -24,7 +24,7 @@ use core::fmt;
 use super::DataFlow;
 
 /// Which outputs of a tensor the host receives. See the module documentation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum AnchorReturnType {
     /// Every micro-batch's output.

@@ -166,17 +166,22 @@ impl Endpoint for ReadSlot {
     }
 }
 
-/// [`Request::PopFifo`]: the oldest item of a FIFO.
+/// [`Request::PopFifo`]: the oldest items of a FIFO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PopFifo {
     /// FIFO id.
     pub fifo: u16,
+    /// How many items.
+    pub items: u32,
 }
 
 impl Endpoint for PopFifo {
     type Reply<'r> = &'r [u8];
     fn request(&self) -> Request<'_> {
-        Request::PopFifo { fifo: self.fifo }
+        Request::PopFifo {
+            fifo: self.fifo,
+            items: self.items,
+        }
     }
     fn reply(response: Response<'_>) -> Option<&[u8]> {
         data(response)

@@ -5,15 +5,19 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::dtype::DataType;
+use crate::program::Program;
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
 
 /// Arguments a [`Request::Call`] can pass.
 pub const MAX_CALL_ARGS: usize = 4;
+
+/// The FIFO of a program's first anchor (see [`Request::Prepare`]).
+pub const ANCHOR_FIFO: u16 = 9;
 
 /// One message and its sequence number. Replies carry the sequence number of the request
 /// they answer.
@@ -48,35 +52,6 @@ impl Limits {
         let frame = self.max_frame as usize;
         frame.saturating_sub(super::FRAME_OVERHEAD + frame / 254 + 32)
     }
-}
-
-/// The training step's shape: a linear model `y = W·x` trained with SGD on the replica's
-/// micro-batches, its gradient averaged across the replica group before every update.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct StepConfig {
-    /// Elements of one input sample `x` (f32).
-    pub inputs: u16,
-    /// Elements of one output `y` and target (f32).
-    pub outputs: u16,
-    /// On-device variable holding `W`, `outputs × inputs` f32, row-major (loaded from a
-    /// remote-buffer slot with [`Request::RemoteLoad`]).
-    pub weights: u16,
-    /// FIFO of input samples.
-    pub input_fifo: u16,
-    /// FIFO of targets.
-    pub target_fifo: u16,
-    /// FIFO the loss (one f32 per micro-batch) is written to.
-    pub loss_fifo: u16,
-    /// Batches per step.
-    pub batches_per_step: u16,
-    /// Micro-batches whose gradients are accumulated before one update.
-    pub accumulation: u16,
-    /// Replicas sharing `W`; above 1 the gradient is averaged across them through a
-    /// [`Response::Reduce`] before every update.
-    pub group_size: u16,
-    /// Probability of dropping each input element (0 disables dropout).
-    pub dropout: f32,
 }
 
 /// A register value.
@@ -195,22 +170,28 @@ pub enum Request<'a> {
         /// Items it holds.
         depth: u16,
     },
-    /// Appends one item to a FIFO.
+    /// Appends bytes to a FIFO: any number, so a step's samples travel in one request and
+    /// a sample larger than a frame in several. Items become poppable as they complete; a
+    /// push that does not fit is refused whole.
     PushFifo {
         /// FIFO id.
         fifo: u16,
-        /// Exactly one item.
+        /// The bytes.
         data: &'a [u8],
     },
-    /// Removes and returns the oldest item of a FIFO.
+    /// Removes and returns the `items` oldest complete items of a FIFO (all or none).
     PopFifo {
         /// FIFO id.
         fifo: u16,
+        /// How many items.
+        items: u32,
     },
-    /// Optimizer from host: the SGD learning rate.
+    /// Optimizer values from host, between steps.
     SetOptimizer {
         /// Learning rate.
         learning_rate: f32,
+        /// Momentum (ignored by a program trained with plain SGD).
+        momentum: f32,
     },
     /// Random seed from host; also reseeds the RNG with this replica's stream for it.
     SetSeed {
@@ -226,9 +207,13 @@ pub enum Request<'a> {
     },
     /// RNG state to host.
     GetRngState,
-    /// Sets up the training step.
-    ConfigureStep(StepConfig),
-    /// Runs one training step (`batches_per_step` batches).
+    /// Places a program: its variables and their remote-buffer slots (variable `i` in
+    /// variable id and slot `i + 1`), a FIFO per stream (stream `i` in FIFO `i + 1`) and per
+    /// anchor (anchor `j` in FIFO [`ANCHOR_FIFO`]` + j`), deep enough for one step, and
+    /// the model's scratch memory; the device checks the program (with core's own rules)
+    /// and its arena first, and places nothing when either refuses.
+    Prepare(Program),
+    /// Runs one training step of the prepared program (`batches_per_step` batches).
     RunStep,
     /// The host's answer to the device's [`Response::Reduce`] during a step. It travels
     /// under the step's sequence number and names the round it answers: together they are
@@ -376,7 +361,7 @@ pub enum RequestKind {
     GetSeed,
     SetRngState,
     GetRngState,
-    ConfigureStep,
+    Prepare,
     RunStep,
     Reduced,
     CycleCount,
@@ -416,7 +401,7 @@ impl Request<'_> {
             Self::GetSeed => RequestKind::GetSeed,
             Self::SetRngState { .. } => RequestKind::SetRngState,
             Self::GetRngState => RequestKind::GetRngState,
-            Self::ConfigureStep(_) => RequestKind::ConfigureStep,
+            Self::Prepare(_) => RequestKind::Prepare,
             Self::RunStep => RequestKind::RunStep,
             Self::Reduced { .. } => RequestKind::Reduced,
             Self::CycleCount => RequestKind::CycleCount,
@@ -493,9 +478,10 @@ pub enum ErrorCode {
         /// The FIFO.
         fifo: u16,
     },
-    /// `RunStep` before `ConfigureStep`, or after what it names was freed.
+    /// `RunStep` before `Prepare`, or after what it names was freed.
     NotConfigured,
-    /// A step configuration that does not fit the slots and FIFOs it names.
+    /// A program that breaks core's rules, or a request whose sizes do not fit what it
+    /// names.
     BadConfig,
     /// A reply that does not fit in one frame.
     ReplyTooLarge,
@@ -522,6 +508,8 @@ pub enum ErrorCode {
     /// A step abandoned while it waited for a reduction: the host sent a later request,
     /// so it will not answer this step's reductions any more.
     StepAbandoned,
+    /// A cycle count from a device whose program is not instrumented.
+    NotInstrumented,
 }
 
 impl fmt::Display for ErrorCode {
@@ -561,6 +549,9 @@ impl fmt::Display for ErrorCode {
             Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
             Self::StepAbandoned => f.write_str(
                 "the step was abandoned: the host moved on while it waited for a reduction",
+            ),
+            Self::NotInstrumented => f.write_str(
+                "cycle counts need a program prepared with instrumentation enabled",
             ),
             Self::BulkUnavailable => {
                 f.write_str("no bulk bytes of that length came with the request on this link")

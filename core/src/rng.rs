@@ -1,5 +1,10 @@
-//! The replica's random number generator: xoshiro128++ (four 32-bit words of state, which
-//! is what "RNG state to host" returns), seeded from the 64-bit seed by SplitMix64.
+//! The replicas' random number generator and the seed-derivation rule.
+//!
+//! Each replica runs xoshiro128++ (four 32-bit words of state: what "RNG state to host"
+//! returns). The host sends one 64-bit seed to every replica; replica `r` seeds its
+//! generator with SplitMix64 from `seed ^ (r · 0xA0761D6478BD642F)` (wrapping), so replicas
+//! draw different streams from one seed. The host's reference computation uses this same
+//! code, which is why it can reproduce every dropout mask a replica draws.
 
 /// A xoshiro128++ generator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,179 @@
+//! Why a program was refused: the tensor (or layer) and the rule it breaks.
+
+use core::fmt;
+
+use crate::dtype::DataType;
+use crate::grouping::GroupingError;
+use crate::shard::ShardError;
+use crate::stream::{AnchorError, DataFlowError};
+
+use super::{AnchorTensor, Variable};
+
+/// A program that breaks a rule of [`Program::check`](super::Program::check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ProgramError<'a> {
+    /// A variable breaks `rule`.
+    Variable {
+        /// Its name.
+        name: &'a str,
+        /// The rule.
+        rule: ProgramRule,
+    },
+    /// A stream breaks `rule`.
+    Stream {
+        /// Its name.
+        name: &'a str,
+        /// The rule.
+        rule: ProgramRule,
+    },
+    /// Layer `index` (0-based) breaks `rule`.
+    Layer {
+        /// Its position in the model.
+        index: usize,
+        /// The rule.
+        rule: ProgramRule,
+    },
+    /// An anchor breaks `rule`.
+    Anchor {
+        /// The anchored tensor.
+        tensor: AnchorTensor,
+        /// The rule.
+        rule: ProgramRule,
+    },
+    /// The data flow is invalid.
+    DataFlow(DataFlowError),
+    /// A learning rate that is negative or not finite, or a momentum outside `[0, 1)`.
+    Optimizer,
+    /// A variable index past the program's variables.
+    NoSuchVariable {
+        /// The index.
+        index: usize,
+    },
+    /// The model does not end in a loss layer.
+    NoLoss,
+}
+
+/// The rule a tensor or layer breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ProgramRule {
+    /// Names are non-empty.
+    EmptyName,
+    /// Names are unique across variables and streams.
+    DuplicateName,
+    /// The element type must be `expected`.
+    Type {
+        /// What the rule asks for.
+        expected: DataType,
+        /// What the program says.
+        actual: DataType,
+    },
+    /// 1 to 4 dimensions, none of them zero.
+    Dimensions,
+    /// The element count overflows.
+    Size,
+    /// The grouping does not resolve on the replicas.
+    Grouping(GroupingError),
+    /// The shard layout does not build.
+    Shard(ShardError),
+    /// The index names no variable or stream.
+    Missing {
+        /// The index.
+        index: u8,
+    },
+    /// A tensor of `expected` elements (in the dimension that meets the layer's input)
+    /// was needed, not `actual`.
+    Width {
+        /// What the layer's input has.
+        expected: usize,
+        /// What the tensor has.
+        actual: usize,
+    },
+    /// A linear layer's weight is a matrix `[outputs, inputs]`; a bias a vector.
+    Rank {
+        /// The rank the layer needs.
+        expected: usize,
+        /// The rank it has.
+        actual: usize,
+    },
+    /// A variable is used by two layers.
+    UsedTwice,
+    /// A dropout rate outside `[0, 1)`.
+    Rate,
+    /// A loss layer before the last position.
+    LossNotLast,
+    /// A cross-entropy needs at least two classes.
+    Classes,
+    /// A layer reads the model's input stream as labels or targets.
+    InputStream,
+    /// The return type does not fit the data flow.
+    ReturnType(AnchorError),
+    /// The same tensor is anchored twice.
+    AnchoredTwice,
+}
+
+impl<'a> ProgramError<'a> {
+    pub(super) fn variable(v: &'a Variable, rule: ProgramRule) -> Self {
+        Self::Variable {
+            name: v.name.as_str(),
+            rule,
+        }
+    }
+}
+
+impl fmt::Display for ProgramError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Variable { name, rule } => write!(f, "variable `{name}`: {rule}"),
+            Self::Stream { name, rule } => write!(f, "stream `{name}`: {rule}"),
+            Self::Layer { index, rule } => write!(f, "layer {index}: {rule}"),
+            Self::Anchor { tensor, rule } => write!(f, "anchor `{}`: {rule}", tensor.name()),
+            Self::DataFlow(e) => write!(f, "data flow: {e}"),
+            Self::Optimizer => f.write_str(
+                "the learning rate must be finite and >= 0, the momentum in [0, 1)",
+            ),
+            Self::NoSuchVariable { index } => write!(f, "no variable has index {index}"),
+            Self::NoLoss => f.write_str(
+                "the model must end in a loss layer (softmax cross-entropy or mean-squared error)",
+            ),
+        }
+    }
+}
+
+impl fmt::Display for ProgramRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EmptyName => f.write_str("names must not be empty"),
+            Self::DuplicateName => {
+                f.write_str("names must be unique across variables and streams")
+            }
+            Self::Type { expected, actual } => {
+                write!(f, "the element type must be {expected}, not {actual}")
+            }
+            Self::Dimensions => f.write_str("a shape has 1 to 4 dimensions, none of them zero"),
+            Self::Size => f.write_str("the element count overflows"),
+            Self::Grouping(e) => write!(f, "grouping: {e}"),
+            Self::Shard(e) => write!(f, "sharding across its group: {e}"),
+            Self::Missing { index } => write!(f, "index {index} names nothing"),
+            Self::Width { expected, actual } => write!(
+                f,
+                "the layer's input has {expected} elements, the tensor has {actual}"
+            ),
+            Self::Rank { expected, actual } => {
+                write!(f, "the tensor must have rank {expected}, not {actual}")
+            }
+            Self::UsedTwice => f.write_str("a variable is used by one layer only"),
+            Self::Rate => f.write_str("the dropout rate must lie in [0, 1)"),
+            Self::LossNotLast => f.write_str("only the last layer may be a loss"),
+            Self::Classes => f.write_str("a cross-entropy needs at least 2 classes"),
+            Self::InputStream => {
+                f.write_str("labels and targets must come from a stream other than the input")
+            }
+            Self::ReturnType(e) => e.fmt(f),
+            Self::AnchoredTwice => f.write_str("a tensor is anchored once"),
+        }
+    }
+}
+
+impl core::error::Error for ProgramError<'_> {}
