@@ -22,13 +22,13 @@ fi
 qemu-system-arm --version | head -n 1
 defmt-print --version
 
-step "firmware for QEMU mps2-an385 (release)"
-cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --release --locked
-firmware=target/thumbv7m-none-eabi/release/tessera-firmware
+step "firmware for QEMU mps2-an385 (built for size: cargo profile firmware)"
+cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --profile firmware --locked
+firmware=target/thumbv7m-none-eabi/firmware/tessera-firmware
 size -A "$firmware" | awk '$1 == ".text" { printf "firmware .text: %d bytes (target: at most 65536)\n", $2 }'
 
 step "on-target tests in QEMU"
-bash firmware-sim/qemu-run.sh target/thumbv7m-none-eabi/release/tessera-selftest 60
+bash firmware-sim/qemu-run.sh target/thumbv7m-none-eabi/firmware/tessera-selftest 60
 
 step "formatting"
 cargo fmt --all --check

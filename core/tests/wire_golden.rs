@@ -118,7 +118,7 @@ fn request_variant(request: &Request<'_>) -> u32 {
         Request::GetSeed => 10,
         Request::SetRngState { .. } => 11,
         Request::GetRngState => 12,
-        Request::Prepare(_) => 13,
+        Request::Prepare { .. } => 13,
         Request::RunStep => 14,
         Request::Reduced { .. } => 15,
         Request::CycleCount => 16,
@@ -438,8 +438,11 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
         ("GetRngState", env(Request::GetRngState), "05 0c"),
         (
             "Prepare",
-            env(Request::Prepare(program())),
-            "05 0d 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
+            env(Request::Prepare {
+                replicas: 4,
+                program: program(),
+            }),
+            "05 0d 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
              00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01",
         ),
         ("RunStep", env(Request::RunStep), "05 0e"),

@@ -7,7 +7,7 @@
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Response, Value};
 use tessera_firmware_sim::functions::{element, Args, Function, Output};
-use tessera_firmware_sim::step::NoReduce;
+use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
 /// `double(x)`: checks its argument first (count, kind, dtype), says what it returns, and

@@ -3,17 +3,17 @@
 use core::cell::Cell;
 
 use critical_section::Mutex;
+use tessera_core::rng::Rng;
 use tessera_core::wire::{
-    Arg, ErrorCode, Limits, Request, Response, StepConfig, MAX_CALL_ARGS, PROTOCOL_VERSION,
+    Arg, ErrorCode, Limits, Request, Response, MAX_CALL_ARGS, PROTOCOL_VERSION,
 };
 
 use crate::arena::{saturate, Arena, Owner};
 use crate::fifo::Fifos;
 use crate::functions::{self, Function};
+use crate::program::{self, Prepared, Reducer, StepContext};
 use crate::registers::Registers;
-use crate::rng::Rng;
 use crate::serve::LinkLimits;
-use crate::step::{self, Reducer, StepContext};
 
 /// Cycles the device has counted, shareable with an interrupt handler (hence the critical
 /// section): the step adds its work, a timer interrupt on hardware could add ticks.
@@ -54,8 +54,9 @@ pub struct Device<'a> {
     limits: Limits,
     seed: u64,
     rng: Rng,
-    learning_rate: f32,
-    step: Option<StepConfig>,
+    /// Learning rate and momentum.
+    optimizer: (f32, f32),
+    prepared: Option<Prepared>,
     cycles: &'a CycleCounter,
     functions: &'a [(&'static str, Function)],
 }
@@ -65,7 +66,7 @@ impl core::fmt::Debug for Device<'_> {
         f.debug_struct("Device")
             .field("limits", &self.limits)
             .field("seed", &self.seed)
-            .field("step", &self.step)
+            .field("prepared", &self.prepared)
             .finish_non_exhaustive()
     }
 }
@@ -94,8 +95,8 @@ impl<'a> Device<'a> {
             limits,
             seed: 0,
             rng: Rng::from_seed(0),
-            learning_rate: 0.0,
-            step: None,
+            optimizer: (0.0, 0.0),
+            prepared: None,
             cycles,
             functions: &[],
         }
@@ -108,7 +109,7 @@ impl<'a> Device<'a> {
     /// ```
     /// use tessera_core::wire::{ErrorCode, Request, Response};
     /// use tessera_firmware_sim::functions::{Args, Function, Output};
-    /// use tessera_firmware_sim::step::NoReduce;
+    /// use tessera_firmware_sim::program::NoReduce;
     /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
     ///
     /// fn answer(args: &Args<'_>) -> Result<Output, ErrorCode> {
@@ -170,7 +171,7 @@ impl<'a> Device<'a> {
                 self.arena.clear();
                 self.fifos.clear();
                 self.registers.clear();
-                self.step = None;
+                self.prepared = None;
             }
             Request::AllocSlot { slot, bytes } => {
                 self.arena.alloc(Owner::Slot(slot), bytes as usize)?;
@@ -196,12 +197,15 @@ impl<'a> Device<'a> {
                     .create(&mut self.arena, fifo, item_bytes, depth)?;
             }
             Request::PushFifo { fifo, data } => self.fifos.push(&mut self.arena, fifo, data)?,
-            Request::PopFifo { fifo } => {
-                let (block, range) = self.fifos.pop(&self.arena, fifo)?;
+            Request::PopFifo { fifo, items } => {
+                let (block, range) = self.fifos.pop(&self.arena, fifo, items as usize)?;
                 let data = self.arena.bytes(block).get(range).unwrap_or(&[]);
                 return Ok(Some(Response::Data { data }));
             }
-            Request::SetOptimizer { learning_rate } => self.learning_rate = learning_rate,
+            Request::SetOptimizer {
+                learning_rate,
+                momentum,
+            } => self.optimizer = (learning_rate, momentum),
             Request::SetSeed { seed } => {
                 self.seed = seed;
                 self.rng = Rng::for_replica(seed, self.limits.replica);
@@ -213,38 +217,47 @@ impl<'a> Device<'a> {
                     state: self.rng.state(),
                 }))
             }
-            Request::ConfigureStep(config) => {
-                // A group's gradient travels in one frame: refuse a step it cannot fit.
-                // Saturating: a product past u32 is certainly larger than any frame.
-                let gradient = u32::from(config.inputs)
-                    .saturating_mul(u32::from(config.outputs))
-                    .saturating_mul(4);
-                let max = saturate(self.limits.max_chunk());
-                if config.group_size > 1 && gradient > max {
-                    return Err(ErrorCode::ReductionTooLarge {
-                        bytes: gradient,
-                        max,
-                    });
-                }
-                step::configure(&mut self.arena, &self.fifos, &config)?;
-                self.step = Some(config);
+            Request::Prepare {
+                replicas,
+                ref program,
+            } => {
+                let previous = self.prepared.take();
+                let prepared = program::prepare(
+                    &mut self.arena,
+                    &mut self.fifos,
+                    program,
+                    replicas,
+                    &self.limits,
+                    previous.as_ref(),
+                )?;
+                let o = &prepared.program.optimizer;
+                self.optimizer = (o.learning_rate(), o.momentum());
+                self.prepared = Some(prepared);
             }
             Request::RunStep => {
-                let config = self.step.ok_or(ErrorCode::NotConfigured)?;
+                let prepared = self.prepared.as_ref().ok_or(ErrorCode::NotConfigured)?;
                 let ctx = StepContext {
                     arena: &mut self.arena,
                     fifos: &mut self.fifos,
                     rng: &mut self.rng,
-                    learning_rate: self.learning_rate,
+                    prepared,
+                    optimizer: self.optimizer,
                 };
-                let work = step::run(ctx, &config, reducer)?;
+                let work = program::run(ctx, reducer)?;
                 self.cycles.add(work);
             }
             Request::Reduced { .. } => return Err(ErrorCode::UnexpectedReduced),
             Request::CycleCount => {
+                if !self
+                    .prepared
+                    .as_ref()
+                    .is_some_and(|p| p.program.instrumented)
+                {
+                    return Err(ErrorCode::NotInstrumented);
+                }
                 return Ok(Some(Response::Cycles {
                     cycles: self.cycles.get(),
-                }))
+                }));
             }
             Request::SetRegister { id, ref value } => {
                 self.registers.set(&mut self.arena, id, value)?

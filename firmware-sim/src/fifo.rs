@@ -1,5 +1,16 @@
-//! Stream FIFOs: fixed-size items in a ring inside an arena block.
-
+//! Stream FIFOs: a ring of fixed-size items inside an arena block, filled as a byte stream
+//! and emptied by whole items.
+//!
+//! # Contract
+//!
+//! - A push appends any number of bytes: a step's worth of samples in one request, or a
+//!   sample larger than a frame in several. Items become poppable as they complete. A push
+//!   that does not fit the free bytes is refused whole (nothing is written).
+//! - A pop takes `n ≥ 1` whole items, all or none, and hands back where they lie in the
+//!   arena (one contiguous range, valid until the next push). When a FIFO empties, its ring
+//!   restarts at the block's beginning, so a FIFO filled by one step and emptied after it
+//!   always pops contiguously; a pop that would wrap the ring's end is refused
+//!   ([`ErrorCode::OutOfBounds`]) rather than answered in pieces.
 use tessera_core::wire::ErrorCode;
 
 use crate::arena::{saturate, Arena, Block, Owner};
@@ -16,8 +27,12 @@ pub struct Fifo {
     pub item_bytes: usize,
     /// Items it holds.
     pub depth: usize,
+    /// Index of the oldest item.
     head: usize,
+    /// Complete items held.
     len: usize,
+    /// Bytes of the next item already written.
+    partial: usize,
 }
 
 /// The device's FIFOs.
@@ -41,6 +56,9 @@ impl Fifos {
         if self.table.is_full() {
             return Err(ErrorCode::TableFull);
         }
+        if item_bytes == 0 || depth == 0 {
+            return Err(ErrorCode::BadConfig);
+        }
         let (item_bytes, depth) = (item_bytes as usize, usize::from(depth));
         let bytes = item_bytes
             .checked_mul(depth)
@@ -55,6 +73,7 @@ impl Fifos {
             depth,
             head: 0,
             len: 0,
+            partial: 0,
         };
         self.table.push(fifo).map_err(|_| ErrorCode::TableFull)
     }
@@ -68,45 +87,94 @@ impl Fifos {
             .ok_or(ErrorCode::UnknownId { id })
     }
 
-    /// Appends one item.
-    pub fn push(&mut self, arena: &mut Arena<'_>, id: u16, item: &[u8]) -> Result<(), ErrorCode> {
-        let (fifo, block) = self.slot(arena, id)?;
-        if item.len() != fifo.item_bytes {
-            return Err(ErrorCode::ItemSize {
-                expected: saturate(fifo.item_bytes),
-                actual: saturate(item.len()),
-            });
-        }
-        if fifo.len == fifo.depth {
-            return Err(ErrorCode::FifoFull { fifo: id });
-        }
-        let at = (fifo.head + fifo.len) % fifo.depth * fifo.item_bytes;
-        arena
-            .bytes_mut(block)
-            .get_mut(at..at + item.len())
-            .ok_or(ErrorCode::FifoFull { fifo: id })?
-            .copy_from_slice(item);
-        self.update(id, |f| f.len += 1);
+    /// Appends `data` (see the module's contract).
+    pub fn push(&mut self, arena: &mut Arena<'_>, id: u16, data: &[u8]) -> Result<(), ErrorCode> {
+        let (block, start) = self.reserve(arena, id, data.len())?;
+        let (first, second) = data.split_at(data.len().min(block.len - start));
+        let bytes = arena.bytes_mut(block);
+        bytes[start..start + first.len()].copy_from_slice(first);
+        bytes[..second.len()].copy_from_slice(second);
+        self.commit(id, data.len());
         Ok(())
     }
 
-    /// Removes the oldest item; returns the block and byte range where it still lies (valid
-    /// until the next push).
+    /// Appends bytes `range` of arena block `from` (a model tensor in the step's scratch).
+    pub fn push_from(
+        &mut self,
+        arena: &mut Arena<'_>,
+        id: u16,
+        from: Block,
+        range: core::ops::Range<usize>,
+    ) -> Result<(), ErrorCode> {
+        let len = range.len();
+        let (block, start) = self.reserve(arena, id, len)?;
+        let (source, ring) = arena
+            .pair_mut(from, block)
+            .ok_or(ErrorCode::NotConfigured)?;
+        let data = source.get(range).ok_or(ErrorCode::NotConfigured)?;
+        let (first, second) = data.split_at(len.min(ring.len() - start));
+        ring[start..start + first.len()].copy_from_slice(first);
+        ring[..second.len()].copy_from_slice(second);
+        self.commit(id, len);
+        Ok(())
+    }
+
+    /// FIFO `id`'s block and the ring offset where `len` more bytes start, if they fit.
+    fn reserve(&self, arena: &Arena<'_>, id: u16, len: usize) -> Result<(Block, usize), ErrorCode> {
+        let (fifo, block) = self.slot(arena, id)?;
+        // `len ≤ depth` and `partial < item_bytes`, and the block holds `depth·item_bytes`
+        // (> 0, checked at creation).
+        let ring = block.len;
+        let used = fifo.len * fifo.item_bytes + fifo.partial;
+        if len > ring - used {
+            return Err(ErrorCode::FifoFull { fifo: id });
+        }
+        Ok((block, (fifo.head * fifo.item_bytes + used) % ring))
+    }
+
+    /// Counts `len` bytes written by a push.
+    fn commit(&mut self, id: u16, len: usize) {
+        self.update(id, |f| {
+            let written = f.partial + len;
+            f.len += written / f.item_bytes;
+            f.partial = written % f.item_bytes;
+        });
+    }
+
+    /// Forgets FIFO `id` and frees its block.
+    pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
+        self.table.retain(|f| f.id != id);
+        arena.free_block(Owner::Fifo(id));
+    }
+
+    /// Removes the `items` oldest items; returns the block and byte range where they still
+    /// lie (valid until the next push).
     pub fn pop(
         &mut self,
         arena: &Arena<'_>,
         id: u16,
+        items: usize,
     ) -> Result<(Block, core::ops::Range<usize>), ErrorCode> {
         let (fifo, block) = self.slot(arena, id)?;
-        if fifo.len == 0 {
+        if items == 0 || items > fifo.len {
             return Err(ErrorCode::FifoEmpty { fifo: id });
+        }
+        if fifo.head + items > fifo.depth {
+            return Err(ErrorCode::OutOfBounds {
+                offset: saturate(fifo.head * fifo.item_bytes),
+                len: saturate(items * fifo.item_bytes),
+                size: saturate(block.len),
+            });
         }
         let at = fifo.head * fifo.item_bytes;
         self.update(id, |f| {
-            f.head = (f.head + 1) % f.depth;
-            f.len -= 1;
+            f.head = (f.head + items) % f.depth;
+            f.len -= items;
+            if f.len == 0 && f.partial == 0 {
+                f.head = 0;
+            }
         });
-        Ok((block, at..at + fifo.item_bytes))
+        Ok((block, at..at + items * fifo.item_bytes))
     }
 
     /// Forgets every FIFO (their blocks go with the arena's).

@@ -33,10 +33,10 @@ pub mod device;
 pub mod fifo;
 pub mod functions;
 pub mod link;
+pub mod program;
 pub mod registers;
 pub mod reply_cache;
 pub mod serve;
-pub mod step;
 
 pub use clock::Clock;
 pub use device::{CycleCounter, Device};

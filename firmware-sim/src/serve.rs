@@ -43,8 +43,8 @@ use tessera_core::wire::{
 use crate::clock::{elapsed_ms, Clock};
 use crate::device::Device;
 use crate::link::{Framed, Framing, Incoming, Messages};
+use crate::program::Reducer;
 use crate::reply_cache::{ReplyCache, Verdict};
-use crate::step::Reducer;
 
 /// How long the device waits for the host's [`Request::Reduced`], in real time, before it
 /// sends its contribution again.

@@ -3,7 +3,11 @@
 //! well-formed request gets exactly one reply.
 
 use proptest::prelude::*;
-use tessera_core::wire::{Request, StepConfig, Value};
+use tessera_core::dtype::DataType;
+use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding};
+use tessera_core::stream::AnchorReturnType;
+use tessera_core::wire::{Request, Value};
 
 mod support;
 
@@ -25,8 +29,55 @@ fn id() -> impl Strategy<Value = u16> {
 
 const BYTES: [u8; 64] = [7; 64];
 
-/// Steps are configured with a group size of at most 1: a group step waits for the host's
-/// reduction and would rightly consume the frames that follow it.
+/// A program of `inputs → outputs` (either may be 0, which the device must refuse), with
+/// or without dropout, sharded three ways, anchoring the output or not. Groups have one
+/// member: a group step waits for the host's reduction and would rightly consume the
+/// frames that follow it.
+#[allow(clippy::too_many_arguments)]
+fn program(
+    inputs: u32,
+    outputs: u32,
+    hidden: usize,
+    batches: u32,
+    accumulation: u32,
+    sharding: usize,
+    dropout: f32,
+    anchor: bool,
+) -> Program {
+    let sharding = [Sharding::None, Sharding::Balanced, Sharding::PaddedTail][sharding].clone();
+    let mut p = Program::new(batches, accumulation, Optimizer::Sgd { learning_rate: 0.1 });
+    let none = GroupingSpec::Comm(CommGroup::None);
+    let one = RetrievalMode::OnePerGroup;
+    let x = p.add_stream("x", DataType::F32, &[inputs], false).unwrap();
+    let t = p.add_stream("t", DataType::I32, &[1], false).unwrap();
+    let w1 = p.add_variable(
+        "w1",
+        &[hidden as u32 + 2, inputs],
+        none,
+        one,
+        sharding.clone(),
+    );
+    let w2 = p.add_variable("w2", &[outputs, hidden as u32 + 2], none, one, sharding);
+    p.add_layer(Layer::Linear {
+        weight: w1.unwrap(),
+    })
+    .unwrap();
+    p.add_layer(Layer::Relu).unwrap();
+    p.add_layer(Layer::Dropout { rate: dropout }).unwrap();
+    p.add_layer(Layer::Linear {
+        weight: w2.unwrap(),
+    })
+    .unwrap();
+    p.add_layer(Layer::SoftmaxCrossEntropy { labels: t })
+        .unwrap();
+    if anchor {
+        p.add_anchor(AnchorTensor::Output, AnchorReturnType::All)
+            .unwrap();
+    }
+    p.input = x;
+    p
+}
+
 fn request() -> impl Strategy<Value = Request<'static>> {
     prop_oneof![
         any::<u32>().prop_map(|replica| Request::Hello {
@@ -58,48 +109,34 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             fifo,
             data: &BYTES[..n]
         }),
-        id().prop_map(|fifo| Request::PopFifo { fifo }),
+        (id(), 0u32..4).prop_map(|(fifo, items)| Request::PopFifo { fifo, items }),
         any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
         any::<[u32; 4]>().prop_map(|state| Request::SetRngState { state }),
         (
-            0u16..4,
-            0u16..4,
-            id(),
-            id(),
-            id(),
-            id(),
-            0u16..3,
-            0u16..3,
-            0u16..2,
-            -1.0f32..2.0
+            0u32..4,
+            0u32..4,
+            0usize..4,
+            0u32..3,
+            0u32..3,
+            0u32..5,
+            0usize..3,
+            -1.0f32..2.0,
+            any::<bool>(),
         )
             .prop_map(
-                |(
-                    inputs,
-                    outputs,
-                    weights,
-                    input_fifo,
-                    target_fifo,
-                    loss_fifo,
-                    b,
-                    a,
-                    g,
-                    dropout,
-                )| {
-                    Request::ConfigureStep(StepConfig {
-                        inputs,
-                        outputs,
-                        weights,
-                        input_fifo,
-                        target_fifo,
-                        loss_fifo,
-                        batches_per_step: b,
-                        accumulation: a,
-                        group_size: g,
-                        dropout,
-                    })
+                |(inputs, outputs, comm, b, a, replicas, sharding, dropout, anchor)| {
+                    Request::Prepare {
+                        replicas,
+                        program: program(inputs, outputs, comm, b, a, sharding, dropout, anchor),
+                    }
                 }
             ),
+        (any::<f32>(), any::<f32>()).prop_map(|(learning_rate, momentum)| {
+            Request::SetOptimizer {
+                learning_rate,
+                momentum,
+            }
+        }),
         Just(Request::RunStep),
         (id(), id()).prop_map(|(slot, variable)| Request::RemoteLoad { slot, variable }),
         (id(), id()).prop_map(|(variable, slot)| Request::RemoteStore { variable, slot }),

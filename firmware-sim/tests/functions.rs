@@ -9,8 +9,8 @@ use tessera_core::wire::{
     Arg, Array, ErrorCode, Request, Response, Value, ValueKind, MAX_SHAPE_RANK,
 };
 use tessera_firmware_sim::functions::{Args, Function, Output};
+use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::registers::MAX_REGISTERS;
-use tessera_firmware_sim::step::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
 const LINK: LinkLimits = LinkLimits {

@@ -4,17 +4,18 @@
 
 mod support;
 
-use support::{frame, replies, serve_all, MemLink};
-use tessera_core::wire::{Request, StepConfig};
+use support::{frame, linear_program, replies, serve_all, MemLink};
+use tessera_core::grouping::CommGroup;
+use tessera_core::wire::Request;
 
-/// The step's sequence number in these scripts: it follows the 13 set-up requests (the
+/// The step's sequence number in these scripts: it follows the 8 set-up requests (the
 /// device runs requests strictly in order).
-const STEP: u32 = 14;
+const STEP: u32 = 9;
 /// The requests that read the weight back, after the step.
 const STORE: u32 = STEP + 1;
 const READ: u32 = STEP + 2;
 
-/// Sets up a 1→1 linear model in a group of 2 with 3 batches per step (three reductions),
+/// Prepares a 1→1 linear model in a group of 2 with 3 batches per step (three reductions),
 /// weight 0, learning rate 0.5, and queues its samples; then the step's frames, then reads
 /// the weight back (sequence numbers `STORE` and `READ`).
 fn script(step: &[Vec<u8>]) -> Vec<u8> {
@@ -25,19 +26,14 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
         seq += 1;
         bytes.extend_from_slice(&frame(seq, &request));
     };
-    push(Request::AllocSlot { slot: 1, bytes: 4 });
-    push(Request::RemoteLoad {
-        slot: 1,
-        variable: 1,
+    push(Request::Prepare {
+        replicas: 2,
+        program: linear_program(1, 1, CommGroup::All, 3, 1),
     });
-    for fifo in 1..=3 {
-        push(Request::CreateFifo {
-            fifo,
-            item_bytes: 4,
-            depth: 3,
-        });
-    }
-    push(Request::SetOptimizer { learning_rate: 0.5 });
+    push(Request::SetOptimizer {
+        learning_rate: 0.5,
+        momentum: 0.0,
+    });
     for _ in 0..3 {
         push(Request::PushFifo {
             fifo: 1,
@@ -48,18 +44,6 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
             data: &f32s(0.0),
         });
     }
-    push(Request::ConfigureStep(StepConfig {
-        inputs: 1,
-        outputs: 1,
-        weights: 1,
-        input_fifo: 1,
-        target_fifo: 2,
-        loss_fifo: 3,
-        batches_per_step: 3,
-        accumulation: 1,
-        group_size: 2,
-        dropout: 0.0,
-    }));
     for f in step {
         bytes.extend_from_slice(f);
     }

@@ -124,7 +124,7 @@ fn firmware() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/thumbv7m-none-eabi/release/tessera-firmware")
+                .join("../target/thumbv7m-none-eabi/firmware/tessera-firmware")
         });
     path.exists().then_some(path)
 }

@@ -197,7 +197,7 @@ struct TrainArgs {
     #[arg(
         long,
         value_name = "ELF",
-        default_value = "target/thumbv7m-none-eabi/release/tessera-firmware"
+        default_value = "target/thumbv7m-none-eabi/firmware/tessera-firmware"
     )]
     firmware: PathBuf,
     /// Largest relative difference from the host reference that passes (in [0, 1]).

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tessera_core::grouping::{GroupingError, GroupingSpec, RetrievalMode};
-use tessera_firmware_sim::rng::Rng;
+use tessera_core::rng::Rng;
 
 use crate::runtime::reference::{max_relative_error, CheckError, Reference};
 use crate::runtime::{

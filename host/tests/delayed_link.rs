@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-use tessera_firmware_sim::rng::Rng;
+use tessera_core::rng::Rng;
 use tessera_host::runtime::reference::{max_relative_error, Reference};
 use tessera_host::runtime::{ModelConfig, Runtime, RuntimeConfig, StepData};
 use tessera_host::transport::{Channel, FaultConfig};

@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-use tessera_firmware_sim::rng::Rng;
+use tessera_core::rng::Rng;
 use tessera_host::runtime::reference::{max_relative_error, Reference};
 use tessera_host::runtime::{
     ModelConfig, Placement, Runtime, RuntimeConfig, RuntimeError, StepData, RNG_WORDS,

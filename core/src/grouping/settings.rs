@@ -3,7 +3,9 @@ use core::fmt;
 use super::{CommGroup, GroupingError, ReplicaGrouping, Shape, ShapeError};
 
 /// How a grouped variable comes back to the host.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum RetrievalMode {
     /// One row per group, read from the group's representative.

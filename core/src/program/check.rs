@@ -58,17 +58,20 @@ impl Program {
 
     /// The model: widths chain from the input stream, one loss at the end.
     fn check_layers(&self) -> Result<(), ProgramError<'_>> {
-        let input = self.stream(self.input).map_err(|rule| ProgramError::Layer {
-            index: 0,
-            rule,
-        })?;
+        let input = self
+            .stream(self.input)
+            .map_err(|rule| ProgramError::Layer { index: 0, rule })?;
         let stream_error = |rule| ProgramError::Stream {
             name: input.name.as_str(),
             rule,
         };
         check_type(input.dtype, DataType::F32).map_err(stream_error)?;
         let mut width = elements(&input.sample).ok_or(stream_error(ProgramRule::Size))?;
-        let last = self.layers.len().checked_sub(1).ok_or(ProgramError::NoLoss)?;
+        let last = self
+            .layers
+            .len()
+            .checked_sub(1)
+            .ok_or(ProgramError::NoLoss)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let error = |rule| ProgramError::Layer { index, rule };
             let is_loss = matches!(

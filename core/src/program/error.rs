@@ -130,9 +130,9 @@ impl fmt::Display for ProgramError<'_> {
             Self::Layer { index, rule } => write!(f, "layer {index}: {rule}"),
             Self::Anchor { tensor, rule } => write!(f, "anchor `{}`: {rule}", tensor.name()),
             Self::DataFlow(e) => write!(f, "data flow: {e}"),
-            Self::Optimizer => f.write_str(
-                "the learning rate must be finite and >= 0, the momentum in [0, 1)",
-            ),
+            Self::Optimizer => {
+                f.write_str("the learning rate must be finite and >= 0, the momentum in [0, 1)")
+            }
             Self::NoSuchVariable { index } => write!(f, "no variable has index {index}"),
             Self::NoLoss => f.write_str(
                 "the model must end in a loss layer (softmax cross-entropy or mean-squared error)",
@@ -145,9 +145,7 @@ impl fmt::Display for ProgramRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::EmptyName => f.write_str("names must not be empty"),
-            Self::DuplicateName => {
-                f.write_str("names must be unique across variables and streams")
-            }
+            Self::DuplicateName => f.write_str("names must be unique across variables and streams"),
             Self::Type { expected, actual } => {
                 write!(f, "the element type must be {expected}, not {actual}")
             }

@@ -51,9 +51,12 @@
 //!
 //! Nothing here panics; sizes are computed with checked arithmetic.
 
+mod build;
 mod check;
 mod error;
+pub mod ids;
 
+pub use build::CapacityError;
 pub use error::{ProgramError, ProgramRule};
 
 use heapless::Vec;
@@ -206,9 +209,7 @@ impl Optimizer {
     /// The learning rate.
     pub const fn learning_rate(&self) -> f32 {
         match *self {
-            Self::Sgd { learning_rate } | Self::SgdMomentum { learning_rate, .. } => {
-                learning_rate
-            }
+            Self::Sgd { learning_rate } | Self::SgdMomentum { learning_rate, .. } => learning_rate,
         }
     }
 
@@ -286,7 +287,11 @@ impl Program {
     }
 
     /// Variable `index`'s settings on `replicas` replicas.
-    pub fn settings(&self, index: usize, replicas: usize) -> Result<VariableSettings, ProgramError<'_>> {
+    pub fn settings(
+        &self,
+        index: usize,
+        replicas: usize,
+    ) -> Result<VariableSettings, ProgramError<'_>> {
         let v = self.variable(index)?;
         VariableSettings::new(v.grouping, v.retrieval, replicas)
             .map_err(|e| ProgramError::variable(v, ProgramRule::Grouping(e)))

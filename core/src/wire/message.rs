@@ -16,9 +16,6 @@ pub const MAX_SHAPE_RANK: usize = 8;
 /// Arguments a [`Request::Call`] can pass.
 pub const MAX_CALL_ARGS: usize = 4;
 
-/// The FIFO of a program's first anchor (see [`Request::Prepare`]).
-pub const ANCHOR_FIFO: u16 = 9;
-
 /// One message and its sequence number. Replies carry the sequence number of the request
 /// they answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,12 +204,17 @@ pub enum Request<'a> {
     },
     /// RNG state to host.
     GetRngState,
-    /// Places a program: its variables and their remote-buffer slots (variable `i` in
-    /// variable id and slot `i + 1`), a FIFO per stream (stream `i` in FIFO `i + 1`) and per
-    /// anchor (anchor `j` in FIFO [`ANCHOR_FIFO`]` + j`), deep enough for one step, and
-    /// the model's scratch memory; the device checks the program (with core's own rules)
-    /// and its arena first, and places nothing when either refuses.
-    Prepare(Program),
+    /// Places a program for a run on `replicas` replicas: its variables, their optimizer
+    /// state and remote-buffer slots, a FIFO per stream and per anchor deep enough for one
+    /// step (ids as [`program::ids`](crate::program::ids) assigns them), and the model's
+    /// scratch memory. The device checks the program with core's own rules, and its arena,
+    /// and places nothing when either refuses.
+    Prepare {
+        /// Replicas of the run (the program's groupings resolve on them).
+        replicas: u32,
+        /// The program.
+        program: Program,
+    },
     /// Runs one training step of the prepared program (`batches_per_step` batches).
     RunStep,
     /// The host's answer to the device's [`Response::Reduce`] during a step. It travels
@@ -401,7 +403,7 @@ impl Request<'_> {
             Self::GetSeed => RequestKind::GetSeed,
             Self::SetRngState { .. } => RequestKind::SetRngState,
             Self::GetRngState => RequestKind::GetRngState,
-            Self::Prepare(_) => RequestKind::Prepare,
+            Self::Prepare { .. } => RequestKind::Prepare,
             Self::RunStep => RequestKind::RunStep,
             Self::Reduced { .. } => RequestKind::Reduced,
             Self::CycleCount => RequestKind::CycleCount,
@@ -550,9 +552,9 @@ impl fmt::Display for ErrorCode {
             Self::StepAbandoned => f.write_str(
                 "the step was abandoned: the host moved on while it waited for a reduction",
             ),
-            Self::NotInstrumented => f.write_str(
-                "cycle counts need a program prepared with instrumentation enabled",
-            ),
+            Self::NotInstrumented => {
+                f.write_str("cycle counts need a program prepared with instrumentation enabled")
+            }
             Self::BulkUnavailable => {
                 f.write_str("no bulk bytes of that length came with the request on this link")
             }

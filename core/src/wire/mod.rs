@@ -27,6 +27,6 @@ pub use frame::{
     FRAME_OVERHEAD,
 };
 pub use message::{
-    Arg, Array, Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, ANCHOR_FIFO,
-    Value, ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
+    Arg, Array, Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, Value,
+    ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
 };

@@ -60,7 +60,7 @@
 //! use tessera_core::dtype::DataType;
 //! use tessera_core::wire::{Arg, ErrorCode, Request, Response, Value};
 //! use tessera_firmware_sim::functions::{element, Args, Function, Output};
-//! use tessera_firmware_sim::step::NoReduce;
+//! use tessera_firmware_sim::program::NoReduce;
 //! use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 //!
 //! /// `double(x)`: twice an int, or twice every element of an f32 array.

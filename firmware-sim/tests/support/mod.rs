@@ -5,6 +5,9 @@
 use std::convert::Infallible;
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
+use tessera_core::dtype::DataType;
+use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+use tessera_core::program::{Layer, Optimizer, Program, Sharding};
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response};
 use tessera_firmware_sim::{serve, Clock, CycleCounter, Device, Server};
@@ -158,4 +161,33 @@ pub fn replies(output: &[u8]) -> Vec<(u32, String)> {
         }
     }
     out
+}
+
+/// A linear model `y = W·x` (`W` shaped `[outputs, inputs]`, grouped by `comm`) trained
+/// with plain SGD (learning rate 0.5) on a mean-squared error: input stream 0 (FIFO 1),
+/// target stream 1 (FIFO 2), no anchors.
+pub fn linear_program(
+    inputs: u32,
+    outputs: u32,
+    comm: CommGroup,
+    batches_per_step: u32,
+    accumulation: u32,
+) -> Program {
+    let sgd = Optimizer::Sgd { learning_rate: 0.5 };
+    let mut p = Program::new(batches_per_step, accumulation, sgd);
+    let grouping = GroupingSpec::Comm(comm);
+    let w = p
+        .add_variable(
+            "w",
+            &[outputs, inputs],
+            grouping,
+            RetrievalMode::OnePerGroup,
+            Sharding::None,
+        )
+        .unwrap();
+    p.add_stream("x", DataType::F32, &[inputs], false).unwrap();
+    let t = p.add_stream("t", DataType::F32, &[outputs], false).unwrap();
+    p.add_layer(Layer::Linear { weight: w }).unwrap();
+    p.add_layer(Layer::MeanSquaredError { targets: t }).unwrap();
+    p
 }

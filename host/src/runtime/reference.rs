@@ -4,7 +4,7 @@
 use std::fmt;
 
 use tessera_core::grouping::ReplicaGrouping;
-use tessera_firmware_sim::rng::Rng;
+use tessera_core::rng::Rng;
 
 use super::{ModelConfig, StepData};
 

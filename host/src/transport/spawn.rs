@@ -428,7 +428,7 @@ pub enum FirmwareError {
 
 /// How to build the firmware, for error messages.
 const BUILD_FIRMWARE: &str =
-    "build it with `cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --release`";
+    "build it with `cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --profile firmware`";
 
 impl fmt::Display for FirmwareError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -10,12 +10,14 @@ mod board;
 
 use cortex_m_rt::entry;
 use static_cell::ConstStaticCell;
+use tessera_core::dtype::DataType;
+use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Sharding};
+use tessera_core::rng::Rng;
+use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{
-    encode_frame, Envelope, FrameDecoder, Request, Response, StepConfig, Value,
-};
-use tessera_firmware_sim::rng::Rng;
-use tessera_firmware_sim::step::NoReduce;
+use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response, Value};
+use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device};
 
 static MEMORY: ConstStaticCell<[u8; 8192]> = ConstStaticCell::new([0; 8192]);
@@ -64,68 +66,69 @@ fn main() -> ! {
     );
     defmt::info!("slots ok");
 
-    // The training step on one replica, on a variable loaded from the slot: w = 0.5, x = 2, t = 3 → y = 1, e = −2,
-    // loss = 2, grad = −4, w ← 0.5 + 0.1·4 = 0.9.
-    for (fifo, item_bytes) in [(10, 4), (11, 4), (12, 4)] {
-        ok(
-            &mut device,
-            Request::CreateFifo {
-                fifo,
-                item_bytes,
-                depth: 2,
-            },
-        );
-    }
+    // A prepared program on one replica: y = w·x with a mean-squared error, w = 0.5, x = 2,
+    // t = 3 → y = 1, e = −2, loss = 4, dL/dy = −4, grad = −8, w ← 0.5 + 0.1·8 = 1.3.
+    let mut program = Program::new(1, 1, Optimizer::Sgd { learning_rate: 0.1 });
+    let none = GroupingSpec::Comm(CommGroup::None);
+    let one = RetrievalMode::OnePerGroup;
+    let built = program
+        .add_variable("w", &[1, 1], none, one, Sharding::None)
+        .and_then(|w| program.add_layer(Layer::Linear { weight: w }))
+        .and_then(|()| program.add_stream("x", DataType::F32, &[1], false))
+        .and_then(|_| program.add_stream("t", DataType::F32, &[1], false))
+        .and_then(|t| program.add_layer(Layer::MeanSquaredError { targets: t }))
+        .and_then(|()| program.add_anchor(AnchorTensor::Loss, AnchorReturnType::All));
+    assert!(built.is_ok(), "the program fits its capacities");
+    program.instrumented = true;
     ok(
         &mut device,
-        Request::PushFifo {
-            fifo: 10,
-            data: &f32s(&[2.0]),
+        Request::Prepare {
+            replicas: 1,
+            program,
         },
     );
     ok(
         &mut device,
-        Request::PushFifo {
-            fifo: 11,
-            data: &f32s(&[3.0]),
+        Request::WriteSlot {
+            slot: ids::slot(0),
+            offset: 0,
+            data: &f32s(&[0.5]),
         },
     );
-    ok(&mut device, Request::SetOptimizer { learning_rate: 0.1 });
-    let config = StepConfig {
-        inputs: 1,
-        outputs: 1,
-        weights: 5,
-        input_fifo: 10,
-        target_fifo: 11,
-        loss_fifo: 12,
-        batches_per_step: 1,
-        accumulation: 1,
-        group_size: 1,
-        dropout: 0.0,
-    };
     ok(
         &mut device,
         Request::RemoteLoad {
-            slot: 1,
-            variable: 5,
+            slot: ids::slot(0),
+            variable: ids::variable(0),
         },
     );
-    ok(&mut device, Request::ConfigureStep(config));
+    for (stream, value) in [(0, 2.0), (1, 3.0)] {
+        ok(
+            &mut device,
+            Request::PushFifo {
+                fifo: ids::stream_fifo(stream),
+                data: &f32s(&[value]),
+            },
+        );
+    }
     ok(&mut device, Request::RunStep);
     ok(
         &mut device,
         Request::RemoteStore {
-            variable: 5,
-            slot: 1,
+            variable: ids::variable(0),
+            slot: ids::slot(0),
         },
     );
-    let Response::Data { data } = device.handle(&Request::PopFifo { fifo: 12 }, &mut NoReduce)
-    else {
+    let pop = Request::PopFifo {
+        fifo: ids::anchor_fifo(0),
+        items: 1,
+    };
+    let Response::Data { data } = device.handle(&pop, &mut NoReduce) else {
         panic!("no loss")
     };
     assert_eq!(
         f32::from_le_bytes([data[0], data[1], data[2], data[3]]),
-        2.0,
+        4.0,
         "loss"
     );
     let Response::Data { data } = device.handle(
@@ -139,7 +142,7 @@ fn main() -> ! {
         panic!("no weights")
     };
     let w = f32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-    assert!((w - 0.9).abs() < 1e-6, "weight after one step");
+    assert!((w - 1.3).abs() < 1e-6, "weight after one step");
     assert!(CYCLES.get() > 0, "the step counts its work");
     defmt::info!("training step ok");
 

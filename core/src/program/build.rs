@@ -1,0 +1,131 @@
+//! Building a program one tensor at a time, with the capacities checked as it grows.
+
+use core::fmt;
+
+use crate::dtype::DataType;
+use crate::grouping::{GroupingSpec, RetrievalMode};
+use crate::stream::AnchorReturnType;
+
+use super::{Anchor, AnchorTensor, Layer, Optimizer, Program, Sharding, Stream, Variable};
+
+/// A program that would outgrow a fixed capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CapacityError {
+    /// More variables, streams, anchors or layers than the program holds.
+    TooMany {
+        /// What was added.
+        what: &'static str,
+        /// How many fit.
+        max: usize,
+    },
+    /// A name longer than [`MAX_NAME`](super::MAX_NAME) bytes.
+    NameTooLong,
+    /// More than [`MAX_VARIABLE_RANK`](super::MAX_VARIABLE_RANK) dimensions.
+    RankTooLarge,
+}
+
+impl fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooMany { what, max } => write!(f, "a program holds at most {max} {what}"),
+            Self::NameTooLong => write!(f, "names are at most {} bytes", super::MAX_NAME),
+            Self::RankTooLarge => {
+                write!(
+                    f,
+                    "shapes have at most {} dimensions",
+                    super::MAX_VARIABLE_RANK
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for CapacityError {}
+
+impl Program {
+    /// An empty program (no tensors, no layers; input stream 0, not instrumented).
+    pub const fn new(batches_per_step: u32, accumulation: u32, optimizer: Optimizer) -> Self {
+        Self {
+            variables: heapless::Vec::new(),
+            streams: heapless::Vec::new(),
+            anchors: heapless::Vec::new(),
+            layers: heapless::Vec::new(),
+            input: 0,
+            batches_per_step,
+            accumulation,
+            optimizer,
+            instrumented: false,
+        }
+    }
+
+    /// Adds an `f32` variable; returns its index.
+    pub fn add_variable(
+        &mut self,
+        name: &str,
+        shape: &[u32],
+        grouping: GroupingSpec,
+        retrieval: RetrievalMode,
+        sharding: Sharding,
+    ) -> Result<u8, CapacityError> {
+        let variable = Variable {
+            name: name.try_into().map_err(|_| CapacityError::NameTooLong)?,
+            dtype: DataType::F32,
+            shape: heapless::Vec::from_slice(shape).map_err(|_| CapacityError::RankTooLarge)?,
+            grouping,
+            retrieval,
+            sharding,
+        };
+        let index = self.variables.len() as u8; // Capacities are far below 256.
+        self.variables
+            .push(variable)
+            .map_err(|_| too_many("variables", super::MAX_VARIABLES))?;
+        Ok(index)
+    }
+
+    /// Adds a stream; returns its index.
+    pub fn add_stream(
+        &mut self,
+        name: &str,
+        dtype: DataType,
+        sample: &[u32],
+        broadcast: bool,
+    ) -> Result<u8, CapacityError> {
+        let stream = Stream {
+            name: name.try_into().map_err(|_| CapacityError::NameTooLong)?,
+            dtype,
+            sample: heapless::Vec::from_slice(sample).map_err(|_| CapacityError::RankTooLarge)?,
+            broadcast,
+        };
+        let index = self.streams.len() as u8;
+        self.streams
+            .push(stream)
+            .map_err(|_| too_many("streams", super::MAX_STREAMS))?;
+        Ok(index)
+    }
+
+    /// Anchors `tensor`.
+    pub fn add_anchor(
+        &mut self,
+        tensor: AnchorTensor,
+        return_type: AnchorReturnType,
+    ) -> Result<(), CapacityError> {
+        self.anchors
+            .push(Anchor {
+                tensor,
+                return_type,
+            })
+            .map_err(|_| too_many("anchors", super::MAX_ANCHORS))
+    }
+
+    /// Appends a layer to the model.
+    pub fn add_layer(&mut self, layer: Layer) -> Result<(), CapacityError> {
+        self.layers
+            .push(layer)
+            .map_err(|_| too_many("layers", super::MAX_LAYERS))
+    }
+}
+
+fn too_many(what: &'static str, max: usize) -> CapacityError {
+    CapacityError::TooMany { what, max }
+}

@@ -1,0 +1,160 @@
+//! A program prepared on one replica, and the training step that runs it.
+//!
+//! [`prepare`] places a core [`Program`] in the device's arena: each variable as the
+//! replica holds it (its shard, padding included, when it is sharded across its group; the
+//! whole variable otherwise), the variable's remote-buffer slot of the same size, the
+//! momentum's velocity when the optimizer has one, a FIFO per stream and per anchor deep
+//! enough for one step, and one scratch block for the model ([`scratch`]). Ids come from
+//! core's [`ids`]. The program is checked with core's own rules first, every reduction it
+//! will make must fit one frame, and a placement that runs out of memory is rolled back:
+//! a refused program leaves nothing behind.
+//!
+//! [`run`] executes one step as [`step`] describes, with core's [`grouping`] placing the
+//! replica in each variable's group and core's [`shard`] saying which elements its shard
+//! holds.
+//!
+//! [`grouping`]: tessera_core::grouping
+//! [`shard`]: tessera_core::shard
+
+mod math;
+pub mod scratch;
+pub mod step;
+
+use tessera_core::program::{ids, AnchorTensor, Program};
+use tessera_core::wire::{ErrorCode, Limits, ReduceOp};
+
+use crate::arena::{saturate, Arena, Owner};
+use crate::fifo::Fifos;
+use scratch::Scratch;
+pub use step::{run, StepContext};
+
+/// Asks the host to combine a buffer across the replica group, in place.
+pub trait Reducer {
+    /// Replaces `data` (f32, little-endian) with the group's combination; `round` numbers
+    /// the reductions of one step.
+    fn reduce(&mut self, round: u32, op: ReduceOp, data: &mut [u8]) -> Result<(), ErrorCode>;
+}
+
+/// A reducer for devices that are alone in their group.
+#[derive(Debug)]
+pub struct NoReduce;
+
+impl Reducer for NoReduce {
+    fn reduce(&mut self, _: u32, _: ReduceOp, _: &mut [u8]) -> Result<(), ErrorCode> {
+        Err(ErrorCode::ReduceTimeout)
+    }
+}
+
+/// A program placed on this replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The program.
+    pub program: Program,
+    /// Replicas of the run.
+    pub replicas: usize,
+    /// This replica.
+    pub replica: usize,
+    /// Where the model's tensors lie in the scratch block.
+    pub scratch: Scratch,
+}
+
+/// Places `program` for replica `limits.replica` of `replicas` (see the module
+/// documentation); `previous`, the program placed before, is freed first.
+pub fn prepare(
+    arena: &mut Arena<'_>,
+    fifos: &mut Fifos,
+    program: &Program,
+    replicas: u32,
+    limits: &Limits,
+    previous: Option<&Prepared>,
+) -> Result<Prepared, ErrorCode> {
+    let (replicas, replica) = (replicas as usize, limits.replica as usize);
+    program.check(replicas).map_err(|_| ErrorCode::BadConfig)?;
+    if replica >= replicas {
+        return Err(ErrorCode::BadConfig);
+    }
+    let scratch = Scratch::new(program, replicas).ok_or(ErrorCode::BadConfig)?;
+    // Every reduction carries one whole variable in one frame.
+    let max = saturate(limits.max_chunk());
+    for reduction in program.reductions(replicas) {
+        let elements = scratch.full(reduction.variable()).map_or(0, |r| r.len());
+        let bytes = saturate(elements.saturating_mul(4));
+        if bytes > max {
+            return Err(ErrorCode::ReductionTooLarge { bytes, max });
+        }
+    }
+    if let Some(old) = previous {
+        release(arena, fifos, &old.program);
+    }
+    release(arena, fifos, program);
+    place(arena, fifos, program, replicas, &scratch).inspect_err(|_| {
+        release(arena, fifos, program);
+    })?;
+    Ok(Prepared {
+        program: program.clone(),
+        replicas,
+        replica,
+        scratch,
+    })
+}
+
+/// Allocates everything the module documentation lists.
+fn place(
+    arena: &mut Arena<'_>,
+    fifos: &mut Fifos,
+    program: &Program,
+    replicas: usize,
+    scratch: &Scratch,
+) -> Result<(), ErrorCode> {
+    let flow = program.data_flow().map_err(|_| ErrorCode::BadConfig)?;
+    let momentum = program.optimizer.momentum() > 0.0;
+    for i in 0..program.variables.len() {
+        let held = program
+            .held_elements(i, replicas)
+            .map_err(|_| ErrorCode::BadConfig)?
+            .checked_mul(4)
+            .ok_or(ErrorCode::BadConfig)?;
+        let index = i as u8; // At most MAX_VARIABLES variables.
+        arena.alloc(Owner::Variable(ids::variable(index)), held)?;
+        arena.alloc(Owner::Slot(ids::slot(index)), held)?;
+        if momentum {
+            arena.alloc(Owner::Variable(ids::velocity(index)), held)?;
+        }
+    }
+    let depth = |items: usize| u16::try_from(items).map_err(|_| ErrorCode::BadConfig);
+    for (i, s) in program.streams.iter().enumerate() {
+        let item = tessera_core::program::elements(&s.sample)
+            .and_then(|n| n.checked_mul(s.dtype.size()))
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or(ErrorCode::BadConfig)?;
+        let fifo = ids::stream_fifo(i as u8);
+        fifos.create(arena, fifo, item, depth(flow.inputs_per_replica())?)?;
+    }
+    for (j, a) in program.anchors.iter().enumerate() {
+        let width = match a.tensor {
+            AnchorTensor::Loss => 1,
+            AnchorTensor::Output => scratch.output_width(),
+        };
+        let items = flow.outputs_per_replica(Some(a.return_type));
+        let fifo = ids::anchor_fifo(j as u8);
+        fifos.create(arena, fifo, saturate(width * 4), depth(items)?)?;
+    }
+    arena.alloc(Owner::StepScratch, scratch.bytes())?;
+    Ok(())
+}
+
+/// Frees every block and FIFO `program` may have placed.
+fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program) {
+    for i in 0..program.variables.len() as u8 {
+        arena.free_block(Owner::Variable(ids::variable(i)));
+        arena.free_block(Owner::Variable(ids::velocity(i)));
+        arena.free_block(Owner::Slot(ids::slot(i)));
+    }
+    for i in 0..program.streams.len() as u8 {
+        fifos.remove(arena, ids::stream_fifo(i));
+    }
+    for j in 0..program.anchors.len() as u8 {
+        fifos.remove(arena, ids::anchor_fifo(j));
+    }
+    arena.free_block(Owner::StepScratch);
+}

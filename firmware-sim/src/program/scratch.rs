@@ -1,0 +1,172 @@
+//! Where the model's tensors lie in the step's scratch block, in `f32` elements.
+//!
+//! One block holds everything a step computes, one region after another: for each
+//! variable a layer trains, its whole value (gathered from the group when it is sharded)
+//! and its gradient; the activations `a₀ … a_L` (`a₀` the input sample, `a_{k+1}` the
+//! output of layer `k`, `a_L` the loss layer's input) and a gradient region of the same
+//! width for each; a dropout mask per dropout layer; the labels or targets of one sample
+//! (a label is stored as the bits of its `i32`); and a running sum per anchor for
+//! [`Sum`](tessera_core::stream::AnchorReturnType::Sum) anchors.
+
+use core::ops::Range;
+
+use tessera_core::program::{
+    elements, AnchorTensor, Layer, Program, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
+};
+
+/// A range of the scratch block, in elements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Region {
+    /// First element.
+    pub at: usize,
+    /// Elements.
+    pub len: usize,
+}
+
+impl Region {
+    /// The elements it covers.
+    pub fn range(self) -> Range<usize> {
+        self.at..self.at + self.len
+    }
+}
+
+/// The regions of one program's scratch block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scratch {
+    full: [Option<Region>; MAX_VARIABLES],
+    grad: [Option<Region>; MAX_VARIABLES],
+    /// `a₀ … a_L`.
+    acts: heapless::Vec<Region, { MAX_LAYERS + 1 }>,
+    /// The gradient of the loss with respect to each activation.
+    deltas: heapless::Vec<Region, { MAX_LAYERS + 1 }>,
+    masks: [Option<Region>; MAX_LAYERS],
+    target: Region,
+    sums: [Region; MAX_ANCHORS],
+    total: usize,
+}
+
+impl Scratch {
+    /// The layout for `program` on `replicas` replicas; `None` when the program does not
+    /// pass [`Program::check`] or its size overflows.
+    pub fn new(program: &Program, replicas: usize) -> Option<Self> {
+        program.check(replicas).ok()?;
+        let mut next = 0usize;
+        let mut take = |len: usize| -> Option<Region> {
+            let region = Region { at: next, len };
+            next = next.checked_add(len)?;
+            Some(region)
+        };
+        let mut full = [None; MAX_VARIABLES];
+        let mut grad = [None; MAX_VARIABLES];
+        for (i, v) in program.variables.iter().enumerate() {
+            if program.layer_of(i).is_some() {
+                let n = elements(&v.shape)?;
+                full[i] = Some(take(n)?);
+                grad[i] = Some(take(n)?);
+            }
+        }
+        let input = program.streams.get(usize::from(program.input))?;
+        let mut width = elements(&input.sample)?;
+        let mut widths = heapless::Vec::<usize, { MAX_LAYERS + 1 }>::new();
+        widths.push(width).ok()?;
+        let mut masks = [None; MAX_LAYERS];
+        let mut target = Region::default();
+        for (k, layer) in program.layers.iter().enumerate() {
+            match *layer {
+                Layer::Linear { weight } => {
+                    width = *program.variables.get(usize::from(weight))?.shape.first()? as usize;
+                }
+                Layer::Dropout { .. } => masks[k] = Some(take(width)?),
+                Layer::SoftmaxCrossEntropy { labels: s }
+                | Layer::MeanSquaredError { targets: s } => {
+                    target = take(elements(&program.streams.get(usize::from(s))?.sample)?)?;
+                    continue;
+                }
+                Layer::Bias { .. } | Layer::Relu => {}
+            }
+            widths.push(width).ok()?;
+        }
+        let mut acts = heapless::Vec::new();
+        let mut deltas = heapless::Vec::new();
+        for &w in &widths {
+            acts.push(take(w)?).ok()?;
+            deltas.push(take(w)?).ok()?;
+        }
+        let mut sums = [Region::default(); MAX_ANCHORS];
+        for (j, a) in program.anchors.iter().enumerate() {
+            sums[j] = take(match a.tensor {
+                AnchorTensor::Loss => 1,
+                AnchorTensor::Output => width,
+            })?;
+        }
+        let total = next;
+        Some(Self {
+            full,
+            grad,
+            acts,
+            deltas,
+            masks,
+            target,
+            sums,
+            total,
+        })
+    }
+
+    /// Bytes of the block.
+    pub fn bytes(&self) -> usize {
+        self.total.saturating_mul(4)
+    }
+
+    /// Variable `index`'s whole value, if a layer trains it.
+    pub fn full(&self, index: u8) -> Option<Range<usize>> {
+        self.full
+            .get(usize::from(index))
+            .copied()
+            .flatten()
+            .map(Region::range)
+    }
+
+    /// Variable `index`'s gradient, if a layer trains it.
+    pub fn grad(&self, index: u8) -> Option<Range<usize>> {
+        self.grad
+            .get(usize::from(index))
+            .copied()
+            .flatten()
+            .map(Region::range)
+    }
+
+    /// Activation `a_k`.
+    pub fn act(&self, k: usize) -> Option<Range<usize>> {
+        self.acts.get(k).map(|r| r.range())
+    }
+
+    /// The gradient of activation `a_k`.
+    pub fn delta(&self, k: usize) -> Option<Range<usize>> {
+        self.deltas.get(k).map(|r| r.range())
+    }
+
+    /// Layer `k`'s dropout mask.
+    pub fn mask(&self, k: usize) -> Option<Range<usize>> {
+        self.masks.get(k).copied().flatten().map(Region::range)
+    }
+
+    /// One sample's labels or targets.
+    pub fn target(&self) -> Range<usize> {
+        self.target.range()
+    }
+
+    /// Anchor `j`'s running sum.
+    pub fn sum(&self, j: usize) -> Option<Range<usize>> {
+        self.sums.get(j).map(|r| r.range())
+    }
+
+    /// `L`: the index of the loss layer's input activation.
+    pub fn last(&self) -> usize {
+        self.acts.len().saturating_sub(1)
+    }
+
+    /// The width of the loss layer's input.
+    pub fn output_width(&self) -> usize {
+        self.acts.last().map_or(0, |r| r.len)
+    }
+}

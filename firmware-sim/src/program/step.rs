@@ -1,0 +1,464 @@
+//! One training step of a prepared program.
+//!
+//! For each of the step's batches:
+//!
+//! 1. every variable a layer trains is made whole in the scratch block: copied from the
+//!    replica's variable, or, when it is sharded, its shard's pieces placed in a zeroed
+//!    tensor and summed across the group (a *gather* round);
+//! 2. each micro-batch pops one sample of every stream, runs the layers forward, computes
+//!    the loss, runs the layers backward adding to each variable's gradient, and writes its
+//!    anchors by their return type's rule ([`AnchorReturnType::action`]);
+//! 3. the gradients are divided by the accumulation factor and averaged across each
+//!    variable's group (a *gradient* round, when the group has several members);
+//! 4. the optimizer updates only what the replica holds: its own shard's elements (padding
+//!    stays zero) or the whole variable; with momentum, `v ← μ·v + g`, `w ← w − lr·v`.
+//!
+//! Rounds are numbered as [`Program::reductions`] orders them. The work counted (the cycle
+//! count's unit) is one per multiply-add of a linear layer and one per element of every
+//! other layer and update.
+//!
+//! [`AnchorReturnType::action`]: tessera_core::stream::AnchorReturnType::action
+//! [`Program::reductions`]: tessera_core::program::Program::reductions
+
+use core::ops::Range;
+
+use tessera_core::program::{ids, AnchorTensor, Layer, Reduction, MAX_VARIABLES};
+use tessera_core::rng::Rng;
+use tessera_core::shard::Piece;
+use tessera_core::stream::AnchorAction;
+use tessera_core::wire::{ErrorCode, ReduceOp};
+
+use super::{math, Prepared, Reducer};
+use crate::arena::{Arena, Block, Owner};
+use crate::fifo::Fifos;
+
+/// Everything a step touches.
+#[derive(Debug)]
+pub struct StepContext<'d, 'a> {
+    /// The device memory.
+    pub arena: &'d mut Arena<'a>,
+    /// The device FIFOs.
+    pub fifos: &'d mut Fifos,
+    /// The replica's RNG.
+    pub rng: &'d mut Rng,
+    /// The prepared program.
+    pub prepared: &'d Prepared,
+    /// Learning rate and momentum, as the host last set them.
+    pub optimizer: (f32, f32),
+}
+
+/// Runs one step; returns the work done (see the module documentation).
+pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, ErrorCode> {
+    let StepContext {
+        arena,
+        fifos,
+        rng,
+        prepared,
+        optimizer,
+    } = ctx;
+    let p = &prepared.program;
+    let s = &prepared.scratch;
+    let block = arena
+        .find(Owner::StepScratch)
+        .filter(|b| b.len == s.bytes())
+        .ok_or(ErrorCode::NotConfigured)?;
+    let rounds: heapless::Vec<Reduction, { 2 * MAX_VARIABLES }> =
+        p.reductions(prepared.replicas).collect();
+    let per_batch = rounds.len() as u32; // At most 2·MAX_VARIABLES.
+    let (batches, accumulation) = (p.batches_per_step, p.accumulation);
+    let last = s.last();
+    let loss_stream = match p.layers.last() {
+        Some(Layer::SoftmaxCrossEntropy { labels: i } | Layer::MeanSquaredError { targets: i }) => {
+            usize::from(*i)
+        }
+        _ => return Err(ErrorCode::NotConfigured),
+    };
+    let mut work = 0u64;
+    for b in 0..batches {
+        let round_of = |i: usize| {
+            b.checked_mul(per_batch)
+                .and_then(|r| r.checked_add(i as u32))
+                .ok_or(ErrorCode::BadConfig)
+        };
+        for (i, _) in p.variables.iter().enumerate() {
+            if let Some(full) = s.full(i as u8) {
+                load_whole(arena, prepared, block, i as u8, full)?;
+            }
+        }
+        for (i, r) in rounds.iter().enumerate() {
+            if let Reduction::Gather { variable } = *r {
+                let full = s.full(variable).ok_or(ErrorCode::NotConfigured)?;
+                reducer.reduce(round_of(i)?, ReduceOp::Sum, bytes(arena, block, full)?)?;
+            }
+        }
+        for (i, _) in p.variables.iter().enumerate() {
+            if let Some(grad) = s.grad(i as u8) {
+                floats(arena, block)?[grad].fill(0.0);
+            }
+        }
+        for m in 0..accumulation {
+            for (i, _) in p.streams.iter().enumerate() {
+                let fifo = ids::stream_fifo(i as u8);
+                if i == usize::from(p.input) {
+                    pop_into(
+                        arena,
+                        fifos,
+                        fifo,
+                        block,
+                        s.act(0).ok_or(ErrorCode::NotConfigured)?,
+                    )?;
+                } else if i == loss_stream {
+                    pop_into(arena, fifos, fifo, block, s.target())?;
+                } else {
+                    // A stream no layer reads still moves on with the step.
+                    fifos.pop(arena, fifo, 1)?;
+                }
+            }
+            work += forward(arena, block, prepared, rng)?;
+            let loss = loss(arena, block, prepared)?;
+            work += backward(arena, block, prepared)?;
+            for (j, a) in p.anchors.iter().enumerate() {
+                let action = a.return_type.action(
+                    b as usize,
+                    m as usize,
+                    batches as usize,
+                    accumulation as usize,
+                );
+                let value = match a.tensor {
+                    AnchorTensor::Loss => None,
+                    AnchorTensor::Output => s.act(last),
+                };
+                let fifo = ids::anchor_fifo(j as u8);
+                match (action, value) {
+                    (AnchorAction::Skip, _) => {}
+                    (AnchorAction::Write, None) => fifos.push(arena, fifo, &loss.to_le_bytes())?,
+                    (AnchorAction::Write, Some(v)) => {
+                        fifos.push_from(arena, fifo, block, v.start * 4..v.end * 4)?
+                    }
+                    (AnchorAction::Accumulate { emit }, value) => {
+                        let sum = s.sum(j).ok_or(ErrorCode::NotConfigured)?;
+                        let x = floats(arena, block)?;
+                        match value {
+                            None => x[sum.start] += loss,
+                            Some(v) => {
+                                for (t, f) in sum.clone().zip(v) {
+                                    x[t] += x[f];
+                                }
+                            }
+                        }
+                        if emit {
+                            fifos.push_from(arena, fifo, block, sum.start * 4..sum.end * 4)?;
+                            floats(arena, block)?[sum].fill(0.0);
+                        }
+                    }
+                }
+            }
+        }
+        let scale = 1.0 / accumulation as f32;
+        for (i, _) in p.variables.iter().enumerate() {
+            if let Some(grad) = s.grad(i as u8) {
+                floats(arena, block)?[grad]
+                    .iter_mut()
+                    .for_each(|g| *g *= scale);
+            }
+        }
+        for (i, r) in rounds.iter().enumerate() {
+            if let Reduction::Gradient { variable } = *r {
+                let grad = s.grad(variable).ok_or(ErrorCode::NotConfigured)?;
+                reducer.reduce(round_of(i)?, ReduceOp::Mean, bytes(arena, block, grad)?)?;
+            }
+        }
+        for (i, _) in p.variables.iter().enumerate() {
+            if s.grad(i as u8).is_some() {
+                work += update(arena, prepared, block, i as u8, optimizer)?;
+            }
+        }
+    }
+    Ok(work)
+}
+
+/// The scratch block as `f32`s.
+fn floats<'x>(arena: &'x mut Arena<'_>, block: Block) -> Result<&'x mut [f32], ErrorCode> {
+    bytemuck::try_cast_slice_mut(arena.bytes_mut(block)).map_err(|_| ErrorCode::NotConfigured)
+}
+
+/// Elements `range` of the scratch block as bytes.
+fn bytes<'x>(
+    arena: &'x mut Arena<'_>,
+    block: Block,
+    range: Range<usize>,
+) -> Result<&'x mut [u8], ErrorCode> {
+    let x = floats(arena, block)?;
+    let region = x.get_mut(range).ok_or(ErrorCode::NotConfigured)?;
+    Ok(bytemuck::cast_slice_mut(region))
+}
+
+/// Disjoint mutable regions of `x`, in the order asked for; `None` if any two overlap or
+/// one lies outside `x`.
+fn regions<'x, const N: usize>(
+    x: &'x mut [f32],
+    ranges: [Range<usize>; N],
+) -> Result<[&'x mut [f32]; N], ErrorCode> {
+    let mut order: [usize; N] = core::array::from_fn(|i| i);
+    order.sort_unstable_by_key(|&i| ranges[i].start);
+    let mut out: [Option<&'x mut [f32]>; N] = core::array::from_fn(|_| None);
+    let (mut rest, mut consumed) = (x, 0usize);
+    for i in order {
+        let r = &ranges[i];
+        let skip = r
+            .start
+            .checked_sub(consumed)
+            .ok_or(ErrorCode::NotConfigured)?;
+        let tail = core::mem::take(&mut rest);
+        let (_, tail) = tail
+            .split_at_mut_checked(skip)
+            .ok_or(ErrorCode::NotConfigured)?;
+        let (mine, tail) = tail
+            .split_at_mut_checked(r.len())
+            .ok_or(ErrorCode::NotConfigured)?;
+        out[i] = Some(mine);
+        rest = tail;
+        consumed = r.end;
+    }
+    Ok(out.map(Option::unwrap_or_default))
+}
+
+/// The pieces of variable `index` this replica holds: its shard's, or the whole variable
+/// at offset 0.
+fn held_pieces(
+    prepared: &Prepared,
+    index: u8,
+    mut each: impl FnMut(Piece),
+) -> Result<(), ErrorCode> {
+    let (p, i) = (&prepared.program, usize::from(index));
+    let layout = p
+        .shard_layout(i, prepared.replicas)
+        .map_err(|_| ErrorCode::NotConfigured)?;
+    let Some(layout) = layout else {
+        let n = p
+            .held_elements(i, prepared.replicas)
+            .map_err(|_| ErrorCode::NotConfigured)?;
+        each(Piece {
+            src_begin: 0,
+            src_end: n,
+            dst_offset: 0,
+        });
+        return Ok(());
+    };
+    let settings = p
+        .settings(i, prepared.replicas)
+        .map_err(|_| ErrorCode::NotConfigured)?;
+    let shard = settings
+        .grouping()
+        .index_in_group(prepared.replica)
+        .map_err(|_| ErrorCode::NotConfigured)?;
+    for piece in layout.pieces(shard).map_err(|_| ErrorCode::NotConfigured)? {
+        each(piece);
+    }
+    Ok(())
+}
+
+/// Variable `index` from what the replica holds into `full` (the rest zeroed).
+fn load_whole(
+    arena: &mut Arena<'_>,
+    prepared: &Prepared,
+    block: Block,
+    index: u8,
+    full: Range<usize>,
+) -> Result<(), ErrorCode> {
+    let held = arena
+        .find(Owner::Variable(ids::variable(index)))
+        .ok_or(ErrorCode::NotConfigured)?;
+    let (w, x) = arena
+        .pair_mut(held, block)
+        .ok_or(ErrorCode::NotConfigured)?;
+    let w: &[f32] = bytemuck::try_cast_slice(w).map_err(|_| ErrorCode::NotConfigured)?;
+    let x: &mut [f32] = bytemuck::try_cast_slice_mut(x).map_err(|_| ErrorCode::NotConfigured)?;
+    let full = x.get_mut(full).ok_or(ErrorCode::NotConfigured)?;
+    full.fill(0.0);
+    let mut fits = true;
+    held_pieces(prepared, index, |piece| {
+        match (
+            full.get_mut(piece.src_begin..piece.src_end),
+            w.get(piece.dst_offset..piece.dst_offset + piece.len()),
+        ) {
+            (Some(to), Some(from)) => to.copy_from_slice(from),
+            _ => fits = false,
+        }
+    })?;
+    fits.then_some(()).ok_or(ErrorCode::NotConfigured)
+}
+
+/// The optimizer on what the replica holds of variable `index`; returns the work.
+fn update(
+    arena: &mut Arena<'_>,
+    prepared: &Prepared,
+    block: Block,
+    index: u8,
+    (lr, momentum): (f32, f32),
+) -> Result<u64, ErrorCode> {
+    let grad = prepared
+        .scratch
+        .grad(index)
+        .ok_or(ErrorCode::NotConfigured)?;
+    let mut fits = true;
+    let mut apply = |target: u16, step: &dyn Fn(&mut f32, &mut f32)| -> Result<(), ErrorCode> {
+        let held = arena
+            .find(Owner::Variable(target))
+            .ok_or(ErrorCode::NotConfigured)?;
+        let (w, x) = arena
+            .pair_mut(held, block)
+            .ok_or(ErrorCode::NotConfigured)?;
+        let w: &mut [f32] =
+            bytemuck::try_cast_slice_mut(w).map_err(|_| ErrorCode::NotConfigured)?;
+        let x: &mut [f32] =
+            bytemuck::try_cast_slice_mut(x).map_err(|_| ErrorCode::NotConfigured)?;
+        let g = x.get_mut(grad.clone()).ok_or(ErrorCode::NotConfigured)?;
+        held_pieces(prepared, index, |piece| {
+            match (
+                w.get_mut(piece.dst_offset..piece.dst_offset + piece.len()),
+                g.get_mut(piece.src_begin..piece.src_end),
+            ) {
+                (Some(w), Some(g)) => w.iter_mut().zip(g).for_each(|(w, g)| step(w, g)),
+                _ => fits = false,
+            }
+        })
+    };
+    if prepared.program.optimizer.momentum() > 0.0 {
+        // The velocity becomes the step direction, left in the gradient's place.
+        apply(ids::velocity(index), &|v, g| {
+            *v = momentum * *v + *g;
+            *g = *v;
+        })?;
+    }
+    apply(ids::variable(index), &|w, g| *w -= lr * *g)?;
+    fits.then_some(grad.len() as u64)
+        .ok_or(ErrorCode::NotConfigured)
+}
+
+/// The layers before the loss, in order; returns the work.
+fn forward(
+    arena: &mut Arena<'_>,
+    block: Block,
+    prepared: &Prepared,
+    rng: &mut Rng,
+) -> Result<u64, ErrorCode> {
+    let (p, s) = (&prepared.program, &prepared.scratch);
+    let x = floats(arena, block)?;
+    let missing = ErrorCode::NotConfigured;
+    let mut work = 0u64;
+    for (k, layer) in p.layers.iter().enumerate().take(s.last()) {
+        let (a, y) = (s.act(k).ok_or(missing)?, s.act(k + 1).ok_or(missing)?);
+        work += y.len() as u64;
+        match *layer {
+            Layer::Linear { weight } => {
+                let [w, a, y] = regions(x, [s.full(weight).ok_or(missing)?, a, y])?;
+                math::linear(w, a, y);
+                work += w.len() as u64;
+            }
+            Layer::Bias { bias } => {
+                let [b, a, y] = regions(x, [s.full(bias).ok_or(missing)?, a, y])?;
+                math::bias(b, a, y);
+            }
+            Layer::Relu => {
+                let [a, y] = regions(x, [a, y])?;
+                math::relu(a, y);
+            }
+            Layer::Dropout { rate } => {
+                let [a, mask, y] = regions(x, [a, s.mask(k).ok_or(missing)?, y])?;
+                math::dropout(rng, rate, a, mask, y);
+            }
+            Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
+                return Err(missing)
+            }
+        }
+    }
+    Ok(work)
+}
+
+/// The loss layer: returns the loss and sets the gradient of its input.
+fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<f32, ErrorCode> {
+    let (p, s) = (&prepared.program, &prepared.scratch);
+    let x = floats(arena, block)?;
+    let missing = ErrorCode::NotConfigured;
+    let last = s.last();
+    let [y, t, dy] = regions(
+        x,
+        [
+            s.act(last).ok_or(missing)?,
+            s.target(),
+            s.delta(last).ok_or(missing)?,
+        ],
+    )?;
+    match p.layers.last() {
+        Some(Layer::SoftmaxCrossEntropy { .. }) => {
+            let label = t.first().map_or(-1, |l| l.to_bits() as i32);
+            math::softmax_cross_entropy(y, label, dy).ok_or(ErrorCode::BadArguments)
+        }
+        Some(Layer::MeanSquaredError { .. }) => Ok(math::mean_squared_error(y, t, dy)),
+        _ => Err(missing),
+    }
+}
+
+/// The layers before the loss, last first, adding to the gradients; returns the work.
+fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<u64, ErrorCode> {
+    let (p, s) = (&prepared.program, &prepared.scratch);
+    let x = floats(arena, block)?;
+    let missing = ErrorCode::NotConfigured;
+    let mut work = 0u64;
+    for (k, layer) in p.layers.iter().enumerate().take(s.last()).rev() {
+        let (dy, dx) = (s.delta(k + 1).ok_or(missing)?, s.delta(k).ok_or(missing)?);
+        work += dx.len() as u64;
+        match *layer {
+            Layer::Linear { weight } => {
+                let (w, g) = (
+                    s.full(weight).ok_or(missing)?,
+                    s.grad(weight).ok_or(missing)?,
+                );
+                let a = s.act(k).ok_or(missing)?;
+                let [w, a, dy, g, dx] = regions(x, [w, a, dy, g, dx])?;
+                // The input's gradient is needed only below the first layer.
+                let dx = (k > 0).then_some(dx);
+                work += (w.len() * if dx.is_some() { 2 } else { 1 }) as u64;
+                math::linear_backward(w, a, dy, g, dx);
+            }
+            Layer::Bias { bias } => {
+                let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(missing)?, dy, dx])?;
+                g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
+                dx.copy_from_slice(dy);
+            }
+            Layer::Relu => {
+                let [y, dy, dx] = regions(x, [s.act(k + 1).ok_or(missing)?, dy, dx])?;
+                math::relu_backward(y, dy, dx);
+            }
+            Layer::Dropout { .. } => {
+                let [mask, dy, dx] = regions(x, [s.mask(k).ok_or(missing)?, dy, dx])?;
+                math::multiply(mask, dy, dx);
+            }
+            Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
+                return Err(missing)
+            }
+        }
+    }
+    Ok(work)
+}
+
+/// Pops one item of FIFO `fifo` into elements `at` of the scratch block.
+fn pop_into(
+    arena: &mut Arena<'_>,
+    fifos: &mut Fifos,
+    fifo: u16,
+    block: Block,
+    at: Range<usize>,
+) -> Result<(), ErrorCode> {
+    let (from, range) = fifos.pop(arena, fifo, 1)?;
+    let (source, x) = arena
+        .pair_mut(from, block)
+        .ok_or(ErrorCode::NotConfigured)?;
+    let item = source.get(range).ok_or(ErrorCode::NotConfigured)?;
+    x.get_mut(at.start * 4..at.end * 4)
+        .filter(|to| to.len() == item.len())
+        .ok_or(ErrorCode::BadConfig)?
+        .copy_from_slice(item);
+    Ok(())
+}
