@@ -23,7 +23,7 @@ use tessera_core::program::{
     ProgramRule, Reduction, Sharding, Stream, Variable, MAX_ANCHORS, MAX_INTERVALS, MAX_LAYERS,
     MAX_STREAMS, MAX_VARIABLES, MAX_VARIABLE_RANK,
 };
-use tessera_core::shard::Interval;
+use tessera_core::shard::{Interval, ShardLayout};
 use tessera_core::stream::{AnchorReturnType, DataFlowError};
 
 // ---------------------------------------------------------------------------------------
@@ -84,10 +84,8 @@ fn any_grouping() -> impl Strategy<Value = GroupingSpec> {
         Just(GroupingSpec::Comm(CommGroup::None)),
         size().prop_map(|k| GroupingSpec::Comm(CommGroup::Consecutive(k))),
         size().prop_map(|k| GroupingSpec::Comm(CommGroup::Orthogonal(k))),
-        (size(), size()).prop_map(|(stride, group_size)| GroupingSpec::Strided {
-            stride,
-            group_size
-        }),
+        (size(), size())
+            .prop_map(|(stride, group_size)| GroupingSpec::Strided { stride, group_size }),
     ]
 }
 
@@ -232,7 +230,17 @@ fn any_program() -> impl Strategy<Value = Program> {
         any::<bool>(),
     )
         .prop_map(
-            |(variables, streams, anchors, layers, input, bps, accumulation, optimizer, instrumented)| {
+            |(
+                variables,
+                streams,
+                anchors,
+                layers,
+                input,
+                bps,
+                accumulation,
+                optimizer,
+                instrumented,
+            )| {
                 Program {
                     variables: heapless_vec(variables),
                     streams: heapless_vec(streams),
@@ -263,10 +271,8 @@ fn valid_grouping(n: usize) -> BoxedStrategy<GroupingSpec> {
         Just(GroupingSpec::Comm(CommGroup::None)),
         select(divisors.clone()).prop_map(|k| GroupingSpec::Comm(CommGroup::Consecutive(k))),
         select(divisors).prop_map(|k| GroupingSpec::Comm(CommGroup::Orthogonal(k))),
-        select(blocks).prop_map(|(stride, group_size)| GroupingSpec::Strided {
-            stride,
-            group_size
-        }),
+        select(blocks)
+            .prop_map(|(stride, group_size)| GroupingSpec::Strided { stride, group_size }),
     ]
     .boxed()
 }
@@ -761,6 +767,121 @@ fn assert_schedule(p: &Program, replicas: usize, reductions: &[Reduction]) {
     }
 }
 
+/// The rules of the module documentation, written again from the documentation alone
+/// (shard layouts are built with `tessera_core::shard`, whose own tests cover them): the
+/// oracle `check` is compared with.
+fn follows_rules(p: &Program, replicas: usize) -> bool {
+    let dims_ok = |d: &[u32]| !d.is_empty() && !d.contains(&0) && elements(d).is_some();
+    // Names: non-empty, unique across variables and streams.
+    let mut names: Vec<&str> = p.variables.iter().map(|v| v.name.as_str()).collect();
+    names.extend(p.streams.iter().map(|s| s.name.as_str()));
+    let count = names.len();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() != count || names.contains(&"") {
+        return false;
+    }
+    // Variables: f32, valid dims, a grouping that resolves, a layout that builds over the
+    // group.
+    for v in &p.variables {
+        if v.dtype != DataType::F32 || !dims_ok(&v.shape) {
+            return false;
+        }
+        let Ok(grouping) = v.grouping.resolve(replicas) else {
+            return false;
+        };
+        let (n, domain) = (elements(&v.shape).unwrap(), grouping.group_size());
+        let layout = match &v.sharding {
+            Sharding::None => Ok(()),
+            Sharding::Balanced => ShardLayout::balanced(n, domain).map(drop),
+            Sharding::PaddedTail => ShardLayout::padded_tail(n, domain).map(drop),
+            Sharding::Explicit {
+                per_replica,
+                intervals,
+            } => ShardLayout::explicit(n, domain, *per_replica as usize, intervals).map(drop),
+        };
+        if layout.is_err() {
+            return false;
+        }
+    }
+    if !p.streams.iter().all(|s| dims_ok(&s.sample)) {
+        return false;
+    }
+    // The model: from an f32 input, widths chained, one loss at the end.
+    let Some(input) = p.streams.get(usize::from(p.input)) else {
+        return false;
+    };
+    if input.dtype != DataType::F32 || p.layers.is_empty() {
+        return false;
+    }
+    let mut width = elements(&input.sample).unwrap();
+    let mut uses = [0usize; 256];
+    for (i, layer) in p.layers.iter().enumerate() {
+        let last = i + 1 == p.layers.len();
+        let loss_stream = |index: u8, dtype: DataType| {
+            p.streams
+                .get(usize::from(index))
+                .filter(|s| index != p.input && s.dtype == dtype)
+                .map(|s| elements(&s.sample).unwrap())
+        };
+        let ok = match *layer {
+            Layer::Linear { weight } => {
+                uses[usize::from(weight)] += 1;
+                match p.variables.get(usize::from(weight)).map(|v| &v.shape[..]) {
+                    Some(&[outputs, inputs]) if inputs as usize == width => {
+                        width = outputs as usize;
+                        !last
+                    }
+                    _ => false,
+                }
+            }
+            Layer::Bias { bias } => {
+                uses[usize::from(bias)] += 1;
+                let shape = p.variables.get(usize::from(bias)).map(|v| &v.shape[..]);
+                !last && matches!(shape, Some(&[w]) if w as usize == width)
+            }
+            Layer::Relu => !last,
+            Layer::Dropout { rate } => !last && rate >= 0.0 && rate < 1.0,
+            Layer::SoftmaxCrossEntropy { labels } => {
+                last && width >= 2 && loss_stream(labels, DataType::I32) == Some(1)
+            }
+            Layer::MeanSquaredError { targets } => {
+                last && loss_stream(targets, DataType::F32) == Some(width)
+            }
+        };
+        if !ok {
+            return false;
+        }
+    }
+    if uses.iter().any(|&n| n > 1) {
+        return false;
+    }
+    // Data flow and anchors.
+    let (bps, af) = (p.batches_per_step as usize, p.accumulation as usize);
+    if bps == 0 || af == 0 {
+        return false;
+    }
+    for (i, a) in p.anchors.iter().enumerate() {
+        if p.anchors[..i].iter().any(|b| b.tensor == a.tensor) {
+            return false;
+        }
+        if let AnchorReturnType::EveryN(period) = a.return_type {
+            if period == 0 || period > bps || bps % period != 0 {
+                return false;
+            }
+        }
+    }
+    // Optimizer.
+    let (lr, momentum) = match p.optimizer {
+        Optimizer::Sgd { learning_rate } => (learning_rate, 0.0),
+        Optimizer::SgdMomentum {
+            learning_rate,
+            momentum,
+        } => (learning_rate, momentum),
+    };
+    lr.is_finite() && lr >= 0.0 && momentum >= 0.0 && momentum < 1.0
+}
+
 fn round_trip(p: &Program) -> Program {
     let mut buffer = [0u8; 4096];
     let bytes = postcard::to_slice(p, &mut buffer).expect("fits 4 KiB");
@@ -798,6 +919,24 @@ proptest! {
             assert_schedule(&p, replicas, &reductions);
             prop_assert_eq!(round_trip(&p), p);
         }
+    }
+
+    /// `check` accepts exactly the programs that follow the documented rules, on
+    /// arbitrary and near-valid programs. Catches a rule `check` forgets (a dropout rate of
+    /// 1, labels from the input, a missing width or type check) as well as one it adds.
+    #[test]
+    fn check_accepts_exactly_the_documented_rules(
+        (p, replicas) in prop_oneof![
+            (any_program(), 0usize..=16),
+            near_valid_program(),
+        ]
+    ) {
+        prop_assert_eq!(
+            p.check(replicas).is_ok(),
+            follows_rules(&p, replicas),
+            "check: {:?}",
+            p.check(replicas)
+        );
     }
 
     /// Programs built to follow the rules pass `check` on their replica count, and their
@@ -843,7 +982,6 @@ proptest! {
     fn breaking_one_rule_names_it(v in valid_program(), break_rule in 0usize..6, at in any::<Index>()) {
         let (mut p, n) = (v.program, v.replicas);
         let i = at.index(p.variables.len().max(1));
-        let expected_name: Name;
         let expected = match break_rule {
             0 | 1 | 2 if !p.variables.is_empty() => {
                 let rule = match break_rule {
@@ -861,8 +999,7 @@ proptest! {
                         ProgramRule::DuplicateName
                     }
                 };
-                expected_name = p.variables[i].name.clone();
-                ProgramError::Variable { name: &expected_name, rule }
+                ProgramError::Variable { name: p.variables[i].name.clone(), rule }
             }
             3 => {
                 p.batches_per_step = 0;

@@ -5,12 +5,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+use tessera_core::program::{AnchorTensor, Sharding};
 use tessera_core::shard::LayoutKind;
+use tessera_core::stream::AnchorReturnType;
 use tessera_host::layout::{svg, table, Report, Request, MAX_ELEMENTS, MAX_REPLICAS};
-use tessera_host::runtime::{ModelConfig, Placement};
+use tessera_host::runtime::Placement;
+use tessera_host::train::model::default_anchors;
 use tessera_host::train::{
-    TrainJob, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_LEARNING_RATE, MAX_SAMPLE_ELEMENTS,
-    MAX_STEPS, MAX_TOLERANCE, MAX_TRAIN_REPLICAS,
+    DataSource, TrainJob, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_CLASSES, MAX_HIDDEN,
+    MAX_LEARNING_RATE, MAX_SAMPLES, MAX_STEPS, MAX_TOLERANCE, MAX_TRAIN_REPLICAS,
 };
 
 /// Bounds of the hidden `device` subcommand's `--memory`: 4 KiB to 1 GiB.
@@ -35,7 +38,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train the linear model on the simulated accelerator and check it against the host.
+    /// Train a perceptron classifier on the simulated accelerator and check it against the
+    /// host.
     Train(TrainArgs),
     /// Show how a variable is grouped, sharded and placed on the replicas.
     Layout(LayoutArgs),
@@ -126,27 +130,49 @@ struct TrainArgs {
         allow_negative_numbers = true
     )]
     replicas: usize,
-    /// Comm group of the weight: all, none, consecutive:K or orthogonal:K, K dividing --replicas.
-    #[arg(long, default_value = "consecutive:2")]
+    /// Comm group of the first layer, whose weight is sharded across it: all, none,
+    /// consecutive:K or orthogonal:K, K dividing --replicas.
+    #[arg(long, default_value = "all")]
     comm: CommGroup,
-    /// Elements of one input sample (1–256).
+    /// Comm group of the second layer (unsharded).
+    #[arg(long, default_value = "consecutive:2")]
+    output_comm: CommGroup,
+    /// How the first layer's weight is split across its group.
+    #[arg(long, value_enum, default_value_t = Shard::Balanced)]
+    shard: Shard,
+    /// How weights come back to the host.
+    #[arg(long, value_enum, default_value_t = Retrieval::OnePerGroup)]
+    retrieval: Retrieval,
+    /// Hidden units (1–256).
     #[arg(
         long,
-        default_value_t = 16,
-        value_parser = count::<1, MAX_SAMPLE_ELEMENTS>,
+        default_value_t = 32,
+        value_parser = count::<1, MAX_HIDDEN>,
         allow_negative_numbers = true
     )]
-    inputs: usize,
-    /// Elements of one output (1–256).
+    hidden: usize,
+    /// Train on this safetensors file (`inputs`: float32 [samples, features]; `labels`:
+    /// int32 or int64 [samples]) instead of the embedded spirals.
+    #[arg(long, value_name = "FILE")]
+    data: Option<PathBuf>,
+    /// Samples of the embedded spirals (classes–1048576).
     #[arg(
         long,
-        default_value_t = 4,
-        value_parser = count::<1, MAX_SAMPLE_ELEMENTS>,
+        default_value_t = 3000,
+        value_parser = count::<2, MAX_SAMPLES>,
         allow_negative_numbers = true
     )]
-    outputs: usize,
+    samples: usize,
+    /// Classes (spiral arms) of the embedded data (2–16).
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_parser = count::<2, MAX_CLASSES>,
+        allow_negative_numbers = true
+    )]
+    classes: usize,
     /// Batches per step (1–1024; batches per step × accumulation at most 65535, and one
-    /// step's arrays, batches × accumulation × replicas × (inputs + outputs) × 4 bytes, at
+    /// step's arrays, batches × accumulation × replicas × (features + 1) × 4 bytes, at
     /// most 64 MiB).
     #[arg(
         long,
@@ -158,7 +184,7 @@ struct TrainArgs {
     /// Micro-batches per batch, gradient accumulation (1–1024).
     #[arg(
         long,
-        default_value_t = 2,
+        default_value_t = 16,
         value_parser = count::<1, MAX_ACCUMULATION>,
         allow_negative_numbers = true
     )]
@@ -166,7 +192,7 @@ struct TrainArgs {
     /// Training steps (1–1000000).
     #[arg(
         long,
-        default_value_t = 30,
+        default_value_t = 100,
         value_parser = count::<1, MAX_STEPS>,
         allow_negative_numbers = true
     )]
@@ -174,20 +200,33 @@ struct TrainArgs {
     /// SGD learning rate (a finite number in (0, 10]).
     #[arg(
         long,
-        default_value_t = 0.05,
+        default_value_t = 0.2,
         value_parser = learning_rate,
         allow_negative_numbers = true
     )]
     learning_rate: f32,
-    /// Input dropout probability (in [0, 1)).
+    /// Momentum (in [0, 1); 0 is plain SGD).
     #[arg(
         long,
-        default_value_t = 0.0,
+        default_value_t = 0.9,
+        value_parser = momentum,
+        allow_negative_numbers = true
+    )]
+    momentum: f32,
+    /// Dropout probability after the hidden layer (in [0, 1)).
+    #[arg(
+        long,
+        default_value_t = 0.1,
         value_parser = dropout,
         allow_negative_numbers = true
     )]
     dropout: f32,
-    /// Seed of the data and of the replicas' RNGs.
+    /// Anchor a tensor (`loss` or `output`) with a return type: NAME=all, NAME=final,
+    /// NAME=sum or NAME=everyn:P (P dividing --batches-per-step); repeat for both.
+    /// Default: loss=all and output=all.
+    #[arg(long, value_name = "NAME=TYPE", value_parser = anchor)]
+    anchor: Vec<(AnchorTensor, AnchorReturnType)>,
+    /// Seed of the data, the starting weights and the replicas' RNGs.
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Where the devices run.
@@ -208,6 +247,16 @@ struct TrainArgs {
         allow_negative_numbers = true
     )]
     tolerance: f64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Shard {
+    /// PopART's balanced layout.
+    Balanced,
+    /// Every shard full but the last (FSDP, DeepSpeed).
+    PaddedTail,
+    /// Not sharded: every member holds the whole weight.
+    None,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -258,6 +307,22 @@ fn learning_rate(text: &str) -> Result<f32, String> {
         |v: f32| v.is_finite() && v > 0.0 && v <= MAX_LEARNING_RATE,
         &format!("a finite number in (0, {MAX_LEARNING_RATE}]"),
     )
+}
+
+fn momentum(text: &str) -> Result<f32, String> {
+    number(text, |v: f32| (0.0..1.0).contains(&v), "a number in [0, 1)")
+}
+
+/// `loss=TYPE` or `output=TYPE`, TYPE an anchor return type.
+fn anchor(text: &str) -> Result<(AnchorTensor, AnchorReturnType), String> {
+    let rule = "expected NAME=TYPE: NAME loss or output, TYPE all, final, sum or everyn:P";
+    let (name, kind) = text.split_once('=').ok_or(rule)?;
+    let tensor = [AnchorTensor::Loss, AnchorTensor::Output]
+        .into_iter()
+        .find(|t| t.name() == name)
+        .ok_or(rule)?;
+    let kind = kind.parse().map_err(|e| format!("{rule} ({e})"))?;
+    Ok((tensor, kind))
 }
 
 fn dropout(text: &str) -> Result<f32, String> {
@@ -373,24 +438,44 @@ fn train(args: TrainArgs) -> ExitCode {
     };
     let job = TrainJob {
         replicas: args.replicas,
-        grouping: GroupingSpec::Comm(args.comm),
-        model: ModelConfig {
-            inputs: args.inputs,
-            outputs: args.outputs,
-            batches_per_step: args.batches_per_step,
-            accumulation: args.accumulation,
-            learning_rate: args.learning_rate,
-            dropout: args.dropout,
+        comm: args.comm,
+        output_comm: args.output_comm,
+        sharding: match args.shard {
+            Shard::Balanced => Sharding::Balanced,
+            Shard::PaddedTail => Sharding::PaddedTail,
+            Shard::None => Sharding::None,
         },
+        retrieval: match args.retrieval {
+            Retrieval::OnePerGroup => RetrievalMode::OnePerGroup,
+            Retrieval::AllReplicas => RetrievalMode::AllReplicas,
+        },
+        hidden: args.hidden,
+        batches_per_step: args.batches_per_step,
+        accumulation: args.accumulation,
         steps: args.steps,
+        learning_rate: args.learning_rate,
+        momentum: args.momentum,
+        dropout: args.dropout,
+        anchors: if args.anchor.is_empty() {
+            default_anchors()
+        } else {
+            args.anchor
+        },
+        data: match args.data {
+            Some(path) => DataSource::File(path),
+            None => DataSource::Spirals {
+                samples: args.samples,
+                classes: args.classes,
+            },
+        },
         seed: args.seed,
         placement,
         tolerance: args.tolerance,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
-    // The rules that span several arguments (grouping, step size): before anything starts.
-    // The QEMU placement's firmware and tools are checked before anything is printed or
-    // started (the runtime checks again for library users).
+    // The rules that span several arguments (groupings, step size): before anything
+    // starts. The QEMU placement's firmware and tools are checked before anything is
+    // printed or started (the runtime checks again for library users).
     if let Placement::Qemu(firmware) = &job.placement {
         if let Err(e) = tessera_host::transport::check_firmware(firmware) {
             eprintln!("error: {e}");
@@ -401,15 +486,28 @@ fn train(args: TrainArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    let data = match &job.data {
+        DataSource::Spirals { samples, classes } => {
+            format!("{classes} spirals ({samples} samples)")
+        }
+        DataSource::File(path) => path.display().to_string(),
+    };
+    let shard = match &job.sharding {
+        Sharding::None => "unsharded".to_string(),
+        Sharding::Balanced => "sharded (balanced)".to_string(),
+        Sharding::PaddedTail => "sharded (padded tail)".to_string(),
+        Sharding::Explicit { .. } => "sharded (explicit)".to_string(),
+    };
     println!(
-        "training y = W·x ({}→{}) on {} replicas ({}), {} steps of {}×{} micro-batches",
-        job.model.inputs,
-        job.model.outputs,
+        "training a {}-unit perceptron on {data} with {} replicas: layer 1 in {} ({shard}), \
+         layer 2 in {}; {} steps of {}×{} micro-batches",
+        job.hidden,
         job.replicas,
-        args.comm,
+        job.comm,
+        job.output_comm,
         job.steps,
-        job.model.batches_per_step,
-        job.model.accumulation
+        job.batches_per_step,
+        job.accumulation
     );
     match tessera_host::train::train(&job) {
         Ok(report) => {
@@ -418,9 +516,9 @@ fn train(args: TrainArgs) -> ExitCode {
                 println!("ok: the accelerator matches the host reference");
                 ExitCode::SUCCESS
             } else {
-                match (&report.loss_error, &report.weight_error) {
+                match (&report.anchor_error, &report.weight_error) {
                     (Err(e), _) => eprintln!(
-                        "error: the accelerator differs from the host reference: losses: {e}"
+                        "error: the accelerator differs from the host reference: anchors: {e}"
                     ),
                     (_, Err(e)) => eprintln!(
                         "error: the accelerator differs from the host reference: weights: {e}"

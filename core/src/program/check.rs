@@ -7,7 +7,7 @@ use super::{elements, Layer, Program, ProgramError, ProgramRule, Stream, Variabl
 impl Program {
     /// Checks every rule of the [module documentation](super) for `replicas` replicas;
     /// the first broken rule is returned, naming its tensor or layer.
-    pub fn check(&self, replicas: usize) -> Result<(), ProgramError<'_>> {
+    pub fn check(&self, replicas: usize) -> Result<(), ProgramError> {
         let flow = self.data_flow().map_err(ProgramError::DataFlow)?;
         for (i, v) in self.variables.iter().enumerate() {
             self.check_name(&v.name)
@@ -18,7 +18,7 @@ impl Program {
         }
         for s in &self.streams {
             let error = |rule| ProgramError::Stream {
-                name: s.name.as_str(),
+                name: s.name.clone(),
                 rule,
             };
             self.check_name(&s.name).map_err(error)?;
@@ -57,12 +57,12 @@ impl Program {
     }
 
     /// The model: widths chain from the input stream, one loss at the end.
-    fn check_layers(&self) -> Result<(), ProgramError<'_>> {
+    fn check_layers(&self) -> Result<(), ProgramError> {
         let input = self
             .stream(self.input)
             .map_err(|rule| ProgramError::Layer { index: 0, rule })?;
         let stream_error = |rule| ProgramError::Stream {
-            name: input.name.as_str(),
+            name: input.name.clone(),
             rule,
         };
         check_type(input.dtype, DataType::F32).map_err(stream_error)?;
@@ -125,7 +125,7 @@ impl Program {
     }
 
     /// Variable `index` as layer `layer`'s parameter: it exists and no other layer uses it.
-    fn trained(&self, index: u8, layer: usize) -> Result<&Variable, ProgramError<'_>> {
+    fn trained(&self, index: u8, layer: usize) -> Result<&Variable, ProgramError> {
         let error = |rule| ProgramError::Layer { index: layer, rule };
         let v = self
             .variables

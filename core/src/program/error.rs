@@ -7,23 +7,23 @@ use crate::grouping::GroupingError;
 use crate::shard::ShardError;
 use crate::stream::{AnchorError, DataFlowError};
 
-use super::{AnchorTensor, Variable};
+use super::{AnchorTensor, Name, Variable};
 
 /// A program that breaks a rule of [`Program::check`](super::Program::check).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum ProgramError<'a> {
+pub enum ProgramError {
     /// A variable breaks `rule`.
     Variable {
         /// Its name.
-        name: &'a str,
+        name: Name,
         /// The rule.
         rule: ProgramRule,
     },
     /// A stream breaks `rule`.
     Stream {
         /// Its name.
-        name: &'a str,
+        name: Name,
         /// The rule.
         rule: ProgramRule,
     },
@@ -113,16 +113,16 @@ pub enum ProgramRule {
     AnchoredTwice,
 }
 
-impl<'a> ProgramError<'a> {
-    pub(super) fn variable(v: &'a Variable, rule: ProgramRule) -> Self {
+impl ProgramError {
+    pub(super) fn variable(v: &Variable, rule: ProgramRule) -> Self {
         Self::Variable {
-            name: v.name.as_str(),
+            name: v.name.clone(),
             rule,
         }
     }
 }
 
-impl fmt::Display for ProgramError<'_> {
+impl fmt::Display for ProgramError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Variable { name, rule } => write!(f, "variable `{name}`: {rule}"),
@@ -174,4 +174,4 @@ impl fmt::Display for ProgramRule {
     }
 }
 
-impl core::error::Error for ProgramError<'_> {}
+impl core::error::Error for ProgramError {}

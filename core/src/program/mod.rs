@@ -291,7 +291,7 @@ impl Program {
         &self,
         index: usize,
         replicas: usize,
-    ) -> Result<VariableSettings, ProgramError<'_>> {
+    ) -> Result<VariableSettings, ProgramError> {
         let v = self.variable(index)?;
         VariableSettings::new(v.grouping, v.retrieval, replicas)
             .map_err(|e| ProgramError::variable(v, ProgramRule::Grouping(e)))
@@ -303,7 +303,7 @@ impl Program {
         &self,
         index: usize,
         replicas: usize,
-    ) -> Result<Option<ShardLayout<'_>>, ProgramError<'_>> {
+    ) -> Result<Option<ShardLayout<'_>>, ProgramError> {
         let v = self.variable(index)?;
         let elements = elements(&v.shape).ok_or(ProgramError::variable(v, ProgramRule::Size))?;
         let domain = self.settings(index, replicas)?.grouping().group_size();
@@ -323,7 +323,7 @@ impl Program {
 
     /// Elements of variable `index` one replica holds: its shard, padding included, or the
     /// whole variable.
-    pub fn held_elements(&self, index: usize, replicas: usize) -> Result<usize, ProgramError<'_>> {
+    pub fn held_elements(&self, index: usize, replicas: usize) -> Result<usize, ProgramError> {
         match self.shard_layout(index, replicas)? {
             Some(layout) => Ok(layout.per_replica()),
             None => {
@@ -384,7 +384,7 @@ impl Program {
         Some(width)
     }
 
-    fn variable(&self, index: usize) -> Result<&Variable, ProgramError<'_>> {
+    fn variable(&self, index: usize) -> Result<&Variable, ProgramError> {
         self.variables
             .get(index)
             .ok_or(ProgramError::NoSuchVariable { index })

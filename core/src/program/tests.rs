@@ -128,15 +128,21 @@ fn with_layer(index: usize, layer: Layer) -> Program {
     p
 }
 
-fn variable_error(name: &str, rule: ProgramRule) -> ProgramError<'_> {
-    ProgramError::Variable { name, rule }
+fn variable_error(text: &str, rule: ProgramRule) -> ProgramError {
+    ProgramError::Variable {
+        name: name(text),
+        rule,
+    }
 }
 
-fn stream_error(name: &str, rule: ProgramRule) -> ProgramError<'_> {
-    ProgramError::Stream { name, rule }
+fn stream_error(text: &str, rule: ProgramRule) -> ProgramError {
+    ProgramError::Stream {
+        name: name(text),
+        rule,
+    }
 }
 
-fn layer_error(index: usize, rule: ProgramRule) -> ProgramError<'static> {
+fn layer_error(index: usize, rule: ProgramRule) -> ProgramError {
     ProgramError::Layer { index, rule }
 }
 

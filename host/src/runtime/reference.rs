@@ -1,260 +1,369 @@
-//! The training step computed on the host in f64, replica by replica, as the devices do it
-//! in f32: the check every run of the simulated accelerator is held to.
+//! A program's training computed on the host in `f64`, replica by replica, as the devices
+//! compute it in `f32`: the reference every run of the simulated accelerator is held to.
+//!
+//! It follows the device's step exactly in everything but precision: the same samples per
+//! replica (sample `j·R + r`, or `j` when broadcast), the same dropout draws from each
+//! replica's generator (core's [`Rng`], seeded by core's rule) in the same order, gradients
+//! divided by the accumulation factor and averaged over each variable's group, the same
+//! optimizer, and the anchors by their return type's rule. Sharding changes where values
+//! live, never what they are, so the reference holds each variable whole, once per group.
 
-use std::fmt;
+use std::collections::BTreeMap;
 
-use tessera_core::grouping::ReplicaGrouping;
+use tessera_core::dtype::DataType;
+use tessera_core::grouping::{ReplicaGrouping, RetrievalMode};
+use tessera_core::program::{elements, AnchorTensor, Layer, Program};
 use tessera_core::rng::Rng;
+use tessera_core::stream::{AnchorAction, DataFlow};
 
-use super::{ModelConfig, StepData};
+use super::{RuntimeError, StepIo, WeightsIo};
 
-/// A host-side copy of the model and of every replica's dropout RNG.
+/// The reference's values by name, flat, in the runtime's order and shape.
+pub type Values = BTreeMap<String, Vec<f64>>;
+
+/// One variable: its grouping and one whole value (and velocity) per group.
+#[derive(Debug, Clone)]
+struct Variable {
+    name: String,
+    grouping: ReplicaGrouping,
+    retrieval: RetrievalMode,
+    values: Vec<Vec<f64>>,
+    velocity: Vec<Vec<f64>>,
+}
+
+/// The host's copy of a program's training.
 #[derive(Debug)]
 pub struct Reference {
-    model: ModelConfig,
-    grouping: ReplicaGrouping,
-    /// One weight matrix per group, `outputs × inputs`, row-major.
-    weights: Vec<Vec<f64>>,
+    program: Program,
+    replicas: usize,
+    flow: DataFlow,
+    variables: Vec<Variable>,
     rngs: Vec<Rng>,
+    learning_rate: f64,
+    momentum: f64,
 }
 
 impl Reference {
-    /// Starts from the host weights `initial` (one row per group) and the replicas' RNGs
-    /// for `seed`.
-    pub fn new(model: ModelConfig, grouping: ReplicaGrouping, seed: u64, initial: &[f32]) -> Self {
-        let n = model.inputs * model.outputs;
-        let weights = initial
-            .chunks(n.max(1))
-            .map(|row| row.iter().map(|&v| f64::from(v)).collect())
-            .collect();
-        let rngs = (0..grouping.replicas())
-            .map(|r| Rng::for_replica(seed, r as u32))
-            .collect();
-        Self {
-            model,
-            grouping,
-            weights,
-            rngs,
-        }
-    }
-
-    /// One step on `data`; returns the losses in user order `[bps, af, replicas]`.
-    pub fn step(&mut self, data: &StepData<'_>) -> Vec<f64> {
-        let ModelConfig {
-            inputs: ni,
-            outputs: no,
-            batches_per_step,
-            accumulation,
-            learning_rate,
-            dropout,
-        } = self.model;
-        let replicas = self.grouping.replicas();
-        let mut losses = vec![0.0; batches_per_step * accumulation * replicas];
-        for b in 0..batches_per_step {
-            let mut grads = vec![vec![0f64; ni * no]; replicas];
-            for (r, grad) in grads.iter_mut().enumerate() {
-                let w = &self.weights[self.grouping.group_of(r).unwrap_or(0)];
-                for m in 0..accumulation {
-                    let sample = (b * accumulation + m) * replicas + r;
-                    let x: Vec<f64> = data.inputs[sample * ni..(sample + 1) * ni]
-                        .iter()
-                        .map(|&v| {
-                            // The same draws, in the same order, as the device.
-                            let dropped = dropout > 0.0 && self.rngs[r].next_f32() < dropout;
-                            if dropped {
-                                0.0
-                            } else {
-                                f64::from(v) / (1.0 - f64::from(dropout))
-                            }
-                        })
-                        .collect();
-                    let t = &data.targets[sample * no..(sample + 1) * no];
-                    let mut loss = 0.0;
-                    for o in 0..no {
-                        let y: f64 = (0..ni).map(|i| w[o * ni + i] * x[i]).sum();
-                        let e = y - f64::from(t[o]);
-                        loss += 0.5 * e * e;
-                        for i in 0..ni {
-                            grad[o * ni + i] += e * x[i] / accumulation as f64;
-                        }
-                    }
-                    losses[sample] = loss;
+    /// Starts from `weights` (host shapes, as the runtime takes them; variables not named
+    /// start at zero) and the replicas' generators for `seed`.
+    pub fn new(
+        program: &Program,
+        replicas: usize,
+        seed: u64,
+        weights: &WeightsIo,
+    ) -> Result<Self, RuntimeError> {
+        program.check(replicas)?;
+        let flow = program
+            .data_flow()
+            .map_err(|e| RuntimeError::Program(tessera_core::program::ProgramError::DataFlow(e)))?;
+        let mut variables = Vec::with_capacity(program.variables.len());
+        for (i, v) in program.variables.iter().enumerate() {
+            let settings = program.settings(i, replicas)?;
+            let grouping = *settings.grouping();
+            let n = elements(&v.shape).unwrap_or(0);
+            let groups = grouping.num_groups();
+            let mut values = vec![vec![0.0; n]; groups];
+            if let Some(array) = weights.get(v.name.as_str()) {
+                let data = array.to_f32().unwrap_or_default();
+                if array.dtype() != DataType::F32 || data.len() != n * groups {
+                    return Err(RuntimeError::Bytes {
+                        name: v.name.to_string(),
+                        expected: n * groups * 4,
+                        actual: array.bytes().len(),
+                        what: "host buffer",
+                    });
+                }
+                for (row, chunk) in values.iter_mut().zip(data.chunks_exact(n.max(1))) {
+                    *row = chunk.iter().map(|&x| f64::from(x)).collect();
                 }
             }
-            for (g, w) in self.weights.iter_mut().enumerate() {
-                let members: Vec<usize> = self
+            variables.push(Variable {
+                name: v.name.to_string(),
+                grouping,
+                retrieval: v.retrieval,
+                velocity: vec![vec![0.0; n]; groups],
+                values,
+            });
+        }
+        Ok(Self {
+            program: program.clone(),
+            replicas,
+            flow,
+            variables,
+            rngs: (0..replicas)
+                .map(|r| Rng::for_replica(seed, r as u32))
+                .collect(),
+            learning_rate: f64::from(program.optimizer.learning_rate()),
+            momentum: f64::from(program.optimizer.momentum()),
+        })
+    }
+
+    /// One step on `io` (already accepted by the runtime); returns the anchors, each flat
+    /// in the runtime's `[outputs, replicas, …]` order.
+    pub fn step(&mut self, io: &StepIo) -> Result<Values, RuntimeError> {
+        let p = self.program.clone();
+        let replicas = self.replicas;
+        let (bps, af) = (self.flow.batches_per_step(), self.flow.accumulation());
+        let streams = p
+            .streams
+            .iter()
+            .map(|s| {
+                let array = io
+                    .get(s.name.as_str())
+                    .ok_or_else(|| RuntimeError::MissingStream {
+                        name: s.name.to_string(),
+                    })?;
+                let values = array
+                    .to_f64()
+                    .or_else(|| {
+                        array
+                            .to_f32()
+                            .map(|v| v.iter().map(|&x| f64::from(x)).collect())
+                    })
+                    .or_else(|| {
+                        array
+                            .to_i32()
+                            .map(|v| v.iter().map(|&x| f64::from(x)).collect())
+                    })
+                    .or_else(|| {
+                        array
+                            .to_i64()
+                            .map(|v| v.iter().map(|&x| x as f64).collect())
+                    })
+                    .unwrap_or_default();
+                Ok((elements(&s.sample).unwrap_or(0), s.broadcast, values))
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        // Per anchor, per replica: the values written, and the running sum.
+        let widths: Vec<usize> = p
+            .anchors
+            .iter()
+            .map(|a| match a.tensor {
+                AnchorTensor::Loss => 1,
+                AnchorTensor::Output => p.output_width().unwrap_or(0),
+            })
+            .collect();
+        let mut written: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); replicas]; p.anchors.len()];
+        let mut sums: Vec<Vec<Vec<f64>>> = widths
+            .iter()
+            .map(|&w| vec![vec![0.0; w]; replicas])
+            .collect();
+        for b in 0..bps {
+            let mut grads: Vec<Vec<Vec<f64>>> = (0..replicas)
+                .map(|_| {
+                    self.variables
+                        .iter()
+                        .map(|v| vec![0.0; v.values[0].len()])
+                        .collect()
+                })
+                .collect();
+            for r in 0..replicas {
+                for m in 0..af {
+                    let micro = b * af + m;
+                    let sample = |k: usize| {
+                        let (width, broadcast, values) = &streams[k];
+                        let at = if *broadcast {
+                            micro
+                        } else {
+                            micro * replicas + r
+                        };
+                        &values[at * width..(at + 1) * width]
+                    };
+                    let (loss, output) = self.micro_batch(r, &mut grads[r], sample);
+                    for (j, a) in p.anchors.iter().enumerate() {
+                        let value: Vec<f64> = match a.tensor {
+                            AnchorTensor::Loss => vec![loss],
+                            AnchorTensor::Output => output.clone(),
+                        };
+                        match a.return_type.action(b, m, bps, af) {
+                            AnchorAction::Skip => {}
+                            AnchorAction::Write => written[j][r].extend(value),
+                            AnchorAction::Accumulate { emit } => {
+                                for (s, v) in sums[j][r].iter_mut().zip(&value) {
+                                    *s += v;
+                                }
+                                if emit {
+                                    written[j][r].extend(sums[j][r].iter().copied());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            self.update(&grads, af as f64);
+        }
+        let mut anchors = Values::new();
+        for (j, a) in p.anchors.iter().enumerate() {
+            let w = widths[j];
+            let items = self.flow.outputs_per_replica(Some(a.return_type));
+            let mut out = vec![0.0; items * replicas * w];
+            for (r, values) in written[j].iter().enumerate() {
+                for (item, chunk) in values.chunks_exact(w.max(1)).enumerate() {
+                    let row = item * replicas + r;
+                    out[row * w..(row + 1) * w].copy_from_slice(chunk);
+                }
+            }
+            anchors.insert(a.tensor.name().to_string(), out);
+        }
+        Ok(anchors)
+    }
+
+    /// Every variable in its returned shape, flat.
+    pub fn weights(&self) -> Values {
+        self.variables
+            .iter()
+            .map(|v| {
+                let rows: Vec<f64> = match v.retrieval {
+                    RetrievalMode::OnePerGroup => v.values.concat(),
+                    RetrievalMode::AllReplicas => (0..self.replicas)
+                        .flat_map(|r| v.values[v.grouping.group_of(r).unwrap_or(0)].clone())
+                        .collect(),
+                };
+                (v.name.clone(), rows)
+            })
+            .collect()
+    }
+
+    /// One micro-batch of replica `r`: forward, loss, backward into `grads`; returns the
+    /// loss and the loss layer's input.
+    fn micro_batch<'s>(
+        &mut self,
+        r: usize,
+        grads: &mut [Vec<f64>],
+        sample: impl Fn(usize) -> &'s [f64],
+    ) -> (f64, Vec<f64>) {
+        let p = &self.program;
+        let value = |i: u8| {
+            let v = &self.variables[usize::from(i)];
+            &v.values[v.grouping.group_of(r).unwrap_or(0)]
+        };
+        let last = p.layers.len() - 1; // Checked: the program ends in a loss.
+        let mut acts = vec![sample(usize::from(p.input)).to_vec()];
+        let mut masks = vec![Vec::new(); last];
+        for (k, layer) in p.layers[..last].iter().enumerate() {
+            let x = &acts[k];
+            let y = match *layer {
+                Layer::Linear { weight } => {
+                    let w = value(weight);
+                    w.chunks_exact(x.len().max(1))
+                        .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+                        .collect()
+                }
+                Layer::Bias { bias } => x.iter().zip(value(bias)).map(|(a, b)| a + b).collect(),
+                Layer::Relu => x.iter().map(|&v| if v > 0.0 { v } else { 0.0 }).collect(),
+                Layer::Dropout { rate } => {
+                    let keep = 1.0 / (1.0 - f64::from(rate));
+                    let rng = &mut self.rngs[r];
+                    masks[k] = x
+                        .iter()
+                        .map(|_| if rng.next_f32() < rate { 0.0 } else { keep })
+                        .collect();
+                    x.iter().zip(&masks[k]).map(|(a, m)| a * m).collect()
+                }
+                Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => x.clone(),
+            };
+            acts.push(y);
+        }
+        let output = acts[last].clone();
+        let (loss, mut delta) = match p.layers[last] {
+            Layer::SoftmaxCrossEntropy { labels } => {
+                let label = sample(usize::from(labels))[0] as usize;
+                let max = output.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let exps: Vec<f64> = output.iter().map(|z| (z - max).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                let mut d: Vec<f64> = exps.iter().map(|e| e / total).collect();
+                d[label] -= 1.0;
+                (-(output[label] - max - total.ln()), d)
+            }
+            Layer::MeanSquaredError { targets } => {
+                let t = sample(usize::from(targets));
+                let n = output.len().max(1) as f64;
+                let loss = output
+                    .iter()
+                    .zip(t)
+                    .map(|(y, t)| (y - t) * (y - t))
+                    .sum::<f64>()
+                    / n;
+                (
+                    loss,
+                    output
+                        .iter()
+                        .zip(t)
+                        .map(|(y, t)| 2.0 * (y - t) / n)
+                        .collect(),
+                )
+            }
+            _ => (0.0, vec![0.0; output.len()]),
+        };
+        for (k, layer) in p.layers[..last].iter().enumerate().rev() {
+            let x = &acts[k];
+            delta = match *layer {
+                Layer::Linear { weight } => {
+                    let w = value(weight);
+                    let g = &mut grads[usize::from(weight)];
+                    let n = x.len().max(1);
+                    for (o, &d) in delta.iter().enumerate() {
+                        for (i, &xi) in x.iter().enumerate() {
+                            g[o * n + i] += d * xi;
+                        }
+                    }
+                    (0..x.len())
+                        .map(|i| {
+                            delta
+                                .iter()
+                                .enumerate()
+                                .map(|(o, d)| d * w[o * n + i])
+                                .sum()
+                        })
+                        .collect()
+                }
+                Layer::Bias { bias } => {
+                    for (g, d) in grads[usize::from(bias)].iter_mut().zip(&delta) {
+                        *g += d;
+                    }
+                    delta
+                }
+                Layer::Relu => delta
+                    .iter()
+                    .zip(&acts[k + 1])
+                    .map(|(d, &y)| if y > 0.0 { *d } else { 0.0 })
+                    .collect(),
+                Layer::Dropout { .. } => delta.iter().zip(&masks[k]).map(|(d, m)| d * m).collect(),
+                Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => delta,
+            };
+        }
+        (loss, output)
+    }
+
+    /// Averages each trained variable's gradient over its groups and applies the
+    /// optimizer.
+    fn update(&mut self, grads: &[Vec<Vec<f64>>], accumulation: f64) {
+        let (lr, momentum) = (self.learning_rate, self.momentum);
+        for (i, v) in self.variables.iter_mut().enumerate() {
+            if self.program.layer_of(i).is_none() {
+                continue;
+            }
+            for g in 0..v.grouping.num_groups() {
+                let members: Vec<usize> = v
                     .grouping
                     .members(g)
                     .map(Iterator::collect)
                     .unwrap_or_default();
-                for (k, wk) in w.iter_mut().enumerate() {
-                    let mean =
-                        members.iter().map(|&r| grads[r][k]).sum::<f64>() / members.len() as f64;
-                    *wk -= f64::from(learning_rate) * mean;
+                for k in 0..v.values[g].len() {
+                    let mean = members
+                        .iter()
+                        .map(|&r| grads[r][i][k] / accumulation)
+                        .sum::<f64>()
+                        / members.len() as f64;
+                    let step = if momentum > 0.0 {
+                        v.velocity[g][k] = momentum * v.velocity[g][k] + mean;
+                        v.velocity[g][k]
+                    } else {
+                        mean
+                    };
+                    v.values[g][k] -= lr * step;
                 }
             }
         }
-        losses
-    }
-
-    /// The weights, one row per group.
-    pub fn weights(&self) -> Vec<f64> {
-        self.weights.concat()
-    }
-}
-
-/// Why device values cannot be compared with the reference: the self-check fails.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum CheckError {
-    /// The device returned a different number of values than the reference computed.
-    LengthMismatch {
-        /// Values from the device.
-        device: usize,
-        /// Values from the reference.
-        reference: usize,
-    },
-    /// A NaN or an infinity on either side.
-    NotFinite {
-        /// Position of the first such value.
-        index: usize,
-        /// The device's value there.
-        device: f32,
-        /// The reference's value there.
-        reference: f64,
-    },
-}
-
-impl fmt::Display for CheckError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::LengthMismatch { device, reference } => write!(
-                f,
-                "the device returned {device} values but the reference has {reference}"
-            ),
-            Self::NotFinite {
-                index,
-                device,
-                reference,
-            } => write!(
-                f,
-                "value {index} is not finite (device {}, reference {})",
-                Number(device),
-                Number(reference)
-            ),
-        }
-    }
-}
-
-/// A value as written for people: plain when moderate, in exponent form otherwise.
-struct Number<T>(T);
-
-impl<T: Copy + Into<f64> + fmt::Display + fmt::LowerExp> fmt::Display for Number<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let v = self.0;
-        let x: f64 = v.into();
-        if x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&x.abs()) {
-            write!(f, "{v}")
-        } else {
-            write!(f, "{v:e}")
-        }
-    }
-}
-
-impl std::error::Error for CheckError {}
-
-/// Largest relative difference between device values and the reference, relative to
-/// `1 + |reference|` so that values near zero compare absolutely.
-///
-/// A length mismatch, or a NaN or infinity on either side, is an error rather than a
-/// number: such results never pass a tolerance by accident.
-pub fn max_relative_error(device: &[f32], reference: &[f64]) -> Result<f64, CheckError> {
-    if device.len() != reference.len() {
-        return Err(CheckError::LengthMismatch {
-            device: device.len(),
-            reference: reference.len(),
-        });
-    }
-    let mut largest = 0.0f64;
-    for (index, (&d, &r)) in device.iter().zip(reference).enumerate() {
-        if !d.is_finite() || !r.is_finite() {
-            return Err(CheckError::NotFinite {
-                index,
-                device: d,
-                reference: r,
-            });
-        }
-        let error = (f64::from(d) - r).abs() / (1.0 + r.abs());
-        // Finite inputs give a finite or infinite error, never NaN; `>` keeps an infinity.
-        if error > largest {
-            largest = error;
-        }
-    }
-    Ok(largest)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nan_on_either_side_is_an_error() {
-        // f64::max would drop the NaN and report 0.
-        let err = max_relative_error(&[f32::NAN, 1.0], &[5.0, 1.0]).unwrap_err();
-        assert!(
-            matches!(err, CheckError::NotFinite { index: 0, device, reference }
-                if device.is_nan() && reference == 5.0),
-            "{err:?}"
-        );
-        let text = err.to_string();
-        assert!(text.contains("value 0") && text.contains("NaN") && text.contains('5'));
-        let err = max_relative_error(&[1.0, 2.0], &[1.0, f64::NAN]).unwrap_err();
-        assert!(
-            matches!(err, CheckError::NotFinite { index: 1, .. }),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn infinity_is_an_error() {
-        let err = max_relative_error(&[1.0, f32::INFINITY], &[1.0, 2.0]).unwrap_err();
-        assert!(matches!(
-            err,
-            CheckError::NotFinite {
-                index: 1,
-                reference,
-                ..
-            } if reference == 2.0
-        ));
-        assert!(err.to_string().contains("inf"), "{err}");
-        let err = max_relative_error(&[f32::INFINITY], &[8.0e38]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "value 0 is not finite (device inf, reference 8e38)"
-        );
-        assert!(max_relative_error(&[1.0], &[f64::NEG_INFINITY]).is_err());
-    }
-
-    #[test]
-    fn length_mismatch_is_an_error() {
-        let err = max_relative_error(&[1.0, 2.0, 3.0], &[1.0, 2.0]).unwrap_err();
-        assert_eq!(
-            err,
-            CheckError::LengthMismatch {
-                device: 3,
-                reference: 2
-            }
-        );
-        let text = err.to_string();
-        assert!(text.contains('3') && text.contains('2'), "{text}");
-        assert!(max_relative_error(&[], &[1.0]).is_err());
-    }
-
-    #[test]
-    fn finite_values_give_the_largest_relative_error() {
-        assert_eq!(max_relative_error(&[], &[]), Ok(0.0));
-        assert_eq!(max_relative_error(&[1.0, 2.0], &[1.0, 2.0]), Ok(0.0));
-        // |3 − 1| / (1 + 1) = 1 beats |0.5 − 0| / 1 = 0.5.
-        assert_eq!(max_relative_error(&[0.5, 3.0], &[0.0, 1.0]), Ok(1.0));
-        assert_eq!(max_relative_error(&[-1.0], &[1.0]), Ok(1.0));
     }
 }

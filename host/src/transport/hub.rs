@@ -1,5 +1,7 @@
-//! Runs a training step on several devices at once and answers their reductions: the
-//! gradient of a weight is averaged across the replicas of the weight's group.
+//! Runs a training step on several devices at once and answers their reductions: each
+//! round combines the replicas of one group, under the grouping the step's schedule names
+//! for that round (round `r` of a step uses grouping `r mod k` of the `k` it is given, as
+//! the program's reduction schedule orders them).
 //!
 //! # Contract
 //!
@@ -32,22 +34,22 @@ struct Contribution {
     op: ReduceOp,
 }
 
-/// Runs one `RunStep` on every channel; `grouping` (over the channels' global replica ids)
-/// says which devices average their gradients together.
+/// Runs one `RunStep` on every channel; `rounds` (groupings over the channels' global
+/// replica ids, one per round of a batch) say which devices each round combines.
 pub fn run_step(
     channels: &mut [Channel],
-    grouping: &ReplicaGrouping,
+    rounds: &[ReplicaGrouping],
 ) -> Result<(), TransportError> {
     let seqs = channels
         .iter_mut()
         .map(|c| c.submit(&Request::RunStep))
         .collect::<Result<Vec<_>, _>>()?;
-    let group_of = |c: &Channel| {
-        grouping
-            .group_of(c.replica() as usize)
-            .unwrap_or(usize::MAX)
+    // Each channel's group under round `round`'s grouping (`usize::MAX`: no such round).
+    let replicas: Vec<usize> = channels.iter().map(|c| c.replica() as usize).collect();
+    let group_of = |replica: usize, round: u32| {
+        let grouping = rounds.get((round as usize).checked_rem(rounds.len())?)?;
+        grouping.group_of(replica).ok()
     };
-    let groups: Vec<usize> = channels.iter().map(group_of).collect();
     let mut done = vec![false; channels.len()];
     let mut heard = vec![Instant::now(); channels.len()];
     let mut resent = vec![0u32; channels.len()];
@@ -96,7 +98,8 @@ pub fn run_step(
             match reply.response() {
                 Response::Done => done[i] = true,
                 Response::Reduce { round, op, data } => {
-                    let key = (groups[i], round);
+                    let group = group_of(replicas[i], round).unwrap_or(usize::MAX);
+                    let key = (group, round);
                     if let Some(answer) = answers.get(&key) {
                         // A re-sent contribution: answer it again, under its identity.
                         let reduced = Request::Reduced {
@@ -131,7 +134,10 @@ pub fn run_step(
                             op,
                         });
                     }
-                    let members = groups.iter().filter(|g| **g == groups[i]).count();
+                    let members = replicas
+                        .iter()
+                        .filter(|&&r| group_of(r, round) == Some(group))
+                        .count();
                     if entry.len() == members {
                         let answer = combine(entry);
                         {

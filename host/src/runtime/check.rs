@@ -1,0 +1,160 @@
+//! The self-check: device values against the reference's, failing on NaN, infinity and a
+//! length mismatch rather than passing them by accident.
+
+use std::fmt;
+
+/// Why device values cannot be compared with the reference: the self-check fails.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CheckError {
+    /// The device returned a different number of values than the reference computed.
+    LengthMismatch {
+        /// Values from the device.
+        device: usize,
+        /// Values from the reference.
+        reference: usize,
+    },
+    /// A NaN or an infinity on either side.
+    NotFinite {
+        /// Position of the first such value.
+        index: usize,
+        /// The device's value there.
+        device: f32,
+        /// The reference's value there.
+        reference: f64,
+    },
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::LengthMismatch { device, reference } => write!(
+                f,
+                "the device returned {device} values but the reference has {reference}"
+            ),
+            Self::NotFinite {
+                index,
+                device,
+                reference,
+            } => write!(
+                f,
+                "value {index} is not finite (device {}, reference {})",
+                Number(device),
+                Number(reference)
+            ),
+        }
+    }
+}
+
+/// A value as written for people: plain when moderate, in exponent form otherwise.
+struct Number<T>(T);
+
+impl<T: Copy + Into<f64> + fmt::Display + fmt::LowerExp> fmt::Display for Number<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        let x: f64 = v.into();
+        if x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&x.abs()) {
+            write!(f, "{v}")
+        } else {
+            write!(f, "{v:e}")
+        }
+    }
+}
+
+impl std::error::Error for CheckError {}
+
+/// Largest relative difference between device values and the reference, relative to
+/// `1 + |reference|` so that values near zero compare absolutely.
+///
+/// A length mismatch, or a NaN or infinity on either side, is an error rather than a
+/// number: such results never pass a tolerance by accident.
+pub fn max_relative_error(device: &[f32], reference: &[f64]) -> Result<f64, CheckError> {
+    if device.len() != reference.len() {
+        return Err(CheckError::LengthMismatch {
+            device: device.len(),
+            reference: reference.len(),
+        });
+    }
+    let mut largest = 0.0f64;
+    for (index, (&d, &r)) in device.iter().zip(reference).enumerate() {
+        if !d.is_finite() || !r.is_finite() {
+            return Err(CheckError::NotFinite {
+                index,
+                device: d,
+                reference: r,
+            });
+        }
+        let error = (f64::from(d) - r).abs() / (1.0 + r.abs());
+        // Finite inputs give a finite or infinite error, never NaN; `>` keeps an infinity.
+        if error > largest {
+            largest = error;
+        }
+    }
+    Ok(largest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_on_either_side_is_an_error() {
+        // f64::max would drop the NaN and report 0.
+        let err = max_relative_error(&[f32::NAN, 1.0], &[5.0, 1.0]).unwrap_err();
+        assert!(
+            matches!(err, CheckError::NotFinite { index: 0, device, reference }
+                if device.is_nan() && reference == 5.0),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("value 0") && text.contains("NaN") && text.contains('5'));
+        let err = max_relative_error(&[1.0, 2.0], &[1.0, f64::NAN]).unwrap_err();
+        assert!(
+            matches!(err, CheckError::NotFinite { index: 1, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn infinity_is_an_error() {
+        let err = max_relative_error(&[1.0, f32::INFINITY], &[1.0, 2.0]).unwrap_err();
+        assert!(matches!(
+            err,
+            CheckError::NotFinite {
+                index: 1,
+                reference,
+                ..
+            } if reference == 2.0
+        ));
+        assert!(err.to_string().contains("inf"), "{err}");
+        let err = max_relative_error(&[f32::INFINITY], &[8.0e38]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "value 0 is not finite (device inf, reference 8e38)"
+        );
+        assert!(max_relative_error(&[1.0], &[f64::NEG_INFINITY]).is_err());
+    }
+
+    #[test]
+    fn length_mismatch_is_an_error() {
+        let err = max_relative_error(&[1.0, 2.0, 3.0], &[1.0, 2.0]).unwrap_err();
+        assert_eq!(
+            err,
+            CheckError::LengthMismatch {
+                device: 3,
+                reference: 2
+            }
+        );
+        let text = err.to_string();
+        assert!(text.contains('3') && text.contains('2'), "{text}");
+        assert!(max_relative_error(&[], &[1.0]).is_err());
+    }
+
+    #[test]
+    fn finite_values_give_the_largest_relative_error() {
+        assert_eq!(max_relative_error(&[], &[]), Ok(0.0));
+        assert_eq!(max_relative_error(&[1.0, 2.0], &[1.0, 2.0]), Ok(0.0));
+        // |3 − 1| / (1 + 1) = 1 beats |0.5 − 0| / 1 = 0.5.
+        assert_eq!(max_relative_error(&[0.5, 3.0], &[0.0, 1.0]), Ok(1.0));
+        assert_eq!(max_relative_error(&[-1.0], &[1.0]), Ok(1.0));
+    }
+}

@@ -1,0 +1,247 @@
+//! Why the device runtime refused or failed: one variant per kind, each naming the tensor
+//! and the sizes involved.
+
+use std::convert::Infallible;
+use std::fmt;
+
+use tessera_core::dtype::DataType;
+use tessera_core::program::ProgramError;
+use tessera_core::stream::{SetupError, SplitterError};
+use tessera_core::transfer::LayoutError;
+
+use crate::transport::TransportError;
+
+/// A runtime failure.
+#[derive(Debug)]
+pub enum RuntimeError {
+    /// Talking to a device failed (unreachable at prepare, silent, or it answered with an
+    /// error); the transport error names the replica.
+    Transport(TransportError),
+    /// The program breaks one of core's rules.
+    Program(ProgramError),
+    /// More replicas than one runtime drives, or none.
+    Replicas {
+        /// Replicas asked for.
+        replicas: usize,
+        /// The most one runtime drives.
+        max: usize,
+    },
+    /// A number of channels other than the number of replicas.
+    Channels {
+        /// Channels given.
+        channels: usize,
+        /// Replicas of the run.
+        replicas: usize,
+    },
+    /// A name that is no variable (weights) or no stream (step IO) of the program.
+    UnknownTensor {
+        /// The name.
+        name: String,
+        /// What it should have named: "variable" or "stream".
+        expected: &'static str,
+    },
+    /// A stream the step IO does not provide.
+    MissingStream {
+        /// The stream.
+        name: String,
+    },
+    /// A step-IO array of the wrong element count.
+    Elements {
+        /// The stream.
+        name: String,
+        /// Elements expected: `sample × per_replica × replicas`.
+        expected: usize,
+        /// Elements given.
+        received: usize,
+        /// Elements of one sample.
+        sample: usize,
+        /// Samples per replica per step (`bps·af`).
+        per_replica: usize,
+        /// Replicas fed (1 for a broadcast stream).
+        replicas: usize,
+    },
+    /// A host array of the wrong shape.
+    Shape {
+        /// The tensor.
+        name: String,
+        /// The shape the rule asks for.
+        expected: Vec<usize>,
+        /// The shape given.
+        actual: Vec<usize>,
+        /// The rule.
+        rule: &'static str,
+    },
+    /// A host array whose type does not convert to the tensor's.
+    Type {
+        /// The tensor.
+        name: String,
+        /// The tensor's type.
+        expected: DataType,
+        /// The array's.
+        actual: DataType,
+    },
+    /// An input value the conversion to the stream's type cannot hold (`int64 → int32`).
+    OutOfRange {
+        /// The stream.
+        name: String,
+        /// Element index.
+        index: usize,
+        /// The value.
+        value: i64,
+    },
+    /// A label outside the classes of the cross-entropy that reads it.
+    Label {
+        /// The labels stream.
+        name: String,
+        /// Element index.
+        index: usize,
+        /// The label.
+        value: i64,
+        /// Number of classes.
+        classes: usize,
+    },
+    /// A buffer of the wrong size in a weight transfer.
+    Bytes {
+        /// The variable.
+        name: String,
+        /// Bytes the layout needs.
+        expected: usize,
+        /// Bytes there are.
+        actual: usize,
+        /// Which buffer.
+        what: &'static str,
+    },
+    /// A variable's transfer layout does not build.
+    Layout {
+        /// The variable.
+        name: String,
+        /// Why.
+        error: LayoutError,
+    },
+    /// The step-IO splitter could not be set up (more streams or replicas than it holds).
+    SplitterSetup(SetupError),
+    /// The step-IO splitter refused a call: the runtime asked out of order (a bug here).
+    Splitter(SplitterError<Infallible>),
+    /// An RNG state of the wrong length.
+    RngState {
+        /// Words expected: words per replica × replicas.
+        expected: usize,
+        /// Words given.
+        actual: usize,
+    },
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Transport(e) => e.fmt(f),
+            Self::Program(e) => write!(f, "the program is invalid: {e}"),
+            Self::Replicas { replicas, max } => {
+                write!(f, "a runtime drives 1 to {max} replicas, not {replicas}")
+            }
+            Self::Channels { channels, replicas } => write!(
+                f,
+                "{channels} channels for {replicas} replicas: one channel per replica"
+            ),
+            Self::UnknownTensor { name, expected } => {
+                write!(f, "`{name}` is no {expected} of the program")
+            }
+            Self::Elements {
+                name,
+                expected,
+                received,
+                sample,
+                per_replica,
+                replicas,
+            } => write!(
+                f,
+                "stream `{name}` needs {expected} elements (sample {sample} × samples per \
+                 replica per step {per_replica} × replicas {replicas}), not {received}"
+            ),
+            Self::MissingStream { name } => write!(f, "no data was provided for stream `{name}`"),
+            Self::Shape {
+                name,
+                expected,
+                actual,
+                rule,
+            } => write!(
+                f,
+                "`{name}` must have shape {expected:?}, not {actual:?} ({rule})"
+            ),
+            Self::Type {
+                name,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "`{name}` holds {expected}: an array of {actual} does not convert to it"
+            ),
+            Self::OutOfRange { name, index, value } => write!(
+                f,
+                "`{name}`: element {index} ({value}) does not fit the stream's type"
+            ),
+            Self::Label {
+                name,
+                index,
+                value,
+                classes,
+            } => write!(
+                f,
+                "`{name}`: label {index} is {value}, outside the {classes} classes [0, {classes})"
+            ),
+            Self::Layout { name, error } => write!(f, "variable `{name}`: {error}"),
+            Self::Bytes {
+                name,
+                expected,
+                actual,
+                what,
+            } => write!(
+                f,
+                "variable `{name}`: the {what} has {actual} bytes where the layout needs {expected}"
+            ),
+            Self::SplitterSetup(e) => write!(f, "step IO: {e}"),
+            Self::Splitter(e) => write!(f, "step IO: {e}"),
+            Self::RngState { expected, actual } => write!(
+                f,
+                "the RNG state must have exactly {expected} words, not {actual}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Transport(e) => Some(e),
+            Self::Program(e) => Some(e),
+            Self::Layout { error, .. } => Some(error),
+            Self::SplitterSetup(e) => Some(e),
+            Self::Splitter(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<TransportError> for RuntimeError {
+    fn from(e: TransportError) -> Self {
+        Self::Transport(e)
+    }
+}
+
+impl From<ProgramError> for RuntimeError {
+    fn from(e: ProgramError) -> Self {
+        Self::Program(e)
+    }
+}
+
+impl From<SetupError> for RuntimeError {
+    fn from(e: SetupError) -> Self {
+        Self::SplitterSetup(e)
+    }
+}
+
+impl From<SplitterError<Infallible>> for RuntimeError {
+    fn from(e: SplitterError<Infallible>) -> Self {
+        Self::Splitter(e)
+    }
+}

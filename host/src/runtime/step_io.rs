@@ -1,0 +1,314 @@
+//! A training step from the user's arrays: sizes, conversion, one byte stream per replica
+//! per stream, the step itself, and the anchors back.
+//!
+//! # Contract
+//!
+//! - Every run checks the step IO before anything moves: each name is a stream of the
+//!   program, every stream is provided, and each array holds exactly
+//!   `sample × bps·af × replicas` elements (`× 1` for a broadcast stream); a short array is
+//!   an error naming the stream and the counts, on any run, never a panic.
+//! - Each array is converted to its stream's type by core's [`convert_input`] (the same
+//!   type, `int64 → int32` with every value checked, `uint8` read as an 8-bit float), and
+//!   labels read by a cross-entropy are checked against its classes.
+//! - Replica `r`'s `j`-th sample of a stream is the user's sample `j·R + r` (`j` for a
+//!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
+//!   travels as one byte stream, in requests as large as its link carries (a sample larger
+//!   than a frame is split across requests), all sent before any reply is awaited.
+//! - Anchors come back as one array per anchored tensor (named as
+//!   [`AnchorTensor::name`] says), shaped `[outputs, replicas, …tensor]` where `outputs`
+//!   is what the anchor's return type gives per replica per step; output `j` of replica `r`
+//!   is row `j·R + r`, again as the splitter orders them.
+
+use std::collections::BTreeMap;
+
+use tessera_core::dtype::{convert_input, ConvertError, DataType};
+use tessera_core::program::{elements, ids, AnchorTensor, Layer};
+use tessera_core::stream::{SizeError, Splitter, StreamKind, StreamSpec, UpstreamIo};
+use tessera_core::wire::endpoint::PopFifo;
+use tessera_core::wire::{Request, RequestKind};
+
+use super::{Runtime, RuntimeError, StepIo, MAX_REPLICAS};
+use crate::session::HostArray;
+use crate::transport::hub;
+
+/// Anchored tensors by name.
+pub type Anchors = BTreeMap<String, HostArray>;
+
+/// Streams plus anchors the splitter tracks.
+const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::program::MAX_ANCHORS;
+
+impl Runtime {
+    /// Runs one training step on `io` (see the module's contract); returns the anchors.
+    pub fn run(&mut self, io: &StepIo) -> Result<Anchors, RuntimeError> {
+        let streams = self.device_streams(io)?;
+        let replicas = self.replicas;
+        let mut splitter = Splitter::<usize, TENSORS, MAX_REPLICAS, 1>::new(replicas, self.flow)?;
+        let mut counters = Counters::default();
+        let mut inputs = Vec::with_capacity(streams.len());
+        for (s, data) in self.program.streams.iter().zip(&streams) {
+            let sample = elements(&s.sample).unwrap_or(0);
+            let tensor = splitter.add_input(sample, s.broadcast)?;
+            inputs.push((tensor, sample * s.dtype.size(), data));
+        }
+        let mut outputs = Vec::with_capacity(self.program.anchors.len());
+        for a in &self.program.anchors {
+            let width = self.anchor_width(a.tensor);
+            let tensor = splitter.add_output(width, a.return_type)?;
+            outputs.push((tensor, width, a.return_type));
+        }
+
+        // Each replica's share of each stream, in the order it consumes it.
+        let per_replica = self.flow.inputs_per_replica();
+        let mut shares = vec![vec![Vec::new(); inputs.len()]; replicas];
+        for _ in 0..per_replica {
+            for (r, share) in shares.iter_mut().enumerate() {
+                for (k, &(tensor, bytes, data)) in inputs.iter().enumerate() {
+                    let i = splitter
+                        .input(&mut counters, tensor, r, false)?
+                        .unwrap_or(0);
+                    share[k].extend_from_slice(&data[i * bytes..(i + 1) * bytes]);
+                    splitter.input_complete(&mut counters, tensor, r)?;
+                }
+            }
+        }
+        let mut sent = Vec::new();
+        for (r, share) in shares.iter().enumerate() {
+            let c = &mut self.channels[r];
+            let chunk = c.limits().max_chunk().max(1);
+            for (k, bytes) in share.iter().enumerate() {
+                let fifo = ids::stream_fifo(k as u8); // At most MAX_STREAMS.
+                for piece in bytes.chunks(chunk) {
+                    sent.push((r, c.submit(&Request::PushFifo { fifo, data: piece })?));
+                }
+            }
+        }
+        for (r, seq) in sent {
+            self.channels[r].receive(seq)?;
+        }
+
+        hub::run_step(&mut self.channels, &self.rounds)?;
+        self.weights_in_sync = false;
+
+        let mut anchors = Anchors::new();
+        for (j, &(tensor, width, return_type)) in outputs.iter().enumerate() {
+            let items = self.flow.outputs_per_replica(Some(return_type));
+            let item_bytes = width * 4;
+            let mut out = vec![0u8; items * replicas * item_bytes];
+            // Where each replica's items go, in the order the replica wrote them.
+            let mut rows = vec![Vec::with_capacity(items); replicas];
+            for _ in 0..items {
+                for (r, rows) in rows.iter_mut().enumerate() {
+                    rows.push(splitter.output(&mut counters, tensor, r)?);
+                    splitter.output_complete(&mut counters, tensor, r)?;
+                }
+            }
+            let fifo = ids::anchor_fifo(j as u8); // At most MAX_ANCHORS.
+            let mut pops = Vec::new();
+            for (r, c) in self.channels.iter_mut().enumerate() {
+                let per_pop = (c.limits().max_chunk() / item_bytes.max(1)).max(1);
+                let mut at = 0;
+                while at < items {
+                    let n = per_pop.min(items - at);
+                    let pop = PopFifo {
+                        fifo,
+                        items: n as u32,
+                    };
+                    pops.push((r, at, n, c.submit_typed(&pop)?));
+                    at += n;
+                }
+            }
+            for (r, at, n, ticket) in pops {
+                let c = &mut self.channels[r];
+                let reply = c.receive_typed(ticket)?;
+                let data = reply.get();
+                if data.len() != n * item_bytes {
+                    return Err(c
+                        .wrong_length(RequestKind::PopFifo, data.len(), n * item_bytes)
+                        .into());
+                }
+                for (item, &row) in data.chunks_exact(item_bytes).zip(&rows[r][at..at + n]) {
+                    out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
+                }
+            }
+            let a = self.program.anchors[j];
+            let mut shape = vec![items as u32, replicas as u32];
+            if a.tensor == AnchorTensor::Output {
+                shape.push(width as u32);
+            }
+            let len = out.len();
+            let array =
+                HostArray::new(DataType::F32, &shape, out).map_err(|_| RuntimeError::Bytes {
+                    name: a.tensor.name().to_string(),
+                    expected: shape.iter().map(|&d| d as usize).product::<usize>() * 4,
+                    actual: len,
+                    what: "anchor",
+                })?;
+            anchors.insert(a.tensor.name().to_string(), array);
+        }
+        Ok(anchors)
+    }
+
+    /// Elements of one value of an anchored tensor.
+    fn anchor_width(&self, tensor: AnchorTensor) -> usize {
+        match tensor {
+            AnchorTensor::Loss => 1,
+            AnchorTensor::Output => self.program.output_width().unwrap_or(0),
+        }
+    }
+
+    /// Checks `io` and converts each array to its stream's type, in stream order.
+    fn device_streams(&self, io: &StepIo) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        let p = &self.program;
+        let specs: Vec<StreamSpec<'_>> = p
+            .streams
+            .iter()
+            .map(|s| StreamSpec {
+                name: s.name.as_str(),
+                sample_elements: elements(&s.sample).unwrap_or(0),
+                kind: StreamKind::Input {
+                    broadcast: s.broadcast,
+                },
+            })
+            .collect();
+        let provided: Vec<(&str, usize)> = io
+            .iter()
+            .map(|(name, array)| (name.as_str(), array.elements()))
+            .collect();
+        self.flow
+            .check_sizes(self.replicas, &specs, &provided)
+            .map_err(size_error)?;
+        let labels = match p.layers.last() {
+            Some(&Layer::SoftmaxCrossEntropy { labels }) => Some(usize::from(labels)),
+            _ => None,
+        };
+        let classes = p.output_width().unwrap_or(0);
+        let mut out = Vec::with_capacity(p.streams.len());
+        for (i, s) in p.streams.iter().enumerate() {
+            let name = s.name.as_str();
+            let Some(array) = io.get(name) else {
+                return Err(RuntimeError::MissingStream {
+                    name: name.to_string(),
+                });
+            };
+            let mut data = vec![0u8; array.elements() * s.dtype.size()];
+            convert_input(name, array.dtype(), array.bytes(), s.dtype, &mut data)
+                .map_err(convert_error)?;
+            if labels == Some(i) {
+                check_labels(name, &data, classes)?;
+            }
+            out.push(data);
+        }
+        Ok(out)
+    }
+}
+
+/// Every `i32` label in `[0, classes)`.
+fn check_labels(name: &str, data: &[u8], classes: usize) -> Result<(), RuntimeError> {
+    for (index, bytes) in data.chunks_exact(4).enumerate() {
+        let value = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        if usize::try_from(value).map_or(true, |v| v >= classes) {
+            return Err(RuntimeError::Label {
+                name: name.to_string(),
+                index,
+                value: i64::from(value),
+                classes,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn size_error(e: SizeError<'_>) -> RuntimeError {
+    match e {
+        SizeError::UnknownTensor { tensor } => RuntimeError::UnknownTensor {
+            name: tensor.to_string(),
+            expected: "stream",
+        },
+        SizeError::Missing { tensor } => RuntimeError::MissingStream {
+            name: tensor.to_string(),
+        },
+        SizeError::Mismatch {
+            tensor,
+            expected,
+            received,
+            sample,
+            per_replica,
+            replicas,
+            ..
+        } => RuntimeError::Elements {
+            name: tensor.to_string(),
+            expected,
+            received,
+            sample,
+            per_replica,
+            replicas,
+        },
+    }
+}
+
+fn convert_error(e: ConvertError<'_>) -> RuntimeError {
+    match e {
+        ConvertError::TypeDiscrepancy {
+            tensor,
+            provided,
+            expected,
+        } => RuntimeError::Type {
+            name: tensor.to_string(),
+            expected,
+            actual: provided,
+        },
+        ConvertError::OutOfRange {
+            tensor,
+            index,
+            value,
+        } => RuntimeError::OutOfRange {
+            name: tensor.to_string(),
+            index,
+            value,
+        },
+        ConvertError::SizeMismatch {
+            tensor,
+            provided_bytes,
+            expected_bytes,
+            ..
+        } => RuntimeError::Bytes {
+            name: tensor.to_string(),
+            expected: expected_bytes,
+            actual: provided_bytes,
+            what: "input array",
+        },
+    }
+}
+
+/// The splitter's view of the user's arrays: buffer handles are sample indices, counted
+/// per tensor in upstream order.
+#[derive(Default)]
+struct Counters {
+    next: [usize; TENSORS],
+}
+
+impl UpstreamIo for Counters {
+    type Buffer = usize;
+    type Error = core::convert::Infallible;
+
+    fn input(&mut self, tensor: usize, _: usize, _: bool) -> Result<Option<usize>, Self::Error> {
+        Ok(self.take(tensor))
+    }
+    fn input_complete(&mut self, _: usize) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn output(&mut self, tensor: usize, _: usize) -> Result<Option<usize>, Self::Error> {
+        Ok(self.take(tensor))
+    }
+    fn output_complete(&mut self, _: usize) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl Counters {
+    fn take(&mut self, tensor: usize) -> Option<usize> {
+        let slot = self.next.get_mut(tensor)?;
+        *slot += 1;
+        Some(*slot - 1)
+    }
+}

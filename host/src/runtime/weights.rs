@@ -1,0 +1,194 @@
+//! Weights between the host and the replicas, by name, through core's transfer layouts.
+//!
+//! From the host, a variable arrives in its *host shape*: its shape, with a group dimension
+//! first when it has several groups (one value per group). To the host, it leaves in its
+//! *returned shape*: one row per group ([`OnePerGroup`]) or per replica ([`AllReplicas`]),
+//! the row dimension dropped when only one row returns. A sharded variable is cut into its
+//! replicas' shards, padding zeroed, and put back together by the same [`WeightLayout`] the
+//! devices' shard layouts agree with; every size is checked before the first byte moves.
+//!
+//! [`OnePerGroup`]: tessera_core::grouping::RetrievalMode::OnePerGroup
+//! [`AllReplicas`]: tessera_core::grouping::RetrievalMode::AllReplicas
+
+use tessera_core::dtype::DataType;
+use tessera_core::grouping::Shape;
+use tessera_core::program::{elements, ids, Program};
+use tessera_core::transfer::{InstanceWindow, TransferError, WeightLayout};
+use tessera_core::wire::Request;
+
+use super::{Runtime, RuntimeError, WeightsIo};
+use crate::session::HostArray;
+use crate::transport::{ChannelSlots, TransportError};
+
+impl Runtime {
+    /// The shape variable `index` has on the host (`returned`: in weights to host).
+    pub fn host_shape(&self, name: &str, returned: bool) -> Result<Vec<usize>, RuntimeError> {
+        let index = self.variable(name)?;
+        let v = &self.program.variables[index];
+        let settings = self.program.settings(index, self.replicas)?;
+        let dims: Vec<usize> = v.shape.iter().map(|&d| d as usize).collect();
+        let shape = Shape::new(&dims).and_then(|s| {
+            if returned {
+                settings.returned_shape(&s)
+            } else {
+                settings.host_shape(&s)
+            }
+        });
+        // Ranks are at most 4 and group counts fit: the rank-8 shape cannot overflow.
+        Ok(shape.map(|s| s.dims().to_vec()).unwrap_or(dims))
+    }
+
+    /// Weights from host: every array in `weights` names a variable and has its host
+    /// shape; variables not named keep their values.
+    pub fn weights_from_host(&mut self, weights: &WeightsIo) -> Result<(), RuntimeError> {
+        // Every array is checked before the first one moves.
+        let mut plan = Vec::with_capacity(weights.len());
+        for (name, array) in weights {
+            let index = self.variable(name)?;
+            self.check_array(name, array, &self.host_shape(name, false)?)?;
+            plan.push((index, array));
+        }
+        for (index, array) in plan {
+            let layout = layout(&self.program, self.replicas, self.window, index)?;
+            let slot = ids::slot(index as u8); // At most MAX_VARIABLES.
+            let mut slots = ChannelSlots::existing(&mut self.channels, slot, layout.slot_bytes());
+            let name = &self.program.variables[index].name;
+            layout
+                .to_replicas(array.bytes(), &mut slots)
+                .map_err(|e| transfer_error(name, e))?;
+            let load = Request::RemoteLoad {
+                slot,
+                variable: ids::variable(index as u8),
+            };
+            let seqs = self
+                .channels
+                .iter_mut()
+                .map(|c| c.submit(&load))
+                .collect::<Result<Vec<_>, _>>()?;
+            for (c, seq) in self.channels.iter_mut().zip(seqs) {
+                c.receive(seq)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Weights to host: every variable in its returned shape.
+    pub fn weights_to_host(&mut self) -> Result<WeightsIo, RuntimeError> {
+        let mut out = WeightsIo::new();
+        for index in 0..self.program.variables.len() {
+            let name = self.program.variables[index].name.to_string();
+            let store = Request::RemoteStore {
+                variable: ids::variable(index as u8),
+                slot: ids::slot(index as u8),
+            };
+            let seqs = self
+                .channels
+                .iter_mut()
+                .map(|c| c.submit(&store))
+                .collect::<Result<Vec<_>, _>>()?;
+            for (c, seq) in self.channels.iter_mut().zip(seqs) {
+                c.receive(seq)?;
+            }
+            let layout = layout(&self.program, self.replicas, self.window, index)?;
+            let (mut bytes, slot_bytes) = (vec![0u8; layout.to_host_bytes()], layout.slot_bytes());
+            let mut slots =
+                ChannelSlots::existing(&mut self.channels, ids::slot(index as u8), slot_bytes);
+            layout
+                .to_host(&mut slots, &mut bytes)
+                .map_err(|e| transfer_error(&name, e))?;
+            let shape: Vec<u32> = self
+                .host_shape(&name, true)?
+                .iter()
+                .map(|&d| d as u32)
+                .collect();
+            let len = bytes.len();
+            let array =
+                HostArray::new(DataType::F32, &shape, bytes).map_err(|_| RuntimeError::Bytes {
+                    name: name.clone(),
+                    expected: shape.iter().map(|&d| d as usize).product::<usize>() * 4,
+                    actual: len,
+                    what: "returned array",
+                })?;
+            out.insert(name, array);
+        }
+        self.weights_in_sync = true;
+        Ok(out)
+    }
+
+    /// The index of variable `name`.
+    fn variable(&self, name: &str) -> Result<usize, RuntimeError> {
+        self.program
+            .variable_index(name)
+            .ok_or_else(|| RuntimeError::UnknownTensor {
+                name: name.to_string(),
+                expected: "variable",
+            })
+    }
+
+    /// `array` is `f32` and shaped `shape`.
+    fn check_array(
+        &self,
+        name: &str,
+        array: &HostArray,
+        shape: &[usize],
+    ) -> Result<(), RuntimeError> {
+        if array.dtype() != DataType::F32 {
+            return Err(RuntimeError::Type {
+                name: name.to_string(),
+                expected: DataType::F32,
+                actual: array.dtype(),
+            });
+        }
+        let actual: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
+        if actual != shape {
+            return Err(RuntimeError::Shape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                actual,
+                rule: "a variable's host shape: its shape, after one row per group when it has \
+                       several groups",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The layout of variable `index` of `p` over `replicas` replicas, `window` of them here.
+fn layout(
+    p: &Program,
+    replicas: usize,
+    window: InstanceWindow,
+    index: usize,
+) -> Result<WeightLayout<'_>, RuntimeError> {
+    let v = &p.variables[index];
+    let settings = p.settings(index, replicas)?;
+    let shard = p.shard_layout(index, replicas)?;
+    let n = elements(&v.shape).unwrap_or(0); // Checked at prepare.
+    WeightLayout::new(settings, n, 4, shard, window).map_err(|error| RuntimeError::Layout {
+        name: v.name.to_string(),
+        error,
+    })
+}
+
+/// A transfer that failed: on a device (the transport error), on a layout, or on a size.
+fn transfer_error(name: &str, e: TransferError<TransportError>) -> RuntimeError {
+    let name = name.to_string();
+    match e {
+        TransferError::Remote { error, .. } => RuntimeError::Transport(error),
+        TransferError::Layout(error) => RuntimeError::Layout { name, error },
+        TransferError::HostSize { expected, actual } => RuntimeError::Bytes {
+            name,
+            expected,
+            actual,
+            what: "host buffer",
+        },
+        TransferError::SlotSize {
+            expected, actual, ..
+        } => RuntimeError::Bytes {
+            name,
+            expected,
+            actual,
+            what: "remote-buffer slot",
+        },
+    }
+}
