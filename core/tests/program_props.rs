@@ -627,16 +627,19 @@ fn valid_program() -> impl Strategy<Value = Valid> {
     plan().prop_map(|plan| build(&plan))
 }
 
-/// A valid program with one field (or the replica count) replaced by an arbitrary one.
+/// A valid program with one thing changed: a field (or the replica count) replaced by an
+/// arbitrary one, or a smaller edit that keeps the rest valid (one dimension, one data type,
+/// one dropout rate, the loss swapped for the other kind over a matching stream).
 fn near_valid_program() -> impl Strategy<Value = (Program, usize)> {
     (
         valid_program(),
         any_program(),
-        0usize..10,
+        0usize..14,
         any::<Index>(),
         0usize..=16,
+        (float(), any_dtype(), 1u32..=6),
     )
-        .prop_map(|(valid, arbitrary, field, at, replicas)| {
+        .prop_map(|(valid, arbitrary, field, at, replicas, (rate, dtype, dim))| {
             let (mut p, mut n) = (valid.program, valid.replicas);
             let pick = |len: usize| at.index(len.max(1));
             match field {
@@ -663,6 +666,45 @@ fn near_valid_program() -> impl Strategy<Value = (Program, usize)> {
                         .variables
                         .first()
                         .map_or(Sharding::Balanced, |v| v.sharding.clone());
+                }
+                9 if !p.variables.is_empty() => {
+                    let i = pick(p.variables.len());
+                    let v = &mut p.variables[i];
+                    let d = at.index(v.shape.len());
+                    v.shape[d] = dim;
+                }
+                10 => {
+                    let i = pick(p.streams.len());
+                    p.streams[i].dtype = dtype;
+                }
+                11 => {
+                    let i = pick(p.layers.len());
+                    if let Layer::Dropout { .. } = p.layers[i] {
+                        p.layers[i] = Layer::Dropout { rate };
+                    } else {
+                        p.layers.insert(i, Layer::Dropout { rate }).ok();
+                    }
+                }
+                12 => {
+                    // The other loss, over its stream rebuilt at the same index: may leave a
+                    // cross-entropy over a single class.
+                    let width = p.output_width().unwrap();
+                    let last = p.layers.len() - 1;
+                    let (layer, stream) = match p.layers[last] {
+                        Layer::SoftmaxCrossEntropy { labels } => (
+                            Layer::MeanSquaredError { targets: labels },
+                            (labels, DataType::F32, width),
+                        ),
+                        Layer::MeanSquaredError { targets } => (
+                            Layer::SoftmaxCrossEntropy { labels: targets },
+                            (targets, DataType::I32, 1),
+                        ),
+                        _ => unreachable!("a valid program ends in a loss"),
+                    };
+                    p.layers[last] = layer;
+                    let s = &mut p.streams[usize::from(stream.0)];
+                    s.dtype = stream.1;
+                    s.sample = Dims::from_slice(&[stream.2 as u32]).unwrap();
                 }
                 _ => n = replicas,
             }

@@ -40,6 +40,17 @@ pub trait Messages {
     type Error: core::fmt::Debug;
     /// The next message, copied into `into`; with `wait`, blocks until something arrives.
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, Self::Error>;
+    /// Like `receive(into, false)`, but waiting up to `us` microseconds for a message to
+    /// arrive, woken by its arrival. `None` when this link cannot wait that way (the
+    /// caller then polls and sleeps between looks).
+    fn receive_within(
+        &mut self,
+        into: &mut [u8],
+        us: u32,
+    ) -> Result<Option<Incoming>, Self::Error> {
+        let _ = (into, us);
+        Ok(None)
+    }
     /// Sends one message (flushed).
     fn send(&mut self, body: &[u8]) -> Result<(), Self::Error>;
     /// The most bulk bytes this link carries beside one message (0: none).

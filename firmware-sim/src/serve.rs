@@ -510,13 +510,25 @@ impl<M: Messages, C: Clock> Reducer for LinkReducer<'_, M, C> {
                 .map_err(link_failed)?;
             let sent = self.clock.now_ms();
             while elapsed_ms(self.clock, sent) < REDUCE_DEADLINE_MS {
-                let len = match self.link.receive(self.aside, false).map_err(link_failed)? {
+                // Woken by the answer where the link can wait; polled otherwise.
+                let heard = match self
+                    .link
+                    .receive_within(self.aside, POLL_US)
+                    .map_err(link_failed)?
+                {
+                    Some(heard) => heard,
+                    None => match self.link.receive(self.aside, false).map_err(link_failed)? {
+                        Incoming::Idle => {
+                            self.clock.delay_us(POLL_US);
+                            continue;
+                        }
+                        other => other,
+                    },
+                };
+                let len = match heard {
                     // The host went away.
                     Incoming::Closed => return Err(ErrorCode::ReduceTimeout),
-                    Incoming::Idle => {
-                        self.clock.delay_us(POLL_US);
-                        continue;
-                    }
+                    Incoming::Idle => continue,
                     Incoming::Damaged => continue,
                     Incoming::Message(len) => len,
                 };

@@ -3,7 +3,7 @@
 //! threads (no framing), a clock on `Instant`, and a busy line nobody watches.
 
 use std::io;
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -185,6 +185,18 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// Files `message`: its bulk bytes aside, its body into `into`.
+    fn take(&mut self, message: Message, into: &mut [u8]) -> Incoming {
+        self.bulk = message.bulk;
+        match into.get_mut(..message.body.len()) {
+            Some(to) => {
+                to.copy_from_slice(&message.body);
+                Incoming::Message(message.body.len())
+            }
+            None => Incoming::Damaged,
+        }
+    }
+
     /// Messages arrive on `incoming` and leave on `outgoing`.
     pub fn new(incoming: Receiver<Message>, outgoing: Sender<Message>) -> Self {
         Self {
@@ -211,14 +223,20 @@ impl Messages for Queue {
                 Err(TryRecvError::Disconnected) => return Ok(Incoming::Closed),
             }
         };
-        self.bulk = message.bulk;
-        Ok(match into.get_mut(..message.body.len()) {
-            Some(to) => {
-                to.copy_from_slice(&message.body);
-                Incoming::Message(message.body.len())
-            }
-            None => Incoming::Damaged,
-        })
+        Ok(self.take(message, into))
+    }
+
+    fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
+        Ok(Some(
+            match self
+                .incoming
+                .recv_timeout(Duration::from_micros(u64::from(us)))
+            {
+                Ok(message) => self.take(message, into),
+                Err(RecvTimeoutError::Timeout) => Incoming::Idle,
+                Err(RecvTimeoutError::Disconnected) => Incoming::Closed,
+            },
+        ))
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {

@@ -213,6 +213,12 @@ impl Optimizer {
         }
     }
 
+    /// True when the optimizer keeps a velocity per variable (SGD with momentum, whatever
+    /// the momentum's value: the host may change it between runs).
+    pub const fn has_velocity(&self) -> bool {
+        matches!(self, Self::SgdMomentum { .. })
+    }
+
     /// The momentum (0 for plain SGD).
     pub const fn momentum(&self) -> f32 {
         match *self {

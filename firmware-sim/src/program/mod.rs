@@ -107,7 +107,7 @@ fn place(
     scratch: &Scratch,
 ) -> Result<(), ErrorCode> {
     let flow = program.data_flow().map_err(|_| ErrorCode::BadConfig)?;
-    let momentum = program.optimizer.momentum() > 0.0;
+    let momentum = program.optimizer.has_velocity();
     for i in 0..program.variables.len() {
         let held = program
             .held_elements(i, replicas)

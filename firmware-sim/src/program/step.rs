@@ -324,7 +324,7 @@ fn update(
             }
         })
     };
-    if prepared.program.optimizer.momentum() > 0.0 {
+    if prepared.program.optimizer.has_velocity() {
         // The velocity becomes the step direction, left in the gradient's place.
         apply(ids::velocity(index), &|v, g| {
             *v = momentum * *v + *g;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{ReplicaGrouping, RetrievalMode};
-use tessera_core::program::{elements, AnchorTensor, Layer, Program};
+use tessera_core::program::{elements, AnchorTensor, Layer, Optimizer, Program};
 use tessera_core::rng::Rng;
 use tessera_core::stream::{AnchorAction, DataFlow};
 
@@ -208,6 +208,13 @@ impl Reference {
         Ok(anchors)
     }
 
+    /// Optimizer values from host, as [`Runtime::set_optimizer`](super::Runtime::set_optimizer)
+    /// sets them on the devices.
+    pub fn set_optimizer(&mut self, optimizer: Optimizer) {
+        self.learning_rate = f64::from(optimizer.learning_rate());
+        self.momentum = f64::from(optimizer.momentum());
+    }
+
     /// Every variable in its returned shape, flat.
     pub fn weights(&self) -> Values {
         self.variables
@@ -355,7 +362,7 @@ impl Reference {
                         .map(|&r| grads[r][i][k] / accumulation)
                         .sum::<f64>()
                         / members.len() as f64;
-                    let step = if momentum > 0.0 {
+                    let step = if self.program.optimizer.has_velocity() {
                         v.velocity[g][k] = momentum * v.velocity[g][k] + mean;
                         v.velocity[g][k]
                     } else {

@@ -65,7 +65,10 @@ pub fn run_step(
             if done[i] {
                 continue;
             }
-            let Some(reply) = channels[i].poll(seqs[i], POLL)? else {
+            // A device waiting for its peers has nothing to say until they contribute:
+            // look without waiting, and wait on the devices the round still needs.
+            let wait = if waiting[i] { Duration::ZERO } else { POLL };
+            let Some(reply) = channels[i].poll(seqs[i], wait)? else {
                 if waiting[i] {
                     heard[i] = Instant::now();
                 } else if heard[i].elapsed() > channels[i].deadline() {
