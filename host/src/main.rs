@@ -151,8 +151,8 @@ struct TrainArgs {
         allow_negative_numbers = true
     )]
     hidden: usize,
-    /// Train on this safetensors file (`inputs`: float32 [samples, features]; `labels`:
-    /// int32 or int64 [samples]) instead of the embedded spirals.
+    /// Train on this safetensors file (`inputs`: float32, samples × features; `labels`:
+    /// int32 or int64, one per sample) instead of the embedded spirals.
     #[arg(long, value_name = "FILE")]
     data: Option<PathBuf>,
     /// Samples of the embedded spirals (classes–1048576).

@@ -356,19 +356,21 @@ impl Reference {
                     .members(g)
                     .map(Iterator::collect)
                     .unwrap_or_default();
-                for k in 0..v.values[g].len() {
+                let velocity = self.program.optimizer.has_velocity();
+                let (values, speeds) = (&mut v.values[g], &mut v.velocity[g]);
+                for (k, (w, speed)) in values.iter_mut().zip(speeds.iter_mut()).enumerate() {
                     let mean = members
                         .iter()
                         .map(|&r| grads[r][i][k] / accumulation)
                         .sum::<f64>()
                         / members.len() as f64;
-                    let step = if self.program.optimizer.has_velocity() {
-                        v.velocity[g][k] = momentum * v.velocity[g][k] + mean;
-                        v.velocity[g][k]
+                    let step = if velocity {
+                        *speed = momentum * *speed + mean;
+                        *speed
                     } else {
                         mean
                     };
-                    v.values[g][k] -= lr * step;
+                    *w -= lr * step;
                 }
             }
         }
