@@ -205,7 +205,16 @@ impl<'a> Device<'a> {
             Request::SetOptimizer {
                 learning_rate,
                 momentum,
-            } => self.optimizer = (learning_rate, momentum),
+            } => {
+                // The program's rule for its optimizer holds for the host's values too.
+                let valid = learning_rate.is_finite()
+                    && learning_rate >= 0.0
+                    && (0.0..1.0).contains(&momentum);
+                if !valid {
+                    return Err(ErrorCode::BadConfig);
+                }
+                self.optimizer = (learning_rate, momentum);
+            }
             Request::SetSeed { seed } => {
                 self.seed = seed;
                 self.rng = Rng::for_replica(seed, self.limits.replica);

@@ -122,6 +122,8 @@ pub enum RuntimeError {
     SplitterSetup(SetupError),
     /// The step-IO splitter refused a call: the runtime asked out of order (a bug here).
     Splitter(SplitterError<Infallible>),
+    /// Optimizer state for a program whose optimizer keeps none (plain SGD).
+    NoOptimizerState,
     /// An RNG state of the wrong length.
     RngState {
         /// Words expected: words per replica × replicas.
@@ -201,6 +203,9 @@ impl fmt::Display for RuntimeError {
             ),
             Self::SplitterSetup(e) => write!(f, "step IO: {e}"),
             Self::Splitter(e) => write!(f, "step IO: {e}"),
+            Self::NoOptimizerState => {
+                f.write_str("the program's optimizer keeps no state (plain SGD has no velocity)")
+            }
             Self::RngState { expected, actual } => write!(
                 f,
                 "the RNG state must have exactly {expected} words, not {actual}"

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tessera_core::grouping::ReplicaGrouping;
-use tessera_core::program::{Optimizer, Program};
+use tessera_core::program::{Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
@@ -137,7 +137,7 @@ impl Runtime {
         }
         let flow = program
             .data_flow()
-            .map_err(|e| RuntimeError::Program(tessera_core::program::ProgramError::DataFlow(e)))?;
+            .map_err(|e| RuntimeError::Program(ProgramError::DataFlow(e)))?;
         let rounds = program
             .reductions(replicas)
             .map(|r| {
@@ -186,7 +186,13 @@ impl Runtime {
 
     /// Optimizer values from host (the kind of optimizer is the program's; only its values
     /// change between runs).
+    /// The values follow the program's rule: a finite, non-negative learning rate and a
+    /// momentum in `[0, 1)`.
     pub fn set_optimizer(&mut self, optimizer: Optimizer) -> Result<(), RuntimeError> {
+        let (lr, momentum) = (optimizer.learning_rate(), optimizer.momentum());
+        if !(lr.is_finite() && lr >= 0.0 && (0.0..1.0).contains(&momentum)) {
+            return Err(RuntimeError::Program(ProgramError::Optimizer));
+        }
         let request = Request::SetOptimizer {
             learning_rate: optimizer.learning_rate(),
             momentum: optimizer.momentum(),
@@ -241,7 +247,7 @@ impl Runtime {
     }
 
     /// Sends `request` to every replica, all before any reply is awaited.
-    fn broadcast(&mut self, request: &Request<'_>) -> Result<(), RuntimeError> {
+    pub(crate) fn broadcast(&mut self, request: &Request<'_>) -> Result<(), RuntimeError> {
         let seqs = self
             .channels
             .iter_mut()

@@ -41,9 +41,45 @@ impl Runtime {
     /// Weights from host: every array in `weights` names a variable and has its host
     /// shape; variables not named keep their values.
     pub fn weights_from_host(&mut self, weights: &WeightsIo) -> Result<(), RuntimeError> {
-        // Every array is checked before the first one moves.
-        let mut plan = Vec::with_capacity(weights.len());
-        for (name, array) in weights {
+        self.load(weights, ids::variable)
+    }
+
+    /// Weights to host: every variable in its returned shape.
+    pub fn weights_to_host(&mut self) -> Result<WeightsIo, RuntimeError> {
+        let out = self.store(ids::variable)?;
+        self.weights_in_sync = true;
+        Ok(out)
+    }
+
+    /// The optimizer's state from host: each variable's velocity, by the variable's name, in
+    /// the variable's host shape. Refused when the program's optimizer keeps no state.
+    pub fn optimizer_state_from_host(&mut self, state: &WeightsIo) -> Result<(), RuntimeError> {
+        self.check_optimizer_state()?;
+        self.load(state, ids::velocity)
+    }
+
+    /// The optimizer's state to host: each variable's velocity in the variable's returned
+    /// shape; empty when the program's optimizer keeps no state.
+    pub fn optimizer_state_to_host(&mut self) -> Result<WeightsIo, RuntimeError> {
+        if !self.program.optimizer.has_velocity() {
+            return Ok(WeightsIo::new());
+        }
+        self.store(ids::velocity)
+    }
+
+    fn check_optimizer_state(&self) -> Result<(), RuntimeError> {
+        if self.program.optimizer.has_velocity() {
+            Ok(())
+        } else {
+            Err(RuntimeError::NoOptimizerState)
+        }
+    }
+
+    /// Host arrays (host shapes) into the on-device variables `target` names, through each
+    /// variable's slot; every array is checked before the first one moves.
+    fn load(&mut self, arrays: &WeightsIo, target: fn(u8) -> u16) -> Result<(), RuntimeError> {
+        let mut plan = Vec::with_capacity(arrays.len());
+        for (name, array) in arrays {
             let index = self.variable(name)?;
             self.check_array(name, array, &self.host_shape(name, false)?)?;
             plan.push((index, array));
@@ -58,37 +94,23 @@ impl Runtime {
                 .map_err(|e| transfer_error(name, e))?;
             let load = Request::RemoteLoad {
                 slot,
-                variable: ids::variable(index as u8),
+                variable: target(index as u8),
             };
-            let seqs = self
-                .channels
-                .iter_mut()
-                .map(|c| c.submit(&load))
-                .collect::<Result<Vec<_>, _>>()?;
-            for (c, seq) in self.channels.iter_mut().zip(seqs) {
-                c.receive(seq)?;
-            }
+            self.broadcast(&load)?;
         }
         Ok(())
     }
 
-    /// Weights to host: every variable in its returned shape.
-    pub fn weights_to_host(&mut self) -> Result<WeightsIo, RuntimeError> {
+    /// The on-device variables `source` names, through each variable's slot, in returned
+    /// shapes.
+    fn store(&mut self, source: fn(u8) -> u16) -> Result<WeightsIo, RuntimeError> {
         let mut out = WeightsIo::new();
         for index in 0..self.program.variables.len() {
             let name = self.program.variables[index].name.to_string();
-            let store = Request::RemoteStore {
-                variable: ids::variable(index as u8),
+            self.broadcast(&Request::RemoteStore {
+                variable: source(index as u8),
                 slot: ids::slot(index as u8),
-            };
-            let seqs = self
-                .channels
-                .iter_mut()
-                .map(|c| c.submit(&store))
-                .collect::<Result<Vec<_>, _>>()?;
-            for (c, seq) in self.channels.iter_mut().zip(seqs) {
-                c.receive(seq)?;
-            }
+            })?;
             let layout = layout(&self.program, self.replicas, self.window, index)?;
             let (mut bytes, slot_bytes) = (vec![0u8; layout.to_host_bytes()], layout.slot_bytes());
             let mut slots =
@@ -111,7 +133,6 @@ impl Runtime {
                 })?;
             out.insert(name, array);
         }
-        self.weights_in_sync = true;
         Ok(out)
     }
 

@@ -17,6 +17,8 @@ pub enum TransportError {
     Io(io::Error),
     /// A program (a device process, QEMU, defmt-print) could not be started.
     Spawn {
+        /// The replica it was to serve.
+        replica: u32,
         /// The program.
         program: PathBuf,
         /// Why.
@@ -131,9 +133,15 @@ impl fmt::Display for TransportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io(e) => write!(f, "link error: {e}"),
-            Self::Spawn { program, source } => {
-                write!(f, "cannot start {}: {source}", program.display())
-            }
+            Self::Spawn {
+                replica,
+                program,
+                source,
+            } => write!(
+                f,
+                "device {replica}: cannot start {}: {source}",
+                program.display()
+            ),
             Self::Firmware(e) => e.fmt(f),
             Self::Closed { replica } => write!(f, "device {replica} closed its link"),
             Self::Exited {

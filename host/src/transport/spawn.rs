@@ -248,6 +248,7 @@ pub(super) fn child_process(
     window.seal_from_children()?;
     drop(guard);
     let mut child = spawned.map_err(|source| TransportError::Spawn {
+        replica,
         program: exe.to_path_buf(),
         source,
     })?;
@@ -304,6 +305,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|source| TransportError::Spawn {
+            replica,
             program: QEMU.into(),
             source,
         })?;
@@ -318,6 +320,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
                 .stdout(Stdio::from(io::stderr()))
                 .spawn()
                 .map_err(|source| TransportError::Spawn {
+                    replica,
                     program: "defmt-print".into(),
                     source,
                 })?,
@@ -327,7 +330,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
     .map(|decoder| children::adopt(decoder, "defmt-print"));
     let mut pids = vec![qemu.pid()];
     pids.extend(decoder.as_ref().map(Adopted::pid));
-    let reaper = reaper(&pids);
+    let reaper = reaper(replica, &pids);
     drop(guard);
     // From here on, an early return stops QEMU through the handle's drop.
     let handle = DeviceHandle::Qemu {
@@ -353,7 +356,7 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
 /// it ends, even by SIGKILL — and then kills `pids`. QEMU serves its socket forever and
 /// would otherwise outlive a controller that died without cleaning up. Its stdin's other end
 /// is returned, to be held until the processes are stopped.
-fn reaper(pids: &[u32]) -> Result<(Adopted, ChildStdin), TransportError> {
+fn reaper(replica: u32, pids: &[u32]) -> Result<(Adopted, ChildStdin), TransportError> {
     let mut child = Command::new("sh")
         .args([
             "-c",
@@ -366,6 +369,7 @@ fn reaper(pids: &[u32]) -> Result<(Adopted, ChildStdin), TransportError> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|source| TransportError::Spawn {
+            replica,
             program: "sh".into(),
             source,
         })?;
