@@ -1,7 +1,8 @@
-//! Programs on arbitrary input: `check` and every query never panic; programs built to
-//! follow the rules pass `check`, survive a postcard round trip, and get the reduction
-//! schedule the module documentation describes; breaking one rule of such a program is
-//! refused with that rule.
+//! Programs on arbitrary input: `check` and every query never panic; `check` accepts
+//! exactly the programs an independent reading of the module documentation's rules accepts
+//! ([`follows_rules`]); programs built to follow the rules pass `check`, survive a postcard
+//! round trip, and get the reduction schedule the module documentation describes; breaking
+//! one rule of such a program is refused with that rule.
 //!
 //! Two generators feed them:
 //!
@@ -11,8 +12,9 @@
 //! - [`valid_program`]: a model built to pass on its replica count (widths chained from the
 //!   input, groupings that divide the replicas, explicit shards that cover the tensor,
 //!   anchors that fit the data flow), with its variables stored in a shuffled order and
-//!   sometimes an unused variable. [`near_valid_program`] replaces one field of such a
-//!   program with an arbitrary one, so that the checks deep in the model are reached too.
+//!   sometimes an unused variable. [`near_valid_program`] changes one thing in such a
+//!   program (a field replaced by an arbitrary one, or one small edit), so that the checks
+//!   deep in the model are reached too.
 
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
@@ -75,7 +77,11 @@ fn any_dims() -> impl Strategy<Value = Dims> {
 }
 
 fn any_dtype() -> impl Strategy<Value = DataType> {
-    prop_oneof![3 => Just(DataType::F32), 1 => Just(DataType::I32), 1 => select(DataType::ALL.to_vec())]
+    prop_oneof![
+        3 => Just(DataType::F32),
+        1 => Just(DataType::I32),
+        1 => select(DataType::ALL.to_vec()),
+    ]
 }
 
 fn any_grouping() -> impl Strategy<Value = GroupingSpec> {
@@ -261,10 +267,10 @@ fn any_program() -> impl Strategy<Value = Program> {
 
 /// Groupings that resolve on `n` replicas, in every form.
 fn valid_grouping(n: usize) -> BoxedStrategy<GroupingSpec> {
-    let divisors: Vec<usize> = (1..=n).filter(|k| n % k == 0).collect();
+    let divisors: Vec<usize> = (1..=n).filter(|&k| n.is_multiple_of(k)).collect();
     let blocks: Vec<(usize, usize)> = (1..=n)
         .flat_map(|s| (1..=n).map(move |k| (s, k)))
-        .filter(|&(s, k)| n % (s * k) == 0)
+        .filter(|&(s, k)| n.is_multiple_of(s * k))
         .collect();
     prop_oneof![
         Just(GroupingSpec::Comm(CommGroup::All)),
@@ -591,7 +597,7 @@ fn build(plan: &Plan) -> Valid {
 
     // Anchors whose EveryN period divides the batches per step.
     let bps = plan.batches_per_step as usize;
-    let divisors: Vec<usize> = (1..=bps).filter(|p| bps % p == 0).collect();
+    let divisors: Vec<usize> = (1..=bps).filter(|&p| bps.is_multiple_of(p)).collect();
     let anchors: Vec<Anchor> = plan
         .anchors
         .iter()
@@ -629,87 +635,104 @@ fn valid_program() -> impl Strategy<Value = Valid> {
 
 /// A valid program with one thing changed: a field (or the replica count) replaced by an
 /// arbitrary one, or a smaller edit that keeps the rest valid (one dimension, one data type,
-/// one dropout rate, the loss swapped for the other kind over a matching stream).
+/// one dropout rate, a stream's sample emptied, the loss reading the input, the loss
+/// swapped for the other kind over a matching stream).
 fn near_valid_program() -> impl Strategy<Value = (Program, usize)> {
     (
         valid_program(),
         any_program(),
-        0usize..14,
+        0usize..16,
         any::<Index>(),
         0usize..=16,
         (float(), any_dtype(), 1u32..=6),
     )
-        .prop_map(|(valid, arbitrary, field, at, replicas, (rate, dtype, dim))| {
-            let (mut p, mut n) = (valid.program, valid.replicas);
-            let pick = |len: usize| at.index(len.max(1));
-            match field {
-                0 if !p.variables.is_empty() && !arbitrary.variables.is_empty() => {
-                    let i = pick(p.variables.len());
-                    p.variables[i] = arbitrary.variables[pick(arbitrary.variables.len())].clone();
-                }
-                1 if !arbitrary.streams.is_empty() => {
-                    let i = pick(p.streams.len());
-                    p.streams[i] = arbitrary.streams[pick(arbitrary.streams.len())].clone();
-                }
-                2 if !arbitrary.layers.is_empty() => {
-                    let i = pick(p.layers.len());
-                    p.layers[i] = arbitrary.layers[pick(arbitrary.layers.len())];
-                }
-                3 => p.anchors = arbitrary.anchors,
-                4 => p.input = arbitrary.input,
-                5 => p.batches_per_step = arbitrary.batches_per_step,
-                6 => p.accumulation = arbitrary.accumulation,
-                7 => p.optimizer = arbitrary.optimizer,
-                8 if !p.variables.is_empty() => {
-                    let i = pick(p.variables.len());
-                    p.variables[i].sharding = arbitrary
-                        .variables
-                        .first()
-                        .map_or(Sharding::Balanced, |v| v.sharding.clone());
-                }
-                9 if !p.variables.is_empty() => {
-                    let i = pick(p.variables.len());
-                    let v = &mut p.variables[i];
-                    let d = at.index(v.shape.len());
-                    v.shape[d] = dim;
-                }
-                10 => {
-                    let i = pick(p.streams.len());
-                    p.streams[i].dtype = dtype;
-                }
-                11 => {
-                    let i = pick(p.layers.len());
-                    if let Layer::Dropout { .. } = p.layers[i] {
-                        p.layers[i] = Layer::Dropout { rate };
-                    } else {
-                        p.layers.insert(i, Layer::Dropout { rate }).ok();
+        .prop_map(
+            |(valid, arbitrary, field, at, replicas, (rate, dtype, dim))| {
+                let (mut p, mut n) = (valid.program, valid.replicas);
+                let pick = |len: usize| at.index(len.max(1));
+                match field {
+                    0 if !p.variables.is_empty() && !arbitrary.variables.is_empty() => {
+                        let i = pick(p.variables.len());
+                        p.variables[i] =
+                            arbitrary.variables[pick(arbitrary.variables.len())].clone();
                     }
+                    1 if !arbitrary.streams.is_empty() => {
+                        let i = pick(p.streams.len());
+                        p.streams[i] = arbitrary.streams[pick(arbitrary.streams.len())].clone();
+                    }
+                    2 if !arbitrary.layers.is_empty() => {
+                        let i = pick(p.layers.len());
+                        p.layers[i] = arbitrary.layers[pick(arbitrary.layers.len())];
+                    }
+                    3 => p.anchors = arbitrary.anchors,
+                    4 => p.input = arbitrary.input,
+                    5 => p.batches_per_step = arbitrary.batches_per_step,
+                    6 => p.accumulation = arbitrary.accumulation,
+                    7 => p.optimizer = arbitrary.optimizer,
+                    8 if !p.variables.is_empty() => {
+                        let i = pick(p.variables.len());
+                        p.variables[i].sharding = arbitrary
+                            .variables
+                            .first()
+                            .map_or(Sharding::Balanced, |v| v.sharding.clone());
+                    }
+                    9 if !p.variables.is_empty() => {
+                        let i = pick(p.variables.len());
+                        let v = &mut p.variables[i];
+                        let d = at.index(v.shape.len());
+                        v.shape[d] = dim;
+                    }
+                    10 => {
+                        let i = pick(p.streams.len());
+                        p.streams[i].dtype = dtype;
+                    }
+                    11 => {
+                        let i = pick(p.layers.len());
+                        if let Layer::Dropout { .. } = p.layers[i] {
+                            p.layers[i] = Layer::Dropout { rate };
+                        } else {
+                            p.layers.insert(i, Layer::Dropout { rate }).ok();
+                        }
+                    }
+                    12 => {
+                        // The other loss, over its stream rebuilt at the same index: may leave a
+                        // cross-entropy over a single class.
+                        let width = p.output_width().unwrap();
+                        let last = p.layers.len() - 1;
+                        let (layer, stream) = match p.layers[last] {
+                            Layer::SoftmaxCrossEntropy { labels } => (
+                                Layer::MeanSquaredError { targets: labels },
+                                (labels, DataType::F32, width),
+                            ),
+                            Layer::MeanSquaredError { targets } => (
+                                Layer::SoftmaxCrossEntropy { labels: targets },
+                                (targets, DataType::I32, 1),
+                            ),
+                            _ => unreachable!("a valid program ends in a loss"),
+                        };
+                        p.layers[last] = layer;
+                        let s = &mut p.streams[usize::from(stream.0)];
+                        s.dtype = stream.1;
+                        s.sample = Dims::from_slice(&[stream.2 as u32]).unwrap();
+                    }
+                    13 => {
+                        let last = p.layers.len() - 1;
+                        p.layers[last] = match p.layers[last] {
+                            Layer::SoftmaxCrossEntropy { .. } => {
+                                Layer::SoftmaxCrossEntropy { labels: p.input }
+                            }
+                            _ => Layer::MeanSquaredError { targets: p.input },
+                        };
+                    }
+                    14 => {
+                        let i = pick(p.streams.len());
+                        p.streams[i].sample.clear();
+                    }
+                    _ => n = replicas,
                 }
-                12 => {
-                    // The other loss, over its stream rebuilt at the same index: may leave a
-                    // cross-entropy over a single class.
-                    let width = p.output_width().unwrap();
-                    let last = p.layers.len() - 1;
-                    let (layer, stream) = match p.layers[last] {
-                        Layer::SoftmaxCrossEntropy { labels } => (
-                            Layer::MeanSquaredError { targets: labels },
-                            (labels, DataType::F32, width),
-                        ),
-                        Layer::MeanSquaredError { targets } => (
-                            Layer::SoftmaxCrossEntropy { labels: targets },
-                            (targets, DataType::I32, 1),
-                        ),
-                        _ => unreachable!("a valid program ends in a loss"),
-                    };
-                    p.layers[last] = layer;
-                    let s = &mut p.streams[usize::from(stream.0)];
-                    s.dtype = stream.1;
-                    s.sample = Dims::from_slice(&[stream.2 as u32]).unwrap();
-                }
-                _ => n = replicas,
-            }
-            (p, n)
-        })
+                (p, n)
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -883,7 +906,7 @@ fn follows_rules(p: &Program, replicas: usize) -> bool {
                 !last && matches!(shape, Some(&[w]) if w as usize == width)
             }
             Layer::Relu => !last,
-            Layer::Dropout { rate } => !last && rate >= 0.0 && rate < 1.0,
+            Layer::Dropout { rate } => !last && (0.0..1.0).contains(&rate),
             Layer::SoftmaxCrossEntropy { labels } => {
                 last && width >= 2 && loss_stream(labels, DataType::I32) == Some(1)
             }
@@ -908,7 +931,7 @@ fn follows_rules(p: &Program, replicas: usize) -> bool {
             return false;
         }
         if let AnchorReturnType::EveryN(period) = a.return_type {
-            if period == 0 || period > bps || bps % period != 0 {
+            if period == 0 || period > bps || !bps.is_multiple_of(period) {
                 return false;
             }
         }
@@ -921,7 +944,7 @@ fn follows_rules(p: &Program, replicas: usize) -> bool {
             momentum,
         } => (learning_rate, momentum),
     };
-    lr.is_finite() && lr >= 0.0 && momentum >= 0.0 && momentum < 1.0
+    lr.is_finite() && lr >= 0.0 && (0.0..1.0).contains(&momentum)
 }
 
 fn round_trip(p: &Program) -> Program {
@@ -1021,11 +1044,15 @@ proptest! {
     /// that rule. Catches rules that only hold for the hand-written programs of the unit
     /// tests, and a `check` that reports the wrong tensor.
     #[test]
-    fn breaking_one_rule_names_it(v in valid_program(), break_rule in 0usize..6, at in any::<Index>()) {
+    fn breaking_one_rule_names_it(
+        v in valid_program(),
+        break_rule in 0usize..6,
+        at in any::<Index>(),
+    ) {
         let (mut p, n) = (v.program, v.replicas);
         let i = at.index(p.variables.len().max(1));
         let expected = match break_rule {
-            0 | 1 | 2 if !p.variables.is_empty() => {
+            0..=2 if !p.variables.is_empty() => {
                 let rule = match break_rule {
                     0 => {
                         let d = at.index(p.variables[i].shape.len());

@@ -1,9 +1,15 @@
 //! tessera-host: the std runtime users program against, and the `tessera` command.
 //!
+//! - [`checkpoint`]: a training run's state in one safetensors file, saved atomically and
+//!   restored bit for bit.
+//! - [`executable`]: a prepared program and the device limits it was prepared for, in one
+//!   checked file that loads without preparing again.
+//! - [`inspect`]: what a checkpoint or an executable holds (`tessera inspect`).
 //! - [`layout`]: inspect a variable's grouping and shard layout before running anything
 //!   (`tessera layout`).
-//! - [`runtime`]: the device runtime: prepare replicas, weights to and from the host, training
-//!   steps from user arrays, seeds, RNG state, cycle counts.
+//! - [`runtime`]: the device runtime, generic over a core program: prepare replicas, weights
+//!   and optimizer state to and from the host by name, training steps from named arrays,
+//!   anchors, seeds, RNG state, cycle counts; and its f64 reference.
 //! - [`session`]: the SPMD session (TVM Disco's controller and workers): registers, named
 //!   functions, copies to and from worker 0, collectives.
 //! - [`train`]: the main job (`tessera train`): a model trained on the simulated accelerator
@@ -14,6 +20,10 @@
 // allows it item by item with a SAFETY note each.
 #![deny(unsafe_code)]
 
+pub mod atomic;
+pub mod checkpoint;
+pub mod executable;
+pub mod inspect;
 pub mod layout;
 pub mod runtime;
 pub mod session;

@@ -41,6 +41,8 @@ enum Command {
     /// Train a perceptron classifier on the simulated accelerator and check it against the
     /// host.
     Train(TrainArgs),
+    /// Show what a checkpoint or a saved executable holds.
+    Inspect(InspectArgs),
     /// Show how a variable is grouped, sharded and placed on the replicas.
     Layout(LayoutArgs),
     /// Serve one simulated device on stdin/stdout (the child-process placement).
@@ -247,6 +249,37 @@ struct TrainArgs {
         allow_negative_numbers = true
     )]
     tolerance: f64,
+    /// Save a checkpoint (weights, optimizer state, RNG state, step) to PATH at the end of
+    /// the run, and every --every steps; the file is replaced atomically.
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<PathBuf>,
+    /// Steps between checkpoints (0–1000000; 0: only at the end).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_parser = count::<0, MAX_STEPS>,
+        allow_negative_numbers = true
+    )]
+    every: usize,
+    /// Resume from the checkpoint at PATH and train --steps more steps: bit for bit the run
+    /// that wrote it would have continued.
+    #[arg(long, value_name = "PATH")]
+    resume: Option<PathBuf>,
+    /// Save the prepared program (and the device limits it was prepared for) to PATH.
+    #[arg(long, value_name = "PATH")]
+    save_executable: Option<PathBuf>,
+    /// Run the saved executable at PATH instead of building the model from the options.
+    #[arg(long, value_name = "PATH")]
+    executable: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct InspectArgs {
+    /// A checkpoint or a saved executable.
+    path: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -389,6 +422,7 @@ fn main() -> ExitCode {
             }
             train(args)
         }
+        Command::Inspect(args) => inspect(args),
         Command::Layout(args) => layout(args),
         Command::Device {
             replica,
@@ -472,6 +506,11 @@ fn train(args: TrainArgs) -> ExitCode {
         placement,
         tolerance: args.tolerance,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        checkpoint: args.checkpoint,
+        every: args.every,
+        resume: args.resume,
+        save_executable: args.save_executable,
+        executable: args.executable,
     };
     // The rules that span several arguments (groupings, step size): before anything
     // starts. The QEMU placement's firmware and tools are checked before anything is
@@ -536,6 +575,28 @@ fn train(args: TrainArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn inspect(args: InspectArgs) -> ExitCode {
+    let report = match tessera_host::inspect::inspect(&args.path) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.path.display());
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", tessera_host::inspect::render(&report));
+    }
+    ExitCode::SUCCESS
 }
 
 fn layout(args: LayoutArgs) -> ExitCode {

@@ -6,8 +6,13 @@ use super::{elements, Layer, Program, ProgramError, ProgramRule, Stream, Variabl
 
 impl Program {
     /// Checks every rule of the [module documentation](super) for `replicas` replicas;
-    /// the first broken rule is returned, naming its tensor or layer.
+    /// the first broken rule found is returned, naming its tensor or layer (the replica
+    /// count and the data flow are checked first, then variables, streams, layers, anchors
+    /// and the optimizer).
     pub fn check(&self, replicas: usize) -> Result<(), ProgramError> {
+        if replicas == 0 {
+            return Err(ProgramError::NoReplicas);
+        }
         let flow = self.data_flow().map_err(ProgramError::DataFlow)?;
         for (i, v) in self.variables.iter().enumerate() {
             self.check_name(&v.name)
@@ -59,8 +64,9 @@ impl Program {
     /// The model: widths chain from the input stream, one loss at the end.
     fn check_layers(&self) -> Result<(), ProgramError> {
         let input = self
-            .stream(self.input)
-            .map_err(|rule| ProgramError::Layer { index: 0, rule })?;
+            .streams
+            .get(usize::from(self.input))
+            .ok_or(ProgramError::NoInput { index: self.input })?;
         let stream_error = |rule| ProgramError::Stream {
             name: input.name.clone(),
             rule,
@@ -110,7 +116,10 @@ impl Program {
                 }
                 Layer::SoftmaxCrossEntropy { labels } => {
                     let s = self.loss_stream(labels, DataType::I32).map_err(error)?;
-                    check_width(1, elements(&s.sample).unwrap_or(0)).map_err(error)?;
+                    let per_sample = elements(&s.sample).unwrap_or(0);
+                    if per_sample != 1 {
+                        return Err(error(ProgramRule::Labels { per_sample }));
+                    }
                     if width < 2 {
                         return Err(error(ProgramRule::Classes));
                     }

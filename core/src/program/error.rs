@@ -52,6 +52,13 @@ pub enum ProgramError {
     },
     /// The model does not end in a loss layer.
     NoLoss,
+    /// No replicas to run on.
+    NoReplicas,
+    /// The input stream index names no stream.
+    NoInput {
+        /// The index.
+        index: u8,
+    },
 }
 
 /// The rule a tensor or layer breaks.
@@ -105,6 +112,11 @@ pub enum ProgramRule {
     LossNotLast,
     /// A cross-entropy needs at least two classes.
     Classes,
+    /// A labels stream holds one label per sample.
+    Labels {
+        /// Elements of its sample.
+        per_sample: usize,
+    },
     /// A layer reads the model's input stream as labels or targets.
     InputStream,
     /// The return type does not fit the data flow.
@@ -134,6 +146,10 @@ impl fmt::Display for ProgramError {
                 f.write_str("the learning rate must be finite and >= 0, the momentum in [0, 1)")
             }
             Self::NoSuchVariable { index } => write!(f, "no variable has index {index}"),
+            Self::NoReplicas => f.write_str("a program runs on at least one replica"),
+            Self::NoInput { index } => {
+                write!(f, "the input stream index {index} names no stream")
+            }
             Self::NoLoss => f.write_str(
                 "the model must end in a loss layer (softmax cross-entropy or mean-squared error)",
             ),
@@ -165,6 +181,10 @@ impl fmt::Display for ProgramRule {
             Self::Rate => f.write_str("the dropout rate must lie in [0, 1)"),
             Self::LossNotLast => f.write_str("only the last layer may be a loss"),
             Self::Classes => f.write_str("a cross-entropy needs at least 2 classes"),
+            Self::Labels { per_sample } => write!(
+                f,
+                "a labels stream holds one label per sample, not {per_sample}"
+            ),
             Self::InputStream => {
                 f.write_str("labels and targets must come from a stream other than the input")
             }

@@ -21,6 +21,7 @@
 //! [`Program::check`] accepts a program for `N` replicas only when all of these hold, and
 //! otherwise names the tensor and the rule it breaks ([`ProgramError`]):
 //!
+//! - there is at least one replica;
 //! - names are non-empty and unique across variables and streams;
 //! - variables are `f32` with 1 to [`MAX_VARIABLE_RANK`] non-zero dimensions; their
 //!   grouping resolves on `N` replicas; a sharded variable's layout builds for its element
@@ -30,7 +31,7 @@
 //!   `[outputs, width]` and makes the width `outputs`; `Bias` takes a variable shaped
 //!   `[width]`; `Relu` and `Dropout` (rate in `[0, 1)`) keep the width; the last layer, and
 //!   only it, is a loss: `SoftmaxCrossEntropy` over an `i32` stream of one label per sample
-//!   (width ≥ 2 classes), or `MeanSquaredError` against an `f32` stream of `width` targets;
+//!   (width ≥ 2 classes; the model reads its input from an existing `f32` stream), or `MeanSquaredError` against an `f32` stream of `width` targets;
 //!   no variable is used by two layers, and every layer's stream is not the input stream;
 //! - the data flow is valid ([`DataFlow::new`]) and every anchor's return type fits it
 //!   ([`DataFlow::check_anchor`]); no tensor is anchored twice;
@@ -40,8 +41,8 @@
 //!
 //! A step talks to the replica's peers only through reductions the host answers, and both
 //! sides must agree on their order. Each batch makes the same rounds, listed by
-//! [`Program::reductions`]: first every sharded variable whose group has several members is
-//! *gathered* (each member contributes its shard's elements at their place in a zeroed
+//! [`Program::reductions`]: first every sharded variable a layer trains whose group has several
+//! members is *gathered* (each member contributes its shard's elements at their place in a zeroed
 //! tensor; the sum is the whole tensor), in variable order; then the gradient of every
 //! trained variable whose group has several members is *averaged*, in variable order. Round
 //! `b·k + i` of a step (batch `b`, `k` rounds per batch) is entry `i` of that list, and it

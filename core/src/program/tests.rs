@@ -373,13 +373,7 @@ fn replica_count_decides_the_groupings() {
             })
         ))
     );
-    assert_eq!(
-        p.check(0),
-        Err(variable_error(
-            "w1",
-            ProgramRule::Grouping(GroupingError::ZeroReplicas)
-        ))
-    );
+    assert_eq!(p.check(0), Err(ProgramError::NoReplicas));
 }
 
 /// Explicit shard intervals covering 30 of `w1`'s 32 elements are refused with both
@@ -503,10 +497,7 @@ fn input_stream_not_f32() {
 fn input_stream_missing() {
     let mut p = mlp();
     p.input = 2;
-    assert_eq!(
-        p.check(REPLICAS),
-        Err(layer_error(0, ProgramRule::Missing { index: 2 }))
-    );
+    assert_eq!(p.check(REPLICAS), Err(ProgramError::NoInput { index: 2 }));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -748,13 +739,7 @@ fn labels_stream_of_two_elements() {
     let p = with_stream(LABELS, |s| s.sample = dims(&[2]));
     assert_eq!(
         p.check(REPLICAS),
-        Err(layer_error(
-            5,
-            ProgramRule::Width {
-                expected: 1,
-                actual: 2,
-            }
-        ))
+        Err(layer_error(5, ProgramRule::Labels { per_sample: 2 }))
     );
 }
 

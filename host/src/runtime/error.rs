@@ -8,6 +8,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::program::ProgramError;
 use tessera_core::stream::{SetupError, SplitterError};
 use tessera_core::transfer::LayoutError;
+use tessera_core::wire::Limits;
 
 use crate::transport::TransportError;
 
@@ -122,6 +123,15 @@ pub enum RuntimeError {
     SplitterSetup(SetupError),
     /// The step-IO splitter refused a call: the runtime asked out of order (a bug here).
     Splitter(SplitterError<Infallible>),
+    /// A device whose limits differ from those a saved executable was prepared for.
+    Limits {
+        /// The device.
+        replica: u32,
+        /// The executable's.
+        saved: Limits,
+        /// The device's.
+        actual: Limits,
+    },
     /// Optimizer state for a program whose optimizer keeps none (plain SGD).
     NoOptimizerState,
     /// An RNG state of the wrong length.
@@ -203,6 +213,21 @@ impl fmt::Display for RuntimeError {
             ),
             Self::SplitterSetup(e) => write!(f, "step IO: {e}"),
             Self::Splitter(e) => write!(f, "step IO: {e}"),
+            Self::Limits {
+                replica,
+                saved,
+                actual,
+            } => write!(
+                f,
+                "device {replica} has {} bytes of memory, {}-byte frames and a window of {}; \
+                 the executable was prepared for {}, {} and {}",
+                actual.memory,
+                actual.max_frame,
+                actual.window,
+                saved.memory,
+                saved.max_frame,
+                saved.window
+            ),
             Self::NoOptimizerState => {
                 f.write_str("the program's optimizer keeps no state (plain SGD has no velocity)")
             }

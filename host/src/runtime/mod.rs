@@ -42,6 +42,7 @@ use tessera_core::wire::Request;
 
 pub use error::RuntimeError;
 
+use crate::executable::Executable;
 use crate::session::HostArray;
 use crate::transport::{check_firmware, Channel, TransportError};
 
@@ -64,6 +65,23 @@ pub enum Placement {
     Process(PathBuf),
     /// QEMU processes running this firmware ELF.
     Qemu(PathBuf),
+}
+
+/// Starts one device per replica on `placement`, in replica order.
+fn start(
+    replicas: usize,
+    placement: &Placement,
+    device_memory: usize,
+) -> Result<Vec<Channel>, RuntimeError> {
+    let mut channels = Vec::with_capacity(replicas);
+    for replica in 0..replicas as u32 {
+        channels.push(match placement {
+            Placement::Thread => Channel::in_process(replica, device_memory, None)?,
+            Placement::Process(exe) => Channel::child_process(exe, replica, device_memory)?,
+            Placement::Qemu(firmware) => Channel::qemu(firmware, replica)?,
+        });
+    }
+    Ok(channels)
 }
 
 /// A program prepared on its replicas.
@@ -93,15 +111,52 @@ impl Runtime {
         if let Placement::Qemu(firmware) = placement {
             check_firmware(firmware).map_err(TransportError::from)?;
         }
-        let mut channels = Vec::with_capacity(replicas);
-        for replica in 0..replicas as u32 {
-            channels.push(match placement {
-                Placement::Thread => Channel::in_process(replica, device_memory, None)?,
-                Placement::Process(exe) => Channel::child_process(exe, replica, device_memory)?,
-                Placement::Qemu(firmware) => Channel::qemu(firmware, replica)?,
+        let channels = start(replicas, placement, device_memory)?;
+        Self::set_up(program, replicas, channels)
+    }
+
+    /// Starts the devices `executable` was prepared for on `placement` and places its
+    /// program as saved, without the host's checks; devices whose limits differ from the
+    /// saved ones are refused (see [`executable`](crate::executable)).
+    pub fn load_executable(
+        executable: &Executable,
+        placement: &Placement,
+        device_memory: usize,
+    ) -> Result<Self, RuntimeError> {
+        let replicas = executable.replicas as usize;
+        if replicas == 0 || replicas > MAX_REPLICAS {
+            return Err(RuntimeError::Replicas {
+                replicas,
+                max: MAX_REPLICAS,
             });
         }
-        Self::set_up(program, replicas, channels)
+        if let Placement::Qemu(firmware) = placement {
+            check_firmware(firmware).map_err(TransportError::from)?;
+        }
+        let channels = start(replicas, placement, device_memory)?;
+        let saved = executable.limits;
+        for c in &channels {
+            let actual = c.limits();
+            if (actual.memory, actual.max_frame, actual.window)
+                != (saved.memory, saved.max_frame, saved.window)
+            {
+                return Err(RuntimeError::Limits {
+                    replica: actual.replica,
+                    saved,
+                    actual,
+                });
+            }
+        }
+        Self::set_up(executable.program.clone(), replicas, channels)
+    }
+
+    /// This prepared program as an executable for the devices it runs on.
+    pub fn executable(&self) -> Executable {
+        Executable {
+            program: self.program.clone(),
+            replicas: self.replicas as u32, // At most MAX_REPLICAS.
+            limits: self.channels[0].limits(),
+        }
     }
 
     /// Like [`Runtime::prepare`], on devices the caller has already opened (one channel per

@@ -215,6 +215,54 @@ impl Reference {
         self.momentum = f64::from(optimizer.momentum());
     }
 
+    /// Starts the optimizer's state from `state` (host shapes, by variable name), as
+    /// [`Runtime::optimizer_state_from_host`](super::Runtime::optimizer_state_from_host)
+    /// does on the devices.
+    pub fn set_optimizer_state(&mut self, state: &WeightsIo) -> Result<(), RuntimeError> {
+        for v in &mut self.variables {
+            if let Some(array) = state.get(&v.name) {
+                let data = array.to_f32().unwrap_or_default();
+                let n = v.velocity.first().map_or(0, Vec::len);
+                if data.len() != n * v.velocity.len() {
+                    return Err(RuntimeError::Bytes {
+                        name: v.name.clone(),
+                        expected: n * v.velocity.len() * 4,
+                        actual: array.bytes().len(),
+                        what: "host buffer",
+                    });
+                }
+                for (row, chunk) in v.velocity.iter_mut().zip(data.chunks_exact(n.max(1))) {
+                    *row = chunk.iter().map(|&x| f64::from(x)).collect();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every replica's RNG state, concatenated in replica order.
+    pub fn rng_state(&self) -> Vec<u32> {
+        self.rngs.iter().flat_map(Rng::state).collect()
+    }
+
+    /// Sets every replica's RNG state from `RNG_WORDS × replicas` words.
+    pub fn set_rng_state(&mut self, words: &[u32]) -> Result<(), RuntimeError> {
+        let expected = super::RNG_WORDS * self.rngs.len();
+        if words.len() != expected {
+            return Err(RuntimeError::RngState {
+                expected,
+                actual: words.len(),
+            });
+        }
+        for (rng, w) in self
+            .rngs
+            .iter_mut()
+            .zip(words.chunks_exact(super::RNG_WORDS))
+        {
+            *rng = Rng::from_state([w[0], w[1], w[2], w[3]]);
+        }
+        Ok(())
+    }
+
     /// Every variable in its returned shape, flat.
     pub fn weights(&self) -> Values {
         self.variables

@@ -22,6 +22,8 @@ use tessera_core::stream::AnchorReturnType;
 pub use data::{DataError, Dataset};
 pub use run::train;
 
+use crate::checkpoint::CheckpointError;
+use crate::executable::ExecutableError;
 use crate::runtime::check::CheckError;
 use crate::runtime::{Placement, RuntimeError, MAX_REPLICAS};
 
@@ -118,6 +120,19 @@ pub enum JobError {
     /// The program the job makes breaks core's rules (an anchor period that does not
     /// divide the batches per step, a shard layout that does not build).
     Program(ProgramError),
+    /// The checkpoint to resume from cannot be used.
+    Checkpoint(CheckpointError),
+    /// The executable to run cannot be used.
+    Executable(ExecutableError),
+    /// The executable's program does not fit the data.
+    ExecutableData {
+        /// What differs.
+        what: &'static str,
+        /// The program's.
+        program: usize,
+        /// The data's (or the job's).
+        data: usize,
+    },
 }
 
 impl fmt::Display for JobError {
@@ -170,6 +185,16 @@ impl fmt::Display for JobError {
             Self::Data(e) => write!(f, "--data: {e}"),
             Self::Capacity(e) => write!(f, "--anchor: {e}"),
             Self::Program(e) => write!(f, "the model does not fit the settings: {e}"),
+            Self::Checkpoint(e) => write!(f, "--resume: {e}"),
+            Self::Executable(e) => write!(f, "--executable: {e}"),
+            Self::ExecutableData {
+                what,
+                program,
+                data,
+            } => write!(
+                f,
+                "--executable: the program has {program} {what}, the job {data}"
+            ),
         }
     }
 }
@@ -180,6 +205,8 @@ impl std::error::Error for JobError {
             Self::Data(e) => Some(e),
             Self::Capacity(e) => Some(e),
             Self::Program(e) => Some(e),
+            Self::Checkpoint(e) => Some(e),
+            Self::Executable(e) => Some(e),
             _ => None,
         }
     }
@@ -192,6 +219,10 @@ pub enum TrainError {
     Job(JobError),
     /// The runtime failed.
     Runtime(RuntimeError),
+    /// A checkpoint could not be saved or restored.
+    Checkpoint(CheckpointError),
+    /// The executable could not be saved.
+    Executable(ExecutableError),
 }
 
 impl fmt::Display for TrainError {
@@ -199,6 +230,8 @@ impl fmt::Display for TrainError {
         match self {
             Self::Job(e) => e.fmt(f),
             Self::Runtime(e) => e.fmt(f),
+            Self::Checkpoint(e) => write!(f, "checkpoint: {e}"),
+            Self::Executable(e) => write!(f, "--save-executable: {e}"),
         }
     }
 }
@@ -208,6 +241,8 @@ impl std::error::Error for TrainError {
         match self {
             Self::Job(e) => Some(e),
             Self::Runtime(e) => Some(e),
+            Self::Checkpoint(e) => Some(e),
+            Self::Executable(e) => Some(e),
         }
     }
 }
@@ -264,6 +299,16 @@ pub struct TrainJob {
     pub tolerance: f64,
     /// Show a progress bar on stderr.
     pub progress: bool,
+    /// Where to save a checkpoint: at the end, and every [`every`](Self::every) steps.
+    pub checkpoint: Option<PathBuf>,
+    /// Steps between checkpoints, `0..=MAX_STEPS` (0: only at the end).
+    pub every: usize,
+    /// Resume from this checkpoint (its seed replaces [`seed`](Self::seed)).
+    pub resume: Option<PathBuf>,
+    /// Save the prepared program here.
+    pub save_executable: Option<PathBuf>,
+    /// Run this saved executable instead of building the model from the settings.
+    pub executable: Option<PathBuf>,
 }
 
 impl TrainJob {
@@ -282,6 +327,7 @@ impl TrainJob {
             ),
             ("--accumulation", self.accumulation, 1, MAX_ACCUMULATION),
             ("--steps", self.steps, 1, MAX_STEPS),
+            ("--every", self.every, 0, MAX_STEPS),
         ];
         if let DataSource::Spirals { samples, classes } = self.data {
             counts.push(("--classes", classes, 2, MAX_CLASSES));

@@ -8,29 +8,79 @@ use tessera_core::program::AnchorTensor;
 use super::data::Dataset;
 use super::model::{self, INPUT, LABELS};
 use super::{DataSource, JobError, TrainError, TrainJob, TrainReport};
+use crate::checkpoint::{fingerprint, Checkpoint, CheckpointError};
+use crate::executable::Executable;
 use crate::runtime::check::{max_relative_error, CheckError};
 use crate::runtime::reference::Reference;
 use crate::runtime::{Runtime, StepIo, WeightsIo};
 use crate::train::DEVICE_MEMORY;
 
-/// Runs `job`: [`TrainJob::validate`], the data, the step size and the program are all
-/// checked before any device starts.
+/// Runs `job`: [`TrainJob::validate`], the data, the step size, the program, the checkpoint
+/// to resume from and the executable to run are all checked before any device starts.
 pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
     job.validate()?;
+    let resume = match &job.resume {
+        Some(path) => Some(Checkpoint::load(path).map_err(JobError::Checkpoint)?),
+        None => None,
+    };
+    // A resumed run continues the data and the generators of the run it resumes.
+    let seed = resume.as_ref().map_or(job.seed, |c| c.seed);
     let data = match &job.data {
-        DataSource::Spirals { samples, classes } => Dataset::spirals(*samples, *classes, job.seed),
+        DataSource::Spirals { samples, classes } => Dataset::spirals(*samples, *classes, seed),
         DataSource::File(path) => Dataset::load(path).map_err(JobError::Data)?,
     };
     job.check_step_bytes(data.features)?;
-    let program = model::program(job, data.features, data.classes).map_err(JobError::Capacity)?;
-    program.check(job.replicas).map_err(JobError::Program)?;
+    let executable = match &job.executable {
+        Some(path) => Some(Executable::load(path).map_err(JobError::Executable)?),
+        None => None,
+    };
+    let program = match &executable {
+        Some(exe) => {
+            check_executable(exe, job, &data)?;
+            exe.program.clone()
+        }
+        None => {
+            let p = model::program(job, data.features, data.classes).map_err(JobError::Capacity)?;
+            p.check(job.replicas).map_err(JobError::Program)?;
+            p
+        }
+    };
+    if let Some(c) = &resume {
+        let expected = fingerprint(&program, job.replicas);
+        if c.fingerprint != expected {
+            return Err(JobError::Checkpoint(CheckpointError::Program {
+                file: c.fingerprint,
+                program: expected,
+            })
+            .into());
+        }
+    }
 
-    let mut runtime =
-        Runtime::prepare(program.clone(), job.replicas, &job.placement, DEVICE_MEMORY)?;
-    let initial = model::initial_weights(&program, job.replicas, job.seed)?;
-    runtime.set_random_seed(job.seed)?;
-    runtime.weights_from_host(&initial)?;
-    let mut reference = Reference::new(&program, job.replicas, job.seed, &initial)?;
+    let mut runtime = match &executable {
+        Some(exe) => Runtime::load_executable(exe, &job.placement, DEVICE_MEMORY)?,
+        None => Runtime::prepare(program.clone(), job.replicas, &job.placement, DEVICE_MEMORY)?,
+    };
+    if let Some(path) = &job.save_executable {
+        runtime
+            .executable()
+            .save(path)
+            .map_err(TrainError::Executable)?;
+    }
+    let (mut reference, first_step) = match &resume {
+        Some(c) => {
+            c.restore(&mut runtime).map_err(TrainError::Checkpoint)?;
+            let mut reference = Reference::new(&program, job.replicas, c.seed, &c.weights)?;
+            reference.set_optimizer_state(&c.optimizer)?;
+            reference.set_rng_state(&c.rng)?;
+            (reference, c.step as usize)
+        }
+        None => {
+            let initial = model::initial_weights(&program, job.replicas, seed)?;
+            runtime.set_random_seed(seed)?;
+            runtime.weights_from_host(&initial)?;
+            (Reference::new(&program, job.replicas, seed, &initial)?, 0)
+        }
+    };
 
     let per_step = job.batches_per_step * job.accumulation * job.replicas;
     let bar = if job.progress {
@@ -46,7 +96,8 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
     // Grown step by step: `steps` is bounded, but no allocation is sized from it up front.
     let mut step_losses = Vec::new();
     let mut anchor_error: Result<f64, CheckError> = Ok(0.0);
-    for step in 0..job.steps {
+    let last = first_step + job.steps;
+    for step in first_step..last {
         let (inputs, labels) = data
             .batch(step * per_step, per_step)
             .map_err(|e| JobError::Data(super::DataError::Shape(e)))?;
@@ -70,6 +121,15 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
             }
         }
         bar.inc(1);
+        let done = step + 1;
+        let periodic = job.every > 0 && (done - first_step) % job.every == 0;
+        if let Some(path) = &job.checkpoint {
+            if periodic || done == last {
+                Checkpoint::capture(&mut runtime, done as u64, seed)?
+                    .save(path)
+                    .map_err(TrainError::Checkpoint)?;
+            }
+        }
     }
     bar.finish_and_clear();
     let weights = runtime.weights_to_host()?;
@@ -91,6 +151,42 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
         cycles: runtime.cycle_counts()?,
         samples_per_second: (per_step * job.steps) as f64 / busy.as_secs_f64().max(1e-9),
     })
+}
+
+/// The executable's program reads this job's data on this job's replicas: its input and
+/// class widths match the data, and it was prepared for as many replicas.
+fn check_executable(exe: &Executable, job: &TrainJob, data: &Dataset) -> Result<(), JobError> {
+    let p = &exe.program;
+    let features = p
+        .streams
+        .get(usize::from(p.input))
+        .and_then(|s| tessera_core::program::elements(&s.sample))
+        .unwrap_or(0);
+    let checks = [
+        ("replicas", exe.replicas as usize, job.replicas),
+        ("input features", features, data.features),
+        ("classes", p.output_width().unwrap_or(0), data.classes),
+        (
+            "batches per step",
+            p.batches_per_step as usize,
+            job.batches_per_step,
+        ),
+        (
+            "micro-batches per batch",
+            p.accumulation as usize,
+            job.accumulation,
+        ),
+    ];
+    for (what, program, data) in checks {
+        if program != data {
+            return Err(JobError::ExecutableData {
+                what,
+                program,
+                data,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Replica 0's model on every sample. Replica 0 is in group 0 of every grouping, and

@@ -29,6 +29,11 @@ fn job() -> TrainJob {
         placement: Placement::Thread,
         tolerance: 1e-3,
         progress: false,
+        checkpoint: None,
+        every: 0,
+        resume: None,
+        save_executable: None,
+        executable: None,
     }
 }
 

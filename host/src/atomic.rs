@@ -1,0 +1,31 @@
+//! Replacing a file atomically: whoever reads it, and whenever the writer stops, sees the
+//! old bytes or the new ones, never a mix.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to a temporary file beside `path`, flushes it to disk, renames it over
+/// `path` and flushes the directory: `path` holds the old bytes or the new, never a mix.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        // The rename itself must reach the disk too.
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}

@@ -1,0 +1,261 @@
+//! Checkpoints: a training run's whole state in one safetensors file, to stop and resume
+//! bit for bit.
+//!
+//! # What a checkpoint holds
+//!
+//! - one tensor per variable, named as the variable, in its **host shape**: its shape, with
+//!   the group dimension first when it has several groups (one value per group, read from
+//!   each group's first replica whatever the retrieval mode);
+//! - the optimizer's state as tensors of their own, `optimizer/NAME/velocity`, in the same
+//!   shapes (only for a program whose optimizer keeps one);
+//! - metadata: the format and its version, the program's [`fingerprint`], the replicas, the
+//!   steps trained so far, the random seed, every replica's RNG state, the grouping and
+//!   shard layout of each variable (for people and `tessera inspect`: loading checks the
+//!   fingerprint, which covers them), and a CRC-32 over all of the above and every tensor's
+//!   name, type, shape and bytes.
+//!
+//! # Contract
+//!
+//! - **Atomic save.** The file is written beside its destination under a temporary name,
+//!   flushed to disk, and renamed over the destination: a save interrupted at any point
+//!   leaves the previous checkpoint, or none, never half of one.
+//! - **Checked load.** [`Checkpoint::load`] refuses a file that is truncated, altered (the
+//!   checksum), of another format version; [`Checkpoint::restore`] refuses one made for
+//!   another program (the fingerprints differ) or whose tensors do not match the program
+//!   (naming the tensor and both shapes). Every check passes before anything reaches a
+//!   device: a refused checkpoint loads nothing.
+//! - **Exact resume.** Weights, optimizer state and RNG state are everything a device keeps
+//!   between steps, so a run resumed from a checkpoint continues exactly as the run that
+//!   wrote it would have (the data position is the step count).
+
+mod error;
+mod format;
+
+use std::path::Path;
+
+use tessera_core::grouping::RetrievalMode;
+use tessera_core::program::Program;
+
+pub use error::CheckpointError;
+
+use crate::runtime::{Runtime, RuntimeError, WeightsIo, RNG_WORDS};
+use crate::session::HostArray;
+
+/// The file format's name, in its metadata.
+pub const FORMAT: &str = "tessera-checkpoint";
+/// The format version this code writes and reads.
+pub const VERSION: u32 = 1;
+
+/// A training run's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// The program's [`fingerprint`].
+    pub fingerprint: u64,
+    /// Replicas of the run.
+    pub replicas: usize,
+    /// Steps trained so far.
+    pub step: u64,
+    /// The random seed.
+    pub seed: u64,
+    /// Every replica's RNG state, concatenated in replica order.
+    pub rng: Vec<u32>,
+    /// Every variable in its host shape.
+    pub weights: WeightsIo,
+    /// Every variable's optimizer state in its host shape (empty for plain SGD).
+    pub optimizer: WeightsIo,
+    /// Each variable's grouping and shard layout, in words (metadata for people).
+    pub layouts: Vec<(String, String)>,
+}
+
+/// A 64-bit fingerprint of `program` prepared on `replicas` replicas: CRC-64 of its wire
+/// encoding and the replica count. Two runs share a fingerprint exactly when they run the
+/// same program on as many replicas.
+pub fn fingerprint(program: &Program, replicas: usize) -> u64 {
+    const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_XZ);
+    let mut digest = CRC64.digest();
+    // A program always encodes (fixed capacities); an empty encoding still fingerprints the
+    // replica count.
+    digest.update(&postcard::to_allocvec(program).unwrap_or_default());
+    digest.update(&(replicas as u64).to_le_bytes());
+    digest.finalize()
+}
+
+impl Checkpoint {
+    /// The state of `runtime` after `step` steps of a run seeded with `seed`.
+    pub fn capture(runtime: &mut Runtime, step: u64, seed: u64) -> Result<Self, RuntimeError> {
+        let returned = runtime.weights_to_host()?;
+        let velocity = runtime.optimizer_state_to_host()?;
+        let program = runtime.program().clone();
+        let replicas = runtime.replicas();
+        Ok(Self {
+            fingerprint: fingerprint(&program, replicas),
+            replicas,
+            step,
+            seed,
+            rng: runtime.rng_state()?,
+            weights: host_shaped(&program, replicas, returned)?,
+            optimizer: host_shaped(&program, replicas, velocity)?,
+            layouts: layouts(&program, replicas),
+        })
+    }
+
+    /// Checks this checkpoint against `runtime`'s program, then loads its weights,
+    /// optimizer state, seed and RNG state (in that order, after every check).
+    pub fn restore(&self, runtime: &mut Runtime) -> Result<(), CheckpointError> {
+        let program = runtime.program().clone();
+        let replicas = runtime.replicas();
+        let expected = fingerprint(&program, replicas);
+        if self.fingerprint != expected {
+            return Err(CheckpointError::Program {
+                file: self.fingerprint,
+                program: expected,
+            });
+        }
+        let words = RNG_WORDS * replicas;
+        if self.rng.len() != words {
+            return Err(CheckpointError::RngState {
+                expected: words,
+                actual: self.rng.len(),
+            });
+        }
+        for (i, v) in program.variables.iter().enumerate() {
+            let shape = host_shape(&program, replicas, i)?;
+            check_tensor(&self.weights, v.name.as_str(), &shape)?;
+            if program.optimizer.has_velocity() {
+                check_tensor(&self.optimizer, v.name.as_str(), &shape)
+                    .map_err(|e| e.in_optimizer_state())?;
+            }
+        }
+        runtime.weights_from_host(&self.weights)?;
+        if program.optimizer.has_velocity() {
+            runtime.optimizer_state_from_host(&self.optimizer)?;
+        }
+        runtime.set_random_seed(self.seed)?;
+        runtime.set_rng_state(&self.rng)?;
+        Ok(())
+    }
+
+    /// Writes the checkpoint to `path`, atomically (see the module's contract).
+    pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
+        crate::atomic::write_atomically(path, &format::encode(self)?).map_err(|source| {
+            CheckpointError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        })
+    }
+
+    /// Reads a checkpoint, checking its format, version and checksum.
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        format::decode(&bytes)
+    }
+}
+
+/// Variable `index`'s host shape.
+fn host_shape(program: &Program, replicas: usize, index: usize) -> Result<Vec<u32>, RuntimeError> {
+    let groups = program.settings(index, replicas)?.group_count();
+    let mut shape: Vec<u32> = program.variables[index].shape.to_vec();
+    if groups > 1 {
+        shape.insert(0, groups as u32);
+    }
+    Ok(shape)
+}
+
+/// `arrays` (returned shapes) in host shapes: with [`RetrievalMode::AllReplicas`], each
+/// group's row is its first replica's.
+fn host_shaped(
+    program: &Program,
+    replicas: usize,
+    arrays: WeightsIo,
+) -> Result<WeightsIo, RuntimeError> {
+    let mut out = WeightsIo::new();
+    for (name, array) in arrays {
+        let Some(index) = program.variable_index(&name) else {
+            continue;
+        };
+        let settings = program.settings(index, replicas)?;
+        let shape = host_shape(program, replicas, index)?;
+        let row = array.bytes().len() / settings.returning().max(1);
+        let bytes = match settings.retrieval() {
+            RetrievalMode::OnePerGroup => array.bytes().to_vec(),
+            RetrievalMode::AllReplicas => (0..settings.group_count())
+                .flat_map(|g| {
+                    let r = settings.representative(g).unwrap_or(0);
+                    array.bytes()[r * row..(r + 1) * row].iter().copied()
+                })
+                .collect(),
+        };
+        let len = bytes.len();
+        let array =
+            HostArray::new(array.dtype(), &shape, bytes).map_err(|_| RuntimeError::Bytes {
+                name: name.clone(),
+                expected: shape.iter().map(|&d| d as usize).product::<usize>() * 4,
+                actual: len,
+                what: "host buffer",
+            })?;
+        out.insert(name, array);
+    }
+    Ok(out)
+}
+
+/// Each variable's grouping and shard layout, in words.
+fn layouts(program: &Program, replicas: usize) -> Vec<(String, String)> {
+    program
+        .variables
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let grouping = program
+                .settings(i, replicas)
+                .map(|s| describe(s.grouping()))
+                .unwrap_or_default();
+            let shard = match program.shard_layout(i, replicas) {
+                Ok(Some(layout)) => format!(
+                    "{} over {} shards of {} elements",
+                    layout.kind(),
+                    layout.domain(),
+                    layout.per_replica()
+                ),
+                _ => "not sharded".to_string(),
+            };
+            (
+                v.name.to_string(),
+                format!("{grouping}, {}, {shard}", v.retrieval),
+            )
+        })
+        .collect()
+}
+
+/// A grouping in words: its comm group when it has one, then its groups.
+pub fn describe(grouping: &tessera_core::grouping::ReplicaGrouping) -> String {
+    let groups = format!(
+        "{} group(s) of {} (stride {})",
+        grouping.num_groups(),
+        grouping.group_size(),
+        grouping.stride()
+    );
+    match tessera_core::grouping::CommGroup::from_grouping(grouping) {
+        Ok(comm) => format!("{comm}: {groups}"),
+        Err(_) => groups,
+    }
+}
+
+/// `arrays[name]` exists, is `f32` and shaped `shape`.
+fn check_tensor(arrays: &WeightsIo, name: &str, shape: &[u32]) -> Result<(), CheckpointError> {
+    let array = arrays.get(name).ok_or_else(|| CheckpointError::Missing {
+        tensor: name.to_string(),
+    })?;
+    if array.dtype() != tessera_core::dtype::DataType::F32 || array.shape() != shape {
+        return Err(CheckpointError::Shape {
+            tensor: name.to_string(),
+            expected: shape.to_vec(),
+            actual: array.shape().to_vec(),
+            dtype: array.dtype(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! Saved executables (PopART's popef): a prepared program and what it was prepared for, in
+//! one checked file that loads without preparing again.
+//!
+//! # File
+//!
+//! `MAGIC` (8 bytes) ‖ version (`u16`, little-endian) ‖ body length (`u32`) ‖ body ‖
+//! CRC-32 (ISO-HDLC) of everything before it. The body is the postcard encoding of
+//! [`Executable`]: the program — streams, anchors, data flow, variables with their
+//! settings and shard layouts, explicit intervals included — the replica count, and the
+//! limits (memory, largest frame, window) of the devices it was prepared on.
+//!
+//! # Contract
+//!
+//! - [`Executable::load`] refuses a file of another kind (magic), of another version, with
+//!   a checksum that does not match (truncated or altered), or whose body does not decode.
+//! - [`Runtime::load_executable`](crate::runtime::Runtime::load_executable) starts the
+//!   devices, refuses them when their limits differ from the saved ones, and places the
+//!   saved program as it is: the host's checks and the job's model building are skipped.
+//! - Saving is atomic, as for checkpoints.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tessera_core::program::Program;
+use tessera_core::wire::Limits;
+
+/// The first bytes of every executable.
+pub const MAGIC: [u8; 8] = *b"TSRAEXE\0";
+/// The version this code writes and reads.
+pub const VERSION: u16 = 1;
+
+const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+/// Magic, version and length.
+const HEADER: usize = 8 + 2 + 4;
+
+/// A program prepared for its devices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Executable {
+    /// The program.
+    pub program: Program,
+    /// Replicas it was prepared for.
+    pub replicas: u32,
+    /// The limits of the devices it was prepared on (replica 0's; all replicas of a
+    /// placement announce the same).
+    pub limits: Limits,
+}
+
+/// Why an executable could not be saved or loaded.
+#[derive(Debug)]
+pub enum ExecutableError {
+    /// The file could not be read or written.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file does not start with [`MAGIC`].
+    NotAnExecutable,
+    /// Another version of the format.
+    Version {
+        /// The file's.
+        file: u16,
+        /// The one this code reads.
+        supported: u16,
+    },
+    /// The checksum does not match: the file was truncated or altered.
+    Checksum {
+        /// Recorded in the file (0 when the file is too short to hold one).
+        recorded: u32,
+        /// Of what the file holds.
+        computed: u32,
+    },
+    /// The body does not decode.
+    Body(postcard::Error),
+}
+
+impl fmt::Display for ExecutableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Self::NotAnExecutable => f.write_str("not a tessera executable (wrong magic bytes)"),
+            Self::Version { file, supported } => write!(
+                f,
+                "executable format version {file}; this tessera reads version {supported}"
+            ),
+            Self::Checksum { recorded, computed } => write!(
+                f,
+                "the executable is truncated or altered: checksum {computed:08x}, recorded \
+                 {recorded:08x}"
+            ),
+            Self::Body(e) => write!(f, "the executable's program does not decode: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ExecutableError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            Self::Body(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl Executable {
+    /// The file's bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, ExecutableError> {
+        let body = postcard::to_allocvec(self).map_err(ExecutableError::Body)?;
+        let len = u32::try_from(body.len())
+            .map_err(|_| ExecutableError::Body(postcard::Error::SerializeBufferFull))?;
+        let mut out = Vec::with_capacity(HEADER + body.len() + 4);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&body);
+        let crc = CRC32.checksum(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        Ok(out)
+    }
+
+    /// An executable from the file's bytes (see the module's contract).
+    pub fn decode(bytes: &[u8]) -> Result<Self, ExecutableError> {
+        if bytes.get(..8) != Some(&MAGIC[..]) {
+            return Err(ExecutableError::NotAnExecutable);
+        }
+        let version = bytes
+            .get(8..10)
+            .map_or(0, |v| u16::from_le_bytes([v[0], v[1]]));
+        if version != VERSION {
+            return Err(ExecutableError::Version {
+                file: version,
+                supported: VERSION,
+            });
+        }
+        let (covered, recorded) = match bytes.len().checked_sub(4) {
+            Some(end) if end >= HEADER => {
+                let r = &bytes[end..];
+                (&bytes[..end], u32::from_le_bytes([r[0], r[1], r[2], r[3]]))
+            }
+            _ => (bytes, 0),
+        };
+        let computed = CRC32.checksum(covered);
+        let len = covered
+            .get(10..14)
+            .map(|l| u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize);
+        if computed != recorded || len != Some(covered.len().saturating_sub(HEADER)) {
+            return Err(ExecutableError::Checksum { recorded, computed });
+        }
+        postcard::from_bytes(&covered[HEADER..]).map_err(ExecutableError::Body)
+    }
+
+    /// Writes the executable to `path`, atomically.
+    pub fn save(&self, path: &Path) -> Result<(), ExecutableError> {
+        crate::atomic::write_atomically(path, &self.encode()?).map_err(|source| {
+            ExecutableError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        })
+    }
+
+    /// Reads the executable in `path`.
+    pub fn load(path: &Path) -> Result<Self, ExecutableError> {
+        let bytes = std::fs::read(path).map_err(|source| ExecutableError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::decode(&bytes)
+    }
+}

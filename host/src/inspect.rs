@@ -1,0 +1,249 @@
+//! `tessera inspect`: what a checkpoint or a saved executable holds, as a table or as JSON.
+//!
+//! The kind is told by the file's first bytes: an executable starts with its magic, anything
+//! else is read as a checkpoint. Both are fully checked (format, version, checksum) before
+//! anything is shown.
+
+use std::fmt::{self, Write as _};
+use std::path::Path;
+
+use serde::Serialize;
+use tessera_core::program::{Program, Sharding};
+
+use crate::checkpoint::{self, Checkpoint, CheckpointError};
+use crate::executable::{self, Executable, ExecutableError};
+
+/// What a file holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// `checkpoint` or `executable`.
+    pub kind: &'static str,
+    /// The format version.
+    pub version: u32,
+    /// The program's fingerprint, 16 hex digits.
+    pub fingerprint: String,
+    /// Replicas of the run.
+    pub replicas: usize,
+    /// Steps trained (checkpoints).
+    pub step: Option<u64>,
+    /// The random seed (checkpoints).
+    pub seed: Option<u64>,
+    /// Tensors (checkpoints) or variables (executables).
+    pub tensors: Vec<Tensor>,
+    /// Streams, anchors, data flow, optimizer and device limits (executables).
+    pub program: Vec<(String, String)>,
+}
+
+/// One tensor or variable.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tensor {
+    /// Its name.
+    pub name: String,
+    /// Element type.
+    pub dtype: String,
+    /// Shape (host shape, in a checkpoint).
+    pub shape: Vec<u32>,
+    /// Grouping, retrieval and shard layout.
+    pub layout: String,
+}
+
+/// Why a file could not be inspected.
+#[derive(Debug)]
+pub enum InspectError {
+    /// The file could not be read.
+    Io(std::io::Error),
+    /// A checkpoint that does not load.
+    Checkpoint(CheckpointError),
+    /// An executable that does not load.
+    Executable(ExecutableError),
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(e) => e.fmt(f),
+            Self::Checkpoint(e) => e.fmt(f),
+            Self::Executable(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(e) => Some(e),
+            Self::Checkpoint(e) => Some(e),
+            Self::Executable(e) => Some(e),
+        }
+    }
+}
+
+/// Reads and checks the file at `path`.
+pub fn inspect(path: &Path) -> Result<Report, InspectError> {
+    let bytes = std::fs::read(path).map_err(InspectError::Io)?;
+    if bytes.starts_with(&executable::MAGIC) {
+        let exe = Executable::decode(&bytes).map_err(InspectError::Executable)?;
+        Ok(executable_report(&exe))
+    } else {
+        let c = Checkpoint::load(path).map_err(InspectError::Checkpoint)?;
+        Ok(checkpoint_report(&c))
+    }
+}
+
+fn checkpoint_report(c: &Checkpoint) -> Report {
+    let layout_of = |name: &str| {
+        c.layouts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, l)| l.clone())
+            .unwrap_or_default()
+    };
+    let mut tensors: Vec<Tensor> = c
+        .weights
+        .iter()
+        .map(|(name, a)| Tensor {
+            name: name.clone(),
+            dtype: a.dtype().to_string(),
+            shape: a.shape().to_vec(),
+            layout: layout_of(name),
+        })
+        .collect();
+    tensors.extend(c.optimizer.iter().map(|(name, a)| Tensor {
+        name: format!("optimizer/{name}/velocity"),
+        dtype: a.dtype().to_string(),
+        shape: a.shape().to_vec(),
+        layout: layout_of(name),
+    }));
+    Report {
+        kind: "checkpoint",
+        version: checkpoint::VERSION,
+        fingerprint: format!("{:016x}", c.fingerprint),
+        replicas: c.replicas,
+        step: Some(c.step),
+        seed: Some(c.seed),
+        tensors,
+        program: vec![],
+    }
+}
+
+fn executable_report(exe: &Executable) -> Report {
+    let p: &Program = &exe.program;
+    let replicas = exe.replicas as usize;
+    let tensors = p
+        .variables
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let grouping = p
+                .settings(i, replicas)
+                .map(|s| checkpoint::describe(s.grouping()))
+                .unwrap_or_else(|e| format!("invalid: {e}"));
+            let shard = match &v.sharding {
+                Sharding::None => "not sharded".to_string(),
+                Sharding::Balanced => "sharded: balanced".to_string(),
+                Sharding::PaddedTail => "sharded: padded tail".to_string(),
+                Sharding::Explicit {
+                    per_replica,
+                    intervals,
+                } => {
+                    let list: Vec<String> = intervals
+                        .iter()
+                        .map(|r| format!("[{}, {})", r.begin, r.end))
+                        .collect();
+                    format!(
+                        "sharded: explicit, {per_replica} per replica, {}",
+                        list.join(" ")
+                    )
+                }
+            };
+            Tensor {
+                name: v.name.to_string(),
+                dtype: v.dtype.to_string(),
+                shape: v.shape.to_vec(),
+                layout: format!("{grouping}, {}, {shard}", v.retrieval),
+            }
+        })
+        .collect();
+    let mut program = Vec::new();
+    for s in &p.streams {
+        let mode = if s.broadcast {
+            "broadcast"
+        } else {
+            "per replica"
+        };
+        program.push((
+            format!("stream {}", s.name),
+            format!("{} {:?}, {mode}", s.dtype, &s.sample[..]),
+        ));
+    }
+    for a in &p.anchors {
+        program.push((
+            format!("anchor {}", a.tensor.name()),
+            a.return_type.to_string(),
+        ));
+    }
+    program.push((
+        "data flow".to_string(),
+        format!(
+            "{} batches per step, {} micro-batches per batch",
+            p.batches_per_step, p.accumulation
+        ),
+    ));
+    program.push(("optimizer".to_string(), format!("{:?}", p.optimizer)));
+    program.push(("layers".to_string(), format!("{:?}", &p.layers[..])));
+    let l = exe.limits;
+    program.push((
+        "device limits".to_string(),
+        format!(
+            "{} bytes of memory, {}-byte frames, window {}",
+            l.memory, l.max_frame, l.window
+        ),
+    ));
+    Report {
+        kind: "executable",
+        version: u32::from(executable::VERSION),
+        fingerprint: format!("{:016x}", checkpoint::fingerprint(p, replicas)),
+        replicas,
+        step: None,
+        seed: None,
+        tensors,
+        program,
+    }
+}
+
+/// The report as a table.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} (format version {}), fingerprint {}, {} replicas",
+        r.kind, r.version, r.fingerprint, r.replicas
+    );
+    if let (Some(step), Some(seed)) = (r.step, r.seed) {
+        let _ = writeln!(out, "step {step}, seed {seed}");
+    }
+    let width = r
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        out,
+        "{:width$}  {:8}  {:14}  layout",
+        "name", "dtype", "shape"
+    );
+    for t in &r.tensors {
+        let shape = format!("{:?}", t.shape);
+        let _ = writeln!(
+            out,
+            "{:width$}  {:8}  {:14}  {}",
+            t.name, t.dtype, shape, t.layout
+        );
+    }
+    for (key, value) in &r.program {
+        let _ = writeln!(out, "{key}: {value}");
+    }
+    out
+}
