@@ -5,6 +5,8 @@
 //! - [`executable`]: a prepared program and the device limits it was prepared for, in one
 //!   checked file that loads without preparing again.
 //! - [`inspect`]: what a checkpoint or an executable holds (`tessera inspect`).
+//! - [`instance`]: the host processes of one job (MPI ranks) and the collectives between
+//!   them; one instance by default.
 //! - [`layout`]: inspect a variable's grouping and shard layout before running anything
 //!   (`tessera layout`).
 //! - [`runtime`]: the device runtime, generic over a core program: prepare replicas, weights
@@ -24,6 +26,7 @@ pub mod atomic;
 pub mod checkpoint;
 pub mod executable;
 pub mod inspect;
+pub mod instance;
 pub mod layout;
 pub mod runtime;
 pub mod session;

@@ -525,6 +525,16 @@ fn train(args: TrainArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    // Under mpirun this process is one instance of the job (MPI must be built in); the
+    // guard keeps MPI up until the job ends.
+    let (instances, _mpi) = match tessera_host::instance::from_environment() {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rank = instances.rank();
     let data = match &job.data {
         DataSource::Spirals { samples, classes } => {
             format!("{classes} spirals ({samples} samples)")
@@ -537,33 +547,48 @@ fn train(args: TrainArgs) -> ExitCode {
         Sharding::PaddedTail => "sharded (padded tail)".to_string(),
         Sharding::Explicit { .. } => "sharded (explicit)".to_string(),
     };
-    println!(
-        "training a {}-unit perceptron on {data} with {} replicas: layer 1 in {} ({shard}), \
-         layer 2 in {}; {} steps of {}×{} micro-batches",
-        job.hidden,
-        job.replicas,
-        job.comm,
-        job.output_comm,
-        job.steps,
-        job.batches_per_step,
-        job.accumulation
-    );
-    match tessera_host::train::train(&job) {
+    if rank == 0 {
+        let across = match instances.size() {
+            1 => String::new(),
+            n => format!(" across {n} instances"),
+        };
+        println!(
+            "training a {}-unit perceptron on {data} with {} replicas{across}: layer 1 in {} \
+             ({shard}), layer 2 in {}; {} steps of {}×{} micro-batches",
+            job.hidden,
+            job.replicas,
+            job.comm,
+            job.output_comm,
+            job.steps,
+            job.batches_per_step,
+            job.accumulation
+        );
+    }
+    match tessera_host::train::train_in(&job, instances) {
         Ok(report) => {
-            print!("{}", report.summary(&job));
+            if rank == 0 {
+                print!("{}", report.summary(&job));
+            }
             if report.passed(job.tolerance) {
-                println!("ok: the accelerator matches the host reference");
+                if rank == 0 {
+                    println!("ok: the accelerator matches the host reference");
+                }
                 ExitCode::SUCCESS
             } else {
+                let on = if rank == 0 {
+                    String::new()
+                } else {
+                    format!(" (rank {rank})")
+                };
                 match (&report.anchor_error, &report.weight_error) {
                     (Err(e), _) => eprintln!(
-                        "error: the accelerator differs from the host reference: anchors: {e}"
+                        "error: the accelerator differs from the host reference{on}: anchors: {e}"
                     ),
                     (_, Err(e)) => eprintln!(
-                        "error: the accelerator differs from the host reference: weights: {e}"
+                        "error: the accelerator differs from the host reference{on}: weights: {e}"
                     ),
                     _ => eprintln!(
-                        "error: the accelerator differs from the host reference beyond {:e}",
+                        "error: the accelerator differs from the host reference{on} beyond {:e}",
                         job.tolerance
                     ),
                 }
@@ -571,7 +596,10 @@ fn train(args: TrainArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            match rank {
+                0 => eprintln!("error: {e}"),
+                _ => eprintln!("error: rank {rank}: {e}"),
+            }
             ExitCode::from(2)
         }
     }

@@ -27,6 +27,13 @@ pub enum RuntimeError {
         /// The most one runtime drives.
         max: usize,
     },
+    /// Replicas that do not split evenly over the instances.
+    Window {
+        /// Replicas of the run.
+        replicas: usize,
+        /// Instances of the job.
+        instances: usize,
+    },
     /// A number of channels other than the number of replicas.
     Channels {
         /// Channels given.
@@ -151,6 +158,13 @@ impl fmt::Display for RuntimeError {
             Self::Replicas { replicas, max } => {
                 write!(f, "a runtime drives 1 to {max} replicas, not {replicas}")
             }
+            Self::Window {
+                replicas,
+                instances,
+            } => write!(
+                f,
+                "{replicas} replicas do not split evenly over {instances} instances"
+            ),
             Self::Channels { channels, replicas } => write!(
                 f,
                 "{channels} channels for {replicas} replicas: one channel per replica"

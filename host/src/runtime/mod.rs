@@ -32,6 +32,7 @@ pub mod weights;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::program::{Optimizer, Program, ProgramError};
@@ -43,6 +44,7 @@ use tessera_core::wire::Request;
 pub use error::RuntimeError;
 
 use crate::executable::Executable;
+use crate::instance::{Instances, Single};
 use crate::session::HostArray;
 use crate::transport::{check_firmware, Channel, TransportError};
 
@@ -67,14 +69,24 @@ pub enum Placement {
     Qemu(PathBuf),
 }
 
-/// Starts one device per replica on `placement`, in replica order.
+/// This instance's window of `replicas`.
+fn window(replicas: usize, instances: &dyn Instances) -> Result<InstanceWindow, RuntimeError> {
+    InstanceWindow::split(replicas, instances.size(), instances.rank()).ok_or(
+        RuntimeError::Window {
+            replicas,
+            instances: instances.size(),
+        },
+    )
+}
+
+/// Starts one device per replica of `window` on `placement`, in replica order.
 fn start(
-    replicas: usize,
+    window: InstanceWindow,
     placement: &Placement,
     device_memory: usize,
 ) -> Result<Vec<Channel>, RuntimeError> {
-    let mut channels = Vec::with_capacity(replicas);
-    for replica in 0..replicas as u32 {
+    let mut channels = Vec::with_capacity(window.local);
+    for replica in window.offset as u32..(window.offset + window.local) as u32 {
         channels.push(match placement {
             Placement::Thread => Channel::in_process(replica, device_memory, None)?,
             Placement::Process(exe) => Channel::child_process(exe, replica, device_memory)?,
@@ -91,6 +103,7 @@ pub struct Runtime {
     program: Program,
     replicas: usize,
     window: InstanceWindow,
+    instances: Arc<dyn Instances>,
     flow: DataFlow,
     /// The grouping each reduction round of a batch combines, in schedule order.
     rounds: Vec<ReplicaGrouping>,
@@ -106,13 +119,32 @@ impl Runtime {
         placement: &Placement,
         device_memory: usize,
     ) -> Result<Self, RuntimeError> {
+        Self::prepare_in(
+            program,
+            replicas,
+            Arc::new(Single),
+            placement,
+            device_memory,
+        )
+    }
+
+    /// Like [`Runtime::prepare`], as one of `instances`: this process starts and drives
+    /// only its window of the `replicas` global replicas (see [`instance`](crate::instance)).
+    pub fn prepare_in(
+        program: Program,
+        replicas: usize,
+        instances: Arc<dyn Instances>,
+        placement: &Placement,
+        device_memory: usize,
+    ) -> Result<Self, RuntimeError> {
         Self::check(&program, replicas)?;
+        let window = window(replicas, &*instances)?;
         // Everything the placement needs is checked before the first device starts.
         if let Placement::Qemu(firmware) = placement {
             check_firmware(firmware).map_err(TransportError::from)?;
         }
-        let channels = start(replicas, placement, device_memory)?;
-        Self::set_up(program, replicas, channels)
+        let channels = start(window, placement, device_memory)?;
+        Self::set_up(program, replicas, channels, instances, window)
     }
 
     /// Starts the devices `executable` was prepared for on `placement` and places its
@@ -123,6 +155,16 @@ impl Runtime {
         placement: &Placement,
         device_memory: usize,
     ) -> Result<Self, RuntimeError> {
+        Self::load_executable_in(executable, Arc::new(Single), placement, device_memory)
+    }
+
+    /// Like [`Runtime::load_executable`], as one of `instances`.
+    pub fn load_executable_in(
+        executable: &Executable,
+        instances: Arc<dyn Instances>,
+        placement: &Placement,
+        device_memory: usize,
+    ) -> Result<Self, RuntimeError> {
         let replicas = executable.replicas as usize;
         if replicas == 0 || replicas > MAX_REPLICAS {
             return Err(RuntimeError::Replicas {
@@ -130,10 +172,11 @@ impl Runtime {
                 max: MAX_REPLICAS,
             });
         }
+        let window = window(replicas, &*instances)?;
         if let Placement::Qemu(firmware) = placement {
             check_firmware(firmware).map_err(TransportError::from)?;
         }
-        let channels = start(replicas, placement, device_memory)?;
+        let channels = start(window, placement, device_memory)?;
         let saved = executable.limits;
         for c in &channels {
             let actual = c.limits();
@@ -147,7 +190,13 @@ impl Runtime {
                 });
             }
         }
-        Self::set_up(executable.program.clone(), replicas, channels)
+        Self::set_up(
+            executable.program.clone(),
+            replicas,
+            channels,
+            instances,
+            window,
+        )
     }
 
     /// This prepared program as an executable for the devices it runs on.
@@ -165,7 +214,8 @@ impl Runtime {
     pub fn prepare_on(program: Program, channels: Vec<Channel>) -> Result<Self, RuntimeError> {
         let replicas = channels.len();
         Self::check(&program, replicas)?;
-        Self::set_up(program, replicas, channels)
+        let window = InstanceWindow::whole(replicas);
+        Self::set_up(program, replicas, channels, Arc::new(Single), window)
     }
 
     fn check(program: &Program, replicas: usize) -> Result<(), RuntimeError> {
@@ -183,11 +233,13 @@ impl Runtime {
         program: Program,
         replicas: usize,
         mut channels: Vec<Channel>,
+        instances: Arc<dyn Instances>,
+        window: InstanceWindow,
     ) -> Result<Self, RuntimeError> {
-        if channels.len() != replicas {
+        if channels.len() != window.local {
             return Err(RuntimeError::Channels {
                 channels: channels.len(),
-                replicas,
+                replicas: window.local,
             });
         }
         let flow = program
@@ -217,7 +269,8 @@ impl Runtime {
             channels,
             program,
             replicas,
-            window: InstanceWindow::whole(replicas),
+            window,
+            instances,
             flow,
             rounds,
             weights_in_sync: false,
@@ -229,9 +282,19 @@ impl Runtime {
         &self.program
     }
 
-    /// Replicas of the run.
+    /// Replicas of the run, across every instance.
     pub fn replicas(&self) -> usize {
         self.replicas
+    }
+
+    /// The global replicas this instance drives.
+    pub fn window(&self) -> InstanceWindow {
+        self.window
+    }
+
+    /// The job's instances.
+    pub fn instances(&self) -> &dyn Instances {
+        &*self.instances
     }
 
     /// True after weights to host, until the next training step.
@@ -266,25 +329,36 @@ impl Runtime {
         Ok(self.channels[0].call(&GetSeed)?.get())
     }
 
-    /// Every replica's RNG state, concatenated in replica order.
+    /// Every replica's RNG state (of every instance), concatenated in replica order.
     pub fn rng_state(&mut self) -> Result<Vec<u32>, RuntimeError> {
-        let mut words = Vec::with_capacity(RNG_WORDS * self.channels.len());
+        let mut local = Vec::with_capacity(RNG_WORDS * 4 * self.channels.len());
         for c in &mut self.channels {
-            words.extend_from_slice(&c.call(&GetRngState)?.get());
+            for w in c.call(&GetRngState)?.get() {
+                local.extend_from_slice(&w.to_le_bytes());
+            }
         }
-        Ok(words)
+        let all = self
+            .instances
+            .allgather(&local)
+            .map_err(TransportError::from)?;
+        Ok(all
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect())
     }
 
-    /// Sets every replica's RNG state from exactly `RNG_WORDS × replicas` words.
+    /// Sets every replica's RNG state from exactly `RNG_WORDS × replicas` words (every
+    /// instance takes its window's).
     pub fn set_rng_state(&mut self, words: &[u32]) -> Result<(), RuntimeError> {
-        let expected = RNG_WORDS * self.channels.len();
+        let expected = RNG_WORDS * self.replicas;
         if words.len() != expected {
             return Err(RuntimeError::RngState {
                 expected,
                 actual: words.len(),
             });
         }
-        for (c, state) in self.channels.iter_mut().zip(words.chunks_exact(RNG_WORDS)) {
+        let mine = &words[RNG_WORDS * self.window.offset..][..RNG_WORDS * self.window.local];
+        for (c, state) in self.channels.iter_mut().zip(mine.chunks_exact(RNG_WORDS)) {
             let state = [state[0], state[1], state[2], state[3]];
             c.request(&Request::SetRngState { state })?;
         }
@@ -294,11 +368,18 @@ impl Runtime {
     /// The work each replica has counted, in multiply-adds; refused by the devices unless
     /// the program is instrumented.
     pub fn cycle_counts(&mut self) -> Result<Vec<u64>, RuntimeError> {
-        let mut counts = Vec::with_capacity(self.channels.len());
+        let mut local = Vec::with_capacity(8 * self.channels.len());
         for c in &mut self.channels {
-            counts.push(c.call(&CycleCount)?.get());
+            local.extend_from_slice(&c.call(&CycleCount)?.get().to_le_bytes());
         }
-        Ok(counts)
+        let all = self
+            .instances
+            .allgather(&local)
+            .map_err(TransportError::from)?;
+        Ok(all
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect())
     }
 
     /// Sends `request` to every replica, all before any reply is awaited.

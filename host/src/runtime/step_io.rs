@@ -5,8 +5,9 @@
 //!
 //! - Every run checks the step IO before anything moves: each name is a stream of the
 //!   program, every stream is provided, and each array holds exactly
-//!   `sample × bps·af × replicas` elements (`× 1` for a broadcast stream); a short array is
-//!   an error naming the stream and the counts, on any run, never a panic.
+//!   `sample × bps·af × replicas` elements (`× 1` for a broadcast stream), `replicas` being
+//!   this instance's (its window of the global replicas: each instance feeds its own); a
+//!   short array is an error naming the stream and the counts, on any run, never a panic.
 //! - Each array is converted to its stream's type by core's [`convert_input`] (the same
 //!   type, `int64 → int32` with every value checked, `uint8` read as an 8-bit float), and
 //!   labels read by a cross-entropy are checked against its classes.
@@ -41,7 +42,8 @@ impl Runtime {
     /// Runs one training step on `io` (see the module's contract); returns the anchors.
     pub fn run(&mut self, io: &StepIo) -> Result<Anchors, RuntimeError> {
         let streams = self.device_streams(io)?;
-        let replicas = self.replicas;
+        // This instance's replicas: its arrays feed only them.
+        let replicas = self.window.local;
         let mut splitter = Splitter::<usize, TENSORS, MAX_REPLICAS, 1>::new(replicas, self.flow)?;
         let mut counters = Counters::default();
         let mut inputs = Vec::with_capacity(streams.len());
@@ -86,7 +88,7 @@ impl Runtime {
             self.channels[r].receive(seq)?;
         }
 
-        hub::run_step(&mut self.channels, &self.rounds)?;
+        hub::run_step(&mut self.channels, &self.rounds, &*self.instances)?;
         self.weights_in_sync = false;
 
         let mut anchors = Anchors::new();
@@ -175,7 +177,7 @@ impl Runtime {
             .map(|(name, array)| (name.as_str(), array.elements()))
             .collect();
         self.flow
-            .check_sizes(self.replicas, &specs, &provided)
+            .check_sizes(self.window.local, &specs, &provided)
             .map_err(size_error)?;
         let labels = match p.layers.last() {
             Some(&Layer::SoftmaxCrossEntropy { labels }) => Some(usize::from(labels)),

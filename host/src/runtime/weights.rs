@@ -13,7 +13,7 @@
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::Shape;
 use tessera_core::program::{elements, ids, Program};
-use tessera_core::transfer::{InstanceWindow, TransferError, WeightLayout};
+use tessera_core::transfer::{Collective, InstanceWindow, TransferError, WeightLayout};
 use tessera_core::wire::Request;
 
 use super::{Runtime, RuntimeError, WeightsIo};
@@ -115,9 +115,35 @@ impl Runtime {
             let (mut bytes, slot_bytes) = (vec![0u8; layout.to_host_bytes()], layout.slot_bytes());
             let mut slots =
                 ChannelSlots::existing(&mut self.channels, ids::slot(index as u8), slot_bytes);
-            layout
+            let collective = layout
                 .to_host(&mut slots, &mut bytes)
                 .map_err(|e| transfer_error(&name, e))?;
+            // What the other instances hold (see the `instance` module).
+            match collective {
+                Collective::None => {}
+                Collective::SumAllreduce => self
+                    .instances
+                    .allreduce_or(&mut bytes)
+                    .map_err(TransportError::from)?,
+                Collective::Allgather => {
+                    let row = layout.row_bytes();
+                    let mine = &bytes
+                        [row * self.window.offset..row * (self.window.offset + self.window.local)];
+                    let all = self
+                        .instances
+                        .allgather(mine)
+                        .map_err(TransportError::from)?;
+                    if all.len() != bytes.len() {
+                        return Err(RuntimeError::Bytes {
+                            name,
+                            expected: bytes.len(),
+                            actual: all.len(),
+                            what: "buffer gathered from the instances",
+                        });
+                    }
+                    bytes = all;
+                }
+            }
             let shape: Vec<u32> = self
                 .host_shape(&name, true)?
                 .iter()

@@ -225,11 +225,34 @@ impl Dataset {
     /// `count` samples from position `start` on, wrapping around: the inputs as `[count,
     /// features]` `f32` and the labels as `[count]` in the source's label type.
     pub fn batch(&self, start: usize, count: usize) -> Result<(HostArray, HostArray), ArrayError> {
+        self.samples((start..start + count).collect())
+    }
+
+    /// The share of replicas `window` of a step of `micro_batches × replicas` samples from
+    /// position `start` on: sample `m·replicas + r` for every micro-batch `m` and every
+    /// replica `r` of the window, in that order (what one instance feeds its replicas).
+    pub fn share(
+        &self,
+        start: usize,
+        micro_batches: usize,
+        replicas: usize,
+        window: tessera_core::transfer::InstanceWindow,
+    ) -> Result<(HostArray, HostArray), ArrayError> {
+        let positions = (0..micro_batches)
+            .flat_map(|m| (window.offset..window.offset + window.local).map(move |r| (m, r)))
+            .map(|(m, r)| start + m * replicas + r)
+            .collect();
+        self.samples(positions)
+    }
+
+    /// The samples at `positions` (wrapping around the data).
+    fn samples(&self, positions: Vec<usize>) -> Result<(HostArray, HostArray), ArrayError> {
         let n = self.len().max(1);
+        let count = positions.len();
         let mut inputs = Vec::with_capacity(count * self.features);
         let mut labels = Vec::with_capacity(count);
-        for k in 0..count {
-            let i = (start + k) % n;
+        for position in positions {
+            let i = position % n;
             inputs.extend_from_slice(&self.inputs[i * self.features..(i + 1) * self.features]);
             labels.push(self.labels[i]);
         }

@@ -20,7 +20,7 @@ use tessera_core::program::{AnchorTensor, CapacityError, ProgramError, Sharding}
 use tessera_core::stream::AnchorReturnType;
 
 pub use data::{DataError, Dataset};
-pub use run::train;
+pub use run::{train, train_in};
 
 use crate::checkpoint::CheckpointError;
 use crate::executable::ExecutableError;

@@ -1,23 +1,39 @@
 //! Running a job: data, program, runtime and reference side by side, step by step.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tessera_core::program::AnchorTensor;
+use tessera_core::transfer::InstanceWindow;
 
 use super::data::Dataset;
 use super::model::{self, INPUT, LABELS};
 use super::{DataSource, JobError, TrainError, TrainJob, TrainReport};
 use crate::checkpoint::{fingerprint, Checkpoint, CheckpointError};
 use crate::executable::Executable;
+use crate::instance::{Instances, Single};
 use crate::runtime::check::{max_relative_error, CheckError};
 use crate::runtime::reference::Reference;
-use crate::runtime::{Runtime, StepIo, WeightsIo};
+use crate::runtime::{Runtime, RuntimeError, StepIo, WeightsIo};
 use crate::train::DEVICE_MEMORY;
+use crate::transport::TransportError;
 
-/// Runs `job`: [`TrainJob::validate`], the data, the step size, the program, the checkpoint
-/// to resume from and the executable to run are all checked before any device starts.
+/// Runs `job` in this process alone: see [`train_in`].
 pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
+    train_in(job, Arc::new(Single))
+}
+
+/// Runs `job` as one of `instances`: [`TrainJob::validate`], the data, the step size, the
+/// program, the checkpoint to resume from and the executable to run are all checked before
+/// any device starts.
+///
+/// Every instance reads the same data and drives its window of the replicas, feeding them
+/// their share of each step; the report's losses, weights and work cover every replica (the
+/// anchors' check covers this instance's). Only rank 0 shows progress and writes the
+/// checkpoint and the executable; every rank takes part in capturing them.
+pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainReport, TrainError> {
+    let leader = instances.rank() == 0;
     job.validate()?;
     let resume = match &job.resume {
         Some(path) => Some(Checkpoint::load(path).map_err(JobError::Checkpoint)?),
@@ -57,10 +73,19 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
     }
 
     let mut runtime = match &executable {
-        Some(exe) => Runtime::load_executable(exe, &job.placement, DEVICE_MEMORY)?,
-        None => Runtime::prepare(program.clone(), job.replicas, &job.placement, DEVICE_MEMORY)?,
+        Some(exe) => {
+            Runtime::load_executable_in(exe, instances.clone(), &job.placement, DEVICE_MEMORY)?
+        }
+        None => Runtime::prepare_in(
+            program.clone(),
+            job.replicas,
+            instances.clone(),
+            &job.placement,
+            DEVICE_MEMORY,
+        )?,
     };
-    if let Some(path) = &job.save_executable {
+    let window = runtime.window();
+    if let (Some(path), true) = (&job.save_executable, leader) {
         runtime
             .executable()
             .save(path)
@@ -82,8 +107,9 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
         }
     };
 
-    let per_step = job.batches_per_step * job.accumulation * job.replicas;
-    let bar = if job.progress {
+    let micro_batches = job.batches_per_step * job.accumulation;
+    let per_step = micro_batches * job.replicas;
+    let bar = if job.progress && leader {
         ProgressBar::new(job.steps as u64)
     } else {
         ProgressBar::hidden()
@@ -98,24 +124,35 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
     let mut anchor_error: Result<f64, CheckError> = Ok(0.0);
     let last = first_step + job.steps;
     for step in first_step..last {
+        let shape_error = |e| JobError::Data(super::DataError::Shape(e));
         let (inputs, labels) = data
-            .batch(step * per_step, per_step)
-            .map_err(|e| JobError::Data(super::DataError::Shape(e)))?;
+            .share(step * per_step, micro_batches, job.replicas, window)
+            .map_err(shape_error)?;
         let io: StepIo = [(INPUT.to_string(), inputs), (LABELS.to_string(), labels)].into();
         let start = Instant::now();
         let anchors = runtime.run(&io)?;
         busy += start.elapsed();
-        let expected = reference.step(&io)?;
+        // The reference computes every replica, from the whole step's samples.
+        let (inputs, labels) = data.batch(step * per_step, per_step).map_err(shape_error)?;
+        let whole: StepIo = [(INPUT.to_string(), inputs), (LABELS.to_string(), labels)].into();
+        let expected = reference.step(&whole)?;
         for (name, array) in &anchors {
             let device = array.to_f32().unwrap_or_default();
             let want = expected.get(name).map(Vec::as_slice).unwrap_or_default();
+            let items = array.shape().first().map_or(0, |&d| d as usize);
+            let want = window_rows(want, items, job.replicas, window);
             // The first failure to compare sticks: later steps cannot undo it.
             if let Ok(worst) = anchor_error {
-                anchor_error = max_relative_error(&device, want).map(|e| worst.max(e));
+                anchor_error = max_relative_error(&device, &want).map(|e| worst.max(e));
             }
             if name == AnchorTensor::Loss.name() {
-                let mean =
-                    device.iter().map(|&l| f64::from(l)).sum::<f64>() / device.len().max(1) as f64;
+                // The mean over every replica of every instance.
+                let local = device.iter().map(|&l| f64::from(l)).sum::<f64>();
+                let mut total = [local, device.len() as f64];
+                instances
+                    .allreduce_sum(&mut total)
+                    .map_err(|e| RuntimeError::from(TransportError::from(e)))?;
+                let mean = total[0] / total[1].max(1.0);
                 step_losses.push(mean);
                 bar.set_message(format!("loss {mean:.5}"));
             }
@@ -125,9 +162,11 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
         let periodic = job.every > 0 && (done - first_step) % job.every == 0;
         if let Some(path) = &job.checkpoint {
             if periodic || done == last {
-                Checkpoint::capture(&mut runtime, done as u64, seed)?
-                    .save(path)
-                    .map_err(TrainError::Checkpoint)?;
+                // Every instance takes part in the capture; rank 0 writes the file.
+                let checkpoint = Checkpoint::capture(&mut runtime, done as u64, seed)?;
+                if leader {
+                    checkpoint.save(path).map_err(TrainError::Checkpoint)?;
+                }
             }
         }
     }
@@ -187,6 +226,20 @@ fn check_executable(exe: &Executable, job: &TrainJob, data: &Dataset) -> Result<
         }
     }
     Ok(())
+}
+
+/// The rows of `values` (`[items, replicas, width]`, flat) of the replicas in `window`, as
+/// `[items, local, width]`: what this instance's anchors hold.
+fn window_rows(values: &[f64], items: usize, replicas: usize, window: InstanceWindow) -> Vec<f64> {
+    let width = values.len() / (items * replicas).max(1);
+    let mut out = Vec::with_capacity(items * window.local * width);
+    for j in 0..items {
+        for r in window.offset..window.offset + window.local {
+            let row = (j * replicas + r) * width;
+            out.extend_from_slice(&values[row..row + width]);
+        }
+    }
+    out
 }
 
 /// Replica 0's model on every sample. Replica 0 is in group 0 of every grouping, and

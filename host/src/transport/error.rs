@@ -116,6 +116,8 @@ pub enum TransportError {
         /// The reduction's round.
         round: u32,
     },
+    /// A collective between instances failed.
+    Instance(crate::instance::InstanceError),
     /// The contributions of one reduction disagree in length.
     Reduction {
         /// The replica whose contribution disagrees with the first one heard.
@@ -200,6 +202,7 @@ impl fmt::Display for TransportError {
             Self::Overflow { what, value } => {
                 write!(f, "{what} {value} does not fit the protocol's 32 bits")
             }
+            Self::Instance(e) => write!(f, "between instances: {e}"),
             Self::ReductionOps { replica, round } => write!(
                 f,
                 "device {replica} asked for another operation in reduction round {round} than \
@@ -223,6 +226,7 @@ impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io(e) | Self::Spawn { source: e, .. } => Some(e),
+            Self::Instance(e) => Some(e),
             Self::Firmware(e) => Some(e),
             Self::Device { code, .. } => Some(code),
             _ => None,
@@ -239,5 +243,11 @@ impl From<io::Error> for TransportError {
 impl From<FirmwareError> for TransportError {
     fn from(e: FirmwareError) -> Self {
         Self::Firmware(e)
+    }
+}
+
+impl From<crate::instance::InstanceError> for TransportError {
+    fn from(e: crate::instance::InstanceError) -> Self {
+        Self::Instance(e)
     }
 }

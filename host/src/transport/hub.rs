@@ -6,9 +6,11 @@
 //! # Contract
 //!
 //! Every reduction has an identity: the step's sequence number on the device's channel
-//! (its envelope) and the round within the step. Contributions are collected per (group,
-//! round); when a group's contributions are all in, every member gets the combination under
-//! its own step sequence number and that round. A contribution that arrives again (the
+//! (its envelope) and the round within the step. Contributions are collected per round;
+//! when every local device's is in, each group's contributions are summed in `f64`, the
+//! partial sums are summed across instances ([`Instances::allreduce_sum`]: every instance
+//! reaches every round, in order), and every member gets its group's combination under its
+//! own step sequence number and that round. A contribution that arrives again (the
 //! device re-sent it: its answer was late or lost) is answered again with the same round's
 //! combination, which the device applies only if it is still waiting for that round, so a
 //! duplicate can never stand in for a later round's answer. Contributions of one round that
@@ -21,6 +23,7 @@ use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::wire::{ReduceOp, Request, Response};
 
 use super::{Channel, TransportError};
+use crate::instance::Instances;
 
 /// How long the hub polls one channel before moving to the next.
 const POLL: Duration = Duration::from_millis(1);
@@ -39,6 +42,7 @@ struct Contribution {
 pub fn run_step(
     channels: &mut [Channel],
     rounds: &[ReplicaGrouping],
+    instances: &dyn Instances,
 ) -> Result<(), TransportError> {
     let seqs = channels
         .iter_mut()
@@ -46,18 +50,16 @@ pub fn run_step(
         .collect::<Result<Vec<_>, _>>()?;
     // Each channel's group under round `round`'s grouping (`usize::MAX`: no such round).
     let replicas: Vec<usize> = channels.iter().map(|c| c.replica() as usize).collect();
-    let group_of = |replica: usize, round: u32| {
-        let grouping = rounds.get((round as usize).checked_rem(rounds.len())?)?;
-        grouping.group_of(replica).ok()
-    };
+    let grouping_of = |round: u32| rounds.get((round as usize).checked_rem(rounds.len())?);
+    let group_of = |replica: usize, round: u32| grouping_of(round)?.group_of(replica).ok();
     let mut done = vec![false; channels.len()];
     let mut heard = vec![Instant::now(); channels.len()];
     let mut resent = vec![0u32; channels.len()];
     // Devices whose contribution to an open round is in: they wait for their peers, so
     // their silence is no sign of trouble (the peers' silence is).
     let mut waiting = vec![false; channels.len()];
-    // Contributions and answers, by (group, round).
-    let mut contributions: HashMap<(usize, u32), Vec<Contribution>> = HashMap::new();
+    // Contributions by round; answers by (group, round).
+    let mut contributions: HashMap<u32, Vec<Contribution>> = HashMap::new();
     let mut answers: HashMap<(usize, u32), Vec<u8>> = HashMap::new();
 
     while done.iter().any(|d| !d) {
@@ -112,7 +114,9 @@ pub fn run_step(
                         channels[i].resend(seqs[i], &reduced)?;
                         continue;
                     }
-                    let entry = contributions.entry(key).or_default();
+                    // Contributions are collected per round, from every local device: a
+                    // round is combined once all of them are in, across instances too.
+                    let entry = contributions.entry(round).or_default();
                     if let Some(first) = entry.first() {
                         if first.op != op {
                             return Err(TransportError::ReductionOps {
@@ -137,24 +141,30 @@ pub fn run_step(
                             op,
                         });
                     }
-                    let members = replicas
-                        .iter()
-                        .filter(|&&r| group_of(r, round) == Some(group))
-                        .count();
-                    if entry.len() == members {
-                        let answer = combine(entry);
-                        {
+                    if entry.len() == channels.len() {
+                        let Some(grouping) = grouping_of(round) else {
+                            return Err(TransportError::Reduction {
+                                replica: channels[i].replica(),
+                                round,
+                                expected: 0,
+                                actual: data.len(),
+                            });
+                        };
+                        let combined = combine(entry, &replicas, grouping, instances)?;
+                        for c in entry.iter() {
+                            let g = grouping.group_of(replicas[c.from]).unwrap_or(0);
+                            let answer = &combined[g];
                             let reduced = Request::Reduced {
                                 round,
-                                data: &answer,
+                                data: answer,
                             };
-                            for c in entry.iter() {
-                                channels[c.from].resend(seqs[c.from], &reduced)?;
-                                waiting[c.from] = false;
-                            }
+                            channels[c.from].resend(seqs[c.from], &reduced)?;
+                            waiting[c.from] = false;
                         }
-                        contributions.remove(&key);
-                        answers.insert(key, answer);
+                        for (g, answer) in combined.into_iter().enumerate() {
+                            answers.insert((g, round), answer);
+                        }
+                        contributions.remove(&round);
                     }
                 }
                 Response::Error { request, code } => {
@@ -171,22 +181,37 @@ pub fn run_step(
     Ok(())
 }
 
-/// Elementwise sum or mean of f32 buffers (of equal lengths, checked as they arrived),
-/// accumulated in f64.
-fn combine(contributions: &[Contribution]) -> Vec<u8> {
+/// Each group's combination of one round: the local contributions summed per group in
+/// `f64`, the partial sums summed across instances, then divided by the group size for a
+/// mean; one `f32` buffer per group of `grouping`.
+fn combine(
+    contributions: &[Contribution],
+    replicas: &[usize],
+    grouping: &ReplicaGrouping,
+    instances: &dyn Instances,
+) -> Result<Vec<Vec<u8>>, TransportError> {
     let len = contributions.first().map_or(0, |c| c.data.len() / 4);
-    let mut total = vec![0f64; len];
-    for contribution in contributions {
-        for (t, c) in total.iter_mut().zip(contribution.data.chunks_exact(4)) {
-            *t += f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    let groups = grouping.num_groups();
+    let mut partial = vec![0f64; groups * len];
+    for c in contributions {
+        let g = grouping.group_of(replicas[c.from]).unwrap_or(0);
+        let sums = &mut partial[g * len..(g + 1) * len];
+        for (t, v) in sums.iter_mut().zip(c.data.chunks_exact(4)) {
+            *t += f64::from(f32::from_le_bytes([v[0], v[1], v[2], v[3]]));
         }
     }
+    instances.allreduce_sum(&mut partial)?;
     let divisor = match contributions.first().map(|c| c.op) {
-        Some(ReduceOp::Mean) => contributions.len() as f64,
+        Some(ReduceOp::Mean) => grouping.group_size() as f64,
         _ => 1.0,
     };
-    total
-        .iter()
-        .flat_map(|t| ((t / divisor) as f32).to_le_bytes())
-        .collect()
+    Ok(partial
+        .chunks(len.max(1))
+        .take(groups)
+        .map(|sums| {
+            sums.iter()
+                .flat_map(|t| ((t / divisor) as f32).to_le_bytes())
+                .collect()
+        })
+        .collect())
 }
