@@ -9,7 +9,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # The toolchain the workspace declares as its minimum (rust-version in Cargo.toml).
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 
-step "install the bare-metal targets, the rust-version toolchain, QEMU and defmt-print"
+step "install the bare-metal targets, the rust-version toolchain, QEMU, defmt-print and OpenMPI"
 rustup target add thumbv6m-none-eabi thumbv7m-none-eabi
 rustup toolchain install "$msrv" --profile minimal
 if ! command -v qemu-system-arm >/dev/null; then
@@ -19,6 +19,13 @@ fi
 if ! command -v defmt-print >/dev/null; then
     cargo install --locked defmt-print
 fi
+# OpenMPI for the multi-instance suite; libclang for the `mpi` crate's bindings.
+if ! command -v mpirun >/dev/null || ! dpkg -s libopenmpi-dev libclang-common-14-dev >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev libclang1-14 \
+        libclang-common-14-dev
+fi
+mpirun --version | head -n 1
 qemu-system-arm --version | head -n 1
 defmt-print --version
 
@@ -36,8 +43,13 @@ cargo fmt --all --check
 step "workspace tests, the QEMU ones included (they run the firmware above)"
 TESSERA_FIRMWARE="$PWD/$firmware" cargo test --workspace --locked -- --include-ignored
 
+step "multi-instance suite: mpirun -np 2 and -np 4 against one process (feature mpi)"
+cargo build -p tessera-host --features mpi --example mpi_panic --locked
+cargo test -p tessera-host --features mpi --test mpi --locked
+
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p tessera-host --all-targets --features mpi --locked -- -D warnings
 cargo clippy -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --locked -- -D warnings
 
 step "documentation (warnings are errors)"

@@ -1,0 +1,318 @@
+//! One job across MPI ranks: `mpirun -np N tessera train` trains exactly what one process
+//! trains, and a rank that dies or panics ends the whole job promptly.
+//!
+//! Built with `--features mpi` only (the test command runs it so, after installing
+//! OpenMPI); every test fails, never skips, when `mpirun` cannot run. The environment
+//! follows the machine's recipe: root allowed, oversubscribed, loopback only, and a
+//! `TMPDIR` of its own for each launch (OpenMPI's session directories collide otherwise).
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use tessera_host::checkpoint::Checkpoint;
+
+const TESSERA: &str = env!("CARGO_BIN_EXE_tessera");
+
+/// A scratch directory of its own for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-mpi-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// `mpirun -np ranks` of `program args`, with the recipe's environment and `dir` as its
+/// `TMPDIR`.
+fn mpirun(ranks: usize, program: &Path, args: &[&str], dir: &Path) -> Command {
+    let tmp = dir.join(format!("tmp-{ranks}-{}", args.len()));
+    std::fs::create_dir_all(&tmp).expect("a TMPDIR");
+    let mut command = Command::new("mpirun");
+    command
+        .args(["-np", &ranks.to_string()])
+        .arg(program)
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_oob_tcp_if_include", "lo")
+        .env("OMPI_MCA_btl_tcp_if_include", "lo")
+        .env("MPIEXEC_TIMEOUT", "300")
+        .env("TMPDIR", &tmp);
+    command
+}
+
+fn run(mut command: Command) -> Output {
+    command
+        .output()
+        .expect("mpirun runs: install OpenMPI (tests/ci.sh does)")
+}
+
+fn success(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The `loss:` line of a summary.
+fn loss_line(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("loss:"))
+        .unwrap_or_else(|| panic!("a loss line in {stdout}"))
+        .to_string()
+}
+
+/// Two checkpoints hold the same state, bit for bit.
+fn assert_same_state(a: &Path, b: &Path) {
+    let (a, b) = (Checkpoint::load(a).unwrap(), Checkpoint::load(b).unwrap());
+    assert_eq!(a.fingerprint, b.fingerprint, "the same program");
+    assert_eq!(a.step, b.step);
+    assert_eq!(a.rng, b.rng, "every replica's RNG state");
+    assert_eq!(a.weights, b.weights, "every weight, bit for bit");
+    assert_eq!(a.optimizer, b.optimizer, "the optimizer state, bit for bit");
+}
+
+/// One process against 2 and 4 ranks on 8 replicas, in two settings (the default: a layer
+/// sharded across all replicas, another in groups of two; and orthogonal groups, padded
+/// shards, every replica's row returned). Catches windows that feed a replica another's
+/// samples, reductions combined per instance instead of per group, and weights to host
+/// missing the rows another instance holds.
+#[test]
+fn two_and_four_ranks_train_exactly_like_one_process() {
+    let dir = scratch("parity");
+    let settings: [&[&str]; 2] = [
+        &[],
+        &[
+            "--comm",
+            "orthogonal:4",
+            "--output-comm",
+            "consecutive:4",
+            "--shard",
+            "padded-tail",
+            "--retrieval",
+            "all-replicas",
+        ],
+    ];
+    for (s, extra) in settings.iter().enumerate() {
+        let path = |tag: &str| dir.join(format!("{s}-{tag}.safetensors"));
+        let one = path("one");
+        let args = vec!["train", "--replicas", "8", "--steps", "6", "--checkpoint"];
+        let single = {
+            let mut a = args.clone();
+            a.push(one.to_str().unwrap());
+            a.extend_from_slice(extra);
+            success(
+                &Command::new(TESSERA)
+                    .args(&a)
+                    .output()
+                    .expect("tessera runs"),
+            )
+        };
+        for ranks in [2, 4] {
+            let file = path(&format!("np{ranks}"));
+            let mut args = args.clone();
+            args.push(file.to_str().unwrap());
+            args.extend_from_slice(extra);
+            let stdout = success(&run(mpirun(ranks, Path::new(TESSERA), &args, &dir)));
+            assert!(
+                stdout.contains(&format!("across {ranks} instances")),
+                "{stdout}"
+            );
+            assert_eq!(
+                loss_line(&stdout),
+                loss_line(&single),
+                "np {ranks}: every loss"
+            );
+            assert_eq!(
+                stdout.matches("ok: the accelerator matches").count(),
+                1,
+                "only rank 0 reports: {stdout}"
+            );
+            assert_same_state(&one, &file);
+        }
+    }
+}
+
+/// A checkpoint written by 2 ranks resumes in one process, and continues exactly as one
+/// process would have. Catches checkpoints that hold only rank 0's replicas.
+#[test]
+fn a_checkpoint_from_two_ranks_resumes_in_one_process() {
+    let dir = scratch("resume");
+    let half = dir.join("half.safetensors");
+    let whole = dir.join("whole.safetensors");
+    let resumed = dir.join("resumed.safetensors");
+    let train = |args: &[&str]| {
+        success(
+            &Command::new(TESSERA)
+                .arg("train")
+                .args(args)
+                .output()
+                .expect("tessera runs"),
+        )
+    };
+    let args = [
+        "train",
+        "--replicas",
+        "8",
+        "--steps",
+        "3",
+        "--checkpoint",
+        half.to_str().unwrap(),
+    ];
+    success(&run(mpirun(2, Path::new(TESSERA), &args, &dir)));
+    train(&[
+        "--replicas",
+        "8",
+        "--steps",
+        "6",
+        "--checkpoint",
+        whole.to_str().unwrap(),
+    ]);
+    train(&[
+        "--replicas",
+        "8",
+        "--steps",
+        "3",
+        "--resume",
+        half.to_str().unwrap(),
+        "--checkpoint",
+        resumed.to_str().unwrap(),
+    ]);
+    assert_same_state(&whole, &resumed);
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        // The parent pid is the second field after the command's closing parenthesis.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if parent == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The rank `pid` runs as, from its environment.
+fn rank_of(pid: u32) -> Option<u32> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|&b| b == 0)
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .find_map(|v| v.strip_prefix("OMPI_COMM_WORLD_RANK="))
+        .and_then(|r| r.parse().ok())
+}
+
+/// Waits up to `limit` for `child` to exit.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().expect("wait works") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// A rank killed in the middle of training ends the job: mpirun exits with a failure
+/// within seconds, and no rank is left running. Catches ranks waiting forever in a
+/// collective for a peer that is gone.
+#[test]
+fn a_killed_rank_ends_the_job_promptly() {
+    let dir = scratch("kill");
+    let args = ["train", "--replicas", "4", "--steps", "1000000"];
+    let mut command = mpirun(2, Path::new(TESSERA), &args, &dir);
+    let mut mpirun = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mpirun runs: install OpenMPI (tests/ci.sh does)");
+    // Both ranks running (and training: they start within a second).
+    let start = Instant::now();
+    let ranks = loop {
+        let ranks: Vec<(u32, u32)> = children_of(mpirun.id())
+            .into_iter()
+            .filter_map(|pid| Some((pid, rank_of(pid)?)))
+            .collect();
+        if ranks.len() == 2 {
+            break ranks;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 1).expect("rank 1");
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = wait_for(&mut mpirun, Duration::from_secs(30));
+    let Some(status) = status else {
+        let _ = mpirun.kill();
+        panic!("mpirun still running 30 s after rank 1 was killed");
+    };
+    assert!(!status.success(), "a job that lost a rank must fail");
+    for (pid, rank) in &ranks {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z "),
+            "rank {rank} (pid {pid}) outlived the job"
+        );
+    }
+}
+
+/// A panic on one rank aborts the job through MPI_Abort instead of leaving the other rank
+/// waiting in a barrier. Catches a missing panic hook.
+#[test]
+fn a_panic_on_one_rank_aborts_the_job() {
+    let dir = scratch("panic");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/examples/mpi_panic");
+    assert!(
+        example.exists(),
+        "{} is built by `cargo test -p tessera-host --features mpi`",
+        example.display()
+    );
+    let mut command = mpirun(2, &example, &[], &dir);
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun runs: install OpenMPI (tests/ci.sh does)");
+    let status = wait_for(&mut child, Duration::from_secs(30));
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("the job hung after a rank panicked");
+    };
+    assert!(!status.success(), "a job with a panicked rank must fail");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert!(stderr.contains("rank 1 panics on purpose"), "{stderr}");
+}
