@@ -126,6 +126,13 @@ impl Executable {
         if bytes.get(..8) != Some(&MAGIC[..]) {
             return Err(ExecutableError::NotAnExecutable);
         }
+        if bytes.len() < HEADER + 4 {
+            // Too short to hold a version, a length and a checksum: truncated.
+            return Err(ExecutableError::Checksum {
+                recorded: 0,
+                computed: CRC32.checksum(bytes),
+            });
+        }
         let version = bytes
             .get(8..10)
             .map_or(0, |v| u16::from_le_bytes([v[0], v[1]]));

@@ -91,13 +91,7 @@ pub fn inspect(path: &Path) -> Result<Report, InspectError> {
 }
 
 fn checkpoint_report(c: &Checkpoint) -> Report {
-    let layout_of = |name: &str| {
-        c.layouts
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, l)| l.clone())
-            .unwrap_or_default()
-    };
+    let layout_of = |name: &str| c.layouts.get(name).cloned().unwrap_or_default();
     let mut tensors: Vec<Tensor> = c
         .weights
         .iter()

@@ -2,8 +2,10 @@
 //! one-line error naming the argument and its range, exit status 2 — never a panic (101),
 //! an abort (a signal), a huge allocation or a run that prints "ok:".
 //!
-//! Each row of the tables below is a reproduction of a bug the command had; its comment
-//! says which.
+//! Each row of the tables below is a reproduction of a bug the command had, or a bound it
+//! documents; its comment says which.
+
+mod common;
 
 use std::process::{Command, Output, Stdio};
 
@@ -183,11 +185,31 @@ fn layout_rejects_out_of_range_arguments() {
 #[test]
 fn train_rejects_out_of_range_arguments() {
     assert_rejected(&[
-        // Index panic: a sample of zero elements.
-        rejected(&["train", "--inputs", "0"], "--inputs", "1..=256"),
-        rejected(&["train", "--outputs", "0"], "--outputs", "1..=256"),
-        // Larger than a device frame (QEMU's is 2048 bytes).
-        rejected(&["train", "--inputs", "257"], "--inputs", "1..=256"),
+        // The layer sizes' bounds (--inputs 0 once panicked on a sample of zero elements,
+        // --inputs 257 outgrew QEMU's 2048-byte frame).
+        rejected(&["train", "--hidden", "0"], "--hidden", "1..=256"),
+        rejected(&["train", "--hidden", "257"], "--hidden", "1..=256"),
+        rejected(
+            &["train", "--hidden", "18446744073709551616"],
+            "--hidden",
+            "1..=256",
+        ),
+        // The embedded data: at least two classes, at least one sample per class, bounded.
+        rejected(&["train", "--classes", "1"], "--classes", "2..=16"),
+        rejected(&["train", "--classes", "17"], "--classes", "2..=16"),
+        rejected(&["train", "--classes", "-3"], "--classes", "2..=16"),
+        rejected(&["train", "--samples", "0"], "--samples", "2..=1048576"),
+        rejected(
+            &["train", "--samples", "1048577"],
+            "--samples",
+            "2..=1048576",
+        ),
+        // Fewer samples than classes: the lower bound is the number of classes.
+        rejected(
+            &["train", "--samples", "4", "--classes", "5"],
+            "--samples",
+            "5..=1048576",
+        ),
         // Capacity overflow panic: the step losses were pre-allocated from --steps.
         rejected(
             &["train", "--steps", "18446744073709551615"],
@@ -206,6 +228,10 @@ fn train_rejects_out_of_range_arguments() {
         rejected(&["train", "--dropout", "1"], "--dropout", "[0, 1)"),
         rejected(&["train", "--dropout", "NaN"], "--dropout", "[0, 1)"),
         rejected(&["train", "--dropout", "-0.5"], "--dropout", "[0, 1)"),
+        // A momentum of 1 or more never forgets a gradient; a negative one is no momentum.
+        rejected(&["train", "--momentum", "1"], "--momentum", "[0, 1)"),
+        rejected(&["train", "--momentum", "-0.1"], "--momentum", "[0, 1)"),
+        rejected(&["train", "--momentum", "NaN"], "--momentum", "[0, 1)"),
         // Printed "ok": NaN and infinite learning rates slipped past the self-check.
         rejected(
             &["train", "--learning-rate", "NaN"],
@@ -283,26 +309,6 @@ fn train_rejects_out_of_range_arguments() {
             "--batches-per-step × --accumulation",
             "65535",
         ),
-        // One step's arrays beyond 64 MiB, refused before any device starts.
-        rejected(
-            &[
-                "train",
-                "--replicas",
-                "64",
-                "--comm",
-                "none",
-                "--inputs",
-                "256",
-                "--outputs",
-                "256",
-                "--batches-per-step",
-                "256",
-                "--accumulation",
-                "4",
-            ],
-            "--replicas",
-            "64 MiB",
-        ),
         // A comm group that does not divide the replicas: the error names both.
         rejected(
             &["train", "--replicas", "4", "--comm", "consecutive:3"],
@@ -314,7 +320,109 @@ fn train_rejects_out_of_range_arguments() {
             "--comm orthogonal:0",
             "--replicas 4",
         ),
+        // The second layer's comm group too.
+        rejected(
+            &["train", "--replicas", "4", "--output-comm", "consecutive:3"],
+            "--output-comm consecutive:3",
+            "--replicas 4",
+        ),
+        rejected(
+            &["train", "--replicas", "3", "--comm", "none"],
+            "--output-comm consecutive:2",
+            "--replicas 3",
+        ),
     ]);
+}
+
+#[test]
+fn train_rejects_bad_anchors() {
+    const RULE: &str = "NAME loss or output, TYPE all, final, sum or everyn:P";
+    assert_rejected(&[
+        // Not NAME=TYPE, no such tensor, no such return type.
+        rejected(&["train", "--anchor", "loss"], "--anchor", RULE),
+        rejected(&["train", "--anchor", "weights=all"], "--anchor", RULE),
+        rejected(&["train", "--anchor", "=all"], "--anchor", RULE),
+        rejected(&["train", "--anchor", "loss=every"], "--anchor", RULE),
+        // Periods: missing, zero, negative, too large for a number.
+        rejected(
+            &["train", "--anchor", "loss=everyn"],
+            "--anchor",
+            "everyn:P",
+        ),
+        rejected(
+            &["train", "--anchor", "loss=everyn:0"],
+            "--anchor",
+            "greater than zero",
+        ),
+        rejected(
+            &["train", "--anchor", "output=everyn:-1"],
+            "--anchor",
+            "greater than zero",
+        ),
+        rejected(
+            &["train", "--anchor", "loss=everyn:18446744073709551616"],
+            "--anchor",
+            RULE,
+        ),
+        // A period beyond the batches per step.
+        rejected(
+            &[
+                "train",
+                "--anchor",
+                "loss=everyn:8",
+                "--batches-per-step",
+                "4",
+            ],
+            "anchor `loss`",
+            "(8) must be <=",
+        ),
+        // One tensor anchored twice; more anchors than a program holds.
+        rejected(
+            &["train", "--anchor", "loss=all", "--anchor", "loss=sum"],
+            "anchor `loss`",
+            "anchored once",
+        ),
+        rejected(
+            &[
+                "train",
+                "--anchor",
+                "loss=all",
+                "--anchor",
+                "output=all",
+                "--anchor",
+                "loss=final",
+            ],
+            "--anchor",
+            "at most 2 anchors",
+        ),
+    ]);
+}
+
+/// One step's arrays beyond 64 MiB, refused before any device starts: a data file of
+/// 4096 features on 64 replicas, 64 × 64 micro-batches each.
+#[test]
+fn train_rejects_a_step_larger_than_64_mib() {
+    const FEATURES: usize = 4096;
+    let file = common::TempFile::new("wide.safetensors");
+    let inputs: Vec<f32> = (0..2 * FEATURES).map(|i| common::value(1, i)).collect();
+    common::write_safetensors(file.path(), &[2, FEATURES], &inputs, &[0, 1]);
+    let data: &'static str = Box::leak(file.arg().to_owned().into_boxed_str());
+    let args: &'static [&'static str] = Box::leak(Box::new([
+        "train",
+        "--data",
+        data,
+        "--replicas",
+        "64",
+        "--comm",
+        "none",
+        "--output-comm",
+        "none",
+        "--batches-per-step",
+        "64",
+        "--accumulation",
+        "64",
+    ]));
+    assert_rejected(&[rejected(args, "--replicas", "64 MiB")]);
 }
 
 #[test]
@@ -342,7 +450,17 @@ fn device_rejects_out_of_range_memory() {
 
 #[test]
 fn the_smallest_training_run_passes() {
-    let out = tessera(&["train", "--steps", "1", "--replicas", "1", "--comm", "none"]);
+    let out = tessera(&[
+        "train",
+        "--steps",
+        "1",
+        "--replicas",
+        "1",
+        "--comm",
+        "none",
+        "--output-comm",
+        "none",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -355,8 +473,7 @@ fn the_smallest_training_run_passes() {
 
 #[test]
 fn a_diverged_run_fails_the_check() {
-    // The largest learning rate is allowed, and the run overflows f32: the check must
-    // fail on the infinities and NaNs, not pass them (f64::max used to drop NaN).
+    // The largest learning rate is allowed, and the run diverges: the check must fail.
     let out = tessera(&["train", "--learning-rate", "10"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -364,6 +481,22 @@ fn a_diverged_run_fails_the_check() {
     assert!(!stdout.contains("ok:"), "{stdout}");
     assert!(
         stderr.contains("differs from the host reference"),
+        "{stderr}"
+    );
+
+    // Inputs of 1e30 overflow f32 on the device: the check must fail on the infinities
+    // and NaNs, not pass them (f64::max used to drop NaN).
+    let file = common::TempFile::new("huge.safetensors");
+    let inputs: Vec<f32> = (0..128).map(|i| 1e30 * common::value(2, i)).collect();
+    let labels: Vec<i64> = (0..64).map(|i| i % 2).collect();
+    common::write_safetensors(file.path(), &[64, 2], &inputs, &labels);
+    let out = tessera(&["train", "--data", file.arg(), "--steps", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("ok:"), "{stdout}");
+    assert!(
+        stderr.contains("differs from the host reference") && stderr.contains("not finite"),
         "{stderr}"
     );
 }
@@ -415,8 +548,10 @@ fn help_documents_the_ranges() {
     let help = String::from_utf8_lossy(&out.stdout);
     for range in [
         "Number of replicas (1–64)",
-        "Elements of one input sample (1–256)",
-        "Elements of one output (1–256)",
+        "Hidden units (1–256)",
+        "(classes–1048576)",
+        "(2–16)",
+        "NAME=TYPE",
         "(1–1024",
         "64 MiB",
         "Training steps (1–1000000)",

@@ -4,70 +4,61 @@
 //! after 40 ms: the host re-sends each step several times, the device re-sends its
 //! contribution for each retry, and the host answers every copy. Before reductions carried
 //! their round, the device took the duplicate answers to round 0 for the answers to later
-//! rounds, and the group's weights silently drifted from the reference.
+//! rounds, and the group's weights silently drifted from the reference. Each batch here
+//! makes three rounds ([`program`]): the sharded `w1` gathered in its pair, then the
+//! gradients of `w1` and of `b1` averaged in it — the first two of the same length, so an
+//! answer taken for the wrong round is no size error but a silent drift.
+
+mod common;
 
 use std::time::Duration;
 
-use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-use tessera_core::rng::Rng;
-use tessera_host::runtime::reference::{max_relative_error, Reference};
-use tessera_host::runtime::{ModelConfig, Runtime, RuntimeConfig, StepData};
+use common::{initial_weights, step_io, Model, Placed};
+use tessera_core::grouping::CommGroup;
+use tessera_core::program::{Optimizer, Program, Sharding};
+use tessera_host::runtime::reference::Reference;
+use tessera_host::runtime::{Placement, Runtime, WeightsIo};
+use tessera_host::session::HostArray;
 use tessera_host::transport::{Channel, FaultConfig};
 
 const R: usize = 4;
 const SEED: u64 = 77;
+const STEPS: u64 = 2;
+const MEMORY: usize = 1 << 16;
 
-const MODEL: ModelConfig = ModelConfig {
-    inputs: 3,
-    outputs: 2,
-    batches_per_step: 4,
-    accumulation: 1,
-    learning_rate: 0.1,
-    dropout: 0.0,
-};
-
-fn config() -> RuntimeConfig {
-    RuntimeConfig {
-        replicas: R,
-        grouping: GroupingSpec::Comm(CommGroup::Consecutive(2)),
-        retrieval: RetrievalMode::OnePerGroup,
-        model: MODEL,
-        device_memory: 1 << 16,
+/// A linear model of 3 inputs and 2 outputs trained on an MSE loss, two batches of one
+/// micro-batch per step: `w1` sharded across the pairs {0, 1} and {2, 3}, `b1` in them
+/// too. Rounds per batch: gather `w1`, average the gradients of `w1` and of `b1`.
+fn program() -> Program {
+    Model {
+        first: Placed::comm(CommGroup::Consecutive(2)).sharded(Sharding::PaddedTail),
+        batches_per_step: 2,
+        accumulation: 1,
+        optimizer: Optimizer::Sgd { learning_rate: 0.1 },
+        ..Model::linear(3, 2)
     }
+    .program()
 }
 
-fn value(salt: u64, i: usize) -> f32 {
-    Rng::from_seed(salt.wrapping_mul(1_000_003).wrapping_add(i as u64)).next_f32() * 2.0 - 1.0
-}
-
-/// Trains two steps; returns every loss and the final weights.
-fn train(runtime: &mut Runtime) -> (Vec<f32>, Vec<f32>) {
-    let groups = runtime.settings().grouping().num_groups();
-    let n = MODEL.inputs * MODEL.outputs;
-    let initial: Vec<f32> = (0..groups * n).map(|i| value(1, i)).collect();
+/// Trains `STEPS` steps; returns every step's losses and the final weights.
+fn train(runtime: &mut Runtime) -> (Vec<HostArray>, WeightsIo) {
+    let program = runtime.program().clone();
     runtime.set_random_seed(SEED).unwrap();
-    runtime.weights_from_host(&initial).unwrap();
-    let samples = MODEL.batches_per_step * MODEL.accumulation * R;
-    let mut losses = Vec::new();
-    for step in 0..2u64 {
-        let inputs: Vec<f32> = (0..samples * MODEL.inputs)
-            .map(|i| value(10 + step, i))
-            .collect();
-        let targets: Vec<f32> = (0..samples * MODEL.outputs)
-            .map(|i| value(20 + step, i))
-            .collect();
-        let data = StepData {
-            inputs: &inputs,
-            targets: &targets,
-        };
-        losses.extend(runtime.run(data).unwrap());
-    }
+    runtime
+        .weights_from_host(&initial_weights(&program, R, 1))
+        .unwrap();
+    let losses = (0..STEPS)
+        .map(|step| {
+            let mut anchors = runtime.run(&step_io(&program, R, 10 + step)).unwrap();
+            anchors.remove("loss").expect("the loss is anchored")
+        })
+        .collect();
     (losses, runtime.weights_to_host().unwrap())
 }
 
 #[test]
 fn a_slow_link_trains_exactly_like_a_fast_one() {
-    let fast = Runtime::prepare(config(), &tessera_host::runtime::Placement::Thread).unwrap();
+    let fast = Runtime::prepare(program(), R, &Placement::Thread, MEMORY).unwrap();
     let (fast_losses, fast_weights) = train(&mut { fast });
 
     let channels = (0..R as u32)
@@ -76,40 +67,26 @@ fn a_slow_link_trains_exactly_like_a_fast_one() {
                 latency: Duration::from_millis(150),
                 ..FaultConfig::NONE
             });
-            let mut channel = Channel::in_process(replica, 1 << 16, faults).unwrap();
+            let mut channel = Channel::in_process(replica, MEMORY, faults).unwrap();
             channel.set_deadline(Duration::from_millis(40));
             channel
         })
         .collect();
-    let mut slow = Runtime::prepare_on(config(), channels).unwrap();
+    let mut slow = Runtime::prepare_on(program(), channels).unwrap();
     let (losses, weights) = train(&mut slow);
 
     assert_eq!(losses, fast_losses, "every loss, bit for bit");
     assert_eq!(weights, fast_weights, "the final weights, bit for bit");
 
     // And both match the host's f64 computation of the same training.
-    let grouping = *slow.settings().grouping();
-    let n = MODEL.inputs * MODEL.outputs;
-    let initial: Vec<f32> = (0..grouping.num_groups() * n)
-        .map(|i| value(1, i))
-        .collect();
-    let mut reference = Reference::new(MODEL, grouping, SEED, &initial);
-    let samples = MODEL.batches_per_step * MODEL.accumulation * R;
-    for step in 0..2u64 {
-        let inputs: Vec<f32> = (0..samples * MODEL.inputs)
-            .map(|i| value(10 + step, i))
-            .collect();
-        let targets: Vec<f32> = (0..samples * MODEL.outputs)
-            .map(|i| value(20 + step, i))
-            .collect();
-        reference.step(&StepData {
-            inputs: &inputs,
-            targets: &targets,
-        });
+    let program = program();
+    let mut reference =
+        Reference::new(&program, R, SEED, &initial_weights(&program, R, 1)).unwrap();
+    for step in 0..STEPS {
+        reference.step(&step_io(&program, R, 10 + step)).unwrap();
     }
-    let error = max_relative_error(&weights, &reference.weights()).unwrap();
-    assert!(
-        error < 1e-4,
-        "weights differ from the reference by {error:e}"
-    );
+    let want = reference.weights();
+    for (name, array) in &weights {
+        common::assert_close(&format!("weight {name}"), array, &want[name], 1e-4);
+    }
 }

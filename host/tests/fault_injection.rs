@@ -117,7 +117,9 @@ fn ten_thousand_requests_over_a_damaging_link() {
             }
             _ => match fifo.pop_front() {
                 Some(want) => {
-                    let reply = channel.request(&Request::PopFifo { fifo: 2 }).unwrap();
+                    let reply = channel
+                        .request(&Request::PopFifo { fifo: 2, items: 1 })
+                        .unwrap();
                     let Response::Data { data } = reply.response() else {
                         panic!("request {i}: not data")
                     };
@@ -128,7 +130,9 @@ fn ten_thousand_requests_over_a_damaging_link() {
                     checked += 1;
                 }
                 None => {
-                    let err = channel.request(&Request::PopFifo { fifo: 2 }).unwrap_err();
+                    let err = channel
+                        .request(&Request::PopFifo { fifo: 2, items: 1 })
+                        .unwrap_err();
                     assert!(err.to_string().contains("empty"), "request {i}: {err}");
                 }
             },
@@ -250,7 +254,9 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
                     (seq, Expect::Done)
                 }
                 _ => {
-                    let seq = channel.submit(&Request::PopFifo { fifo: 2 }).unwrap();
+                    let seq = channel
+                        .submit(&Request::PopFifo { fifo: 2, items: 1 })
+                        .unwrap();
                     match fifo.pop_front() {
                         Some(want) => (seq, Expect::Data(want.to_vec())),
                         None => (seq, Expect::FifoEmpty),

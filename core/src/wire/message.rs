@@ -176,7 +176,10 @@ pub enum Request<'a> {
         /// The bytes.
         data: &'a [u8],
     },
-    /// Removes and returns the `items` oldest complete items of a FIFO (all or none).
+    /// Removes and returns the `items` oldest complete items of a FIFO (all or none). They
+    /// must lie contiguously in the FIFO's ring: a pop that would wrap its end is refused
+    /// ([`ErrorCode::OutOfBounds`]); a FIFO emptied after every step (as the runtime does)
+    /// starts each step at the ring's beginning and never wraps.
     PopFifo {
         /// FIFO id.
         fifo: u16,

@@ -45,6 +45,12 @@ pub enum CheckpointError {
         /// The running program's.
         program: u64,
     },
+    /// A tensor that belongs to no variable of the program (or optimizer state for a
+    /// program whose optimizer keeps none).
+    Unexpected {
+        /// The tensor.
+        tensor: String,
+    },
     /// A variable's tensor is missing.
     Missing {
         /// The tensor.
@@ -118,6 +124,10 @@ impl fmt::Display for CheckpointError {
                  {program:016x} (the model, its settings and the replica count must match)"
             ),
             Self::Missing { tensor } => write!(f, "the checkpoint has no tensor `{tensor}`"),
+            Self::Unexpected { tensor } => write!(
+                f,
+                "the checkpoint's tensor `{tensor}` belongs to no variable of this program"
+            ),
             Self::Shape {
                 tensor,
                 expected,

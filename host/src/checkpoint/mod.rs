@@ -31,6 +31,7 @@
 mod error;
 mod format;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use tessera_core::grouping::RetrievalMode;
@@ -63,8 +64,8 @@ pub struct Checkpoint {
     pub weights: WeightsIo,
     /// Every variable's optimizer state in its host shape (empty for plain SGD).
     pub optimizer: WeightsIo,
-    /// Each variable's grouping and shard layout, in words (metadata for people).
-    pub layouts: Vec<(String, String)>,
+    /// Each variable's grouping and shard layout, in words (metadata for people), by name.
+    pub layouts: BTreeMap<String, String>,
 }
 
 /// A 64-bit fingerprint of `program` prepared on `replicas` replicas: CRC-64 of its wire
@@ -117,6 +118,23 @@ impl Checkpoint {
                 expected: words,
                 actual: self.rng.len(),
             });
+        }
+        // Every tensor must belong to a variable: an extra one means another program.
+        let velocity = program.optimizer.has_velocity();
+        let strangers = self
+            .weights
+            .keys()
+            .map(|n| (n.clone(), false))
+            .chain(self.optimizer.keys().map(|n| (n.clone(), true)));
+        for (name, optimizer) in strangers {
+            if program.variable_index(&name).is_none() || (optimizer && !velocity) {
+                let tensor = if optimizer {
+                    format::velocity_name(&name)
+                } else {
+                    name
+                };
+                return Err(CheckpointError::Unexpected { tensor });
+            }
         }
         for (i, v) in program.variables.iter().enumerate() {
             let shape = host_shape(&program, replicas, i)?;
@@ -203,7 +221,7 @@ fn host_shaped(
 }
 
 /// Each variable's grouping and shard layout, in words.
-fn layouts(program: &Program, replicas: usize) -> Vec<(String, String)> {
+fn layouts(program: &Program, replicas: usize) -> BTreeMap<String, String> {
     program
         .variables
         .iter()

@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(x.shape(), [4, 2]);
         assert_eq!(l.dtype(), DataType::I32);
         let labels = l.to_i32().unwrap();
-        assert_eq!(labels[2] as i64, a.labels[0]);
+        assert_eq!(i64::from(labels[2]), a.labels[0]);
         assert_eq!(x.to_f32().unwrap()[4..6], a.inputs[0..2]);
     }
 }

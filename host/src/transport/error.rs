@@ -117,7 +117,7 @@ pub enum TransportError {
         round: u32,
     },
     /// A collective between instances failed.
-    Instance(crate::instance::InstanceError),
+    Instance(Box<crate::instance::InstanceError>),
     /// The contributions of one reduction disagree in length.
     Reduction {
         /// The replica whose contribution disagrees with the first one heard.
@@ -226,7 +226,7 @@ impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io(e) | Self::Spawn { source: e, .. } => Some(e),
-            Self::Instance(e) => Some(e),
+            Self::Instance(e) => Some(&**e),
             Self::Firmware(e) => Some(e),
             Self::Device { code, .. } => Some(code),
             _ => None,
@@ -248,6 +248,6 @@ impl From<FirmwareError> for TransportError {
 
 impl From<crate::instance::InstanceError> for TransportError {
     fn from(e: crate::instance::InstanceError) -> Self {
-        Self::Instance(e)
+        Self::Instance(Box::new(e))
     }
 }

@@ -121,8 +121,9 @@ pub enum LoadError {
         file: PathBuf,
         /// The tensor.
         tensor: String,
-        /// The failure, naming the worker and the command.
-        source: SessionError,
+        /// The failure, naming the worker and the command (boxed: a session error is large
+        /// and this is the rare path).
+        source: Box<SessionError>,
     },
     /// The session could not take the load (shut down, every register id in use, a broken
     /// link, or an earlier command that failed and is reported here first).
@@ -246,7 +247,8 @@ impl std::error::Error for LoadError {
             Self::Read { source, .. } => Some(source),
             Self::Format { source, .. } => Some(source),
             Self::Shape { source, .. } => Some(source),
-            Self::Worker { source, .. } | Self::Session { source, .. } => Some(source),
+            Self::Worker { source, .. } => Some(&**source),
+            Self::Session { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -358,7 +358,7 @@ impl Session {
                 Some((worker, tensor)) => LoadError::Worker {
                     file: file_of(worker),
                     tensor,
-                    source,
+                    source: Box::new(source),
                 },
                 None => session_error(source),
             });
