@@ -836,6 +836,10 @@ fn assert_schedule(p: &Program, replicas: usize, reductions: &[Reduction]) {
 /// (shard layouts are built with `tessera_core::shard`, whose own tests cover them): the
 /// oracle `check` is compared with.
 fn follows_rules(p: &Program, replicas: usize) -> bool {
+    // At least one replica.
+    if replicas == 0 {
+        return false;
+    }
     let dims_ok = |d: &[u32]| !d.is_empty() && !d.contains(&0) && elements(d).is_some();
     // Names: non-empty, unique across variables and streams.
     let mut names: Vec<&str> = p.variables.iter().map(|v| v.name.as_str()).collect();

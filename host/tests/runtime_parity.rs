@@ -1506,3 +1506,74 @@ fn cycle_counts_need_instrumentation() {
         "a second identical step must double the count"
     );
 }
+
+/// Step IO through callbacks, in the stream's own types.
+struct Callbacks<'a> {
+    /// The arrays the callbacks serve, already in the streams' types (labels as int32).
+    io: &'a StepIo,
+    replicas: usize,
+    /// Values handed back, by tensor: `(replica, index, bytes)`.
+    outputs: Vec<(String, usize, usize, Vec<u8>)>,
+}
+
+impl tessera_host::runtime::step_io::StepCallbacks for Callbacks<'_> {
+    fn input(&mut self, stream: &str, replica: usize, index: usize, sample: &mut [u8]) {
+        let bytes = self.io[stream].bytes();
+        // Sample `index` of replica `replica` is the user's sample `index·R + replica`.
+        let at = (index * self.replicas + replica) * sample.len();
+        sample.copy_from_slice(&bytes[at..at + sample.len()]);
+    }
+    fn output(&mut self, tensor: &str, replica: usize, index: usize, value: &[u8]) {
+        self.outputs
+            .push((tensor.to_string(), replica, index, value.to_vec()));
+    }
+}
+
+/// Callbacks feed a step exactly as arrays do: the same anchors (value `index` of replica
+/// `r` is row `index·R + r` of the array) and the same weights, bit for bit. Catches
+/// callbacks asked for samples in another order than the splitter hands arrays out.
+#[test]
+fn callbacks_train_exactly_like_arrays() {
+    let combo = Combo {
+        comm: CommGroup::All,
+        retrieval: RetrievalMode::OnePerGroup,
+        layout: Layout::Balanced,
+    };
+    let program = default_mlp(combo);
+    let initial = initial_weights(&program, REPLICAS);
+    let mut arrays = prepare(&program, REPLICAS, &thread());
+    let mut callbacks = prepare(&program, REPLICAS, &thread());
+    for runtime in [&mut arrays, &mut callbacks] {
+        runtime.set_random_seed(SEED).unwrap();
+        runtime.weights_from_host(&initial).unwrap();
+    }
+    for step in 0..2 {
+        let io = mlp_io(&program, REPLICAS, step);
+        // The callbacks serve the labels in the stream's type, int32.
+        let labels = HostArray::from_i32(&[labels_of(&io).len() as u32], &labels_of(&io)).unwrap();
+        let typed = with(&io, "label", labels);
+        let anchors = arrays.run(&io).unwrap();
+        let mut served = Callbacks {
+            io: &typed,
+            replicas: REPLICAS,
+            outputs: Vec::new(),
+        };
+        callbacks.run_with(&mut served).unwrap();
+        assert!(!served.outputs.is_empty(), "the anchors came back");
+        for (tensor, replica, index, value) in &served.outputs {
+            let array = &anchors[tensor];
+            let row = index * REPLICAS + replica;
+            let width = value.len();
+            assert_eq!(
+                &array.bytes()[row * width..(row + 1) * width],
+                &value[..],
+                "step {step}: {tensor} value {index} of replica {replica}"
+            );
+        }
+    }
+    assert_eq!(
+        arrays.weights_to_host().unwrap(),
+        callbacks.weights_to_host().unwrap(),
+        "the weights, bit for bit"
+    );
+}

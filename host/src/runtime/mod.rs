@@ -42,6 +42,7 @@ use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
 use tessera_core::wire::Request;
 
 pub use error::RuntimeError;
+pub use step_io::{Anchors, StepCallbacks};
 
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};

@@ -15,6 +15,8 @@
 //!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
 //!   travels as one byte stream, in requests as large as its link carries (a sample larger
 //!   than a frame is split across requests), all sent before any reply is awaited.
+//! - Or through callbacks ([`Runtime::run_with`], PopART's callback step IO): the runtime
+//!   asks for each sample in the stream's own type and hands back each anchored value.
 //! - Anchors come back as one array per anchored tensor (named as
 //!   [`AnchorTensor::name`] says), shaped `[outputs, replicas, …tensor]` where `outputs`
 //!   is what the anchor's return type gives per replica per step; output `j` of replica `r`
@@ -34,6 +36,17 @@ use crate::transport::hub;
 
 /// Anchored tensors by name.
 pub type Anchors = BTreeMap<String, HostArray>;
+
+/// A step's inputs and outputs through the user's code (PopART's callback step IO), for
+/// [`Runtime::run_with`].
+pub trait StepCallbacks {
+    /// Writes sample `index` (micro-batch order) of `stream` for local replica `replica`
+    /// into `sample`: one sample, in the stream's own type.
+    fn input(&mut self, stream: &str, replica: usize, index: usize, sample: &mut [u8]);
+    /// Takes value `index` (in the order the replica wrote them) of the anchored tensor
+    /// `tensor` from local replica `replica` (`f32`, little-endian).
+    fn output(&mut self, tensor: &str, replica: usize, index: usize, value: &[u8]);
+}
 
 /// Streams plus anchors the splitter tracks.
 const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::program::MAX_ANCHORS;
@@ -73,23 +86,7 @@ impl Runtime {
                 }
             }
         }
-        let mut sent = Vec::new();
-        for (r, share) in shares.iter().enumerate() {
-            let c = &mut self.channels[r];
-            let chunk = c.limits().max_chunk().max(1);
-            for (k, bytes) in share.iter().enumerate() {
-                let fifo = ids::stream_fifo(k as u8); // At most MAX_STREAMS.
-                for piece in bytes.chunks(chunk) {
-                    sent.push((r, c.submit(&Request::PushFifo { fifo, data: piece })?));
-                }
-            }
-        }
-        for (r, seq) in sent {
-            self.channels[r].receive(seq)?;
-        }
-
-        hub::run_step(&mut self.channels, &self.rounds, &*self.instances)?;
-        self.weights_in_sync = false;
+        let popped = self.step_bytes(&shares)?;
 
         let mut anchors = Anchors::new();
         for (j, &(tensor, width, return_type)) in outputs.iter().enumerate() {
@@ -104,31 +101,8 @@ impl Runtime {
                     splitter.output_complete(&mut counters, tensor, r)?;
                 }
             }
-            let fifo = ids::anchor_fifo(j as u8); // At most MAX_ANCHORS.
-            let mut pops = Vec::new();
-            for (r, c) in self.channels.iter_mut().enumerate() {
-                let per_pop = (c.limits().max_chunk() / item_bytes.max(1)).max(1);
-                let mut at = 0;
-                while at < items {
-                    let n = per_pop.min(items - at);
-                    let pop = PopFifo {
-                        fifo,
-                        items: n as u32,
-                    };
-                    pops.push((r, at, n, c.submit_typed(&pop)?));
-                    at += n;
-                }
-            }
-            for (r, at, n, ticket) in pops {
-                let c = &mut self.channels[r];
-                let reply = c.receive_typed(ticket)?;
-                let data = reply.get();
-                if data.len() != n * item_bytes {
-                    return Err(c
-                        .wrong_length(RequestKind::PopFifo, data.len(), n * item_bytes)
-                        .into());
-                }
-                for (item, &row) in data.chunks_exact(item_bytes).zip(&rows[r][at..at + n]) {
+            for (r, bytes) in popped[j].iter().enumerate() {
+                for (item, &row) in bytes.chunks_exact(item_bytes.max(1)).zip(&rows[r]) {
                     out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
                 }
             }
@@ -148,6 +122,108 @@ impl Runtime {
             anchors.insert(a.tensor.name().to_string(), array);
         }
         Ok(anchors)
+    }
+
+    /// Runs one training step with its inputs and outputs through `io`'s callbacks instead
+    /// of arrays (see [`StepCallbacks`]): samples are asked for in micro-batch order, each
+    /// local replica's in turn (once per micro-batch for a broadcast stream), and given in
+    /// the stream's own type; anchored values are handed back in the order each replica
+    /// wrote them. Labels are checked as for arrays.
+    pub fn run_with(&mut self, io: &mut dyn StepCallbacks) -> Result<(), RuntimeError> {
+        let replicas = self.window.local;
+        let p = self.program.clone();
+        let per_replica = self.flow.inputs_per_replica();
+        let mut shares = vec![vec![Vec::new(); p.streams.len()]; replicas];
+        let mut sample = Vec::new();
+        for m in 0..per_replica {
+            for (k, s) in p.streams.iter().enumerate() {
+                let bytes = elements(&s.sample).unwrap_or(0) * s.dtype.size();
+                for r in 0..replicas {
+                    if !s.broadcast || r == 0 {
+                        sample.clear();
+                        sample.resize(bytes, 0);
+                        io.input(s.name.as_str(), r, m, &mut sample);
+                    }
+                    shares[r][k].extend_from_slice(&sample);
+                }
+            }
+        }
+        if let Some(&Layer::SoftmaxCrossEntropy { labels }) = p.layers.last() {
+            let classes = p.output_width().unwrap_or(0);
+            let name = p.streams[usize::from(labels)].name.as_str();
+            for share in &shares {
+                check_labels(name, &share[usize::from(labels)], classes)?;
+            }
+        }
+        let popped = self.step_bytes(&shares)?;
+        for (j, a) in p.anchors.iter().enumerate() {
+            let item_bytes = self.anchor_width(a.tensor) * 4;
+            for (r, bytes) in popped[j].iter().enumerate() {
+                for (index, item) in bytes.chunks_exact(item_bytes.max(1)).enumerate() {
+                    io.output(a.tensor.name(), r, index, item);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes each local replica's share of each stream (`shares[replica][stream]`), runs
+    /// the step, and pops every anchor: `[anchor][replica]`, the values in the order the
+    /// replica wrote them.
+    fn step_bytes(&mut self, shares: &[Vec<Vec<u8>>]) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
+        let mut sent = Vec::new();
+        for (r, share) in shares.iter().enumerate() {
+            let c = &mut self.channels[r];
+            let chunk = c.limits().max_chunk().max(1);
+            for (k, bytes) in share.iter().enumerate() {
+                let fifo = ids::stream_fifo(k as u8); // At most MAX_STREAMS.
+                for piece in bytes.chunks(chunk) {
+                    sent.push((r, c.submit(&Request::PushFifo { fifo, data: piece })?));
+                }
+            }
+        }
+        for (r, seq) in sent {
+            self.channels[r].receive(seq)?;
+        }
+
+        hub::run_step(&mut self.channels, &self.rounds, &*self.instances)?;
+        self.weights_in_sync = false;
+
+        let mut popped = Vec::with_capacity(self.program.anchors.len());
+        for j in 0..self.program.anchors.len() {
+            let a = self.program.anchors[j];
+            let items = self.flow.outputs_per_replica(Some(a.return_type));
+            let item_bytes = self.anchor_width(a.tensor) * 4;
+            let fifo = ids::anchor_fifo(j as u8); // At most MAX_ANCHORS.
+            let mut pops = Vec::new();
+            for (r, c) in self.channels.iter_mut().enumerate() {
+                let per_pop = (c.limits().max_chunk() / item_bytes.max(1)).max(1);
+                let mut at = 0;
+                while at < items {
+                    let n = per_pop.min(items - at);
+                    let pop = PopFifo {
+                        fifo,
+                        items: n as u32,
+                    };
+                    pops.push((r, n, c.submit_typed(&pop)?));
+                    at += n;
+                }
+            }
+            let mut values = vec![Vec::with_capacity(items * item_bytes); self.channels.len()];
+            for (r, n, ticket) in pops {
+                let c = &mut self.channels[r];
+                let reply = c.receive_typed(ticket)?;
+                let data = reply.get();
+                if data.len() != n * item_bytes {
+                    return Err(c
+                        .wrong_length(RequestKind::PopFifo, data.len(), n * item_bytes)
+                        .into());
+                }
+                values[r].extend_from_slice(data);
+            }
+            popped.push(values);
+        }
+        Ok(popped)
     }
 
     /// Elements of one value of an anchored tensor.
