@@ -127,6 +127,7 @@ fn an_anchor_period_that_does_not_divide_the_batches_is_refused_before_any_devic
     assert!(err.to_string().contains("loss"), "{err}");
 }
 
+/// Catches steps too large for a device FIFO or for the step-size limit reaching a device.
 #[test]
 fn large_steps_are_refused_before_any_device_starts() {
     let mut j = job();
@@ -134,15 +135,12 @@ fn large_steps_are_refused_before_any_device_starts() {
     assert!(matches!(j.validate(), Err(JobError::MicroBatches { .. })));
     let mut j = job();
     j.replicas = 64;
-    j.comm = CommGroup::None;
-    j.output_comm = CommGroup::None;
-    (j.batches_per_step, j.accumulation) = (1024, 64);
-    j.placement = Placement::Qemu("/nonexistent/firmware".into());
-    let err = train(&j).unwrap_err();
-    assert!(
-        matches!(err, TrainError::Job(JobError::StepTooLarge { .. })),
-        "{err}"
-    );
+    (j.batches_per_step, j.accumulation) = (1024, 63);
+    // Spirals have 2 features; a file of 4096 features makes the step 1024·63·64·4097·4
+    // bytes, far above 64 MiB.
+    assert!(j.check_step_bytes(2).is_ok());
+    let err = j.check_step_bytes(4096).unwrap_err();
+    assert!(matches!(err, JobError::StepTooLarge { .. }), "{err}");
 }
 
 #[test]
