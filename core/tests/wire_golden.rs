@@ -137,6 +137,8 @@ fn request_variant(request: &Request<'_>) -> u32 {
         Request::DescribeRegister { .. } => 29,
         Request::WriteArrayBulk { .. } => 30,
         Request::ReadArrayBulk { .. } => 31,
+        Request::WriteSlotBulk { .. } => 32,
+        Request::ReadSlotBulk { .. } => 33,
     }
 }
 
@@ -266,6 +268,8 @@ fn kind_variant(kind: RequestKind) -> u32 {
         RequestKind::DescribeRegister => 30,
         RequestKind::WriteArrayBulk => 31,
         RequestKind::ReadArrayBulk => 32,
+        RequestKind::WriteSlotBulk => 33,
+        RequestKind::ReadSlotBulk => 34,
     }
 }
 
@@ -564,6 +568,24 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
             }),
             "05 1f 1d ac 02 80 20",
         ),
+        (
+            "WriteSlotBulk",
+            env(Request::WriteSlotBulk {
+                slot: 31,
+                offset: 301,
+                len: 4097,
+            }),
+            "05 20 1f ad 02 81 20",
+        ),
+        (
+            "ReadSlotBulk",
+            env(Request::ReadSlotBulk {
+                slot: 33,
+                offset: 302,
+                len: 4098,
+            }),
+            "05 21 21 ae 02 82 20",
+        ),
     ]
 }
 
@@ -787,6 +809,8 @@ fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
         ("DescribeRegister", DescribeRegister, "1e"),
         ("WriteArrayBulk", WriteArrayBulk, "1f"),
         ("ReadArrayBulk", ReadArrayBulk, "20"),
+        ("WriteSlotBulk", WriteSlotBulk, "21"),
+        ("ReadSlotBulk", ReadSlotBulk, "22"),
     ]
 }
 
@@ -800,7 +824,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 6);
+    assert_eq!(PROTOCOL_VERSION, 7);
 }
 
 #[test]

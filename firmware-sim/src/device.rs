@@ -46,6 +46,15 @@ impl CycleCounter {
     }
 }
 
+/// Where a bulk request's bytes come from or go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkTarget {
+    /// An array register.
+    Register(u16),
+    /// A remote-buffer slot.
+    Slot(u16),
+}
+
 /// A simulated accelerator replica. All its memory is the arena it was given.
 pub struct Device<'a> {
     arena: Arena<'a>,
@@ -331,9 +340,10 @@ impl<'a> Device<'a> {
             }
             // The serve loop turns these into WriteArray / reads of `register_bytes` when
             // its link carries bytes beside messages; reaching here means it does not.
-            Request::WriteArrayBulk { .. } | Request::ReadArrayBulk { .. } => {
-                return Err(ErrorCode::BulkUnavailable)
-            }
+            Request::WriteArrayBulk { .. }
+            | Request::ReadArrayBulk { .. }
+            | Request::WriteSlotBulk { .. }
+            | Request::ReadSlotBulk { .. } => return Err(ErrorCode::BulkUnavailable),
             Request::RemoteLoad { slot, variable } => {
                 let from = self
                     .arena
@@ -376,6 +386,20 @@ impl<'a> Device<'a> {
         len: u32,
     ) -> Result<&mut [u8], ErrorCode> {
         self.registers.bytes_mut(&mut self.arena, id, offset, len)
+    }
+
+    /// Bytes `[offset, offset + len)` of a bulk request's register or slot, checked, to be
+    /// read or written in place.
+    pub fn bulk_bytes(
+        &mut self,
+        target: BulkTarget,
+        offset: u32,
+        len: u32,
+    ) -> Result<&mut [u8], ErrorCode> {
+        match target {
+            BulkTarget::Register(id) => self.registers.bytes_mut(&mut self.arena, id, offset, len),
+            BulkTarget::Slot(slot) => self.slot_range(slot, offset, len),
+        }
     }
 
     /// Bytes `[offset, offset + len)` of slot `slot`, checked.

@@ -41,7 +41,7 @@ use tessera_core::wire::{
 };
 
 use crate::clock::{elapsed_ms, Clock};
-use crate::device::Device;
+use crate::device::{BulkTarget, Device};
 use crate::link::{Framed, Framing, Incoming, Messages};
 use crate::program::Reducer;
 use crate::reply_cache::{ReplyCache, Verdict};
@@ -281,14 +281,32 @@ where
     // A bulk request's bytes come or go beside its message, straight between the link and
     // the register: the server runs it itself.
     let bulk = match envelope.body {
-        Request::WriteArrayBulk { id, offset, len } => Some((true, id, offset, len)),
-        Request::ReadArrayBulk { id, offset, len } => Some((false, id, offset, len)),
+        Request::WriteArrayBulk { id, offset, len } => {
+            Some((true, BulkTarget::Register(id), offset, len))
+        }
+        Request::ReadArrayBulk { id, offset, len } => {
+            Some((false, BulkTarget::Register(id), offset, len))
+        }
+        Request::WriteSlotBulk { slot, offset, len } => {
+            Some((true, BulkTarget::Slot(slot), offset, len))
+        }
+        Request::ReadSlotBulk { slot, offset, len } => {
+            Some((false, BulkTarget::Slot(slot), offset, len))
+        }
         _ => None,
     };
-    if let Some((write, id, offset, len)) = bulk {
+    if let Some((write, target, offset, len)) = bulk {
         let fits = usize::try_from(len).is_ok_and(|len| len <= link.bulk_capacity());
         if fits && cache.verdict(seq, false) == Verdict::Run {
-            return answer_bulk(cache, seq, write, (id, offset, len), device, link);
+            let kind = envelope.body.kind();
+            return answer_bulk(
+                cache,
+                seq,
+                (kind, write),
+                (target, offset, len),
+                device,
+                link,
+            );
         }
     }
     match cache.verdict(seq, hello) {
@@ -344,19 +362,14 @@ where
 fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
     cache: &mut ReplyCache<'_, FRAME, WINDOW>,
     seq: u32,
-    write: bool,
-    (id, offset, len): (u16, u32, u32),
+    (request, write): (RequestKind, bool),
+    (target, offset, len): (BulkTarget, u32, u32),
     device: &mut Device<'_>,
     link: &mut M,
 ) -> Result<(), ServeError<M::Error>> {
-    let request = if write {
-        RequestKind::WriteArrayBulk
-    } else {
-        RequestKind::ReadArrayBulk
-    };
     let limit = Server::<FRAME, WINDOW>::body_limit();
     let response = if write {
-        match device.register_bytes_mut(id, offset, len) {
+        match device.bulk_bytes(target, offset, len) {
             Ok(into) => match link.receive_bulk(into).map_err(ServeError::Link)? {
                 true => Response::Done,
                 // No bytes, or too few, came with it.
@@ -368,8 +381,9 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
             Err(code) => Response::Error { request, code },
         }
     } else {
-        match device.register_bytes(id, offset, len) {
+        match device.bulk_bytes(target, offset, len) {
             Ok(bytes) => {
+                let bytes = &*bytes;
                 let slot = &mut cache.slot(seq)[..limit];
                 let body = Response::Bulk { len };
                 let n = encode_body(&Envelope { seq, body }, slot)

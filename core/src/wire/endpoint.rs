@@ -42,6 +42,7 @@ impl<'a> Command<'a> {
                 | Request::ReadArray { .. }
                 | Request::DescribeRegister { .. }
                 | Request::ReadArrayBulk { .. }
+                | Request::ReadSlotBulk { .. }
         );
         done.then_some(Self(request))
     }

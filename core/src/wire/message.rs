@@ -8,7 +8,7 @@ use crate::dtype::DataType;
 use crate::program::Program;
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 6;
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -346,6 +346,26 @@ pub enum Request<'a> {
         /// Bytes wanted.
         len: u32,
     },
+    /// Like [`Request::WriteSlot`], with the `len` bytes beside the message (as for
+    /// [`Request::WriteArrayBulk`]): weights from host without framing.
+    WriteSlotBulk {
+        /// Slot id.
+        slot: u16,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes beside the message.
+        len: u32,
+    },
+    /// Like [`Request::ReadSlot`], answered with [`Response::Bulk`] and the bytes beside the
+    /// reply: weights to host without framing.
+    ReadSlotBulk {
+        /// Slot id.
+        slot: u16,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes wanted.
+        len: u32,
+    },
 }
 
 /// Which request an error reply is about.
@@ -387,6 +407,8 @@ pub enum RequestKind {
     DescribeRegister,
     WriteArrayBulk,
     ReadArrayBulk,
+    WriteSlotBulk,
+    ReadSlotBulk,
 }
 
 impl Request<'_> {
@@ -425,6 +447,8 @@ impl Request<'_> {
             Self::DescribeRegister { .. } => RequestKind::DescribeRegister,
             Self::WriteArrayBulk { .. } => RequestKind::WriteArrayBulk,
             Self::ReadArrayBulk { .. } => RequestKind::ReadArrayBulk,
+            Self::WriteSlotBulk { .. } => RequestKind::WriteSlotBulk,
+            Self::ReadSlotBulk { .. } => RequestKind::ReadSlotBulk,
         }
     }
 }
@@ -640,7 +664,8 @@ pub enum Response<'a> {
         /// Bytes the value's data takes (arrays, tensors, strings), else 0.
         bytes: u32,
     },
-    /// Answer to [`Request::ReadArrayBulk`]: the `len` bytes travel beside this reply.
+    /// Answer to [`Request::ReadArrayBulk`] and [`Request::ReadSlotBulk`]: the `len` bytes
+    /// travel beside this reply.
     Bulk {
         /// Bytes beside the reply.
         len: u32,

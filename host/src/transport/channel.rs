@@ -336,7 +336,7 @@ impl Channel {
     }
 
     /// Like [`Channel::submit`], with `bulk` beside the request (a
-    /// [`Request::WriteArrayBulk`]): handed over on a thread's queue, written into the
+    /// [`Request::WriteArrayBulk`] or [`Request::WriteSlotBulk`]): handed over on a thread's queue, written into the
     /// window first on a child's or QEMU's link. Refused at once ([`TransportError::TooLarge`])
     /// when it exceeds [`Channel::bulk_capacity`].
     pub fn submit_bulk(
@@ -378,7 +378,11 @@ impl Channel {
         request: &Request<'_>,
         bulk: Option<Bulk>,
     ) -> Result<u32, TransportError> {
-        if self.window.is_some() && request.kind() == RequestKind::ReadArrayBulk {
+        let bulk_read = matches!(
+            request.kind(),
+            RequestKind::ReadArrayBulk | RequestKind::ReadSlotBulk
+        );
+        if self.window.is_some() && bulk_read {
             // Its reply's bytes come back through the window: nothing else may use it.
             self.wait_for_window()?;
         }
@@ -620,7 +624,10 @@ impl Channel {
 fn uses_window(kind: RequestKind) -> bool {
     matches!(
         kind,
-        RequestKind::WriteArrayBulk | RequestKind::ReadArrayBulk
+        RequestKind::WriteArrayBulk
+            | RequestKind::ReadArrayBulk
+            | RequestKind::WriteSlotBulk
+            | RequestKind::ReadSlotBulk
     )
 }
 

@@ -2,9 +2,12 @@
 //! between host buffers and devices through the same layout code as everywhere else,
 //! in chunks that fit the devices' frames.
 
+use std::sync::Arc;
+
 use tessera_core::transfer::RemoteSlots;
 use tessera_core::wire::endpoint::ReadSlot;
 use tessera_core::wire::{Request, RequestKind};
+use tessera_firmware_sim::std_link::Bulk;
 
 use super::{Channel, TransportError};
 
@@ -79,6 +82,17 @@ impl RemoteSlots for ChannelSlots<'_> {
     fn write(&mut self, local: usize, at: usize, data: &[u8]) -> Result<(), TransportError> {
         let slot = self.slot;
         let channel = self.channel(local)?;
+        if channel.carries_bulk() && data.len() <= channel.bulk_capacity() {
+            // Beside one request: no framing, no chunks.
+            let request = Request::WriteSlotBulk {
+                slot,
+                offset: offset(at)?,
+                len: offset(data.len())?,
+            };
+            let seq = channel.submit_bulk(&request, Bulk(Arc::new(data.to_vec())))?;
+            channel.receive(seq)?;
+            return Ok(());
+        }
         let chunk = channel.limits().max_chunk().max(1);
         // Every chunk is sent before any reply is awaited (the channel keeps the window).
         let mut sent = Vec::with_capacity(data.len().div_ceil(chunk));
@@ -111,6 +125,26 @@ impl RemoteSlots for ChannelSlots<'_> {
     fn read(&mut self, local: usize, at: usize, out: &mut [u8]) -> Result<(), TransportError> {
         let slot = self.slot;
         let channel = self.channel(local)?;
+        if channel.carries_bulk() && out.len() <= channel.bulk_capacity() {
+            // Beside one reply: no framing, no chunks.
+            let request = Request::ReadSlotBulk {
+                slot,
+                offset: offset(at)?,
+                len: offset(out.len())?,
+            };
+            let seq = channel.submit(&request)?;
+            let mut reply = channel.receive(seq)?;
+            return match reply.take_bulk() {
+                Some(Bulk(bytes)) if bytes.len() == out.len() => {
+                    out.copy_from_slice(&bytes);
+                    Ok(())
+                }
+                Some(Bulk(bytes)) => {
+                    Err(channel.wrong_length(RequestKind::ReadSlotBulk, bytes.len(), out.len()))
+                }
+                None => Err(channel.unexpected(&request, &reply.response())),
+            };
+        }
         let chunk = channel.limits().max_chunk().max(1);
         let mut sent = Vec::with_capacity(out.len().div_ceil(chunk));
         for (i, piece) in out.chunks(chunk).enumerate() {
