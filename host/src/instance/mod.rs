@@ -7,7 +7,7 @@
 //! the [`Instances`] trait:
 //!
 //! - [`Single`], the default: one instance, every collective the identity; no MPI needed;
-//! - [`Mpi`] (cargo feature `mpi`): OpenMPI through the `mpi` crate, for processes started
+//! - `Mpi` (cargo feature `mpi`): OpenMPI through the `mpi` crate, for processes started
 //!   by `mpirun`.
 //!
 //! [`from_environment`] picks the one the process was started for, and refuses to run a
@@ -143,7 +143,7 @@ pub fn launched_by_mpirun() -> Option<&'static str> {
         .find(|v| std::env::var_os(v).is_some())
 }
 
-/// The instances this process belongs to: [`Mpi`] under `mpirun` (the guard finalizes MPI
+/// The instances this process belongs to: `Mpi` under `mpirun` (the guard finalizes MPI
 /// when dropped: keep it for the whole job), [`Single`] otherwise, and an error under
 /// `mpirun` without the `mpi` feature.
 pub fn from_environment() -> Result<(std::sync::Arc<dyn Instances>, Guard), InstanceError> {

@@ -138,13 +138,13 @@ impl Runtime {
         for m in 0..per_replica {
             for (k, s) in p.streams.iter().enumerate() {
                 let bytes = elements(&s.sample).unwrap_or(0) * s.dtype.size();
-                for r in 0..replicas {
+                for (r, share) in shares.iter_mut().enumerate() {
                     if !s.broadcast || r == 0 {
                         sample.clear();
                         sample.resize(bytes, 0);
                         io.input(s.name.as_str(), r, m, &mut sample);
                     }
-                    shares[r][k].extend_from_slice(&sample);
+                    share[k].extend_from_slice(&sample);
                 }
             }
         }
