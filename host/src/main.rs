@@ -186,7 +186,7 @@ struct TrainArgs {
     /// Micro-batches per batch, gradient accumulation (1–1024).
     #[arg(
         long,
-        default_value_t = 16,
+        default_value_t = 32,
         value_parser = count::<1, MAX_ACCUMULATION>,
         allow_negative_numbers = true
     )]
