@@ -1,0 +1,35 @@
+//! `tessera inspect`: what a checkpoint or a saved executable holds.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub(crate) struct InspectArgs {
+    /// A checkpoint or a saved executable.
+    path: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: InspectArgs) -> ExitCode {
+    let report = match tessera_host::inspect::inspect(&args.path) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.path.display());
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", tessera_host::inspect::render(&report));
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,336 @@
+//! `tessera train`: its arguments, the job they make, and the report.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use tessera_core::grouping::{CommGroup, RetrievalMode};
+use tessera_core::program::{AnchorTensor, Sharding};
+use tessera_core::stream::AnchorReturnType;
+use tessera_host::runtime::Placement;
+use tessera_host::train::model::default_anchors;
+use tessera_host::train::{
+    DataSource, TrainJob, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_CLASSES, MAX_HIDDEN,
+    MAX_SAMPLES, MAX_STEPS, MAX_TRAIN_REPLICAS,
+};
+
+use super::parse::{anchor, count, dropout, learning_rate, momentum, tolerance};
+use super::Retrieval;
+
+#[derive(clap::Args)]
+pub(crate) struct TrainArgs {
+    /// Number of replicas (1–64).
+    #[arg(
+        long,
+        default_value_t = 4,
+        value_parser = count::<1, MAX_TRAIN_REPLICAS>,
+        allow_negative_numbers = true
+    )]
+    replicas: usize,
+    /// Comm group of the first layer, whose weight is sharded across it: all, none,
+    /// consecutive:K or orthogonal:K, K dividing --replicas.
+    #[arg(long, default_value = "all")]
+    comm: CommGroup,
+    /// Comm group of the second layer (unsharded).
+    #[arg(long, default_value = "consecutive:2")]
+    output_comm: CommGroup,
+    /// How the first layer's weight is split across its group.
+    #[arg(long, value_enum, default_value_t = Shard::Balanced)]
+    shard: Shard,
+    /// How weights come back to the host.
+    #[arg(long, value_enum, default_value_t = Retrieval::OnePerGroup)]
+    retrieval: Retrieval,
+    /// Hidden units (1–256).
+    #[arg(
+        long,
+        default_value_t = 32,
+        value_parser = count::<1, MAX_HIDDEN>,
+        allow_negative_numbers = true
+    )]
+    hidden: usize,
+    /// Train on this safetensors file (`inputs`: float32, samples × features; `labels`:
+    /// int32 or int64, one per sample) instead of the embedded spirals.
+    #[arg(long, value_name = "FILE")]
+    data: Option<PathBuf>,
+    /// Samples of the embedded spirals (classes–1048576).
+    #[arg(
+        long,
+        default_value_t = 3000,
+        value_parser = count::<2, MAX_SAMPLES>,
+        allow_negative_numbers = true
+    )]
+    samples: usize,
+    /// Classes (spiral arms) of the embedded data (2–16).
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_parser = count::<2, MAX_CLASSES>,
+        allow_negative_numbers = true
+    )]
+    classes: usize,
+    /// Batches per step (1–1024; batches per step × accumulation at most 65535, and one
+    /// step's arrays, batches × accumulation × replicas × (features + 1) × 4 bytes, at
+    /// most 64 MiB).
+    #[arg(
+        long,
+        default_value_t = 4,
+        value_parser = count::<1, MAX_BATCHES_PER_STEP>,
+        allow_negative_numbers = true
+    )]
+    batches_per_step: usize,
+    /// Micro-batches per batch, gradient accumulation (1–1024).
+    #[arg(
+        long,
+        default_value_t = 32,
+        value_parser = count::<1, MAX_ACCUMULATION>,
+        allow_negative_numbers = true
+    )]
+    accumulation: usize,
+    /// Training steps (1–1000000).
+    #[arg(
+        long,
+        default_value_t = 100,
+        value_parser = count::<1, MAX_STEPS>,
+        allow_negative_numbers = true
+    )]
+    steps: usize,
+    /// SGD learning rate (a finite number in (0, 10]).
+    #[arg(
+        long,
+        default_value_t = 0.2,
+        value_parser = learning_rate,
+        allow_negative_numbers = true
+    )]
+    learning_rate: f32,
+    /// Momentum (in [0, 1); 0 is plain SGD).
+    #[arg(
+        long,
+        default_value_t = 0.9,
+        value_parser = momentum,
+        allow_negative_numbers = true
+    )]
+    momentum: f32,
+    /// Dropout probability after the hidden layer (in [0, 1)).
+    #[arg(
+        long,
+        default_value_t = 0.1,
+        value_parser = dropout,
+        allow_negative_numbers = true
+    )]
+    dropout: f32,
+    /// Anchor a tensor (`loss` or `output`) with a return type: NAME=all, NAME=final,
+    /// NAME=sum or NAME=everyn:P (P dividing --batches-per-step); repeat for both.
+    /// Default: loss=all and output=all.
+    #[arg(long, value_name = "NAME=TYPE", value_parser = anchor)]
+    anchor: Vec<(AnchorTensor, AnchorReturnType)>,
+    /// Seed of the data, the starting weights and the replicas' RNGs.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Where the devices run.
+    #[arg(long, value_enum, default_value_t = Where::Thread)]
+    placement: Where,
+    /// Firmware ELF for `--placement qemu`.
+    #[arg(
+        long,
+        value_name = "ELF",
+        default_value = "target/thumbv7m-none-eabi/firmware/tessera-firmware"
+    )]
+    firmware: PathBuf,
+    /// Largest relative difference from the host reference that passes (in [0, 1]).
+    #[arg(
+        long,
+        default_value_t = 1e-3,
+        value_parser = tolerance,
+        allow_negative_numbers = true
+    )]
+    tolerance: f64,
+    /// Save a checkpoint (weights, optimizer state, RNG state, step) to PATH at the end of
+    /// the run, and every --every steps; the file is replaced atomically.
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<PathBuf>,
+    /// Steps between checkpoints (0–1000000; 0: only at the end).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_parser = count::<0, MAX_STEPS>,
+        allow_negative_numbers = true
+    )]
+    every: usize,
+    /// Resume from the checkpoint at PATH and train --steps more steps: bit for bit the run
+    /// that wrote it would have continued.
+    #[arg(long, value_name = "PATH")]
+    resume: Option<PathBuf>,
+    /// Save the prepared program (and the device limits it was prepared for) to PATH.
+    #[arg(long, value_name = "PATH")]
+    save_executable: Option<PathBuf>,
+    /// Run the saved executable at PATH instead of building the model from the options.
+    #[arg(long, value_name = "PATH")]
+    executable: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Shard {
+    /// PopART's balanced layout.
+    Balanced,
+    /// Every shard full but the last (FSDP, DeepSpeed).
+    PaddedTail,
+    /// Not sharded: every member holds the whole weight.
+    None,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Where {
+    /// Threads of this process.
+    Thread,
+    /// Child processes.
+    Process,
+    /// QEMU processes running the firmware.
+    Qemu,
+}
+
+pub(crate) fn run(args: TrainArgs) -> ExitCode {
+    let placement = match args.placement {
+        Where::Thread => Placement::Thread,
+        Where::Process => match std::env::current_exe() {
+            Ok(exe) => Placement::Process(exe),
+            Err(e) => {
+                eprintln!("error: cannot find the tessera binary: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Where::Qemu => Placement::Qemu(args.firmware),
+    };
+    let job = TrainJob {
+        replicas: args.replicas,
+        comm: args.comm,
+        output_comm: args.output_comm,
+        sharding: match args.shard {
+            Shard::Balanced => Sharding::Balanced,
+            Shard::PaddedTail => Sharding::PaddedTail,
+            Shard::None => Sharding::None,
+        },
+        retrieval: match args.retrieval {
+            Retrieval::OnePerGroup => RetrievalMode::OnePerGroup,
+            Retrieval::AllReplicas => RetrievalMode::AllReplicas,
+        },
+        hidden: args.hidden,
+        batches_per_step: args.batches_per_step,
+        accumulation: args.accumulation,
+        steps: args.steps,
+        learning_rate: args.learning_rate,
+        momentum: args.momentum,
+        dropout: args.dropout,
+        anchors: if args.anchor.is_empty() {
+            default_anchors()
+        } else {
+            args.anchor
+        },
+        data: match args.data {
+            Some(path) => DataSource::File(path),
+            None => DataSource::Spirals {
+                samples: args.samples,
+                classes: args.classes,
+            },
+        },
+        seed: args.seed,
+        placement,
+        tolerance: args.tolerance,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        checkpoint: args.checkpoint,
+        every: args.every,
+        resume: args.resume,
+        save_executable: args.save_executable,
+        executable: args.executable,
+    };
+    // The rules that span several arguments (groupings, step size): before anything
+    // starts. The QEMU placement's firmware and tools are checked before anything is
+    // printed or started (the runtime checks again for library users).
+    if let Placement::Qemu(firmware) = &job.placement {
+        if let Err(e) = tessera_host::transport::check_firmware(firmware) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if let Err(e) = job.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    // Under mpirun this process is one instance of the job (MPI must be built in); the
+    // guard keeps MPI up until the job ends.
+    let (instances, _mpi) = match tessera_host::instance::from_environment() {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rank = instances.rank();
+    let data = match &job.data {
+        DataSource::Spirals { samples, classes } => {
+            format!("{classes} spirals ({samples} samples)")
+        }
+        DataSource::File(path) => path.display().to_string(),
+    };
+    let shard = match &job.sharding {
+        Sharding::None => "unsharded".to_string(),
+        Sharding::Balanced => "sharded (balanced)".to_string(),
+        Sharding::PaddedTail => "sharded (padded tail)".to_string(),
+        Sharding::Explicit { .. } => "sharded (explicit)".to_string(),
+    };
+    if rank == 0 {
+        let across = match instances.size() {
+            1 => String::new(),
+            n => format!(" across {n} instances"),
+        };
+        println!(
+            "training a {}-unit perceptron on {data} with {} replicas{across}: layer 1 in {} \
+             ({shard}), layer 2 in {}; {} steps of {}×{} micro-batches",
+            job.hidden,
+            job.replicas,
+            job.comm,
+            job.output_comm,
+            job.steps,
+            job.batches_per_step,
+            job.accumulation
+        );
+    }
+    match tessera_host::train::train_in(&job, instances) {
+        Ok(report) => {
+            if rank == 0 {
+                print!("{}", report.summary(&job));
+            }
+            if report.passed(job.tolerance) {
+                if rank == 0 {
+                    println!("ok: the accelerator matches the host reference");
+                }
+                ExitCode::SUCCESS
+            } else {
+                let on = if rank == 0 {
+                    String::new()
+                } else {
+                    format!(" (rank {rank})")
+                };
+                match (&report.anchor_error, &report.weight_error) {
+                    (Err(e), _) => eprintln!(
+                        "error: the accelerator differs from the host reference{on}: anchors: {e}"
+                    ),
+                    (_, Err(e)) => eprintln!(
+                        "error: the accelerator differs from the host reference{on}: weights: {e}"
+                    ),
+                    _ => eprintln!(
+                        "error: the accelerator differs from the host reference{on} beyond {:e}",
+                        job.tolerance
+                    ),
+                }
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            match rank {
+                0 => eprintln!("error: {e}"),
+                _ => eprintln!("error: rank {rank}: {e}"),
+            }
+            ExitCode::from(2)
+        }
+    }
+}
