@@ -7,6 +7,15 @@ use std::path::Path;
 /// Writes `bytes` to a temporary file beside `path`, flushes it to disk, renames it over
 /// `path` and flushes the directory: `path` holds the old bytes or the new, never a mix.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace_with(path, |file| file.write_all(bytes))
+}
+
+/// Like [`write_atomically`], with `write` filling the temporary file (it may seek, and
+/// write in several passes) before it is flushed and renamed over `path`.
+pub fn replace_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => std::path::PathBuf::from("."),
@@ -18,7 +27,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut file = std::fs::File::create(&temp)?;
-        file.write_all(bytes)?;
+        write(&mut file)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)?;
         // The rename itself must reach the disk too.

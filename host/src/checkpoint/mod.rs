@@ -155,21 +155,12 @@ impl Checkpoint {
 
     /// Writes the checkpoint to `path`, atomically (see the module's contract).
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
-        crate::atomic::write_atomically(path, &format::encode(self)?).map_err(|source| {
-            CheckpointError::Io {
-                path: path.to_owned(),
-                source,
-            }
-        })
+        format::save(self, path)
     }
 
     /// Reads a checkpoint, checking its format, version and checksum.
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        format::decode(&bytes)
+        format::load(path)
     }
 }
 

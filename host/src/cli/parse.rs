@@ -1,5 +1,5 @@
 //! Value parsers that enforce each argument's documented range, so clap reports "invalid
-//! value 'X' for '--arg <ARG>': ..." (one line, exit status 2). The ranges are the library's
+//! value 'X' for `--arg <ARG>`: ..." (one line, exit status 2). The ranges are the library's
 //! constants; `TrainJob::validate` and `Report::build` check the same bounds for library
 //! callers.
 
