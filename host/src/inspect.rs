@@ -8,7 +8,7 @@ use std::fmt::{self, Write as _};
 use std::path::Path;
 
 use serde::Serialize;
-use tessera_core::program::{Program, Sharding};
+use tessera_core::program::Program;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointError};
 use crate::executable::{self, Executable, ExecutableError};
@@ -127,35 +127,11 @@ fn executable_report(exe: &Executable) -> Report {
         .variables
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            let grouping = p
-                .settings(i, replicas)
-                .map(|s| checkpoint::describe(s.grouping()))
-                .unwrap_or_else(|e| format!("invalid: {e}"));
-            let shard = match &v.sharding {
-                Sharding::None => "not sharded".to_string(),
-                Sharding::Balanced => "sharded: balanced".to_string(),
-                Sharding::PaddedTail => "sharded: padded tail".to_string(),
-                Sharding::Explicit {
-                    per_replica,
-                    intervals,
-                } => {
-                    let list: Vec<String> = intervals
-                        .iter()
-                        .map(|r| format!("[{}, {})", r.begin, r.end))
-                        .collect();
-                    format!(
-                        "sharded: explicit, {per_replica} per replica, {}",
-                        list.join(" ")
-                    )
-                }
-            };
-            Tensor {
-                name: v.name.to_string(),
-                dtype: v.dtype.to_string(),
-                shape: v.shape.to_vec(),
-                layout: format!("{grouping}, {}, {shard}", v.retrieval),
-            }
+        .map(|(i, v)| Tensor {
+            name: v.name.to_string(),
+            dtype: v.dtype.to_string(),
+            shape: v.shape.to_vec(),
+            layout: checkpoint::describe_variable(p, replicas, i),
         })
         .collect();
     let mut program = Vec::new();

@@ -217,26 +217,41 @@ fn layouts(program: &Program, replicas: usize) -> BTreeMap<String, String> {
         .variables
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            let grouping = program
-                .settings(i, replicas)
-                .map(|s| describe(s.grouping()))
-                .unwrap_or_default();
-            let shard = match program.shard_layout(i, replicas) {
-                Ok(Some(layout)) => format!(
-                    "{} over {} shards of {} elements",
-                    layout.kind(),
-                    layout.domain(),
-                    layout.per_replica()
-                ),
-                _ => "not sharded".to_string(),
-            };
-            (
-                v.name.to_string(),
-                format!("{grouping}, {}, {shard}", v.retrieval),
-            )
-        })
+        .map(|(i, v)| (v.name.to_string(), describe_variable(program, replicas, i)))
         .collect()
+}
+
+/// Variable `index`'s grouping, retrieval mode and shard layout, in words (what
+/// checkpoints record and `tessera inspect` shows).
+pub fn describe_variable(program: &Program, replicas: usize, index: usize) -> String {
+    let grouping = program
+        .settings(index, replicas)
+        .map(|s| describe(s.grouping()))
+        .unwrap_or_else(|e| format!("invalid: {e}"));
+    let shard = match program.shard_layout(index, replicas) {
+        Ok(Some(layout)) => {
+            let mut text = format!(
+                "{} over {} shards of {} elements",
+                layout.kind(),
+                layout.domain(),
+                layout.per_replica()
+            );
+            if layout.kind() == tessera_core::shard::LayoutKind::Explicit {
+                for r in layout.intervals() {
+                    text.push_str(&format!(" [{}, {})", r.begin, r.end));
+                }
+            }
+            text
+        }
+        Ok(None) => "not sharded".to_string(),
+        Err(e) => format!("invalid: {e}"),
+    };
+    let retrieval = program
+        .variables
+        .get(index)
+        .map(|v| v.retrieval.to_string())
+        .unwrap_or_default();
+    format!("{grouping}, {retrieval}, {shard}")
 }
 
 /// A grouping in words: its comm group when it has one, then its groups.

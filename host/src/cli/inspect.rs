@@ -20,16 +20,5 @@ pub(crate) fn run(args: InspectArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
-            Err(e) => {
-                eprintln!("error: cannot encode the report: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        print!("{}", tessera_host::inspect::render(&report));
-    }
-    ExitCode::SUCCESS
+    super::print_report(&report, args.json, tessera_host::inspect::render)
 }

@@ -105,16 +105,5 @@ pub(crate) fn run(args: LayoutArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
-            Err(e) => {
-                eprintln!("error: cannot encode the report: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        print!("{}", table::render(&report));
-    }
-    ExitCode::SUCCESS
+    super::print_report(&report, args.json, table::render)
 }
