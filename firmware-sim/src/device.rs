@@ -103,7 +103,8 @@ impl<'a> Device<'a> {
             registers: Registers::default(),
             limits,
             seed: 0,
-            rng: Rng::from_seed(0),
+            // Replicas draw their own streams even before a seed arrives.
+            rng: Rng::for_replica(0, replica),
             optimizer: (0.0, 0.0),
             prepared: None,
             cycles,
@@ -171,6 +172,7 @@ impl<'a> Device<'a> {
             }
             Request::Hello { replica, .. } => {
                 self.limits.replica = replica;
+                self.rng = Rng::for_replica(self.seed, replica);
                 return Ok(Some(Response::Hello {
                     version: PROTOCOL_VERSION,
                     limits: self.limits,
@@ -207,6 +209,15 @@ impl<'a> Device<'a> {
             }
             Request::PushFifo { fifo, data } => self.fifos.push(&mut self.arena, fifo, data)?,
             Request::PopFifo { fifo, items } => {
+                // Refused before anything is taken: the items must fit one reply.
+                let bytes = self
+                    .fifos
+                    .get(fifo)?
+                    .item_bytes
+                    .saturating_mul(items as usize);
+                if bytes > self.limits.max_chunk() {
+                    return Err(ErrorCode::ReplyTooLarge);
+                }
                 let (block, range) = self.fifos.pop(&self.arena, fifo, items as usize)?;
                 let data = self.arena.bytes(block).get(range).unwrap_or(&[]);
                 return Ok(Some(Response::Data { data }));
@@ -239,14 +250,13 @@ impl<'a> Device<'a> {
                 replicas,
                 ref program,
             } => {
-                let previous = self.prepared.take();
                 let prepared = program::prepare(
                     &mut self.arena,
                     &mut self.fifos,
                     program,
                     replicas,
                     &self.limits,
-                    previous.as_ref(),
+                    &mut self.prepared,
                 )?;
                 let o = &prepared.program.optimizer;
                 self.optimizer = (o.learning_rate(), o.momentum());

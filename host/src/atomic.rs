@@ -24,7 +24,10 @@ pub fn replace_with(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    // Unique per process and per call: two saves to one path never share a temporary.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = dir.join(format!(".{name}.tmp-{}-{call}", std::process::id()));
     let result = (|| {
         let mut file = std::fs::File::create(&temp)?;
         write(&mut file)?;

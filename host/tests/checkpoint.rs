@@ -1343,9 +1343,16 @@ fn a_kill_during_a_save_leaves_the_previous_checkpoint() {
             std::thread::sleep(Duration::from_millis(1));
         }
         if round % 2 == 1 {
-            // In a save: once this run's temporary file exists, within half a millisecond.
-            let temp = scratch.path(&format!(".{name}.tmp-{}", child.id()));
-            while !temp.exists() {
+            // In a save: once this run's temporary file (`.P.tmp-PID-N`) exists, within
+            // half a millisecond.
+            let prefix = format!(".{name}.tmp-{}-", child.id());
+            let saving = || {
+                std::fs::read_dir(&scratch.0)
+                    .unwrap()
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            };
+            while !saving() {
                 assert!(
                     child.try_wait().unwrap().is_none(),
                     "round {round}: the run ended before it was killed"
@@ -1374,6 +1381,7 @@ fn a_kill_during_a_save_leaves_the_previous_checkpoint() {
             }
             let pid = file
                 .strip_prefix(&format!(".{name}.tmp-"))
+                .and_then(|rest| rest.split('-').next())
                 .and_then(|p| p.parse::<u32>().ok());
             assert!(
                 pid.is_some_and(|p| killed.contains(&p)),

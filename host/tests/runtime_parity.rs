@@ -1577,3 +1577,59 @@ fn callbacks_train_exactly_like_arrays() {
         "the weights, bit for bit"
     );
 }
+
+/// A broadcast stream (one sample per micro-batch for every replica) beside a per-replica
+/// one trains like the reference. Catches a runtime that asks the splitter for a
+/// broadcast sample on behalf of every replica (it serves replica 0 only) and fails.
+#[test]
+fn a_broadcast_stream_feeds_every_replica() {
+    let mut p = Program::new(BPS, AF, sgd(LEARNING_RATE));
+    let all = GroupingSpec::Comm(CommGroup::All);
+    let w = p
+        .add_variable(
+            "w",
+            &[CLASSES, FEATURES],
+            all,
+            RetrievalMode::OnePerGroup,
+            Sharding::Balanced,
+        )
+        .unwrap();
+    p.input = p.add_stream("x", DataType::F32, &[FEATURES], true).unwrap();
+    let labels = p.add_stream("label", DataType::I32, &[1], false).unwrap();
+    p.add_layer(Layer::Linear { weight: w }).unwrap();
+    p.add_layer(Layer::SoftmaxCrossEntropy { labels }).unwrap();
+    p.add_anchor(AnchorTensor::Loss, AnchorReturnType::All)
+        .unwrap();
+    let micro = (BPS * AF) as usize;
+    let initial = initial_weights(&p, REPLICAS);
+    let mut runtime = prepare(&p, REPLICAS, &thread());
+    runtime.set_random_seed(SEED).unwrap();
+    runtime.weights_from_host(&initial).unwrap();
+    let mut reference = Reference::new(&p, REPLICAS, SEED, &initial).unwrap();
+    for step in 0..2 {
+        let x = values(40 + step, micro * FEATURES as usize, 1.0);
+        let labels: Vec<i32> = (0..micro * REPLICAS)
+            .map(|i| ((i + step as usize) % CLASSES as usize) as i32)
+            .collect();
+        let io: StepIo = [
+            (
+                "x".to_string(),
+                HostArray::from_f32(&[micro as u32, FEATURES], &x).unwrap(),
+            ),
+            (
+                "label".to_string(),
+                HostArray::from_i32(&[labels.len() as u32], &labels).unwrap(),
+            ),
+        ]
+        .into();
+        let anchors = runtime.run(&io).unwrap();
+        let expected = reference.step(&io).unwrap();
+        let loss = anchors["loss"].to_f32().unwrap();
+        let error = max_relative_error(&loss, &expected["loss"]).unwrap();
+        assert!(error < TOLERANCE, "step {step}: losses differ by {error:e}");
+    }
+    let weights = runtime.weights_to_host().unwrap();
+    let expected = reference.weights();
+    let error = max_relative_error(&weights["w"].to_f32().unwrap(), &expected["w"]).unwrap();
+    assert!(error < TOLERANCE, "weights differ by {error:e}");
+}

@@ -59,14 +59,15 @@ pub struct Prepared {
 }
 
 /// Places `program` for replica `limits.replica` of `replicas` (see the module
-/// documentation); `previous`, the program placed before, is freed first.
+/// documentation). `previous`, the program placed before, stays placed when the checks
+/// refuse the new one, and is freed (and taken) once they pass.
 pub fn prepare(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
     program: &Program,
     replicas: u32,
     limits: &Limits,
-    previous: Option<&Prepared>,
+    previous: &mut Option<Prepared>,
 ) -> Result<Prepared, ErrorCode> {
     let (replicas, replica) = (replicas as usize, limits.replica as usize);
     program.check(replicas).map_err(|_| ErrorCode::BadConfig)?;
@@ -83,7 +84,17 @@ pub fn prepare(
             return Err(ErrorCode::ReductionTooLarge { bytes, max });
         }
     }
-    if let Some(old) = previous {
+    // Every anchored value leaves in one reply.
+    let output = saturate(scratch.output_width().saturating_mul(4));
+    if program
+        .anchors
+        .iter()
+        .any(|a| a.tensor == AnchorTensor::Output)
+        && output > max
+    {
+        return Err(ErrorCode::ReplyTooLarge);
+    }
+    if let Some(old) = previous.take() {
         release(arena, fifos, &old.program);
     }
     release(arena, fifos, program);
@@ -137,7 +148,8 @@ fn place(
         };
         let items = flow.outputs_per_replica(Some(a.return_type));
         let fifo = ids::anchor_fifo(j as u8);
-        fifos.create(arena, fifo, saturate(width * 4), depth(items)?)?;
+        let item = width.checked_mul(4).ok_or(ErrorCode::BadConfig)?;
+        fifos.create(arena, fifo, saturate(item), depth(items)?)?;
     }
     arena.alloc(Owner::StepScratch, scratch.bytes())?;
     Ok(())

@@ -14,8 +14,9 @@
 //!    stays zero) or the whole variable; with momentum, `v ← μ·v + g`, `w ← w − lr·v`.
 //!
 //! Rounds are numbered as [`Program::reductions`] orders them. The work counted (the cycle
-//! count's unit) is one per multiply-add of a linear layer and one per element of every
-//! other layer and update.
+//! count's unit, called a multiply-add) is one per multiply-add of a linear layer (forward,
+//! weight gradient, and input gradient below the first layer), one per element each layer
+//! before the loss writes forward and backward, and one per element an update changes.
 //!
 //! [`AnchorReturnType::action`]: tessera_core::stream::AnchorReturnType::action
 //! [`Program::reductions`]: tessera_core::program::Program::reductions

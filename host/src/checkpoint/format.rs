@@ -4,8 +4,8 @@
 //! Metadata entries (all text): `format` ([`FORMAT`]), `version`, `fingerprint` (16 hex
 //! digits), `replicas`, `step`, `seed`, `rng` (the words in hex, comma-separated), one
 //! `layout/NAME` per variable, and `checksum`: CRC-32 (ISO-HDLC) over every other entry
-//! (`key=value\n`, keys in order) followed by every tensor (name, type, shape and bytes,
-//! names in order).
+//! (`key=value\n`, keys in order) followed by every tensor (name, type, shape, length and
+//! bytes, names in order).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -108,7 +108,7 @@ pub(super) fn save(c: &Checkpoint, path: &Path) -> Result<(), CheckpointError> {
             let digest = scope.spawn(|| {
                 let mut digest = Checksum::new(&meta);
                 for (name, array) in &tensors {
-                    digest.tensor(name, array.shape(), array.bytes());
+                    digest.tensor(name, Dtype::F32, array.shape(), array.bytes());
                 }
                 digest.finish()
             });
@@ -211,11 +211,11 @@ pub(super) fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     by_name.sort();
     let mut read: BTreeMap<String, Tensor> = BTreeMap::new();
     let computed = std::thread::scope(|scope| -> Result<u32, CheckpointError> {
-        let (send, receive) = mpsc::channel::<(String, Vec<u32>, Arc<Vec<u8>>)>();
+        let (send, receive) = mpsc::channel::<(String, Tensor)>();
         let digest = scope.spawn(move || {
             let mut digest = Checksum::new(&rest);
-            for (name, shape, data) in receive {
-                digest.tensor(&name, &shape, &data);
+            for (name, (dtype, shape, data)) in receive {
+                digest.tensor(&name, dtype, &shape, &data);
             }
             digest.finish()
         });
@@ -236,11 +236,10 @@ pub(super) fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
             }
             let shape = info.shape.iter().map(|&d| d as u32).collect();
             read.insert(name.clone(), (info.dtype, shape, Arc::new(data)));
-            while let Some((name, (_, shape, data))) =
-                by_name.get(next).and_then(|n| Some((n, read.get(n)?)))
+            while let Some((name, tensor)) = by_name.get(next).and_then(|n| Some((n, read.get(n)?)))
             {
                 // The digest thread ends only when the channel closes: it is alive here.
-                let _ = send.send((name.clone(), shape.clone(), data.clone()));
+                let _ = send.send((name.clone(), tensor.clone()));
                 next += 1;
             }
         }
@@ -315,8 +314,9 @@ impl Checksum {
         Self(digest)
     }
 
-    fn tensor(&mut self, name: &str, shape: &[u32], data: &[u8]) {
+    fn tensor(&mut self, name: &str, dtype: Dtype, shape: &[u32], data: &[u8]) {
         self.0.update(name.as_bytes());
+        self.0.update(format!("{dtype:?}").as_bytes());
         for d in shape {
             self.0.update(&d.to_le_bytes());
         }

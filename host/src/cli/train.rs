@@ -294,7 +294,7 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
             job.accumulation
         );
     }
-    match tessera_host::train::train_in(&job, instances) {
+    match tessera_host::train::train_in(&job, instances.clone()) {
         Ok(report) => {
             if rank == 0 {
                 print!("{}", report.summary(&job));
@@ -329,6 +329,10 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
             match rank {
                 0 => eprintln!("error: {e}"),
                 _ => eprintln!("error: rank {rank}: {e}"),
+            }
+            // The other ranks may be waiting in a collective for this one: end the job.
+            if instances.size() > 1 {
+                instances.abort(2);
             }
             ExitCode::from(2)
         }

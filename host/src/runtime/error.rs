@@ -108,7 +108,7 @@ pub enum RuntimeError {
         /// Number of classes.
         classes: usize,
     },
-    /// A buffer of the wrong size in a weight transfer.
+    /// A buffer of the wrong size (a weight transfer's, an input array's, an anchor's).
     Bytes {
         /// The variable.
         name: String,
@@ -223,7 +223,7 @@ impl fmt::Display for RuntimeError {
                 what,
             } => write!(
                 f,
-                "variable `{name}`: the {what} has {actual} bytes where the layout needs {expected}"
+                "`{name}`: the {what} has {actual} bytes where {expected} are needed"
             ),
             Self::SplitterSetup(e) => write!(f, "step IO: {e}"),
             Self::Splitter(e) => write!(f, "step IO: {e}"),

@@ -325,7 +325,7 @@ impl Runtime {
         self.broadcast(&Request::SetSeed { seed })
     }
 
-    /// The random seed, as replica 0 holds it.
+    /// The random seed, as this instance's first replica holds it.
     pub fn random_seed(&mut self) -> Result<u64, RuntimeError> {
         Ok(self.channels[0].call(&GetSeed)?.get())
     }

@@ -75,12 +75,22 @@ impl Runtime {
         // Each replica's share of each stream, in the order it consumes it.
         let per_replica = self.flow.inputs_per_replica();
         let mut shares = vec![vec![Vec::new(); inputs.len()]; replicas];
+        let broadcast: Vec<bool> = self.program.streams.iter().map(|s| s.broadcast).collect();
+        let mut shared = vec![0usize; inputs.len()];
         for _ in 0..per_replica {
             for (r, share) in shares.iter_mut().enumerate() {
                 for (k, &(tensor, bytes, data)) in inputs.iter().enumerate() {
+                    if broadcast[k] && r > 0 {
+                        // A broadcast sample is fetched once, by replica 0, for every
+                        // replica (the splitter serves it to replica 0 only).
+                        let i = shared[k];
+                        share[k].extend_from_slice(&data[i * bytes..(i + 1) * bytes]);
+                        continue;
+                    }
                     let i = splitter
                         .input(&mut counters, tensor, r, false)?
                         .unwrap_or(0);
+                    shared[k] = i;
                     share[k].extend_from_slice(&data[i * bytes..(i + 1) * bytes]);
                     splitter.input_complete(&mut counters, tensor, r)?;
                 }
@@ -186,8 +196,9 @@ impl Runtime {
             self.channels[r].receive(seq)?;
         }
 
-        hub::run_step(&mut self.channels, &self.rounds, &*self.instances)?;
+        // Whatever happens next, the host's copy of the weights is no longer known good.
         self.weights_in_sync = false;
+        hub::run_step(&mut self.channels, &self.rounds, &*self.instances)?;
 
         let mut popped = Vec::with_capacity(self.program.anchors.len());
         for j in 0..self.program.anchors.len() {

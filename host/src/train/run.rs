@@ -167,6 +167,11 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
                 if leader {
                     checkpoint.save(path).map_err(TrainError::Checkpoint)?;
                 }
+                // The others wait here, not in a device's reduction (whose deadline a slow
+                // save could outlast).
+                instances
+                    .barrier()
+                    .map_err(|e| RuntimeError::from(TransportError::from(e)))?;
             }
         }
     }
