@@ -219,21 +219,39 @@ impl Reference {
     /// [`Runtime::optimizer_state_from_host`](super::Runtime::optimizer_state_from_host)
     /// does on the devices.
     pub fn set_optimizer_state(&mut self, state: &WeightsIo) -> Result<(), RuntimeError> {
+        self.load(state, |v| &mut v.velocity)
+    }
+
+    /// Sets the weights from `weights` (host shapes, by variable name), as
+    /// [`Runtime::weights_from_host`](super::Runtime::weights_from_host) does on the devices.
+    pub fn set_weights(&mut self, weights: &WeightsIo) -> Result<(), RuntimeError> {
+        self.load(weights, |v| &mut v.values)
+    }
+
+    /// Each named `f32` array (host shape: one row per group) into the rows `rows` picks.
+    fn load(
+        &mut self,
+        arrays: &WeightsIo,
+        rows: fn(&mut Variable) -> &mut Vec<Vec<f64>>,
+    ) -> Result<(), RuntimeError> {
         for v in &mut self.variables {
-            if let Some(array) = state.get(&v.name) {
-                let data = array.to_f32().unwrap_or_default();
-                let n = v.velocity.first().map_or(0, Vec::len);
-                if data.len() != n * v.velocity.len() {
-                    return Err(RuntimeError::Bytes {
-                        name: v.name.clone(),
-                        expected: n * v.velocity.len() * 4,
-                        actual: array.bytes().len(),
-                        what: "host buffer",
-                    });
-                }
-                for (row, chunk) in v.velocity.iter_mut().zip(data.chunks_exact(n.max(1))) {
-                    *row = chunk.iter().map(|&x| f64::from(x)).collect();
-                }
+            let Some(array) = arrays.get(&v.name) else {
+                continue;
+            };
+            let name = v.name.clone();
+            let target = rows(v);
+            let n = target.first().map_or(0, Vec::len);
+            let data = array.to_f32().unwrap_or_default();
+            if array.dtype() != DataType::F32 || data.len() != n * target.len() {
+                return Err(RuntimeError::Bytes {
+                    name,
+                    expected: n * target.len() * 4,
+                    actual: array.bytes().len(),
+                    what: "host buffer",
+                });
+            }
+            for (row, chunk) in target.iter_mut().zip(data.chunks_exact(n.max(1))) {
+                *row = chunk.iter().map(|&x| f64::from(x)).collect();
             }
         }
         Ok(())
@@ -261,6 +279,14 @@ impl Reference {
             *rng = Rng::from_state([w[0], w[1], w[2], w[3]]);
         }
         Ok(())
+    }
+
+    /// Every variable in its host shape (one row per group), flat.
+    pub fn host_weights(&self) -> Values {
+        self.variables
+            .iter()
+            .map(|v| (v.name.clone(), v.values.concat()))
+            .collect()
     }
 
     /// Every variable in its returned shape, flat.
