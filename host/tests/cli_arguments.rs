@@ -471,17 +471,10 @@ fn the_smallest_training_run_passes() {
     assert!(stdout.contains("at step 1"), "{stdout}");
 }
 
-/// The check is of the computation, step by step, not of the training's convergence: the
-/// largest learning rate trains chaotically and still matches the reference step for step;
-/// values that overflow to infinity or NaN fail it.
+/// Values that overflow to infinity or NaN on the device fail the check instead of passing
+/// it (`f64::max` used to drop NaN).
 #[test]
-fn a_diverged_run_fails_the_check() {
-    let out = tessera(&["train", "--learning-rate", "10"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ok:"), "{stdout}");
-
+fn overflowing_values_fail_the_check() {
     // Inputs of 1e30 overflow f32 on the device: the check must fail on the infinities
     // and NaNs, not pass them (f64::max used to drop NaN).
     let file = common::TempFile::new("huge.safetensors");

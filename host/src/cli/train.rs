@@ -43,7 +43,7 @@ pub(crate) struct TrainArgs {
     /// Hidden units (1–256).
     #[arg(
         long,
-        default_value_t = 32,
+        default_value_t = 24,
         value_parser = count::<1, MAX_HIDDEN>,
         allow_negative_numbers = true
     )]
@@ -73,7 +73,7 @@ pub(crate) struct TrainArgs {
     /// most 64 MiB).
     #[arg(
         long,
-        default_value_t = 4,
+        default_value_t = 2,
         value_parser = count::<1, MAX_BATCHES_PER_STEP>,
         allow_negative_numbers = true
     )]
@@ -89,7 +89,7 @@ pub(crate) struct TrainArgs {
     /// Training steps (1–1000000).
     #[arg(
         long,
-        default_value_t = 100,
+        default_value_t = 40,
         value_parser = count::<1, MAX_STEPS>,
         allow_negative_numbers = true
     )]
@@ -97,7 +97,7 @@ pub(crate) struct TrainArgs {
     /// SGD learning rate (a finite number in (0, 10]).
     #[arg(
         long,
-        default_value_t = 0.2,
+        default_value_t = 0.7,
         value_parser = learning_rate,
         allow_negative_numbers = true
     )]

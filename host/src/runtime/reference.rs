@@ -62,21 +62,7 @@ impl Reference {
             let grouping = *settings.grouping();
             let n = elements(&v.shape).unwrap_or(0);
             let groups = grouping.num_groups();
-            let mut values = vec![vec![0.0; n]; groups];
-            if let Some(array) = weights.get(v.name.as_str()) {
-                let data = array.to_f32().unwrap_or_default();
-                if array.dtype() != DataType::F32 || data.len() != n * groups {
-                    return Err(RuntimeError::Bytes {
-                        name: v.name.to_string(),
-                        expected: n * groups * 4,
-                        actual: array.bytes().len(),
-                        what: "host buffer",
-                    });
-                }
-                for (row, chunk) in values.iter_mut().zip(data.chunks_exact(n.max(1))) {
-                    *row = chunk.iter().map(|&x| f64::from(x)).collect();
-                }
-            }
+            let values = vec![vec![0.0; n]; groups];
             variables.push(Variable {
                 name: v.name.to_string(),
                 grouping,
@@ -85,7 +71,7 @@ impl Reference {
                 values,
             });
         }
-        Ok(Self {
+        let mut reference = Self {
             program: program.clone(),
             replicas,
             flow,
@@ -95,7 +81,9 @@ impl Reference {
                 .collect(),
             learning_rate: f64::from(program.optimizer.learning_rate()),
             momentum: f64::from(program.optimizer.momentum()),
-        })
+        };
+        reference.set_weights(weights)?;
+        Ok(reference)
     }
 
     /// One step on `io` (already accepted by the runtime); returns the anchors, each flat

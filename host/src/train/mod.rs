@@ -1,11 +1,11 @@
 //! `tessera train`: trains a two-layer perceptron classifier ([`model`]) on the simulated
 //! accelerator, on an embedded synthetic dataset or the user's file ([`data`]), and checks
-//! every step — its anchors and the weights after it — against the same step computed on
-//! the host in `f64` ([`reference`](crate::runtime::reference)) from the device's own state
-//! before it. (An `f32` run and an `f64` run of the same training drift apart after enough
-//! steps — a ReLU or a near-tie resolved the other way, amplified by momentum — which says
-//! nothing about whether each step is computed right; so the reference restarts every step
-//! from the device's weights, optimizer state and RNG state.)
+//! every step's anchors, and the weights every 10 steps and after the last, against the
+//! same training computed on the host in `f64` ([`reference`](crate::runtime::reference)).
+//! At each weight check the reference restarts from the device's own weights, optimizer
+//! state and RNG state: an `f32` run and an `f64` run of the same training drift apart
+//! after enough steps — a ReLU or a near-tie resolved the other way, amplified by momentum —
+//! which says nothing about whether each step is computed right.
 //!
 //! Every job is checked by [`TrainJob::validate`] before any device starts: each setting
 //! against its documented range (the `MAX_*` constants here), both groupings against the
@@ -405,8 +405,8 @@ impl TrainJob {
 pub struct TrainReport {
     /// Mean anchored loss of each step (empty when the loss is not anchored).
     pub step_losses: Vec<f64>,
-    /// Largest relative difference of the weights after any step from the reference's after
-    /// the same step (from the same state), or why
+    /// Largest relative difference of the weights at any check from the reference's after
+    /// the same steps (from the same state), or why
     /// they cannot be compared (NaN, infinity, a different number of values).
     pub weight_error: Result<f64, CheckError>,
     /// Largest relative difference of any anchored value from the host reference, or the
@@ -450,7 +450,8 @@ impl TrainReport {
         };
         let _ = writeln!(
             out,
-            "reference (host, f64, each step): weights {}, anchors {} (tolerance {:.0e})",
+            "reference (host, f64, from the device's state every 10 steps): weights {}, anchors {} \
+             (tolerance {:.0e})",
             show(&self.weight_error),
             show(&self.anchor_error),
             job.tolerance

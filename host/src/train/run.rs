@@ -17,6 +17,10 @@ use crate::runtime::check::{max_relative_error, CheckError};
 use crate::runtime::reference::Reference;
 use crate::runtime::{Runtime, RuntimeError, StepIo, WeightsIo};
 use crate::train::DEVICE_MEMORY;
+
+/// Steps between two checks of the weights against the reference (each also restarting the
+/// reference from the device's state); the last step is always checked.
+const CHECK_EVERY: usize = 10;
 use crate::transport::TransportError;
 
 /// Runs `job` in this process alone: see [`train_in`].
@@ -123,6 +127,7 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
     let mut step_losses = Vec::new();
     let mut anchor_error: Result<f64, CheckError> = Ok(0.0);
     let mut weight_error: Result<f64, CheckError> = Ok(0.0);
+    let mut last_state: Option<Checkpoint> = None;
     let last = first_step + job.steps;
     for step in first_step..last {
         let shape_error = |e| JobError::Data(super::DataError::Shape(e));
@@ -160,8 +165,14 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
         }
         bar.inc(1);
         let done = step + 1;
+        let checked = done == last || (done - first_step) % CHECK_EVERY == 0;
+        let periodic = job.every > 0 && (done - first_step) % job.every == 0;
+        let save = job.checkpoint.is_some() && (periodic || done == last);
+        if !checked && !save {
+            continue;
+        }
         // The device's whole state after the step (every instance takes part), held to
-        // the reference's after the same step.
+        // the reference's after the same steps.
         let state = Checkpoint::capture(&mut runtime, done as u64, seed)?;
         let want = reference.host_weights();
         for (name, array) in &state.weights {
@@ -171,29 +182,26 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
                 weight_error = max_relative_error(&device, expected).map(|e| worst.max(e));
             }
         }
-        // The next step is checked from the device's own state: f32 and f64 runs of the
-        // same training drift apart over many steps (a ReLU or a near-tie resolved the
-        // other way, amplified by momentum), which says nothing about whether each step
-        // is computed right; every step is held to the reference from the same start.
+        // The reference goes on from the device's own state (see the module documentation).
         reference.set_weights(&state.weights)?;
         reference.set_optimizer_state(&state.optimizer)?;
         reference.set_rng_state(&state.rng)?;
-        let periodic = job.every > 0 && (done - first_step) % job.every == 0;
-        if let Some(path) = &job.checkpoint {
-            if periodic || done == last {
-                if leader {
-                    state.save(path).map_err(TrainError::Checkpoint)?;
-                }
-                // The others wait here, not in a device's reduction (whose deadline a slow
-                // save could outlast).
-                instances
-                    .barrier()
-                    .map_err(|e| RuntimeError::from(TransportError::from(e)))?;
+        if let (Some(path), true) = (&job.checkpoint, save) {
+            if leader {
+                state.save(path).map_err(TrainError::Checkpoint)?;
             }
+            // The others wait here, not in a device's reduction (whose deadline a slow
+            // save could outlast).
+            instances
+                .barrier()
+                .map_err(|e| RuntimeError::from(TransportError::from(e)))?;
         }
+        last_state = Some(state);
     }
     bar.finish_and_clear();
-    let weights = runtime.weights_to_host()?;
+    // The last step is always checked: its state holds the final weights (host shapes, whose
+    // first row is replica 0's, as the returned shapes').
+    let weights = last_state.map(|s| s.weights).unwrap_or_default();
     Ok(TrainReport {
         step_losses,
         weight_error,
