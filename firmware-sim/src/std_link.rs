@@ -14,6 +14,37 @@ use embedded_io::{ErrorType, Read, ReadReady, Write};
 
 use crate::link::{Incoming, Messages};
 
+/// How long a thread waiting for a message keeps looking (yielding its core between looks)
+/// before it sleeps. Waking a sleeping thread costs tens of microseconds on a small virtual
+/// machine, more than a whole request: while traffic flows, both ends stay awake; an idle
+/// end sleeps after this long.
+pub const SPIN: Duration = Duration::from_micros(200);
+
+/// The next item on `incoming` within `limit` (`None`: wait as long as it takes): looked for
+/// without sleeping for up to [`SPIN`], then waited for asleep.
+pub fn receive_spinning<T>(
+    incoming: &Receiver<T>,
+    limit: Option<Duration>,
+) -> Result<T, RecvTimeoutError> {
+    let start = Instant::now();
+    let spin = limit.map_or(SPIN, |limit| limit.min(SPIN));
+    loop {
+        match incoming.try_recv() {
+            Ok(item) => return Ok(item),
+            Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+            Err(TryRecvError::Empty) => {}
+        }
+        if start.elapsed() >= spin {
+            break;
+        }
+        thread::yield_now();
+    }
+    match limit {
+        None => incoming.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        Some(limit) => incoming.recv_timeout(limit.saturating_sub(start.elapsed())),
+    }
+}
+
 /// A link whose reads come from a background thread, so that `read_ready` can answer
 /// without blocking on any kind of reader.
 pub struct StdLink<W> {
@@ -60,7 +91,7 @@ impl<W> ErrorType for StdLink<W> {
 impl<W: io::Write> Read for StdLink<W> {
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, io::Error> {
         if self.at == self.pending.len() {
-            match self.incoming.recv() {
+            match receive_spinning(&self.incoming, None) {
                 Ok(chunk) => {
                     self.pending = chunk;
                     self.at = 0;
@@ -212,7 +243,7 @@ impl Messages for Queue {
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
         let message = if wait {
-            match self.incoming.recv() {
+            match receive_spinning(&self.incoming, None) {
                 Ok(message) => message,
                 Err(_) => return Ok(Incoming::Closed),
             }
@@ -228,10 +259,7 @@ impl Messages for Queue {
 
     fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
         Ok(Some(
-            match self
-                .incoming
-                .recv_timeout(Duration::from_micros(u64::from(us)))
-            {
+            match receive_spinning(&self.incoming, Some(Duration::from_micros(u64::from(us)))) {
                 Ok(message) => self.take(message, into),
                 Err(RecvTimeoutError::Timeout) => Incoming::Idle,
                 Err(RecvTimeoutError::Disconnected) => Incoming::Closed,

@@ -33,7 +33,7 @@ use tessera_core::wire::{
     RequestKind, Response, PROTOCOL_VERSION,
 };
 
-use tessera_firmware_sim::std_link::{Bulk, Message};
+use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message};
 
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
@@ -536,10 +536,10 @@ impl Channel {
             Some(until) if !retransmit || until < resend_at => until,
             _ => resend_at,
         };
-        match self
-            .frames
-            .recv_timeout(wake.saturating_duration_since(Instant::now()))
-        {
+        match receive_spinning(
+            &self.frames,
+            Some(wake.saturating_duration_since(Instant::now())),
+        ) {
             Ok(message) => {
                 self.accept(message);
                 Ok(())
