@@ -651,8 +651,9 @@ fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)>
                 dtype: Some(DataType::BF16),
                 shape: heapless::Vec::from_slice(&[3, 7]).unwrap(),
                 bytes: 42,
+                at: 4096,
             }),
-            "05 09 05 01 01 02 03 07 2a",
+            "05 09 05 01 01 02 03 07 2a 80 20",
         ),
         ("Bulk", env(Response::Bulk { len: 513 }), "05 0a 81 04"),
     ]
@@ -824,7 +825,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 7);
+    assert_eq!(PROTOCOL_VERSION, 8);
 }
 
 #[test]
@@ -983,8 +984,9 @@ fn described_without_a_dtype_has_its_golden_bytes() {
                 dtype: None,
                 shape: heapless::Vec::new(),
                 bytes: 0,
+                at: 0,
             }),
-            "05 09 00 00 00 00",
+            "05 09 00 00 00 00 00",
         )]
     );
 }

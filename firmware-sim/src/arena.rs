@@ -45,6 +45,8 @@ pub struct Block {
 #[derive(Debug)]
 pub struct Arena<'a> {
     memory: &'a mut [u8],
+    /// Bytes skipped before `memory` to align it: block offsets count from after them.
+    skip: usize,
     /// Sorted by offset.
     blocks: heapless::Vec<Block, MAX_BLOCKS>,
 }
@@ -56,8 +58,15 @@ impl<'a> Arena<'a> {
         let (_, memory) = memory.split_at_mut(skip);
         Self {
             memory,
+            skip,
             blocks: heapless::Vec::new(),
         }
+    }
+
+    /// Where `block` starts in the memory the arena was given (its offset plus the bytes
+    /// skipped to align): a host that shares that memory finds the block's bytes there.
+    pub fn address(&self, block: Block) -> usize {
+        self.skip.saturating_add(block.offset)
     }
 
     /// Usable bytes.
@@ -214,6 +223,24 @@ mod tests {
             arena.alloc(Owner::Slot(4), usize::MAX),
             Err(ErrorCode::OutOfMemory { .. })
         ));
+    }
+
+    /// A host that maps the device's memory finds a block's bytes at `address`, counted
+    /// from the first byte it gave the arena: an address from the aligned start instead
+    /// would point the host a few bytes early whenever the memory is not 8-aligned.
+    #[test]
+    fn addresses_count_from_the_memory_given() {
+        let mut memory = [0u8; 72];
+        let start = memory.as_ptr().align_offset(ALIGN);
+        // A slice starting one byte past an aligned address: the arena skips 7.
+        let given = &mut memory[start + 1..];
+        let mut arena = Arena::new(given);
+        arena.alloc(Owner::Slot(1), 8).unwrap();
+        let block = arena.alloc(Owner::Register(2), 4).unwrap();
+        arena.bytes_mut(block).copy_from_slice(b"tsra");
+        let at = arena.address(block);
+        assert_eq!(at, 7 + 8);
+        assert_eq!(&memory[start + 1 + at..][..4], b"tsra");
     }
 
     #[test]

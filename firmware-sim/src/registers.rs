@@ -264,7 +264,9 @@ impl Registers {
 
     /// What register `id` holds, without its bytes.
     pub fn describe(&self, arena: &Arena<'_>, id: u16) -> Result<Response<'static>, ErrorCode> {
-        let bytes = self.block(arena, id)?.map_or(0, |b| saturate(b.len));
+        let block = self.block(arena, id)?;
+        let bytes = block.map_or(0, |b| saturate(b.len));
+        let at = block.map_or(0, |b| saturate(arena.address(b)));
         let (kind, dtype, shape) = match self.stored(id)? {
             Stored::Int(_) => (ValueKind::Int, None, Dims::new()),
             Stored::Float(_) => (ValueKind::Float, None, Dims::new()),
@@ -278,6 +280,7 @@ impl Registers {
             dtype,
             shape,
             bytes,
+            at,
         })
     }
 

@@ -245,6 +245,8 @@ pub struct Description {
     pub shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
     /// Bytes of the value's data.
     pub bytes: u32,
+    /// Where those bytes start in the device's memory (see [`Response::Described`]).
+    pub at: u32,
 }
 
 /// [`Request::DescribeRegister`]: what a register holds, without its bytes.
@@ -266,11 +268,13 @@ impl Endpoint for DescribeRegister {
                 dtype,
                 shape,
                 bytes,
+                at,
             } => Some(Description {
                 kind,
                 dtype,
                 shape,
                 bytes,
+                at,
             }),
             _ => None,
         }

@@ -8,7 +8,7 @@ use crate::dtype::DataType;
 use crate::program::Program;
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -663,6 +663,10 @@ pub enum Response<'a> {
         shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
         /// Bytes the value's data takes (arrays, tensors, strings), else 0.
         bytes: u32,
+        /// Where those bytes start in the device's memory, counted from its first byte (0
+        /// when there are none): a host that shares the device's memory reads and writes
+        /// them there while the device is idle.
+        at: u32,
     },
     /// Answer to [`Request::ReadArrayBulk`] and [`Request::ReadSlotBulk`]: the `len` bytes
     /// travel beside this reply.

@@ -25,6 +25,7 @@ use std::ops::Range;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::ValueKind;
 
+use super::reduce;
 use super::value::HostArray;
 use super::{Register, Session, SessionError, State};
 
@@ -65,6 +66,29 @@ impl Session {
         op: ReduceOp,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        // In place in the workers' memory where every group can be (see `direct`).
+        let mut in_place = true;
+        self.collective_in(scope, |state, groups| {
+            let mut plans = Vec::with_capacity(groups.len());
+            for group in groups {
+                match state.plan_in_place(group.clone(), src.id, dst.id)? {
+                    Some(plan) => plans.push(plan),
+                    None => {
+                        in_place = false;
+                        break;
+                    }
+                }
+            }
+            if in_place {
+                for plan in &plans {
+                    state.run_in_place(plan, op)?;
+                }
+            }
+            Ok(Vec::new())
+        })?;
+        if in_place {
+            return Ok(());
+        }
         self.to_every_member(scope, dst, "allreduce", |state, group| {
             let arrays = state.read_all(group.clone(), src.id)?;
             reduce(&arrays, op, group.start)
@@ -362,116 +386,8 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
             });
         }
     }
-    let bytes = match dtype {
-        DataType::F32 => combine_floats::<4>(
-            arrays,
-            op,
-            |b| f64::from(f32::from_le_bytes(b)),
-            // The combination of f32 values, rounded once back to f32.
-            |v, out| out.copy_from_slice(&(v as f32).to_le_bytes()),
-        ),
-        DataType::F64 => combine_floats::<8>(arrays, op, f64::from_le_bytes, |v, out| {
-            out.copy_from_slice(&v.to_le_bytes())
-        }),
-        DataType::I32 => combine_ints::<4>(
-            arrays,
-            op,
-            |b| i64::from(i32::from_le_bytes(b)),
-            |v, out| {
-                out.copy_from_slice(&i32::try_from(v).ok()?.to_le_bytes());
-                Some(())
-            },
-        )?,
-        DataType::I64 => combine_ints::<8>(arrays, op, i64::from_le_bytes, |v, out| {
-            out.copy_from_slice(&v.to_le_bytes());
-            Some(())
-        })?,
-        other => {
-            return Err(SessionError::Dtype {
-                operation: "allreduce",
-                dtype: other,
-            })
-        }
-    };
+    let views: Vec<&[u8]> = arrays.iter().map(HostArray::bytes).collect();
+    let mut bytes = vec![0u8; head.bytes().len()];
+    reduce::combine(dtype, op, &views, &mut bytes)?;
     Ok(HostArray::new(dtype, head.shape(), bytes)?)
-}
-
-/// Elements combined per pass: the accumulator stays in the cache while every array's
-/// block is added into it.
-const BLOCK: usize = 4096;
-
-/// Element `i` of `bytes` (`N` bytes each) as an array, for `from_le_bytes`.
-fn element<const N: usize>(bytes: &[u8], i: usize) -> [u8; N] {
-    let mut b = [0u8; N];
-    if let Some(c) = bytes.get(i * N..(i + 1) * N) {
-        b.copy_from_slice(c);
-    }
-    b
-}
-
-/// Floats: each element's values combined in f64 (in rank order), written back by `write`.
-fn combine_floats<const N: usize>(
-    arrays: &[HostArray],
-    op: ReduceOp,
-    read: impl Fn([u8; N]) -> f64,
-    write: impl Fn(f64, &mut [u8]),
-) -> Vec<u8> {
-    let step: fn(f64, f64) -> f64 = match op {
-        ReduceOp::Sum | ReduceOp::Avg => |a, v| a + v,
-        ReduceOp::Prod => |a, v| a * v,
-        ReduceOp::Min => f64::min,
-        ReduceOp::Max => f64::max,
-    };
-    let elements = arrays.first().map_or(0, HostArray::elements);
-    let count = arrays.len().max(1) as f64;
-    let mut out = vec![0u8; elements * N];
-    let mut acc = vec![0f64; BLOCK];
-    for start in (0..elements).step_by(BLOCK) {
-        let len = BLOCK.min(elements - start);
-        for (rank, array) in arrays.iter().enumerate() {
-            let bytes = array.bytes();
-            for (i, a) in acc[..len].iter_mut().enumerate() {
-                let v = read(element(bytes, start + i));
-                *a = if rank == 0 { v } else { step(*a, v) };
-            }
-        }
-        for (a, to) in acc[..len].iter().zip(out[start * N..].chunks_exact_mut(N)) {
-            write(if op == ReduceOp::Avg { a / count } else { *a }, to);
-        }
-    }
-    out
-}
-
-/// Integers, with checked arithmetic: an overflow (or a result that does not fit the
-/// type) is an error, never a wrap.
-fn combine_ints<const N: usize>(
-    arrays: &[HostArray],
-    op: ReduceOp,
-    read: impl Fn([u8; N]) -> i64,
-    write: impl Fn(i64, &mut [u8]) -> Option<()>,
-) -> Result<Vec<u8>, SessionError> {
-    let overflow = || SessionError::Overflow {
-        operation: "allreduce",
-    };
-    let elements = arrays.first().map_or(0, HostArray::elements);
-    let mut out = vec![0u8; elements * N];
-    for (i, to) in out.chunks_exact_mut(N).enumerate() {
-        let mut values = arrays.iter().map(|a| read(element(a.bytes(), i)));
-        let mut acc = values.next().unwrap_or(0);
-        for v in values {
-            acc = match op {
-                ReduceOp::Sum | ReduceOp::Avg => acc.checked_add(v),
-                ReduceOp::Prod => acc.checked_mul(v),
-                ReduceOp::Min => Some(acc.min(v)),
-                ReduceOp::Max => Some(acc.max(v)),
-            }
-            .ok_or_else(overflow)?;
-        }
-        if op == ReduceOp::Avg {
-            // Truncating, as integer division does; the count is at least 1.
-            acc /= arrays.len().max(1) as i64;
-        }
-        write(acc, to).ok_or_else(overflow)?;
-    }
-    Ok(out)
 }

@@ -142,6 +142,30 @@ pub enum SessionError {
     },
     /// A host array that is not well formed.
     Array(ArrayError),
+    /// A worker reported a register's bytes outside the memory the host shares with it.
+    OutsideMemory {
+        /// The worker.
+        worker: usize,
+        /// The register.
+        register: u16,
+        /// Where the worker said its bytes start.
+        at: usize,
+        /// Their length.
+        bytes: usize,
+        /// The memory's size.
+        memory: usize,
+    },
+    /// A host array that does not match the register it is copied from or into.
+    HostMismatch {
+        /// The operation.
+        operation: &'static str,
+        /// The register.
+        register: u16,
+        /// The register's element type and element count.
+        held: (DataType, usize),
+        /// The host array's.
+        host: (DataType, usize),
+    },
     /// A host array too large to send with a call.
     InlineTooLarge {
         /// Its bytes.
@@ -223,6 +247,28 @@ impl fmt::Display for SessionError {
                 write!(f, "{operation}: an integer result does not fit its type")
             }
             Self::Array(e) => e.fmt(f),
+            Self::OutsideMemory {
+                worker,
+                register,
+                at,
+                bytes,
+                memory,
+            } => write!(
+                f,
+                "worker {worker} places register {register}'s {bytes} bytes at {at}, outside \
+                 its {memory} bytes of memory"
+            ),
+            Self::HostMismatch {
+                operation,
+                register,
+                held,
+                host,
+            } => write!(
+                f,
+                "{operation}: register {register} holds {} {} elements, the host array {} {}: \
+                 type and element count must match",
+                held.1, held.0, host.1, host.0
+            ),
             Self::InlineTooLarge { bytes, max } => write!(
                 f,
                 "an array of {bytes} bytes does not fit a call ({max} bytes at most): copy it \

@@ -50,8 +50,10 @@
 //! ```
 
 pub mod collective;
+mod direct;
 mod error;
 pub mod loader;
+mod reduce;
 mod state;
 mod value;
 
@@ -59,7 +61,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, MAX_CALL_ARGS};
+use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
 
 pub use error::{Command, SessionError};
 pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
@@ -306,14 +308,27 @@ impl Session {
         Ok(register)
     }
 
-    /// Copies `array` from the host into `dst` on worker 0 (replacing what it held there).
+    /// Copies `array` from the host into `dst` on worker 0, as Disco's destination-passing
+    /// copy does: in place when `dst` already holds an array of its type and shape (nothing
+    /// allocated or zeroed; in the worker's memory itself where the host maps it), else
+    /// replacing what `dst` held. Worker 0's earlier failures are reported first.
     pub fn copy_to_worker0_into(
         &self,
         array: &HostArray,
         dst: &Register,
     ) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        state.write_host_array(0, dst.id, array)
+        state.sync(0)?;
+        let fits = state.describe(0, dst.id).is_ok_and(|held| {
+            held.kind == ValueKind::Array
+                && held.dtype == Some(array.dtype())
+                && held.shape[..] == *array.shape()
+        });
+        if fits {
+            state.overwrite_array(0, dst.id, array)
+        } else {
+            state.write_host_array(0, dst.id, array)
+        }
     }
 
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier
@@ -322,6 +337,20 @@ impl Session {
         let mut state = self.lock()?;
         state.sync(0)?;
         state.read_array(0, register.id)
+    }
+
+    /// Copies `register`'s array from worker 0 into `into`, as Disco's destination-passing
+    /// copy does: `into` must have the register's element type and element count (it takes
+    /// on its shape), and its bytes are overwritten in place (copied first only if another
+    /// array shares them). Worker 0's earlier failures are reported first.
+    pub fn copy_from_worker0_into(
+        &self,
+        register: &Register,
+        into: &mut HostArray,
+    ) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        state.sync(0)?;
+        state.read_array_into(0, register.id, into)
     }
 
     /// Waits for worker `worker` to finish every command sent to it; the first failure

@@ -1,17 +1,19 @@
 //! The controller's state: the workers' channels, the commands awaiting their replies,
-//! the register ids, and the ways arrays move between the host and a worker's register
-//! (beside one request where the link carries bulk bytes, else in framed chunks).
+//! the register ids, and the ways arrays move between the host and a worker's register:
+//! copied in place in the worker's memory where the host maps it (threads, child
+//! processes), else beside one request where the link carries bulk bytes, else in framed
+//! chunks.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::endpoint::{DescribeRegister, GetRegister, ReadArray};
+use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister, ReadArray};
 use tessera_core::wire::{ErrorCode, Request, RequestKind, Value, ValueKind};
 use tessera_firmware_sim::std_link::Bulk;
 
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
-use crate::transport::{Channel, TransportError};
+use crate::transport::{Channel, SharedMemory, TransportError};
 
 /// A command sent and not yet answered.
 #[derive(Debug)]
@@ -225,18 +227,18 @@ impl State {
     }
 
     /// What register `id` on `worker` holds (its earlier commands already claimed).
-    pub(super) fn describe(
-        &mut self,
-        worker: usize,
-        id: u16,
-    ) -> Result<tessera_core::wire::endpoint::Description, SessionError> {
+    pub(super) fn describe(&mut self, worker: usize, id: u16) -> Result<Description, SessionError> {
         let described = self.workers[worker].call(&DescribeRegister { id })?;
         Ok(described.get())
     }
 
-    /// Register `id`'s array on `worker`, read in chunks (all requested before any reply
-    /// is awaited). The caller has synced the worker.
-    pub(super) fn read_array(&mut self, worker: usize, id: u16) -> Result<HostArray, SessionError> {
+    /// The element type and shape of the array register `id` holds on `worker`, and its
+    /// description (its earlier commands already claimed).
+    pub(super) fn array_of(
+        &mut self,
+        worker: usize,
+        id: u16,
+    ) -> Result<(DataType, Vec<u32>, Description), SessionError> {
         let described = self.describe(worker, id)?;
         let (dtype, shape) = match (described.kind, described.dtype) {
             (ValueKind::Array, Some(dtype)) => (dtype, described.shape.to_vec()),
@@ -249,8 +251,121 @@ impl State {
                 })
             }
         };
-        let data = self.read_shared(worker, id, described.bytes as usize)?;
+        Ok((dtype, shape, described))
+    }
+
+    /// Register `id`'s array on `worker`. The caller has synced the worker.
+    pub(super) fn read_array(&mut self, worker: usize, id: u16) -> Result<HostArray, SessionError> {
+        let (dtype, shape, described) = self.array_of(worker, id)?;
+        let len = described.bytes as usize;
+        let mut bytes = vec![
+            0u8;
+            if self.workers[worker].shares_memory() {
+                len
+            } else {
+                0
+            }
+        ];
+        let data = if self.read_in_place(worker, id, described.at as usize, &mut bytes)? {
+            Arc::new(bytes)
+        } else {
+            self.read_shared(worker, id, len)?
+        };
         Ok(HostArray::shared(dtype, &shape, data)?)
+    }
+
+    /// Register `id`'s array on `worker` into `into`, which must have its element type and
+    /// element count (and takes on its shape). The caller has synced the worker.
+    pub(super) fn read_array_into(
+        &mut self,
+        worker: usize,
+        id: u16,
+        into: &mut HostArray,
+    ) -> Result<(), SessionError> {
+        let (dtype, shape, described) = self.array_of(worker, id)?;
+        let len = described.bytes as usize;
+        if dtype != into.dtype() || len != into.bytes().len() {
+            let elements = |dtype: DataType, bytes: usize| bytes / dtype.size().max(1);
+            return Err(SessionError::HostMismatch {
+                operation: "copy from worker 0",
+                register: id,
+                held: (dtype, elements(dtype, len)),
+                host: (into.dtype(), elements(into.dtype(), into.bytes().len())),
+            });
+        }
+        if !self.read_in_place(worker, id, described.at as usize, into.bytes_mut())? {
+            let data = self.read_shared(worker, id, len)?;
+            into.bytes_mut().copy_from_slice(&data);
+        }
+        Ok(into.set_shape(&shape)?)
+    }
+
+    /// Runs `f` on the memory `worker` shares with the host, once every request sent to it
+    /// has been answered; `None` when it shares none.
+    pub(super) fn with_memory<R>(
+        &mut self,
+        worker: usize,
+        f: impl FnOnce(&SharedMemory) -> R,
+    ) -> Result<Option<R>, SessionError> {
+        Ok(self.workers[worker].device_memory()?.map(f))
+    }
+
+    /// Copies the bytes of register `id` on `worker`, at `at` in the worker's memory, into
+    /// `into`: `Ok(false)` (nothing done) when the host maps none of its memory.
+    fn read_in_place(
+        &mut self,
+        worker: usize,
+        id: u16,
+        at: usize,
+        into: &mut [u8],
+    ) -> Result<bool, SessionError> {
+        let bytes = into.len();
+        match self.with_memory(worker, |memory| (memory.read_at(at, into), memory.len()))? {
+            Some((true, _)) => Ok(true),
+            Some((false, memory)) => Err(SessionError::OutsideMemory {
+                worker,
+                register: id,
+                at,
+                bytes,
+                memory,
+            }),
+            None => Ok(false),
+        }
+    }
+
+    /// Writes `bytes` over register `id` on `worker` in the worker's memory, which the host
+    /// maps: `Ok(false)` (nothing done) when it maps none. The worker is synced first (an
+    /// earlier failure is the error), and the register must hold exactly as many bytes.
+    fn write_in_place(
+        &mut self,
+        worker: usize,
+        id: u16,
+        bytes: &[u8],
+    ) -> Result<bool, SessionError> {
+        if !self.workers[worker].shares_memory() {
+            return Ok(false);
+        }
+        self.sync(worker)?;
+        let described = self.describe(worker, id)?;
+        if described.bytes as usize != bytes.len() {
+            return Err(ArrayError::Length {
+                expected: described.bytes as usize,
+                actual: bytes.len(),
+            }
+            .into());
+        }
+        let at = described.at as usize;
+        match self.with_memory(worker, |memory| (memory.write_at(at, bytes), memory.len()))? {
+            Some((true, _)) => Ok(true),
+            Some((false, memory)) => Err(SessionError::OutsideMemory {
+                worker,
+                register: id,
+                at,
+                bytes: bytes.len(),
+                memory,
+            }),
+            None => Ok(false),
+        }
     }
 
     /// Makes register `id` on `worker` the array `array`: beside one request when the link
@@ -278,6 +393,9 @@ impl State {
         id: u16,
         array: &HostArray,
     ) -> Result<(), SessionError> {
+        if self.write_in_place(worker, id, array.bytes())? {
+            return Ok(());
+        }
         // Decided before anything is sent: an array larger than the window goes in chunks.
         if array.bytes().len() > self.workers[worker].bulk_capacity() {
             return self.write_chunks(worker, id, array.bytes());

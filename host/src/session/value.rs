@@ -158,6 +158,24 @@ impl HostArray {
         Self::shared(self.dtype, shape, Arc::clone(&self.data))
     }
 
+    /// The bytes, to fill in place (copied first only if another array shares them).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        Arc::make_mut(&mut self.data).as_mut_slice()
+    }
+
+    /// Takes on `shape`, which must need as many bytes (the bytes stay).
+    pub(super) fn set_shape(&mut self, shape: &[u32]) -> Result<(), ArrayError> {
+        let expected = byte_len(self.dtype, shape)?;
+        if expected != self.data.len() {
+            return Err(ArrayError::Length {
+                expected,
+                actual: self.data.len(),
+            });
+        }
+        self.shape = shape.to_vec();
+        Ok(())
+    }
+
     /// The bytes, shared.
     pub fn share(&self) -> Arc<Vec<u8>> {
         Arc::clone(&self.data)

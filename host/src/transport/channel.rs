@@ -38,8 +38,8 @@ use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message};
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
 use super::reply::{Reply, Typed};
+use super::shared::{SharedMemory, Window};
 use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
-use super::window::Window;
 use super::TransportError;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
@@ -97,6 +97,8 @@ pub struct Channel {
     retries: u64,
     /// The window bulk bytes pass through (child processes, QEMU).
     window: Option<Window>,
+    /// The host's mapping of the device's memory (device threads, child processes).
+    memory: Option<SharedMemory>,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
     handle: DeviceHandle,
@@ -146,6 +148,7 @@ impl Channel {
             outgoing: writer,
             handle,
             window,
+            memory,
         } = link;
         let frames = match incoming {
             // A byte link gets a thread that decodes its frames.
@@ -176,6 +179,7 @@ impl Channel {
             arrived: HashMap::new(),
             retries: 0,
             window,
+            memory,
             handle,
         };
         let hello = Hello {
@@ -328,6 +332,25 @@ impl Channel {
             (_, Some(window)) => window.len(),
             _ => 0,
         }
+    }
+
+    /// The device's memory, which this host maps too (device threads and child processes;
+    /// `None` on other placements), once every request sent has been answered. Read and
+    /// write it at the offsets the device reports (a register's
+    /// [`Description::at`](tessera_core::wire::endpoint::Description::at)); the borrow of
+    /// the channel keeps any request from being sent while the view lives, so the device is
+    /// idle and never touches its memory meanwhile (the protocol of [`SharedMemory`]).
+    pub fn device_memory(&mut self) -> Result<Option<&SharedMemory>, TransportError> {
+        if self.memory.is_none() {
+            return Ok(None);
+        }
+        self.drain()?;
+        Ok(self.memory.as_ref())
+    }
+
+    /// True when the host maps this device's memory (see [`Channel::device_memory`]).
+    pub fn shares_memory(&self) -> bool {
+        self.memory.is_some()
     }
 
     /// True when this link carries bulk bytes beside messages.
@@ -704,6 +727,7 @@ mod tests {
             arrived: HashMap::new(),
             retries: 0,
             window: None,
+            memory: None,
             handle: DeviceHandle::Thread(None, Some(ours)),
         };
         channel.submit(&Request::GetSeed).unwrap();

@@ -9,7 +9,7 @@ use tessera_firmware_sim::{
     Server,
 };
 
-use super::window::SharedWindow;
+use super::shared::SharedMemory;
 
 /// Frame capacity of host-placed devices (64 KiB chunks plus framing).
 pub const HOST_FRAME: usize = 66 * 1024;
@@ -27,19 +27,21 @@ pub fn run_device(
     writer: impl Write,
 ) -> Result<(), io::Error> {
     let mut link = StdLink::new(reader, writer);
-    with_device(replica, memory, |server, device| {
+    let mut arena = vec![0u8; memory];
+    with_device(replica, &mut arena, |server, device| {
         serve(server, device, &mut link, &mut StdClock::new(), &mut NoPin)
     })
 }
 
-/// Like [`run_device`], with bulk bytes passing through `window`, a shared-memory window
-/// the host maps too (the child-process placement).
+/// Like [`run_device`], with `arena` as the device's memory (the host's shared memory, or
+/// memory of its own) and bulk bytes passing through `window`, a shared-memory window the
+/// host maps too (the child-process placement).
 pub fn run_device_with_window(
     replica: u32,
-    memory: usize,
+    arena: &mut [u8],
     reader: impl Read + Send + 'static,
     writer: impl Write,
-    window: &SharedWindow,
+    window: &SharedMemory,
 ) -> Result<(), io::Error> {
     let mut link = StdLink::new(reader, writer);
     let mut framing = Box::new(Framing::<HOST_FRAME>::new());
@@ -50,7 +52,7 @@ pub fn run_device_with_window(
         },
         window,
     };
-    with_device(replica, memory, |server, device| {
+    with_device(replica, arena, |server, device| {
         serve_messages(
             server,
             device,
@@ -64,7 +66,7 @@ pub fn run_device_with_window(
 /// A framed byte link whose bulk bytes pass through a shared window.
 struct Windowed<'a, W> {
     framed: Framed<'a, StdLink<W>, HOST_FRAME>,
-    window: &'a SharedWindow,
+    window: &'a SharedMemory,
 }
 
 impl<W: Write> Messages for Windowed<'_, W> {
@@ -103,20 +105,24 @@ impl<W: Write> Messages for Windowed<'_, W> {
     }
 }
 
-/// Serves a device on a message queue between threads until the host's end is dropped.
-pub fn run_device_on_queue(replica: u32, memory: usize, mut queue: Queue) -> Result<(), io::Error> {
-    with_device(replica, memory, |server, device| {
+/// Serves a device whose memory is `arena` on a message queue between threads until the
+/// host's end is dropped.
+pub fn run_device_on_queue(
+    replica: u32,
+    arena: &mut [u8],
+    mut queue: Queue,
+) -> Result<(), io::Error> {
+    with_device(replica, arena, |server, device| {
         serve_messages(server, device, &mut queue, &mut StdClock::new(), &mut NoPin)
     })
 }
 
-/// Builds a device and its server on the heap and runs `serve` on them.
+/// Builds a device on `arena` and its server on the heap, and runs `serve` on them.
 fn with_device(
     replica: u32,
-    memory: usize,
+    arena: &mut [u8],
     serve: impl FnOnce(&mut HostServer<'_>, &mut Device<'_>) -> Result<(), ServeError<io::Error>>,
 ) -> Result<(), io::Error> {
-    let mut arena = vec![0u8; memory];
     let cycles = CycleCounter::new();
     // The kept replies (a megabyte) live on the heap.
     let mut replies = vec![[0u8; HOST_FRAME]; HOST_WINDOW];
@@ -125,7 +131,7 @@ fn with_device(
         .try_into()
         .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
     let mut server = Box::new(Server::new(replies));
-    let mut device = Device::new(replica, &mut arena, server.link(), &cycles);
+    let mut device = Device::new(replica, arena, server.link(), &cycles);
     match serve(&mut server, &mut device) {
         Ok(()) => Ok(()),
         Err(ServeError::Link(e)) => Err(e),

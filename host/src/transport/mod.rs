@@ -10,7 +10,7 @@
 //! - [`hub`]: training steps across channels, and the answers to the devices' reductions.
 //! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
-//! - [`SharedWindow`] (`window`): the shared memory a child-process device and its host pass
+//! - [`SharedMemory`] (`window`): the shared memory a child-process device and its host pass
 //!   bulk bytes through (the one module with `unsafe`).
 
 mod channel;
@@ -21,15 +21,15 @@ pub mod fault;
 pub mod hub;
 mod reader;
 mod reply;
+mod shared;
 mod slots;
 mod spawn;
-mod window;
 
 pub use channel::{Channel, Ticket, DEFAULT_DEADLINE};
 pub use device::{run_device, run_device_with_window, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
 pub use reply::{Reply, Typed};
+pub use shared::SharedMemory;
 pub use slots::ChannelSlots;
 pub use spawn::{check_firmware, FirmwareError};
-pub use window::SharedWindow;

@@ -24,7 +24,7 @@ use tessera_firmware_sim::std_link::{Message, Queue};
 use super::children::{self, Adopted};
 use super::device::{run_device, run_device_on_queue};
 use super::fault::{Delayed, FaultConfig, FaultInjector};
-use super::window::{SharedWindow, Window};
+use super::shared::{SharedMemory, Window};
 use super::TransportError;
 
 /// The emulator the QEMU placement runs.
@@ -44,6 +44,8 @@ pub(super) struct Link {
     pub handle: DeviceHandle,
     /// The window bulk bytes pass through (child processes, QEMU).
     pub window: Option<Window>,
+    /// The host's mapping of the device's memory (threads on a queue, child processes).
+    pub memory: Option<SharedMemory>,
 }
 
 /// Held while a child process is started, so that the descriptor of a shared window, which
@@ -200,19 +202,33 @@ pub(super) fn in_process(
         outgoing: Outgoing::Bytes(writer),
         handle: DeviceHandle::Thread(Some(thread), Some(control)),
         window: None,
+        memory: None,
     })
 }
 
 /// A device thread on message queues: no framing, no socket. (Faults need bytes to damage:
-/// with faults the device gets a socket instead.)
+/// with faults the device gets a socket instead.) Its memory is shared: the device maps it
+/// as its arena, the host maps it again (see `shared`).
 fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError> {
     let (to_device, device_in) = mpsc::channel();
     let (device_out, from_device) = mpsc::channel();
+    let (host_memory, mut device_memory) = match memory {
+        // A mapping needs a byte: a device without memory keeps an empty arena.
+        0 => (None, None),
+        _ => {
+            let host = SharedMemory::create(memory, false)?;
+            let device = host.map_again()?;
+            (Some(host), Some(device))
+        }
+    };
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
             let queue = Queue::new(device_in, device_out);
-            if let Err(e) = run_device_on_queue(replica, memory, queue) {
+            let arena = device_memory
+                .as_mut()
+                .map_or(&mut [][..], SharedMemory::as_mut_slice);
+            if let Err(e) = run_device_on_queue(replica, arena, queue) {
                 tracing::warn!(replica, error = %e, "device thread stopped");
             }
         })?;
@@ -222,6 +238,7 @@ fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError>
         // Dropping the channel's sender ends the device's loop.
         handle: DeviceHandle::Thread(Some(thread), None),
         window: None,
+        memory: host_memory,
     })
 }
 
@@ -235,10 +252,13 @@ pub(super) fn child_process(
     // The window's descriptor is inheritable until the child has it; no other child starts
     // meanwhile.
     let guard = spawning();
-    let window = SharedWindow::create(WINDOW_BYTES)?;
+    let window = SharedMemory::create(WINDOW_BYTES, true)?;
+    // The device's memory, shared so that the host reads and writes it in place.
+    let shared = SharedMemory::create(memory, true)?;
     let spawned = Command::new(exe)
         .args(["device", "--replica", &replica.to_string()])
         .args(["--memory", &memory.to_string()])
+        .args(["--memory-fd", &shared.fd().to_string()])
         .args(["--window-fd", &window.fd().to_string()])
         .args(["--window-bytes", &WINDOW_BYTES.to_string()])
         .stdin(Stdio::piped())
@@ -246,6 +266,7 @@ pub(super) fn child_process(
         .stderr(Stdio::inherit())
         .spawn();
     window.seal_from_children()?;
+    shared.seal_from_children()?;
     drop(guard);
     let mut child = spawned.map_err(|source| TransportError::Spawn {
         replica,
@@ -262,6 +283,7 @@ pub(super) fn child_process(
         outgoing: Outgoing::Bytes(Box::new(stdin)),
         handle: DeviceHandle::Child(child),
         window: Some(Window::Shared(window)),
+        memory: Some(shared),
     })
 }
 
@@ -349,6 +371,8 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
             file: bulk,
             len: QEMU_WINDOW_BYTES,
         }),
+        // The firmware's memory is the emulated board's: the host cannot map it.
+        memory: None,
     })
 }
 

@@ -1,19 +1,30 @@
-//! The windows bulk bytes (whole arrays) pass through beside a framed link instead of
-//! inside it: a shared-memory window between this process and a device in a child process
-//! (a memfd both map), or a file QEMU's firmware reaches by semihosting.
+//! Memory shared with a device: its whole memory (the arena of a device in a thread or a
+//! child process, which the host reads and writes in place), and the windows bulk bytes
+//! pass through beside a framed link (a memfd a child process maps too, or a file QEMU's
+//! firmware reaches by semihosting).
 //!
 //! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls and
-//! the copies to and from the mapping. Every other module sees a safe API: bounds-checked
-//! copies in and out, and a read-only view of a prefix.
+//! the copies to and from a mapping. Every other module sees a safe API: bounds-checked
+//! copies in and out, a read-only view of a window's prefix, and the device's own mutable
+//! view of its memory.
 //!
 //! # Protocol (what makes the shared bytes safe to touch)
 //!
-//! The window belongs to one side at a time. The host writes it only before sending a
-//! bulk write and reads it only after the device's reply to a bulk read has arrived; the
-//! device reads it only while it runs that bulk write and writes it only while it runs that
-//! bulk read, before it replies (a repeated request is answered from the reply cache and
-//! never touches the window). The host keeps at most one bulk request in flight per
-//! window, so the two sides never touch the window at the same time.
+//! Shared memory belongs to one side at a time, and the link says which.
+//!
+//! - **A device's memory** is mapped twice: once by the device, as its arena, once by the
+//!   host. The device touches it only while it runs a request. The host touches it only
+//!   while every request it sent that device has been answered and through a borrow of the
+//!   device's channel that stops it from sending another ([`Channel::device_memory`]
+//!   (super::Channel::device_memory)), so the two never overlap; the request/reply
+//!   exchange orders the accesses (a message between threads, or a pipe between processes).
+//!   This is how a host treats an accelerator's memory it can map: DMA while the device is
+//!   idle.
+//! - **A window**: the host writes it only before sending a bulk write and reads it only
+//!   after the device's reply to a bulk read has arrived; the device reads it only while it
+//!   runs that bulk write and writes it only while it runs that bulk read, before it
+//!   replies (a repeated request is answered from the reply cache and never touches the
+//!   window). The host keeps at most one bulk request in flight per window.
 
 use std::fs::File;
 use std::io;
@@ -22,7 +33,7 @@ use std::ptr::NonNull;
 
 /// A mapping of a shared-memory file, read and written by copies.
 #[derive(Debug)]
-pub struct SharedWindow {
+pub struct SharedMemory {
     ptr: NonNull<u8>,
     len: usize,
     /// The file mapped; kept open so the host can hand it to its child.
@@ -34,20 +45,22 @@ pub struct SharedWindow {
 // access goes through `&self` methods that copy (no reference into the mapping outlives a
 // call, except `bytes`, whose borrow of `self` keeps the mapping alive).
 #[allow(unsafe_code)]
-unsafe impl Send for SharedWindow {}
+unsafe impl Send for SharedMemory {}
 // SAFETY: as above; concurrent `&self` copies from several threads of one process would be
 // a protocol violation the callers (one channel, or one device) never commit.
 #[allow(unsafe_code)]
-unsafe impl Sync for SharedWindow {}
+unsafe impl Sync for SharedMemory {}
 
-impl SharedWindow {
-    /// A new anonymous shared-memory file of `len` bytes, mapped. Its descriptor is
-    /// inherited by children spawned until [`SharedWindow::seal_from_children`] is called.
-    pub fn create(len: usize) -> io::Result<Self> {
+impl SharedMemory {
+    /// A new anonymous shared-memory file of `len` bytes (zeroed; pages are only backed
+    /// once touched), mapped. With `inherit`, its descriptor is inherited by children
+    /// spawned until [`SharedMemory::seal_from_children`] is called; without, by none.
+    pub fn create(len: usize, inherit: bool) -> io::Result<Self> {
+        let flags = if inherit { 0 } else { libc::MFD_CLOEXEC };
         // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new
         // descriptor or -1 and touches no memory of ours.
         #[allow(unsafe_code)]
-        let fd = unsafe { libc::memfd_create(c"tessera-window".as_ptr(), 0) };
+        let fd = unsafe { libc::memfd_create(c"tessera-shared".as_ptr(), flags) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -58,7 +71,13 @@ impl SharedWindow {
         Self::map(file, len)
     }
 
-    /// Maps `len` bytes of `file` (a window a host created, opened by its child).
+    /// A second mapping of the same memory, at another address: the device's view of
+    /// memory the host maps too (a device thread of this process).
+    pub fn map_again(&self) -> io::Result<Self> {
+        Self::map(self.file.try_clone()?, self.len)
+    }
+
+    /// Maps `len` bytes of `file` (memory a host created, opened by its child).
     pub fn open(file: File, len: usize) -> io::Result<Self> {
         if file.metadata()?.len() < len as u64 {
             return Err(io::Error::other(
@@ -134,6 +153,50 @@ impl SharedWindow {
         true
     }
 
+    /// Copies `data` into the memory at `at`; `false` (nothing copied) if it does not fit.
+    pub fn write_at(&self, at: usize, data: &[u8]) -> bool {
+        if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: `at + data.len() <= self.len`, so the destination lies in the mapping;
+        // `data` is a slice this process holds, never a view of this mapping while it is
+        // written (the only views are `bytes`, whose borrow the protocol does not hold
+        // across writes, and the device's `as_mut_slice`, on the device's own mapping).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(at), data.len());
+        }
+        true
+    }
+
+    /// Copies the memory at `at` into `into`; `false` (nothing copied) if that range is
+    /// not all in the mapping.
+    pub fn read_at(&self, at: usize, into: &mut [u8]) -> bool {
+        if at.checked_add(into.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: `at + into.len() <= self.len`, so the source lies in the mapping; `into`
+        // is exclusively borrowed memory of this process, not part of this mapping.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), into.as_mut_ptr(), into.len());
+        }
+        true
+    }
+
+    /// The whole memory as one mutable slice: the device's arena. The exclusive borrow
+    /// keeps every other view through this mapping away while it lives; the host, through
+    /// its own mapping, keeps to the protocol in the module doc.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is valid for `self.len` bytes while `self` lives, which the
+        // borrow guarantees; `&mut self` makes it the only view through this mapping; the
+        // other side's accesses never overlap the device's (module doc).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
+        }
+    }
+
     /// The first `len` bytes of the window, copied out; `None` if `len` exceeds it.
     pub fn read(&self, len: usize) -> Option<Vec<u8>> {
         Some(self.bytes(len)?.to_vec())
@@ -152,7 +215,7 @@ impl SharedWindow {
     }
 }
 
-impl Drop for SharedWindow {
+impl Drop for SharedMemory {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `map`; no view of it outlives `self`.
         #[allow(unsafe_code)]
@@ -168,7 +231,7 @@ impl Drop for SharedWindow {
 #[derive(Debug)]
 pub enum Window {
     /// Shared memory.
-    Shared(SharedWindow),
+    Shared(SharedMemory),
     /// A file of `len` bytes.
     File {
         /// The file.
@@ -218,14 +281,14 @@ mod tests {
 
     #[test]
     fn two_mappings_of_one_window_see_each_others_bytes() {
-        let host = SharedWindow::create(4096).unwrap();
+        let host = SharedMemory::create(4096, true).unwrap();
         let path = format!("/proc/self/fd/{}", host.fd());
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .unwrap();
-        let device = SharedWindow::open(file, 4096).unwrap();
+        let device = SharedMemory::open(file, 4096).unwrap();
         assert!(host.write(b"weights"));
         assert_eq!(device.bytes(7), Some(&b"weights"[..]));
         assert!(device.write(b"reply"));

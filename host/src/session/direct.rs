@@ -1,0 +1,223 @@
+//! An allreduce computed in place in the workers' memory, where the host maps it (device
+//! threads and child processes): each block of elements is read from every member's
+//! source, combined, and written to every member's destination before the next block, so
+//! every byte is read once and written once, and nothing is copied through a host array.
+//!
+//! # Contract
+//!
+//! - Taken only for float arrays (whose combination cannot fail once the sizes are
+//!   checked), when every member's memory is mapped and every destination already holds an
+//!   array; otherwise the copying path runs (it also turns a tensor destination into an
+//!   array, and computes integer results whole, since they can overflow).
+//! - Every type, element count and memory range of every group is checked before the first
+//!   byte is written, as on the copying path.
+//! - A source that is also the destination is safe: a block is read from every member
+//!   before it is written to any.
+
+use std::ops::Range;
+
+use tessera_core::dtype::DataType;
+use tessera_core::wire::ValueKind;
+
+use super::collective::ReduceOp;
+use super::reduce::{self, BLOCK};
+use super::{SessionError, State};
+use crate::transport::{SharedMemory, TransportError};
+
+const OPERATION: &str = "allreduce";
+
+/// Where one member's source and destination bytes are in its memory.
+struct Member {
+    src: usize,
+    dst: usize,
+}
+
+/// One group's allreduce, checked and ready to run in place.
+pub(super) struct InPlace {
+    group: Range<usize>,
+    dtype: DataType,
+    bytes: usize,
+    members: Vec<Member>,
+}
+
+impl State {
+    /// The allreduce of register `src` into `dst` over the workers of `group`, checked, if
+    /// it can run in place (module doc); `None` when the copying path must run instead.
+    /// The workers are synced.
+    pub(super) fn plan_in_place(
+        &mut self,
+        group: Range<usize>,
+        src: u16,
+        dst: u16,
+    ) -> Result<Option<InPlace>, SessionError> {
+        if !self.workers[group.clone()]
+            .iter()
+            .all(|w| w.shares_memory())
+        {
+            return Ok(None);
+        }
+        let Some((dtype, bytes, members)) = self.locate(group.clone(), src, dst)? else {
+            return Ok(None);
+        };
+        if !matches!(dtype, DataType::F32 | DataType::F64) {
+            return Ok(None);
+        }
+        for (worker, member) in group.clone().zip(&members) {
+            for (at, register) in [(member.src, src), (member.dst, dst)] {
+                let memory = self.with_memory(worker, SharedMemory::len)?.unwrap_or(0);
+                if at.checked_add(bytes).is_none_or(|end| end > memory) {
+                    return Err(SessionError::OutsideMemory {
+                        worker,
+                        register,
+                        at,
+                        bytes,
+                        memory,
+                    });
+                }
+            }
+        }
+        Ok(Some(InPlace {
+            group,
+            dtype,
+            bytes,
+            members,
+        }))
+    }
+
+    /// Runs a planned allreduce: block by block, every member's source read, combined,
+    /// and written to every member's destination; the blocks are split between as many
+    /// host threads as there are cores (the workers are idle meanwhile).
+    pub(super) fn run_in_place(
+        &mut self,
+        plan: &InPlace,
+        op: ReduceOp,
+    ) -> Result<(), SessionError> {
+        let memories = self.workers[plan.group.clone()]
+            .iter_mut()
+            .map(|channel| {
+                let replica = channel.replica();
+                channel
+                    .device_memory()?
+                    .ok_or(TransportError::Closed { replica })
+            })
+            .collect::<Result<Vec<&SharedMemory>, _>>()?;
+        let block = BLOCK * plan.dtype.size();
+        let blocks = plan.bytes.div_ceil(block);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, blocks.max(1));
+        let per_thread = blocks.div_ceil(threads) * block;
+        let memories = &memories;
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = (0..plan.bytes)
+                .step_by(per_thread.max(1))
+                .map(|start| {
+                    let end = plan.bytes.min(start + per_thread);
+                    scope.spawn(move || reduce_range(plan, op, memories, start..end))
+                })
+                .collect();
+            // The first failure is the answer (the scope joins the rest); a panic in a part
+            // goes on as a panic here.
+            parts.into_iter().try_for_each(|part| {
+                part.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+        })
+    }
+}
+
+/// The bytes `range` of a planned allreduce (a whole number of blocks from the start),
+/// block by block.
+fn reduce_range(
+    plan: &InPlace,
+    op: ReduceOp,
+    memories: &[&SharedMemory],
+    range: Range<usize>,
+) -> Result<(), SessionError> {
+    let block = BLOCK * plan.dtype.size();
+    let mut inputs: Vec<Vec<u8>> = plan.members.iter().map(|_| vec![0u8; block]).collect();
+    let mut out = vec![0u8; block];
+    for start in range.clone().step_by(block) {
+        let len = block.min(range.end - start);
+        // Ranges checked by the plan: every read and write lands in its memory.
+        for ((member, memory), input) in plan.members.iter().zip(memories).zip(&mut inputs) {
+            memory.read_at(member.src + start, &mut input[..len]);
+        }
+        let views: Vec<&[u8]> = inputs.iter().map(|input| &input[..len]).collect();
+        let out = &mut out[..len];
+        reduce::combine(plan.dtype, op, &views, out)?;
+        for (member, memory) in plan.members.iter().zip(memories) {
+            memory.write_at(member.dst + start, out);
+        }
+    }
+    Ok(())
+}
+
+impl State {
+    /// The element type and byte length every member's source shares, and where each
+    /// member's source and destination are; `None` when a destination is not an array yet.
+    /// Every rule of the copying path is checked here, before anything is written.
+    fn locate(
+        &mut self,
+        group: Range<usize>,
+        src: u16,
+        dst: u16,
+    ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
+        let mut members = Vec::with_capacity(group.len());
+        let mut first: Option<(DataType, usize)> = None;
+        for worker in group {
+            let (dtype, _, source) = self.array_of(worker, src)?;
+            let bytes = source.bytes as usize;
+            let elements = bytes / dtype.size().max(1);
+            let (expected, expected_elements) = *first.get_or_insert((dtype, elements));
+            if dtype != expected {
+                return Err(SessionError::DtypeMismatch {
+                    operation: OPERATION,
+                    worker,
+                    expected,
+                    actual: dtype,
+                });
+            }
+            if elements != expected_elements {
+                return Err(SessionError::Elements {
+                    operation: OPERATION,
+                    worker,
+                    expected: expected_elements,
+                    actual: elements,
+                });
+            }
+            if !reduce::supported(dtype) {
+                return Err(SessionError::Dtype {
+                    operation: OPERATION,
+                    dtype,
+                });
+            }
+            let target = self.describe(worker, dst)?;
+            let target_dtype = target.dtype.unwrap_or(DataType::F32);
+            if target_dtype != dtype {
+                return Err(SessionError::DtypeMismatch {
+                    operation: OPERATION,
+                    worker,
+                    expected: dtype,
+                    actual: target_dtype,
+                });
+            }
+            if target.bytes as usize != bytes {
+                return Err(SessionError::Elements {
+                    operation: OPERATION,
+                    worker,
+                    expected: target.bytes as usize / dtype.size().max(1),
+                    actual: elements,
+                });
+            }
+            if target.kind != ValueKind::Array {
+                return Ok(None);
+            }
+            members.push(Member {
+                src: source.at as usize,
+                dst: target.at as usize,
+            });
+        }
+        Ok(first.map(|(dtype, elements)| (dtype, elements * dtype.size(), members)))
+    }
+}
