@@ -52,9 +52,7 @@ fn fill(session: &Session, reg: &Register, dtype: DataType) {
             _ => HostArray::from_f64(&[ELEMENTS as u32], &values),
         }
         .unwrap();
-        session
-            .debug_set(reg, w, &HostValue::Array(host))
-            .unwrap();
+        session.debug_set(reg, w, &HostValue::Array(host)).unwrap();
     }
 }
 

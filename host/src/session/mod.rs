@@ -21,8 +21,10 @@
 //!   with the right element count. Every size and type is checked before the first result
 //!   is written, so a collective refused for a rule leaves no worker half-way (a worker
 //!   that fails while results are being written is reported, naming it).
-//! - **Bulk.** Whole arrays move beside one request where the link allows (device threads:
-//!   handed over; child processes: a shared-memory window; QEMU: a host file), else in
+//! - **Bulk.** Where the host maps a worker's memory (device threads, child processes),
+//!   arrays are copied straight into and out of its registers while it is idle, and float
+//!   allreduces combine the members' registers in place (see `direct`). Elsewhere whole
+//!   arrays move beside one request where the link allows (QEMU: a host file), else in
 //!   framed chunks.
 //! - **Shutdown** is idempotent and happens on drop too; the workers stop with it (a worker
 //!   whose controller vanished exits: its link closes).

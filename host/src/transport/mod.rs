@@ -10,8 +10,10 @@
 //! - [`hub`]: training steps across channels, and the answers to the devices' reductions.
 //! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
-//! - [`SharedMemory`] (`window`): the shared memory a child-process device and its host pass
-//!   bulk bytes through (the one module with `unsafe`).
+//! - [`SharedMemory`] (`shared`): memory shared with a device — the whole memory of a
+//!   device thread or child process, which the host reads and writes in place while the
+//!   device is idle ([`Channel::device_memory`]), and a child's bulk window (the one module
+//!   with `unsafe`).
 
 mod channel;
 pub mod children;
