@@ -125,7 +125,7 @@ fn allreduce(name: &str, session: &Session) {
     let mut to = vec![0u8; bytes];
     // Baseline and allreduce alternate, so that a slower stretch of this shared machine
     // weighs on both; the ratio is the median of the pairs'.
-    let mut pairs: Vec<(Duration, Duration)> = (0..7)
+    let mut pairs: Vec<(Duration, Duration)> = (0..12)
         .map(|_| {
             let start = Instant::now();
             to.copy_from_slice(black_box(&from));

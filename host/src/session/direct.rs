@@ -26,6 +26,11 @@ use crate::transport::{SharedMemory, TransportError};
 
 const OPERATION: &str = "allreduce";
 
+/// Elements of every member read, combined and written per pass: four of the kernel's
+/// blocks (64 KiB of f32 per member), so that the copies read and the result stay in the
+/// L2 cache while the next pass streams in.
+const PASS: usize = 4 * BLOCK;
+
 /// Where one member's source and destination bytes are in its memory.
 struct Member {
     src: usize,
@@ -101,7 +106,7 @@ impl State {
                     .ok_or(TransportError::Closed { replica })
             })
             .collect::<Result<Vec<&SharedMemory>, _>>()?;
-        let block = BLOCK * plan.dtype.size();
+        let block = PASS * plan.dtype.size();
         let blocks = plan.bytes.div_ceil(block);
         let threads = std::thread::available_parallelism()
             .map_or(1, usize::from)
@@ -134,7 +139,7 @@ fn reduce_range(
     memories: &[&SharedMemory],
     range: Range<usize>,
 ) -> Result<(), SessionError> {
-    let block = BLOCK * plan.dtype.size();
+    let block = PASS * plan.dtype.size();
     let mut inputs: Vec<Vec<u8>> = plan.members.iter().map(|_| vec![0u8; block]).collect();
     let mut out = vec![0u8; block];
     for start in range.clone().step_by(block) {
@@ -147,7 +152,9 @@ fn reduce_range(
         let out = &mut out[..len];
         reduce::combine(plan.dtype, op, &views, out)?;
         for (member, memory) in plan.members.iter().zip(memories) {
-            memory.write_at(member.dst + start, out);
+            // Streaming stores: the result is not read again here, and a plain store
+            // would read every line of the destination first (~15% of the time measured).
+            memory.stream_at(member.dst + start, out);
         }
     }
     Ok(())

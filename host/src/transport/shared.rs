@@ -169,6 +169,42 @@ impl SharedMemory {
         true
     }
 
+    /// Like [`SharedMemory::write_at`], with stores that bypass the cache where the CPU has
+    /// them (x86-64's non-temporal stores): for results written once and read by the
+    /// device later, which would otherwise read every line before overwriting it.
+    pub fn stream_at(&self, at: usize, data: &[u8]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
+                return false;
+            }
+            // SAFETY: as in `write_at`, the destination range lies in the mapping and
+            // `data` does not overlap it; SSE2 is part of x86-64; the unaligned head and
+            // tail go through plain copies, the aligned middle through 16-byte streaming
+            // stores, fenced so that they are visible before the device runs again.
+            #[allow(unsafe_code)]
+            unsafe {
+                use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+                let dst = self.ptr.as_ptr().add(at);
+                let head = dst.align_offset(16).min(data.len());
+                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, head);
+                let mut i = head;
+                while i + 16 <= data.len() {
+                    let v = _mm_loadu_si128(data.as_ptr().add(i).cast::<__m128i>());
+                    _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+                    i += 16;
+                }
+                std::ptr::copy_nonoverlapping(data.as_ptr().add(i), dst.add(i), data.len() - i);
+                _mm_sfence();
+            }
+            true
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self.write_at(at, data)
+        }
+    }
+
     /// Copies the memory at `at` into `into`; `false` (nothing copied) if that range is
     /// not all in the mapping.
     pub fn read_at(&self, at: usize, into: &mut [u8]) -> bool {
@@ -278,6 +314,35 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Streaming stores go through 16-byte aligned chunks with a plain head and tail: an
+    /// off-by-one there would drop or smear the bytes around each edge.
+    #[test]
+    fn streamed_writes_land_whole_at_any_offset_and_length() {
+        let memory = SharedMemory::create(4096, false).unwrap();
+        let other = memory.map_again().unwrap();
+        for at in [0, 1, 7, 15, 16, 17, 100] {
+            for len in [0, 1, 15, 16, 17, 31, 33, 200, 1000] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + at + 1) as u8).collect();
+                assert!(memory.write_at(0, &[0xEE; 1200]));
+                assert!(memory.stream_at(at, &data));
+                let mut back = vec![0u8; 1200];
+                assert!(
+                    other.read_at(0, &mut back),
+                    "seen through the other mapping"
+                );
+                assert!(back[..at].iter().all(|&b| b == 0xEE), "before {at}+{len}");
+                assert_eq!(&back[at..at + len], &data[..], "at {at}, {len} bytes");
+                assert!(
+                    back[at + len..].iter().all(|&b| b == 0xEE),
+                    "after {at}+{len}"
+                );
+            }
+        }
+        assert!(!memory.stream_at(4090, &[1; 7]), "past the end");
+        assert!(!memory.write_at(usize::MAX, &[1]), "an overflowing offset");
+        assert!(!memory.read_at(4096, &mut [0; 1]));
+    }
 
     #[test]
     fn two_mappings_of_one_window_see_each_others_bytes() {
