@@ -93,8 +93,7 @@ fn bytes<const N: usize>(chunk: &[u8]) -> [u8; N] {
     <[u8; N]>::try_from(chunk).unwrap_or([0; N])
 }
 
-/// Floats: folded into an f64 accumulator a block at a time, each operation its own loop
-/// (so that each vectorizes), then rounded once into `out`.
+/// Floats: each operation its own instance of [`floats_with`], so that its loops vectorize.
 fn floats<const N: usize>(
     inputs: &[&[u8]],
     out: &mut [u8],
@@ -103,34 +102,80 @@ fn floats<const N: usize>(
     read: impl Fn([u8; N]) -> f64 + Copy,
     write: impl Fn(f64) -> [u8; N],
 ) {
+    let avg = op == ReduceOp::Avg;
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => {
+            floats_with(inputs, out, (avg, members), read, write, |a, v| a + v)
+        }
+        ReduceOp::Prod => floats_with(inputs, out, (false, members), read, write, |a, v| a * v),
+        ReduceOp::Min => floats_with(inputs, out, (false, members), read, write, f64::min),
+        ReduceOp::Max => floats_with(inputs, out, (false, members), read, write, f64::max),
+    }
+}
+
+/// Floats folded with `step` into an f64 accumulator a block at a time, up to four inputs
+/// per pass over it (in rank order: `((a0 · a1) · a2) · a3`), then divided by the member
+/// count when `mean`, and rounded once into `out`.
+fn floats_with<const N: usize>(
+    inputs: &[&[u8]],
+    out: &mut [u8],
+    (mean, members): (bool, usize),
+    read: impl Fn([u8; N]) -> f64 + Copy,
+    write: impl Fn(f64) -> [u8; N],
+    step: impl Fn(f64, f64) -> f64 + Copy,
+) {
     let mut acc = [0f64; BLOCK];
     for (block, out) in out.chunks_mut(BLOCK * N).enumerate() {
         let acc = &mut acc[..out.len() / N];
         let at = block * BLOCK * N;
-        for (rank, input) in inputs.iter().enumerate() {
-            let values = input
-                .get(at..at + out.len())
-                .unwrap_or_default()
-                .chunks_exact(N)
-                .map(|c| read(bytes(c)));
-            let pairs = acc.iter_mut().zip(values);
-            match (rank, op) {
-                (0, _) => pairs.for_each(|(a, v)| *a = v),
-                (_, ReduceOp::Sum | ReduceOp::Avg) => pairs.for_each(|(a, v)| *a += v),
-                (_, ReduceOp::Prod) => pairs.for_each(|(a, v)| *a *= v),
-                (_, ReduceOp::Min) => pairs.for_each(|(a, v)| *a = a.min(v)),
-                (_, ReduceOp::Max) => pairs.for_each(|(a, v)| *a = a.max(v)),
+        for (pass, group) in inputs.chunks(4).enumerate() {
+            let mut views = [&[][..]; 4];
+            for (view, input) in views.iter_mut().zip(group) {
+                *view = input.get(at..at + out.len()).unwrap_or_default();
             }
+            fold(acc, &views[..group.len()], pass == 0, read, step);
         }
         for (a, to) in acc.iter().zip(out.chunks_exact_mut(N)) {
             // A division, not a multiplication by 1/n: the mean of equal values is exact.
-            let v = if op == ReduceOp::Avg {
-                a / members as f64
-            } else {
-                *a
-            };
+            let v = if mean { a / members as f64 } else { *a };
             to.copy_from_slice(&write(v));
         }
+    }
+}
+
+/// Folds up to four inputs into `acc` element by element (replacing it when `first`).
+fn fold<const N: usize>(
+    acc: &mut [f64],
+    group: &[&[u8]],
+    first: bool,
+    read: impl Fn([u8; N]) -> f64 + Copy,
+    step: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    let r = move |chunk: &[u8]| read(bytes(chunk));
+    let head = move |x: f64, v: f64| if first { v } else { step(x, v) };
+    let acc = acc.iter_mut();
+    match group {
+        [a, b, c, d] => acc
+            .zip(a.chunks_exact(N))
+            .zip(b.chunks_exact(N))
+            .zip(c.chunks_exact(N))
+            .zip(d.chunks_exact(N))
+            .for_each(|((((x, a), b), c), d)| {
+                *x = step(step(step(head(*x, r(a)), r(b)), r(c)), r(d));
+            }),
+        [a, b, c] => acc
+            .zip(a.chunks_exact(N))
+            .zip(b.chunks_exact(N))
+            .zip(c.chunks_exact(N))
+            .for_each(|(((x, a), b), c)| *x = step(step(head(*x, r(a)), r(b)), r(c))),
+        [a, b] => acc
+            .zip(a.chunks_exact(N))
+            .zip(b.chunks_exact(N))
+            .for_each(|((x, a), b)| *x = step(head(*x, r(a)), r(b))),
+        [a] => acc
+            .zip(a.chunks_exact(N))
+            .for_each(|(x, a)| *x = head(*x, r(a))),
+        _ => {}
     }
 }
 
@@ -213,6 +258,46 @@ mod tests {
         assert_eq!(min, a);
         let prod = combine_f32(ReduceOp::Prod, &[f32s(&a), f32s(&b)]);
         assert_eq!(prod[n - 1], 2.0 * ((n - 1) as f32).powi(2));
+    }
+
+    /// Inputs are folded four to a pass: every member count from one to nine gives the
+    /// plain rank-order fold (a pass that restarted the accumulator, or took its inputs out
+    /// of order, changes these f64 sums: the values cancel differently in another order).
+    #[test]
+    fn any_number_of_members_folds_in_rank_order() {
+        let pattern = [1e16, 1.0, -1e16, 3.0, 0.5, -7.25, 1e15, 2.0, -1e15];
+        for members in 1..=pattern.len() {
+            let inputs: Vec<Vec<u8>> = (0..members)
+                .map(|rank| {
+                    (0..10)
+                        .flat_map(|i| (pattern[rank] * f64::from(i + 1)).to_le_bytes())
+                        .collect()
+                })
+                .collect();
+            let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
+                let mut out = vec![0u8; 80];
+                combine(DataType::F64, op, &views, &mut out).unwrap();
+                for i in 0..10u8 {
+                    let values = (0..members).map(|rank| pattern[rank] * f64::from(i + 1));
+                    let want = values
+                        .reduce(|a, v| match op {
+                            ReduceOp::Sum | ReduceOp::Avg => a + v,
+                            ReduceOp::Prod => a * v,
+                            ReduceOp::Min => a.min(v),
+                            ReduceOp::Max => a.max(v),
+                        })
+                        .unwrap();
+                    let got =
+                        f64::from_le_bytes(out[usize::from(i) * 8..][..8].try_into().unwrap());
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{members} members, {op:?}, element {i}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
