@@ -51,7 +51,7 @@ enum Command {
         memory: usize,
         /// Shared memory inherited from the host, by descriptor number: the device's
         /// memory (`--memory` bytes), which the host reads and writes in place.
-        #[arg(long)]
+        #[arg(long, requires = "window_fd")]
         memory_fd: Option<u32>,
         /// A shared-memory window inherited from the host, by descriptor number: bulk
         /// bytes pass through it.
@@ -112,7 +112,14 @@ fn main() -> ExitCode {
             memory_fd,
             window_fd,
             window_bytes,
-        } => match device(replica, (memory, memory_fd), window_fd.zip(window_bytes)) {
+        } => match tessera_host::transport::run_device_process(
+            replica,
+            memory,
+            tessera_host::transport::Inherited {
+                memory: memory_fd,
+                window: window_fd.zip(window_bytes),
+            },
+        ) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tessera device {replica}: {e}");
@@ -120,40 +127,4 @@ fn main() -> ExitCode {
             }
         },
     }
-}
-
-/// One device on stdin/stdout (frames only; a closed stdin — the host went away — ends
-/// it), with bulk bytes through the host's shared window when it names one, and its memory
-/// shared with the host when it names that.
-fn device(
-    replica: u32,
-    (memory, memory_fd): (usize, Option<u32>),
-    window: Option<(u32, usize)>,
-) -> std::io::Result<()> {
-    use tessera_host::transport::{run_device, run_device_with_window, SharedMemory};
-    // Stdout is line-buffered: on binary frames that is a write per 0x0A byte. The device
-    // flushes after every frame, so a plain buffer loses nothing.
-    let stdout = std::io::BufWriter::with_capacity(128 << 10, std::io::stdout().lock());
-    let Some((fd, bytes)) = window else {
-        return run_device(replica, memory, std::io::stdin(), stdout);
-    };
-    // Inherited descriptors, opened anew by their /proc names (no unsafe needed here).
-    let inherited = |fd: u32| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/self/fd/{fd}"))
-    };
-    let window = SharedMemory::open(inherited(fd)?, bytes)?;
-    let (mut shared, mut own) = (None, Vec::new());
-    let arena = match memory_fd {
-        Some(fd) => shared
-            .insert(SharedMemory::open(inherited(fd)?, memory)?)
-            .as_mut_slice(),
-        None => {
-            own.resize(memory, 0u8);
-            &mut own[..]
-        }
-    };
-    run_device_with_window(replica, arena, std::io::stdin(), stdout, &window)
 }

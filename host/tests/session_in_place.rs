@@ -240,6 +240,36 @@ fn copies_into_a_mismatched_host_array_are_refused() {
     }
 }
 
+/// A copy whose allocation fails is reported at the next sync, naming the allocation, as
+/// on a link without shared memory (the in-place path first asked worker 0 for the
+/// register's place and failed the copy itself, at once, with another error).
+#[test]
+fn a_failed_allocation_is_reported_at_the_next_sync() {
+    for placement in placements() {
+        let session = open(&placement, 2, 1);
+        let big = HostArray::from_u8(&[8 << 20], &vec![1; 8 << 20]).unwrap();
+        let reg = session
+            .copy_to_worker0(&big)
+            .unwrap_or_else(|e| panic!("{placement:?}: the copy is only sent: {e}"));
+        let outcome = session.sync_worker(0);
+        assert!(
+            matches!(
+                &outcome,
+                Err(SessionError::Worker {
+                    worker: 0,
+                    command: tessera_host::session::Command::Alloc(id),
+                    ..
+                }) if *id == reg.id()
+            ),
+            "{placement:?}: {outcome:?}"
+        );
+        // The session goes on.
+        let small = HostArray::from_u8(&[4], &[1, 2, 3, 4]).unwrap();
+        let ok = session.copy_to_worker0(&small).unwrap();
+        assert_eq!(array(&session, &ok, 0), small);
+    }
+}
+
 /// The same copies and allreduce on 2 QEMU workers, whose memory the host cannot map: the
 /// copying path, held to the same rule.
 #[test]

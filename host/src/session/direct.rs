@@ -33,6 +33,7 @@ const PASS: usize = 4 * BLOCK;
 
 /// Where one member's source and destination bytes are in its memory.
 struct Member {
+    worker: usize,
     src: usize,
     dst: usize,
 }
@@ -40,6 +41,8 @@ struct Member {
 /// One group's allreduce, checked and ready to run in place.
 pub(super) struct InPlace {
     group: Range<usize>,
+    /// The source and destination registers.
+    registers: (u16, u16),
     dtype: DataType,
     bytes: usize,
     members: Vec<Member>,
@@ -64,9 +67,6 @@ impl State {
         let Some((dtype, bytes, members)) = self.locate(group.clone(), src, dst)? else {
             return Ok(None);
         };
-        if !matches!(dtype, DataType::F32 | DataType::F64) {
-            return Ok(None);
-        }
         for (worker, member) in group.clone().zip(&members) {
             for (at, register) in [(member.src, src), (member.dst, dst)] {
                 let memory = self.with_memory(worker, SharedMemory::len)?.unwrap_or(0);
@@ -83,6 +83,7 @@ impl State {
         }
         Ok(Some(InPlace {
             group,
+            registers: (src, dst),
             dtype,
             bytes,
             members,
@@ -144,9 +145,21 @@ fn reduce_range(
     let mut out = vec![0u8; block];
     for start in range.clone().step_by(block) {
         let len = block.min(range.end - start);
-        // Ranges checked by the plan: every read and write lands in its memory.
+        // Ranges checked by the plan: every read and write lands in its memory (a refusal
+        // here would mean the plan was wrong, and is an error, never a stale block).
+        let outside =
+            |member: &Member, memory: &SharedMemory, (register, at)| SessionError::OutsideMemory {
+                worker: member.worker,
+                register,
+                at,
+                bytes: len,
+                memory: memory.len(),
+            };
         for ((member, memory), input) in plan.members.iter().zip(memories).zip(&mut inputs) {
-            memory.read_at(member.src + start, &mut input[..len]);
+            let at = member.src + start;
+            if !memory.read_at(at, &mut input[..len]) {
+                return Err(outside(member, memory, (plan.registers.0, at)));
+            }
         }
         let views: Vec<&[u8]> = inputs.iter().map(|input| &input[..len]).collect();
         let out = &mut out[..len];
@@ -154,7 +167,10 @@ fn reduce_range(
         for (member, memory) in plan.members.iter().zip(memories) {
             // Streaming stores: the result is not read again here, and a plain store
             // would read every line of the destination first (~15% of the time measured).
-            memory.stream_at(member.dst + start, out);
+            let at = member.dst + start;
+            if !memory.stream_at(at, out) {
+                return Err(outside(member, memory, (plan.registers.1, at)));
+            }
         }
     }
     Ok(())
@@ -162,43 +178,57 @@ fn reduce_range(
 
 impl State {
     /// The element type and byte length every member's source shares, and where each
-    /// member's source and destination are; `None` when a destination is not an array yet.
-    /// Every rule of the copying path is checked here, before anything is written.
+    /// member's source and destination are; `None` when the copying path must run (integer
+    /// arrays, a destination that is not an array yet, ranges that overlap without being the
+    /// same). Every rule of the copying path is checked here, in its order (every source,
+    /// then every destination), before anything is written.
     fn locate(
         &mut self,
         group: Range<usize>,
         src: u16,
         dst: u16,
     ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
-        let mut members = Vec::with_capacity(group.len());
-        let mut first: Option<(DataType, usize)> = None;
-        for worker in group {
-            let (dtype, _, source) = self.array_of(worker, src)?;
-            let bytes = source.bytes as usize;
-            let elements = bytes / dtype.size().max(1);
-            let (expected, expected_elements) = *first.get_or_insert((dtype, elements));
-            if dtype != expected {
+        let sources = group
+            .clone()
+            .map(|worker| self.array_of(worker, src))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((dtype, _, first)) = sources.first() else {
+            return Ok(None);
+        };
+        let (dtype, bytes) = (*dtype, first.bytes as usize);
+        let size = dtype.size().max(1);
+        for (worker, (actual, _, _)) in group.clone().zip(&sources) {
+            if *actual != dtype {
                 return Err(SessionError::DtypeMismatch {
                     operation: OPERATION,
                     worker,
-                    expected,
-                    actual: dtype,
+                    expected: dtype,
+                    actual: *actual,
                 });
             }
-            if elements != expected_elements {
+        }
+        for (worker, (_, _, source)) in group.clone().zip(&sources) {
+            if source.bytes as usize != bytes {
                 return Err(SessionError::Elements {
                     operation: OPERATION,
                     worker,
-                    expected: expected_elements,
-                    actual: elements,
+                    expected: bytes / size,
+                    actual: source.bytes as usize / size,
                 });
             }
-            if !reduce::supported(dtype) {
-                return Err(SessionError::Dtype {
-                    operation: OPERATION,
-                    dtype,
-                });
-            }
+        }
+        if !reduce::supported(dtype) {
+            return Err(SessionError::Dtype {
+                operation: OPERATION,
+                dtype,
+            });
+        }
+        if !matches!(dtype, DataType::F32 | DataType::F64) {
+            return Ok(None);
+        }
+        let mut members = Vec::with_capacity(group.len());
+        let mut in_place = true;
+        for (worker, (_, _, source)) in group.zip(&sources) {
             let target = self.describe(worker, dst)?;
             let target_dtype = target.dtype.unwrap_or(DataType::F32);
             if target_dtype != dtype {
@@ -213,18 +243,20 @@ impl State {
                 return Err(SessionError::Elements {
                     operation: OPERATION,
                     worker,
-                    expected: target.bytes as usize / dtype.size().max(1),
-                    actual: elements,
+                    expected: target.bytes as usize / size,
+                    actual: bytes / size,
                 });
             }
-            if target.kind != ValueKind::Array {
-                return Ok(None);
-            }
+            let (src_at, dst_at) = (source.at as usize, target.at as usize);
+            // The same register, or apart: a partial overlap would read results back in.
+            let apart = src_at == dst_at || src_at.abs_diff(dst_at) >= bytes;
+            in_place &= target.kind == ValueKind::Array && apart;
             members.push(Member {
-                src: source.at as usize,
-                dst: target.at as usize,
+                worker,
+                src: src_at,
+                dst: dst_at,
             });
         }
-        Ok(first.map(|(dtype, elements)| (dtype, elements * dtype.size(), members)))
+        Ok(in_place.then_some((dtype, bytes, members)))
     }
 }

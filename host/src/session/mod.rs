@@ -21,11 +21,12 @@
 //!   with the right element count. Every size and type is checked before the first result
 //!   is written, so a collective refused for a rule leaves no worker half-way (a worker
 //!   that fails while results are being written is reported, naming it).
-//! - **Bulk.** Where the host maps a worker's memory (device threads, child processes),
-//!   arrays are copied straight into and out of its registers while it is idle, and float
-//!   allreduces combine the members' registers in place (see `direct`). Elsewhere whole
-//!   arrays move beside one request where the link allows (QEMU: a host file), else in
-//!   framed chunks.
+//! - **Bulk.** Where the host maps a worker's memory (device threads and child processes,
+//!   unless faults are injected), arrays are copied straight into and out of its registers
+//!   while it is idle, and float allreduces into array registers combine the members'
+//!   registers in place (see `direct`). Elsewhere (QEMU; integer allreduces, which go
+//!   through host arrays) whole arrays move beside one request where the link allows, else
+//!   in framed chunks.
 //! - **Shutdown** is idempotent and happens on drop too; the workers stop with it (a worker
 //!   whose controller vanished exits: its link closes).
 //!
@@ -313,24 +314,32 @@ impl Session {
     /// Copies `array` from the host into `dst` on worker 0, as Disco's destination-passing
     /// copy does: in place when `dst` already holds an array of its type and shape (nothing
     /// allocated or zeroed; in the worker's memory itself where the host maps it), else
-    /// replacing what `dst` held. Worker 0's earlier failures are reported first.
+    /// replacing what `dst` held. Failures are reported at the next sync, as for a call.
     pub fn copy_to_worker0_into(
         &self,
         array: &HostArray,
         dst: &Register,
     ) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        state.sync(0)?;
-        let fits = state.describe(0, dst.id).is_ok_and(|held| {
+        // Asked after worker 0's earlier commands, which it runs first.
+        let held = match state.describe(0, dst.id) {
+            Ok(held) => Some(held),
+            // An empty register, say: it is replaced.
+            Err(SessionError::Transport(TransportError::Device { .. })) => None,
+            Err(e) => return Err(e),
+        };
+        let fits = held.as_ref().is_some_and(|held| {
             held.kind == ValueKind::Array
                 && held.dtype == Some(array.dtype())
                 && held.shape[..] == *array.shape()
         });
-        if fits {
-            state.overwrite_array(0, dst.id, array)
-        } else {
-            state.write_host_array(0, dst.id, array)
+        if !fits {
+            return state.write_host_array(0, dst.id, array);
         }
+        if state.write_in_place(0, dst.id, array.bytes(), held)? {
+            return Ok(());
+        }
+        state.overwrite_array(0, dst.id, array)
     }
 
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier

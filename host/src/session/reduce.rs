@@ -33,7 +33,9 @@ pub fn supported(dtype: DataType) -> bool {
 }
 
 /// Combines `inputs` (the same block of every member's array, in rank order) into `out`,
-/// all little-endian elements of `dtype`.
+/// all little-endian elements of `dtype`. An input of another length is
+/// [`SessionError::Elements`] naming its rank among the inputs as the worker (callers check
+/// lengths first, naming the worker).
 pub fn combine(
     dtype: DataType,
     op: ReduceOp,

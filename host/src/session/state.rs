@@ -334,25 +334,32 @@ impl State {
     }
 
     /// Writes `bytes` over register `id` on `worker` in the worker's memory, which the host
-    /// maps: `Ok(false)` (nothing done) when it maps none. The worker is synced first (an
-    /// earlier failure is the error), and the register must hold exactly as many bytes.
-    fn write_in_place(
+    /// maps, once its earlier commands have run (`held`: the register's description, if the
+    /// caller has it). `Ok(false)`, nothing done, when the host maps none of its memory or
+    /// the register does not hold exactly as many bytes (an earlier command failed, say):
+    /// the caller then sends the write, and the failure is reported at the next sync as
+    /// on any other placement. Earlier failures stay pending for that sync too.
+    pub(super) fn write_in_place(
         &mut self,
         worker: usize,
         id: u16,
         bytes: &[u8],
+        held: Option<Description>,
     ) -> Result<bool, SessionError> {
         if !self.workers[worker].shares_memory() {
             return Ok(false);
         }
-        self.sync(worker)?;
-        let described = self.describe(worker, id)?;
+        let described = match held {
+            Some(held) => held,
+            // Asked after the earlier commands, which the worker runs first.
+            None => match self.describe(worker, id) {
+                Ok(described) => described,
+                Err(SessionError::Transport(TransportError::Device { .. })) => return Ok(false),
+                Err(e) => return Err(e),
+            },
+        };
         if described.bytes as usize != bytes.len() {
-            return Err(ArrayError::Length {
-                expected: described.bytes as usize,
-                actual: bytes.len(),
-            }
-            .into());
+            return Ok(false);
         }
         let at = described.at as usize;
         match self.with_memory(worker, |memory| (memory.write_at(at, bytes), memory.len()))? {
@@ -368,9 +375,10 @@ impl State {
         }
     }
 
-    /// Makes register `id` on `worker` the array `array`: beside one request when the link
-    /// carries bulk of that size (a device thread's queue, a child's window, QEMU's file),
-    /// else in framed chunks.
+    /// Makes register `id` on `worker` the array `array`: an allocation, then the bytes
+    /// written in place where the host maps the worker's memory, else beside one request
+    /// where the link carries bulk of that size (a device thread's queue, a child's window,
+    /// QEMU's file), else in framed chunks.
     pub(super) fn write_host_array(
         &mut self,
         worker: usize,
@@ -393,7 +401,7 @@ impl State {
         id: u16,
         array: &HostArray,
     ) -> Result<(), SessionError> {
-        if self.write_in_place(worker, id, array.bytes())? {
+        if self.write_in_place(worker, id, array.bytes(), None)? {
             return Ok(());
         }
         // Decided before anything is sent: an array larger than the window goes in chunks.

@@ -339,8 +339,8 @@ impl Channel {
     /// write it at the offsets the device reports (a register's
     /// [`Description::at`](tessera_core::wire::endpoint::Description::at)); the borrow of
     /// the channel keeps any request from being sent while the view lives, so the device is
-    /// idle and never touches its memory meanwhile (the protocol of [`SharedMemory`]).
-    pub fn device_memory(&mut self) -> Result<Option<&SharedMemory>, TransportError> {
+    /// idle and never touches its memory meanwhile (the protocol of `transport::shared`).
+    pub(crate) fn device_memory(&mut self) -> Result<Option<&SharedMemory>, TransportError> {
         if self.memory.is_none() {
             return Ok(None);
         }
@@ -348,7 +348,8 @@ impl Channel {
         Ok(self.memory.as_ref())
     }
 
-    /// True when the host maps this device's memory (see [`Channel::device_memory`]).
+    /// True when the host maps this device's memory (device threads and child processes),
+    /// so that the session reads and writes its registers in place.
     pub fn shares_memory(&self) -> bool {
         self.memory.is_some()
     }

@@ -33,10 +33,57 @@ pub fn run_device(
     })
 }
 
+/// Descriptors a `tessera device` process inherits from its host, by number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Inherited {
+    /// The device's memory, shared with the host (which reads and writes it in place).
+    pub memory: Option<u32>,
+    /// The shared window bulk bytes pass through, and its size.
+    pub window: Option<(u32, usize)>,
+}
+
+/// The whole of `tessera device`: one device on stdin/stdout (frames only; a closed stdin —
+/// the host went away — ends it) with `memory` bytes of memory: the host's shared memory
+/// when it names one (with a window: the host reads in place only what the device can
+/// receive beside its frames), else memory of its own; bulk bytes through the host's window
+/// when it names one.
+pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> io::Result<()> {
+    // Stdout is line-buffered: on binary frames that is a write per 0x0A byte. The device
+    // flushes after every frame, so a plain buffer loses nothing.
+    let stdout = io::BufWriter::with_capacity(128 << 10, io::stdout().lock());
+    let Some((fd, bytes)) = inherited.window else {
+        if inherited.memory.is_some() {
+            return Err(io::Error::other(
+                "shared device memory needs a shared window beside it",
+            ));
+        }
+        return run_device(replica, memory, io::stdin(), stdout);
+    };
+    // Inherited descriptors, opened anew by their /proc names.
+    let open = |fd: u32| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))
+    };
+    let window = SharedMemory::open(open(fd)?, bytes)?;
+    let (mut shared, mut own) = (None, Vec::new());
+    let arena = match inherited.memory {
+        Some(fd) => shared
+            .insert(SharedMemory::open(open(fd)?, memory)?)
+            .as_mut_slice(),
+        None => {
+            own.resize(memory, 0u8);
+            &mut own[..]
+        }
+    };
+    run_device_with_window(replica, arena, io::stdin(), stdout, &window)
+}
+
 /// Like [`run_device`], with `arena` as the device's memory (the host's shared memory, or
 /// memory of its own) and bulk bytes passing through `window`, a shared-memory window the
 /// host maps too (the child-process placement).
-pub fn run_device_with_window(
+fn run_device_with_window(
     replica: u32,
     arena: &mut [u8],
     reader: impl Read + Send + 'static,

@@ -10,9 +10,9 @@
 //! - [`hub`]: training steps across channels, and the answers to the devices' reductions.
 //! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
-//! - [`SharedMemory`] (`shared`): memory shared with a device — the whole memory of a
+//! - `shared`: memory shared with a device — the whole memory of a
 //!   device thread or child process, which the host reads and writes in place while the
-//!   device is idle ([`Channel::device_memory`]), and a child's bulk window (the one module
+//!   device is idle (`Channel::device_memory`), and a child's bulk window (the one module
 //!   with `unsafe`).
 
 mod channel;
@@ -28,10 +28,10 @@ mod slots;
 mod spawn;
 
 pub use channel::{Channel, Ticket, DEFAULT_DEADLINE};
-pub use device::{run_device, run_device_with_window, HOST_FRAME};
+pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
 pub use reply::{Reply, Typed};
-pub use shared::SharedMemory;
+pub(crate) use shared::SharedMemory;
 pub use slots::ChannelSlots;
 pub use spawn::{check_firmware, FirmwareError};

@@ -33,7 +33,7 @@ use std::ptr::NonNull;
 
 /// A mapping of a shared-memory file, read and written by copies.
 #[derive(Debug)]
-pub struct SharedMemory {
+pub(crate) struct SharedMemory {
     ptr: NonNull<u8>,
     len: usize,
     /// The file mapped; kept open so the host can hand it to its child.
@@ -46,8 +46,9 @@ pub struct SharedMemory {
 // call, except `bytes`, whose borrow of `self` keeps the mapping alive).
 #[allow(unsafe_code)]
 unsafe impl Send for SharedMemory {}
-// SAFETY: as above; concurrent `&self` copies from several threads of one process would be
-// a protocol violation the callers (one channel, or one device) never commit.
+// SAFETY: as above. `&self` copies from several threads of one process at once are sound
+// only on disjoint byte ranges: the in-place allreduce splits its ranges that way, and no
+// other caller copies from two threads at once.
 #[allow(unsafe_code)]
 unsafe impl Sync for SharedMemory {}
 
@@ -55,7 +56,7 @@ impl SharedMemory {
     /// A new anonymous shared-memory file of `len` bytes (zeroed; pages are only backed
     /// once touched), mapped. With `inherit`, its descriptor is inherited by children
     /// spawned until [`SharedMemory::seal_from_children`] is called; without, by none.
-    pub fn create(len: usize, inherit: bool) -> io::Result<Self> {
+    pub(crate) fn create(len: usize, inherit: bool) -> io::Result<Self> {
         let flags = if inherit { 0 } else { libc::MFD_CLOEXEC };
         // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new
         // descriptor or -1 and touches no memory of ours.
@@ -73,12 +74,12 @@ impl SharedMemory {
 
     /// A second mapping of the same memory, at another address: the device's view of
     /// memory the host maps too (a device thread of this process).
-    pub fn map_again(&self) -> io::Result<Self> {
+    pub(crate) fn map_again(&self) -> io::Result<Self> {
         Self::map(self.file.try_clone()?, self.len)
     }
 
     /// Maps `len` bytes of `file` (memory a host created, opened by its child).
-    pub fn open(file: File, len: usize) -> io::Result<Self> {
+    pub(crate) fn open(file: File, len: usize) -> io::Result<Self> {
         if file.metadata()?.len() < len as u64 {
             return Err(io::Error::other(
                 "the shared window is smaller than announced",
@@ -112,22 +113,17 @@ impl SharedMemory {
     }
 
     /// Its size.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// True for a window of no bytes (never: windows have at least one).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The descriptor a child inherits, to name on its command line.
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         self.file.as_raw_fd()
     }
 
     /// Stops further children from inheriting the descriptor.
-    pub fn seal_from_children(&self) -> io::Result<()> {
+    pub(crate) fn seal_from_children(&self) -> io::Result<()> {
         // SAFETY: fcntl on a descriptor we own; F_SETFD only changes its flags.
         #[allow(unsafe_code)]
         let done = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -138,7 +134,7 @@ impl SharedMemory {
     }
 
     /// Copies `data` to the start of the window; `false` if it does not fit.
-    pub fn write(&self, data: &[u8]) -> bool {
+    pub(crate) fn write(&self, data: &[u8]) -> bool {
         if data.len() > self.len {
             return false;
         }
@@ -154,7 +150,7 @@ impl SharedMemory {
     }
 
     /// Copies `data` into the memory at `at`; `false` (nothing copied) if it does not fit.
-    pub fn write_at(&self, at: usize, data: &[u8]) -> bool {
+    pub(crate) fn write_at(&self, at: usize, data: &[u8]) -> bool {
         if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
             return false;
         }
@@ -172,7 +168,7 @@ impl SharedMemory {
     /// Like [`SharedMemory::write_at`], with stores that bypass the cache where the CPU has
     /// them (x86-64's non-temporal stores): for results written once and read by the
     /// device later, which would otherwise read every line before overwriting it.
-    pub fn stream_at(&self, at: usize, data: &[u8]) -> bool {
+    pub(crate) fn stream_at(&self, at: usize, data: &[u8]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
@@ -207,7 +203,7 @@ impl SharedMemory {
 
     /// Copies the memory at `at` into `into`; `false` (nothing copied) if that range is
     /// not all in the mapping.
-    pub fn read_at(&self, at: usize, into: &mut [u8]) -> bool {
+    pub(crate) fn read_at(&self, at: usize, into: &mut [u8]) -> bool {
         if at.checked_add(into.len()).is_none_or(|end| end > self.len) {
             return false;
         }
@@ -222,8 +218,11 @@ impl SharedMemory {
 
     /// The whole memory as one mutable slice: the device's arena. The exclusive borrow
     /// keeps every other view through this mapping away while it lives; the host, through
-    /// its own mapping, keeps to the protocol in the module doc.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// its own mapping, keeps to the protocol in the module doc. (The device holds this
+    /// slice for its whole life, so its soundness rests on that protocol: the host writes
+    /// through its mapping only while the device runs no request, as hardware DMA into an
+    /// idle accelerator's memory does.)
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is valid for `self.len` bytes while `self` lives, which the
         // borrow guarantees; `&mut self` makes it the only view through this mapping; the
         // other side's accesses never overlap the device's (module doc).
@@ -234,12 +233,12 @@ impl SharedMemory {
     }
 
     /// The first `len` bytes of the window, copied out; `None` if `len` exceeds it.
-    pub fn read(&self, len: usize) -> Option<Vec<u8>> {
+    pub(crate) fn read(&self, len: usize) -> Option<Vec<u8>> {
         Some(self.bytes(len)?.to_vec())
     }
 
     /// A view of the first `len` bytes; `None` if `len` exceeds the window.
-    pub fn bytes(&self, len: usize) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self, len: usize) -> Option<&[u8]> {
         if len > self.len {
             return None;
         }
@@ -279,7 +278,7 @@ pub enum Window {
 
 impl Window {
     /// The most bytes it holds.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Self::Shared(shared) => shared.len(),
             Self::File { len, .. } => *len,
@@ -288,7 +287,7 @@ impl Window {
 
     /// Copies `data` to the start of the window; `false` if it does not fit or the file
     /// cannot be written.
-    pub fn write(&self, data: &[u8]) -> bool {
+    pub(crate) fn write(&self, data: &[u8]) -> bool {
         match self {
             Self::Shared(shared) => shared.write(data),
             Self::File { file, len } => {
@@ -299,7 +298,7 @@ impl Window {
     }
 
     /// The first `len` bytes of the window; `None` if they are not all there.
-    pub fn read(&self, len: usize) -> Option<Vec<u8>> {
+    pub(crate) fn read(&self, len: usize) -> Option<Vec<u8>> {
         match self {
             Self::Shared(shared) => shared.read(len),
             Self::File { file, len: size } => {

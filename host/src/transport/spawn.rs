@@ -212,22 +212,28 @@ pub(super) fn in_process(
 fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError> {
     let (to_device, device_in) = mpsc::channel();
     let (device_out, from_device) = mpsc::channel();
-    let (host_memory, mut device_memory) = match memory {
-        // A mapping needs a byte: a device without memory keeps an empty arena.
-        0 => (None, None),
-        _ => {
+    // Shared when the device can name every offset in it on the wire (32 bits) and there is
+    // a byte to map; otherwise the memory is the device's alone and the host copies.
+    let (host_memory, mut device_memory) = match u32::try_from(memory) {
+        Ok(1..) => {
             let host = SharedMemory::create(memory, false)?;
             let device = host.map_again()?;
             (Some(host), Some(device))
         }
+        _ => (None, None),
     };
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
             let queue = Queue::new(device_in, device_out);
-            let arena = device_memory
-                .as_mut()
-                .map_or(&mut [][..], SharedMemory::as_mut_slice);
+            let mut own = Vec::new();
+            let arena = match device_memory.as_mut() {
+                Some(shared) => shared.as_mut_slice(),
+                None => {
+                    own.resize(memory, 0u8);
+                    &mut own[..]
+                }
+            };
             if let Err(e) = run_device_on_queue(replica, arena, queue) {
                 tracing::warn!(replica, error = %e, "device thread stopped");
             }
