@@ -21,13 +21,14 @@ use crate::link::{Incoming, Messages};
 pub const SPIN: Duration = Duration::from_micros(200);
 
 /// The next item on `incoming` within `limit` (`None`: wait as long as it takes): looked for
-/// without sleeping for up to [`SPIN`], then waited for asleep.
+/// without sleeping for up to `spin`, then waited for asleep.
 pub fn receive_spinning<T>(
     incoming: &Receiver<T>,
     limit: Option<Duration>,
+    spin: Duration,
 ) -> Result<T, RecvTimeoutError> {
     let start = Instant::now();
-    let spin = limit.map_or(SPIN, |limit| limit.min(SPIN));
+    let spin = limit.map_or(spin, |limit| limit.min(spin));
     loop {
         match incoming.try_recv() {
             Ok(item) => return Ok(item),
@@ -91,7 +92,7 @@ impl<W> ErrorType for StdLink<W> {
 impl<W: io::Write> Read for StdLink<W> {
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, io::Error> {
         if self.at == self.pending.len() {
-            match receive_spinning(&self.incoming, None) {
+            match receive_spinning(&self.incoming, None, SPIN) {
                 Ok(chunk) => {
                     self.pending = chunk;
                     self.at = 0;
@@ -243,7 +244,7 @@ impl Messages for Queue {
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
         let message = if wait {
-            match receive_spinning(&self.incoming, None) {
+            match receive_spinning(&self.incoming, None, SPIN) {
                 Ok(message) => message,
                 Err(_) => return Ok(Incoming::Closed),
             }
@@ -259,7 +260,11 @@ impl Messages for Queue {
 
     fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
         Ok(Some(
-            match receive_spinning(&self.incoming, Some(Duration::from_micros(u64::from(us)))) {
+            match receive_spinning(
+                &self.incoming,
+                Some(Duration::from_micros(u64::from(us))),
+                SPIN,
+            ) {
                 Ok(message) => self.take(message, into),
                 Err(RecvTimeoutError::Timeout) => Incoming::Idle,
                 Err(RecvTimeoutError::Disconnected) => Incoming::Closed,

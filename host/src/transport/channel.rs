@@ -33,7 +33,7 @@ use tessera_core::wire::{
     RequestKind, Response, PROTOCOL_VERSION,
 };
 
-use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message};
+use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message, SPIN};
 
 use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
@@ -99,6 +99,10 @@ pub struct Channel {
     window: Option<Window>,
     /// The host's mapping of the device's memory (device threads, child processes).
     memory: Option<SharedMemory>,
+    /// How long a wait for the device looks without sleeping: [`SPIN`] for devices that
+    /// answer within microseconds (threads, child processes); none for QEMU, whose replies
+    /// take milliseconds and whose emulators need every core a spinning host would take.
+    spin: Duration,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
     handle: DeviceHandle,
@@ -180,6 +184,10 @@ impl Channel {
             retries: 0,
             window,
             memory,
+            spin: match handle {
+                DeviceHandle::Qemu { .. } => Duration::ZERO,
+                _ => SPIN,
+            },
             handle,
         };
         let hello = Hello {
@@ -563,6 +571,7 @@ impl Channel {
         match receive_spinning(
             &self.frames,
             Some(wake.saturating_duration_since(Instant::now())),
+            self.spin,
         ) {
             Ok(message) => {
                 self.accept(message);
@@ -729,6 +738,7 @@ mod tests {
             retries: 0,
             window: None,
             memory: None,
+            spin: SPIN,
             handle: DeviceHandle::Thread(None, Some(ours)),
         };
         channel.submit(&Request::GetSeed).unwrap();
