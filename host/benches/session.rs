@@ -5,7 +5,8 @@
 //! firmware is built: `$TESSERA_FIRMWARE` or the workspace's release build).
 //!
 //! `cargo bench -p tessera-host --bench session`. Each figure is the median of several
-//! runs; ratios are baseline time / session time (1.0× = as fast as memcpy). The copies are
+//! runs; ratios are baseline time / session time (1.0× = as fast as memcpy), each copy and
+//! allreduce timed in alternation with its memcpy (this machine's speed drifts). The copies are
 //! Disco's, destination-passing: into a register that already holds an array of the shape
 //! (`copy_to_worker0_into`), and into a host array (`copy_from_worker0_into`); the copies
 //! that allocate their destination are shown beside them.
@@ -42,14 +43,29 @@ fn gbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e9
 }
 
-/// memcpy of `bytes`: the baseline every copy is held to.
-fn memcpy(bytes: usize, runs: usize) -> Duration {
+/// `f` timed beside a memcpy of `bytes` (the baseline every copy is held to), the two
+/// alternating so that a slower stretch of this shared machine weighs on both: the pair
+/// (memcpy's time, `f`'s time) whose ratio is the median of `runs` (after one warm-up of
+/// each, which touches every page).
+fn beside_memcpy(bytes: usize, runs: usize, mut f: impl FnMut()) -> (Duration, Duration) {
     let from = vec![1u8; bytes];
     let mut to = vec![0u8; bytes];
-    median(runs, || {
-        to.copy_from_slice(black_box(&from));
-        black_box(&to);
-    })
+    to.copy_from_slice(&from);
+    f();
+    let mut pairs: Vec<(Duration, Duration)> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            to.copy_from_slice(black_box(&from));
+            black_box(&to);
+            let base = start.elapsed();
+            let start = Instant::now();
+            f();
+            (base, start.elapsed())
+        })
+        .collect();
+    let ratio = |(base, time): &(Duration, Duration)| time.as_secs_f64() / base.as_secs_f64();
+    pairs.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+    pairs[pairs.len() / 2]
 }
 
 fn calls(name: &str, session: &Session) {
@@ -76,39 +92,38 @@ fn calls(name: &str, session: &Session) {
 
 fn copies(name: &str, session: &Session, sizes: &[usize]) {
     for &bytes in sizes {
-        let runs = if bytes >= 64 << 20 { 5 } else { 21 };
+        let runs = if bytes >= 64 << 20 { 7 } else { 21 };
         let values: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
         let array = HostArray::from_u8(&[bytes as u32], &values).unwrap();
         let register = session.empty(DataType::U8, &[bytes as u32]).unwrap();
         let mut host = HostArray::from_u8(&[bytes as u32], &vec![0; bytes]).unwrap();
-        let base = memcpy(bytes, runs);
-        let to = median(runs, || {
+        let to = beside_memcpy(bytes, runs, || {
             session.copy_to_worker0_into(&array, &register).unwrap();
             session.sync_worker(0).unwrap();
         });
-        let from = median(runs, || {
+        let from = beside_memcpy(bytes, runs, || {
             session
                 .copy_from_worker0_into(&register, &mut host)
                 .unwrap();
             black_box(&host);
         });
         assert_eq!(host.bytes(), array.bytes(), "the copies arrived whole");
-        let fresh_to = median(runs, || {
+        let fresh_to = beside_memcpy(bytes, runs, || {
             black_box(session.copy_to_worker0(&array).unwrap());
             session.sync_worker(0).unwrap();
         });
-        let fresh_from = median(runs, || {
+        let fresh_from = beside_memcpy(bytes, runs, || {
             black_box(session.copy_from_worker0(&register).unwrap());
         });
-        let ratio = |d: Duration| base.as_secs_f64() / d.as_secs_f64();
+        let ratio = |(base, time): (Duration, Duration)| base.as_secs_f64() / time.as_secs_f64();
         println!(
             "{name:>8}  {:>7} KiB  to worker 0: {:6.2} GB/s ({:4.2}× memcpy)   from worker 0: {:6.2} GB/s ({:4.2}× memcpy)   memcpy {:6.2} GB/s   (allocating: {:4.2}× / {:4.2}×)",
             bytes >> 10,
-            gbps(bytes, to),
+            gbps(bytes, to.1),
             ratio(to),
-            gbps(bytes, from),
+            gbps(bytes, from.1),
             ratio(from),
-            gbps(bytes, base),
+            gbps(bytes, to.0),
             ratio(fresh_to),
             ratio(fresh_from),
         );
@@ -121,28 +136,11 @@ fn allreduce(name: &str, session: &Session) {
     let src = session.empty(DataType::F32, &[elements]).unwrap();
     let dst = session.empty(DataType::F32, &[elements]).unwrap();
     session.sync_all().unwrap();
-    let from = vec![1u8; bytes];
-    let mut to = vec![0u8; bytes];
-    // Baseline and allreduce alternate, so that a slower stretch of this shared machine
-    // weighs on both; the ratio is the median of the pairs'.
-    let mut pairs: Vec<(Duration, Duration)> = (0..12)
-        .map(|_| {
-            let start = Instant::now();
-            to.copy_from_slice(black_box(&from));
-            black_box(&to);
-            let base = start.elapsed();
-            let start = Instant::now();
-            session
-                .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
-                .unwrap();
-            (base, start.elapsed())
-        })
-        .skip(1) // the first touches every page
-        .collect();
-    pairs.sort_by(|a, b| {
-        (a.1.as_secs_f64() / a.0.as_secs_f64()).total_cmp(&(b.1.as_secs_f64() / b.0.as_secs_f64()))
+    let (base, time) = beside_memcpy(bytes, 11, || {
+        session
+            .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
+            .unwrap();
     });
-    let (base, time) = pairs[pairs.len() / 2];
     println!(
         "{name:>8}  allreduce 16 MiB f32 × {WORKERS}: {:8.1} ms = {:5.1}× one 16 MiB memcpy ({:.2} ms)",
         time.as_secs_f64() * 1e3,
