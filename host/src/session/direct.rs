@@ -114,19 +114,24 @@ impl State {
             .clamp(1, blocks.max(1));
         let per_thread = blocks.div_ceil(threads) * block;
         let memories = &memories;
+        let mut parts = (0..plan.bytes)
+            .step_by(per_thread.max(1))
+            .map(|start| start..plan.bytes.min(start + per_thread));
+        // This thread takes the first part; the others (none for a small array) get a
+        // thread each.
+        let first = parts.next().unwrap_or(0..0);
         std::thread::scope(|scope| {
-            let parts: Vec<_> = (0..plan.bytes)
-                .step_by(per_thread.max(1))
-                .map(|start| {
-                    let end = plan.bytes.min(start + per_thread);
-                    scope.spawn(move || reduce_range(plan, op, memories, start..end))
-                })
+            let others: Vec<_> = parts
+                .map(|range| scope.spawn(move || reduce_range(plan, op, memories, range)))
                 .collect();
+            let mine = reduce_range(plan, op, memories, first);
             // The first failure is the answer (the scope joins the rest); a panic in a part
             // goes on as a panic here.
-            parts.into_iter().try_for_each(|part| {
-                part.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            others.into_iter().fold(mine, |outcome, part| {
+                let theirs = part
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                outcome.and(theirs)
             })
         })
     }
