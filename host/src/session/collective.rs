@@ -23,6 +23,7 @@
 use std::ops::Range;
 
 use tessera_core::dtype::DataType;
+use tessera_core::wire::endpoint::Description;
 use tessera_core::wire::ValueKind;
 
 use super::reduce;
@@ -54,8 +55,9 @@ pub enum ReduceOp {
 }
 
 /// One result to write: the worker, the array (in the destination's shape), the
-/// destination register, and whether it must be made anew (it is not an array yet).
-type Output = (usize, (HostArray, u16, bool));
+/// destination register, and its description (`None`: it must be made anew, it is not an
+/// array yet).
+type Output = (usize, (HostArray, u16, Option<Description>));
 
 impl Session {
     /// Allreduce of `src` into `dst` on every worker of each group.
@@ -290,7 +292,7 @@ impl State {
         dst: u16,
         operation: &'static str,
         result: &HostArray,
-    ) -> Result<(HostArray, u16, bool), SessionError> {
+    ) -> Result<(HostArray, u16, Option<Description>), SessionError> {
         let described = self.describe(worker, dst)?;
         let dtype = described.dtype.unwrap_or(DataType::F32);
         if dtype != result.dtype() {
@@ -313,21 +315,23 @@ impl State {
         if described.kind != ValueKind::Array {
             // A tensor register: it becomes an array of its shape.
             let shape = [elements as u32];
-            return Ok((result.reshaped(&shape)?, dst, true));
+            return Ok((result.reshaped(&shape)?, dst, None));
         }
-        Ok((result.reshaped(&described.shape)?, dst, false))
+        let fitted = result.reshaped(&described.shape)?;
+        Ok((fitted, dst, Some(described)))
     }
 
     fn write_result(
         &mut self,
         worker: usize,
-        (array, dst, fresh): &(HostArray, u16, bool),
+        (array, dst, held): &(HostArray, u16, Option<Description>),
     ) -> Result<(), SessionError> {
-        if *fresh {
-            return self.write_host_array(worker, *dst, array);
+        match held {
+            None => self.write_host_array(worker, *dst, array),
+            // `fit` made the result's type and shape those of `dst`, whose description it
+            // passes on: overwrite it in place, without asking where it is again.
+            Some(held) => self.overwrite_array(worker, *dst, array, Some(held.clone())),
         }
-        // `fit` made the result's type and shape those of `dst`: overwrite it in place.
-        self.overwrite_array(worker, *dst, array)
     }
 }
 

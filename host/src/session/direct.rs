@@ -102,6 +102,8 @@ impl State {
             .iter_mut()
             .map(|channel| {
                 let replica = channel.replica();
+                // Every member maps its memory (the plan checked); a channel that lost its
+                // mapping could only have been closed.
                 channel
                     .device_memory()?
                     .ok_or(TransportError::Closed { replica })

@@ -336,10 +336,7 @@ impl Session {
         if !fits {
             return state.write_host_array(0, dst.id, array);
         }
-        if state.write_in_place(0, dst.id, array.bytes(), held)? {
-            return Ok(());
-        }
-        state.overwrite_array(0, dst.id, array)
+        state.overwrite_array(0, dst.id, array, held)
     }
 
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier

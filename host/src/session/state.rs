@@ -390,18 +390,20 @@ impl State {
             &alloc_request(id, array.dtype(), array.shape())?,
             Command::Alloc(id),
         )?;
-        self.overwrite_array(worker, id, array)
+        self.overwrite_array(worker, id, array, None)
     }
 
     /// Writes `array`'s bytes over register `id` on `worker`, which already holds an array of
-    /// the same type and shape (the caller checked): no new allocation, nothing zeroed.
+    /// the same type and shape (the caller checked, and passes the register's description
+    /// as `held` if it has it): no new allocation, nothing zeroed.
     pub(super) fn overwrite_array(
         &mut self,
         worker: usize,
         id: u16,
         array: &HostArray,
+        held: Option<Description>,
     ) -> Result<(), SessionError> {
-        if self.write_in_place(worker, id, array.bytes(), None)? {
+        if self.write_in_place(worker, id, array.bytes(), held)? {
             return Ok(());
         }
         // Decided before anything is sent: an array larger than the window goes in chunks.
