@@ -139,6 +139,7 @@ fn request_variant(request: &Request<'_>) -> u32 {
         Request::ReadArrayBulk { .. } => 31,
         Request::WriteSlotBulk { .. } => 32,
         Request::ReadSlotBulk { .. } => 33,
+        Request::ResetStep => 34,
     }
 }
 
@@ -270,6 +271,7 @@ fn kind_variant(kind: RequestKind) -> u32 {
         RequestKind::ReadArrayBulk => 32,
         RequestKind::WriteSlotBulk => 33,
         RequestKind::ReadSlotBulk => 34,
+        RequestKind::ResetStep => 35,
     }
 }
 
@@ -586,6 +588,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
             }),
             "05 21 21 ae 02 82 20",
         ),
+        ("ResetStep", env(Request::ResetStep), "05 22"),
     ]
 }
 
@@ -812,6 +815,7 @@ fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
         ("ReadArrayBulk", ReadArrayBulk, "20"),
         ("WriteSlotBulk", WriteSlotBulk, "21"),
         ("ReadSlotBulk", ReadSlotBulk, "22"),
+        ("ResetStep", ResetStep, "23"),
     ]
 }
 
@@ -825,7 +829,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 8);
+    assert_eq!(PROTOCOL_VERSION, 9);
 }
 
 #[test]

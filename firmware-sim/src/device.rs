@@ -274,6 +274,10 @@ impl<'a> Device<'a> {
                 let work = program::run(ctx, reducer)?;
                 self.cycles.add(work);
             }
+            Request::ResetStep => {
+                let prepared = self.prepared.as_ref().ok_or(ErrorCode::NotConfigured)?;
+                program::reset(&mut self.arena, &mut self.fifos, prepared)?;
+            }
             Request::Reduced { .. } => return Err(ErrorCode::UnexpectedReduced),
             Request::CycleCount => {
                 if !self

@@ -177,6 +177,18 @@ impl Fifos {
         Ok((block, at..at + items * fifo.item_bytes))
     }
 
+    /// Drops every item of FIFO `id`, complete and partial, keeping the FIFO: its ring
+    /// restarts at the block's beginning, as a FIFO that was never pushed to.
+    pub fn empty(&mut self, id: u16) -> Result<(), ErrorCode> {
+        self.get(id)?;
+        self.update(id, |f| {
+            f.head = 0;
+            f.len = 0;
+            f.partial = 0;
+        });
+        Ok(())
+    }
+
     /// Forgets every FIFO (their blocks go with the arena's).
     pub fn clear(&mut self) {
         self.table.clear();
@@ -194,5 +206,32 @@ impl Fifos {
         if let Some(f) = self.table.iter_mut().find(|f| f.id == id) {
             change(f);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO left with a partial item (a failed step's inputs cut short) would start the
+    /// next step's items at the wrong offset; emptying must forget partial bytes too.
+    #[test]
+    fn empty_forgets_complete_and_partial_items() {
+        let mut memory = [0u8; 256];
+        let mut arena = Arena::new(&mut memory);
+        let mut fifos = Fifos::default();
+        fifos.create(&mut arena, 7, 4, 3).unwrap();
+        fifos.push(&mut arena, 7, &[1, 2, 3, 4, 5, 6]).unwrap();
+        fifos.empty(7).unwrap();
+        assert_eq!(
+            fifos.pop(&arena, 7, 1),
+            Err(ErrorCode::FifoEmpty { fifo: 7 })
+        );
+        // The whole depth fits again, and items start at the first byte.
+        fifos.push(&mut arena, 7, &[9; 12]).unwrap();
+        let (block, range) = fifos.pop(&arena, 7, 3).unwrap();
+        assert_eq!(range, 0..12);
+        assert_eq!(&arena.bytes(block)[range], &[9; 12]);
+        assert_eq!(fifos.empty(8), Err(ErrorCode::UnknownId { id: 8 }));
     }
 }

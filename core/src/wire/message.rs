@@ -8,7 +8,7 @@ use crate::dtype::DataType;
 use crate::program::Program;
 
 /// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -366,6 +366,12 @@ pub enum Request<'a> {
         /// Bytes wanted.
         len: u32,
     },
+    /// Puts the prepared program's step state back to where a step starts: every stream and
+    /// anchor FIFO emptied (complete and partial items alike) and the step's scratch zeroed
+    /// (the running sums of `Sum` anchors live there). Variables, their optimizer state,
+    /// slots and the RNG are left as they are. The host sends it to every replica after a
+    /// failed step, so that nothing the failure left behind is read by the next one.
+    ResetStep,
 }
 
 /// Which request an error reply is about.
@@ -409,6 +415,7 @@ pub enum RequestKind {
     ReadArrayBulk,
     WriteSlotBulk,
     ReadSlotBulk,
+    ResetStep,
 }
 
 impl Request<'_> {
@@ -449,6 +456,7 @@ impl Request<'_> {
             Self::ReadArrayBulk { .. } => RequestKind::ReadArrayBulk,
             Self::WriteSlotBulk { .. } => RequestKind::WriteSlotBulk,
             Self::ReadSlotBulk { .. } => RequestKind::ReadSlotBulk,
+            Self::ResetStep => RequestKind::ResetStep,
         }
     }
 }

@@ -155,6 +155,29 @@ fn place(
     Ok(())
 }
 
+/// Puts `prepared`'s step state back to where a step starts (after a failed one): every
+/// stream and anchor FIFO emptied and the step's scratch zeroed, so no sample, anchored
+/// value or partial `Sum` anchor of the failed step reaches the next. Variables, their
+/// velocity and slots keep their values: which of them a failed step changed is for the
+/// host to settle.
+pub fn reset(
+    arena: &mut Arena<'_>,
+    fifos: &mut Fifos,
+    prepared: &Prepared,
+) -> Result<(), ErrorCode> {
+    let program = &prepared.program;
+    for i in 0..program.streams.len() as u8 {
+        fifos.empty(ids::stream_fifo(i))?;
+    }
+    for j in 0..program.anchors.len() as u8 {
+        fifos.empty(ids::anchor_fifo(j))?;
+    }
+    if let Some(block) = arena.find(Owner::StepScratch) {
+        arena.bytes_mut(block).fill(0);
+    }
+    Ok(())
+}
+
 /// Frees every block and FIFO `program` may have placed.
 fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program) {
     for i in 0..program.variables.len() as u8 {

@@ -10,6 +10,7 @@ use tessera_core::stream::{SetupError, SplitterError};
 use tessera_core::transfer::LayoutError;
 use tessera_core::wire::Limits;
 
+use super::recovery::StepPhase;
 use crate::transport::TransportError;
 
 /// A runtime failure.
@@ -148,6 +149,29 @@ pub enum RuntimeError {
         /// Words given.
         actual: usize,
     },
+    /// A training step failed; the runtime then reset every device's step state (the rule
+    /// is stated in [`recovery`](super::recovery)).
+    StepFailed {
+        /// What the step was doing.
+        phase: StepPhase,
+        /// Why it failed.
+        cause: Box<RuntimeError>,
+        /// True when the replicas may have applied different parts of the step: until
+        /// every variable (and its optimizer state) is loaded again, the runtime refuses
+        /// steps and weights to host ([`RuntimeError::Diverged`]).
+        diverged: bool,
+        /// Why the devices could not be reset, if they could not (the next step tries
+        /// again before anything else).
+        reset: Option<TransportError>,
+    },
+    /// A step or a read of weights refused because a failed step may have left the
+    /// replicas of one group holding different values of `name`.
+    Diverged {
+        /// The variable.
+        name: String,
+        /// What is still to be loaded: "weights" or "optimizer state".
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -249,6 +273,36 @@ impl fmt::Display for RuntimeError {
                 f,
                 "the RNG state must have exactly {expected} words, not {actual}"
             ),
+            Self::StepFailed {
+                phase,
+                cause,
+                diverged,
+                reset,
+            } => {
+                write!(f, "the step failed while {phase}: {cause}")?;
+                match reset {
+                    None => f.write_str("; every device's step state was reset")?,
+                    Some(e) => write!(
+                        f,
+                        "; the devices' step state could not be reset ({e}): the next step \
+                         tries again first"
+                    )?,
+                }
+                if *diverged {
+                    f.write_str(
+                        "; the replicas may hold different weights now: load every variable \
+                         (and the optimizer state) again, or resume a checkpoint, before the \
+                         next step",
+                    )?;
+                }
+                Ok(())
+            }
+            Self::Diverged { name, what } => write!(
+                f,
+                "the {what} of `{name}` may differ between its replicas since a step failed: \
+                 load it again from the host (or resume a checkpoint) before running a step \
+                 or reading weights"
+            ),
         }
     }
 }
@@ -261,6 +315,7 @@ impl std::error::Error for RuntimeError {
             Self::Layout { error, .. } => Some(error),
             Self::SplitterSetup(e) => Some(e),
             Self::Splitter(e) => Some(e),
+            Self::StepFailed { cause, .. } => Some(&**cause),
             _ => None,
         }
     }

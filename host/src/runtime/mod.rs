@@ -19,6 +19,9 @@
 //!   sends each replica its share as one byte stream per stream and step, runs the step
 //!   (answering the devices' reductions under the program's schedule), and returns every
 //!   anchor ([`step_io`]).
+//! - A step that fails leaves a defined state: every device's step state is reset, and
+//!   when the replicas may have applied different parts of the step the runtime refuses
+//!   steps and weights to host until the host loads the variables again ([`recovery`]).
 //! - Cycle counts come only from an instrumented program (otherwise the devices refuse);
 //!   their unit is the device's work unit, one multiply-add.
 //!
@@ -26,6 +29,7 @@
 
 pub mod check;
 mod error;
+pub mod recovery;
 pub mod reference;
 pub mod step_io;
 pub mod weights;
@@ -42,12 +46,13 @@ use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
 use tessera_core::wire::Request;
 
 pub use error::RuntimeError;
+pub use recovery::StepPhase;
 pub use step_io::{Anchors, StepCallbacks};
 
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::session::HostArray;
-use crate::transport::{check_firmware, Channel, TransportError};
+use crate::transport::{check_firmware, Channel, StepFault, TransportError};
 
 /// Most replicas one runtime drives (the splitter's capacity).
 pub const MAX_REPLICAS: usize = 64;
@@ -109,6 +114,10 @@ pub struct Runtime {
     /// The grouping each reduction round of a batch combines, in schedule order.
     rounds: Vec<ReplicaGrouping>,
     weights_in_sync: bool,
+    /// What failed steps left to settle (see [`recovery`]).
+    recovery: recovery::Recovery,
+    /// A failure the next step injects, for tests.
+    fault: Option<StepFault>,
 }
 
 impl Runtime {
@@ -275,6 +284,8 @@ impl Runtime {
             flow,
             rounds,
             weights_in_sync: false,
+            recovery: recovery::Recovery::default(),
+            fault: None,
         })
     }
 
@@ -296,6 +307,12 @@ impl Runtime {
     /// The job's instances.
     pub fn instances(&self) -> &dyn Instances {
         &*self.instances
+    }
+
+    /// Makes the next step fail as `fault` says, to test what a failed step leaves (see
+    /// [`recovery`]); the steps after it run normally.
+    pub fn inject_step_fault(&mut self, fault: StepFault) {
+        self.fault = Some(fault);
     }
 
     /// True after weights to host, until the next training step.

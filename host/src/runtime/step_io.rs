@@ -30,7 +30,7 @@ use tessera_core::stream::{SizeError, Splitter, StreamKind, StreamSpec, Upstream
 use tessera_core::wire::endpoint::PopFifo;
 use tessera_core::wire::{Request, RequestKind};
 
-use super::{Runtime, RuntimeError, StepIo, MAX_REPLICAS};
+use super::{Runtime, RuntimeError, StepIo, StepPhase, MAX_REPLICAS};
 use crate::session::HostArray;
 use crate::transport::hub;
 
@@ -54,6 +54,7 @@ const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::progra
 impl Runtime {
     /// Runs one training step on `io` (see the module's contract); returns the anchors.
     pub fn run(&mut self, io: &StepIo) -> Result<Anchors, RuntimeError> {
+        self.ready_for_step()?;
         let streams = self.device_streams(io)?;
         // This instance's replicas: its arrays feed only them.
         let replicas = self.window.local;
@@ -140,6 +141,7 @@ impl Runtime {
     /// the stream's own type; anchored values are handed back in the order each replica
     /// wrote them. Labels are checked as for arrays.
     pub fn run_with(&mut self, io: &mut dyn StepCallbacks) -> Result<(), RuntimeError> {
+        self.ready_for_step()?;
         let replicas = self.window.local;
         let p = self.program.clone();
         let per_replica = self.flow.inputs_per_replica();
@@ -179,8 +181,24 @@ impl Runtime {
 
     /// Pushes each local replica's share of each stream (`shares[replica][stream]`), runs
     /// the step, and pops every anchor: `[anchor][replica]`, the values in the order the
-    /// replica wrote them.
+    /// replica wrote them. A failure in any phase is settled by
+    /// [`recovery`](super::recovery)'s rule before it is returned.
     fn step_bytes(&mut self, shares: &[Vec<Vec<u8>>]) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
+        if let Err(e) = self.feed(shares) {
+            return Err(self.step_failed(StepPhase::Feeding, e));
+        }
+        // Whatever happens next, the host's copy of the weights is no longer known good.
+        self.weights_in_sync = false;
+        let fault = self.fault.take();
+        if let Err(e) = hub::run_step(&mut self.channels, &self.rounds, &*self.instances, fault) {
+            return Err(self.step_failed(StepPhase::Running, e.into()));
+        }
+        self.collect()
+            .map_err(|e| self.step_failed(StepPhase::Collecting, e))
+    }
+
+    /// Pushes each local replica's share of each stream into its FIFOs.
+    fn feed(&mut self, shares: &[Vec<Vec<u8>>]) -> Result<(), RuntimeError> {
         let mut sent = Vec::new();
         for (r, share) in shares.iter().enumerate() {
             let c = &mut self.channels[r];
@@ -195,11 +213,11 @@ impl Runtime {
         for (r, seq) in sent {
             self.channels[r].receive(seq)?;
         }
+        Ok(())
+    }
 
-        // Whatever happens next, the host's copy of the weights is no longer known good.
-        self.weights_in_sync = false;
-        hub::run_step(&mut self.channels, &self.rounds, &*self.instances)?;
-
+    /// Pops every anchor of a finished step: `[anchor][replica]`.
+    fn collect(&mut self) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
         let mut popped = Vec::with_capacity(self.program.anchors.len());
         for j in 0..self.program.anchors.len() {
             let a = self.program.anchors[j];

@@ -16,6 +16,7 @@ use tessera_core::program::{elements, ids, Program};
 use tessera_core::transfer::{Collective, InstanceWindow, TransferError, WeightLayout};
 use tessera_core::wire::Request;
 
+use super::recovery::Recovery;
 use super::{Runtime, RuntimeError, WeightsIo};
 use crate::session::HostArray;
 use crate::transport::{ChannelSlots, TransportError};
@@ -40,12 +41,16 @@ impl Runtime {
 
     /// Weights from host: every array in `weights` names a variable and has its host
     /// shape; variables not named keep their values.
+    /// Loading a variable settles it after a failed step (see [`recovery`](super::recovery)).
     pub fn weights_from_host(&mut self, weights: &WeightsIo) -> Result<(), RuntimeError> {
-        self.load(weights, ids::variable)
+        self.load(weights, ids::variable, Recovery::weights_loaded)
     }
 
     /// Weights to host: every variable in its returned shape.
+    /// Refused while a failed step may have left the replicas apart
+    /// ([`RuntimeError::Diverged`]).
     pub fn weights_to_host(&mut self) -> Result<WeightsIo, RuntimeError> {
+        self.check_converged(true, false)?;
         let out = self.store(ids::variable)?;
         self.weights_in_sync = true;
         Ok(out)
@@ -55,7 +60,7 @@ impl Runtime {
     /// the variable's host shape. Refused when the program's optimizer keeps no state.
     pub fn optimizer_state_from_host(&mut self, state: &WeightsIo) -> Result<(), RuntimeError> {
         self.check_optimizer_state()?;
-        self.load(state, ids::velocity)
+        self.load(state, ids::velocity, Recovery::velocity_loaded)
     }
 
     /// The optimizer's state to host: each variable's velocity in the variable's returned
@@ -64,6 +69,7 @@ impl Runtime {
         if !self.program.optimizer.has_velocity() {
             return Ok(WeightsIo::new());
         }
+        self.check_converged(false, true)?;
         self.store(ids::velocity)
     }
 
@@ -77,7 +83,13 @@ impl Runtime {
 
     /// Host arrays (host shapes) into the on-device variables `target` names, through each
     /// variable's slot; every array is checked before the first one moves.
-    fn load(&mut self, arrays: &WeightsIo, target: fn(u8) -> u16) -> Result<(), RuntimeError> {
+    /// `loaded` records each variable as settled once every replica holds it.
+    fn load(
+        &mut self,
+        arrays: &WeightsIo,
+        target: fn(u8) -> u16,
+        loaded: fn(&mut Recovery, usize),
+    ) -> Result<(), RuntimeError> {
         let mut plan = Vec::with_capacity(arrays.len());
         for (name, array) in arrays {
             let index = self.variable(name)?;
@@ -97,6 +109,7 @@ impl Runtime {
                 variable: target(index as u8),
             };
             self.broadcast(&load)?;
+            loaded(&mut self.recovery, index);
         }
         Ok(())
     }

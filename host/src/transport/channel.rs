@@ -486,6 +486,49 @@ impl Channel {
         Ok(())
     }
 
+    /// Sends `request` after a step this host gave up on (another device failed it) and
+    /// waits for its reply. A device still inside that step takes any later request as the
+    /// sign that the host gave up: it fails the step at once (`StepAbandoned`) and drops
+    /// the request, which go-back-N would send again only after a deadline. So once no
+    /// step is in flight any more, what is unanswered is sent again at once; a device that
+    /// had already finished answers the repeat from its reply cache. Whatever the
+    /// abandoned step left unclaimed (its reply, its contributions) is discarded.
+    pub fn request_after_abandoned_step(
+        &mut self,
+        request: &Request<'_>,
+    ) -> Result<Reply, TransportError> {
+        let steps: Vec<u32> = self
+            .in_flight
+            .iter()
+            .filter(|f| f.kind == RequestKind::RunStep)
+            .map(|f| f.seq)
+            .collect();
+        let seq = self.submit(request)?;
+        while self
+            .in_flight
+            .iter()
+            .any(|f| f.kind == RequestKind::RunStep)
+        {
+            self.pump(None, true)?;
+        }
+        if !steps.is_empty() && self.in_flight.iter().any(|f| f.seq == seq) {
+            for f in &self.in_flight {
+                transmit(
+                    &mut self.writer,
+                    &f.frame,
+                    f.bulk.clone(),
+                    self.limits.replica,
+                )?;
+                self.retries += 1;
+            }
+            self.oldest_sent = Instant::now();
+        }
+        let reply = self.receive(seq);
+        // The abandoned steps' replies and contributions are nobody's now.
+        self.arrived.retain(|seq, _| !steps.contains(seq));
+        reply
+    }
+
     /// The next message under `seq` (a reply, or a reduction during a step) if one
     /// arrives within `wait`, without sending anything again: for a caller that manages
     /// its own retries (the step hub).

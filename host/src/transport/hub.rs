@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::wire::{ReduceOp, Request, Response};
 
-use super::{Channel, TransportError};
+use super::{Channel, StepFault, TransportError};
 use crate::instance::Instances;
 
 /// How long the hub polls one channel before moving to the next.
@@ -38,11 +38,13 @@ struct Contribution {
 }
 
 /// Runs one `RunStep` on every channel; `rounds` (groupings over the channels' global
-/// replica ids, one per round of a batch) say which devices each round combines.
+/// replica ids, one per round of a batch) say which devices each round combines. `fault`,
+/// for tests, makes one device fail the step (see [`StepFault`]).
 pub fn run_step(
     channels: &mut [Channel],
     rounds: &[ReplicaGrouping],
     instances: &dyn Instances,
+    fault: Option<StepFault>,
 ) -> Result<(), TransportError> {
     let seqs = channels
         .iter_mut()
@@ -153,7 +155,14 @@ pub fn run_step(
                         let combined = combine(entry, &replicas, grouping, instances)?;
                         for c in entry.iter() {
                             let g = grouping.group_of(replicas[c.from]).unwrap_or(0);
-                            let answer = &combined[g];
+                            let mut answer = &combined[g][..];
+                            let faulty = StepFault {
+                                replica: replicas[c.from] as u32,
+                                round,
+                            };
+                            if fault == Some(faulty) {
+                                answer = &answer[..answer.len().saturating_sub(4)];
+                            }
                             let reduced = Request::Reduced {
                                 round,
                                 data: answer,

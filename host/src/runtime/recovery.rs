@@ -1,0 +1,172 @@
+//! What a failed training step leaves behind, and the way back to a defined state.
+//!
+//! # Rule
+//!
+//! A step goes through three phases, and a failure in each leaves a different state:
+//!
+//! 1. **Feeding** — each replica's inputs are pushed to its stream FIFOs. No device has
+//!    run anything of the step: every variable is as it was.
+//! 2. **Running** — the devices run the step and the host combines their reductions. A
+//!    failure here (a device error, a silent or lost device, a refused reduction) can come
+//!    after some replicas applied a batch's update that others never got: the replicas of
+//!    one group may now hold different weights and optimizer state, which nothing on the
+//!    host would notice (one replica per group is read back and saved).
+//! 3. **Collecting** — every device finished the step and the anchors are read. The
+//!    variables are the step's result on every replica; only the anchors are lost.
+//!
+//! After a failure in any phase the runtime sends every device
+//! [`ResetStep`](tessera_core::wire::Request::ResetStep): stream and anchor FIFOs emptied,
+//! the step's scratch (where `Sum` anchors accumulate) zeroed, so nothing of the failed
+//! step reaches the next one. A device that cannot be reset (its link is gone) is tried
+//! again before the next step, which fails if it still cannot.
+//!
+//! After a failure while **running**, the runtime is *diverged*: [`Runtime::run`],
+//! [`Runtime::run_with`], [`Runtime::weights_to_host`] and
+//! [`Runtime::optimizer_state_to_host`] refuse with [`RuntimeError::Diverged`], naming a
+//! variable still to load, until every variable has been loaded again with
+//! [`Runtime::weights_from_host`] and, when the optimizer keeps a velocity, every velocity
+//! with [`Runtime::optimizer_state_from_host`] (resuming a checkpoint does both). Loads may
+//! come in any number of calls; each clears what it wrote. The runtime never guesses which
+//! replica holds the right values: only the host's copy is known good.
+//!
+//! The replicas' RNG states and cycle counts stay as the failed step left them (each
+//! replica draws its own stream, so they cannot disagree within a group); set the RNG
+//! state with [`Runtime::set_rng_state`] to repeat a step exactly.
+//!
+//! [`Runtime::run`]: super::Runtime::run
+//! [`Runtime::run_with`]: super::Runtime::run_with
+//! [`Runtime::weights_to_host`]: super::Runtime::weights_to_host
+//! [`Runtime::optimizer_state_to_host`]: super::Runtime::optimizer_state_to_host
+//! [`Runtime::weights_from_host`]: super::Runtime::weights_from_host
+//! [`Runtime::optimizer_state_from_host`]: super::Runtime::optimizer_state_from_host
+//! [`Runtime::set_rng_state`]: super::Runtime::set_rng_state
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use tessera_core::wire::Request;
+
+use super::{Runtime, RuntimeError};
+use crate::transport::TransportError;
+
+/// What a step was doing when it failed (see the module's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepPhase {
+    /// Pushing the replicas' inputs.
+    Feeding,
+    /// Running on the devices and combining their reductions.
+    Running,
+    /// Reading the anchors back.
+    Collecting,
+}
+
+impl fmt::Display for StepPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Feeding => "feeding the replicas' inputs",
+            Self::Running => "running on the devices",
+            Self::Collecting => "reading the anchors",
+        })
+    }
+}
+
+/// The runtime's memory of failed steps: what must be loaded again, and whether the
+/// devices still need a reset.
+#[derive(Debug, Default)]
+pub(super) struct Recovery {
+    /// Variables (by index) whose replicas may disagree, until loaded again.
+    weights: BTreeSet<usize>,
+    /// Velocities (by variable index) likewise.
+    velocities: BTreeSet<usize>,
+    /// The last reset did not reach every device.
+    reset_pending: bool,
+}
+
+impl Recovery {
+    /// Variable `index`'s weights were loaded from the host on every replica.
+    pub(super) fn weights_loaded(&mut self, index: usize) {
+        self.weights.remove(&index);
+    }
+
+    /// Variable `index`'s velocity was loaded from the host on every replica.
+    pub(super) fn velocity_loaded(&mut self, index: usize) {
+        self.velocities.remove(&index);
+    }
+}
+
+impl Runtime {
+    /// Refuses while a failed step left variables (`weights`) or their velocities
+    /// (`velocities`) that may differ between replicas (see the module's rule).
+    pub(super) fn check_converged(
+        &self,
+        weights: bool,
+        velocities: bool,
+    ) -> Result<(), RuntimeError> {
+        let diverged = |set: &BTreeSet<usize>, what| {
+            set.iter().next().map(|&i| RuntimeError::Diverged {
+                name: self.program.variables[i].name.to_string(),
+                what,
+            })
+        };
+        let first = weights
+            .then(|| diverged(&self.recovery.weights, "weights"))
+            .flatten()
+            .or_else(|| {
+                velocities
+                    .then(|| diverged(&self.recovery.velocities, "optimizer state"))
+                    .flatten()
+            });
+        first.map_or(Ok(()), Err)
+    }
+
+    /// What a step must find before it sends anything: no divergence left, and devices
+    /// whose step state a failure left behind reset.
+    pub(super) fn ready_for_step(&mut self) -> Result<(), RuntimeError> {
+        self.check_converged(true, true)?;
+        if self.recovery.reset_pending {
+            self.reset_devices()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the module's rule to a step that failed with `cause` while `phase`, and
+    /// returns the error the caller reports.
+    pub(super) fn step_failed(&mut self, phase: StepPhase, cause: RuntimeError) -> RuntimeError {
+        let diverged = phase == StepPhase::Running;
+        if diverged {
+            let all = 0..self.program.variables.len();
+            self.recovery.weights.extend(all.clone());
+            if self.program.optimizer.has_velocity() {
+                self.recovery.velocities.extend(all);
+            }
+        }
+        tracing::warn!(%phase, error = %cause, diverged, "step failed: resetting the devices");
+        let reset = self.reset_devices().err();
+        RuntimeError::StepFailed {
+            phase,
+            cause: Box::new(cause),
+            diverged,
+            reset,
+        }
+    }
+
+    /// Sends `ResetStep` to every device (each after whatever step it may still be in);
+    /// remembers a failure so that the next step tries again.
+    fn reset_devices(&mut self) -> Result<(), TransportError> {
+        self.recovery.reset_pending = true;
+        let mut first = None;
+        for c in &mut self.channels {
+            if let Err(e) = c.request_after_abandoned_step(&Request::ResetStep) {
+                tracing::warn!(replica = c.replica(), error = %e, "device not reset");
+                first.get_or_insert(e);
+            }
+        }
+        match first {
+            None => {
+                self.recovery.reset_pending = false;
+                Ok(())
+            }
+            Some(e) => Err(e),
+        }
+    }
+}
