@@ -1,6 +1,7 @@
 //! SIGINT and SIGTERM to `tessera train` stop and reap its device processes — a stopped
-//! one included — before tessera exits. Before, a stopped device process (or a QEMU still
-//! serving its socket) outlived tessera.
+//! one included — before tessera exits; SIGKILL, which tessera cannot catch, leaves the
+//! devices to their reapers. Before, a stopped device process (or a QEMU still serving its
+//! socket) outlived tessera.
 
 mod common;
 
@@ -19,6 +20,23 @@ fn children_of(pid: u32) -> Vec<u32> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect()
+}
+
+/// True when one of the arguments process `pid` was started with is `arg`.
+fn has_arg(pid: u32, arg: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|cmdline| cmdline.split(|&b| b == 0).any(|a| a == arg.as_bytes()))
+        .unwrap_or(false)
+}
+
+/// True when process `pid` runs `tessera device`.
+fn is_device(pid: u32) -> bool {
+    has_arg(pid, "device")
+}
+
+/// True when process `pid` is a reaper (`sh -c … tessera-reaper`).
+fn is_reaper(pid: u32) -> bool {
+    has_arg(pid, "tessera-reaper")
 }
 
 /// True while process `pid` runs (a zombie has ended: only its parent's reaping is left).
@@ -79,9 +97,37 @@ fn devices_end_when_the_controller_is_killed(args: &[&str], count: usize) {
     }
 }
 
+/// Each replica: a device process and its reaper.
+const PROCESS_CHILDREN: usize = 8;
+
 #[test]
 fn device_processes_end_when_the_controller_is_killed() {
-    devices_end_when_the_controller_is_killed(&["--placement", "process"], 4);
+    devices_end_when_the_controller_is_killed(&["--placement", "process"], PROCESS_CHILDREN);
+}
+
+/// A device process that is stopped (SIGSTOP, a debugger) never reads the end of its link:
+/// before it had a reaper, it outlived a controller killed with SIGKILL forever.
+#[test]
+fn a_stopped_device_process_ends_when_the_controller_is_killed() {
+    let (mut tessera, children) =
+        start_with_children(&["--placement", "process"], PROCESS_CHILDREN);
+    let devices: Vec<u32> = children.into_iter().filter(|&pid| is_device(pid)).collect();
+    assert_eq!(devices.len(), 4, "four device processes: {devices:?}");
+    signal(devices[0], "-STOP");
+    signal(tessera.id(), "-KILL");
+    tessera.wait().unwrap();
+    let start = Instant::now();
+    while devices.iter().any(|&pid| alive(pid)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "device processes outlived their killed controller: {:?}",
+            devices
+                .iter()
+                .filter(|&&pid| alive(pid))
+                .collect::<Vec<_>>()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -111,7 +157,8 @@ fn signal(pid: u32, name: &str) {
 fn stops_its_children_on(args: &[&str], count: usize, name: &str, expected_status: i32) {
     let (mut tessera, devices) = start_with_children(args, count);
     let pid = tessera.id();
-    signal(devices[0], "-STOP");
+    let device = devices.iter().copied().find(|&pid| !is_reaper(pid));
+    signal(device.expect("a device process"), "-STOP");
     signal(pid, name);
     let start = Instant::now();
     let status = loop {
@@ -139,12 +186,12 @@ fn stops_its_children_on(args: &[&str], count: usize, name: &str, expected_statu
 
 #[test]
 fn sigterm_stops_and_reaps_every_device_process() {
-    stops_its_children_on(&["--placement", "process"], 4, "-TERM", 143);
+    stops_its_children_on(&["--placement", "process"], PROCESS_CHILDREN, "-TERM", 143);
 }
 
 #[test]
 fn sigint_stops_and_reaps_every_device_process() {
-    stops_its_children_on(&["--placement", "process"], 4, "-INT", 130);
+    stops_its_children_on(&["--placement", "process"], PROCESS_CHILDREN, "-INT", 130);
 }
 
 /// QEMU serves its socket forever: only tessera can stop it (and its defmt-print).

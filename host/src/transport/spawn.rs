@@ -1,7 +1,13 @@
 //! Starting a device in each placement, and stopping it: a thread of this process on a
 //! socket pair, a child process (`tessera device`) on its stdio, or the bare-metal firmware
 //! under `qemu-system-arm` with UART0 on a Unix socket and its defmt logs decoded by
-//! `defmt-print` (and a reaper that kills both if this process dies without stopping them).
+//! `defmt-print`.
+//!
+//! Every device process has a reaper: a shell that kills it once this process is gone,
+//! however it ended (SIGKILL included). A device process would end by itself when its link
+//! closes — but not while it is stopped (SIGSTOP, a debugger), and QEMU serves its socket
+//! forever. The reaper does not depend on which thread started the device, as a
+//! parent-death signal would (Linux sends that when the spawning *thread* ends).
 //!
 //! The QEMU placement checks everything it needs before it starts anything: the firmware
 //! exists and is a 32-bit little-endian ARM ELF, and `qemu-system-arm` and `defmt-print`
@@ -91,8 +97,11 @@ pub(super) enum DeviceHandle {
     /// device's loop even though the reader thread holds a duplicate of it (a queue ends
     /// when the channel drops its sender).
     Thread(Option<JoinHandle<()>>, Option<UnixStream>),
-    /// A `tessera device` process.
-    Child(Adopted),
+    /// A `tessera device` process and its reaper (and the end of its stdin we hold).
+    Child {
+        child: Option<Adopted>,
+        reaper: Option<(Adopted, ChildStdin)>,
+    },
     /// The emulator, the defmt decoder reading its stdout, their reaper (and the end of
     /// its stdin we hold), and the folder of the UART socket.
     Qemu {
@@ -108,7 +117,7 @@ impl DeviceHandle {
     pub fn program(&self) -> &'static str {
         match self {
             Self::Thread(..) => "thread",
-            Self::Child(_) => DEVICE_PROCESS,
+            Self::Child { .. } => DEVICE_PROCESS,
             Self::Qemu { .. } => QEMU,
         }
     }
@@ -116,7 +125,9 @@ impl DeviceHandle {
     /// How the device's process ended, if it has (waiting up to `limit` for it).
     pub fn exit_status(&self, limit: Duration) -> Option<ExitStatus> {
         match self {
-            Self::Child(child)
+            Self::Child {
+                child: Some(child), ..
+            }
             | Self::Qemu {
                 qemu: Some(child), ..
             } => child.wait_timeout(limit).ok().flatten(),
@@ -137,8 +148,12 @@ impl Drop for DeviceHandle {
                     let _ = handle.join();
                 }
             }
-            // Dropping the adopted child kills and reaps it.
-            Self::Child(_) => {}
+            // Dropping the adopted child kills and reaps it; the reaper goes first, so it
+            // never kills a process id that was reused.
+            Self::Child { child, reaper } => {
+                drop(reaper.take());
+                drop(child.take());
+            }
             Self::Qemu {
                 qemu,
                 decoder,
@@ -280,14 +295,20 @@ pub(super) fn child_process(
         source,
     })?;
     let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+    let pid = child.id();
     let child = children::adopt(child, DEVICE_PROCESS);
     let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
         return Err(io::Error::other("the child process has no stdio pipes").into());
     };
+    // Should the reaper not start, dropping `child` stops the device.
+    let reaper = reaper(replica, &[pid])?;
     Ok(Link {
         incoming: Incoming::Bytes(Box::new(stdout)),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
-        handle: DeviceHandle::Child(child),
+        handle: DeviceHandle::Child {
+            child: Some(child),
+            reaper: Some(reaper),
+        },
         window: Some(Window::Shared(window)),
         memory: Some(shared),
     })
@@ -383,9 +404,8 @@ pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError
 }
 
 /// A shell that waits for its stdin to close — which happens when this process ends, however
-/// it ends, even by SIGKILL — and then kills `pids`. QEMU serves its socket forever and
-/// would otherwise outlive a controller that died without cleaning up. Its stdin's other end
-/// is returned, to be held until the processes are stopped.
+/// it ends, even by SIGKILL — and then kills `pids` (SIGKILL ends a stopped process too).
+/// Its stdin's other end is returned, to be held until the processes are stopped.
 fn reaper(replica: u32, pids: &[u32]) -> Result<(Adopted, ChildStdin), TransportError> {
     let mut child = Command::new("sh")
         .args([
