@@ -16,8 +16,9 @@
 //! - send to a worker, send to the next group: a worker's (or each worker of a group's)
 //!   array to another worker (to the worker of the same rank in the next group).
 //!
-//! The result takes the destination's shape, whose element count must match. Every worker
-//! is synced first (earlier failures are reported, not run past), and every size and type
+//! The result takes the destination's shape, whose element count must match. Both
+//! registers must be the session's own (checked before anything else). Every worker is
+//! synced first (earlier failures are reported, not run past), and every size and type
 //! is checked before the first result is written.
 
 use std::ops::Range;
@@ -68,12 +69,13 @@ impl Session {
         op: ReduceOp,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         // In place in the workers' memory where every group can be (see `direct`).
         let mut in_place = true;
         self.collective_in(scope, |state, groups| {
             let mut plans = Vec::with_capacity(groups.len());
             for group in groups {
-                match state.plan_in_place(group.clone(), src.id, dst.id)? {
+                match state.plan_in_place(group.clone(), src, dst)? {
                     Some(plan) => plans.push(plan),
                     None => {
                         in_place = false;
@@ -92,7 +94,7 @@ impl Session {
             return Ok(());
         }
         self.to_every_member(scope, dst, "allreduce", |state, group| {
-            let arrays = state.read_all(group.clone(), src.id)?;
+            let arrays = state.read_all(group.clone(), src)?;
             reduce(&arrays, op, group.start)
         })
     }
@@ -104,8 +106,9 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.to_every_member(scope, dst, "allgather", |state, group| {
-            let arrays = state.read_all(group.clone(), src.id)?;
+            let arrays = state.read_all(group.clone(), src)?;
             concat(&arrays, "allgather", group.start)
         })
     }
@@ -117,8 +120,9 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.to_every_member(scope, dst, "broadcast", |state, group| {
-            state.read_array(group.start, src.id)
+            state.read_array(group.start, src)
         })
     }
 
@@ -129,10 +133,11 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.collective_in(scope, |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
-                let array = state.read_array(group.start, src.id)?;
+                let array = state.read_array(group.start, src)?;
                 let parts = group.len();
                 if array.elements() % parts != 0 {
                     return Err(SessionError::Indivisible {
@@ -146,7 +151,7 @@ impl Session {
                     let bytes = array.bytes()[rank * part_bytes..][..part_bytes].to_vec();
                     let elements = array.elements() / parts;
                     let part = HostArray::new(array.dtype(), &[elements as u32], bytes)?;
-                    out.push((worker, state.fit(worker, dst.id, "scatter", &part)?));
+                    out.push((worker, state.fit(worker, dst, "scatter", &part)?));
                 }
             }
             Ok(out)
@@ -160,15 +165,13 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.collective_in(scope, |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
-                let arrays = state.read_all(group.clone(), src.id)?;
+                let arrays = state.read_all(group.clone(), src)?;
                 let joined = concat(&arrays, "gather", group.start)?;
-                out.push((
-                    group.start,
-                    state.fit(group.start, dst.id, "gather", &joined)?,
-                ));
+                out.push((group.start, state.fit(group.start, dst, "gather", &joined)?));
             }
             Ok(out)
         })
@@ -182,11 +185,12 @@ impl Session {
         to: usize,
         dst: &Register,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.collective(|state, _| {
             state.check_worker(from)?;
             state.check_worker(to)?;
-            let array = state.read_array(from, src.id)?;
-            Ok(vec![(to, state.fit(to, dst.id, "send", &array)?)])
+            let array = state.read_array(from, src)?;
+            Ok(vec![(to, state.fit(to, dst, "send", &array)?)])
         })
     }
 
@@ -198,6 +202,7 @@ impl Session {
         dst: &Register,
         group: usize,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.collective_in(Scope::InGroup, |state, groups| {
             let count = groups.len();
             if group.checked_add(1).is_none_or(|next| next >= count) {
@@ -209,8 +214,8 @@ impl Session {
             let (senders, receivers) = (groups[group].clone(), groups[group + 1].clone());
             let mut out = Vec::new();
             for (from, to) in senders.zip(receivers) {
-                let array = state.read_array(from, src.id)?;
-                out.push((to, state.fit(to, dst.id, "send to next group", &array)?));
+                let array = state.read_array(from, src)?;
+                out.push((to, state.fit(to, dst, "send to next group", &array)?));
             }
             Ok(out)
         })
@@ -220,7 +225,7 @@ impl Session {
     fn to_every_member(
         &self,
         scope: Scope,
-        dst: &Register,
+        dst: u16,
         operation: &'static str,
         mut compute: impl FnMut(&mut State, Range<usize>) -> Result<HostArray, SessionError>,
     ) -> Result<(), SessionError> {
@@ -229,7 +234,7 @@ impl Session {
             for group in groups.iter().cloned() {
                 let result = compute(state, group.clone())?;
                 for worker in group {
-                    out.push((worker, state.fit(worker, dst.id, operation, &result)?));
+                    out.push((worker, state.fit(worker, dst, operation, &result)?));
                 }
             }
             Ok(out)

@@ -70,8 +70,22 @@ pub enum SessionError {
         /// Workers there are.
         workers: usize,
     },
-    /// Every register id is in use.
-    RegistersExhausted,
+    /// Every register a worker can hold is in use: a new one is refused where it is asked
+    /// for, before anything is sent.
+    RegistersExhausted {
+        /// Registers a worker holds ([`MAX_REGISTERS`](super::MAX_REGISTERS)).
+        capacity: usize,
+    },
+    /// A register of another session: its id names an unrelated value in this one, so
+    /// nothing was sent.
+    ForeignRegister {
+        /// The register's id.
+        register: u16,
+        /// The session it belongs to.
+        owner: u64,
+        /// The session it was handed to.
+        session: u64,
+    },
     /// A register that must hold an array holds something else.
     NotAnArray {
         /// The worker.
@@ -196,7 +210,20 @@ impl fmt::Display for SessionError {
             Self::NoWorker { worker, workers } => {
                 write!(f, "no worker {worker}: the session has {workers}")
             }
-            Self::RegistersExhausted => f.write_str("every register id is in use"),
+            Self::RegistersExhausted { capacity } => write!(
+                f,
+                "all {capacity} registers a worker holds are in use: drop some registers \
+                 before making another"
+            ),
+            Self::ForeignRegister {
+                register,
+                owner,
+                session,
+            } => write!(
+                f,
+                "register {register} belongs to session {owner}, not to session {session}: a \
+                 register is only valid in the session that made it; nothing was sent"
+            ),
             Self::NotAnArray {
                 worker,
                 register,

@@ -83,8 +83,11 @@ impl State {
         if let Some(id) = self.free_ids.pop() {
             return Ok(id);
         }
+        // Ids past the workers' capacity are never handed out, so no worker's table fills.
         if self.next_id > MAX_REGISTER_ID {
-            return Err(SessionError::RegistersExhausted);
+            return Err(SessionError::RegistersExhausted {
+                capacity: usize::from(MAX_REGISTER_ID),
+            });
         }
         self.next_id += 1;
         Ok(self.next_id - 1)
