@@ -24,12 +24,13 @@
 use std::ops::Range;
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::endpoint::Description;
+use tessera_core::wire::endpoint::{DescribeRegister, Description};
 use tessera_core::wire::ValueKind;
 
 use super::reduce;
 use super::value::HostArray;
-use super::{Register, Session, SessionError, State};
+use super::{Command, Register, Session, SessionError, State, WorkerFailure};
+use crate::transport::TransportError;
 
 /// Which workers one collective spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +73,7 @@ impl Session {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
         // In place in the workers' memory where every group can be (see `direct`).
         let mut in_place = true;
-        self.collective_in(scope, |state, groups| {
+        self.collective_in(scope, "allreduce", |state, groups| {
             let mut plans = Vec::with_capacity(groups.len());
             for group in groups {
                 match state.plan_in_place(group.clone(), src, dst)? {
@@ -87,6 +88,10 @@ impl Session {
                 for plan in &plans {
                     state.run_in_place(plan, op)?;
                 }
+                // Nothing was sent: only a round trip tells a worker lost meanwhile (its
+                // memory stays mapped) from one that is there to use the result.
+                let workers = state.workers.len();
+                state.confirm(0..workers, dst, "allreduce")?;
             }
             Ok(Vec::new())
         })?;
@@ -134,7 +139,7 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
-        self.collective_in(scope, |state, groups| {
+        self.collective_in(scope, "scatter", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
                 let array = state.read_array(group.start, src)?;
@@ -166,7 +171,7 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
-        self.collective_in(scope, |state, groups| {
+        self.collective_in(scope, "gather", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
                 let arrays = state.read_all(group.clone(), src)?;
@@ -186,7 +191,7 @@ impl Session {
         dst: &Register,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
-        self.collective(|state, _| {
+        self.collective_in(Scope::Global, "send", |state, _| {
             state.check_worker(from)?;
             state.check_worker(to)?;
             let array = state.read_array(from, src)?;
@@ -203,7 +208,7 @@ impl Session {
         group: usize,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
-        self.collective_in(Scope::InGroup, |state, groups| {
+        self.collective_in(Scope::InGroup, "send to next group", |state, groups| {
             let count = groups.len();
             if group.checked_add(1).is_none_or(|next| next >= count) {
                 return Err(SessionError::NoNextGroup {
@@ -229,7 +234,7 @@ impl Session {
         operation: &'static str,
         mut compute: impl FnMut(&mut State, Range<usize>) -> Result<HostArray, SessionError>,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
+        self.collective_in(scope, operation, |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
                 let result = compute(state, group.clone())?;
@@ -241,24 +246,29 @@ impl Session {
         })
     }
 
-    fn collective(
-        &self,
-        plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
-    ) -> Result<(), SessionError> {
-        self.collective_in(Scope::Global, plan)
-    }
-
     /// Syncs every worker, computes every result (`plan` reads and checks), then writes
-    /// them all and waits for the writes.
+    /// them all and waits for the writes. A worker whose link fails meanwhile fails this
+    /// collective, named with it.
     fn collective_in(
         &self,
         scope: Scope,
+        operation: &'static str,
         plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
     ) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        for worker in 0..state.workers.len() {
-            state.sync(worker)?;
-        }
+        let workers = state.workers.len();
+        // Earlier failures are theirs, reported (all of them) before anything runs.
+        state.sync_each(0..workers)?;
+        self.run_collective(&mut state, scope, plan)
+            .map_err(|e| state.blame(e, operation))
+    }
+
+    fn run_collective(
+        &self,
+        state: &mut State,
+        scope: Scope,
+        plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
+    ) -> Result<(), SessionError> {
         let workers = state.workers.len();
         let size = match scope {
             Scope::Global => workers,
@@ -269,21 +279,70 @@ impl Session {
             .step_by(size)
             .map(|start| start..start + size)
             .collect();
-        let outputs = plan(&mut state, &groups)?;
+        let outputs = plan(state, &groups)?;
         let mut touched = Vec::new();
         for (worker, result) in &outputs {
             state.write_result(*worker, result)?;
             touched.push(*worker);
         }
         touched.dedup();
-        for worker in touched {
-            state.sync(worker)?;
-        }
-        Ok(())
+        state.sync_each(touched)
     }
 }
 
 impl State {
+    /// `e` naming the worker and the collective, where it is a bare link failure of one of
+    /// this session's workers (a read of a lost worker's register, say).
+    fn blame(&self, e: SessionError, operation: &'static str) -> SessionError {
+        let SessionError::Transport(source) = e else {
+            return e;
+        };
+        let worker = replica_of(&source)
+            .and_then(|replica| self.workers.iter().position(|w| w.replica() == replica));
+        match worker {
+            Some(worker) => SessionError::Worker {
+                worker,
+                command: Command::Collective(operation),
+                source,
+            },
+            None => SessionError::Transport(source),
+        }
+    }
+
+    /// One round trip to each of `workers` (all sent before any is awaited, describing
+    /// register `id`): every worker that does not answer is a failure of `operation`.
+    fn confirm(
+        &mut self,
+        workers: Range<usize>,
+        id: u16,
+        operation: &'static str,
+    ) -> Result<(), SessionError> {
+        let mut failures = Vec::new();
+        let mut tickets = Vec::with_capacity(workers.len());
+        for worker in workers {
+            match self.workers[worker].submit_typed(&DescribeRegister { id }) {
+                Ok(ticket) => tickets.push((worker, ticket)),
+                Err(source) => failures.push((worker, source)),
+            }
+        }
+        for (worker, ticket) in tickets {
+            if let Err(source) = self.workers[worker].receive_typed(ticket) {
+                failures.push((worker, source));
+            }
+        }
+        failures.sort_by_key(|(worker, _)| *worker);
+        SessionError::of_failures(
+            failures
+                .into_iter()
+                .map(|(worker, source)| WorkerFailure {
+                    worker,
+                    command: Command::Collective(operation),
+                    source,
+                })
+                .collect(),
+        )
+    }
+
     /// Register `id`'s array on every worker of `group`.
     fn read_all(&mut self, group: Range<usize>, id: u16) -> Result<Vec<HostArray>, SessionError> {
         group.map(|worker| self.read_array(worker, id)).collect()
@@ -399,4 +458,20 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
     let mut bytes = vec![0u8; head.bytes().len()];
     reduce::combine(dtype, op, &views, &mut bytes)?;
     Ok(HostArray::new(dtype, head.shape(), bytes)?)
+}
+
+/// The replica a link failure names, if any.
+fn replica_of(e: &TransportError) -> Option<u32> {
+    match *e {
+        TransportError::Spawn { replica, .. }
+        | TransportError::Closed { replica }
+        | TransportError::Exited { replica, .. }
+        | TransportError::Timeout { replica, .. }
+        | TransportError::Device { replica, .. }
+        | TransportError::Version { replica, .. }
+        | TransportError::UnexpectedReply { replica, .. }
+        | TransportError::NotInFlight { replica, .. }
+        | TransportError::TooLarge { replica, .. } => Some(replica),
+        _ => None,
+    }
 }

@@ -10,8 +10,11 @@
 //!   the replies.
 //! - **Errors reach the controller.** A command that fails on a worker is reported, naming
 //!   the worker and the command, by the next sync (or by the next operation that needs the
-//!   worker's results); the session stays usable. A function that does not exist is an
-//!   error before any worker runs anything.
+//!   worker's results); the session stays usable. A sync reports every failure it finds,
+//!   not only the first ([`SessionError::Failures`]), and only those of the commands the
+//!   syncing thread sent: in a session shared between threads, each thread hears of its
+//!   own failures (see `pending`). A function that does not exist is an error before any
+//!   worker runs anything.
 //! - **Registers.** Ids come from the controller, from 1 (0 means "discard"); a freed id is
 //!   reused last-in-first-out. A [`Register`] handle frees its id on every worker when it
 //!   is dropped; after shutdown, dropping one does nothing.
@@ -66,6 +69,7 @@ pub mod collective;
 mod direct;
 mod error;
 pub mod loader;
+mod pending;
 mod reduce;
 mod state;
 mod value;
@@ -77,7 +81,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
 
-pub use error::{Command, SessionError};
+pub use error::{Command, SessionError, WorkerFailure};
 pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
 
 use state::{alloc_request, State};
@@ -193,6 +197,7 @@ impl Session {
             state: Arc::new(Mutex::new(State {
                 workers: channels,
                 pending,
+                parked: Vec::new(),
                 next_id: 1,
                 free_ids: Vec::new(),
                 num_groups,
@@ -425,25 +430,20 @@ impl Session {
         state.read_array_into(0, id, into)
     }
 
-    /// Waits for worker `worker` to finish every command sent to it; the first failure
-    /// among them is the error.
+    /// Waits for worker `worker` to finish every command sent to it; every failure among
+    /// the commands this thread sent is the error (see the module doc).
     pub fn sync_worker(&self, worker: usize) -> Result<(), SessionError> {
         let mut state = self.lock()?;
         state.check_worker(worker)?;
         state.sync(worker)
     }
 
-    /// Waits for every worker; the first failure (lowest worker) is the error.
+    /// Waits for every worker; every failure among the commands this thread sent is the
+    /// error, worker by worker (see the module doc).
     pub fn sync_all(&self) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        let mut first = Ok(());
-        for worker in 0..state.workers.len() {
-            let outcome = state.sync(worker);
-            if first.is_ok() {
-                first = outcome;
-            }
-        }
-        first
+        let workers = state.workers.len();
+        state.sync_each(0..workers)
     }
 
     /// Register `register`'s value on worker `worker` (after its earlier commands).
@@ -500,6 +500,7 @@ impl Session {
         // Dropping the channels stops the devices (threads end, processes are killed).
         state.workers.clear();
         state.pending.clear();
+        state.parked.clear();
     }
 }
 
