@@ -7,11 +7,11 @@
 
 use tessera_core::wire::ErrorCode;
 
-/// Objects a device can hold at once, all kinds together: room for every register's bytes
-/// ([`MAX_REGISTERS`](crate::registers::MAX_REGISTERS)), every FIFO
-/// ([`MAX_FIFOS`](crate::fifo::MAX_FIFOS)), a call's scratch and the step's, and as many
-/// slots and variables again.
-pub const MAX_BLOCKS: usize = 128;
+/// Objects a device can hold at once, all kinds together: one block for every register's
+/// bytes ([`MAX_REGISTERS`](crate::registers::MAX_REGISTERS)), and 64 more for every FIFO
+/// ([`MAX_FIFOS`](crate::fifo::MAX_FIFOS)), a call's scratch, the step's, slots and
+/// variables.
+pub const MAX_BLOCKS: usize = crate::registers::MAX_REGISTERS + 64;
 
 const ALIGN: usize = 8;
 

@@ -26,8 +26,13 @@ use tessera_core::wire::{Array, ErrorCode, Response, Value, ValueKind, MAX_SHAPE
 
 use crate::arena::{saturate, Arena, Block, Owner};
 
-/// Registers a device can hold (Disco sessions use a few dozen).
-pub const MAX_REGISTERS: usize = 64;
+/// Registers a device can hold, ids 1 to `MAX_REGISTERS`. A session's controller hands out
+/// no id above it, so a worker's table never fills under a session; a loaded checkpoint
+/// takes one register per tensor, and real ones have hundreds. Every placement runs this
+/// crate (the QEMU firmware too), so the host reads the capacity from here rather than
+/// from the wire. The table costs about 48 bytes a register on the firmware (192 KiB),
+/// beside its 3 MiB arena.
+pub const MAX_REGISTERS: usize = 4096;
 
 /// A shape as registers hold it.
 pub type Dims = heapless::Vec<u32, MAX_SHAPE_RANK>;

@@ -330,7 +330,7 @@ scenario! {
 
 fn ordered_copies(placement: Placement) {
     const COPIES: usize = 1000;
-    // Registers alive at once: under the device's 64.
+    // Registers alive at once: well under a worker's capacity.
     const BATCH: usize = 40;
     let session = open(&placement, 2, 1);
     // Distinct contents and lengths: a copy overtaking another shows up.

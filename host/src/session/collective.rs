@@ -16,19 +16,21 @@
 //! - send to a worker, send to the next group: a worker's (or each worker of a group's)
 //!   array to another worker (to the worker of the same rank in the next group).
 //!
-//! The result takes the destination's shape, whose element count must match. Every worker
-//! is synced first (earlier failures are reported, not run past), and every size and type
+//! The result takes the destination's shape, whose element count must match. Both
+//! registers must be the session's own (checked before anything else). Every worker is
+//! synced first (earlier failures are reported, not run past), and every size and type
 //! is checked before the first result is written.
 
 use std::ops::Range;
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::endpoint::Description;
+use tessera_core::wire::endpoint::{DescribeRegister, Description};
 use tessera_core::wire::ValueKind;
 
 use super::reduce;
 use super::value::HostArray;
-use super::{Register, Session, SessionError, State};
+use super::{Command, Register, Session, SessionError, State, WorkerFailure};
+use crate::transport::TransportError;
 
 /// Which workers one collective spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,12 +70,13 @@ impl Session {
         op: ReduceOp,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         // In place in the workers' memory where every group can be (see `direct`).
         let mut in_place = true;
-        self.collective_in(scope, |state, groups| {
+        self.collective_in(scope, "allreduce", |state, groups| {
             let mut plans = Vec::with_capacity(groups.len());
             for group in groups {
-                match state.plan_in_place(group.clone(), src.id, dst.id)? {
+                match state.plan_in_place(group.clone(), src, dst)? {
                     Some(plan) => plans.push(plan),
                     None => {
                         in_place = false;
@@ -85,6 +88,10 @@ impl Session {
                 for plan in &plans {
                     state.run_in_place(plan, op)?;
                 }
+                // Nothing was sent: only a round trip tells a worker lost meanwhile (its
+                // memory stays mapped) from one that is there to use the result.
+                let workers = state.workers.len();
+                state.confirm(0..workers, dst, "allreduce")?;
             }
             Ok(Vec::new())
         })?;
@@ -92,7 +99,7 @@ impl Session {
             return Ok(());
         }
         self.to_every_member(scope, dst, "allreduce", |state, group| {
-            let arrays = state.read_all(group.clone(), src.id)?;
+            let arrays = state.read_all(group.clone(), src)?;
             reduce(&arrays, op, group.start)
         })
     }
@@ -104,8 +111,9 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.to_every_member(scope, dst, "allgather", |state, group| {
-            let arrays = state.read_all(group.clone(), src.id)?;
+            let arrays = state.read_all(group.clone(), src)?;
             concat(&arrays, "allgather", group.start)
         })
     }
@@ -117,8 +125,9 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
         self.to_every_member(scope, dst, "broadcast", |state, group| {
-            state.read_array(group.start, src.id)
+            state.read_array(group.start, src)
         })
     }
 
@@ -129,10 +138,11 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
+        self.collective_in(scope, "scatter", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
-                let array = state.read_array(group.start, src.id)?;
+                let array = state.read_array(group.start, src)?;
                 let parts = group.len();
                 if array.elements() % parts != 0 {
                     return Err(SessionError::Indivisible {
@@ -146,7 +156,7 @@ impl Session {
                     let bytes = array.bytes()[rank * part_bytes..][..part_bytes].to_vec();
                     let elements = array.elements() / parts;
                     let part = HostArray::new(array.dtype(), &[elements as u32], bytes)?;
-                    out.push((worker, state.fit(worker, dst.id, "scatter", &part)?));
+                    out.push((worker, state.fit(worker, dst, "scatter", &part)?));
                 }
             }
             Ok(out)
@@ -160,15 +170,13 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
+        self.collective_in(scope, "gather", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
-                let arrays = state.read_all(group.clone(), src.id)?;
+                let arrays = state.read_all(group.clone(), src)?;
                 let joined = concat(&arrays, "gather", group.start)?;
-                out.push((
-                    group.start,
-                    state.fit(group.start, dst.id, "gather", &joined)?,
-                ));
+                out.push((group.start, state.fit(group.start, dst, "gather", &joined)?));
             }
             Ok(out)
         })
@@ -182,11 +190,12 @@ impl Session {
         to: usize,
         dst: &Register,
     ) -> Result<(), SessionError> {
-        self.collective(|state, _| {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
+        self.collective_in(Scope::Global, "send", |state, _| {
             state.check_worker(from)?;
             state.check_worker(to)?;
-            let array = state.read_array(from, src.id)?;
-            Ok(vec![(to, state.fit(to, dst.id, "send", &array)?)])
+            let array = state.read_array(from, src)?;
+            Ok(vec![(to, state.fit(to, dst, "send", &array)?)])
         })
     }
 
@@ -198,7 +207,8 @@ impl Session {
         dst: &Register,
         group: usize,
     ) -> Result<(), SessionError> {
-        self.collective_in(Scope::InGroup, |state, groups| {
+        let (src, dst) = (self.own(src)?, self.own(dst)?);
+        self.collective_in(Scope::InGroup, "send to next group", |state, groups| {
             let count = groups.len();
             if group.checked_add(1).is_none_or(|next| next >= count) {
                 return Err(SessionError::NoNextGroup {
@@ -209,8 +219,8 @@ impl Session {
             let (senders, receivers) = (groups[group].clone(), groups[group + 1].clone());
             let mut out = Vec::new();
             for (from, to) in senders.zip(receivers) {
-                let array = state.read_array(from, src.id)?;
-                out.push((to, state.fit(to, dst.id, "send to next group", &array)?));
+                let array = state.read_array(from, src)?;
+                out.push((to, state.fit(to, dst, "send to next group", &array)?));
             }
             Ok(out)
         })
@@ -220,40 +230,45 @@ impl Session {
     fn to_every_member(
         &self,
         scope: Scope,
-        dst: &Register,
+        dst: u16,
         operation: &'static str,
         mut compute: impl FnMut(&mut State, Range<usize>) -> Result<HostArray, SessionError>,
     ) -> Result<(), SessionError> {
-        self.collective_in(scope, |state, groups| {
+        self.collective_in(scope, operation, |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
                 let result = compute(state, group.clone())?;
                 for worker in group {
-                    out.push((worker, state.fit(worker, dst.id, operation, &result)?));
+                    out.push((worker, state.fit(worker, dst, operation, &result)?));
                 }
             }
             Ok(out)
         })
     }
 
-    fn collective(
-        &self,
-        plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
-    ) -> Result<(), SessionError> {
-        self.collective_in(Scope::Global, plan)
-    }
-
     /// Syncs every worker, computes every result (`plan` reads and checks), then writes
-    /// them all and waits for the writes.
+    /// them all and waits for the writes. A worker whose link fails meanwhile fails this
+    /// collective, named with it.
     fn collective_in(
         &self,
         scope: Scope,
+        operation: &'static str,
         plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
     ) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        for worker in 0..state.workers.len() {
-            state.sync(worker)?;
-        }
+        let workers = state.workers.len();
+        // Earlier failures are theirs, reported (all of them) before anything runs.
+        state.sync_each(0..workers)?;
+        self.run_collective(&mut state, scope, plan)
+            .map_err(|e| state.blame(e, operation))
+    }
+
+    fn run_collective(
+        &self,
+        state: &mut State,
+        scope: Scope,
+        plan: impl FnOnce(&mut State, &[Range<usize>]) -> Result<Vec<Output>, SessionError>,
+    ) -> Result<(), SessionError> {
         let workers = state.workers.len();
         let size = match scope {
             Scope::Global => workers,
@@ -264,21 +279,70 @@ impl Session {
             .step_by(size)
             .map(|start| start..start + size)
             .collect();
-        let outputs = plan(&mut state, &groups)?;
+        let outputs = plan(state, &groups)?;
         let mut touched = Vec::new();
         for (worker, result) in &outputs {
             state.write_result(*worker, result)?;
             touched.push(*worker);
         }
         touched.dedup();
-        for worker in touched {
-            state.sync(worker)?;
-        }
-        Ok(())
+        state.sync_each(touched)
     }
 }
 
 impl State {
+    /// `e` naming the worker and the collective, where it is a bare link failure of one of
+    /// this session's workers (a read of a lost worker's register, say).
+    fn blame(&self, e: SessionError, operation: &'static str) -> SessionError {
+        let SessionError::Transport(source) = e else {
+            return e;
+        };
+        let worker = replica_of(&source)
+            .and_then(|replica| self.workers.iter().position(|w| w.replica() == replica));
+        match worker {
+            Some(worker) => SessionError::Worker {
+                worker,
+                command: Command::Collective(operation),
+                source,
+            },
+            None => SessionError::Transport(source),
+        }
+    }
+
+    /// One round trip to each of `workers` (all sent before any is awaited, describing
+    /// register `id`): every worker that does not answer is a failure of `operation`.
+    fn confirm(
+        &mut self,
+        workers: Range<usize>,
+        id: u16,
+        operation: &'static str,
+    ) -> Result<(), SessionError> {
+        let mut failures = Vec::new();
+        let mut tickets = Vec::with_capacity(workers.len());
+        for worker in workers {
+            match self.workers[worker].submit_typed(&DescribeRegister { id }) {
+                Ok(ticket) => tickets.push((worker, ticket)),
+                Err(source) => failures.push((worker, source)),
+            }
+        }
+        for (worker, ticket) in tickets {
+            if let Err(source) = self.workers[worker].receive_typed(ticket) {
+                failures.push((worker, source));
+            }
+        }
+        failures.sort_by_key(|(worker, _)| *worker);
+        SessionError::of_failures(
+            failures
+                .into_iter()
+                .map(|(worker, source)| WorkerFailure {
+                    worker,
+                    command: Command::Collective(operation),
+                    source,
+                })
+                .collect(),
+        )
+    }
+
     /// Register `id`'s array on every worker of `group`.
     fn read_all(&mut self, group: Range<usize>, id: u16) -> Result<Vec<HostArray>, SessionError> {
         group.map(|worker| self.read_array(worker, id)).collect()
@@ -394,4 +458,20 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
     let mut bytes = vec![0u8; head.bytes().len()];
     reduce::combine(dtype, op, &views, &mut bytes)?;
     Ok(HostArray::new(dtype, head.shape(), bytes)?)
+}
+
+/// The replica a link failure names, if any.
+fn replica_of(e: &TransportError) -> Option<u32> {
+    match *e {
+        TransportError::Spawn { replica, .. }
+        | TransportError::Closed { replica }
+        | TransportError::Exited { replica, .. }
+        | TransportError::Timeout { replica, .. }
+        | TransportError::Device { replica, .. }
+        | TransportError::Version { replica, .. }
+        | TransportError::UnexpectedReply { replica, .. }
+        | TransportError::NotInFlight { replica, .. }
+        | TransportError::TooLarge { replica, .. } => Some(replica),
+        _ => None,
+    }
 }

@@ -20,6 +20,8 @@ pub enum Command {
     Set(u16),
     /// Making a register an empty array.
     Alloc(u16),
+    /// A collective (its name), run on the host between the workers' registers.
+    Collective(&'static str),
 }
 
 impl fmt::Display for Command {
@@ -29,7 +31,30 @@ impl fmt::Display for Command {
             Self::Free(id) => write!(f, "freeing register {id}"),
             Self::Set(id) => write!(f, "setting register {id}"),
             Self::Alloc(id) => write!(f, "allocating register {id}"),
+            Self::Collective(operation) => write!(f, "the {operation}"),
         }
+    }
+}
+
+/// One command that failed on one worker.
+#[derive(Debug)]
+pub struct WorkerFailure {
+    /// The worker.
+    pub worker: usize,
+    /// The command.
+    pub command: Command,
+    /// Why.
+    pub source: TransportError,
+}
+
+impl fmt::Display for WorkerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            worker,
+            command,
+            source,
+        } = self;
+        write!(f, "worker {worker}: {command} failed: {source}")
     }
 }
 
@@ -61,6 +86,9 @@ pub enum SessionError {
         /// Why.
         source: TransportError,
     },
+    /// Several commands failed (reported by one sync: every one of them, worker by
+    /// worker, in the order they were sent). One failure alone is [`Self::Worker`].
+    Failures(Vec<WorkerFailure>),
     /// The session was shut down.
     ShutDown,
     /// No worker with that index.
@@ -70,8 +98,22 @@ pub enum SessionError {
         /// Workers there are.
         workers: usize,
     },
-    /// Every register id is in use.
-    RegistersExhausted,
+    /// Every register a worker can hold is in use: a new one is refused where it is asked
+    /// for, before anything is sent.
+    RegistersExhausted {
+        /// Registers a worker holds ([`MAX_REGISTERS`](super::MAX_REGISTERS)).
+        capacity: usize,
+    },
+    /// A register of another session: its id names an unrelated value in this one, so
+    /// nothing was sent.
+    ForeignRegister {
+        /// The register's id.
+        register: u16,
+        /// The session it belongs to.
+        owner: u64,
+        /// The session it was handed to.
+        session: u64,
+    },
     /// A register that must hold an array holds something else.
     NotAnArray {
         /// The worker.
@@ -192,11 +234,31 @@ impl fmt::Display for SessionError {
                 command,
                 source,
             } => write!(f, "worker {worker}: {command} failed: {source}"),
+            Self::Failures(failures) => {
+                write!(f, "{} commands failed", failures.len())?;
+                for failure in failures {
+                    write!(f, "; {failure}")?;
+                }
+                Ok(())
+            }
             Self::ShutDown => f.write_str("the session was shut down"),
             Self::NoWorker { worker, workers } => {
                 write!(f, "no worker {worker}: the session has {workers}")
             }
-            Self::RegistersExhausted => f.write_str("every register id is in use"),
+            Self::RegistersExhausted { capacity } => write!(
+                f,
+                "all {capacity} registers a worker holds are in use: drop some registers \
+                 before making another"
+            ),
+            Self::ForeignRegister {
+                register,
+                owner,
+                session,
+            } => write!(
+                f,
+                "register {register} belongs to session {owner}, not to session {session}: a \
+                 register is only valid in the session that made it; nothing was sent"
+            ),
             Self::NotAnArray {
                 worker,
                 register,
@@ -278,10 +340,58 @@ impl fmt::Display for SessionError {
     }
 }
 
+impl SessionError {
+    /// `Ok` for no failure, [`Self::Worker`] for one, [`Self::Failures`] for several.
+    pub(super) fn of_failures(mut failures: Vec<WorkerFailure>) -> Result<(), Self> {
+        match failures.len() {
+            0 => Ok(()),
+            1 => {
+                let WorkerFailure {
+                    worker,
+                    command,
+                    source,
+                } = failures.remove(0);
+                Err(Self::Worker {
+                    worker,
+                    command,
+                    source,
+                })
+            }
+            _ => Err(Self::Failures(failures)),
+        }
+    }
+
+    /// Every command this error reports failed, as (worker, command, why): one for
+    /// [`Self::Worker`], each of [`Self::Failures`], none for the other cases.
+    pub fn worker_failures(&self) -> Vec<(usize, &Command, &TransportError)> {
+        match self {
+            Self::Worker {
+                worker,
+                command,
+                source,
+            } => vec![(*worker, command, source)],
+            Self::Failures(failures) => failures
+                .iter()
+                .map(|f| (f.worker, &f.command, &f.source))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl std::error::Error for WorkerFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 impl std::error::Error for SessionError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Transport(e) | Self::Worker { source: e, .. } => Some(e),
+            Self::Failures(failures) => failures
+                .first()
+                .map(|f| f as &(dyn std::error::Error + 'static)),
             Self::Array(e) => Some(e),
             _ => None,
         }

@@ -10,11 +10,24 @@
 //!   the replies.
 //! - **Errors reach the controller.** A command that fails on a worker is reported, naming
 //!   the worker and the command, by the next sync (or by the next operation that needs the
-//!   worker's results); the session stays usable. A function that does not exist is an
-//!   error before any worker runs anything.
+//!   worker's results); the session stays usable. A sync reports every failure it finds,
+//!   not only the first ([`SessionError::Failures`]), and only those of the commands the
+//!   syncing thread sent: in a session shared between threads, each thread hears of its
+//!   own failures (see `pending`). A function that does not exist is an error before any
+//!   worker runs anything.
 //! - **Registers.** Ids come from the controller, from 1 (0 means "discard"); a freed id is
 //!   reused last-in-first-out. A [`Register`] handle frees its id on every worker when it
 //!   is dropped; after shutdown, dropping one does nothing.
+//! - **A register belongs to its session.** Every session has an identity of its own in
+//!   this process ([`Session::id`]), and every [`Register`] carries the one of the session
+//!   that made it. Another session refuses it ([`SessionError::ForeignRegister`]) before
+//!   it sends anything: the same id names an unrelated value there, which a read would
+//!   return and a write would destroy.
+//! - **Capacity.** A worker holds [`MAX_REGISTERS`] registers (the device's table, the same
+//!   on every placement). The controller hands out ids 1 to [`MAX_REGISTERS`] only, so the
+//!   one that would exceed it is refused where it is asked for
+//!   ([`SessionError::RegistersExhausted`]), before anything is sent, and no worker's
+//!   table ever fills.
 //! - **Groups** are `num_groups` equal contiguous blocks of workers; a group's leader is its
 //!   first worker. Collectives (see [`collective`]) run on the host between the workers'
 //!   registers, destination-passing: the result goes into a register the caller allocated
@@ -56,17 +69,19 @@ pub mod collective;
 mod direct;
 mod error;
 pub mod loader;
+mod pending;
 mod reduce;
 mod state;
 mod value;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
 
-pub use error::{Command, SessionError};
+pub use error::{Command, SessionError, WorkerFailure};
 pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
 
 use state::{alloc_request, State};
@@ -74,13 +89,28 @@ use state::{alloc_request, State};
 use crate::runtime::Placement;
 use crate::transport::{Channel, TransportError};
 
-/// Register ids a session hands out (1..=MAX_REGISTER_ID).
-const MAX_REGISTER_ID: u16 = 4096;
+/// Registers a worker holds: the ids a session hands out are 1 to `MAX_REGISTERS`.
+pub use tessera_firmware_sim::registers::MAX_REGISTERS;
+
+/// The largest register id, as ids travel (checked when compiled: ids are 16 bits).
+const MAX_REGISTER_ID: u16 = {
+    assert!(
+        MAX_REGISTERS <= u16::MAX as usize,
+        "register ids are 16 bits"
+    );
+    MAX_REGISTERS as u16
+};
+
+/// The identity the next session takes: unique in this process, never reused (64 bits do
+/// not wrap), so a register outliving its session is still told apart from a new one's.
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// A register on the workers. Dropping it frees its id on every worker.
 #[derive(Debug)]
 pub struct Register {
     id: u16,
+    /// The identity of the session that made it ([`Session::id`]).
+    session: u64,
     state: Weak<Mutex<State>>,
 }
 
@@ -88,6 +118,11 @@ impl Register {
     /// The register's id (the same on every worker).
     pub fn id(&self) -> u16 {
         self.id
+    }
+
+    /// The identity of the session it belongs to ([`Session::id`]).
+    pub fn session(&self) -> u64 {
+        self.session
     }
 }
 
@@ -122,6 +157,8 @@ impl Function {
 /// A controller and its workers. See the module documentation.
 #[derive(Debug)]
 pub struct Session {
+    /// This session's identity, which its registers carry.
+    id: u64,
     state: Arc<Mutex<State>>,
 }
 
@@ -156,9 +193,11 @@ impl Session {
         check_groups(channels.len(), num_groups)?;
         let pending = channels.iter().map(|_| VecDeque::new()).collect();
         Ok(Self {
+            id: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             state: Arc::new(Mutex::new(State {
                 workers: channels,
                 pending,
+                parked: Vec::new(),
                 next_id: 1,
                 free_ids: Vec::new(),
                 num_groups,
@@ -178,7 +217,28 @@ impl Session {
     fn handle(&self, id: u16) -> Register {
         Register {
             id,
+            session: self.id,
             state: Arc::downgrade(&self.state),
+        }
+    }
+
+    /// This session's identity: unique among the sessions of this process, carried by
+    /// every register it makes.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `register`'s id, if it is one of this session's registers (checked before anything
+    /// is sent: another session's id names an unrelated value here).
+    fn own(&self, register: &Register) -> Result<u16, SessionError> {
+        if register.session == self.id {
+            Ok(register.id)
+        } else {
+            Err(SessionError::ForeignRegister {
+                register: register.id,
+                owner: register.session,
+                session: self.id,
+            })
         }
     }
 
@@ -234,6 +294,12 @@ impl Session {
         function: &Function,
         args: &[CallArg<'_>],
     ) -> Result<Register, SessionError> {
+        // Checked before the result register is made: dropping that one would send frees.
+        for arg in args {
+            if let CallArg::Register(register) = arg {
+                self.own(register)?;
+            }
+        }
         // Made first, so that an early return frees the id on every worker that got it.
         let register = self.new_register()?;
         let mut state = self.lock()?;
@@ -257,7 +323,7 @@ impl Session {
                     }
                     Arg::Value(Value::Array(wire_array(array)?))
                 }
-                CallArg::Register(register) => Arg::Register(register.id),
+                CallArg::Register(register) => Arg::Register(self.own(register)?),
             };
             wire_args.push(arg).map_err(|_| SessionError::Count {
                 what: "call arguments",
@@ -320,9 +386,10 @@ impl Session {
         array: &HostArray,
         dst: &Register,
     ) -> Result<(), SessionError> {
+        let id = self.own(dst)?;
         let mut state = self.lock()?;
         // Asked after worker 0's earlier commands, which it runs first.
-        let held = match state.describe(0, dst.id) {
+        let held = match state.describe(0, id) {
             Ok(held) => Some(held),
             // An empty register, say: it is replaced.
             Err(SessionError::Transport(TransportError::Device { .. })) => None,
@@ -334,17 +401,18 @@ impl Session {
                 && held.shape[..] == *array.shape()
         });
         if !fits {
-            return state.write_host_array(0, dst.id, array);
+            return state.write_host_array(0, id, array);
         }
-        state.overwrite_array(0, dst.id, array, held)
+        state.overwrite_array(0, id, array, held)
     }
 
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier
     /// commands: their failures are reported first).
     pub fn copy_from_worker0(&self, register: &Register) -> Result<HostArray, SessionError> {
+        let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;
-        state.read_array(0, register.id)
+        state.read_array(0, id)
     }
 
     /// Copies `register`'s array from worker 0 into `into`, as Disco's destination-passing
@@ -356,38 +424,35 @@ impl Session {
         register: &Register,
         into: &mut HostArray,
     ) -> Result<(), SessionError> {
+        let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;
-        state.read_array_into(0, register.id, into)
+        state.read_array_into(0, id, into)
     }
 
-    /// Waits for worker `worker` to finish every command sent to it; the first failure
-    /// among them is the error.
+    /// Waits for worker `worker` to finish every command sent to it; every failure among
+    /// the commands this thread sent is the error (see the module doc).
     pub fn sync_worker(&self, worker: usize) -> Result<(), SessionError> {
         let mut state = self.lock()?;
         state.check_worker(worker)?;
         state.sync(worker)
     }
 
-    /// Waits for every worker; the first failure (lowest worker) is the error.
+    /// Waits for every worker; every failure among the commands this thread sent is the
+    /// error, worker by worker (see the module doc).
     pub fn sync_all(&self) -> Result<(), SessionError> {
         let mut state = self.lock()?;
-        let mut first = Ok(());
-        for worker in 0..state.workers.len() {
-            let outcome = state.sync(worker);
-            if first.is_ok() {
-                first = outcome;
-            }
-        }
-        first
+        let workers = state.workers.len();
+        state.sync_each(0..workers)
     }
 
     /// Register `register`'s value on worker `worker` (after its earlier commands).
     pub fn debug_get(&self, register: &Register, worker: usize) -> Result<HostValue, SessionError> {
+        let id = self.own(register)?;
         let mut state = self.lock()?;
         state.check_worker(worker)?;
         state.sync(worker)?;
-        state.read_value(worker, register.id)
+        state.read_value(worker, id)
     }
 
     /// Sets register `register` on worker `worker` to `value`.
@@ -397,9 +462,9 @@ impl Session {
         worker: usize,
         value: &HostValue,
     ) -> Result<(), SessionError> {
+        let id = self.own(register)?;
         let mut state = self.lock()?;
         state.check_worker(worker)?;
-        let id = register.id;
         match value {
             HostValue::Array(array) => state.write_host_array(worker, id, array),
             HostValue::Int(v) => state.set_value(worker, id, Value::Int(*v)),
@@ -435,6 +500,7 @@ impl Session {
         // Dropping the channels stops the devices (threads end, processes are killed).
         state.workers.clear();
         state.pending.clear();
+        state.parked.clear();
     }
 }
 

@@ -9,24 +9,21 @@ use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister, ReadArray};
-use tessera_core::wire::{ErrorCode, Request, RequestKind, Value, ValueKind};
+use tessera_core::wire::{Request, RequestKind, Value, ValueKind};
 use tessera_firmware_sim::std_link::Bulk;
 
+use super::pending::{Parked, Pending};
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::transport::{Channel, SharedMemory, TransportError};
-
-/// A command sent and not yet answered.
-#[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) seq: u32,
-    pub(super) command: Command,
-}
 
 /// Everything the controller holds; register handles reach it through a weak reference.
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) workers: Vec<Channel>,
     pub(super) pending: Vec<VecDeque<Pending>>,
+    /// Failures claimed by another thread's sync, kept for the thread that sent the
+    /// command (see `pending`).
+    pub(super) parked: Vec<Parked>,
     /// Ids never handed out start here.
     pub(super) next_id: u16,
     /// Freed ids, reused last-in-first-out.
@@ -83,8 +80,11 @@ impl State {
         if let Some(id) = self.free_ids.pop() {
             return Ok(id);
         }
+        // Ids past the workers' capacity are never handed out, so no worker's table fills.
         if self.next_id > MAX_REGISTER_ID {
-            return Err(SessionError::RegistersExhausted);
+            return Err(SessionError::RegistersExhausted {
+                capacity: usize::from(MAX_REGISTER_ID),
+            });
         }
         self.next_id += 1;
         Ok(self.next_id - 1)
@@ -101,70 +101,6 @@ impl State {
             }
         }
         self.free_ids.push(id);
-        first
-    }
-
-    /// Sends `request` to `worker`, to be answered at the next sync.
-    pub(super) fn submit(
-        &mut self,
-        worker: usize,
-        request: &Request<'_>,
-        command: Command,
-    ) -> Result<(), SessionError> {
-        match self.workers[worker].submit(request) {
-            Ok(seq) => {
-                self.pending[worker].push_back(Pending { seq, command });
-                Ok(())
-            }
-            Err(source) => Err(SessionError::Worker {
-                worker,
-                command,
-                source,
-            }),
-        }
-    }
-
-    /// Sends `request` to every worker (all sent before any reply is awaited); returns
-    /// the sequence numbers, claimed by the caller.
-    pub(super) fn submit_everywhere(
-        &mut self,
-        request: &Request<'_>,
-    ) -> Result<Vec<u32>, SessionError> {
-        let mut seqs = Vec::with_capacity(self.workers.len());
-        for worker in &mut self.workers {
-            seqs.push(worker.submit(request)?);
-        }
-        Ok(seqs)
-    }
-
-    /// Claims every pending reply of `worker`; the first failure is the error (the rest are
-    /// still claimed, so the session stays usable).
-    pub(super) fn sync(&mut self, worker: usize) -> Result<(), SessionError> {
-        let mut first = Ok(());
-        while let Some(pending) = self.pending[worker].pop_front() {
-            let outcome = self.workers[worker].receive(pending.seq);
-            let failure = match outcome {
-                Ok(_) => None,
-                // Freeing a register a worker never held (a copy to worker 0 only).
-                Err(TransportError::Device {
-                    code: ErrorCode::UnknownId { .. },
-                    ..
-                }) if matches!(pending.command, Command::Free(_)) => None,
-                // A dead link fails everything after it: report it once.
-                Err(e @ (TransportError::Closed { .. } | TransportError::Timeout { .. })) => {
-                    self.pending[worker].clear();
-                    Some(e)
-                }
-                Err(e) => Some(e),
-            };
-            if let (Some(source), Ok(())) = (failure, &first) {
-                first = Err(SessionError::Worker {
-                    worker,
-                    command: pending.command,
-                    source,
-                });
-            }
-        }
         first
     }
 
@@ -418,10 +354,7 @@ impl State {
         let bulk = Bulk(array.share());
         match self.workers[worker].submit_bulk(&request, bulk) {
             Ok(seq) => {
-                self.pending[worker].push_back(Pending {
-                    seq,
-                    command: Command::Set(id),
-                });
+                self.pending[worker].push_back(Pending::new(seq, Command::Set(id)));
                 Ok(())
             }
             Err(source) => Err(SessionError::Worker {

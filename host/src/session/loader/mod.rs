@@ -319,9 +319,7 @@ impl Session {
         let mut state = self.lock().map_err(session_error)?;
         let workers = state.workers.len();
         // Earlier failures are reported now, not blamed on this load.
-        for worker in 0..workers {
-            state.sync(worker).map_err(session_error)?;
-        }
+        state.sync_each(0..workers).map_err(session_error)?;
         let mut ids: Vec<u16> = Vec::with_capacity(planned.len());
         let bytes = match send(&mut state, &planned, &mut ids) {
             Ok(bytes) => bytes,
@@ -335,25 +333,19 @@ impl Session {
                 return Err(session_error(source));
             }
         };
-        let mut first = None;
-        for worker in 0..workers {
-            if let Err(source) = state.sync(worker) {
-                first.get_or_insert(source);
-            }
-        }
-        if let Some(source) = first {
+        if let Err(source) = state.sync_each(0..workers) {
             release(&mut state, &ids);
-            let failed = match &source {
-                SessionError::Worker {
-                    worker,
-                    command: Command::Alloc(id) | Command::Set(id),
-                    ..
-                } => ids
-                    .iter()
-                    .position(|i| i == id)
-                    .map(|at| (*worker, planned[at].name.clone())),
-                _ => None,
-            };
+            // The first failure that names one of this load's tensors names the tensor.
+            let failed = source
+                .worker_failures()
+                .into_iter()
+                .find_map(|(worker, command, _)| match command {
+                    Command::Alloc(id) | Command::Set(id) => ids
+                        .iter()
+                        .position(|i| i == id)
+                        .map(|at| (worker, planned[at].name.clone())),
+                    _ => None,
+                });
             return Err(match failed {
                 Some((worker, tensor)) => LoadError::Worker {
                     file: file_of(worker),
