@@ -26,7 +26,8 @@ use tessera_core::stream::AnchorReturnType;
 pub use data::{DataError, Dataset};
 pub use run::{train, train_in};
 
-use crate::checkpoint::CheckpointError;
+use crate::atomic::ReplaceError;
+use crate::checkpoint::{CheckpointError, DataRecord};
 use crate::executable::ExecutableError;
 use crate::runtime::check::CheckError;
 use crate::runtime::{Placement, RuntimeError, MAX_REPLICAS};
@@ -128,6 +129,31 @@ pub enum JobError {
     Checkpoint(CheckpointError),
     /// The executable to run cannot be used.
     Executable(ExecutableError),
+    /// A file to write (`--checkpoint`, `--save-executable`) could not be: its directory is
+    /// missing or not writable, or the path is not a regular file.
+    Destination {
+        /// The argument naming it.
+        argument: &'static str,
+        /// Why.
+        error: ReplaceError,
+    },
+    /// The checkpoint to resume from records no data (captured outside `tessera train`, or
+    /// written before checkpoints recorded it): the data given cannot be checked.
+    ResumeNoData,
+    /// The data given is not the data the checkpoint was trained on.
+    ResumeData {
+        /// What the checkpoint recorded.
+        checkpoint: DataRecord,
+        /// What the job's data is.
+        data: DataRecord,
+    },
+    /// The checkpoint's step and the steps to train add up past what this host counts.
+    ResumeSteps {
+        /// The checkpoint's step.
+        step: u64,
+        /// Steps to train.
+        steps: usize,
+    },
     /// The executable's program does not fit the data.
     ExecutableData {
         /// What differs.
@@ -191,6 +217,23 @@ impl fmt::Display for JobError {
             Self::Program(e) => write!(f, "the model does not fit the settings: {e}"),
             Self::Checkpoint(e) => write!(f, "--resume: {e}"),
             Self::Executable(e) => write!(f, "--executable: {e}"),
+            Self::Destination { argument, error } => write!(f, "{argument}: {error}"),
+            Self::ResumeNoData => f.write_str(
+                "--resume: the checkpoint records no data (it was captured outside `tessera \
+                 train` or by an older tessera), so the data cannot be checked against it",
+            ),
+            Self::ResumeData { checkpoint, data } => write!(
+                f,
+                "--resume: the checkpoint was trained on {} samples (data fingerprint {:016x}); \
+                 this run's data has {} samples (fingerprint {:016x})",
+                checkpoint.samples, checkpoint.fingerprint, data.samples, data.fingerprint
+            ),
+            Self::ResumeSteps { step, steps } => write!(
+                f,
+                "--resume: the checkpoint's step {step} plus --steps {steps} does not fit a \
+                 step count on this host ({} at most)",
+                usize::MAX
+            ),
             Self::ExecutableData {
                 what,
                 program,
@@ -211,6 +254,7 @@ impl std::error::Error for JobError {
             Self::Program(e) => Some(e),
             Self::Checkpoint(e) => Some(e),
             Self::Executable(e) => Some(e),
+            Self::Destination { error, .. } => Some(error),
             _ => None,
         }
     }
