@@ -147,7 +147,8 @@ pub enum JobError {
         /// What the job's data is.
         data: DataRecord,
     },
-    /// The checkpoint's step and the steps to train add up past what this host counts.
+    /// The checkpoint's step and the steps to train add up past
+    /// [`MAX_STEP`](crate::checkpoint::MAX_STEP) (or past what this host counts).
     ResumeSteps {
         /// The checkpoint's step.
         step: u64,
@@ -230,9 +231,9 @@ impl fmt::Display for JobError {
             ),
             Self::ResumeSteps { step, steps } => write!(
                 f,
-                "--resume: the checkpoint's step {step} plus --steps {steps} does not fit a \
-                 step count on this host ({} at most)",
-                usize::MAX
+                "--resume: the checkpoint's step {step} plus --steps {steps} passes the largest \
+                 step count, {} (or this host's)",
+                crate::checkpoint::MAX_STEP
             ),
             Self::ExecutableData {
                 what,

@@ -10,7 +10,7 @@ use tessera_core::transfer::InstanceWindow;
 use super::data::{Dataset, SPIRAL_FEATURES};
 use super::model::{self, INPUT, LABELS};
 use super::{DataSource, JobError, TrainError, TrainJob, TrainReport};
-use crate::checkpoint::{Checkpoint, DataRecord};
+use crate::checkpoint::{Checkpoint, DataRecord, MAX_STEP};
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::runtime::check::{max_relative_error, CheckError};
@@ -304,10 +304,12 @@ fn resume_position(c: &Checkpoint, record: &DataRecord, steps: usize) -> Result<
             data: *record,
         });
     }
-    // The step is at most MAX_STEP (checked at load); on a 32-bit host it may still not fit.
-    usize::try_from(c.step)
-        .ok()
-        .and_then(|first| first.checked_add(steps))
+    // Every checkpoint this run writes must load again: its last step is at most MAX_STEP
+    // too (and then fits a usize on a 64-bit host; on a 32-bit one it may not).
+    c.step
+        .checked_add(steps as u64)
+        .filter(|&last| last <= MAX_STEP)
+        .and_then(|last| usize::try_from(last).ok())
         .map(|last| last - steps)
         .ok_or(JobError::ResumeSteps {
             step: c.step,
