@@ -4,8 +4,8 @@
 //! the previous checkpoint, and `tessera inspect` and `tessera train --resume` say what
 //! they found.
 //!
-//! The same checkpoint written twice is the same checkpoint but not the same bytes (the
-//! order of safetensors' metadata varies): files are compared by loading them.
+//! Files are compared by loading them (a field that differs is named); `file_trust.rs`
+//! checks that the same state also gives the same bytes.
 
 mod common;
 

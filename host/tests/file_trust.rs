@@ -545,6 +545,9 @@ fn non_finite_inputs_are_refused_at_load() {
 // Resuming
 // ---------------------------------------------------------------------------------------
 
+/// A change made to a checkpoint before it is sealed again.
+type Edit = dyn Fn(&mut Checkpoint);
+
 /// Catches: values that no run writes, sealed with a valid checksum, taken as they are —
 /// a step of `u64::MAX` trained 0 steps and printed "ok" (a debug build overflowed), a
 /// replica count of 0, an RNG state of all zeros (which the generator silently replaces,
@@ -569,14 +572,14 @@ fn impossible_values_in_a_sealed_checkpoint_are_refused() {
         &run(&["--steps", "2", "--checkpoint", text(&good)]),
     );
     let c = Checkpoint::load(&good).unwrap();
-    let sealed = |edit: &dyn Fn(&mut Checkpoint)| {
+    let sealed = |edit: &Edit| {
         let mut c = c.clone();
         edit(&mut c);
         let path = scratch.path("edited.safetensors");
         c.save(&path).unwrap();
         path
     };
-    let cases: [(&str, &dyn Fn(&mut Checkpoint)); 5] = [
+    let cases: [(&str, &Edit); 5] = [
         ("step", &|c| c.step = u64::MAX),
         ("step", &|c| c.step = MAX_STEP + 1),
         ("replicas", &|c| c.replicas = 0),
