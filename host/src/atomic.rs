@@ -133,9 +133,10 @@ impl Temporary {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(path.clone());
-        let guard = Self {
+        // Not ours until created: a file already under that name is left alone.
+        let mut guard = Self {
             path,
-            renamed: false,
+            renamed: true,
         };
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -147,6 +148,7 @@ impl Temporary {
                 step: "creating the temporary file",
                 source,
             })?;
+        guard.renamed = false;
         Ok((guard, file))
     }
 }
