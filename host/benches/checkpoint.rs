@@ -72,6 +72,7 @@ fn checkpoint() -> Checkpoint {
         weights,
         optimizer: WeightsIo::new(),
         layouts,
+        data: None,
     }
 }
 

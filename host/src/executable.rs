@@ -16,19 +16,29 @@
 //! - [`Runtime::load_executable`](crate::runtime::Runtime::load_executable) starts the
 //!   devices, refuses them when their limits differ from the saved ones, and places the
 //!   saved program as it is: the host's checks and the job's model building are skipped.
-//! - Saving is atomic, as for checkpoints.
+//! - [`Executable::load`] reads only a regular file of at most [`MAX_BYTES`]
+//!   ([`crate::input`]): the length field cannot make it allocate more.
+//! - Saving is atomic, as for checkpoints, and replaces only a regular file
+//!   ([`crate::atomic`]).
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use tessera_core::program::Program;
 use tessera_core::wire::Limits;
 
+use crate::atomic::ReplaceError;
+use crate::input::{Input, InputError};
+
 /// The first bytes of every executable.
 pub const MAGIC: [u8; 8] = *b"TSRAEXE\0";
 /// The version this code writes and reads.
 pub const VERSION: u16 = 1;
+
+/// The largest executable read: a program's capacities are fixed, and its encoding is far
+/// smaller than this.
+pub const MAX_BYTES: u64 = 16 << 20;
 
 const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
 /// Magic, version and length.
@@ -49,13 +59,10 @@ pub struct Executable {
 /// Why an executable could not be saved or loaded.
 #[derive(Debug)]
 pub enum ExecutableError {
-    /// The file could not be read or written.
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The file to read is not a regular file, is too large, or could not be read.
+    Input(InputError),
+    /// The file could not be saved.
+    Save(ReplaceError),
     /// The file does not start with [`MAGIC`].
     NotAnExecutable,
     /// Another version of the format.
@@ -79,7 +86,8 @@ pub enum ExecutableError {
 impl fmt::Display for ExecutableError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Self::Input(e) => e.fmt(f),
+            Self::Save(e) => e.fmt(f),
             Self::NotAnExecutable => f.write_str("not a tessera executable (wrong magic bytes)"),
             Self::Version { file, supported } => write!(
                 f,
@@ -98,7 +106,8 @@ impl fmt::Display for ExecutableError {
 impl std::error::Error for ExecutableError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io { source, .. } => Some(source),
+            Self::Input(e) => Some(e),
+            Self::Save(e) => Some(e),
             Self::Body(e) => Some(e),
             _ => None,
         }
@@ -161,20 +170,15 @@ impl Executable {
 
     /// Writes the executable to `path`, atomically.
     pub fn save(&self, path: &Path) -> Result<(), ExecutableError> {
-        crate::atomic::write_atomically(path, &self.encode()?).map_err(|source| {
-            ExecutableError::Io {
-                path: path.to_owned(),
-                source,
-            }
-        })
+        crate::atomic::write_atomically(path, &self.encode()?).map_err(ExecutableError::Save)
     }
 
-    /// Reads the executable in `path`.
+    /// Reads the executable in `path` (see the module's contract).
     pub fn load(path: &Path) -> Result<Self, ExecutableError> {
-        let bytes = std::fs::read(path).map_err(|source| ExecutableError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = Input::open(path)
+            .and_then(|input| input.at_most(MAX_BYTES, "tessera executable"))
+            .and_then(Input::read_all)
+            .map_err(ExecutableError::Input)?;
         Self::decode(&bytes)
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The kind is told by the file's first bytes: an executable starts with its magic, anything
 //! else is read as a checkpoint. Both are fully checked (format, version, checksum) before
-//! anything is shown.
+//! anything is shown. Only a regular file is read ([`crate::input`]), and a checkpoint's
+//! tensors go through its checksum a piece at a time: inspecting holds no tensor.
 
 use std::fmt::{self, Write as _};
 use std::path::Path;
@@ -10,8 +11,9 @@ use std::path::Path;
 use serde::Serialize;
 use tessera_core::program::Program;
 
-use crate::checkpoint::{self, Checkpoint, CheckpointError};
+use crate::checkpoint::{self, Checkpoint, CheckpointError, Summary};
 use crate::executable::{self, Executable, ExecutableError};
+use crate::input::{Input, InputError};
 
 /// What a file holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,8 +52,8 @@ pub struct Tensor {
 /// Why a file could not be inspected.
 #[derive(Debug)]
 pub enum InspectError {
-    /// The file could not be read.
-    Io(std::io::Error),
+    /// The file is not a regular file, or could not be read.
+    Input(InputError),
     /// A checkpoint that does not load.
     Checkpoint(CheckpointError),
     /// An executable that does not load.
@@ -61,7 +63,7 @@ pub enum InspectError {
 impl fmt::Display for InspectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io(e) => e.fmt(f),
+            Self::Input(e) => e.fmt(f),
             Self::Checkpoint(e) => e.fmt(f),
             Self::Executable(e) => e.fmt(f),
         }
@@ -71,7 +73,7 @@ impl fmt::Display for InspectError {
 impl std::error::Error for InspectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io(e) => Some(e),
+            Self::Input(e) => Some(e),
             Self::Checkpoint(e) => Some(e),
             Self::Executable(e) => Some(e),
         }
@@ -80,34 +82,40 @@ impl std::error::Error for InspectError {
 
 /// Reads and checks the file at `path`.
 pub fn inspect(path: &Path) -> Result<Report, InspectError> {
-    let bytes = std::fs::read(path).map_err(InspectError::Io)?;
-    if bytes.starts_with(&executable::MAGIC) {
-        let exe = Executable::decode(&bytes).map_err(InspectError::Executable)?;
+    let mut input = Input::open(path).map_err(InspectError::Input)?;
+    let mut magic = [0u8; executable::MAGIC.len()];
+    let is_executable = input.len() >= magic.len() as u64
+        && input.read_exact(&mut magic).is_ok()
+        && magic == executable::MAGIC;
+    drop(input);
+    if is_executable {
+        let exe = Executable::load(path).map_err(InspectError::Executable)?;
         Ok(executable_report(&exe))
     } else {
-        let c = Checkpoint::load(path).map_err(InspectError::Checkpoint)?;
+        let c = Checkpoint::summary(path).map_err(InspectError::Checkpoint)?;
         Ok(checkpoint_report(&c))
     }
 }
 
-fn checkpoint_report(c: &Checkpoint) -> Report {
-    let layout_of = |name: &str| c.layouts.get(name).cloned().unwrap_or_default();
-    let mut tensors: Vec<Tensor> = c
-        .weights
-        .iter()
-        .map(|(name, a)| Tensor {
-            name: name.clone(),
-            dtype: a.dtype().to_string(),
-            shape: a.shape().to_vec(),
-            layout: layout_of(name),
+fn checkpoint_report(c: &Summary) -> Report {
+    // Weights by name, then the optimizer's tensors by name (its own name's prefix).
+    let mut sorted: Vec<&(String, _, Vec<u32>)> = c.tensors.iter().collect();
+    sorted.sort_by_key(|(name, _, _)| (name.starts_with("optimizer/"), name.clone()));
+    let tensors = sorted
+        .into_iter()
+        .map(|(name, dtype, shape)| {
+            let variable = name
+                .strip_prefix("optimizer/")
+                .and_then(|n| n.strip_suffix("/velocity"))
+                .unwrap_or(name);
+            Tensor {
+                name: name.clone(),
+                dtype: dtype.to_string(),
+                shape: shape.clone(),
+                layout: c.layouts.get(variable).cloned().unwrap_or_default(),
+            }
         })
         .collect();
-    tensors.extend(c.optimizer.iter().map(|(name, a)| Tensor {
-        name: format!("optimizer/{name}/velocity"),
-        dtype: a.dtype().to_string(),
-        shape: a.shape().to_vec(),
-        layout: layout_of(name),
-    }));
     Report {
         kind: "checkpoint",
         version: checkpoint::VERSION,

@@ -4,6 +4,7 @@
 //!   restored bit for bit.
 //! - [`executable`]: a prepared program and the device limits it was prepared for, in one
 //!   checked file that loads without preparing again.
+//! - [`input`]: files the user names, read only when regular and never past their size.
 //! - [`inspect`]: what a checkpoint or an executable holds (`tessera inspect`).
 //! - [`instance`]: the host processes of one job (MPI ranks) and the collectives between
 //!   them; one instance by default.
@@ -25,6 +26,7 @@
 pub mod atomic;
 pub mod checkpoint;
 pub mod executable;
+pub mod input;
 pub mod inspect;
 pub mod instance;
 pub mod layout;

@@ -4,8 +4,8 @@
 //! the previous checkpoint, and `tessera inspect` and `tessera train --resume` say what
 //! they found.
 //!
-//! The same checkpoint written twice is the same checkpoint but not the same bytes (the
-//! order of safetensors' metadata varies): files are compared by loading them.
+//! Files are compared by loading them (a field that differs is named); `file_trust.rs`
+//! checks that the same state also gives the same bytes.
 
 mod common;
 
@@ -21,6 +21,7 @@ use tessera_core::shard::Interval;
 use tessera_core::stream::AnchorReturnType;
 use tessera_host::checkpoint::{fingerprint, Checkpoint, CheckpointError};
 use tessera_host::executable::{self, Executable, ExecutableError};
+use tessera_host::input::InputError;
 use tessera_host::runtime::{Placement, Runtime, RuntimeError, StepIo, WeightsIo};
 use tessera_host::session::HostArray;
 use tessera_host::train::model::default_anchors;
@@ -820,7 +821,10 @@ fn a_truncated_checkpoint_is_refused() {
         let bytes = t.bytes[..cut].to_vec();
         let e = t.refuse_bytes(&format!("cut at {cut} of {len}"), &bytes);
         assert!(
-            matches!(e, CheckpointError::Format(_)),
+            matches!(
+                e,
+                CheckpointError::Format(_) | CheckpointError::Claim { .. }
+            ),
             "cut at {cut} of {len}: refused as {e:?}, not as an incomplete file"
         );
     }
@@ -1061,9 +1065,18 @@ fn a_checkpoint_whose_tensors_do_not_match_is_refused() {
         "{e:?}"
     );
 
+    // A short RNG state: in a file, refused at load (no run writes one); as a value that
+    // never went through a file, refused by restore.
     let mut c = t.good.clone();
     c.rng.pop();
-    let e = t.refuse_checkpoint("a short RNG state", &c);
+    let path = t.scratch.path("short-rng.safetensors");
+    c.save(&path).unwrap();
+    let e = t.refuse_file("a short RNG state in a file", &path);
+    assert!(
+        matches!(e, CheckpointError::Impossible { entry: "rng", .. }),
+        "{e:?}"
+    );
+    let e = c.restore(&mut t.target).unwrap_err();
     assert!(
         matches!(
             e,
@@ -1073,6 +1086,11 @@ fn a_checkpoint_whose_tensors_do_not_match_is_refused() {
             }
         ),
         "{e:?}"
+    );
+    assert_same_state(
+        "a short RNG state restored",
+        &state(&mut t.target),
+        &t.target_state,
     );
 
     // A weight no variable has.
@@ -1331,7 +1349,7 @@ fn a_kill_during_a_save_leaves_the_previous_checkpoint() {
             match Checkpoint::load(&path) {
                 Ok(c) if c.step > step => break,
                 Ok(_) => {}
-                Err(CheckpointError::Io { source, .. })
+                Err(CheckpointError::Input(InputError::Io { source, .. }))
                     if round == 0 && source.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => panic!("round {round}: reading P while it is saved: {e}"),
             }

@@ -5,17 +5,44 @@ use std::path::PathBuf;
 
 use tessera_core::dtype::DataType;
 
+use crate::atomic::ReplaceError;
+use crate::input::InputError;
 use crate::runtime::RuntimeError;
 
 /// A checkpoint failure; each names the file's part at fault.
 #[derive(Debug)]
 pub enum CheckpointError {
-    /// The file could not be read, written or renamed.
-    Io {
+    /// The file to read is not a regular file, or could not be read.
+    Input(InputError),
+    /// The file could not be saved.
+    Save(ReplaceError),
+    /// The header claims more bytes for one of its parts than the file holds (or than a
+    /// header may have): nothing of the claimed size was allocated.
+    Claim {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// The part (`header length`, `tensor data`, a tensor's name).
+        field: String,
+        /// Bytes claimed.
+        claimed: u64,
+        /// Bytes there are (or allowed).
+        actual: u64,
+    },
+    /// A tensor dimension too large for a tessera shape (32 bits).
+    Dimension {
+        /// The tensor.
+        tensor: String,
+        /// The dimension.
+        dimension: u64,
+    },
+    /// A metadata value that no run writes (checksummed, so sealed on purpose or by a bug).
+    Impossible {
+        /// The metadata entry.
+        entry: &'static str,
+        /// Its value.
+        value: String,
+        /// The rule it breaks.
+        rule: String,
     },
     /// Not a safetensors file, or a truncated one.
     Format(safetensors::SafeTensorError),
@@ -104,7 +131,28 @@ impl CheckpointError {
 impl fmt::Display for CheckpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Self::Input(e) => e.fmt(f),
+            Self::Save(e) => e.fmt(f),
+            Self::Claim {
+                path,
+                field,
+                claimed,
+                actual,
+            } => write!(
+                f,
+                "{}: the header claims {claimed} bytes for {field}; the file has {actual}",
+                path.display()
+            ),
+            Self::Dimension { tensor, dimension } => write!(
+                f,
+                "tensor `{tensor}` has a dimension of {dimension}; a dimension is at most {}",
+                u32::MAX
+            ),
+            Self::Impossible { entry, value, rule } => write!(
+                f,
+                "the checkpoint's metadata entry `{entry}` is {value}, which no run writes: \
+                 {rule}"
+            ),
             Self::Format(e) => write!(f, "not a whole safetensors file: {e}"),
             Self::NotACheckpoint { entry } => write!(
                 f,
@@ -150,7 +198,8 @@ impl fmt::Display for CheckpointError {
 impl std::error::Error for CheckpointError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io { source, .. } => Some(source),
+            Self::Input(e) => Some(e),
+            Self::Save(e) => Some(e),
             Self::Format(e) => Some(e),
             Self::Runtime(e) => Some(e),
             _ => None,

@@ -3,32 +3,27 @@
 //!
 //! Metadata entries (all text): `format` ([`FORMAT`]), `version`, `fingerprint` (16 hex
 //! digits), `replicas`, `step`, `seed`, `rng` (the words in hex, comma-separated), one
-//! `layout/NAME` per variable, and `checksum`: CRC-32 (ISO-HDLC) over every other entry
+//! `layout/NAME` per variable, `data/samples` and `data/fingerprint` (16 hex digits) when
+//! the run recorded its data, and `checksum`: CRC-32 (ISO-HDLC) over every other entry
 //! (`key=value\n`, keys in order) followed by every tensor (name, type, shape, length and
 //! bytes, names in order).
+//!
+//! **Same state, same bytes.** The header's JSON is written with every key in order (the
+//! metadata entries, then the tensors by name, each tensor's fields in order) and the
+//! tensors' bytes follow in name order: two saves of one state are byte-identical, so a
+//! file can be compared, hashed or deduplicated as bytes.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::{mpsc, Arc};
 
-use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensorError};
-use tessera_core::dtype::DataType;
 
 use super::{Checkpoint, CheckpointError, FORMAT, VERSION};
-use crate::runtime::WeightsIo;
 use crate::session::HostArray;
 
-/// A tensor read from a file: its type, its shape and its bytes.
-type Tensor = (Dtype, Vec<u32>, Arc<Vec<u8>>);
-
-/// The largest header read (safetensors' own limit).
-const MAX_HEADER: u64 = 100_000_000;
-
 /// Sixteen-byte tables: the checksum runs at memory speed rather than byte by byte.
-const CRC32: crc::Crc<u32, crc::Table<16>> =
+pub(super) const CRC32: crc::Crc<u32, crc::Table<16>> =
     crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
 
 /// The tensor holding variable `name`'s optimizer state.
@@ -50,8 +45,20 @@ fn entries(c: &Checkpoint) -> BTreeMap<String, String> {
     for (name, layout) in &c.layouts {
         meta.insert(format!("layout/{name}"), layout.clone());
     }
+    if let Some(data) = &c.data {
+        meta.insert(DATA_SAMPLES.to_string(), data.samples.to_string());
+        meta.insert(
+            DATA_FINGERPRINT.to_string(),
+            format!("{:016x}", data.fingerprint),
+        );
+    }
     meta
 }
+
+/// The metadata entry of the data's sample count.
+pub(super) const DATA_SAMPLES: &str = "data/samples";
+/// The metadata entry of the data's fingerprint.
+pub(super) const DATA_FINGERPRINT: &str = "data/fingerprint";
 
 /// The safetensors header (its length, then its JSON padded to 8 bytes) for `tensors`,
 /// laid out in name order, with `meta` and `checksum` as metadata. The checksum is written
@@ -61,25 +68,26 @@ fn header(
     tensors: &BTreeMap<String, &HostArray>,
     checksum: u32,
 ) -> Result<Vec<u8>, CheckpointError> {
-    let mut at = 0;
-    let infos = tensors
+    // serde_json's map keeps its keys in order: the same state always gives the same JSON.
+    let mut root = serde_json::Map::new();
+    let mut entries: serde_json::Map<String, serde_json::Value> = meta
         .iter()
-        .map(|(name, array)| {
-            let len = array.bytes().len();
-            let info = TensorInfo {
-                dtype: Dtype::F32,
-                shape: array.shape().iter().map(|&d| d as usize).collect(),
-                data_offsets: (at, at + len),
-            };
-            at += len;
-            (name.clone(), info)
-        })
+        .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
         .collect();
-    let mut entries = meta.clone();
-    entries.insert("checksum".to_string(), format!("{checksum:08x}"));
-    let metadata = Metadata::new(Some(entries.into_iter().collect()), infos)
-        .map_err(CheckpointError::Format)?;
-    let mut json = serde_json::to_vec(&metadata)
+    entries.insert("checksum".to_string(), format!("{checksum:08x}").into());
+    root.insert("__metadata__".to_string(), entries.into());
+    let mut at = 0;
+    for (name, array) in tensors {
+        let len = array.bytes().len();
+        let info = serde_json::json!({
+            "dtype": "F32",
+            "shape": array.shape(),
+            "data_offsets": [at, at + len],
+        });
+        at += len;
+        root.insert(name.clone(), info);
+    }
+    let mut json = serde_json::to_vec(&serde_json::Value::Object(root))
         .map_err(|e| CheckpointError::Format(SafeTensorError::JsonError(e)))?;
     json.resize(json.len().next_multiple_of(8), b' ');
     let mut out = Vec::with_capacity(8 + json.len());
@@ -134,179 +142,17 @@ pub(super) fn save(c: &Checkpoint, path: &Path) -> Result<(), CheckpointError> {
     });
     match (written, error) {
         (_, Some(e)) => Err(e),
-        (Err(source), None) => Err(CheckpointError::Io {
-            path: path.to_owned(),
-            source,
-        }),
+        (Err(e), None) => Err(CheckpointError::Save(e)),
         (Ok(()), None) => Ok(()),
     }
 }
 
-/// Reads the checkpoint in `path`: its header first (format and version checked before
-/// any tensor is read), then each tensor straight into its own array while a second thread
-/// computes the checksum; the checksum is checked before the checkpoint is returned.
-pub(super) fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
-    let io = |source| CheckpointError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let mut prefix = [0u8; 8];
-    if len < 8 {
-        return Err(CheckpointError::Format(SafeTensorError::HeaderTooSmall));
-    }
-    file.read_exact(&mut prefix).map_err(io)?;
-    let n = u64::from_le_bytes(prefix);
-    if n > MAX_HEADER {
-        return Err(CheckpointError::Format(SafeTensorError::HeaderTooLarge));
-    }
-    if n > len - 8 {
-        return Err(CheckpointError::Format(
-            SafeTensorError::InvalidHeaderLength,
-        ));
-    }
-    let mut json = vec![0u8; n as usize]; // At most MAX_HEADER.
-    file.read_exact(&mut json).map_err(io)?;
-    let metadata: Metadata = serde_json::from_slice(&json)
-        .map_err(|e| CheckpointError::Format(SafeTensorError::InvalidHeaderDeserialization(e)))?;
-    if (8 + n).checked_add(metadata.data_len() as u64) != Some(len) {
-        return Err(CheckpointError::Format(
-            SafeTensorError::MetadataIncompleteBuffer,
-        ));
-    }
-    let meta: BTreeMap<String, String> = metadata
-        .metadata()
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let entry = |key: &'static str| {
-        meta.get(key)
-            .ok_or(CheckpointError::NotACheckpoint { entry: key })
-    };
-    if entry("format")? != FORMAT {
-        return Err(CheckpointError::NotACheckpoint { entry: "format" });
-    }
-    let version: u32 = parse(entry("version")?, "version")?;
-    if version != VERSION {
-        return Err(CheckpointError::Version {
-            file: version,
-            supported: VERSION,
-        });
-    }
-    let recorded = u32::from_str_radix(entry("checksum")?, 16)
-        .map_err(|_| CheckpointError::NotACheckpoint { entry: "checksum" })?;
-    let mut rest = meta.clone();
-    rest.remove("checksum");
-
-    // Tensors are read in file order and digested in name order, as they become ready.
-    let mut by_offset: Vec<(String, TensorInfo)> = metadata
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| (name, info.clone()))
-        .collect();
-    by_offset.sort_by_key(|(_, info)| info.data_offsets);
-    let mut by_name: Vec<String> = by_offset.iter().map(|(n, _)| n.clone()).collect();
-    by_name.sort();
-    let mut read: BTreeMap<String, Tensor> = BTreeMap::new();
-    let computed = std::thread::scope(|scope| -> Result<u32, CheckpointError> {
-        let (send, receive) = mpsc::channel::<(String, Tensor)>();
-        let digest = scope.spawn(move || {
-            let mut digest = Checksum::new(&rest);
-            for (name, (dtype, shape, data)) in receive {
-                digest.tensor(&name, dtype, &shape, &data);
-            }
-            digest.finish()
-        });
-        let mut next = 0;
-        for (name, info) in &by_offset {
-            let (start, end) = info.data_offsets;
-            // Read into spare capacity: no pass zeroing the buffer first.
-            let want = end - start;
-            let mut data = Vec::with_capacity(want);
-            (&mut file)
-                .take(want as u64)
-                .read_to_end(&mut data)
-                .map_err(io)?;
-            if data.len() != want {
-                return Err(CheckpointError::Format(
-                    SafeTensorError::MetadataIncompleteBuffer,
-                ));
-            }
-            let shape = info.shape.iter().map(|&d| d as u32).collect();
-            read.insert(name.clone(), (info.dtype, shape, Arc::new(data)));
-            while let Some((name, tensor)) = by_name.get(next).and_then(|n| Some((n, read.get(n)?)))
-            {
-                // The digest thread ends only when the channel closes: it is alive here.
-                let _ = send.send((name.clone(), tensor.clone()));
-                next += 1;
-            }
-        }
-        drop(send);
-        digest
-            .join()
-            .map_err(|_| io(std::io::Error::other("the checksum thread panicked")))
-    })?;
-    if computed != recorded {
-        return Err(CheckpointError::Checksum { recorded, computed });
-    }
-    let fingerprint = u64::from_str_radix(entry("fingerprint")?, 16).map_err(|_| {
-        CheckpointError::NotACheckpoint {
-            entry: "fingerprint",
-        }
-    })?;
-    let rng = entry("rng")?
-        .split(',')
-        .filter(|w| !w.is_empty())
-        .map(|w| u32::from_str_radix(w, 16))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| CheckpointError::NotACheckpoint { entry: "rng" })?;
-    let (mut weights, mut optimizer) = (WeightsIo::new(), WeightsIo::new());
-    for (name, (dtype, shape, data)) in read {
-        let dtype = match dtype {
-            Dtype::F32 => DataType::F32,
-            Dtype::F64 => DataType::F64,
-            Dtype::I32 => DataType::I32,
-            Dtype::I64 => DataType::I64,
-            _ => DataType::U8,
-        };
-        let array = HostArray::shared(dtype, &shape, data)
-            .map_err(|_| CheckpointError::NotACheckpoint { entry: "tensors" })?;
-        match name
-            .strip_prefix("optimizer/")
-            .and_then(|n| n.strip_suffix("/velocity"))
-        {
-            Some(variable) => optimizer.insert(variable.to_string(), array),
-            None => weights.insert(name, array),
-        };
-    }
-    Ok(Checkpoint {
-        fingerprint,
-        replicas: parse(entry("replicas")?, "replicas")?,
-        step: parse(entry("step")?, "step")?,
-        seed: parse(entry("seed")?, "seed")?,
-        rng,
-        weights,
-        optimizer,
-        layouts: meta
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("layout/")?.to_string(), v.clone())))
-            .collect(),
-    })
-}
-
-fn parse<T: std::str::FromStr>(text: &str, entry: &'static str) -> Result<T, CheckpointError> {
-    text.parse()
-        .map_err(|_| CheckpointError::NotACheckpoint { entry })
-}
-
 /// CRC-32 of the metadata entries (`key=value\n`, keys in order) and then of the tensors
 /// (name, shape, length and bytes), fed in name order.
-struct Checksum(crc::Digest<'static, u32, crc::Table<16>>);
+pub(super) struct Checksum(crc::Digest<'static, u32, crc::Table<16>>);
 
 impl Checksum {
-    fn new(meta: &BTreeMap<String, String>) -> Self {
+    pub(super) fn new(meta: &BTreeMap<String, String>) -> Self {
         let mut digest = CRC32.digest();
         for (key, value) in meta {
             digest.update(format!("{key}={value}\n").as_bytes());
@@ -314,17 +160,26 @@ impl Checksum {
         Self(digest)
     }
 
-    fn tensor(&mut self, name: &str, dtype: Dtype, shape: &[u32], data: &[u8]) {
+    pub(super) fn tensor(&mut self, name: &str, dtype: Dtype, shape: &[u32], data: &[u8]) {
+        self.tensor_head(name, dtype, shape, data.len() as u64);
+        self.0.update(data);
+    }
+
+    /// What precedes a tensor's bytes; they follow through [`update`](Self::update).
+    pub(super) fn tensor_head(&mut self, name: &str, dtype: Dtype, shape: &[u32], len: u64) {
         self.0.update(name.as_bytes());
         self.0.update(format!("{dtype:?}").as_bytes());
         for d in shape {
             self.0.update(&d.to_le_bytes());
         }
-        self.0.update(&(data.len() as u64).to_le_bytes());
-        self.0.update(data);
+        self.0.update(&len.to_le_bytes());
     }
 
-    fn finish(self) -> u32 {
+    pub(super) fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub(super) fn finish(self) -> u32 {
         self.0.finalize()
     }
 }

@@ -11,25 +11,34 @@
 //! - metadata: the format and its version, the program's [`fingerprint`], the replicas, the
 //!   steps trained so far, the random seed, every replica's RNG state, the grouping and
 //!   shard layout of each variable (for people and `tessera inspect`: loading checks the
-//!   fingerprint, which covers them), and a CRC-32 over all of the above and every tensor's
-//!   name, type, shape and bytes.
+//!   fingerprint, which covers them), what the run trained on (its data's sample count and
+//!   fingerprint, [`DataRecord`], when the run recorded it), and a CRC-32 over all of the
+//!   above and every tensor's name, type, shape and bytes.
 //!
 //! # Contract
 //!
-//! - **Atomic save.** The file is written beside its destination under a temporary name,
-//!   flushed to disk, and renamed over the destination: a save interrupted at any point
-//!   leaves the previous checkpoint, or none, never half of one.
-//! - **Checked load.** [`Checkpoint::load`] refuses a file that is truncated, altered (the
-//!   checksum), of another format version; [`Checkpoint::restore`] refuses one made for
-//!   another program (the fingerprints differ) or whose tensors do not match the program
-//!   (naming the tensor and both shapes). Every check passes before anything reaches a
-//!   device: a refused checkpoint loads nothing.
+//! - **Atomic save, of a regular file only.** The file is written beside its destination
+//!   under a temporary name, flushed to disk, and renamed over the destination: a save
+//!   interrupted at any point leaves the previous checkpoint, or none, never half of one.
+//!   The destination must be absent or a regular file (a symbolic link is refused, not
+//!   followed), and no temporary outlives its save ([`crate::atomic`] states the rules).
+//! - **Same state, same bytes**: two saves of one checkpoint are byte-identical.
+//! - **Checked load.** [`Checkpoint::load`] reads only a regular file, never allocates more
+//!   than the file holds, and refuses a file that is truncated, lies about its sizes,
+//!   altered (the checksum), of another format version, or holds a value no run writes
+//!   (the rules are in `read.rs`); [`Checkpoint::load_for`] also checks the program's
+//!   fingerprint and every tensor's shape from the header, before reading any tensor.
+//!   [`Checkpoint::restore`] refuses one made for another program (the fingerprints
+//!   differ) or whose tensors do not match the program (naming the tensor and both
+//!   shapes). Every check passes before anything reaches a device: a refused checkpoint
+//!   loads nothing.
 //! - **Exact resume.** Weights, optimizer state and RNG state are everything a device keeps
 //!   between steps, so a run resumed from a checkpoint continues exactly as the run that
 //!   wrote it would have (the data position is the step count).
 
 mod error;
 mod format;
+mod read;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,6 +55,38 @@ use crate::session::HostArray;
 pub const FORMAT: &str = "tessera-checkpoint";
 /// The format version this code writes and reads.
 pub const VERSION: u32 = 1;
+/// The largest step count a checkpoint may hold: 2^48 steps, nine years at a million steps
+/// a second. A larger one was not written by a run, and with it every count that follows
+/// (steps still to train, data positions) stays far from overflowing.
+pub const MAX_STEP: u64 = 1 << 48;
+
+/// What a run trained on: resuming on other data would continue another run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRecord {
+    /// Samples in the data.
+    pub samples: u64,
+    /// A fingerprint of the samples: CRC-64 of every input and label as the run holds them.
+    pub fingerprint: u64,
+}
+
+/// What a checkpoint holds, without its tensors' values (what `tessera inspect` shows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// The program's [`fingerprint`].
+    pub fingerprint: u64,
+    /// Replicas of the run.
+    pub replicas: usize,
+    /// Steps trained so far.
+    pub step: u64,
+    /// The random seed.
+    pub seed: u64,
+    /// Each variable's grouping and shard layout, in words, by name.
+    pub layouts: BTreeMap<String, String>,
+    /// What the run trained on, when it recorded it.
+    pub data: Option<DataRecord>,
+    /// Every tensor: its name, type and shape, in file order.
+    pub tensors: Vec<(String, tessera_core::dtype::DataType, Vec<u32>)>,
+}
 
 /// A training run's state.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +107,9 @@ pub struct Checkpoint {
     pub optimizer: WeightsIo,
     /// Each variable's grouping and shard layout, in words (metadata for people), by name.
     pub layouts: BTreeMap<String, String>,
+    /// What the run trained on ([`capture`](Self::capture) leaves it to the caller: the
+    /// runtime does not know the data).
+    pub data: Option<DataRecord>,
 }
 
 /// A 64-bit fingerprint of `program` prepared on `replicas` replicas: CRC-64 of its wire
@@ -97,6 +141,7 @@ impl Checkpoint {
             weights: host_shaped(&program, replicas, returned)?,
             optimizer: host_shaped(&program, replicas, velocity)?,
             layouts: layouts(&program, replicas),
+            data: None,
         })
     }
 
@@ -158,9 +203,38 @@ impl Checkpoint {
         format::save(self, path)
     }
 
-    /// Reads a checkpoint, checking its format, version and checksum.
+    /// Reads a checkpoint, checking its sizes, format, version, checksum and values.
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        format::load(path)
+        read::load(path, None)
+    }
+
+    /// Reads a checkpoint for `program` on `replicas` replicas: as [`load`](Self::load),
+    /// and the fingerprint and every tensor's type and shape are checked from the header,
+    /// before any tensor is read (so none is allocated larger than its variable).
+    pub fn load_for(
+        path: &Path,
+        program: &Program,
+        replicas: usize,
+    ) -> Result<Self, CheckpointError> {
+        let mut tensors = BTreeMap::new();
+        for (i, v) in program.variables.iter().enumerate() {
+            let shape = host_shape(program, replicas, i)?;
+            if program.optimizer.has_velocity() {
+                tensors.insert(format::velocity_name(v.name.as_str()), shape.clone());
+            }
+            tensors.insert(v.name.to_string(), shape);
+        }
+        let expected = read::Expected {
+            fingerprint: fingerprint(program, replicas),
+            tensors,
+        };
+        read::load(path, Some(&expected))
+    }
+
+    /// Checks a checkpoint as [`load`](Self::load) does without holding its tensors, and
+    /// says what it holds.
+    pub fn summary(path: &Path) -> Result<Summary, CheckpointError> {
+        read::scan(path)
     }
 }
 

@@ -5,6 +5,12 @@
 //! A file holds two tensors: `inputs`, `f32` shaped `[n, features]`, and `labels`, `int32`
 //! or `int64` shaped `[n]` (int64 labels travel to the device through the stream's checked
 //! `int64 → int32` conversion); `classes` is the largest label plus one.
+//!
+//! A file is read only when it is a regular file, and no further than its size
+//! ([`crate::input`]). Every input must be finite: a NaN or an infinity is refused at load,
+//! naming the tensor, the row (sample) and the column, instead of surfacing steps later as
+//! a mismatch with the reference. [`Dataset::record`] fingerprints the samples, so that a
+//! resumed run can tell it is given the data its checkpoint was trained on.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -13,6 +19,8 @@ use safetensors::{Dtype, SafeTensors};
 use tessera_core::dtype::DataType;
 use tessera_core::rng::Rng;
 
+use crate::checkpoint::DataRecord;
+use crate::input::{Input, InputError};
 use crate::session::{ArrayError, HostArray};
 
 /// Features of the synthetic spirals: a point in the plane.
@@ -36,13 +44,8 @@ pub struct Dataset {
 /// Why a data file cannot be used.
 #[derive(Debug)]
 pub enum DataError {
-    /// The file cannot be read.
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The file is not a regular file, or cannot be read.
+    Input(InputError),
     /// The file is not safetensors.
     Format {
         /// The file.
@@ -61,6 +64,19 @@ pub enum DataError {
     },
     /// A batch's arrays could not be built.
     Shape(ArrayError),
+    /// An input that is NaN or infinite.
+    NotFinite {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: &'static str,
+        /// The sample.
+        row: usize,
+        /// The feature.
+        column: usize,
+        /// The value.
+        value: f32,
+    },
     /// A label outside `[0, 65536)`, or fewer than two classes.
     Labels {
         /// The file.
@@ -73,7 +89,19 @@ pub enum DataError {
 impl fmt::Display for DataError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Read { path, source } => write!(f, "cannot read {}: {source}", path.display()),
+            Self::Input(e) => write!(f, "cannot read {e}"),
+            Self::NotFinite {
+                path,
+                tensor,
+                row,
+                column,
+                value,
+            } => write!(
+                f,
+                "{}: tensor `{tensor}` holds {value} at row {row}, column {column}; every \
+                 input must be a finite number",
+                path.display()
+            ),
             Self::Format { path, source } => {
                 write!(f, "{} is not a safetensors file: {source}", path.display())
             }
@@ -93,7 +121,7 @@ impl fmt::Display for DataError {
 impl std::error::Error for DataError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Read { source, .. } => Some(source),
+            Self::Input(e) => Some(e),
             Self::Format { source, .. } => Some(source),
             Self::Shape(e) => Some(e),
             _ => None,
@@ -133,10 +161,9 @@ impl Dataset {
 
     /// The dataset in `path` (see the module documentation).
     pub fn load(path: &Path) -> Result<Self, DataError> {
-        let bytes = std::fs::read(path).map_err(|source| DataError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = Input::open(path)
+            .and_then(Input::read_all)
+            .map_err(DataError::Input)?;
         let file = SafeTensors::deserialize(&bytes).map_err(|source| DataError::Format {
             path: path.to_owned(),
             source,
@@ -199,17 +226,47 @@ impl Dataset {
                 value: largest,
             });
         }
+        let inputs: Vec<f32> = inputs
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(at) = inputs.iter().position(|v| !v.is_finite()) {
+            return Err(DataError::NotFinite {
+                path: path.to_owned(),
+                tensor: "inputs",
+                row: at / features,
+                column: at % features,
+                value: inputs[at],
+            });
+        }
         Ok(Self {
-            inputs: inputs
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
+            inputs,
             labels: values,
             features,
             classes: largest as usize + 1,
             label_type,
         })
+    }
+
+    /// The sample count and a fingerprint of the samples (CRC-64 of the features per
+    /// sample, every input's bits and every label), as a checkpoint records them.
+    pub fn record(&self) -> DataRecord {
+        const CRC64: crc::Crc<u64, crc::Table<16>> =
+            crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
+        let mut digest = CRC64.digest();
+        digest.update(&(self.features as u64).to_le_bytes());
+        // Little-endian whatever the host: a checkpoint may move between machines.
+        for v in &self.inputs {
+            digest.update(&v.to_le_bytes());
+        }
+        for l in &self.labels {
+            digest.update(&l.to_le_bytes());
+        }
+        DataRecord {
+            samples: self.len() as u64,
+            fingerprint: digest.finalize(),
+        }
     }
 
     /// Samples held.

@@ -7,10 +7,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera_core::program::AnchorTensor;
 use tessera_core::transfer::InstanceWindow;
 
-use super::data::Dataset;
+use super::data::{Dataset, SPIRAL_FEATURES};
 use super::model::{self, INPUT, LABELS};
 use super::{DataSource, JobError, TrainError, TrainJob, TrainReport};
-use crate::checkpoint::{fingerprint, Checkpoint, CheckpointError};
+use crate::checkpoint::{Checkpoint, DataRecord, MAX_STEP};
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::runtime::check::{max_relative_error, CheckError};
@@ -22,6 +22,12 @@ use crate::train::DEVICE_MEMORY;
 /// reference from the device's state); the last step is always checked.
 const CHECK_EVERY: usize = 10;
 use crate::transport::TransportError;
+
+/// A job's data before the seed is known: a file's, or the spirals still to draw.
+enum Loaded {
+    File(Dataset),
+    Spirals(usize, usize),
+}
 
 /// Runs `job` in this process alone: see [`train_in`].
 pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
@@ -39,42 +45,62 @@ pub fn train(job: &TrainJob) -> Result<TrainReport, TrainError> {
 pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainReport, TrainError> {
     let leader = instances.rank() == 0;
     job.validate()?;
-    let resume = match &job.resume {
-        Some(path) => Some(Checkpoint::load(path).map_err(JobError::Checkpoint)?),
-        None => None,
+    // Only rank 0 writes: its directory must take a file before any step is spent.
+    if leader {
+        let destinations = [
+            ("--checkpoint", &job.checkpoint),
+            ("--save-executable", &job.save_executable),
+        ];
+        for (argument, path) in destinations {
+            if let Some(path) = path {
+                crate::atomic::check_destination(path)
+                    .map_err(|error| JobError::Destination { argument, error })?;
+            }
+        }
+    }
+    // The program needs only the data's widths, which the spirals have whatever their seed:
+    // the checkpoint is read for the program, and its seed then draws the spirals.
+    let source = match &job.data {
+        DataSource::File(path) => Loaded::File(Dataset::load(path).map_err(JobError::Data)?),
+        DataSource::Spirals { samples, classes } => Loaded::Spirals(*samples, *classes),
     };
-    // A resumed run continues the data and the generators of the run it resumes.
-    let seed = resume.as_ref().map_or(job.seed, |c| c.seed);
-    let data = match &job.data {
-        DataSource::Spirals { samples, classes } => Dataset::spirals(*samples, *classes, seed),
-        DataSource::File(path) => Dataset::load(path).map_err(JobError::Data)?,
+    let (features, classes) = match &source {
+        Loaded::File(d) => (d.features, d.classes),
+        Loaded::Spirals(_, classes) => (SPIRAL_FEATURES, *classes),
     };
-    job.check_step_bytes(data.features)?;
+    job.check_step_bytes(features)?;
     let executable = match &job.executable {
         Some(path) => Some(Executable::load(path).map_err(JobError::Executable)?),
         None => None,
     };
     let program = match &executable {
         Some(exe) => {
-            check_executable(exe, job, &data)?;
+            check_executable(exe, job, features, classes)?;
             exe.program.clone()
         }
         None => {
-            let p = model::program(job, data.features, data.classes).map_err(JobError::Capacity)?;
+            let p = model::program(job, features, classes).map_err(JobError::Capacity)?;
             p.check(job.replicas).map_err(JobError::Program)?;
             p
         }
     };
-    if let Some(c) = &resume {
-        let expected = fingerprint(&program, job.replicas);
-        if c.fingerprint != expected {
-            return Err(JobError::Checkpoint(CheckpointError::Program {
-                file: c.fingerprint,
-                program: expected,
-            })
-            .into());
+    let resume = match &job.resume {
+        Some(path) => {
+            Some(Checkpoint::load_for(path, &program, job.replicas).map_err(JobError::Checkpoint)?)
         }
-    }
+        None => None,
+    };
+    // A resumed run continues the data and the generators of the run it resumes.
+    let seed = resume.as_ref().map_or(job.seed, |c| c.seed);
+    let data = match source {
+        Loaded::File(d) => d,
+        Loaded::Spirals(samples, classes) => Dataset::spirals(samples, classes, seed),
+    };
+    let record = data.record();
+    let first_step = match &resume {
+        Some(c) => resume_position(c, &record, job.steps)?,
+        None => 0,
+    };
 
     let mut runtime = match &executable {
         Some(exe) => {
@@ -101,7 +127,7 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
             let mut reference = Reference::new(&program, job.replicas, c.seed, &c.weights)?;
             reference.set_optimizer_state(&c.optimizer)?;
             reference.set_rng_state(&c.rng)?;
-            (reference, c.step as usize)
+            (reference, first_step)
         }
         None => {
             let initial = model::initial_weights(&program, job.replicas, seed)?;
@@ -128,18 +154,20 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
     let mut anchor_error: Result<f64, CheckError> = Ok(0.0);
     let mut weight_error: Result<f64, CheckError> = Ok(0.0);
     let mut last_state: Option<Checkpoint> = None;
+    // Checked by `resume_position`.
     let last = first_step + job.steps;
     for step in first_step..last {
         let shape_error = |e| JobError::Data(super::DataError::Shape(e));
+        let position = data_position(step, per_step, data.len());
         let (inputs, labels) = data
-            .share(step * per_step, micro_batches, job.replicas, window)
+            .share(position, micro_batches, job.replicas, window)
             .map_err(shape_error)?;
         let io: StepIo = [(INPUT.to_string(), inputs), (LABELS.to_string(), labels)].into();
         let start = Instant::now();
         let anchors = runtime.run(&io)?;
         busy += start.elapsed();
         // The reference computes every replica, from the whole step's samples.
-        let (inputs, labels) = data.batch(step * per_step, per_step).map_err(shape_error)?;
+        let (inputs, labels) = data.batch(position, per_step).map_err(shape_error)?;
         let whole: StepIo = [(INPUT.to_string(), inputs), (LABELS.to_string(), labels)].into();
         let expected = reference.step(&whole)?;
         for (name, array) in &anchors {
@@ -173,7 +201,8 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
         }
         // The device's whole state after the step (every instance takes part), held to
         // the reference's after the same steps.
-        let state = Checkpoint::capture(&mut runtime, done as u64, seed)?;
+        let mut state = Checkpoint::capture(&mut runtime, done as u64, seed)?;
+        state.data = Some(record);
         let want = reference.host_weights();
         for (name, array) in &state.weights {
             let device = array.to_f32().unwrap_or_default();
@@ -215,17 +244,22 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
 
 /// The executable's program reads this job's data on this job's replicas: its input and
 /// class widths match the data, and it was prepared for as many replicas.
-fn check_executable(exe: &Executable, job: &TrainJob, data: &Dataset) -> Result<(), JobError> {
+fn check_executable(
+    exe: &Executable,
+    job: &TrainJob,
+    features: usize,
+    classes: usize,
+) -> Result<(), JobError> {
     let p = &exe.program;
-    let features = p
+    let program_features = p
         .streams
         .get(usize::from(p.input))
         .and_then(|s| tessera_core::program::elements(&s.sample))
         .unwrap_or(0);
     let checks = [
         ("replicas", exe.replicas as usize, job.replicas),
-        ("input features", features, data.features),
-        ("classes", p.output_width().unwrap_or(0), data.classes),
+        ("input features", program_features, features),
+        ("classes", p.output_width().unwrap_or(0), classes),
         (
             "batches per step",
             p.batches_per_step as usize,
@@ -247,6 +281,40 @@ fn check_executable(exe: &Executable, job: &TrainJob, data: &Dataset) -> Result<
         }
     }
     Ok(())
+}
+
+/// Where step `step`'s samples start in data of `samples` samples, `per_step` a step:
+/// reduced modulo the data (positions wrap around it) in 128 bits, so that no step count
+/// overflows.
+fn data_position(step: usize, per_step: usize, samples: usize) -> usize {
+    let position = (step as u128 * per_step as u128) % samples.max(1) as u128;
+    // Below `samples`, a usize.
+    usize::try_from(position).unwrap_or(0)
+}
+
+/// The step a resumed run starts from, once the checkpoint is held to the data it is given
+/// (`record`) and the steps still to train fit.
+fn resume_position(c: &Checkpoint, record: &DataRecord, steps: usize) -> Result<usize, JobError> {
+    let Some(recorded) = c.data else {
+        return Err(JobError::ResumeNoData);
+    };
+    if recorded != *record {
+        return Err(JobError::ResumeData {
+            checkpoint: recorded,
+            data: *record,
+        });
+    }
+    // Every checkpoint this run writes must load again: its last step is at most MAX_STEP
+    // too (and then fits a usize on a 64-bit host; on a 32-bit one it may not).
+    c.step
+        .checked_add(steps as u64)
+        .filter(|&last| last <= MAX_STEP)
+        .and_then(|last| usize::try_from(last).ok())
+        .map(|last| last - steps)
+        .ok_or(JobError::ResumeSteps {
+            step: c.step,
+            steps,
+        })
 }
 
 /// The rows of `values` (`[items, replicas, width]`, flat) of the replicas in `window`, as

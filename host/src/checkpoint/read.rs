@@ -1,0 +1,445 @@
+//! Reading a checkpoint without trusting it.
+//!
+//! # Rules
+//!
+//! - **Only a regular file**, opened without blocking and read no further than its size
+//!   ([`crate::input`]).
+//! - **Every size is checked against the file before it is allocated.** The header's
+//!   length against the bytes after it (and safetensors' limit of 100 MB), each tensor's
+//!   range against the data there is, the data's total against the file's size. A claim
+//!   that does not fit is [`CheckpointError::Claim`], naming the part, the size claimed and
+//!   the size there is; nothing of the claimed size is allocated.
+//! - **With the program known** ([`Checkpoint::load_for`](super::Checkpoint::load_for)),
+//!   the fingerprint and every tensor's name, type and shape are checked against the
+//!   program from the header alone, before any tensor byte is read: no tensor is allocated
+//!   larger than its variable, however large a (sparse) file agrees with its header.
+//! - **The checksum before the values.** Values are read only from a file whose checksum
+//!   matches; then a value that no run writes is refused ([`CheckpointError::Impossible`]):
+//!   a step above [`MAX_STEP`], replicas outside `1..=MAX_REPLICAS`, an RNG state that is
+//!   not [`RNG_WORDS`] per replica or is all zeros for a replica (a generator never reaches
+//!   that state), a data record of no samples.
+//! - **A summary keeps no tensor.** [`scan`] reads the tensor bytes through the checksum in
+//!   pieces of [`PIECE`] bytes: `tessera inspect` holds no more than that at a time.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::{Dtype, SafeTensorError};
+use tessera_core::dtype::DataType;
+
+use super::format::{Checksum, DATA_FINGERPRINT, DATA_SAMPLES};
+use super::{Checkpoint, CheckpointError, DataRecord, Summary, FORMAT, MAX_STEP, VERSION};
+use crate::input::Input;
+use crate::runtime::{WeightsIo, MAX_REPLICAS, RNG_WORDS};
+use crate::session::HostArray;
+
+/// A tensor read from a file: its type, its shape and its bytes.
+type Tensor = (Dtype, Vec<u32>, Arc<Vec<u8>>);
+
+/// The largest header read (safetensors' own limit).
+const MAX_HEADER: u64 = 100_000_000;
+/// Bytes a [`scan`] holds at a time.
+pub(super) const PIECE: usize = 1 << 20;
+
+/// What the program needs the file to hold: its fingerprint, and every tensor's host shape
+/// (all `f32`), by tensor name.
+#[derive(Debug)]
+pub(super) struct Expected {
+    pub fingerprint: u64,
+    pub tensors: BTreeMap<String, Vec<u32>>,
+}
+
+/// A checked header and the open file, positioned at the first tensor byte.
+struct Header {
+    input: Input,
+    meta: BTreeMap<String, String>,
+    /// Tensors in file order, each with its shape in 32 bits.
+    tensors: Vec<(String, TensorInfo, Vec<u32>)>,
+    /// Where the tensor data starts.
+    data_start: u64,
+    /// The checksum recorded in the metadata.
+    recorded: u32,
+}
+
+/// The metadata values, checked.
+struct Fields {
+    fingerprint: u64,
+    replicas: usize,
+    step: u64,
+    seed: u64,
+    rng: Vec<u32>,
+    layouts: BTreeMap<String, String>,
+    data: Option<DataRecord>,
+}
+
+fn data_type(dtype: Dtype) -> DataType {
+    match dtype {
+        Dtype::F32 => DataType::F32,
+        Dtype::F64 => DataType::F64,
+        Dtype::I32 => DataType::I32,
+        Dtype::I64 => DataType::I64,
+        _ => DataType::U8,
+    }
+}
+
+/// Reads and checks the header: sizes against the file, format, version, the checksum's
+/// presence, and (with `expected`) the program's fingerprint and tensors.
+fn read_header(path: &Path, expected: Option<&Expected>) -> Result<Header, CheckpointError> {
+    let mut input = Input::open(path).map_err(CheckpointError::Input)?;
+    let len = input.len();
+    if len < 8 {
+        return Err(CheckpointError::Format(SafeTensorError::HeaderTooSmall));
+    }
+    let claim = |field: String, claimed: u64, actual: u64| CheckpointError::Claim {
+        path: path.to_owned(),
+        field,
+        claimed,
+        actual,
+    };
+    let mut prefix = [0u8; 8];
+    input
+        .read_exact(&mut prefix)
+        .map_err(CheckpointError::Input)?;
+    let n = u64::from_le_bytes(prefix);
+    if n > len - 8 {
+        return Err(claim("the header".to_string(), n, len - 8));
+    }
+    if n > MAX_HEADER {
+        return Err(CheckpointError::Format(SafeTensorError::HeaderTooLarge));
+    }
+    // At most the file's size (checked above).
+    let mut json = Vec::new();
+    input
+        .read_into(n, &mut json)
+        .map_err(CheckpointError::Input)?;
+    // Deserializing checks the ranges follow each other from 0 and fit their shapes.
+    let metadata: Metadata = serde_json::from_slice(&json)
+        .map_err(|e| CheckpointError::Format(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+    let data_start = 8 + n;
+    let available = len - data_start;
+    let mut tensors = Vec::new();
+    for name in metadata.offset_keys() {
+        let Some(info) = metadata.info(&name) else {
+            continue;
+        };
+        let (start, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
+        if end > available {
+            let field = format!("tensor `{name}`");
+            return Err(claim(field, end - start, available.saturating_sub(start)));
+        }
+        let mut shape = Vec::with_capacity(info.shape.len());
+        for &d in &info.shape {
+            let d32 = u32::try_from(d).map_err(|_| CheckpointError::Dimension {
+                tensor: name.clone(),
+                dimension: d as u64,
+            })?;
+            shape.push(d32);
+        }
+        tensors.push((name, info.clone(), shape));
+    }
+    if metadata.data_len() as u64 != available {
+        // Bytes beyond the last tensor: not a file this code wrote.
+        return Err(CheckpointError::Format(
+            SafeTensorError::MetadataIncompleteBuffer,
+        ));
+    }
+    let meta: BTreeMap<String, String> = metadata
+        .metadata()
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let entry = |key| entry(&meta, key);
+    if entry("format")? != FORMAT {
+        return Err(CheckpointError::NotACheckpoint { entry: "format" });
+    }
+    let version: u32 = parse(entry("version")?, "version")?;
+    if version != VERSION {
+        return Err(CheckpointError::Version {
+            file: version,
+            supported: VERSION,
+        });
+    }
+    let recorded = u32::from_str_radix(entry("checksum")?, 16)
+        .map_err(|_| CheckpointError::NotACheckpoint { entry: "checksum" })?;
+    if let Some(expected) = expected {
+        check_expected(&meta, &tensors, expected)?;
+    }
+    Ok(Header {
+        input,
+        meta,
+        tensors,
+        data_start,
+        recorded,
+    })
+}
+
+/// The header's fingerprint and tensors against the program's (see the module's rules).
+fn check_expected(
+    meta: &BTreeMap<String, String>,
+    tensors: &[(String, TensorInfo, Vec<u32>)],
+    expected: &Expected,
+) -> Result<(), CheckpointError> {
+    let file = hex64(entry(meta, "fingerprint")?, "fingerprint")?;
+    if file != expected.fingerprint {
+        return Err(CheckpointError::Program {
+            file,
+            program: expected.fingerprint,
+        });
+    }
+    for (name, info, shape) in tensors {
+        let Some(want) = expected.tensors.get(name) else {
+            return Err(CheckpointError::Unexpected {
+                tensor: name.clone(),
+            });
+        };
+        if info.dtype != Dtype::F32 || shape != want {
+            return Err(CheckpointError::Shape {
+                tensor: name.clone(),
+                expected: want.clone(),
+                actual: shape.clone(),
+                dtype: data_type(info.dtype),
+            });
+        }
+    }
+    for name in expected.tensors.keys() {
+        if !tensors.iter().any(|(n, _, _)| n == name) {
+            return Err(CheckpointError::Missing {
+                tensor: name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reads the checkpoint in `path` (see the module's rules): each tensor straight into its
+/// own array while a second thread computes the checksum, which is checked before any
+/// value is used.
+pub(super) fn load(
+    path: &Path,
+    expected: Option<&Expected>,
+) -> Result<Checkpoint, CheckpointError> {
+    let mut header = read_header(path, expected)?;
+    let mut rest = header.meta.clone();
+    rest.remove("checksum");
+    // Tensors are read in file order and digested in name order, as they become ready.
+    let mut by_name: Vec<String> = header.tensors.iter().map(|(n, _, _)| n.clone()).collect();
+    by_name.sort();
+    let mut read: BTreeMap<String, Tensor> = BTreeMap::new();
+    let input = &mut header.input;
+    let computed = std::thread::scope(|scope| -> Result<u32, CheckpointError> {
+        let (send, receive) = mpsc::channel::<(String, Tensor)>();
+        let digest = scope.spawn(move || {
+            let mut digest = Checksum::new(&rest);
+            for (name, (dtype, shape, data)) in receive {
+                digest.tensor(&name, dtype, &shape, &data);
+            }
+            digest.finish()
+        });
+        let mut next = 0;
+        for (name, info, shape) in &header.tensors {
+            let (start, end) = info.data_offsets;
+            // Within the file (checked with the header): read into spare capacity, no pass
+            // zeroing the buffer first.
+            let want = end - start;
+            let mut data = Vec::with_capacity(want);
+            input
+                .read_into(want as u64, &mut data)
+                .map_err(CheckpointError::Input)?;
+            read.insert(name.clone(), (info.dtype, shape.clone(), Arc::new(data)));
+            while let Some((name, tensor)) = by_name.get(next).and_then(|n| Some((n, read.get(n)?)))
+            {
+                // The digest thread ends only when the channel closes: it is alive here.
+                let _ = send.send((name.clone(), tensor.clone()));
+                next += 1;
+            }
+        }
+        drop(send);
+        digest.join().map_err(|_| {
+            CheckpointError::Input(crate::input::InputError::Io {
+                path: path.to_owned(),
+                source: std::io::Error::other("the checksum thread panicked"),
+            })
+        })
+    })?;
+    if computed != header.recorded {
+        return Err(CheckpointError::Checksum {
+            recorded: header.recorded,
+            computed,
+        });
+    }
+    let fields = fields(&header.meta)?;
+    let (mut weights, mut optimizer) = (WeightsIo::new(), WeightsIo::new());
+    for (name, (dtype, shape, data)) in read {
+        let array = HostArray::shared(data_type(dtype), &shape, data)
+            .map_err(|_| CheckpointError::NotACheckpoint { entry: "tensors" })?;
+        match name
+            .strip_prefix("optimizer/")
+            .and_then(|n| n.strip_suffix("/velocity"))
+        {
+            Some(variable) => optimizer.insert(variable.to_string(), array),
+            None => weights.insert(name, array),
+        };
+    }
+    Ok(Checkpoint {
+        fingerprint: fields.fingerprint,
+        replicas: fields.replicas,
+        step: fields.step,
+        seed: fields.seed,
+        rng: fields.rng,
+        weights,
+        optimizer,
+        layouts: fields.layouts,
+        data: fields.data,
+    })
+}
+
+/// Checks the checkpoint in `path` as [`load`] does, holding no tensor: their bytes go
+/// through the checksum [`PIECE`] bytes at a time, in name order.
+pub(super) fn scan(path: &Path) -> Result<Summary, CheckpointError> {
+    let mut header = read_header(path, None)?;
+    let mut rest = header.meta.clone();
+    rest.remove("checksum");
+    let mut digest = Checksum::new(&rest);
+    let mut by_name: Vec<&(String, TensorInfo, Vec<u32>)> = header.tensors.iter().collect();
+    by_name.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut piece = vec![0u8; PIECE];
+    for (name, info, shape) in by_name {
+        let (start, end) = info.data_offsets;
+        digest.tensor_head(name, info.dtype, shape, (end - start) as u64);
+        header
+            .input
+            .seek(header.data_start + start as u64)
+            .map_err(CheckpointError::Input)?;
+        let mut left = end - start;
+        while left > 0 {
+            let n = left.min(PIECE);
+            header
+                .input
+                .read_exact(&mut piece[..n])
+                .map_err(CheckpointError::Input)?;
+            digest.update(&piece[..n]);
+            left -= n;
+        }
+    }
+    let computed = digest.finish();
+    if computed != header.recorded {
+        return Err(CheckpointError::Checksum {
+            recorded: header.recorded,
+            computed,
+        });
+    }
+    let fields = fields(&header.meta)?;
+    Ok(Summary {
+        fingerprint: fields.fingerprint,
+        replicas: fields.replicas,
+        step: fields.step,
+        seed: fields.seed,
+        layouts: fields.layouts,
+        data: fields.data,
+        tensors: header
+            .tensors
+            .into_iter()
+            .map(|(name, info, shape)| (name, data_type(info.dtype), shape))
+            .collect(),
+    })
+}
+
+/// The metadata's values, each against the rule it must keep (see the module's rules).
+fn fields(meta: &BTreeMap<String, String>) -> Result<Fields, CheckpointError> {
+    let impossible = |entry, value: &dyn ToString, rule: String| CheckpointError::Impossible {
+        entry,
+        value: value.to_string(),
+        rule,
+    };
+    let fingerprint = hex64(entry(meta, "fingerprint")?, "fingerprint")?;
+    let replicas: usize = parse(entry(meta, "replicas")?, "replicas")?;
+    if !(1..=MAX_REPLICAS).contains(&replicas) {
+        let rule = format!("a run has 1 to {MAX_REPLICAS} replicas");
+        return Err(impossible("replicas", &replicas, rule));
+    }
+    let step: u64 = parse(entry(meta, "step")?, "step")?;
+    if step > MAX_STEP {
+        let rule = format!("a step count is at most {MAX_STEP} (2^48)");
+        return Err(impossible("step", &step, rule));
+    }
+    let seed = parse(entry(meta, "seed")?, "seed")?;
+    let rng = entry(meta, "rng")?
+        .split(',')
+        .filter(|w| !w.is_empty())
+        .map(|w| u32::from_str_radix(w, 16))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| CheckpointError::NotACheckpoint { entry: "rng" })?;
+    // `replicas` is at most MAX_REPLICAS: no overflow.
+    if rng.len() != RNG_WORDS * replicas {
+        let rule = format!(
+            "{RNG_WORDS} words per replica, {} for {replicas} replicas",
+            RNG_WORDS * replicas
+        );
+        return Err(impossible("rng", &format!("{} words", rng.len()), rule));
+    }
+    if let Some(r) = rng
+        .chunks(RNG_WORDS)
+        .position(|s| s.iter().all(|&w| w == 0))
+    {
+        let rule = "a generator never reaches an all-zero state".to_string();
+        return Err(impossible(
+            "rng",
+            &format!("all zeros for replica {r}"),
+            rule,
+        ));
+    }
+    let data = match (meta.get(DATA_SAMPLES), meta.get(DATA_FINGERPRINT)) {
+        (None, None) => None,
+        (samples, fingerprint) => {
+            let samples: u64 = parse(
+                samples.ok_or(CheckpointError::NotACheckpoint {
+                    entry: DATA_SAMPLES,
+                })?,
+                DATA_SAMPLES,
+            )?;
+            if samples == 0 {
+                let rule = "a run trains on at least one sample".to_string();
+                return Err(impossible(DATA_SAMPLES, &samples, rule));
+            }
+            let fingerprint = fingerprint.ok_or(CheckpointError::NotACheckpoint {
+                entry: DATA_FINGERPRINT,
+            })?;
+            Some(DataRecord {
+                samples,
+                fingerprint: hex64(fingerprint, DATA_FINGERPRINT)?,
+            })
+        }
+    };
+    Ok(Fields {
+        fingerprint,
+        replicas,
+        step,
+        seed,
+        rng,
+        layouts: meta
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("layout/")?.to_string(), v.clone())))
+            .collect(),
+        data,
+    })
+}
+
+fn entry<'a>(
+    meta: &'a BTreeMap<String, String>,
+    key: &'static str,
+) -> Result<&'a String, CheckpointError> {
+    meta.get(key)
+        .ok_or(CheckpointError::NotACheckpoint { entry: key })
+}
+
+fn hex64(text: &str, entry: &'static str) -> Result<u64, CheckpointError> {
+    u64::from_str_radix(text, 16).map_err(|_| CheckpointError::NotACheckpoint { entry })
+}
+
+fn parse<T: std::str::FromStr>(text: &str, entry: &'static str) -> Result<T, CheckpointError> {
+    text.parse()
+        .map_err(|_| CheckpointError::NotACheckpoint { entry })
+}

@@ -1,0 +1,259 @@
+//! Opening a file the user names (`tessera inspect`, `--data`, `--executable`, `--resume`)
+//! without trusting it: only a regular file is read, and never past the size it has.
+//!
+//! # Rules
+//!
+//! - **Looked at before it is opened.** The path's metadata (symlinks followed: a link to a
+//!   regular file is that file) must say "regular file". A directory, a FIFO, a socket or a
+//!   device is refused by name before `open` is called: opening some devices has effects
+//!   of its own, and reading `/dev/zero` would fill memory.
+//! - **Opened without blocking.** The file is opened with `O_NONBLOCK`, and the opened
+//!   descriptor's own metadata is checked again: a path swapped for a FIFO between the look
+//!   and the open neither hangs the open nor gets read. (On a regular file `O_NONBLOCK`
+//!   changes nothing.)
+//! - **Bounded by the size found.** The size is the opened file's; nothing reads past it,
+//!   and a caller's limit refuses a larger file before anything is allocated. A file that
+//!   shrinks while it is read is an error naming both sizes, never a short read taken as
+//!   the whole.
+//!
+//! Nothing here panics.
+
+use std::fmt;
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why a file named for reading was refused.
+#[derive(Debug)]
+pub enum InputError {
+    /// The file could not be looked at, opened or read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The path names something other than a regular file.
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead ("a directory", "a FIFO", ...).
+        kind: &'static str,
+    },
+    /// The file is larger than its reader accepts.
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+        /// The most its reader accepts.
+        limit: u64,
+        /// What the file was read as.
+        what: &'static str,
+    },
+    /// The file shrank while it was read (another process truncated it).
+    Shrunk {
+        /// The file.
+        path: PathBuf,
+        /// Its size when opened.
+        size: u64,
+        /// Bytes there were.
+        read: u64,
+    },
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Self::NotRegular { path, kind } => write!(
+                f,
+                "{} is {kind}, not a regular file (only regular files are read)",
+                path.display()
+            ),
+            Self::TooLarge {
+                path,
+                size,
+                limit,
+                what,
+            } => write!(
+                f,
+                "{} is {size} bytes; a {what} is at most {limit} bytes",
+                path.display()
+            ),
+            Self::Shrunk { path, size, read } => write!(
+                f,
+                "{} shrank while it was read: {size} bytes when opened, {read} there",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InputError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// What a file's metadata says it is, when it is not a regular file.
+pub(crate) fn irregular_kind(meta: &Metadata) -> Option<&'static str> {
+    let t = meta.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_symlink() {
+        Some("a symbolic link")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else {
+        Some("not a file")
+    }
+}
+
+/// A regular file opened for reading, and its size when opened.
+#[derive(Debug)]
+pub struct Input {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl Input {
+    /// Opens `path` under the module's rules.
+    pub fn open(path: &Path) -> Result<Self, InputError> {
+        let io = |source| InputError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let refuse = |meta: &Metadata| match irregular_kind(meta) {
+            Some(kind) => Err(InputError::NotRegular {
+                path: path.to_owned(),
+                kind,
+            }),
+            None => Ok(()),
+        };
+        refuse(&std::fs::metadata(path).map_err(io)?)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(io)?;
+        // What was opened, not what the path named a moment ago.
+        let meta = file.metadata().map_err(io)?;
+        refuse(&meta)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+            len: meta.len(),
+        })
+    }
+
+    /// The file's size when it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when the file was empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Refuses the file when it is larger than `limit` bytes (`what` names what it is read
+    /// as).
+    pub fn at_most(self, limit: u64, what: &'static str) -> Result<Self, InputError> {
+        if self.len > limit {
+            return Err(InputError::TooLarge {
+                path: self.path,
+                size: self.len,
+                limit,
+                what,
+            });
+        }
+        Ok(self)
+    }
+
+    /// Reads exactly `buf.len()` bytes at the current position; a file that ends first
+    /// shrank since it was opened (callers never ask past [`len`](Self::len)).
+    pub fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), InputError> {
+        self.file
+            .read_exact(buf)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => self.shrunk(),
+                _ => InputError::Io {
+                    path: self.path.clone(),
+                    source,
+                },
+            })
+    }
+
+    /// Moves to byte `pos` (callers never move past [`len`](Self::len)).
+    pub fn seek(&mut self, pos: u64) -> Result<(), InputError> {
+        use std::io::Seek;
+        self.file
+            .seek(std::io::SeekFrom::Start(pos))
+            .map(drop)
+            .map_err(|source| InputError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Appends the next `count` bytes to `out`, reading into its spare capacity (no pass
+    /// zeroing it first); `count` must have been checked against [`len`](Self::len).
+    pub fn read_into(&mut self, count: u64, out: &mut Vec<u8>) -> Result<(), InputError> {
+        let before = out.len();
+        (&mut self.file)
+            .take(count)
+            .read_to_end(out)
+            .map_err(|source| InputError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        if (out.len() - before) as u64 != count {
+            return Err(self.shrunk());
+        }
+        Ok(())
+    }
+
+    /// The whole file, read once its size is known (no growth past it).
+    pub fn read_all(mut self) -> Result<Vec<u8>, InputError> {
+        // The size is the file's own: what the allocation is capped by.
+        let mut out = Vec::new();
+        out.try_reserve_exact(usize::try_from(self.len).unwrap_or(usize::MAX))
+            .map_err(|_| InputError::TooLarge {
+                path: self.path.clone(),
+                size: self.len,
+                limit: isize::MAX as u64,
+                what: "file held in memory",
+            })?;
+        let len = self.len;
+        self.read_into(len, &mut out)?;
+        Ok(out)
+    }
+
+    fn shrunk(&self) -> InputError {
+        let read = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        InputError::Shrunk {
+            path: self.path.clone(),
+            size: self.len,
+            read,
+        }
+    }
+}
