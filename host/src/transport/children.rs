@@ -103,8 +103,8 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// From now on, SIGINT, SIGTERM and SIGHUP stop every registered child and then exit with
-/// 128 + the signal's number. Calling it again does nothing.
+/// From now on, SIGINT, SIGTERM and SIGHUP stop every registered child, remove the
+/// temporary files of saves under way, and then exit with 128 + the signal's number. Calling it again does nothing.
 pub fn stop_on_signals() -> io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     static INSTALLED: Once = Once::new();
@@ -124,6 +124,9 @@ pub fn stop_on_signals() -> io::Result<()> {
                             for (_, child) in children.iter_mut() {
                                 stop(child);
                             }
+                            // Exiting runs no destructor: a save under way would leave its
+                            // temporary file behind.
+                            crate::atomic::remove_pending();
                             std::process::exit(128 + signal);
                         }
                     })
