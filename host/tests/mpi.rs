@@ -287,6 +287,71 @@ fn a_killed_rank_ends_the_job_promptly() {
     }
 }
 
+/// A stopped rank (SIGSTOP) is not gone: MPI sees nothing wrong, and before collectives
+/// had a deadline its peers waited in their next one forever. Now the job ends within the
+/// deadline (3 s here) with a message naming the waiting rank and the deadline, and no
+/// rank — the stopped one included — is left behind.
+#[test]
+fn a_stopped_rank_ends_the_job_at_the_deadline() {
+    let dir = scratch("stop");
+    let args = ["train", "--replicas", "4", "--steps", "1000000"];
+    let mut command = mpirun(2, Path::new(TESSERA), &args, &dir);
+    let mut mpirun = command
+        .env("TESSERA_MPI_DEADLINE", "3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun runs: install OpenMPI (tests/ci.sh does)");
+    let start = Instant::now();
+    let ranks = loop {
+        let ranks: Vec<(u32, u32)> = children_of(mpirun.id())
+            .into_iter()
+            .filter_map(|pid| Some((pid, rank_of(pid)?)))
+            .collect();
+        if ranks.len() == 2 {
+            break ranks;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 1).expect("rank 1");
+    let stopped = Command::new("kill")
+        .args(["-STOP", &victim.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+    let status = wait_for(&mut mpirun, Duration::from_secs(60));
+    let Some(status) = status else {
+        let _ = Command::new("kill")
+            .args(["-KILL", &victim.to_string()])
+            .status();
+        let _ = mpirun.kill();
+        panic!("mpirun still running 60 s after rank 1 was stopped (deadline 3 s)");
+    };
+    assert!(!status.success(), "a job with a stopped rank must fail");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = mpirun.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert!(
+        stderr.contains("rank 0") && stderr.contains("TESSERA_MPI_DEADLINE"),
+        "the message names the waiting rank and the deadline: {stderr}"
+    );
+    for (pid, rank) in &ranks {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z "),
+            "rank {rank} (pid {pid}) outlived the job"
+        );
+    }
+}
+
 /// A panic on one rank aborts the job through MPI_Abort instead of leaving the other rank
 /// waiting in a barrier. Catches a missing panic hook.
 #[test]

@@ -109,6 +109,14 @@ pub enum InstanceError {
         /// What differs.
         what: &'static str,
     },
+    /// The collectives' deadline (`TESSERA_MPI_DEADLINE`) is not a whole number of seconds
+    /// above zero.
+    Deadline {
+        /// What the variable holds.
+        text: String,
+    },
+    /// The thread that watches the collectives' deadline could not start.
+    Watchdog,
 }
 
 impl fmt::Display for InstanceError {
@@ -126,6 +134,13 @@ impl fmt::Display for InstanceError {
             ),
             Self::Mismatch { rank, what } => {
                 write!(f, "rank {rank}: the instances disagree on {what}")
+            }
+            Self::Deadline { text } => write!(
+                f,
+                "TESSERA_MPI_DEADLINE must be a whole number of seconds above zero, not {text:?}"
+            ),
+            Self::Watchdog => {
+                f.write_str("the thread that watches the MPI collectives' deadline did not start")
             }
         }
     }

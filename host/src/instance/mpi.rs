@@ -5,6 +5,19 @@
 //! its message; tessera's own checks (sizes, lengths) become [`InstanceError`]s naming the
 //! rank. A panic on any rank calls `MPI_Abort`, so its peers never wait in a collective for
 //! a rank that is gone.
+//!
+//! # Deadline
+//!
+//! A rank that is stopped (SIGSTOP, a debugger, a swapped-out host) is not gone: MPI sees
+//! nothing wrong and its peers would wait in their next collective forever. So every
+//! collective runs under a deadline — [`DEADLINE_VAR`] seconds, [`DEFAULT_DEADLINE`] when
+//! unset — watched by a thread of its own: a collective still waiting when it passes ends
+//! the process with a message naming the rank and the collective, and `mpirun` then ends
+//! the job. Raise it for steps or checkpoint saves (the other ranks wait at a barrier
+//! meanwhile) longer than that.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
@@ -14,6 +27,16 @@ use mpi::traits::*;
 use mpi::Count;
 
 use super::{InstanceError, Instances};
+
+/// The environment variable that sets the collectives' deadline, in seconds.
+pub const DEADLINE_VAR: &str = "TESSERA_MPI_DEADLINE";
+/// The collectives' deadline when [`DEADLINE_VAR`] is unset.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+/// How often the watchdog looks at the collective under way.
+const WATCH: Duration = Duration::from_millis(100);
+
+/// The collective under way on this rank, if any: when its deadline passes and its name.
+static UNDER_WAY: Mutex<Option<(Instant, &'static str)>> = Mutex::new(None);
 
 /// Keeps MPI initialized; dropping it finalizes MPI.
 pub struct MpiGuard {
@@ -32,6 +55,8 @@ impl std::fmt::Debug for MpiGuard {
 pub struct Mpi {
     rank: usize,
     size: usize,
+    /// How long a collective may wait for its peers (see the module documentation).
+    deadline: Duration,
 }
 
 impl Mpi {
@@ -39,10 +64,23 @@ impl Mpi {
     pub fn initialize() -> Result<(MpiGuard, Self), InstanceError> {
         let universe = mpi::initialize().ok_or(InstanceError::AlreadyInitialized)?;
         let world = universe.world();
+        let deadline = match std::env::var(DEADLINE_VAR) {
+            Err(_) => DEFAULT_DEADLINE,
+            Ok(text) => match text.parse::<u64>() {
+                Ok(seconds) if seconds > 0 => Duration::from_secs(seconds),
+                _ => return Err(InstanceError::Deadline { text }),
+            },
+        };
         let mpi = Self {
             rank: world.rank() as usize,
             size: world.size() as usize,
+            deadline,
         };
+        let rank = mpi.rank;
+        std::thread::Builder::new()
+            .name("tessera-mpi-deadline".into())
+            .spawn(move || watch(rank, deadline))
+            .map_err(|_| InstanceError::Watchdog)?;
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
@@ -54,6 +92,15 @@ impl Mpi {
             },
             mpi,
         ))
+    }
+
+    /// Runs the collective `what` under the deadline.
+    fn guarded<T>(&self, what: &'static str, collective: impl FnOnce() -> T) -> T {
+        let set = |value| *UNDER_WAY.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        set(Some((Instant::now() + self.deadline, what)));
+        let out = collective();
+        set(None);
+        out
     }
 
     fn world(&self) -> SimpleCommunicator {
@@ -71,7 +118,7 @@ impl Mpi {
     fn same_length(&self, len: usize, what: &'static str) -> Result<(), InstanceError> {
         let mine = len as u64;
         let mut all = vec![0u64; self.size];
-        self.world().all_gather_into(&mine, &mut all[..]);
+        self.guarded(what, || self.world().all_gather_into(&mine, &mut all[..]));
         if all.iter().any(|&n| n != mine) {
             return Err(InstanceError::Mismatch {
                 rank: self.rank,
@@ -92,7 +139,7 @@ impl Instances for Mpi {
     }
 
     fn barrier(&self) -> Result<(), InstanceError> {
-        self.world().barrier();
+        self.guarded("a barrier", || self.world().barrier());
         Ok(())
     }
 
@@ -100,8 +147,10 @@ impl Instances for Mpi {
         self.count(data.len())?;
         self.same_length(data.len(), "the length of a sum")?;
         let send = data.to_vec();
-        self.world()
-            .all_reduce_into(&send[..], data, SystemOperation::sum());
+        self.guarded("a reduction's sum", || {
+            self.world()
+                .all_reduce_into(&send[..], data, SystemOperation::sum())
+        });
         Ok(())
     }
 
@@ -109,8 +158,10 @@ impl Instances for Mpi {
         self.count(data.len())?;
         self.same_length(data.len(), "the length of a weight buffer")?;
         let send = data.to_vec();
-        self.world()
-            .all_reduce_into(&send[..], data, SystemOperation::bitwise_or());
+        self.guarded("the weights' combination", || {
+            self.world()
+                .all_reduce_into(&send[..], data, SystemOperation::bitwise_or())
+        });
         Ok(())
     }
 
@@ -118,7 +169,9 @@ impl Instances for Mpi {
         let world = self.world();
         let mine = self.count(data.len())?;
         let mut counts: Vec<Count> = vec![0; self.size];
-        world.all_gather_into(&mine, &mut counts[..]);
+        self.guarded("an allgather's lengths", || {
+            world.all_gather_into(&mine, &mut counts[..])
+        });
         let mut displs = Vec::with_capacity(self.size);
         let mut total: usize = 0;
         for &c in &counts {
@@ -128,12 +181,33 @@ impl Instances for Mpi {
         let mut out = vec![0u8; total];
         {
             let mut partition = PartitionMut::new(&mut out[..], counts, &displs[..]);
-            world.all_gather_varcount_into(data, &mut partition);
+            self.guarded("an allgather", || {
+                world.all_gather_varcount_into(data, &mut partition)
+            });
         }
         Ok(out)
     }
 
     fn abort(&self, code: i32) -> ! {
         self.world().abort(code)
+    }
+}
+
+/// The watchdog: ends the process once the collective under way has outlived its deadline.
+/// The process ends by `abort` — no MPI call from this thread (MPI is initialized for one
+/// thread) and no exit handler that could wait on the stuck collective; `mpirun` sees the
+/// rank end without finalizing and ends the rest of the job.
+fn watch(rank: usize, deadline: Duration) {
+    loop {
+        std::thread::sleep(WATCH);
+        let under_way = *UNDER_WAY.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, what)) = under_way.filter(|(until, _)| Instant::now() > *until) {
+            eprintln!(
+                "tessera: rank {rank}: {what} waited {} s for the other ranks (the deadline, \
+                 {DEADLINE_VAR}): a rank is stopped or gone; ending the job",
+                deadline.as_secs()
+            );
+            std::process::abort();
+        }
     }
 }
