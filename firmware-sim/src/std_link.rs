@@ -1,8 +1,10 @@
 //! Host placements of a device: a byte link over any std reader and writer (a socket to the
 //! host in the same process, or stdin/stdout in a child process), a message queue between
-//! threads (no framing), a clock on `Instant`, and a busy line nobody watches.
+//! threads (no framing), a clock on `Instant`, and busy lines: one nobody watches, and one
+//! the host reads to tell a device that is working from one that is gone.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread;
@@ -182,6 +184,35 @@ impl embedded_hal::digital::OutputPin for NoPin {
     }
 
     fn set_high(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// A busy line the host watches: high while the device runs a request. A device that is
+/// silent while its line is high is working (a long kernel), not dead. Clones share the
+/// line: the device drives one, the host reads another.
+#[derive(Debug, Clone, Default)]
+pub struct BusyLine(Arc<AtomicBool>);
+
+impl BusyLine {
+    /// True while the device runs a request.
+    pub fn is_high(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl embedded_hal::digital::ErrorType for BusyLine {
+    type Error = core::convert::Infallible;
+}
+
+impl embedded_hal::digital::OutputPin for BusyLine {
+    fn set_low(&mut self) -> Result<(), Self::Error> {
+        self.0.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn set_high(&mut self) -> Result<(), Self::Error> {
+        self.0.store(true, Ordering::Relaxed);
         Ok(())
     }
 }

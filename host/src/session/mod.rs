@@ -479,12 +479,24 @@ impl Session {
     }
 
     /// Changes how long every worker's oldest unanswered command may take before it is
-    /// sent again (a worker that stays silent through every attempt is reported dead):
-    /// raise it for kernels that run longer than a few seconds.
+    /// sent again. A worker silent through every attempt is then reported as what it is:
+    /// busy (waited for, up to the busy deadline), stopped, ended, or timed out.
     pub fn set_deadline(&self, deadline: std::time::Duration) -> Result<(), SessionError> {
         let mut state = self.lock()?;
         for worker in &mut state.workers {
             worker.set_deadline(deadline);
+        }
+        Ok(())
+    }
+
+    /// Changes how long a worker that is busy with one command (a long kernel: its
+    /// device works, it is not dead) may work on it before the command fails as busy
+    /// ([`TransportError::Busy`]); [`BUSY_DEADLINE`](crate::transport::BUSY_DEADLINE) by
+    /// default.
+    pub fn set_busy_deadline(&self, deadline: std::time::Duration) -> Result<(), SessionError> {
+        let mut state = self.lock()?;
+        for worker in &mut state.workers {
+            worker.set_busy_deadline(deadline);
         }
         Ok(())
     }

@@ -39,13 +39,16 @@ use super::fault::FaultConfig;
 use super::reader::{read_frames, MAX_FRAME};
 use super::reply::{Reply, Typed};
 use super::shared::{SharedMemory, Window};
-use super::spawn::{self, DeviceHandle, Incoming, Link, Outgoing};
+use super::spawn::{self, DeviceHandle, Incoming, Link, Liveness, Outgoing};
 use super::TransportError;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
-/// Times a request is sent before its device is declared dead.
+/// Times a request is sent before the host asks what its silent device is doing.
 pub const ATTEMPTS: u32 = 8;
+/// How long a device that is busy with one request (see [`Liveness::Busy`]) may work on
+/// it before it is reported ([`TransportError::Busy`]).
+pub const BUSY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
@@ -75,6 +78,8 @@ struct InFlight {
     bulk: Option<Bulk>,
     /// Times sent.
     attempts: u32,
+    /// When it was first sent.
+    first_sent: Instant,
 }
 
 /// A link to one device. See the module documentation.
@@ -83,6 +88,7 @@ pub struct Channel {
     frames: Receiver<Message>,
     next_seq: u32,
     deadline: Duration,
+    busy_deadline: Duration,
     /// The device's limits from its hello; until then, small frames, one request at a
     /// time, and the replica the channel was opened for (the hello confirms it).
     limits: Limits,
@@ -170,6 +176,7 @@ impl Channel {
             frames,
             next_seq: 1,
             deadline: DEFAULT_DEADLINE,
+            busy_deadline: BUSY_DEADLINE,
             limits: Limits {
                 memory: 0,
                 max_frame: 256,
@@ -266,6 +273,42 @@ impl Channel {
     /// Changes how long the oldest unanswered request waits before it is sent again.
     pub fn set_deadline(&mut self, deadline: Duration) {
         self.deadline = deadline;
+    }
+
+    /// Changes how long a busy device may work on one request before it is reported.
+    pub fn set_busy_deadline(&mut self, deadline: Duration) {
+        self.busy_deadline = deadline;
+    }
+
+    /// What to report of a device silent about `request` since `since` through every
+    /// attempt — `None` while it is busy with it within the busy deadline: it works, and
+    /// waiting on is right. An ended device is reported as such at once, a stopped one as
+    /// stopped, a busy one past the deadline as busy; only an idle (or unknowable) one as
+    /// timed out.
+    pub(crate) fn silence(&self, request: RequestKind, since: Instant) -> Option<TransportError> {
+        let replica = self.limits.replica;
+        Some(match self.handle.liveness() {
+            Liveness::Busy if since.elapsed() < self.busy_deadline => return None,
+            Liveness::Busy => TransportError::Busy {
+                replica,
+                request,
+                waited: since.elapsed(),
+            },
+            Liveness::Stopped => TransportError::Stopped { replica, request },
+            Liveness::Ended => match self.handle.exit_status(Duration::ZERO) {
+                Some(status) => TransportError::Exited {
+                    replica,
+                    program: self.handle.program(),
+                    status,
+                },
+                None => TransportError::Closed { replica },
+            },
+            Liveness::Idle | Liveness::Unknown => TransportError::Timeout {
+                replica,
+                request,
+                attempts: ATTEMPTS,
+            },
+        })
     }
 
     /// Requests sent and not yet answered.
@@ -443,6 +486,7 @@ impl Channel {
             frame,
             bulk,
             attempts: 1,
+            first_sent: Instant::now(),
         });
         Ok(seq)
     }
@@ -664,12 +708,13 @@ impl Channel {
             return Ok(());
         };
         if oldest.attempts >= ATTEMPTS {
-            tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, attempts = ATTEMPTS, "device did not answer");
-            return Err(TransportError::Timeout {
-                replica: self.limits.replica,
-                request: oldest.kind,
-                attempts: ATTEMPTS,
-            });
+            if let Some(error) = self.silence(oldest.kind, oldest.first_sent) {
+                tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, %error, "device did not answer");
+                return Err(error);
+            }
+            // Busy with it: sending it again would only queue copies behind the work.
+            self.oldest_sent = Instant::now();
+            return Ok(());
         }
         tracing::debug!(
             replica = self.limits.replica,
@@ -767,6 +812,7 @@ mod tests {
             frames,
             next_seq: 1,
             deadline: DEFAULT_DEADLINE,
+            busy_deadline: BUSY_DEADLINE,
             limits: Limits {
                 memory: 0,
                 max_frame: 256,
@@ -782,7 +828,7 @@ mod tests {
             window: None,
             memory: None,
             spin: SPIN,
-            handle: DeviceHandle::Thread(None, Some(ours)),
+            handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
         };
         channel.submit(&Request::GetSeed).unwrap();
         let sent = capture.0.lock().unwrap().clone();

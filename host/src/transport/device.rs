@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 
-use tessera_firmware_sim::std_link::{NoPin, Queue, StdClock, StdLink};
+use tessera_firmware_sim::std_link::{BusyLine, NoPin, Queue, StdClock, StdLink};
 use tessera_firmware_sim::{
     serve, serve_messages, CycleCounter, Device, Framed, Framing, Incoming, Messages, ServeError,
     Server,
@@ -26,10 +26,22 @@ pub fn run_device(
     reader: impl Read + Send + 'static,
     writer: impl Write,
 ) -> Result<(), io::Error> {
+    run_device_watched(replica, memory, reader, writer, &mut BusyLine::default())
+}
+
+/// Like [`run_device`], driving `busy` high while a request runs (a device thread, whose
+/// host reads the line to tell a busy device from a dead one).
+pub(super) fn run_device_watched(
+    replica: u32,
+    memory: usize,
+    reader: impl Read + Send + 'static,
+    writer: impl Write,
+    busy: &mut BusyLine,
+) -> Result<(), io::Error> {
     let mut link = StdLink::new(reader, writer);
     let mut arena = vec![0u8; memory];
     with_device(replica, &mut arena, |server, device| {
-        serve(server, device, &mut link, &mut StdClock::new(), &mut NoPin)
+        serve(server, device, &mut link, &mut StdClock::new(), busy)
     })
 }
 
@@ -153,14 +165,15 @@ impl<W: Write> Messages for Windowed<'_, W> {
 }
 
 /// Serves a device whose memory is `arena` on a message queue between threads until the
-/// host's end is dropped.
+/// host's end is dropped, driving `busy` high while a request runs.
 pub fn run_device_on_queue(
     replica: u32,
     arena: &mut [u8],
     mut queue: Queue,
+    busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
     with_device(replica, arena, |server, device| {
-        serve_messages(server, device, &mut queue, &mut StdClock::new(), &mut NoPin)
+        serve_messages(server, device, &mut queue, &mut StdClock::new(), busy)
     })
 }
 
@@ -181,6 +194,9 @@ fn with_device(
     let mut device = Device::new(replica, arena, server.link(), &cycles);
     match serve(&mut server, &mut device) {
         Ok(()) => Ok(()),
+        // The host went away while the device worked (it gave up on a long request, or
+        // ended): there is nobody left to tell.
+        Err(ServeError::Link(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         Err(ServeError::Link(e)) => Err(e),
         Err(e) => Err(io::Error::other(e)),
     }

@@ -40,7 +40,26 @@ pub enum TransportError {
         /// How it ended.
         status: ExitStatus,
     },
-    /// No reply after every attempt: the device is dead or unreachable.
+    /// Still working on a request past the deadline for one request (its busy line high,
+    /// or its process on a core): busy, not dead.
+    Busy {
+        /// The replica.
+        replica: u32,
+        /// The request it is working on.
+        request: RequestKind,
+        /// How long it has been sent.
+        waited: std::time::Duration,
+    },
+    /// The device's process is stopped (SIGSTOP, a debugger): it cannot answer until it is
+    /// continued.
+    Stopped {
+        /// The replica.
+        replica: u32,
+        /// The request that went unanswered.
+        request: RequestKind,
+    },
+    /// No reply after every attempt while the device was not working on anything: what it
+    /// was sent does not reach it, or its answers do not reach the host.
     Timeout {
         /// The replica.
         replica: u32,
@@ -157,6 +176,20 @@ impl fmt::Display for TransportError {
                 }
                 Ok(())
             }
+            Self::Busy {
+                replica,
+                request,
+                waited,
+            } => write!(
+                f,
+                "device {replica} has been working on {request:?} for {:.1} s without answering: \
+                 it is busy, not dead, but past the deadline for one request",
+                waited.as_secs_f64()
+            ),
+            Self::Stopped { replica, request } => write!(
+                f,
+                "device {replica} is stopped (SIGSTOP or a debugger) and cannot answer {request:?}"
+            ),
             Self::Timeout {
                 replica,
                 request,

@@ -27,7 +27,7 @@ use crate::instance::Instances;
 
 /// How long the hub polls one channel before moving to the next.
 const POLL: Duration = Duration::from_millis(1);
-/// Re-sends of the step to a silent device before it is declared dead.
+/// Re-sends of the step to a silent device before the hub asks what it is doing.
 const STEP_ATTEMPTS: u32 = 8;
 
 /// One device's share of a reduction: its channel index, its buffer and the operation.
@@ -46,6 +46,7 @@ pub fn run_step(
     instances: &dyn Instances,
     fault: Option<StepFault>,
 ) -> Result<(), TransportError> {
+    let started = Instant::now();
     let seqs = channels
         .iter_mut()
         .map(|c| c.submit(&Request::RunStep))
@@ -77,16 +78,19 @@ pub fn run_step(
                     heard[i] = Instant::now();
                 } else if heard[i].elapsed() > channels[i].deadline() {
                     if resent[i] == STEP_ATTEMPTS {
+                        // A device still working on its part (a long step) is waited for,
+                        // up to the busy deadline; anything else is reported as it is.
+                        let step = tessera_core::wire::RequestKind::RunStep;
+                        let Some(error) = channels[i].silence(step, started) else {
+                            heard[i] = Instant::now();
+                            continue;
+                        };
                         tracing::warn!(
                             replica = channels[i].replica(),
-                            attempts = STEP_ATTEMPTS,
+                            %error,
                             "device silent during a step"
                         );
-                        return Err(TransportError::Timeout {
-                            replica: channels[i].replica(),
-                            request: tessera_core::wire::RequestKind::RunStep,
-                            attempts: STEP_ATTEMPTS,
-                        });
+                        return Err(error);
                     }
                     // The device answers a repeated step with its reply or its pending
                     // contribution; it never runs the step twice.

@@ -27,7 +27,7 @@ mod shared;
 mod slots;
 mod spawn;
 
-pub use channel::{Channel, Ticket, DEFAULT_DEADLINE};
+pub use channel::{Channel, Ticket, BUSY_DEADLINE, DEFAULT_DEADLINE};
 pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector, StepFault};

@@ -25,10 +25,10 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use tessera_firmware_sim::std_link::{Message, Queue};
+use tessera_firmware_sim::std_link::{BusyLine, Message, Queue};
 
 use super::children::{self, Adopted};
-use super::device::{run_device, run_device_on_queue};
+use super::device::{run_device_on_queue, run_device_watched};
 use super::fault::{Delayed, FaultConfig, FaultInjector};
 use super::shared::{SharedMemory, Window};
 use super::TransportError;
@@ -96,7 +96,7 @@ pub(super) enum DeviceHandle {
     /// The device thread, and our socket end if it has one: shutting it down ends the
     /// device's loop even though the reader thread holds a duplicate of it (a queue ends
     /// when the channel drops its sender).
-    Thread(Option<JoinHandle<()>>, Option<UnixStream>),
+    Thread(Option<JoinHandle<()>>, Option<UnixStream>, BusyLine),
     /// A `tessera device` process and its reaper (and the end of its stdin we hold).
     Child {
         child: Option<Adopted>,
@@ -122,6 +122,29 @@ impl DeviceHandle {
         }
     }
 
+    /// What the device is doing while it does not answer (see [`Liveness`]).
+    pub fn liveness(&self) -> Liveness {
+        match self {
+            Self::Thread(thread, _, busy) => match thread {
+                Some(thread) if thread.is_finished() => Liveness::Ended,
+                _ if busy.is_high() => Liveness::Busy,
+                _ => Liveness::Idle,
+            },
+            Self::Child {
+                child: Some(child), ..
+            } => process_liveness(child.pid()),
+            // An emulator is always on a core, working or not: only its end and a stop
+            // tell anything.
+            Self::Qemu {
+                qemu: Some(qemu), ..
+            } => match process_liveness(qemu.pid()) {
+                Liveness::Busy => Liveness::Unknown,
+                other => other,
+            },
+            _ => Liveness::Ended,
+        }
+    }
+
     /// How the device's process ended, if it has (waiting up to `limit` for it).
     pub fn exit_status(&self, limit: Duration) -> Option<ExitStatus> {
         match self {
@@ -139,7 +162,7 @@ impl DeviceHandle {
 impl Drop for DeviceHandle {
     fn drop(&mut self) {
         match self {
-            Self::Thread(handle, control) => {
+            Self::Thread(handle, control, _) => {
                 // Shutting the socket down (every duplicate of it) ends the device's loop.
                 if let Some(control) = control {
                     let _ = control.shutdown(std::net::Shutdown::Both);
@@ -174,6 +197,42 @@ impl Drop for DeviceHandle {
     }
 }
 
+/// What a device that does not answer is doing, as far as the host can see without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// It is running a request: a device thread's busy line is high, or a device process
+    /// is on a core (its state is R: computing, where a device waiting for its link
+    /// sleeps).
+    Busy,
+    /// It waits for its link: whatever it was sent did not reach it.
+    Idle,
+    /// Its process is stopped (SIGSTOP, a debugger): it will not answer until continued.
+    Stopped,
+    /// Its thread or process has ended.
+    Ended,
+    /// The host cannot tell (an emulator is on a core whether or not its firmware works).
+    Unknown,
+}
+
+/// What process `pid` is doing, from its state in `/proc/PID/stat`.
+fn process_liveness(pid: u32) -> Liveness {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Liveness::Ended;
+    };
+    // "pid (comm) S ...": the state follows the last ')' (the name may hold one).
+    match stat
+        .rsplit(')')
+        .next()
+        .map(str::trim_start)
+        .and_then(|s| s.chars().next())
+    {
+        Some('R') => Liveness::Busy,
+        Some('T' | 't') => Liveness::Stopped,
+        Some('Z' | 'X' | 'x') | None => Liveness::Ended,
+        Some(_) => Liveness::Idle,
+    }
+}
+
 /// A device in a thread of this process, `memory` bytes of arena, optionally with faults
 /// injected in both directions (latency on the host's side only).
 pub(super) fn in_process(
@@ -191,6 +250,8 @@ pub(super) fn in_process(
         latency: Duration::ZERO,
         ..f
     });
+    let busy = BusyLine::default();
+    let mut line = busy.clone();
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
@@ -198,7 +259,7 @@ pub(super) fn in_process(
                 Some(config) => Box::new(FaultInjector::new(device_end, config)),
                 None => Box::new(device_end),
             };
-            if let Err(e) = run_device(replica, memory, device_reader, writer) {
+            if let Err(e) = run_device_watched(replica, memory, device_reader, writer, &mut line) {
                 tracing::warn!(replica, error = %e, "device thread stopped");
             }
         })?;
@@ -215,7 +276,7 @@ pub(super) fn in_process(
     Ok(Link {
         incoming: Incoming::Bytes(Box::new(reader)),
         outgoing: Outgoing::Bytes(writer),
-        handle: DeviceHandle::Thread(Some(thread), Some(control)),
+        handle: DeviceHandle::Thread(Some(thread), Some(control), busy),
         window: None,
         memory: None,
     })
@@ -237,6 +298,8 @@ fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError>
         }
         _ => (None, None),
     };
+    let busy = BusyLine::default();
+    let mut line = busy.clone();
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
@@ -249,7 +312,7 @@ fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError>
                     &mut own[..]
                 }
             };
-            if let Err(e) = run_device_on_queue(replica, arena, queue) {
+            if let Err(e) = run_device_on_queue(replica, arena, queue, &mut line) {
                 tracing::warn!(replica, error = %e, "device thread stopped");
             }
         })?;
@@ -257,7 +320,7 @@ fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError>
         incoming: Incoming::Messages(from_device),
         outgoing: Outgoing::Messages(to_device),
         // Dropping the channel's sender ends the device's loop.
-        handle: DeviceHandle::Thread(Some(thread), None),
+        handle: DeviceHandle::Thread(Some(thread), None, busy),
         window: None,
         memory: host_memory,
     })
