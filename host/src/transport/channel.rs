@@ -46,8 +46,9 @@ use super::TransportError;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 /// Times a request is sent before the host asks what its silent device is doing.
 pub const ATTEMPTS: u32 = 8;
-/// How long a device that is busy with one request (see [`Liveness::Busy`]) may work on
-/// it before it is reported ([`TransportError::Busy`]).
+/// How long a device that is busy with one request (a device thread's busy line is high,
+/// or a device process is on a core) may work on it before it is reported
+/// ([`TransportError::Busy`]).
 pub const BUSY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
