@@ -12,6 +12,7 @@ use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister, R
 use tessera_core::wire::{Request, RequestKind, Value, ValueKind};
 use tessera_firmware_sim::std_link::Bulk;
 
+use super::claims;
 use super::pending::{Parked, Pending};
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::transport::{Channel, SharedMemory, TransportError};
@@ -162,10 +163,14 @@ impl State {
         Ok(())
     }
 
-    /// What register `id` on `worker` holds (its earlier commands already claimed).
+    /// What register `id` on `worker` holds (its earlier commands already claimed),
+    /// checked against the memory the worker announced before anything is sized by it
+    /// ([`claims`](super::claims)).
     pub(super) fn describe(&mut self, worker: usize, id: u16) -> Result<Description, SessionError> {
-        let described = self.workers[worker].call(&DescribeRegister { id })?;
-        Ok(described.get())
+        let channel = &mut self.workers[worker];
+        let described = channel.call(&DescribeRegister { id })?.get();
+        claims::check(worker, id, &described, channel.limits().memory)?;
+        Ok(described)
     }
 
     /// The element type and shape of the array register `id` holds on `worker`, and its
