@@ -18,6 +18,13 @@
 //! A hello starts a new session: it always runs, forgets every kept reply and sets `next`
 //! after itself. Before the first hello, any number is taken as the start.
 //!
+//! The rule holds across the wrap: "one of the `WINDOW` before `next`" counts along the
+//! host's numbering (…, `u32::MAX`, 1, 2, …), and replies are kept in the order their
+//! requests ran, each overwriting the oldest, so the last `WINDOW` are always all kept.
+//! (A slot chosen by `seq % WINDOW` would not do: the numbering skips 0, so unless `WINDOW`
+//! divides `u32::MAX`, request 1 lands on the slot of a request still in the window, whose
+//! retry would then be dropped for ever instead of answered.)
+//!
 //! # Memory
 //!
 //! `WINDOW` replies of at most `FRAME` bytes each, in storage the caller provides (a
@@ -49,6 +56,10 @@ pub struct ReplyCache<'b, const FRAME: usize, const WINDOW: usize> {
     lens: [usize; WINDOW],
     seqs: [Option<u32>; WINDOW],
     next: Option<u32>,
+    /// The slot the next request to run overwrites: the oldest kept reply.
+    head: usize,
+    /// The slot [`ReplyCache::slot`] last handed out, which [`ReplyCache::keep`] fills.
+    open: usize,
 }
 
 impl<const FRAME: usize, const WINDOW: usize> core::fmt::Debug for ReplyCache<'_, FRAME, WINDOW> {
@@ -68,6 +79,8 @@ impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> 
             lens: [0; WINDOW],
             seqs: [None; WINDOW],
             next: None,
+            head: 0,
+            open: 0,
         }
     }
 
@@ -101,34 +114,38 @@ impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> 
     }
 
     /// The buffer request `seq`'s reply goes into; whatever it kept is forgotten. Until
-    /// [`ReplyCache::keep`], the caller may use it as scratch.
+    /// [`ReplyCache::keep`], the caller may use it as scratch. A request that kept a reply
+    /// already (one that replaces its reply) gets its own slot back; any other gets the
+    /// oldest.
     pub fn slot(&mut self, seq: u32) -> &mut [u8; FRAME] {
-        let at = Self::index(seq);
+        let at = self.position(seq).unwrap_or(self.head);
+        self.open = at;
         self.seqs[at] = None;
         &mut self.replies[at]
     }
 
-    /// Keeps the first `len` bytes of `seq`'s slot as its reply; `seq` has run.
+    /// Keeps the first `len` bytes of the slot [`ReplyCache::slot`] last handed out as
+    /// `seq`'s reply; `seq` has run.
     pub fn keep(&mut self, seq: u32, len: usize) {
-        let at = Self::index(seq);
+        let at = self.open;
         self.seqs[at] = Some(seq);
         self.lens[at] = len.min(FRAME);
         self.next = Some(after(seq));
+        // WINDOW is at least 1 for any cache that can hold a reply; max(1) keeps a
+        // zero-window cache from dividing by zero (it then keeps nothing useful).
+        self.head = (at + 1) % WINDOW.max(1);
     }
 
     /// The kept reply to `seq`.
     pub fn cached(&self, seq: u32) -> Option<&[u8]> {
-        let at = Self::index(seq);
-        match self.seqs[at] {
-            Some(kept) if kept == seq => self.replies[at].get(..self.lens[at]),
-            _ => None,
-        }
+        let at = self.position(seq)?;
+        self.replies[at].get(..self.lens[at])
     }
 
-    fn index(seq: u32) -> usize {
-        // WINDOW is at least 1 for any cache that can hold a reply; max(1) keeps a
-        // zero-window cache from dividing by zero (it then keeps nothing useful).
-        seq as usize % WINDOW.max(1)
+    /// The slot holding `seq`'s reply. A linear look: `WINDOW` is a handful, and a slot
+    /// found by arithmetic on `seq` breaks where the numbering skips 0.
+    fn position(&self, seq: u32) -> Option<usize> {
+        self.seqs.iter().position(|kept| *kept == Some(seq))
     }
 }
 
@@ -193,6 +210,106 @@ mod tests {
         assert_eq!(cache.verdict(u32::MAX, false), Verdict::Repeat);
         assert_eq!(cache.verdict(u32::MAX - 1, false), Verdict::Repeat);
         assert_eq!(cache.verdict(2, false), Verdict::Run);
+    }
+
+    /// Runs `count` requests numbered on from `first` as the host numbers them, each reply
+    /// holding its number, in a cache of `W` slots.
+    fn run_from<const W: usize>(cache: &mut ReplyCache<'_, 4, W>, first: u32, count: usize) {
+        let mut seq = first;
+        for _ in 0..count {
+            assert_eq!(cache.verdict(seq, false), Verdict::Run, "{seq} is next");
+            cache.slot(seq).copy_from_slice(&seq.to_le_bytes());
+            cache.keep(seq, 4);
+            seq = after(seq);
+        }
+    }
+
+    /// Catches the wrap bug of slots chosen by `seq % WINDOW`: with 8 slots (the firmware's
+    /// window), request 1 overwrote the reply of `u32::MAX - 6`, still one of the last 8, so
+    /// its retry was dropped (for ever: the host resends it, the device drops it again)
+    /// instead of answered from the cache.
+    #[test]
+    fn every_one_of_the_last_window_repeats_across_the_wrap() {
+        let mut storage = [[0; 4]; 8];
+        let mut cache = ReplyCache::new(&mut storage);
+        run_from(&mut cache, u32::MAX - 6, 8);
+        // Ran: MAX-6 ..= MAX, then 1; next is 2.
+        assert_eq!(cache.verdict(2, false), Verdict::Run);
+        for seq in (u32::MAX - 6..=u32::MAX).chain([1]) {
+            assert_eq!(cache.verdict(seq, false), Verdict::Repeat, "{seq}");
+            assert_eq!(cache.cached(seq), Some(&seq.to_le_bytes()[..]), "{seq}");
+        }
+        assert_eq!(cache.verdict(u32::MAX - 7, false), Verdict::Drop, "9 back");
+        assert_eq!(cache.verdict(3, false), Verdict::Drop, "after a gap");
+    }
+
+    /// A request that replaces its reply (a bulk read whose bytes the link could not
+    /// carry) must overwrite its own slot, not push out the oldest reply in the window.
+    #[test]
+    fn a_replaced_reply_keeps_the_window_whole() {
+        let mut storage = [[0; 4]; 3];
+        let mut cache = ReplyCache::new(&mut storage);
+        run_from(&mut cache, u32::MAX - 1, 3);
+        cache.slot(1)[0] = 0xEE;
+        cache.keep(1, 1);
+        assert_eq!(cache.cached(1), Some(&[0xEE][..]));
+        for seq in [u32::MAX - 1, u32::MAX] {
+            assert_eq!(cache.verdict(seq, false), Verdict::Repeat, "{seq}");
+        }
+        assert_eq!(cache.verdict(2, false), Verdict::Run);
+    }
+
+    /// Any number a host may start from (those just before the wrap especially).
+    fn start() -> impl proptest::strategy::Strategy<Value = u32> {
+        use proptest::prelude::*;
+        prop_oneof![1..=u32::MAX, (u32::MAX - 40)..=u32::MAX]
+    }
+
+    /// The stated rule, checked for a cache of `W` slots after `count` requests from
+    /// `first`: the next number runs, each of the `W` before it repeats its own reply, the
+    /// `W` before those and the `W` after `next` are dropped.
+    fn rule_holds<const W: usize>(first: u32, count: usize) {
+        let mut storage = [[0; 4]; W];
+        let mut cache = ReplyCache::new(&mut storage);
+        run_from(&mut cache, first, count);
+        let mut next = first;
+        for _ in 0..count {
+            next = after(next);
+        }
+        assert_eq!(cache.verdict(next, false), Verdict::Run);
+        // The numbers before `next`, newest first, by walking the whole cycle backwards.
+        let before = |seq: u32| if seq == 1 { u32::MAX } else { seq - 1 };
+        let mut seq = next;
+        for back in 1..=2 * W {
+            seq = before(seq);
+            let ran = back <= count;
+            let expected = if back <= W && ran {
+                Verdict::Repeat
+            } else {
+                Verdict::Drop
+            };
+            assert_eq!(cache.verdict(seq, false), expected, "{back} back: {seq}");
+            if expected == Verdict::Repeat {
+                assert_eq!(cache.cached(seq), Some(&seq.to_le_bytes()[..]), "{seq}");
+            }
+        }
+        let mut seq = next;
+        for _ in 0..W {
+            seq = after(seq);
+            assert_eq!(cache.verdict(seq, false), Verdict::Drop, "ahead: {seq}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Catches any window size or starting number for which the verdicts stray from
+        /// the rule; before slots were kept in running order, every start within a window
+        /// of the wrap failed for 8 and 16 slots (the firmware's and the host's).
+        #[test]
+        fn the_rule_holds_from_any_start(first in start(), count in 1usize..40) {
+            rule_holds::<3>(first, count);
+            rule_holds::<8>(first, count);
+            rule_holds::<16>(first, count);
+        }
     }
 
     #[test]

@@ -238,8 +238,10 @@ impl Session {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
                 let result = compute(state, group.clone())?;
-                for worker in group {
-                    out.push((worker, state.fit(worker, dst, operation, &result)?));
+                // Every member's destination described in one round trip.
+                let targets = state.describe_all(group.clone(), dst)?;
+                for (worker, target) in group.zip(targets) {
+                    out.push((worker, fit(worker, dst, operation, &result, target)?));
                 }
             }
             Ok(out)
@@ -343,9 +345,9 @@ impl State {
         )
     }
 
-    /// Register `id`'s array on every worker of `group`.
+    /// Register `id`'s array on every worker of `group` (pipelined across them).
     fn read_all(&mut self, group: Range<usize>, id: u16) -> Result<Vec<HostArray>, SessionError> {
-        group.map(|worker| self.read_array(worker, id)).collect()
+        self.read_arrays(group, id)
     }
 
     /// `result` reshaped to register `dst`'s shape on `worker` (the element counts and
@@ -358,31 +360,7 @@ impl State {
         result: &HostArray,
     ) -> Result<(HostArray, u16, Option<Description>), SessionError> {
         let described = self.describe(worker, dst)?;
-        let dtype = described.dtype.unwrap_or(DataType::F32);
-        if dtype != result.dtype() {
-            return Err(SessionError::DtypeMismatch {
-                operation,
-                worker,
-                expected: result.dtype(),
-                actual: dtype,
-            });
-        }
-        let elements = described.bytes as usize / dtype.size().max(1);
-        if elements != result.elements() {
-            return Err(SessionError::Elements {
-                operation,
-                worker,
-                expected: elements,
-                actual: result.elements(),
-            });
-        }
-        if described.kind != ValueKind::Array {
-            // A tensor register: it becomes an array of its shape.
-            let shape = [elements as u32];
-            return Ok((result.reshaped(&shape)?, dst, None));
-        }
-        let fitted = result.reshaped(&described.shape)?;
-        Ok((fitted, dst, Some(described)))
+        fit(worker, dst, operation, result, described)
     }
 
     fn write_result(
@@ -397,6 +375,42 @@ impl State {
             Some(held) => self.overwrite_array(worker, *dst, array, Some(held.clone())),
         }
     }
+}
+
+/// `result` reshaped to register `dst`'s shape on `worker`, `described` (the element
+/// counts and types must match).
+fn fit(
+    worker: usize,
+    dst: u16,
+    operation: &'static str,
+    result: &HostArray,
+    described: Description,
+) -> Result<(HostArray, u16, Option<Description>), SessionError> {
+    let dtype = described.dtype.unwrap_or(DataType::F32);
+    if dtype != result.dtype() {
+        return Err(SessionError::DtypeMismatch {
+            operation,
+            worker,
+            expected: result.dtype(),
+            actual: dtype,
+        });
+    }
+    let elements = described.bytes as usize / dtype.size().max(1);
+    if elements != result.elements() {
+        return Err(SessionError::Elements {
+            operation,
+            worker,
+            expected: elements,
+            actual: result.elements(),
+        });
+    }
+    if described.kind != ValueKind::Array {
+        // A tensor register: it becomes an array of its shape.
+        let shape = [elements as u32];
+        return Ok((result.reshaped(&shape)?, dst, None));
+    }
+    let fitted = result.reshaped(&described.shape)?;
+    Ok((fitted, dst, Some(described)))
 }
 
 /// The arrays of workers `first..` concatenated, checking they share a type.

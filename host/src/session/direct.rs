@@ -21,6 +21,7 @@ use tessera_core::wire::ValueKind;
 
 use super::collective::ReduceOp;
 use super::reduce::{self, BLOCK};
+use super::state::array_shape;
 use super::{SessionError, State};
 use crate::transport::{SharedMemory, TransportError};
 
@@ -195,10 +196,15 @@ impl State {
         src: u16,
         dst: u16,
     ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
+        // Every member asked at once: one round trip, not one per member.
         let sources = group
             .clone()
-            .map(|worker| self.array_of(worker, src))
-            .collect::<Result<Vec<_>, _>>()?;
+            .zip(self.describe_all(group.clone(), src)?)
+            .map(|(worker, described)| {
+                let (dtype, shape) = array_shape(worker, src, &described)?;
+                Ok((dtype, shape, described))
+            })
+            .collect::<Result<Vec<_>, SessionError>>()?;
         let Some((dtype, _, first)) = sources.first() else {
             return Ok(None);
         };
@@ -235,8 +241,8 @@ impl State {
         }
         let mut members = Vec::with_capacity(group.len());
         let mut in_place = true;
-        for (worker, (_, _, source)) in group.zip(&sources) {
-            let target = self.describe(worker, dst)?;
+        let targets = self.describe_all(group.clone(), dst)?;
+        for ((worker, (_, _, source)), target) in group.zip(&sources).zip(targets) {
             let target_dtype = target.dtype.unwrap_or(DataType::F32);
             if target_dtype != dtype {
                 return Err(SessionError::DtypeMismatch {

@@ -6,6 +6,7 @@ use std::fmt;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::ValueKind;
 
+use super::claims::BadDescription;
 use super::value::ArrayError;
 use crate::transport::TransportError;
 
@@ -184,6 +185,9 @@ pub enum SessionError {
     },
     /// A host array that is not well formed.
     Array(ArrayError),
+    /// A worker described a register in a way no register on it can be (see
+    /// [`claims`](super::claims)): nothing was allocated or read by it.
+    Description(BadDescription),
     /// A worker reported a register's bytes outside the memory the host shares with it.
     OutsideMemory {
         /// The worker.
@@ -309,6 +313,7 @@ impl fmt::Display for SessionError {
                 write!(f, "{operation}: an integer result does not fit its type")
             }
             Self::Array(e) => e.fmt(f),
+            Self::Description(e) => e.fmt(f),
             Self::OutsideMemory {
                 worker,
                 register,
@@ -393,6 +398,7 @@ impl std::error::Error for SessionError {
                 .first()
                 .map(|f| f as &(dyn std::error::Error + 'static)),
             Self::Array(e) => Some(e),
+            Self::Description(e) => Some(e),
             _ => None,
         }
     }
@@ -407,5 +413,11 @@ impl From<TransportError> for SessionError {
 impl From<ArrayError> for SessionError {
     fn from(e: ArrayError) -> Self {
         Self::Array(e)
+    }
+}
+
+impl From<BadDescription> for SessionError {
+    fn from(e: BadDescription) -> Self {
+        Self::Description(e)
     }
 }

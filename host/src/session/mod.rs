@@ -65,6 +65,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod claims;
 pub mod collective;
 mod direct;
 mod error;
@@ -81,6 +82,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
 
+pub use claims::BadDescription;
 pub use error::{Command, SessionError, WorkerFailure};
 pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
 

@@ -5,6 +5,7 @@
 //! chunks.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
@@ -12,6 +13,7 @@ use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister, R
 use tessera_core::wire::{Request, RequestKind, Value, ValueKind};
 use tessera_firmware_sim::std_link::Bulk;
 
+use super::claims;
 use super::pending::{Parked, Pending};
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::transport::{Channel, SharedMemory, TransportError};
@@ -52,6 +54,31 @@ pub(super) fn offset(at: usize) -> Result<u32, SessionError> {
             value: at,
         })
     })
+}
+
+/// One worker's bytes in [`State::read_arrays`].
+enum Read {
+    /// In hand.
+    Done(Arc<Vec<u8>>),
+    /// To come beside the reply to the bulk read sent under this number.
+    Sent(u32),
+}
+
+/// The element type and shape of the array a description names (a tensor is flat `f32`).
+pub(super) fn array_shape(
+    worker: usize,
+    id: u16,
+    described: &Description,
+) -> Result<(DataType, Vec<u32>), SessionError> {
+    match (described.kind, described.dtype) {
+        (ValueKind::Array, Some(dtype)) => Ok((dtype, described.shape.to_vec())),
+        (ValueKind::Tensor, _) => Ok((DataType::F32, vec![described.bytes / 4])),
+        (kind, _) => Err(SessionError::NotAnArray {
+            worker,
+            register: id,
+            kind,
+        }),
+    }
 }
 
 impl State {
@@ -162,10 +189,39 @@ impl State {
         Ok(())
     }
 
-    /// What register `id` on `worker` holds (its earlier commands already claimed).
+    /// What register `id` on `worker` holds (its earlier commands already claimed),
+    /// checked against the memory the worker announced before anything is sized by it
+    /// ([`claims`](super::claims)).
     pub(super) fn describe(&mut self, worker: usize, id: u16) -> Result<Description, SessionError> {
-        let described = self.workers[worker].call(&DescribeRegister { id })?;
-        Ok(described.get())
+        let channel = &mut self.workers[worker];
+        let described = channel.call(&DescribeRegister { id })?.get();
+        claims::check(worker, id, &described, channel.limits().memory)?;
+        Ok(described)
+    }
+
+    /// Register `id`'s description on each of `workers`, every request sent before any
+    /// reply is awaited (one round trip for all, not one each), each checked as
+    /// [`State::describe`] checks it. The workers' earlier commands are already claimed.
+    pub(super) fn describe_all(
+        &mut self,
+        workers: Range<usize>,
+        id: u16,
+    ) -> Result<Vec<Description>, SessionError> {
+        let mut tickets = Vec::with_capacity(workers.len());
+        for worker in workers {
+            tickets.push((
+                worker,
+                self.workers[worker].submit_typed(&DescribeRegister { id })?,
+            ));
+        }
+        let mut described = Vec::with_capacity(tickets.len());
+        for (worker, ticket) in tickets {
+            let channel = &mut self.workers[worker];
+            let description = channel.receive_typed(ticket)?.get();
+            claims::check(worker, id, &description, channel.limits().memory)?;
+            described.push(description);
+        }
+        Ok(described)
     }
 
     /// The element type and shape of the array register `id` holds on `worker`, and its
@@ -176,18 +232,65 @@ impl State {
         id: u16,
     ) -> Result<(DataType, Vec<u32>, Description), SessionError> {
         let described = self.describe(worker, id)?;
-        let (dtype, shape) = match (described.kind, described.dtype) {
-            (ValueKind::Array, Some(dtype)) => (dtype, described.shape.to_vec()),
-            (ValueKind::Tensor, _) => (DataType::F32, vec![described.bytes / 4]),
-            (kind, _) => {
-                return Err(SessionError::NotAnArray {
-                    worker,
-                    register: id,
-                    kind,
-                })
-            }
-        };
+        let (dtype, shape) = array_shape(worker, id, &described)?;
         Ok((dtype, shape, described))
+    }
+
+    /// Register `id`'s array on every worker of `workers`, pipelined: every description
+    /// asked for, then every read sent, before any reply is awaited, so a small array
+    /// costs two round trips whatever the number of workers. The caller has synced them.
+    pub(super) fn read_arrays(
+        &mut self,
+        workers: Range<usize>,
+        id: u16,
+    ) -> Result<Vec<HostArray>, SessionError> {
+        let described = self.describe_all(workers.clone(), id)?;
+        // Each worker's bytes: read already (in place, or in chunks), or awaited beside
+        // the reply to a bulk read sent here.
+        let mut reads = Vec::with_capacity(described.len());
+        for (worker, held) in workers.clone().zip(&described) {
+            let len = held.bytes as usize;
+            let channel = &mut self.workers[worker];
+            let read = if channel.shares_memory() {
+                let mut bytes = vec![0u8; len];
+                self.read_in_place(worker, id, held.at as usize, &mut bytes)?;
+                Read::Done(Arc::new(bytes))
+            } else if len > channel.bulk_capacity() {
+                Read::Done(Arc::new(self.read_bytes(worker, id, len)?))
+            } else {
+                let request = Request::ReadArrayBulk {
+                    id,
+                    offset: 0,
+                    len: offset(len)?,
+                };
+                Read::Sent(channel.submit(&request)?)
+            };
+            reads.push(read);
+        }
+        let mut arrays = Vec::with_capacity(reads.len());
+        for ((worker, held), read) in workers.zip(&described).zip(reads) {
+            let data = match read {
+                Read::Done(data) => data,
+                Read::Sent(seq) => {
+                    let channel = &mut self.workers[worker];
+                    let mut reply = channel.receive(seq)?;
+                    match reply.take_bulk() {
+                        Some(Bulk(bytes)) if bytes.len() == held.bytes as usize => bytes,
+                        _ => {
+                            let request = Request::ReadArrayBulk {
+                                id,
+                                offset: 0,
+                                len: held.bytes,
+                            };
+                            return Err(channel.unexpected(&request, &reply.response()).into());
+                        }
+                    }
+                }
+            };
+            let (dtype, shape) = array_shape(worker, id, held)?;
+            arrays.push(HostArray::shared(dtype, &shape, data)?);
+        }
+        Ok(arrays)
     }
 
     /// Register `id`'s array on `worker`. The caller has synced the worker.

@@ -135,6 +135,15 @@ pub enum TransportError {
         /// The reduction's round.
         round: u32,
     },
+    /// A device contributed to a reduction round out of turn (see [`hub`](super::hub)).
+    ReductionRound {
+        /// The device's replica.
+        replica: u32,
+        /// The round it named.
+        round: u32,
+        /// The only new round it may contribute to: the cap on `round`.
+        expected: u32,
+    },
     /// A collective between instances failed.
     Instance(Box<crate::instance::InstanceError>),
     /// The contributions of one reduction disagree in length.
@@ -236,6 +245,16 @@ impl fmt::Display for TransportError {
                 write!(f, "{what} {value} does not fit the protocol's 32 bits")
             }
             Self::Instance(e) => write!(f, "between instances: {e}"),
+            Self::ReductionRound {
+                replica,
+                round,
+                expected,
+            } => write!(
+                f,
+                "device {replica} contributed to reduction round {round} while the host \
+                 expects at most round {expected}: a device contributes to each round in \
+                 order, once the round before is answered"
+            ),
             Self::ReductionOps { replica, round } => write!(
                 f,
                 "device {replica} asked for another operation in reduction round {round} than \

@@ -15,6 +15,18 @@
 //! combination, which the device applies only if it is still waiting for that round, so a
 //! duplicate can never stand in for a later round's answer. Contributions of one round that
 //! disagree in length are an error, never truncated.
+//!
+//! # What a device may claim
+//!
+//! A device numbers its rounds 0, 1, 2, … and contributes to a round only once the round
+//! before is answered (it waits for the answer). So the hub accepts from each device one
+//! new round only: the one after the last it contributed to, and none while its
+//! contribution to an open round is unanswered. A round beyond that is a device out of
+//! turn ([`TransportError::ReductionRound`], naming it, the round and the one allowed); an
+//! earlier round is a late duplicate, answered again if its answer is still kept, else
+//! ignored. Only the last combined round's answers are kept: every device has applied
+//! the ones before (it contributed to a later round). The hub therefore holds at most one
+//! open round's contributions and one round's answers, whatever numbers a device sends.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -61,6 +73,8 @@ pub fn run_step(
     // Devices whose contribution to an open round is in: they wait for their peers, so
     // their silence is no sign of trouble (the peers' silence is).
     let mut waiting = vec![false; channels.len()];
+    // The round each device may contribute to next (module doc).
+    let mut next_round = vec![0u32; channels.len()];
     // Contributions by round; answers by (group, round).
     let mut contributions: HashMap<u32, Vec<Contribution>> = HashMap::new();
     let mut answers: HashMap<(usize, u32), Vec<u8>> = HashMap::new();
@@ -120,6 +134,18 @@ pub fn run_step(
                         channels[i].resend(seqs[i], &reduced)?;
                         continue;
                     }
+                    match judge(round, next_round[i], waiting[i]) {
+                        Heard::New => next_round[i] = round.saturating_add(1),
+                        // Its answer is gone: the device has applied it already.
+                        Heard::Late => continue,
+                        Heard::OutOfTurn => {
+                            return Err(TransportError::ReductionRound {
+                                replica: channels[i].replica(),
+                                round,
+                                expected: next_round[i],
+                            })
+                        }
+                    }
                     // Contributions are collected per round, from every local device: a
                     // round is combined once all of them are in, across instances too.
                     let entry = contributions.entry(round).or_default();
@@ -174,6 +200,9 @@ pub fn run_step(
                             channels[c.from].resend(seqs[c.from], &reduced)?;
                             waiting[c.from] = false;
                         }
+                        // Every device applied the earlier rounds' answers (it took part
+                        // in this one): only this round's can still be asked for again.
+                        answers.clear();
                         for (g, answer) in combined.into_iter().enumerate() {
                             answers.insert((g, round), answer);
                         }
@@ -192,6 +221,29 @@ pub fn run_step(
         }
     }
     Ok(())
+}
+
+/// A contribution to a round no answer is kept for, as the rule in the module doc sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// The round the device may contribute to next: collect it.
+    New,
+    /// An earlier round (or the open one again): nothing to do.
+    Late,
+    /// A round the device cannot have reached.
+    OutOfTurn,
+}
+
+/// Judges a contribution to `round` from a device that may contribute to `next` next, and
+/// whose contribution to an open round is unanswered (`waiting`).
+fn judge(round: u32, next: u32, waiting: bool) -> Heard {
+    if round < next {
+        Heard::Late
+    } else if round == next && !waiting {
+        Heard::New
+    } else {
+        Heard::OutOfTurn
+    }
 }
 
 /// Each group's combination of one round: the local contributions summed per group in
@@ -227,4 +279,45 @@ fn combine(
                 .collect()
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a hub that keeps a contribution for any round a device names: a device
+    /// sending rounds 0, 1, …, u32::MAX without waiting grew the map by one entry each.
+    #[test]
+    fn a_device_that_runs_ahead_is_out_of_turn() {
+        assert_eq!(judge(0, 0, false), Heard::New);
+        assert_eq!(judge(u32::MAX, 0, false), Heard::OutOfTurn);
+        assert_eq!(judge(2, 1, false), Heard::OutOfTurn, "a round skipped");
+        assert_eq!(
+            judge(1, 1, true),
+            Heard::OutOfTurn,
+            "a new round before the open one is answered"
+        );
+    }
+
+    /// Catches a hub that fails a step for a duplicate (a device re-sends its contribution
+    /// when an answer is late): an earlier or still open round is only late.
+    #[test]
+    fn repeated_rounds_are_late_not_errors() {
+        assert_eq!(judge(0, 1, true), Heard::Late, "the open round again");
+        assert_eq!(judge(0, 2, false), Heard::Late, "an answered round");
+        assert_eq!(judge(1, 1, false), Heard::New);
+    }
+
+    #[test]
+    fn the_error_names_the_device_the_round_and_the_cap() {
+        let e = TransportError::ReductionRound {
+            replica: 3,
+            round: 4_000_000_000,
+            expected: 2,
+        };
+        let message = e.to_string();
+        for part in ["device 3", "4000000000", "round 2"] {
+            assert!(message.contains(part), "{message}");
+        }
+    }
 }
