@@ -190,7 +190,15 @@ impl Runtime {
         // Whatever happens next, the host's copy of the weights is no longer known good.
         self.weights_in_sync = false;
         let fault = self.fault.take();
-        if let Err(e) = hub::run_step(&mut self.channels, &self.rounds, &*self.instances, fault) {
+        let batches = self.program.batches_per_step;
+        let step = hub::run_step(
+            &mut self.channels,
+            &self.rounds,
+            batches,
+            &*self.instances,
+            fault,
+        );
+        if let Err(e) = step {
             return Err(self.step_failed(StepPhase::Running, e.into()));
         }
         self.collect()

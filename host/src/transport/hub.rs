@@ -24,7 +24,8 @@
 //! contribution to an open round is unanswered. A round beyond that is a device out of
 //! turn ([`TransportError::ReductionRound`], naming it, the round and the one allowed); an
 //! earlier round is a late duplicate, answered again if its answer is still kept, else
-//! ignored. Only the last combined round's answers are kept: every device has applied
+//! ignored; a round past the step's last (rounds per batch × batches) is out of turn too.
+//! Only the last combined round's answers are kept: every device has applied
 //! the ones before (it contributed to a later round). The hub therefore holds at most one
 //! open round's contributions and one round's answers, whatever numbers a device sends.
 
@@ -49,15 +50,20 @@ struct Contribution {
     op: ReduceOp,
 }
 
-/// Runs one `RunStep` on every channel; `rounds` (groupings over the channels' global
-/// replica ids, one per round of a batch) say which devices each round combines. `fault`,
-/// for tests, makes one device fail the step (see [`StepFault`]).
+/// Runs one `RunStep` of `batches` batches on every channel; `rounds` (groupings over the
+/// channels' global replica ids, one per round of a batch) say which devices each round
+/// combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
 pub fn run_step(
     channels: &mut [Channel],
     rounds: &[ReplicaGrouping],
+    batches: u32,
     instances: &dyn Instances,
     fault: Option<StepFault>,
 ) -> Result<(), TransportError> {
+    // No device makes more rounds than the step has.
+    let last_round = u32::try_from(rounds.len())
+        .unwrap_or(u32::MAX)
+        .saturating_mul(batches);
     let started = Instant::now();
     let seqs = channels
         .iter_mut()
@@ -134,7 +140,7 @@ pub fn run_step(
                         channels[i].resend(seqs[i], &reduced)?;
                         continue;
                     }
-                    match judge(round, next_round[i], waiting[i]) {
+                    match judge(round, next_round[i], waiting[i], last_round) {
                         Heard::New => next_round[i] = round.saturating_add(1),
                         // Its answer is gone: the device has applied it already.
                         Heard::Late => continue,
@@ -235,11 +241,12 @@ enum Heard {
 }
 
 /// Judges a contribution to `round` from a device that may contribute to `next` next, and
-/// whose contribution to an open round is unanswered (`waiting`).
-fn judge(round: u32, next: u32, waiting: bool) -> Heard {
+/// whose contribution to an open round is unanswered (`waiting`), in a step of `rounds`
+/// rounds.
+fn judge(round: u32, next: u32, waiting: bool, rounds: u32) -> Heard {
     if round < next {
         Heard::Late
-    } else if round == next && !waiting {
+    } else if round == next && !waiting && round < rounds {
         Heard::New
     } else {
         Heard::OutOfTurn
@@ -289,11 +296,11 @@ mod tests {
     /// sending rounds 0, 1, …, u32::MAX without waiting grew the map by one entry each.
     #[test]
     fn a_device_that_runs_ahead_is_out_of_turn() {
-        assert_eq!(judge(0, 0, false), Heard::New);
-        assert_eq!(judge(u32::MAX, 0, false), Heard::OutOfTurn);
-        assert_eq!(judge(2, 1, false), Heard::OutOfTurn, "a round skipped");
+        assert_eq!(judge(0, 0, false, 4), Heard::New);
+        assert_eq!(judge(u32::MAX, 0, false, 4), Heard::OutOfTurn);
+        assert_eq!(judge(2, 1, false, 4), Heard::OutOfTurn, "a round skipped");
         assert_eq!(
-            judge(1, 1, true),
+            judge(1, 1, true, 4),
             Heard::OutOfTurn,
             "a new round before the open one is answered"
         );
@@ -303,9 +310,22 @@ mod tests {
     /// when an answer is late): an earlier or still open round is only late.
     #[test]
     fn repeated_rounds_are_late_not_errors() {
-        assert_eq!(judge(0, 1, true), Heard::Late, "the open round again");
-        assert_eq!(judge(0, 2, false), Heard::Late, "an answered round");
-        assert_eq!(judge(1, 1, false), Heard::New);
+        assert_eq!(judge(0, 1, true, 4), Heard::Late, "the open round again");
+        assert_eq!(judge(0, 2, false, 4), Heard::Late, "an answered round");
+        assert_eq!(judge(1, 1, false, 4), Heard::New);
+    }
+
+    /// Catches a hub that lets devices counting rounds in order run a step forever: a
+    /// round past the step's last is out of turn, even in order.
+    #[test]
+    fn no_round_past_the_steps_last() {
+        assert_eq!(judge(3, 3, false, 4), Heard::New);
+        assert_eq!(judge(4, 4, false, 4), Heard::OutOfTurn);
+        assert_eq!(
+            judge(0, 0, false, 0),
+            Heard::OutOfTurn,
+            "a step without rounds"
+        );
     }
 
     #[test]
