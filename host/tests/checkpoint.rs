@@ -599,9 +599,9 @@ fn resume_through_the_library(label: &str, placement: Placement) {
     // The reference continues from the checkpoint too.
     assert!(
         resumed.passed(1e-3),
-        "the resumed run differs from its reference: {:?} {:?}",
-        resumed.weight_error,
-        resumed.anchor_error
+        "the resumed run differs from its reference: weights {}, anchors {}",
+        resumed.weight_check,
+        resumed.anchor_check
     );
 }
 

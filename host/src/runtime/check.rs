@@ -1,5 +1,6 @@
 //! The self-check: device values against the reference's, failing on NaN, infinity and a
-//! length mismatch rather than passing them by accident.
+//! length mismatch rather than passing them by accident; a run's comparisons tallied with
+//! the step and tensor of the largest error ([`Tally`]).
 
 use std::fmt;
 
@@ -92,9 +93,102 @@ pub fn max_relative_error(device: &[f32], reference: &[f64]) -> Result<f64, Chec
     Ok(largest)
 }
 
+/// A run's comparisons of one kind (its anchors, or its weights) with the reference: the
+/// largest error so far and where it was — the step and the tensor — or the first
+/// comparison that could not be made and where. A failure sticks: later comparisons
+/// cannot undo it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tally {
+    /// The largest error, or the first failure.
+    pub outcome: Result<f64, CheckError>,
+    /// Where: the step after which the values were compared (counted from 1), and the
+    /// tensor.
+    pub at: Option<(usize, String)>,
+}
+
+impl Tally {
+    /// No comparison yet.
+    pub fn new() -> Self {
+        Self {
+            outcome: Ok(0.0),
+            at: None,
+        }
+    }
+
+    /// Compares `tensor`'s `device` values with the `reference`'s after step `step`.
+    pub fn record(&mut self, step: usize, tensor: &str, device: &[f32], reference: &[f64]) {
+        let Ok(largest) = self.outcome else {
+            return;
+        };
+        match max_relative_error(device, reference) {
+            Ok(error) if error > largest || self.at.is_none() => {
+                self.outcome = Ok(error);
+                self.at = Some((step, tensor.to_string()));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.outcome = Err(e);
+                self.at = Some((step, tensor.to_string()));
+            }
+        }
+    }
+
+    /// True when every comparison was made and the largest error is within `tolerance`.
+    pub fn within(&self, tolerance: f64) -> bool {
+        matches!(self.outcome, Ok(error) if error.is_finite() && error <= tolerance)
+    }
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = |f: &mut fmt::Formatter<'_>| match &self.at {
+            Some((step, tensor)) => write!(f, " (`{tensor}` after step {step})"),
+            None => Ok(()),
+        };
+        match &self.outcome {
+            Ok(error) => {
+                write!(f, "within {error:.1e}")?;
+                at(f)
+            }
+            Err(e) => {
+                f.write_str("not comparable")?;
+                at(f)?;
+                write!(f, ": {e}")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Catches a summary that gives the largest error but not where it was: a failed check
+    /// named neither the step nor the tensor.
+    #[test]
+    fn a_tally_names_the_step_and_tensor_of_its_largest_error() {
+        let mut tally = Tally::new();
+        tally.record(1, "loss", &[1.0], &[1.0]);
+        tally.record(2, "output", &[3.0], &[1.0]);
+        tally.record(3, "loss", &[1.5], &[1.0]);
+        assert_eq!(tally.outcome, Ok(1.0));
+        assert_eq!(tally.at, Some((2, "output".to_string())));
+        assert_eq!(tally.to_string(), "within 1.0e0 (`output` after step 2)");
+        assert!(!tally.within(0.5) && tally.within(1.0));
+        // A failure sticks, with its place.
+        tally.record(4, "w1", &[f32::NAN], &[1.0]);
+        tally.record(5, "w2", &[1.0], &[1.0]);
+        assert!(!tally.within(1e9));
+        assert!(tally
+            .to_string()
+            .starts_with("not comparable (`w1` after step 4): value 0"));
+    }
 
     #[test]
     fn nan_on_either_side_is_an_error() {

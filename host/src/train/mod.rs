@@ -26,9 +26,10 @@ use tessera_core::stream::AnchorReturnType;
 
 pub use data::{DataError, Dataset};
 pub use error::{JobError, TrainError};
+use run::check_interval;
 pub use run::{train, train_in};
 
-use crate::runtime::check::CheckError;
+use crate::runtime::check::Tally;
 use crate::runtime::{Placement, MAX_REPLICAS};
 
 /// Most replicas a job trains on: the runtime's [`MAX_REPLICAS`].
@@ -214,13 +215,12 @@ impl TrainJob {
 pub struct TrainReport {
     /// Mean anchored loss of each step (empty when the loss is not anchored).
     pub step_losses: Vec<f64>,
-    /// Largest relative difference of the weights at any check from the reference's after
-    /// the same steps (from the same state), or why
-    /// they cannot be compared (NaN, infinity, a different number of values).
-    pub weight_error: Result<f64, CheckError>,
-    /// Largest relative difference of any anchored value from the host reference, or the
-    /// first step's reason they cannot be compared.
-    pub anchor_error: Result<f64, CheckError>,
+    /// The weights at every check against the reference's after the same steps (from the
+    /// same state): the largest relative difference and where, or where and why they could
+    /// not be compared (NaN, infinity, a different number of values).
+    pub weight_check: Tally,
+    /// Every anchored value against the host reference's, likewise.
+    pub anchor_check: Tally,
     /// Replica 0's model, classifying every sample of the data after training.
     pub accuracy: f64,
     /// Samples in the data.
@@ -253,16 +253,16 @@ impl TrainReport {
             100.0 * self.accuracy,
             self.samples
         );
-        let show = |check: &Result<f64, CheckError>| match check {
-            Ok(error) => format!("within {error:.1e}"),
-            Err(e) => format!("not comparable: {e}"),
-        };
         let _ = writeln!(
             out,
-            "reference (host, f64, from the device's state every 10 steps): weights {}, anchors {} \
+            "reference (host, f64, from the device's state every {}): weights {}, anchors {} \
              (tolerance {:.0e})",
-            show(&self.weight_error),
-            show(&self.anchor_error),
+            match check_interval(&job.placement) {
+                1 => "step".to_string(),
+                n => format!("{n} steps"),
+            },
+            self.weight_check,
+            self.anchor_check,
             job.tolerance
         );
         let _ = writeln!(out, "work per replica (multiply-adds): {:?}", self.cycles);
@@ -273,8 +273,7 @@ impl TrainReport {
     /// True when the device matched the reference within `tolerance`: never when a value
     /// was NaN or infinite, or the device returned the wrong number of values.
     pub fn passed(&self, tolerance: f64) -> bool {
-        let within = |check: &Result<f64, CheckError>| matches!(check, Ok(error) if error.is_finite() && *error <= tolerance);
-        within(&self.weight_error) && within(&self.anchor_error)
+        self.weight_check.within(tolerance) && self.anchor_check.within(tolerance)
     }
 }
 

@@ -5,6 +5,7 @@ use tessera_core::program::Sharding;
 
 use super::model::default_anchors;
 use super::*;
+use crate::runtime::check::CheckError;
 
 fn job() -> TrainJob {
     TrainJob {
@@ -37,11 +38,14 @@ fn job() -> TrainJob {
     }
 }
 
-fn report(weight_error: Result<f64, CheckError>) -> TrainReport {
+fn report(outcome: Result<f64, CheckError>) -> TrainReport {
     TrainReport {
         step_losses: vec![1.0],
-        weight_error,
-        anchor_error: Ok(0.0),
+        weight_check: Tally {
+            outcome,
+            at: Some((1, "w1".into())),
+        },
+        anchor_check: Tally::new(),
         accuracy: 0.5,
         samples: 10,
         cycles: vec![],
