@@ -13,9 +13,11 @@
 //!
 //! - [`Executable::load`] refuses a file of another kind (magic), of another version, with
 //!   a checksum that does not match (truncated or altered), or whose body does not decode.
-//! - [`Runtime::load_executable`](crate::runtime::Runtime::load_executable) starts the
-//!   devices, refuses them when their limits differ from the saved ones, and places the
-//!   saved program as it is: the host's checks and the job's model building are skipped.
+//! - [`Runtime::load_executable`](crate::runtime::Runtime::load_executable) checks the
+//!   saved program with core's rules (a file may hold a hand-built program: the error
+//!   names the rule it breaks), starts the devices, refuses them when their limits differ
+//!   from the saved ones, and places the saved program as it is: the job's model building
+//!   is skipped.
 //! - [`Executable::load`] reads only a regular file of at most [`MAX_BYTES`]
 //!   ([`crate::input`]): the length field cannot make it allocate more.
 //! - Saving is atomic, as for checkpoints, and replaces only a regular file

@@ -1204,6 +1204,28 @@ fn an_executable_for_other_devices_is_refused() {
     assert_one_line("limits", &e.to_string());
 }
 
+/// Catches: an executable holding a hand-built program that breaks core's rules (here, a
+/// layer reading a variable the program does not have) placed as it was, which the devices
+/// could only refuse as a generic bad configuration: it is refused before any device
+/// starts (the placement here cannot start one), naming the rule.
+#[test]
+fn an_executable_with_an_invalid_program_names_the_rule() {
+    let (mut exe, _) = executable_bytes();
+    exe.program
+        .layers
+        .insert(0, tessera_core::program::Layer::Linear { weight: 42 })
+        .unwrap();
+    let nowhere = Placement::Process(std::path::PathBuf::from("/nonexistent/tessera"));
+    let e =
+        Runtime::load_executable(&exe, &nowhere, DEVICE_MEMORY).expect_err("an invalid program");
+    assert!(matches!(e, RuntimeError::Program(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("42"),
+        "the rule names the variable: {e}"
+    );
+    assert_one_line("invalid program", &e.to_string());
+}
+
 /// Catches: an explicit shard layout (its intervals, padding and order) lost or altered on
 /// the way through the file, or an executable that places the program differently from
 /// preparing it: both runtimes train alike, bit for bit.

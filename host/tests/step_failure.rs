@@ -194,15 +194,14 @@ fn child_processes_recover_from_a_failure_at_every_round() {
     fail_and_recover(&Placement::Process(exe), true, &all, "processes");
 }
 
-/// The firmware under QEMU: the first round and the last (a QEMU step costs its rounds
-/// over the UART).
+/// The firmware under QEMU: every round too, over the UART and the host file.
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
-fn qemu_recovers_from_a_failure_at_the_first_and_the_last_round() {
+fn qemu_recovers_from_a_failure_at_every_round() {
     let p = program(true);
-    let last = rounds(&p) - 1;
+    let all: Vec<u32> = (0..rounds(&p)).collect();
     let placement = Placement::Qemu(common::firmware());
-    fail_and_recover(&placement, true, &[0, last], "qemu");
+    fail_and_recover(&placement, true, &all, "qemu");
 }
 
 /// A failed step with nothing injected afterwards leaves the runtime usable without a new

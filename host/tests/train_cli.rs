@@ -64,7 +64,10 @@ fn a_wider_model_passes_its_check_over_200_steps() {
         .find(|l| l.starts_with("reference"))
         .expect("a reference line");
     assert!(line.contains("every step"), "{line}");
-    assert!(line.contains("after step"), "the largest error's place: {line}");
+    assert!(
+        line.contains("after step"),
+        "the largest error's place: {line}"
+    );
 }
 
 #[test]

@@ -158,8 +158,9 @@ impl Runtime {
     }
 
     /// Starts the devices `executable` was prepared for on `placement` and places its
-    /// program as saved, without the host's checks; devices whose limits differ from the
-    /// saved ones are refused (see [`executable`](crate::executable)).
+    /// program as saved (checked by core's rules first, as a prepared one is; the model is
+    /// not built again); devices whose limits differ from the saved ones are refused (see
+    /// [`executable`](crate::executable)).
     pub fn load_executable(
         executable: &Executable,
         placement: &Placement,
@@ -176,12 +177,10 @@ impl Runtime {
         device_memory: usize,
     ) -> Result<Self, RuntimeError> {
         let replicas = executable.replicas as usize;
-        if replicas == 0 || replicas > MAX_REPLICAS {
-            return Err(RuntimeError::Replicas {
-                replicas,
-                max: MAX_REPLICAS,
-            });
-        }
+        // A file can hold any program (a hand-built one, or one from another version of
+        // the rules): core's check names the rule it breaks, where a device could only
+        // refuse it as a bad configuration.
+        Self::check(&executable.program, replicas)?;
         let window = window(replicas, &*instances)?;
         if let Placement::Qemu(firmware) = placement {
             check_firmware(firmware).map_err(TransportError::from)?;
