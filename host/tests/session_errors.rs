@@ -166,3 +166,60 @@ fn a_worker_lost_during_an_allreduce_fails_that_allreduce() {
         "{text}"
     );
 }
+
+/// Bug: a read from a worker whose process is gone (a debug get, a copy from worker 0)
+/// failed with a bare "device N closed its link", naming neither the worker as such nor
+/// the operation; a debug set likewise.
+#[test]
+fn a_lost_worker_is_named_by_reads_and_debug_sets() {
+    // A memory size of its own finds this test's processes among the suite's.
+    const MEM: usize = (4 << 20) + 4096 * 43;
+    let session = open(&process_placement(), MEM);
+    let x = session
+        .copy_to_worker0(&HostArray::from_f32(&[2], &[1.0, 2.0]).unwrap())
+        .unwrap();
+    session.sync_all().unwrap();
+    for worker in [1, 0] {
+        let pattern = format!("tessera device --replica {worker} --memory {MEM} ");
+        let found = process::Command::new("pgrep")
+            .args(["-P", &process::id().to_string(), "-f", &pattern])
+            .output()
+            .unwrap();
+        let victim = String::from_utf8_lossy(&found.stdout).trim().to_string();
+        assert!(!victim.is_empty(), "worker {worker}'s process");
+        let killed = process::Command::new("kill").args(["-9", &victim]).status();
+        assert!(killed.unwrap().success());
+    }
+    // Give the kills a moment to land: the links close with the processes.
+    thread::sleep(std::time::Duration::from_millis(200));
+    let named = |what: &str, result: Result<(), SessionError>, worker: usize, read: bool| {
+        let err = result.expect_err(what);
+        match &err {
+            SessionError::Worker {
+                worker: w, command, ..
+            } if *w == worker
+                && matches!(
+                    (command, read),
+                    (Command::Read(_), true) | (Command::Set(_), false)
+                ) => {}
+            other => panic!("{what}: expected worker {worker} named, got {other:?}"),
+        }
+        assert!(
+            err.to_string().contains(&format!("worker {worker}")),
+            "{err}"
+        );
+    };
+    named("a debug get", session.debug_get(&x, 1).map(drop), 1, true);
+    named(
+        "a debug set",
+        session.debug_set(&x, 1, &HostValue::Int(3)),
+        1,
+        false,
+    );
+    named(
+        "a copy from worker 0",
+        session.copy_from_worker0(&x).map(drop),
+        0,
+        true,
+    );
+}

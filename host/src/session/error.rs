@@ -23,6 +23,8 @@ pub enum Command {
     Alloc(u16),
     /// A collective (its name), run on the host between the workers' registers.
     Collective(&'static str),
+    /// Reading a register (a copy from worker 0, a debug get).
+    Read(u16),
 }
 
 impl fmt::Display for Command {
@@ -33,6 +35,7 @@ impl fmt::Display for Command {
             Self::Set(id) => write!(f, "setting register {id}"),
             Self::Alloc(id) => write!(f, "allocating register {id}"),
             Self::Collective(operation) => write!(f, "the {operation}"),
+            Self::Read(id) => write!(f, "reading register {id}"),
         }
     }
 }

@@ -414,7 +414,7 @@ impl Session {
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;
-        state.read_array(0, id)
+        on_worker(0, Command::Read(id), state.read_array(0, id))
     }
 
     /// Copies `register`'s array from worker 0 into `into`, as Disco's destination-passing
@@ -429,7 +429,7 @@ impl Session {
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;
-        state.read_array_into(0, id, into)
+        on_worker(0, Command::Read(id), state.read_array_into(0, id, into))
     }
 
     /// Waits for worker `worker` to finish every command sent to it; every failure among
@@ -454,7 +454,7 @@ impl Session {
         let mut state = self.lock()?;
         state.check_worker(worker)?;
         state.sync(worker)?;
-        state.read_value(worker, id)
+        on_worker(worker, Command::Read(id), state.read_value(worker, id))
     }
 
     /// Sets register `register` on worker `worker` to `value`.
@@ -467,7 +467,7 @@ impl Session {
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.check_worker(worker)?;
-        match value {
+        let set = match value {
             HostValue::Array(array) => state.write_host_array(worker, id, array),
             HostValue::Int(v) => state.set_value(worker, id, Value::Int(*v)),
             HostValue::Float(v) => state.set_value(worker, id, Value::Float(*v)),
@@ -477,7 +477,8 @@ impl Session {
                     .map_err(|_| ArrayError::Rank { rank: dims.len() })?;
                 state.set_value(worker, id, Value::Shape(dims))
             }
-        }
+        };
+        on_worker(worker, Command::Set(id), set)
     }
 
     /// Changes how long every worker's oldest unanswered command may take before it is
@@ -539,5 +540,22 @@ fn wire_array(array: &HostArray) -> Result<Array<'_>, SessionError> {
             rank: array.shape().len(),
         })?,
         data: array.bytes(),
+    })
+}
+
+/// `result` with a failure to reach `worker` named as the failure of `command` on it: a
+/// lost link reads "worker 2: reading register 7 failed: …", not a bare transport error.
+fn on_worker<T>(
+    worker: usize,
+    command: Command,
+    result: Result<T, SessionError>,
+) -> Result<T, SessionError> {
+    result.map_err(|e| match e {
+        SessionError::Transport(source) => SessionError::Worker {
+            worker,
+            command,
+            source,
+        },
+        other => other,
     })
 }
