@@ -1213,9 +1213,9 @@ fn an_executable_with_an_invalid_program_names_the_rule() {
     let (mut exe, _) = executable_bytes();
     exe.program
         .layers
-        .insert(0, tessera_core::program::Layer::Linear { weight: 42 })
+        .insert(0, Layer::Linear { weight: 42 })
         .unwrap();
-    let nowhere = Placement::Process(std::path::PathBuf::from("/nonexistent/tessera"));
+    let nowhere = Placement::Process(PathBuf::from("/nonexistent/tessera"));
     let e =
         Runtime::load_executable(&exe, &nowhere, DEVICE_MEMORY).expect_err("an invalid program");
     assert!(matches!(e, RuntimeError::Program(_)), "{e:?}");
