@@ -227,6 +227,13 @@ impl Optimizer {
             Self::SgdMomentum { momentum, .. } => momentum,
         }
     }
+
+    /// The rule for an optimizer's values, wherever they come from (a program, or the host
+    /// changing them between runs): a finite, non-negative learning rate, and a momentum in
+    /// `[0, 1)` (at 1 the velocity never decays; above, it grows without bound).
+    pub fn values_valid(learning_rate: f32, momentum: f32) -> bool {
+        learning_rate.is_finite() && learning_rate >= 0.0 && (0.0..1.0).contains(&momentum)
+    }
 }
 
 /// One step of the model.
@@ -378,6 +385,15 @@ impl Program {
     /// The stream called `name`.
     pub fn stream_index(&self, name: &str) -> Option<usize> {
         self.streams.iter().position(|s| s.name == name)
+    }
+
+    /// Elements of one anchored value of `tensor`: one loss per sample, or the model's
+    /// output.
+    pub fn anchor_width(&self, tensor: AnchorTensor) -> Option<usize> {
+        match tensor {
+            AnchorTensor::Loss => Some(1),
+            AnchorTensor::Output => self.output_width(),
+        }
     }
 
     /// The width of the model's output: the loss layer's input.

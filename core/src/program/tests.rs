@@ -1186,3 +1186,25 @@ fn rule_texts_are_distinct() {
         assert!(!texts[..i].contains(text), "{text} twice");
     }
 }
+
+/// The one rule for an anchored value's width (it was derived separately on the host, in
+/// the reference and on the device): a loss is one value, an output the model's width.
+#[test]
+fn anchor_width_is_one_loss_or_the_output_width() {
+    let p = mlp();
+    assert_eq!(p.anchor_width(AnchorTensor::Loss), Some(1));
+    assert_eq!(p.anchor_width(AnchorTensor::Output), p.output_width());
+}
+
+/// The one rule for optimizer values (a program's, or the host's between runs).
+#[test]
+fn optimizer_values_are_finite_non_negative_with_momentum_below_one() {
+    assert!(Optimizer::values_valid(0.0, 0.0));
+    assert!(Optimizer::values_valid(0.5, 0.99));
+    assert!(!Optimizer::values_valid(-0.1, 0.0));
+    assert!(!Optimizer::values_valid(f32::NAN, 0.0));
+    assert!(!Optimizer::values_valid(f32::INFINITY, 0.0));
+    assert!(!Optimizer::values_valid(0.1, 1.0));
+    assert!(!Optimizer::values_valid(0.1, -0.5));
+    assert!(!Optimizer::values_valid(0.1, f32::NAN));
+}

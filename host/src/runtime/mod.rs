@@ -325,7 +325,7 @@ impl Runtime {
     /// momentum in `[0, 1)`.
     pub fn set_optimizer(&mut self, optimizer: Optimizer) -> Result<(), RuntimeError> {
         let (lr, momentum) = (optimizer.learning_rate(), optimizer.momentum());
-        if !(lr.is_finite() && lr >= 0.0 && (0.0..1.0).contains(&momentum)) {
+        if !Optimizer::values_valid(lr, momentum) {
             return Err(RuntimeError::Program(ProgramError::Optimizer));
         }
         let request = Request::SetOptimizer {

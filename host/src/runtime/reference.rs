@@ -126,10 +126,7 @@ impl Reference {
         let widths: Vec<usize> = p
             .anchors
             .iter()
-            .map(|a| match a.tensor {
-                AnchorTensor::Loss => 1,
-                AnchorTensor::Output => p.output_width().unwrap_or(0),
-            })
+            .map(|a| p.anchor_width(a.tensor).unwrap_or(0))
             .collect();
         let mut written: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); replicas]; p.anchors.len()];
         let mut sums: Vec<Vec<Vec<f64>>> = widths

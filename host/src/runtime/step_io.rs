@@ -265,10 +265,8 @@ impl Runtime {
 
     /// Elements of one value of an anchored tensor.
     fn anchor_width(&self, tensor: AnchorTensor) -> usize {
-        match tensor {
-            AnchorTensor::Loss => 1,
-            AnchorTensor::Output => self.program.output_width().unwrap_or(0),
-        }
+        // Checked at prepare: a program's output has a width.
+        self.program.anchor_width(tensor).unwrap_or(0)
     }
 
     /// Checks `io` and converts each array to its stream's type, in stream order.
