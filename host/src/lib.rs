@@ -10,6 +10,8 @@
 //!   them; one instance by default.
 //! - [`layout`]: inspect a variable's grouping and shard layout before running anything
 //!   (`tessera layout`).
+//! - [`placement`]: where devices run (threads, child processes, QEMU), and the one place
+//!   that starts them there.
 //! - [`runtime`]: the device runtime, generic over a core program: prepare replicas, weights
 //!   and optimizer state to and from the host by name, training steps from named arrays,
 //!   anchors, seeds, RNG state, cycle counts; and its f64 reference.
@@ -30,6 +32,7 @@ pub mod input;
 pub mod inspect;
 pub mod instance;
 pub mod layout;
+pub mod placement;
 pub mod runtime;
 pub mod session;
 pub mod train;

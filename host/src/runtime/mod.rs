@@ -35,7 +35,6 @@ pub mod step_io;
 pub mod weights;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tessera_core::grouping::ReplicaGrouping;
@@ -51,8 +50,10 @@ pub use step_io::{Anchors, StepCallbacks};
 
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
+use crate::placement;
+pub use crate::placement::Placement;
 use crate::session::HostArray;
-use crate::transport::{check_firmware, Channel, StepFault, TransportError};
+use crate::transport::{Channel, StepFault, TransportError};
 
 /// Most replicas one runtime drives (the splitter's capacity).
 pub const MAX_REPLICAS: usize = 64;
@@ -63,17 +64,6 @@ pub const RNG_WORDS: usize = 4;
 pub type WeightsIo = BTreeMap<String, HostArray>;
 /// A step's inputs, one array per stream, by stream name.
 pub type StepIo = BTreeMap<String, HostArray>;
-
-/// Where the devices run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    /// Threads of this process.
-    Thread,
-    /// Child processes running `exe device` (`exe` being the `tessera` binary).
-    Process(PathBuf),
-    /// QEMU processes running this firmware ELF.
-    Qemu(PathBuf),
-}
 
 /// This instance's window of `replicas`.
 fn window(replicas: usize, instances: &dyn Instances) -> Result<InstanceWindow, RuntimeError> {
@@ -91,15 +81,9 @@ fn start(
     placement: &Placement,
     device_memory: usize,
 ) -> Result<Vec<Channel>, RuntimeError> {
-    let mut channels = Vec::with_capacity(window.local);
-    for replica in window.offset as u32..(window.offset + window.local) as u32 {
-        channels.push(match placement {
-            Placement::Thread => Channel::in_process(replica, device_memory, None)?,
-            Placement::Process(exe) => Channel::child_process(exe, replica, device_memory)?,
-            Placement::Qemu(firmware) => Channel::qemu(firmware, replica)?,
-        });
-    }
-    Ok(channels)
+    // At most MAX_REPLICAS: the window's bounds fit 32 bits.
+    let replicas = window.offset as u32..(window.offset + window.local) as u32;
+    Ok(placement::open(placement, replicas, device_memory)?)
 }
 
 /// A program prepared on its replicas.
@@ -149,10 +133,6 @@ impl Runtime {
     ) -> Result<Self, RuntimeError> {
         Self::check(&program, replicas)?;
         let window = window(replicas, &*instances)?;
-        // Everything the placement needs is checked before the first device starts.
-        if let Placement::Qemu(firmware) = placement {
-            check_firmware(firmware).map_err(TransportError::from)?;
-        }
         let channels = start(window, placement, device_memory)?;
         Self::set_up(program, replicas, channels, instances, window)
     }
@@ -182,9 +162,6 @@ impl Runtime {
         // refuse it as a bad configuration.
         Self::check(&executable.program, replicas)?;
         let window = window(replicas, &*instances)?;
-        if let Placement::Qemu(firmware) = placement {
-            check_firmware(firmware).map_err(TransportError::from)?;
-        }
         let channels = start(window, placement, device_memory)?;
         let saved = executable.limits;
         for c in &channels {

@@ -88,7 +88,7 @@ pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
 
 use state::{alloc_request, State};
 
-use crate::runtime::Placement;
+use crate::placement::{self, Placement};
 use crate::transport::{Channel, TransportError};
 
 /// Registers a worker holds: the ids a session hands out are 1 to `MAX_REGISTERS`.
@@ -174,19 +174,11 @@ impl Session {
         memory: usize,
     ) -> Result<Self, SessionError> {
         check_groups(workers, num_groups)?;
-        if let Placement::Qemu(firmware) = placement {
-            crate::transport::check_firmware(firmware).map_err(TransportError::from)?;
-        }
-        let mut channels = Vec::with_capacity(workers);
-        for worker in 0..workers {
-            let replica =
-                u32::try_from(worker).map_err(|_| SessionError::NoWorker { worker, workers })?;
-            channels.push(match placement {
-                Placement::Thread => Channel::in_process(replica, memory, None)?,
-                Placement::Process(exe) => Channel::child_process(exe, replica, memory)?,
-                Placement::Qemu(firmware) => Channel::qemu(firmware, replica)?,
-            });
-        }
+        let last = u32::try_from(workers).map_err(|_| SessionError::NoWorker {
+            worker: workers,
+            workers,
+        })?;
+        let channels = placement::open(placement, 0..last, memory)?;
         Self::on(channels, num_groups)
     }
 

@@ -150,6 +150,13 @@ impl Channel {
     /// `defmt-print` to stderr. Dropping the channel kills QEMU. The firmware and the tools
     /// are checked before anything starts.
     pub fn qemu(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
+        spawn::check_firmware(firmware)?;
+        Self::qemu_checked(firmware, replica)
+    }
+
+    /// Like [`Channel::qemu`], for a caller that has checked the firmware and the tools
+    /// already (once for all its devices: `placement::open`).
+    pub(crate) fn qemu_checked(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
         Self::open(spawn::qemu(firmware, replica)?, replica)
     }
 

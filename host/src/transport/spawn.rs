@@ -379,8 +379,8 @@ pub(super) fn child_process(
 
 /// The firmware ELF `firmware` under `qemu-system-arm` (mps2-an385), its UART0 on a Unix
 /// socket, its defmt logs through `defmt-print` to stderr.
+/// The firmware and the tools are the caller's to check ([`check_firmware`]), once.
 pub(super) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError> {
-    check_firmware(firmware)?;
     // QEMU runs in its own folder: name the firmware by its full path.
     let firmware = &fs::canonicalize(firmware).map_err(|source| FirmwareError::Unreadable {
         path: firmware.to_path_buf(),

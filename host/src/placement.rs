@@ -1,0 +1,50 @@
+//! Where devices run, and the one place that starts them there.
+//!
+//! A [`Placement`] names how a device runs: a thread of this process, a child process
+//! running `tessera device`, or the firmware under QEMU. [`open`] starts one device per
+//! replica on it, in replica order, for the runtime and the session alike; everything the
+//! placement needs (QEMU's firmware and tools) is checked once, before the first device
+//! starts, so a missing piece fails at once instead of after some devices are up.
+
+use std::ops::Range;
+use std::path::PathBuf;
+
+use crate::transport::{check_firmware, Channel, TransportError};
+
+/// Where the devices run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Threads of this process.
+    Thread,
+    /// Child processes running `exe device` (`exe` being the `tessera` binary).
+    Process(PathBuf),
+    /// QEMU processes running this firmware ELF.
+    Qemu(PathBuf),
+}
+
+/// Everything `placement` needs before any device starts: for QEMU, its firmware and
+/// tools.
+pub fn check(placement: &Placement) -> Result<(), TransportError> {
+    match placement {
+        Placement::Qemu(firmware) => Ok(check_firmware(firmware)?),
+        Placement::Thread | Placement::Process(_) => Ok(()),
+    }
+}
+
+/// Starts one device for each of `replicas` on `placement` (each with `memory` bytes where
+/// the host places it), in replica order, after [`check`]. A device that does not start is
+/// an error naming its replica; the devices started before it stop as the error returns.
+pub fn open(
+    placement: &Placement,
+    replicas: Range<u32>,
+    memory: usize,
+) -> Result<Vec<Channel>, TransportError> {
+    check(placement)?;
+    replicas
+        .map(|replica| match placement {
+            Placement::Thread => Channel::in_process(replica, memory, None),
+            Placement::Process(exe) => Channel::child_process(exe, replica, memory),
+            Placement::Qemu(firmware) => Channel::qemu_checked(firmware, replica),
+        })
+        .collect()
+}
