@@ -1,5 +1,7 @@
 //! tessera-host: the std runtime users program against, and the `tessera` command.
 //!
+//! - [`array`](mod@array): host arrays (element type, shape, bytes) and register values, which the
+//!   runtime and the session both speak.
 //! - [`checkpoint`]: a training run's state in one safetensors file, saved atomically and
 //!   restored bit for bit.
 //! - [`executable`]: a prepared program and the device limits it was prepared for, in one
@@ -25,6 +27,7 @@
 // allows it item by item with a SAFETY note each.
 #![deny(unsafe_code)]
 
+pub mod array;
 pub mod atomic;
 pub mod checkpoint;
 pub mod executable;

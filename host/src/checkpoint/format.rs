@@ -20,7 +20,7 @@ use std::path::Path;
 use safetensors::{Dtype, SafeTensorError};
 
 use super::{Checkpoint, CheckpointError, FORMAT, VERSION};
-use crate::session::HostArray;
+use crate::array::HostArray;
 
 /// Sixteen-byte tables: the checksum runs at memory speed rather than byte by byte.
 pub(super) const CRC32: crc::Crc<u32, crc::Table<16>> =

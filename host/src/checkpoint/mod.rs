@@ -48,8 +48,8 @@ use tessera_core::program::Program;
 
 pub use error::CheckpointError;
 
+use crate::array::HostArray;
 use crate::runtime::{Runtime, RuntimeError, WeightsIo, RNG_WORDS};
-use crate::session::HostArray;
 
 /// The file format's name, in its metadata.
 pub const FORMAT: &str = "tessera-checkpoint";

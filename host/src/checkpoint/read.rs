@@ -31,9 +31,9 @@ use tessera_core::dtype::DataType;
 
 use super::format::{Checksum, DATA_FINGERPRINT, DATA_SAMPLES};
 use super::{Checkpoint, CheckpointError, DataRecord, Summary, FORMAT, MAX_STEP, VERSION};
+use crate::array::HostArray;
 use crate::input::Input;
 use crate::runtime::{WeightsIo, MAX_REPLICAS, RNG_WORDS};
-use crate::session::HostArray;
 
 /// A tensor read from a file: its type, its shape and its bytes.
 type Tensor = (Dtype, Vec<u32>, Arc<Vec<u8>>);

@@ -48,11 +48,11 @@ pub use error::RuntimeError;
 pub use recovery::StepPhase;
 pub use step_io::{Anchors, StepCallbacks};
 
+use crate::array::HostArray;
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
-use crate::session::HostArray;
 use crate::transport::{Channel, StepFault, TransportError};
 
 /// Most replicas one runtime drives (the splitter's capacity).

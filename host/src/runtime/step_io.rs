@@ -31,7 +31,7 @@ use tessera_core::wire::endpoint::PopFifo;
 use tessera_core::wire::{Request, RequestKind};
 
 use super::{Runtime, RuntimeError, StepIo, StepPhase, MAX_REPLICAS};
-use crate::session::HostArray;
+use crate::array::HostArray;
 use crate::transport::hub;
 
 /// Anchored tensors by name.

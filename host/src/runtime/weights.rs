@@ -18,7 +18,7 @@ use tessera_core::wire::Request;
 
 use super::recovery::Recovery;
 use super::{Runtime, RuntimeError, WeightsIo};
-use crate::session::HostArray;
+use crate::array::HostArray;
 use crate::transport::{ChannelSlots, TransportError};
 
 impl Runtime {

@@ -28,8 +28,8 @@ use tessera_core::wire::endpoint::{DescribeRegister, Description};
 use tessera_core::wire::ValueKind;
 
 use super::reduce;
-use super::value::HostArray;
 use super::{Command, Register, Session, SessionError, State, WorkerFailure};
+use crate::array::HostArray;
 use crate::transport::TransportError;
 
 /// Which workers one collective spans.

@@ -7,7 +7,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::ValueKind;
 
 use super::claims::BadDescription;
-use super::value::ArrayError;
+use crate::array::ArrayError;
 use crate::transport::TransportError;
 
 /// A command sent to the workers, as errors name it.

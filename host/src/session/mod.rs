@@ -82,9 +82,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
 
+pub use crate::array::{byte_len, ArrayError, HostArray, HostValue};
 pub use claims::BadDescription;
 pub use error::{Command, SessionError, WorkerFailure};
-pub use value::{byte_len, ArrayError, CallArg, HostArray, HostValue};
+pub use value::CallArg;
 
 use state::{alloc_request, State};
 

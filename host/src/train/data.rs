@@ -19,9 +19,9 @@ use safetensors::{Dtype, SafeTensors};
 use tessera_core::dtype::DataType;
 use tessera_core::rng::Rng;
 
+use crate::array::{ArrayError, HostArray};
 use crate::checkpoint::DataRecord;
 use crate::input::{Input, InputError};
-use crate::session::{ArrayError, HostArray};
 
 /// Features of the synthetic spirals: a point in the plane.
 pub const SPIRAL_FEATURES: usize = 2;

@@ -15,8 +15,8 @@ use tessera_core::rng::Rng;
 use tessera_core::stream::AnchorReturnType;
 
 use super::TrainJob;
+use crate::array::HostArray;
 use crate::runtime::WeightsIo;
-use crate::session::HostArray;
 
 /// The input stream's name.
 pub const INPUT: &str = "x";

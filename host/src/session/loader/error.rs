@@ -8,7 +8,7 @@ use safetensors::{Dtype, SafeTensorError};
 use tessera_core::dtype::DataType;
 
 use super::ShardRule;
-use crate::session::value::ArrayError;
+use crate::array::ArrayError;
 use crate::session::SessionError;
 
 /// Why a load failed. See the module documentation.

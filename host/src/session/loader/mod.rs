@@ -61,8 +61,8 @@ use safetensors::{Dtype, SafeTensors};
 use tessera_core::dtype::DataType;
 
 use super::collective::Scope;
-use super::value::{byte_len, ArrayError, HostArray};
 use super::{Command, Register, Session, SessionError, State};
+use crate::array::{byte_len, ArrayError, HostArray};
 
 mod error;
 

@@ -1,0 +1,209 @@
+//! Values on the host: arrays with their element type and shape, and a register's value
+//! read back. The runtime (weights, step IO, anchors) and the session (copies, collectives,
+//! register values) both speak these types; neither owns them.
+
+use std::sync::Arc;
+
+use tessera_core::dtype::DataType;
+use tessera_core::wire::MAX_SHAPE_RANK;
+
+/// An array on the host: element type, shape (row-major) and little-endian bytes. The
+/// bytes are shared, not copied, when the array is cloned, reshaped or handed to a device
+/// thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostArray {
+    dtype: DataType,
+    shape: Vec<u32>,
+    data: Arc<Vec<u8>>,
+}
+
+/// Why a host array cannot be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrayError {
+    /// More dimensions than a register holds.
+    Rank {
+        /// Dimensions given.
+        rank: usize,
+    },
+    /// Bytes that do not make `product(shape)` elements of the type.
+    Length {
+        /// Bytes the shape and type need.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// A shape whose byte size overflows.
+    Overflow,
+}
+
+impl std::fmt::Display for ArrayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rank { rank } => write!(
+                f,
+                "an array has at most {MAX_SHAPE_RANK} dimensions, not {rank}"
+            ),
+            Self::Length { expected, actual } => write!(
+                f,
+                "the shape and element type need {expected} bytes, not {actual}"
+            ),
+            Self::Overflow => f.write_str("the array's byte size overflows"),
+        }
+    }
+}
+
+impl std::error::Error for ArrayError {}
+
+/// Bytes of an array of `dtype` and `shape`.
+pub fn byte_len(dtype: DataType, shape: &[u32]) -> Result<usize, ArrayError> {
+    if shape.len() > MAX_SHAPE_RANK {
+        return Err(ArrayError::Rank { rank: shape.len() });
+    }
+    shape
+        .iter()
+        .try_fold(dtype.size(), |n, &d| n.checked_mul(d as usize))
+        .ok_or(ArrayError::Overflow)
+}
+
+impl HostArray {
+    /// An array from its bytes; their length must match the shape and type.
+    pub fn new(dtype: DataType, shape: &[u32], data: Vec<u8>) -> Result<Self, ArrayError> {
+        Self::shared(dtype, shape, Arc::new(data))
+    }
+
+    /// An array over bytes already shared.
+    pub fn shared(dtype: DataType, shape: &[u32], data: Arc<Vec<u8>>) -> Result<Self, ArrayError> {
+        let expected = byte_len(dtype, shape)?;
+        if data.len() != expected {
+            return Err(ArrayError::Length {
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        })
+    }
+
+    /// An f32 array.
+    pub fn from_f32(shape: &[u32], values: &[f32]) -> Result<Self, ArrayError> {
+        Self::new(DataType::F32, shape, bytemuck::cast_slice(values).to_vec())
+    }
+
+    /// An f64 array.
+    pub fn from_f64(shape: &[u32], values: &[f64]) -> Result<Self, ArrayError> {
+        Self::new(DataType::F64, shape, bytemuck::cast_slice(values).to_vec())
+    }
+
+    /// An i32 array.
+    pub fn from_i32(shape: &[u32], values: &[i32]) -> Result<Self, ArrayError> {
+        Self::new(DataType::I32, shape, bytemuck::cast_slice(values).to_vec())
+    }
+
+    /// An i64 array.
+    pub fn from_i64(shape: &[u32], values: &[i64]) -> Result<Self, ArrayError> {
+        Self::new(DataType::I64, shape, bytemuck::cast_slice(values).to_vec())
+    }
+
+    /// A u8 array.
+    pub fn from_u8(shape: &[u32], values: &[u8]) -> Result<Self, ArrayError> {
+        Self::new(DataType::U8, shape, values.to_vec())
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[u32] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        self.data.len() / self.dtype.size().max(1)
+    }
+
+    /// The little-endian bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The elements as f32, if that is the type.
+    pub fn to_f32(&self) -> Option<Vec<f32>> {
+        (self.dtype == DataType::F32).then(|| le_values(&self.data, f32::from_le_bytes))
+    }
+
+    /// The elements as f64, if that is the type.
+    pub fn to_f64(&self) -> Option<Vec<f64>> {
+        (self.dtype == DataType::F64).then(|| le_values(&self.data, f64::from_le_bytes))
+    }
+
+    /// The elements as i32, if that is the type.
+    pub fn to_i32(&self) -> Option<Vec<i32>> {
+        (self.dtype == DataType::I32).then(|| le_values(&self.data, i32::from_le_bytes))
+    }
+
+    /// The elements as i64, if that is the type.
+    pub fn to_i64(&self) -> Option<Vec<i64>> {
+        (self.dtype == DataType::I64).then(|| le_values(&self.data, i64::from_le_bytes))
+    }
+
+    /// The same bytes (shared) under another shape with the same element count.
+    pub fn reshaped(&self, shape: &[u32]) -> Result<Self, ArrayError> {
+        Self::shared(self.dtype, shape, Arc::clone(&self.data))
+    }
+
+    /// The bytes, to fill in place (copied first only if another array shares them).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        Arc::make_mut(&mut self.data).as_mut_slice()
+    }
+
+    /// Takes on `shape`, which must need as many bytes (the bytes stay).
+    pub(super) fn set_shape(&mut self, shape: &[u32]) -> Result<(), ArrayError> {
+        let expected = byte_len(self.dtype, shape)?;
+        if expected != self.data.len() {
+            return Err(ArrayError::Length {
+                expected,
+                actual: self.data.len(),
+            });
+        }
+        self.shape = shape.to_vec();
+        Ok(())
+    }
+
+    /// The bytes, shared.
+    pub fn share(&self) -> Arc<Vec<u8>> {
+        Arc::clone(&self.data)
+    }
+}
+
+/// Little-endian values of `N` bytes each.
+fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            from(a)
+        })
+        .collect()
+}
+
+/// A register's value, read back to the host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostValue {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// A shape.
+    Shape(Vec<u32>),
+    /// An array (f32 tensors come back as f32 arrays of one dimension).
+    Array(HostArray),
+}
