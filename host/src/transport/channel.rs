@@ -46,12 +46,27 @@ use super::TransportError;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 /// Times a request is sent before the host asks what its silent device is doing.
 pub const ATTEMPTS: u32 = 8;
+/// How long an idle device must have been silent about a request, besides [`ATTEMPTS`]
+/// sends, before it is reported unreachable.
+pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(2);
 /// How long a device that is busy with one request (a device thread's busy line is high,
 /// or a device process is on a core) may work on it before it is reported
 /// ([`TransportError::Busy`]).
 pub const BUSY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a device process that closed its link may take to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// What to do about a device that did not answer through every attempt
+/// ([`Channel::silence`]).
+#[derive(Debug)]
+pub(crate) enum Silence {
+    /// It is working on the request: wait, without sending it again.
+    Working,
+    /// Too soon to tell: send it again.
+    Retry,
+    /// Report it.
+    Report(TransportError),
+}
 
 /// A request in flight whose reply is `E`'s.
 #[derive(Debug)]
@@ -288,15 +303,20 @@ impl Channel {
         self.busy_deadline = deadline;
     }
 
-    /// What to report of a device silent about `request` since `since` through every
-    /// attempt — `None` while it is busy with it within the busy deadline: it works, and
-    /// waiting on is right. An ended device is reported as such at once, a stopped one as
-    /// stopped, a busy one past the deadline as busy; only an idle (or unknowable) one as
-    /// timed out.
-    pub(crate) fn silence(&self, request: RequestKind, since: Instant) -> Option<TransportError> {
+    /// What to do about a device silent about `request` since `since` through every
+    /// attempt (`attempts` sends so far). A device busy with it is waited for, within the
+    /// busy deadline. An idle (or unknowable) one is sent it again until it has been silent
+    /// for [`UNREACHABLE_AFTER`] as well: on a loaded machine a device thread can go
+    /// unscheduled for longer than a few short deadlines, which is no sign it is gone.
+    /// Then an ended device is reported as such, a stopped one as stopped, a busy one past
+    /// its deadline as busy, and only an idle (or unknowable) one as timed out.
+    pub(crate) fn silence(&self, request: RequestKind, since: Instant, attempts: u32) -> Silence {
         let replica = self.limits.replica;
-        Some(match self.handle.liveness() {
-            Liveness::Busy if since.elapsed() < self.busy_deadline => return None,
+        Silence::Report(match self.handle.liveness() {
+            Liveness::Busy if since.elapsed() < self.busy_deadline => return Silence::Working,
+            Liveness::Idle | Liveness::Unknown if since.elapsed() < UNREACHABLE_AFTER => {
+                return Silence::Retry
+            }
             Liveness::Busy => TransportError::Busy {
                 replica,
                 request,
@@ -314,7 +334,7 @@ impl Channel {
             Liveness::Idle | Liveness::Unknown => TransportError::Timeout {
                 replica,
                 request,
-                attempts: ATTEMPTS,
+                attempts,
             },
         })
     }
@@ -716,13 +736,18 @@ impl Channel {
             return Ok(());
         };
         if oldest.attempts >= ATTEMPTS {
-            if let Some(error) = self.silence(oldest.kind, oldest.first_sent) {
-                tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, %error, "device did not answer");
-                return Err(error);
+            match self.silence(oldest.kind, oldest.first_sent, oldest.attempts) {
+                Silence::Report(error) => {
+                    tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, %error, "device did not answer");
+                    return Err(error);
+                }
+                // Sending it again would only queue copies behind the work.
+                Silence::Working => {
+                    self.oldest_sent = Instant::now();
+                    return Ok(());
+                }
+                Silence::Retry => {}
             }
-            // Busy with it: sending it again would only queue copies behind the work.
-            self.oldest_sent = Instant::now();
-            return Ok(());
         }
         tracing::debug!(
             replica = self.limits.replica,

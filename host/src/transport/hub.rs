@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::wire::{ReduceOp, Request, Response};
 
+use super::channel::Silence;
 use super::{Channel, StepFault, TransportError};
 use crate::instance::Instances;
 
@@ -97,20 +98,25 @@ pub fn run_step(
                 if waiting[i] {
                     heard[i] = Instant::now();
                 } else if heard[i].elapsed() > channels[i].deadline() {
-                    if resent[i] == STEP_ATTEMPTS {
+                    if resent[i] >= STEP_ATTEMPTS {
                         // A device still working on its part (a long step) is waited for,
                         // up to the busy deadline; anything else is reported as it is.
                         let step = tessera_core::wire::RequestKind::RunStep;
-                        let Some(error) = channels[i].silence(step, started) else {
-                            heard[i] = Instant::now();
-                            continue;
-                        };
-                        tracing::warn!(
-                            replica = channels[i].replica(),
-                            %error,
-                            "device silent during a step"
-                        );
-                        return Err(error);
+                        match channels[i].silence(step, started, resent[i]) {
+                            Silence::Working => {
+                                heard[i] = Instant::now();
+                                continue;
+                            }
+                            Silence::Retry => {}
+                            Silence::Report(error) => {
+                                tracing::warn!(
+                                    replica = channels[i].replica(),
+                                    %error,
+                                    "device silent during a step"
+                                );
+                                return Err(error);
+                            }
+                        }
                     }
                     // The device answers a repeated step with its reply or its pending
                     // contribution; it never runs the step twice.
