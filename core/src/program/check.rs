@@ -2,7 +2,7 @@
 
 use crate::dtype::DataType;
 
-use super::{elements, Layer, Program, ProgramError, ProgramRule, Stream, Variable};
+use super::{elements, Layer, Optimizer, Program, ProgramError, ProgramRule, Stream, Variable};
 
 impl Program {
     /// Checks every rule of the [module documentation](super) for `replicas` replicas;
@@ -41,11 +41,7 @@ impl Program {
                 return Err(error(ProgramRule::AnchoredTwice));
             }
         }
-        let (lr, momentum) = (self.optimizer.learning_rate(), self.optimizer.momentum());
-        if !(lr.is_finite() && lr >= 0.0 && (0.0..1.0).contains(&momentum)) {
-            return Err(ProgramError::Optimizer);
-        }
-        Ok(())
+        Optimizer::check_values(self.optimizer.learning_rate(), self.optimizer.momentum())
     }
 
     /// Non-empty, and the first variable or stream with this name.
