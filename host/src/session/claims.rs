@@ -137,6 +137,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_core::dtype::DataType;
 
     fn array(dtype: DataType, shape: &[u32], bytes: u32, at: u32) -> Description {
         Description {
