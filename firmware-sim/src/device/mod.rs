@@ -4,13 +4,13 @@
 //! version must match exactly) and hands every other request to the area that serves it,
 //! each a module with its own handler and its own list of the errors it can answer:
 //!
-//! - [`memory`]: remote-buffer slots, loads and stores between slots and variables, and
+//! - `memory`: remote-buffer slots, loads and stores between slots and variables, and
 //!   the slot side of bulk transfers;
-//! - [`streams`]: the stream FIFOs;
-//! - [`program`]: the prepared program and everything around its step — optimizer
+//! - `streams`: the stream FIFOs;
+//! - `program`: the prepared program and everything around its step — optimizer
 //!   values, seed and RNG state, prepare, step, reset-step, the step's reductions, cycle
 //!   counts;
-//! - [`kernels`]: the register file (set, get, free, describe, arrays) and the named
+//! - `kernels`: the register file (set, get, free, describe, arrays) and the named
 //!   functions that run on it.
 //!
 //! A refusal becomes [`Response::Error`] naming the request; the device is left as the
@@ -142,7 +142,7 @@ impl<'a> Device<'a> {
 
     /// This device with `functions` callable by name besides the built-ins, and searched
     /// before them (an entry may replace a built-in of the same name). See
-    /// [`functions`] for how to write one.
+    /// [`functions`](crate::functions) for how to write one.
     ///
     /// ```
     /// use tessera_core::wire::{ErrorCode, Request, Response};

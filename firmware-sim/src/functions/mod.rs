@@ -54,7 +54,7 @@
 //! |---|---|---|
 //! | `fail_on_replica` | int `r` | [`ErrorCode::BadArguments`] on replica `r`, else `r` |
 //!
-//! They are not built in: a device opts in with [`Device::with_functions`]
+//! They are not built in: a device opts in with [`Device::with_functions`](crate::Device::with_functions)
 //! (`with_functions(TEST_KERNELS)`), so the firmware never ships them. Devices the host
 //! spawns itself (threads and child processes, which a test cannot hand a table) search
 //! them after the built-ins when this crate's `test-kernels` feature is on; the host
