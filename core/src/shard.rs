@@ -423,7 +423,7 @@ impl Iterator for Padding<'_> {
 }
 
 /// Why a shard layout could not be built or queried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ShardError {
     /// A shard domain of zero replicas.

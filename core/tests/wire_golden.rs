@@ -26,12 +26,13 @@
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{
-    Anchor, AnchorTensor, Layer, Optimizer, Program, Sharding, Stream, Variable,
+    Anchor, AnchorTensor, Layer, Optimizer, Program, ProgramFault, ProgramPart, RuleKind, Sharding,
+    Stream, Variable,
 };
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{
-    decode_body, encode_frame, Arg, Array, Envelope, ErrorCode, FrameDecoder, Limits, ReduceOp,
-    Request, RequestKind, Response, Value, ValueKind, PROTOCOL_VERSION,
+    decode_body, encode_frame, Arg, Array, Envelope, ErrorCode, FrameDecoder, Invariant, Limits,
+    ReduceOp, Request, RequestKind, Response, Value, ValueKind, PROTOCOL_VERSION,
 };
 
 /// `"0a ff"` → `[0x0a, 0xff]`.
@@ -106,40 +107,37 @@ fn assert_covers(what: &str, mut positions: Vec<u32>, variants: u32) {
 fn request_variant(request: &Request<'_>) -> u32 {
     match request {
         Request::Hello { .. } => 0,
-        Request::Reset => 1,
-        Request::AllocSlot { .. } => 2,
-        Request::WriteSlot { .. } => 3,
-        Request::ReadSlot { .. } => 4,
-        Request::CreateFifo { .. } => 5,
-        Request::PushFifo { .. } => 6,
-        Request::PopFifo { .. } => 7,
-        Request::SetOptimizer { .. } => 8,
-        Request::SetSeed { .. } => 9,
-        Request::GetSeed => 10,
-        Request::SetRngState { .. } => 11,
-        Request::GetRngState => 12,
-        Request::Prepare { .. } => 13,
-        Request::RunStep => 14,
-        Request::Reduced { .. } => 15,
-        Request::CycleCount => 16,
-        Request::SetRegister { .. } => 17,
-        Request::GetRegister { .. } => 18,
-        Request::FreeRegister { .. } => 19,
-        Request::Call { .. } => 20,
-        Request::RemoteLoad { .. } => 21,
-        Request::RemoteStore { .. } => 22,
-        Request::Invoke { .. } => 23,
-        Request::HasFunction { .. } => 24,
-        Request::Ping => 25,
-        Request::AllocArray { .. } => 26,
-        Request::WriteArray { .. } => 27,
-        Request::ReadArray { .. } => 28,
-        Request::DescribeRegister { .. } => 29,
-        Request::WriteArrayBulk { .. } => 30,
-        Request::ReadArrayBulk { .. } => 31,
-        Request::WriteSlotBulk { .. } => 32,
-        Request::ReadSlotBulk { .. } => 33,
-        Request::ResetStep => 34,
+        Request::AllocSlot { .. } => 1,
+        Request::WriteSlot { .. } => 2,
+        Request::ReadSlot { .. } => 3,
+        Request::CreateFifo { .. } => 4,
+        Request::PushFifo { .. } => 5,
+        Request::PopFifo { .. } => 6,
+        Request::SetOptimizer { .. } => 7,
+        Request::SetSeed { .. } => 8,
+        Request::GetSeed => 9,
+        Request::SetRngState { .. } => 10,
+        Request::GetRngState => 11,
+        Request::Prepare { .. } => 12,
+        Request::RunStep => 13,
+        Request::Reduced { .. } => 14,
+        Request::CycleCount => 15,
+        Request::SetRegister { .. } => 16,
+        Request::GetRegister { .. } => 17,
+        Request::FreeRegister { .. } => 18,
+        Request::RemoteLoad { .. } => 19,
+        Request::RemoteStore { .. } => 20,
+        Request::Invoke { .. } => 21,
+        Request::HasFunction { .. } => 22,
+        Request::AllocArray { .. } => 23,
+        Request::WriteArray { .. } => 24,
+        Request::ReadArray { .. } => 25,
+        Request::DescribeRegister { .. } => 26,
+        Request::WriteArrayBulk { .. } => 27,
+        Request::ReadArrayBulk { .. } => 28,
+        Request::WriteSlotBulk { .. } => 29,
+        Request::ReadSlotBulk { .. } => 30,
+        Request::ResetStep => 31,
     }
 }
 
@@ -170,18 +168,21 @@ fn error_variant(code: &ErrorCode) -> u32 {
         ErrorCode::ItemSize { .. } => 6,
         ErrorCode::FifoFull { .. } => 7,
         ErrorCode::FifoEmpty { .. } => 8,
-        ErrorCode::NotConfigured => 9,
-        ErrorCode::BadConfig => 10,
-        ErrorCode::ReplyTooLarge => 11,
-        ErrorCode::UnknownFunction => 12,
-        ErrorCode::BadArguments => 13,
-        ErrorCode::Malformed => 14,
-        ErrorCode::UnexpectedReduced => 15,
-        ErrorCode::ReduceTimeout => 16,
-        ErrorCode::ReductionTooLarge { .. } => 17,
-        ErrorCode::BulkUnavailable => 18,
-        ErrorCode::StepAbandoned => 19,
-        ErrorCode::NotInstrumented => 20,
+        ErrorCode::Program(_) => 9,
+        ErrorCode::NotPrepared => 10,
+        ErrorCode::ReplicaOutOfRange { .. } => 11,
+        ErrorCode::FifoShape { .. } => 12,
+        ErrorCode::Internal { .. } => 13,
+        ErrorCode::ReplyTooLarge => 14,
+        ErrorCode::UnknownFunction => 15,
+        ErrorCode::BadArguments => 16,
+        ErrorCode::Malformed => 17,
+        ErrorCode::UnexpectedReduced => 18,
+        ErrorCode::ReduceTimeout => 19,
+        ErrorCode::ReductionTooLarge { .. } => 20,
+        ErrorCode::BulkUnavailable => 21,
+        ErrorCode::StepAbandoned => 22,
+        ErrorCode::NotInstrumented => 23,
     }
 }
 
@@ -191,8 +192,7 @@ fn value_variant(value: &Value<'_>) -> u32 {
         Value::Float(_) => 1,
         Value::Shape(_) => 2,
         Value::Str(_) => 3,
-        Value::Tensor(_) => 4,
-        Value::Array(_) => 5,
+        Value::Array(_) => 4,
     }
 }
 
@@ -202,8 +202,7 @@ fn value_kind_variant(kind: ValueKind) -> u32 {
         ValueKind::Float => 1,
         ValueKind::Shape => 2,
         ValueKind::Str => 3,
-        ValueKind::Tensor => 4,
-        ValueKind::Array => 5,
+        ValueKind::Array => 4,
     }
 }
 
@@ -237,41 +236,38 @@ fn data_type_variant(dtype: DataType) -> u32 {
 fn kind_variant(kind: RequestKind) -> u32 {
     match kind {
         RequestKind::Hello => 0,
-        RequestKind::Reset => 1,
-        RequestKind::AllocSlot => 2,
-        RequestKind::WriteSlot => 3,
-        RequestKind::ReadSlot => 4,
-        RequestKind::CreateFifo => 5,
-        RequestKind::PushFifo => 6,
-        RequestKind::PopFifo => 7,
-        RequestKind::SetOptimizer => 8,
-        RequestKind::SetSeed => 9,
-        RequestKind::GetSeed => 10,
-        RequestKind::SetRngState => 11,
-        RequestKind::GetRngState => 12,
-        RequestKind::Prepare => 13,
-        RequestKind::RunStep => 14,
-        RequestKind::Reduced => 15,
-        RequestKind::CycleCount => 16,
-        RequestKind::SetRegister => 17,
-        RequestKind::GetRegister => 18,
-        RequestKind::FreeRegister => 19,
-        RequestKind::Call => 20,
-        RequestKind::Malformed => 21,
-        RequestKind::RemoteLoad => 22,
-        RequestKind::RemoteStore => 23,
-        RequestKind::Invoke => 24,
-        RequestKind::HasFunction => 25,
-        RequestKind::Ping => 26,
-        RequestKind::AllocArray => 27,
-        RequestKind::WriteArray => 28,
-        RequestKind::ReadArray => 29,
-        RequestKind::DescribeRegister => 30,
-        RequestKind::WriteArrayBulk => 31,
-        RequestKind::ReadArrayBulk => 32,
-        RequestKind::WriteSlotBulk => 33,
-        RequestKind::ReadSlotBulk => 34,
-        RequestKind::ResetStep => 35,
+        RequestKind::AllocSlot => 1,
+        RequestKind::WriteSlot => 2,
+        RequestKind::ReadSlot => 3,
+        RequestKind::CreateFifo => 4,
+        RequestKind::PushFifo => 5,
+        RequestKind::PopFifo => 6,
+        RequestKind::SetOptimizer => 7,
+        RequestKind::SetSeed => 8,
+        RequestKind::GetSeed => 9,
+        RequestKind::SetRngState => 10,
+        RequestKind::GetRngState => 11,
+        RequestKind::Prepare => 12,
+        RequestKind::RunStep => 13,
+        RequestKind::Reduced => 14,
+        RequestKind::CycleCount => 15,
+        RequestKind::SetRegister => 16,
+        RequestKind::GetRegister => 17,
+        RequestKind::FreeRegister => 18,
+        RequestKind::RemoteLoad => 19,
+        RequestKind::RemoteStore => 20,
+        RequestKind::Invoke => 21,
+        RequestKind::HasFunction => 22,
+        RequestKind::AllocArray => 23,
+        RequestKind::WriteArray => 24,
+        RequestKind::ReadArray => 25,
+        RequestKind::DescribeRegister => 26,
+        RequestKind::WriteArrayBulk => 27,
+        RequestKind::ReadArrayBulk => 28,
+        RequestKind::WriteSlotBulk => 29,
+        RequestKind::ReadSlotBulk => 30,
+        RequestKind::ResetStep => 31,
+        RequestKind::Malformed => 32,
     }
 }
 
@@ -369,14 +365,13 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
             }),
             "05 00 02 03",
         ),
-        ("Reset", env(Request::Reset), "05 01"),
         (
             "AllocSlot",
             env(Request::AllocSlot {
                 slot: 1,
                 bytes: 300,
             }),
-            "05 02 01 ac 02",
+            "05 01 01 ac 02",
         ),
         (
             "WriteSlot",
@@ -385,7 +380,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 5,
                 data: &[0xaa, 0xbb],
             }),
-            "05 03 02 05 02 aa bb",
+            "05 02 02 05 02 aa bb",
         ),
         (
             "ReadSlot",
@@ -394,7 +389,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 6,
                 len: 7,
             }),
-            "05 04 03 06 07",
+            "05 03 03 06 07",
         ),
         (
             "CreateFifo",
@@ -403,7 +398,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 item_bytes: 8,
                 depth: 9,
             }),
-            "05 05 04 08 09",
+            "05 04 04 08 09",
         ),
         (
             "PushFifo",
@@ -411,12 +406,12 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 fifo: 5,
                 data: &[1, 2, 3],
             }),
-            "05 06 05 03 01 02 03",
+            "05 05 05 03 01 02 03",
         ),
         (
             "PopFifo",
             env(Request::PopFifo { fifo: 6, items: 3 }),
-            "05 07 06 03",
+            "05 06 06 03",
         ),
         (
             "SetOptimizer",
@@ -424,69 +419,60 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 learning_rate: 0.5,
                 momentum: 0.25,
             }),
-            "05 08 00 00 00 3f 00 00 80 3e",
+            "05 07 00 00 00 3f 00 00 80 3e",
         ),
         (
             "SetSeed",
             env(Request::SetSeed {
                 seed: 0x0123_4567_89ab_cdef,
             }),
-            "05 09 ef 9b af cd f8 ac d1 91 01",
+            "05 08 ef 9b af cd f8 ac d1 91 01",
         ),
-        ("GetSeed", env(Request::GetSeed), "05 0a"),
+        ("GetSeed", env(Request::GetSeed), "05 09"),
         (
             "SetRngState",
             env(Request::SetRngState {
                 state: [1, 2, 3, 4],
             }),
-            "05 0b 01 02 03 04",
+            "05 0a 01 02 03 04",
         ),
-        ("GetRngState", env(Request::GetRngState), "05 0c"),
+        ("GetRngState", env(Request::GetRngState), "05 0b"),
         (
             "Prepare",
             env(Request::Prepare {
                 replicas: 4,
                 program: program(),
             }),
-            "05 0d 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
+            "05 0c 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
              00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01",
         ),
-        ("RunStep", env(Request::RunStep), "05 0e"),
+        ("RunStep", env(Request::RunStep), "05 0d"),
         (
             "Reduced",
             env(Request::Reduced {
                 round: 10,
                 data: ONE_F32,
             }),
-            "05 0f 0a 04 00 00 80 3f",
+            "05 0e 0a 04 00 00 80 3f",
         ),
-        ("CycleCount", env(Request::CycleCount), "05 10"),
+        ("CycleCount", env(Request::CycleCount), "05 0f"),
         (
             "SetRegister",
             env(Request::SetRegister {
                 id: 11,
                 value: Value::Int(-2),
             }),
-            "05 11 0b 00 03",
+            "05 10 0b 00 03",
         ),
         (
             "GetRegister",
             env(Request::GetRegister { id: 12 }),
-            "05 12 0c",
+            "05 11 0c",
         ),
         (
             "FreeRegister",
             env(Request::FreeRegister { id: 13 }),
-            "05 13 0d",
-        ),
-        (
-            "Call",
-            env(Request::Call {
-                function: "add",
-                args: heapless::Vec::from_slice(&[1, 2]).unwrap(),
-                out: 14,
-            }),
-            "05 14 03 61 64 64 02 01 02 0e",
+            "05 12 0d",
         ),
         (
             "RemoteLoad",
@@ -494,7 +480,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 slot: 15,
                 variable: 16,
             }),
-            "05 15 0f 10",
+            "05 13 0f 10",
         ),
         (
             "RemoteStore",
@@ -502,7 +488,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 variable: 17,
                 slot: 18,
             }),
-            "05 16 11 12",
+            "05 14 11 12",
         ),
         (
             "Invoke",
@@ -512,14 +498,13 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                     .unwrap(),
                 out: 20,
             }),
-            "05 17 03 6d 75 6c 02 00 13 01 00 06 14",
+            "05 15 03 6d 75 6c 02 00 13 01 00 06 14",
         ),
         (
             "HasFunction",
             env(Request::HasFunction { function: "relu" }),
-            "05 18 04 72 65 6c 75",
+            "05 16 04 72 65 6c 75",
         ),
-        ("Ping", env(Request::Ping), "05 19"),
         (
             "AllocArray",
             env(Request::AllocArray {
@@ -527,7 +512,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 dtype: DataType::U32,
                 shape: heapless::Vec::from_slice(&[4, 200]).unwrap(),
             }),
-            "05 1a 15 0a 02 04 c8 01",
+            "05 17 15 0a 02 04 c8 01",
         ),
         (
             "WriteArray",
@@ -536,7 +521,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 130,
                 data: &[0xcc, 0xdd],
             }),
-            "05 1b 16 82 01 02 cc dd",
+            "05 18 16 82 01 02 cc dd",
         ),
         (
             "ReadArray",
@@ -545,12 +530,12 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 24,
                 len: 25,
             }),
-            "05 1c 17 18 19",
+            "05 19 17 18 19",
         ),
         (
             "DescribeRegister",
             env(Request::DescribeRegister { id: 26 }),
-            "05 1d 1a",
+            "05 1a 1a",
         ),
         (
             "WriteArrayBulk",
@@ -559,7 +544,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 128,
                 len: 70000,
             }),
-            "05 1e 1b 80 01 f0 a2 04",
+            "05 1b 1b 80 01 f0 a2 04",
         ),
         (
             "ReadArrayBulk",
@@ -568,7 +553,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 300,
                 len: 4096,
             }),
-            "05 1f 1d ac 02 80 20",
+            "05 1c 1d ac 02 80 20",
         ),
         (
             "WriteSlotBulk",
@@ -577,7 +562,7 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 301,
                 len: 4097,
             }),
-            "05 20 1f ad 02 81 20",
+            "05 1d 1f ad 02 81 20",
         ),
         (
             "ReadSlotBulk",
@@ -586,9 +571,9 @@ fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'static str)> {
                 offset: 302,
                 len: 4098,
             }),
-            "05 21 21 ae 02 82 20",
+            "05 1e 21 ae 02 82 20",
         ),
-        ("ResetStep", env(Request::ResetStep), "05 22"),
+        ("ResetStep", env(Request::ResetStep), "05 1f"),
     ]
 }
 
@@ -645,7 +630,7 @@ fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)>
                 request: RequestKind::PushFifo,
                 code: ErrorCode::FifoFull { fifo: 5 },
             }),
-            "05 08 06 07 05",
+            "05 08 05 07 05",
         ),
         (
             "Described",
@@ -656,7 +641,7 @@ fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'static str)>
                 bytes: 42,
                 at: 4096,
             }),
-            "05 09 05 01 01 02 03 07 2a 80 20",
+            "05 09 04 01 01 02 03 07 2a 80 20",
         ),
         ("Bulk", env(Response::Bulk { len: 513 }), "05 0a 81 04"),
     ]
@@ -695,25 +680,55 @@ fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
         ),
         ("FifoFull", ErrorCode::FifoFull { fifo: 6 }, "07 06"),
         ("FifoEmpty", ErrorCode::FifoEmpty { fifo: 7 }, "08 07"),
-        ("NotConfigured", ErrorCode::NotConfigured, "09"),
-        ("BadConfig", ErrorCode::BadConfig, "0a"),
-        ("ReplyTooLarge", ErrorCode::ReplyTooLarge, "0b"),
-        ("UnknownFunction", ErrorCode::UnknownFunction, "0c"),
-        ("BadArguments", ErrorCode::BadArguments, "0d"),
-        ("Malformed", ErrorCode::Malformed, "0e"),
-        ("UnexpectedReduced", ErrorCode::UnexpectedReduced, "0f"),
-        ("ReduceTimeout", ErrorCode::ReduceTimeout, "10"),
+        (
+            "Program",
+            ErrorCode::Program(ProgramFault {
+                part: ProgramPart::Variable { index: 2 },
+                rule: RuleKind::Dimensions,
+            }),
+            "09 01 02 03",
+        ),
+        ("NotPrepared", ErrorCode::NotPrepared, "0a"),
+        (
+            "ReplicaOutOfRange",
+            ErrorCode::ReplicaOutOfRange {
+                replica: 4,
+                replicas: 3,
+            },
+            "0b 04 03",
+        ),
+        (
+            "FifoShape",
+            ErrorCode::FifoShape {
+                item_bytes: 0,
+                depth: 70000,
+            },
+            "0c 00 f0 a2 04",
+        ),
+        (
+            "Internal",
+            ErrorCode::Internal {
+                site: Invariant::ScratchLayout,
+            },
+            "0d 02",
+        ),
+        ("ReplyTooLarge", ErrorCode::ReplyTooLarge, "0e"),
+        ("UnknownFunction", ErrorCode::UnknownFunction, "0f"),
+        ("BadArguments", ErrorCode::BadArguments, "10"),
+        ("Malformed", ErrorCode::Malformed, "11"),
+        ("UnexpectedReduced", ErrorCode::UnexpectedReduced, "12"),
+        ("ReduceTimeout", ErrorCode::ReduceTimeout, "13"),
         (
             "ReductionTooLarge",
             ErrorCode::ReductionTooLarge {
                 bytes: 5000,
                 max: 1024,
             },
-            "11 88 27 80 08",
+            "14 88 27 80 08",
         ),
-        ("BulkUnavailable", ErrorCode::BulkUnavailable, "12"),
-        ("StepAbandoned", ErrorCode::StepAbandoned, "13"),
-        ("NotInstrumented", ErrorCode::NotInstrumented, "14"),
+        ("BulkUnavailable", ErrorCode::BulkUnavailable, "15"),
+        ("StepAbandoned", ErrorCode::StepAbandoned, "16"),
+        ("NotInstrumented", ErrorCode::NotInstrumented, "17"),
     ]
 }
 
@@ -727,11 +742,10 @@ fn values() -> Vec<(&'static str, Value<'static>, &'static str)> {
             "02 02 02 ac 02",
         ),
         ("Str", Value::Str("w"), "03 01 77"),
-        ("Tensor", Value::Tensor(ONE_F32), "04 04 00 00 80 3f"),
         (
             "Array",
             Value::Array(array()),
-            "05 05 02 02 03 0c 01 00 02 00 03 00 04 00 05 00 ff ff",
+            "04 05 02 02 03 0c 01 00 02 00 03 00 04 00 05 00 ff ff",
         ),
     ]
 }
@@ -743,8 +757,7 @@ fn value_kinds() -> Vec<(&'static str, ValueKind, &'static str)> {
         ("Float", Float, "01"),
         ("Shape", Shape, "02"),
         ("Str", Str, "03"),
-        ("Tensor", Tensor, "04"),
-        ("Array", Array, "05"),
+        ("Array", Array, "04"),
     ]
 }
 
@@ -781,41 +794,38 @@ fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
     use RequestKind::*;
     vec![
         ("Hello", Hello, "00"),
-        ("Reset", Reset, "01"),
-        ("AllocSlot", AllocSlot, "02"),
-        ("WriteSlot", WriteSlot, "03"),
-        ("ReadSlot", ReadSlot, "04"),
-        ("CreateFifo", CreateFifo, "05"),
-        ("PushFifo", PushFifo, "06"),
-        ("PopFifo", PopFifo, "07"),
-        ("SetOptimizer", SetOptimizer, "08"),
-        ("SetSeed", SetSeed, "09"),
-        ("GetSeed", GetSeed, "0a"),
-        ("SetRngState", SetRngState, "0b"),
-        ("GetRngState", GetRngState, "0c"),
-        ("Prepare", Prepare, "0d"),
-        ("RunStep", RunStep, "0e"),
-        ("Reduced", Reduced, "0f"),
-        ("CycleCount", CycleCount, "10"),
-        ("SetRegister", SetRegister, "11"),
-        ("GetRegister", GetRegister, "12"),
-        ("FreeRegister", FreeRegister, "13"),
-        ("Call", Call, "14"),
-        ("Malformed", Malformed, "15"),
-        ("RemoteLoad", RemoteLoad, "16"),
-        ("RemoteStore", RemoteStore, "17"),
-        ("Invoke", Invoke, "18"),
-        ("HasFunction", HasFunction, "19"),
-        ("Ping", Ping, "1a"),
-        ("AllocArray", AllocArray, "1b"),
-        ("WriteArray", WriteArray, "1c"),
-        ("ReadArray", ReadArray, "1d"),
-        ("DescribeRegister", DescribeRegister, "1e"),
-        ("WriteArrayBulk", WriteArrayBulk, "1f"),
-        ("ReadArrayBulk", ReadArrayBulk, "20"),
-        ("WriteSlotBulk", WriteSlotBulk, "21"),
-        ("ReadSlotBulk", ReadSlotBulk, "22"),
-        ("ResetStep", ResetStep, "23"),
+        ("AllocSlot", AllocSlot, "01"),
+        ("WriteSlot", WriteSlot, "02"),
+        ("ReadSlot", ReadSlot, "03"),
+        ("CreateFifo", CreateFifo, "04"),
+        ("PushFifo", PushFifo, "05"),
+        ("PopFifo", PopFifo, "06"),
+        ("SetOptimizer", SetOptimizer, "07"),
+        ("SetSeed", SetSeed, "08"),
+        ("GetSeed", GetSeed, "09"),
+        ("SetRngState", SetRngState, "0a"),
+        ("GetRngState", GetRngState, "0b"),
+        ("Prepare", Prepare, "0c"),
+        ("RunStep", RunStep, "0d"),
+        ("Reduced", Reduced, "0e"),
+        ("CycleCount", CycleCount, "0f"),
+        ("SetRegister", SetRegister, "10"),
+        ("GetRegister", GetRegister, "11"),
+        ("FreeRegister", FreeRegister, "12"),
+        ("RemoteLoad", RemoteLoad, "13"),
+        ("RemoteStore", RemoteStore, "14"),
+        ("Invoke", Invoke, "15"),
+        ("HasFunction", HasFunction, "16"),
+        ("AllocArray", AllocArray, "17"),
+        ("WriteArray", WriteArray, "18"),
+        ("ReadArray", ReadArray, "19"),
+        ("DescribeRegister", DescribeRegister, "1a"),
+        ("WriteArrayBulk", WriteArrayBulk, "1b"),
+        ("ReadArrayBulk", ReadArrayBulk, "1c"),
+        ("WriteSlotBulk", WriteSlotBulk, "1d"),
+        ("ReadSlotBulk", ReadSlotBulk, "1e"),
+        ("ResetStep", ResetStep, "1f"),
+        ("Malformed", Malformed, "20"),
     ]
 }
 
@@ -829,7 +839,7 @@ fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 9);
+    assert_eq!(PROTOCOL_VERSION, 10);
 }
 
 #[test]
@@ -1010,7 +1020,7 @@ fn frames_have_their_golden_bytes() {
         seq: 0,
         body: Response::Done,
     };
-    let golden_request = bytes("08 84 86 88 08 06 01 03 01 01 05 83 0d 96 53 00");
+    let golden_request = bytes("08 84 86 88 08 05 01 03 01 01 05 2d 7f 02 d5 00");
     let golden_response = bytes("01 06 01 69 22 de 36 00");
     let (mut scratch, mut out) = ([0u8; 64], [0u8; 80]);
     let n = encode_frame(&request, &mut scratch, &mut out).unwrap();

@@ -3,8 +3,9 @@
 //! message that was not sent.
 
 use proptest::prelude::*;
+use tessera_core::dtype::DataType;
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response, Value};
+use tessera_core::wire::{encode_frame, Array, Envelope, FrameDecoder, Request, Response, Value};
 
 fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
     prop_oneof![
@@ -31,7 +32,11 @@ fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
         }),
         (any::<u16>(), 0..=data.len()).prop_map(move |(id, n)| Request::SetRegister {
             id,
-            value: Value::Tensor(&data[..n])
+            value: Value::Array(Array {
+                dtype: DataType::U8,
+                shape: heapless::Vec::from_slice(&[n as u32]).unwrap(),
+                data: &data[..n]
+            })
         }),
     ]
 }

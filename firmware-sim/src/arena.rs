@@ -91,11 +91,13 @@ impl<'a> Arena<'a> {
                 id: owner_id(owner),
             });
         }
-        let out_of_memory = ErrorCode::OutOfMemory {
+        let out_of_memory = || ErrorCode::OutOfMemory {
             requested: saturate(len),
             available: saturate(self.free()),
         };
-        let rounded = len.checked_next_multiple_of(ALIGN).ok_or(out_of_memory)?;
+        let rounded = len
+            .checked_next_multiple_of(ALIGN)
+            .ok_or_else(out_of_memory)?;
         let mut start = 0;
         let mut position = self.blocks.len();
         for (i, block) in self.blocks.iter().enumerate() {
@@ -106,7 +108,7 @@ impl<'a> Arena<'a> {
             start = block.offset + block.len.next_multiple_of(ALIGN);
         }
         if position == self.blocks.len() && self.capacity().saturating_sub(start) < rounded {
-            return Err(out_of_memory);
+            return Err(out_of_memory());
         }
         let block = Block {
             owner,

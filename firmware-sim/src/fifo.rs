@@ -11,9 +11,12 @@
 //!   restarts at the block's beginning, so a FIFO filled by one step and emptied after it
 //!   always pops contiguously; a pop that would wrap the ring's end is refused
 //!   ([`ErrorCode::OutOfBounds`]) rather than answered in pieces.
-use tessera_core::wire::ErrorCode;
+//! - A FIFO has items of at least one byte and a depth of at least one
+//!   ([`ErrorCode::FifoShape`] otherwise).
+use tessera_core::wire::{ErrorCode, Invariant};
 
 use crate::arena::{saturate, Arena, Block, Owner};
+use crate::broken;
 
 /// FIFOs a device can hold.
 pub const MAX_FIFOS: usize = 16;
@@ -57,7 +60,8 @@ impl Fifos {
             return Err(ErrorCode::TableFull);
         }
         if item_bytes == 0 || depth == 0 {
-            return Err(ErrorCode::BadConfig);
+            let depth = u32::from(depth);
+            return Err(ErrorCode::FifoShape { item_bytes, depth });
         }
         let (item_bytes, depth) = (item_bytes as usize, usize::from(depth));
         let bytes = item_bytes
@@ -110,8 +114,8 @@ impl Fifos {
         let (block, start) = self.reserve(arena, id, len)?;
         let (source, ring) = arena
             .pair_mut(from, block)
-            .ok_or(ErrorCode::NotConfigured)?;
-        let data = source.get(range).ok_or(ErrorCode::NotConfigured)?;
+            .ok_or(broken(Invariant::BlockPair))?;
+        let data = source.get(range).ok_or(broken(Invariant::FifoRing))?;
         let (first, second) = data.split_at(len.min(ring.len() - start));
         ring[start..start + first.len()].copy_from_slice(first);
         ring[..second.len()].copy_from_slice(second);

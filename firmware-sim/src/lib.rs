@@ -45,3 +45,8 @@ pub use serve::{serve, serve_messages, LinkLimits, ServeError, Server};
 
 #[cfg(feature = "std")]
 pub mod std_link;
+
+/// The error for an invariant of the device's own found broken at `site`.
+pub(crate) const fn broken(site: tessera_core::wire::Invariant) -> tessera_core::wire::ErrorCode {
+    tessera_core::wire::ErrorCode::Internal { site }
+}

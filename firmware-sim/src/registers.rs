@@ -6,12 +6,12 @@
 //!   register it means "discard the result", and the function engine
 //!   ([`functions`](crate::functions)) borrows the arena owner `Register(0)` for its scratch
 //!   during one call.
-//! - **Where values live.** Integers, floats and shapes are held inline; strings, tensors
-//!   (f32) and arrays (any [`DataType`], with their shape) keep their bytes in one arena block
-//!   owned by `Owner::Register(id)`. A register holds a block exactly when it holds one of
-//!   those three, so freeing a register always frees its bytes.
+//! - **Where values live.** Integers, floats and shapes are held inline; strings and arrays
+//!   (any [`DataType`], with their shape) keep their bytes in one arena block owned by
+//!   `Owner::Register(id)`. A register holds a block exactly when it holds one of those
+//!   two, so freeing a register always frees its bytes.
 //! - **What is checked.** An array's byte length must equal `product(shape) × element size`,
-//!   computed with checked arithmetic ([`array_bytes`]); a tensor's must be a multiple of 4.
+//!   computed with checked arithmetic ([`array_bytes`]).
 //!   Chunked writes and reads ([`Registers::write`], [`Registers::read`]) are bounds-checked
 //!   against the register's bytes, with overflow-checked ends. Every refusal is an
 //!   [`ErrorCode`].
@@ -48,8 +48,6 @@ pub enum Stored {
     Shape(Dims),
     /// A string; its UTF-8 bytes are the register's arena block.
     Str,
-    /// f32 elements; its bytes are the register's arena block.
-    Tensor,
     /// An array; its bytes (`product(shape)` elements of `dtype`, little-endian) are the
     /// register's arena block.
     Array {
@@ -63,10 +61,10 @@ pub enum Stored {
 impl Stored {
     /// True for the kinds whose bytes live in the arena.
     pub fn has_bytes(&self) -> bool {
-        matches!(self, Self::Str | Self::Tensor | Self::Array { .. })
+        matches!(self, Self::Str | Self::Array { .. })
     }
 
-    /// This value as a wire value whose bytes (for strings, tensors and arrays) are `data`.
+    /// This value as a wire value whose bytes (for strings and arrays) are `data`.
     pub fn view<'x>(&self, data: &'x [u8]) -> Result<Value<'x>, ErrorCode> {
         Ok(match self {
             Self::Int(v) => Value::Int(*v),
@@ -75,7 +73,6 @@ impl Stored {
             Self::Str => {
                 Value::Str(core::str::from_utf8(data).map_err(|_| ErrorCode::BadArguments)?)
             }
-            Self::Tensor => Value::Tensor(data),
             Self::Array { dtype, shape } => Value::Array(Array {
                 dtype: *dtype,
                 shape: shape.clone(),
@@ -93,16 +90,14 @@ pub fn array_bytes(dtype: DataType, shape: &[u32]) -> Option<usize> {
     })
 }
 
-/// Checks `value` and splits it into its stored form and its bytes (for strings, tensors
-/// and arrays): a tensor's length must be a multiple of 4, an array's must match its shape.
+/// Checks `value` and splits it into its stored form and its bytes (for strings and
+/// arrays): an array's must match its shape.
 pub fn parse<'v>(value: &Value<'v>) -> Result<(Stored, Option<&'v [u8]>), ErrorCode> {
     Ok(match value {
         Value::Int(v) => (Stored::Int(*v), None),
         Value::Float(v) => (Stored::Float(*v), None),
         Value::Shape(dims) => (Stored::Shape(dims.clone()), None),
         Value::Str(text) => (Stored::Str, Some(text.as_bytes())),
-        Value::Tensor(bytes) if bytes.len().is_multiple_of(4) => (Stored::Tensor, Some(*bytes)),
-        Value::Tensor(_) => return Err(ErrorCode::BadArguments),
         Value::Array(array) => {
             if array_bytes(array.dtype, &array.shape) != Some(array.data.len()) {
                 return Err(ErrorCode::BadArguments);
@@ -250,8 +245,7 @@ impl Registers {
             .ok_or(ErrorCode::UnknownId { id })
     }
 
-    /// Bytes `[offset, offset + len)` of register `id`, which holds an array, a tensor or a
-    /// string.
+    /// Bytes `[offset, offset + len)` of register `id`, which holds an array or a string.
     pub fn read<'s>(
         &self,
         arena: &'s Arena<'_>,
@@ -277,7 +271,6 @@ impl Registers {
             Stored::Float(_) => (ValueKind::Float, None, Dims::new()),
             Stored::Shape(dims) => (ValueKind::Shape, None, dims.clone()),
             Stored::Str => (ValueKind::Str, None, Dims::new()),
-            Stored::Tensor => (ValueKind::Tensor, Some(DataType::F32), Dims::new()),
             Stored::Array { dtype, shape } => (ValueKind::Array, Some(*dtype), shape.clone()),
         };
         Ok(Response::Described {
@@ -345,7 +338,7 @@ impl Registers {
         self.table.clear();
     }
 
-    /// Stores an inline value (not a string, tensor or array) in register `id`; 0 discards
+    /// Stores an inline value (not a string or array) in register `id`; 0 discards
     /// it.
     pub fn set_inline(
         &mut self,
@@ -366,18 +359,17 @@ impl Registers {
 /// The byte range `[offset, offset + len)` of `block`, checked (the end with overflow
 /// checked: an end past `usize` is certainly outside the block).
 fn chunk(block: Block, offset: u32, len: u32) -> Result<core::ops::Range<usize>, ErrorCode> {
-    let out_of_bounds = ErrorCode::OutOfBounds {
-        offset,
-        len,
-        size: saturate(block.len),
-    };
-    let start = usize::try_from(offset).map_err(|_| out_of_bounds)?;
-    let end = usize::try_from(len)
+    let start = offset as usize;
+    usize::try_from(len)
         .ok()
         .and_then(|len| start.checked_add(len))
         .filter(|&end| end <= block.len)
-        .ok_or(out_of_bounds)?;
-    Ok(start..end)
+        .map(|end| start..end)
+        .ok_or(ErrorCode::OutOfBounds {
+            offset,
+            len,
+            size: saturate(block.len),
+        })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
-use tessera_core::wire::{Request, Value};
+use tessera_core::wire::{Arg, Array, Request, Value};
 
 mod support;
 
@@ -88,7 +88,7 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             version,
             replica: 0
         }),
-        Just(Request::Reset),
+        Just(Request::ResetStep),
         (id(), small()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
         (id(), small(), 0usize..64).prop_map(|(slot, offset, n)| Request::WriteSlot {
             slot,
@@ -145,9 +145,14 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             id,
             value: Value::Int(v)
         }),
-        (id(), 0usize..64).prop_map(|(id, n)| Request::SetRegister {
+        (id(), 0usize..64, any::<bool>()).prop_map(|(id, n, right)| Request::SetRegister {
             id,
-            value: Value::Tensor(&BYTES[..n])
+            value: Value::Array(Array {
+                dtype: DataType::F32,
+                // A shape that matches the bytes only sometimes.
+                shape: heapless::Vec::from_slice(&[(n / 4) as u32 + u32::from(!right)]).unwrap(),
+                data: &BYTES[..n]
+            })
         }),
         id().prop_map(|id| Request::GetRegister { id }),
         id().prop_map(|id| Request::FreeRegister { id }),
@@ -162,9 +167,9 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             prop::collection::vec(id(), 0..5),
             id()
         )
-            .prop_map(|(function, args, out)| Request::Call {
+            .prop_map(|(function, args, out)| Request::Invoke {
                 function,
-                args: args.into_iter().take(4).collect(),
+                args: args.into_iter().take(4).map(Arg::Register).collect(),
                 out,
             }),
     ]

@@ -3,7 +3,7 @@ use core::fmt;
 use super::ReplicaGrouping;
 
 /// Why a grouping could not be built or queried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum GroupingError {
     /// The number of replicas is zero.

@@ -43,12 +43,42 @@ use super::GroupingError;
 /// assert!(ReplicaGrouping::new(12, 3, 2)?.transpose().is_err());
 /// # Ok::<(), tessera_core::grouping::GroupingError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+// It travels inside errors on the wire; a decoded one is rebuilt through `new`, so no
+// bytes can make a grouping with a zero group size (which `num_groups` divides by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "GroupingParts", into = "GroupingParts")]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ReplicaGrouping {
     replicas: usize,
     stride: usize,
     group_size: usize,
+}
+
+/// A [`ReplicaGrouping`]'s fields as they travel, checked by [`ReplicaGrouping::new`] when
+/// decoded.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct GroupingParts {
+    replicas: usize,
+    stride: usize,
+    group_size: usize,
+}
+
+impl TryFrom<GroupingParts> for ReplicaGrouping {
+    type Error = GroupingError;
+
+    fn try_from(p: GroupingParts) -> Result<Self, GroupingError> {
+        Self::new(p.replicas, p.stride, p.group_size)
+    }
+}
+
+impl From<ReplicaGrouping> for GroupingParts {
+    fn from(g: ReplicaGrouping) -> Self {
+        Self {
+            replicas: g.replicas,
+            stride: g.stride,
+            group_size: g.group_size,
+        }
+    }
 }
 
 impl ReplicaGrouping {

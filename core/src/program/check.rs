@@ -41,11 +41,7 @@ impl Program {
                 return Err(error(ProgramRule::AnchoredTwice));
             }
         }
-        let (lr, momentum) = (self.optimizer.learning_rate(), self.optimizer.momentum());
-        if !Optimizer::values_valid(lr, momentum) {
-            return Err(ProgramError::Optimizer);
-        }
-        Ok(())
+        Optimizer::check_values(self.optimizer.learning_rate(), self.optimizer.momentum())
     }
 
     /// Non-empty, and the first variable or stream with this name.

@@ -10,7 +10,7 @@ use crate::stream::{AnchorError, DataFlowError};
 use super::{AnchorTensor, Name, Variable};
 
 /// A program that breaks a rule of [`Program::check`](super::Program::check).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ProgramError {
     /// A variable breaks `rule`.
@@ -62,7 +62,7 @@ pub enum ProgramError {
 }
 
 /// The rule a tensor or layer breaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ProgramRule {
     /// Names are non-empty.

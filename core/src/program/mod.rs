@@ -55,10 +55,12 @@
 mod build;
 mod check;
 mod error;
+mod fault;
 pub mod ids;
 
 pub use build::CapacityError;
 pub use error::{ProgramError, ProgramRule};
+pub use fault::{ProgramFault, ProgramPart, RuleKind};
 
 use heapless::Vec;
 use serde::{Deserialize, Serialize};
@@ -207,6 +209,15 @@ pub enum Optimizer {
 }
 
 impl Optimizer {
+    /// The rule for optimizer values, a program's own and those the host sets between
+    /// steps alike: a finite learning rate of at least 0, a momentum in `[0, 1)` (a NaN
+    /// fails both).
+    pub fn check_values(learning_rate: f32, momentum: f32) -> Result<(), ProgramError> {
+        let valid =
+            learning_rate.is_finite() && learning_rate >= 0.0 && (0.0..1.0).contains(&momentum);
+        valid.then_some(()).ok_or(ProgramError::Optimizer)
+    }
+
     /// The learning rate.
     pub const fn learning_rate(&self) -> f32 {
         match *self {
@@ -226,13 +237,6 @@ impl Optimizer {
             Self::Sgd { .. } => 0.0,
             Self::SgdMomentum { momentum, .. } => momentum,
         }
-    }
-
-    /// The rule for an optimizer's values, wherever they come from (a program, or the host
-    /// changing them between runs): a finite, non-negative learning rate, and a momentum in
-    /// `[0, 1)` (at 1 the velocity never decays; above, it grows without bound).
-    pub fn values_valid(learning_rate: f32, momentum: f32) -> bool {
-        learning_rate.is_finite() && learning_rate >= 0.0 && (0.0..1.0).contains(&momentum)
     }
 }
 

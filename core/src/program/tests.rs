@@ -1199,12 +1199,12 @@ fn anchor_width_is_one_loss_or_the_output_width() {
 /// The one rule for optimizer values (a program's, or the host's between runs).
 #[test]
 fn optimizer_values_are_finite_non_negative_with_momentum_below_one() {
-    assert!(Optimizer::values_valid(0.0, 0.0));
-    assert!(Optimizer::values_valid(0.5, 0.99));
-    assert!(!Optimizer::values_valid(-0.1, 0.0));
-    assert!(!Optimizer::values_valid(f32::NAN, 0.0));
-    assert!(!Optimizer::values_valid(f32::INFINITY, 0.0));
-    assert!(!Optimizer::values_valid(0.1, 1.0));
-    assert!(!Optimizer::values_valid(0.1, -0.5));
-    assert!(!Optimizer::values_valid(0.1, f32::NAN));
+    assert!(Optimizer::check_values(0.0, 0.0).is_ok());
+    assert!(Optimizer::check_values(0.5, 0.99).is_ok());
+    assert!(Optimizer::check_values(-0.1, 0.0).is_err());
+    assert!(Optimizer::check_values(f32::NAN, 0.0).is_err());
+    assert!(Optimizer::check_values(f32::INFINITY, 0.0).is_err());
+    assert!(Optimizer::check_values(0.1, 1.0).is_err());
+    assert!(Optimizer::check_values(0.1, -0.5).is_err());
+    assert!(Optimizer::check_values(0.1, f32::NAN).is_err());
 }

@@ -158,7 +158,7 @@ impl fmt::Display for AnchorReturnType {
 }
 
 /// Why an anchor return type was rejected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum AnchorError {
     /// Not one of all, final, sum, everyn:P.

@@ -204,7 +204,7 @@ impl SizeCheck {
 }
 
 /// Why a data flow could not be built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum DataFlowError {
     /// Zero batches per step.

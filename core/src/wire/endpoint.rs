@@ -294,7 +294,7 @@ mod tests {
             len: 4
         })
         .is_none());
-        assert!(Command::new(Request::Ping).is_some());
+        assert!(Command::new(Request::SetSeed { seed: 1 }).is_some());
     }
 
     #[test]

@@ -5,15 +5,17 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::dtype::DataType;
-use crate::program::Program;
+use crate::program::{Program, ProgramFault};
 
-/// The protocol version a [`Request::Hello`] carries; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 9;
+/// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
+/// any message (host and device must run exactly the same one: see the [`wire`](super)
+/// module).
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
 
-/// Arguments a [`Request::Call`] can pass.
+/// Arguments a [`Request::Invoke`] can pass.
 pub const MAX_CALL_ARGS: usize = 4;
 
 /// One message and its sequence number. Replies carry the sequence number of the request
@@ -63,8 +65,6 @@ pub enum Value<'a> {
     /// A short string.
     #[serde(borrow)]
     Str(&'a str),
-    /// f32 elements, little-endian.
-    Tensor(&'a [u8]),
     /// An array of any element type.
     #[serde(borrow)]
     Array(Array<'a>),
@@ -91,7 +91,6 @@ pub enum ValueKind {
     Float,
     Shape,
     Str,
-    Tensor,
     Array,
 }
 
@@ -130,8 +129,6 @@ pub enum Request<'a> {
         /// The replica this device serves from now on.
         replica: u32,
     },
-    /// Frees every slot, FIFO and register; keeps seed and RNG state.
-    Reset,
     /// Reserves a remote-buffer slot of `bytes` bytes, zeroed.
     AllocSlot {
         /// Slot id, chosen by the host.
@@ -249,16 +246,6 @@ pub enum Request<'a> {
         /// Register id.
         id: u16,
     },
-    /// Calls a named device function on registers, storing the result in `out`
-    /// (0: discard).
-    Call {
-        /// Function name.
-        function: &'a str,
-        /// Argument registers.
-        args: heapless::Vec<u16, MAX_CALL_ARGS>,
-        /// Result register.
-        out: u16,
-    },
     /// Copies a remote-buffer slot into an on-device variable (created with the slot's
     /// size if it does not exist).
     RemoteLoad {
@@ -289,9 +276,6 @@ pub enum Request<'a> {
         /// Function name.
         function: &'a str,
     },
-    /// Does nothing: its reply comes after the replies to every earlier request, so it
-    /// marks a point the device has certainly passed.
-    Ping,
     /// Makes register `id` a zeroed array (replacing what it held), to be filled with
     /// [`Request::WriteArray`].
     AllocArray {
@@ -380,7 +364,6 @@ pub enum Request<'a> {
 #[allow(missing_docs)]
 pub enum RequestKind {
     Hello,
-    Reset,
     AllocSlot,
     WriteSlot,
     ReadSlot,
@@ -399,14 +382,10 @@ pub enum RequestKind {
     SetRegister,
     GetRegister,
     FreeRegister,
-    Call,
-    /// A frame that did not decode as any request.
-    Malformed,
     RemoteLoad,
     RemoteStore,
     Invoke,
     HasFunction,
-    Ping,
     AllocArray,
     WriteArray,
     ReadArray,
@@ -416,6 +395,8 @@ pub enum RequestKind {
     WriteSlotBulk,
     ReadSlotBulk,
     ResetStep,
+    /// A frame that did not decode as any request.
+    Malformed,
 }
 
 impl Request<'_> {
@@ -423,7 +404,6 @@ impl Request<'_> {
     pub fn kind(&self) -> RequestKind {
         match self {
             Self::Hello { .. } => RequestKind::Hello,
-            Self::Reset => RequestKind::Reset,
             Self::AllocSlot { .. } => RequestKind::AllocSlot,
             Self::WriteSlot { .. } => RequestKind::WriteSlot,
             Self::ReadSlot { .. } => RequestKind::ReadSlot,
@@ -442,12 +422,10 @@ impl Request<'_> {
             Self::SetRegister { .. } => RequestKind::SetRegister,
             Self::GetRegister { .. } => RequestKind::GetRegister,
             Self::FreeRegister { .. } => RequestKind::FreeRegister,
-            Self::Call { .. } => RequestKind::Call,
             Self::RemoteLoad { .. } => RequestKind::RemoteLoad,
             Self::RemoteStore { .. } => RequestKind::RemoteStore,
             Self::Invoke { .. } => RequestKind::Invoke,
             Self::HasFunction { .. } => RequestKind::HasFunction,
-            Self::Ping => RequestKind::Ping,
             Self::AllocArray { .. } => RequestKind::AllocArray,
             Self::WriteArray { .. } => RequestKind::WriteArray,
             Self::ReadArray { .. } => RequestKind::ReadArray,
@@ -515,11 +493,38 @@ pub enum ErrorCode {
         /// The FIFO.
         fifo: u16,
     },
-    /// `RunStep` before `Prepare`, or after what it names was freed.
-    NotConfigured,
-    /// A program that breaks core's rules, or a request whose sizes do not fit what it
-    /// names.
-    BadConfig,
+    /// A program (or optimizer values) breaking a rule of core's
+    /// [`Program::check`](crate::program::Program::check): the device checks with the very
+    /// rules the host does, and names the one that failed and where, as a
+    /// [`ProgramFault`] (a few bytes: why not the whole [`ProgramError`] is said there).
+    ///
+    /// [`ProgramError`]: crate::program::ProgramError
+    Program(ProgramFault),
+    /// A request that needs a prepared program ([`Request::RunStep`],
+    /// [`Request::ResetStep`]) before any [`Request::Prepare`] succeeded.
+    NotPrepared,
+    /// A program prepared for a replica outside the run: the hello made this device
+    /// `replica`, and the run has only `replicas`.
+    ReplicaOutOfRange {
+        /// This device's replica.
+        replica: u32,
+        /// Replicas of the run.
+        replicas: u32,
+    },
+    /// A FIFO of zero-byte items, or with a depth of zero or past `u16::MAX` items
+    /// (saturated to `u32::MAX` when it does not fit).
+    FifoShape {
+        /// Bytes per item.
+        item_bytes: u32,
+        /// Items it would hold.
+        depth: u32,
+    },
+    /// A rule the device keeps by construction was found broken at `site`: a device bug,
+    /// never the host's fault. The request is refused instead of panicking.
+    Internal {
+        /// Where.
+        site: Invariant,
+    },
     /// A reply that does not fit in one frame.
     ReplyTooLarge,
     /// No device function of that name.
@@ -572,10 +577,18 @@ impl fmt::Display for ErrorCode {
             }
             Self::FifoFull { fifo } => write!(f, "FIFO {fifo} is full"),
             Self::FifoEmpty { fifo } => write!(f, "FIFO {fifo} is empty"),
-            Self::NotConfigured => f.write_str("the training step is not configured"),
-            Self::BadConfig => {
-                f.write_str("the step configuration does not match the slots and FIFOs it names")
-            }
+            Self::Program(fault) => write!(f, "the program breaks a rule: {fault}"),
+            Self::NotPrepared => f.write_str("no program is prepared on the device"),
+            Self::ReplicaOutOfRange { replica, replicas } => write!(
+                f,
+                "the device is replica {replica}, outside a run of {replicas} replicas"
+            ),
+            Self::FifoShape { item_bytes, depth } => write!(
+                f,
+                "a FIFO of {depth} items of {item_bytes} bytes: items need at least 1 byte, \
+                 the depth must lie in 1..=65535"
+            ),
+            Self::Internal { site } => write!(f, "device invariant broken ({site}): a device bug"),
             Self::ReplyTooLarge => f.write_str("the reply does not fit in one frame"),
             Self::UnknownFunction => f.write_str("no device function of that name"),
             Self::BadArguments => f.write_str("wrong arguments for the device function"),
@@ -602,6 +615,67 @@ impl fmt::Display for ErrorCode {
 }
 
 impl core::error::Error for ErrorCode {}
+
+/// Where the device found one of its own invariants broken ([`ErrorCode::Internal`]).
+/// Each is something [`Request::Prepare`] set up and the step relies on; none can be
+/// reached by a request the host sends, so seeing one is a device bug, named precisely
+/// enough to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Invariant {
+    /// Placing a checked program: its data flow, a variable's held size, or the scratch
+    /// layout did not build, though core's check passed.
+    Placement,
+    /// The step's scratch block is missing or not the size its layout says.
+    StepScratch,
+    /// A tensor the scratch layout should hold (activation, gradient, anchor sum, mask,
+    /// a variable's whole copy) is missing from it.
+    ScratchLayout,
+    /// A block is not aligned or sized for `f32`s.
+    Alignment,
+    /// Two tensors of one layer overlap, or one lies outside the scratch block.
+    Regions,
+    /// A placed variable's block is missing.
+    Variable,
+    /// Two blocks that must be distinct are not (or one is missing).
+    BlockPair,
+    /// A variable's sharding (layout, settings, its shard's pieces) did not resolve,
+    /// though it did when the program was prepared.
+    Sharding,
+    /// A piece of a shard lies outside the variable or its whole copy.
+    Piece,
+    /// The program's last layer is not a loss, or a loss appears before it.
+    LossLayer,
+    /// A reduction's round number overflows.
+    Round,
+    /// A stream item is not the size of the tensor it fills.
+    ItemSize,
+    /// A FIFO's items lie outside its ring.
+    FifoRing,
+    /// A request handed to a device area that does not serve it.
+    Routing,
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Placement => "placing a checked program",
+            Self::StepScratch => "the step's scratch block",
+            Self::ScratchLayout => "a tensor of the scratch layout",
+            Self::Alignment => "f32 alignment",
+            Self::Regions => "disjoint tensor regions",
+            Self::Variable => "a placed variable's block",
+            Self::BlockPair => "two distinct blocks",
+            Self::Sharding => "a variable's sharding",
+            Self::Piece => "a shard piece's bounds",
+            Self::LossLayer => "the loss layer",
+            Self::Round => "a reduction round number",
+            Self::ItemSize => "a stream item's size",
+            Self::FifoRing => "a FIFO's ring bounds",
+            Self::Routing => "routing a request to its area",
+        })
+    }
+}
 
 /// Device to host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 //!   [`Envelope`] with a sequence number, so that the host can retry a request and the
 //!   device can recognise (and answer again) one it already ran. The session starts with
 //!   [`Request::Hello`], which carries [`PROTOCOL_VERSION`]; the device answers with its
-//!   [`Limits`]. Enums are append-only: new variants go at the end.
+//!   [`Limits`].
 //! - [`endpoint`]: typed endpoints — each request type and the payload of its reply.
 //! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
 //!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
@@ -12,6 +12,18 @@
 //!
 //! Bulk data (weights, stream buffers) travels in chunks no larger than
 //! [`Limits::max_chunk`], which leaves room for the envelope in one frame.
+//!
+//! # Versions
+//!
+//! Host and device must run exactly the same [`PROTOCOL_VERSION`]: there is no
+//! negotiation and no "compatible" older version, because postcard writes a variant as its
+//! position and a struct as its fields in order, so any change to a message changes its
+//! bytes. A device refuses a hello of any other version with [`ErrorCode::Version`] (naming
+//! its own); the host sends nothing else before its hello is accepted, and reports the
+//! refusal as an error naming both versions. Every change to the bytes of a message bumps the version
+//! (`core/tests/wire_golden.rs` pins the bytes and the version together). Between bumps,
+//! new variants go at the end of their enum, so that a bump is needed only when an old
+//! one changes; at a bump the enums may be cleaned up and renumbered at once.
 //!
 //! # Panics
 //!
@@ -27,6 +39,6 @@ pub use frame::{
     FRAME_OVERHEAD,
 };
 pub use message::{
-    Arg, Array, Envelope, ErrorCode, Limits, ReduceOp, Request, RequestKind, Response, Value,
-    ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
+    Arg, Array, Envelope, ErrorCode, Invariant, Limits, ReduceOp, Request, RequestKind, Response,
+    Value, ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
 };

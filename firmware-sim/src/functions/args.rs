@@ -1,10 +1,9 @@
 //! A call's arguments as a function sees them: wire values whose bytes borrow from the
 //! device's registers or from the request, plus the replica the call runs on.
 
-use tessera_core::dtype::DataType;
 use tessera_core::wire::{Array, ErrorCode, Value, MAX_CALL_ARGS};
 
-use crate::registers::{parse, Dims};
+use crate::registers::parse;
 
 /// The resolved arguments of one call. Every accessor answers
 /// [`ErrorCode::BadArguments`] for a missing argument or one of another kind.
@@ -17,7 +16,7 @@ pub struct Args<'x> {
 impl<'x> Args<'x> {
     /// `values` as the arguments of a call on replica `replica` (to test a function without
     /// a device). Each is checked like a register value: at most
-    /// [`MAX_CALL_ARGS`], arrays whose bytes match their shape, tensors of whole f32s.
+    /// [`MAX_CALL_ARGS`], arrays whose bytes match their shape.
     pub fn new(values: &[Value<'x>], replica: u32) -> Result<Self, ErrorCode> {
         let mut args = Self::empty(replica);
         for value in values {
@@ -101,19 +100,11 @@ impl<'x> Args<'x> {
         }
     }
 
-    /// Argument `i`, an array; a tensor reads as a 1-D f32 array.
+    /// Argument `i`, an array.
     #[inline(never)]
     pub fn array(&self, i: usize) -> Result<Array<'x>, ErrorCode> {
         match self.get(i)? {
             Value::Array(array) => Ok(array.clone()),
-            Value::Tensor(data) => {
-                let n = u32::try_from(data.len() / 4).map_err(|_| ErrorCode::BadArguments)?;
-                Ok(Array {
-                    dtype: DataType::F32,
-                    shape: Dims::from_slice(&[n]).map_err(|_| ErrorCode::BadArguments)?,
-                    data,
-                })
-            }
             _ => Err(ErrorCode::BadArguments),
         }
     }

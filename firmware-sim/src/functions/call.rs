@@ -228,12 +228,12 @@ fn produce(mut call: Call<'_, '_, '_>, out: u16, output: Output) -> Result<(), E
     outcome
 }
 
-/// The block of in-place argument `arg`, which must be a tensor or array register.
+/// The block of in-place argument `arg`, which must be an array register.
 fn in_place_target(call: &Call<'_, '_, '_>, arg: usize) -> Result<Block, ErrorCode> {
     let Some(&Arg::Register(id)) = call.args.get(arg) else {
         return Err(BAD);
     };
-    if !matches!(call.regs.stored(id)?, Stored::Tensor | Stored::Array { .. }) {
+    if !matches!(call.regs.stored(id)?, Stored::Array { .. }) {
         return Err(BAD);
     }
     call.regs.block(call.arena, id)?.ok_or(BAD)

@@ -1,5 +1,4 @@
-//! Element-wise kernels and reductions on arrays (a tensor argument reads as a 1-D f32
-//! array, so its result is an f32 array).
+//! Element-wise kernels and reductions on arrays.
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{ErrorCode, Value};

@@ -1,4 +1,4 @@
-//! Named device functions (kernels), called by [`Request::Invoke`] and [`Request::Call`] —
+//! Named device functions (kernels), called by [`Request::Invoke`] —
 //! the workers' side of a Disco-style session.
 //!
 //! # Contract
@@ -35,17 +35,30 @@
 //! | `str_suffix` | string | the string + `"_suffix"` |
 //! | `shape_extend` | shape | the shape + `[4, 5]` (still a shape) |
 //! | `elements` | shape / array | int: element count |
-//! | `sum` | tensor / f32 or f64 array | float: sum of the elements |
-//! | `scale` | tensor or f32 array, float | **in place**: the array times the float |
+//! | `sum` | f32 or f64 array | float: sum of the elements |
+//! | `scale` | f32 array, float | **in place**: the array times the float |
 //! | `relu` | numeric array | `max(x, 0)` element-wise, same dtype |
 //! | `gelu` | f32 array | GELU, tanh approximation, element-wise |
 //! | `fill` | array, int or float | a new array of the same dtype and shape, every element the value |
 //! | `transpose` | 2-D array of any dtype | the transposed array |
 //! | `matmul` | f32 `(m, k)` array, f32 `(k, n)` array | f32 `(m, n)` product |
-//! | `fail_on_replica` | int `r` | [`ErrorCode::BadArguments`] on replica `r`, else `r` |
 //!
 //! Numeric dtypes are every integer type, `bool` (0 or 1) and `f32`/`f64`; the 16- and
-//! 8-bit float types are refused by arithmetic. A tensor argument reads as a 1-D f32 array.
+//! 8-bit float types are refused by arithmetic.
+//!
+//! # Test kernels
+//!
+//! [`TEST_KERNELS`] holds functions that exist only to make tests fail on purpose:
+//!
+//! | name | arguments | result |
+//! |---|---|---|
+//! | `fail_on_replica` | int `r` | [`ErrorCode::BadArguments`] on replica `r`, else `r` |
+//!
+//! They are not built in: a device opts in with [`Device::with_functions`](crate::Device::with_functions)
+//! (`with_functions(TEST_KERNELS)`), so the firmware never ships them. Devices the host
+//! spawns itself (threads and child processes, which a test cannot hand a table) search
+//! them after the built-ins when this crate's `test-kernels` feature is on; the host
+//! enables it only as a dev-dependency, so only its test builds have them.
 //!
 //! # Your own kernels
 //!
@@ -96,7 +109,6 @@
 //! `examples/custom_kernel.rs` does the same on arrays.
 //!
 //! [`Request::Invoke`]: tessera_core::wire::Request::Invoke
-//! [`Request::Call`]: tessera_core::wire::Request::Call
 //! [`Arg::Register`]: tessera_core::wire::Arg::Register
 //! [`Arg::Value`]: tessera_core::wire::Arg::Value
 
@@ -191,14 +203,18 @@ pub const BUILTINS: &[(&str, Function)] = &[
     ("fill", elementwise::fill),
     ("transpose", linalg::transpose),
     ("matmul", linalg::matmul),
-    ("fail_on_replica", scalar::fail_on_replica),
 ];
 
-/// The function called `name`: from `user` first, then the built-ins.
+/// Kernels for tests only (see the module doc): not in [`BUILTINS`].
+pub const TEST_KERNELS: &[(&str, Function)] = &[("fail_on_replica", scalar::fail_on_replica)];
+
+/// The function called `name`: from `user` first, then the built-ins (then, with the
+/// `test-kernels` feature, [`TEST_KERNELS`]).
 pub fn lookup(user: &[(&str, Function)], name: &str) -> Result<Function, ErrorCode> {
-    find(user, name)
-        .or_else(|| find(BUILTINS, name))
-        .ok_or(ErrorCode::UnknownFunction)
+    let found = find(user, name).or_else(|| find(BUILTINS, name));
+    #[cfg(feature = "test-kernels")]
+    let found = found.or_else(|| find(TEST_KERNELS, name));
+    found.ok_or(ErrorCode::UnknownFunction)
 }
 
 #[inline(never)]
@@ -210,11 +226,23 @@ fn find(table: &[(&str, Function)], name: &str) -> Option<Function> {
 mod tests {
     use super::*;
 
-    /// Two built-ins of one name would make the second unreachable.
+    /// Two built-ins of one name would make the second unreachable, and a test kernel
+    /// named like a built-in would never run.
     #[test]
     fn builtin_names_are_unique() {
         for (i, (a, _)) in BUILTINS.iter().enumerate() {
             assert!(BUILTINS[i + 1..].iter().all(|(b, _)| a != b), "{a}");
+            assert!(TEST_KERNELS.iter().all(|(b, _)| a != b), "{a}");
+        }
+    }
+
+    /// A test kernel in the production table would ship in the firmware.
+    #[cfg(not(feature = "test-kernels"))]
+    #[test]
+    fn test_kernels_are_not_built_in() {
+        for (name, _) in TEST_KERNELS {
+            assert_eq!(lookup(&[], name).err(), Some(ErrorCode::UnknownFunction));
+            assert!(lookup(TEST_KERNELS, name).is_ok());
         }
     }
 

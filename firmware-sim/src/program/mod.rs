@@ -5,9 +5,11 @@
 //! whole variable otherwise), the variable's remote-buffer slot of the same size, the
 //! momentum's velocity when the optimizer has one, a FIFO per stream and per anchor deep
 //! enough for one step, and one scratch block for the model ([`scratch`]). Ids come from
-//! core's [`ids`]. The program is checked with core's own rules first, every reduction it
-//! will make must fit one frame, and a placement that runs out of memory is rolled back:
-//! a refused program leaves nothing behind.
+//! core's [`ids`]. The program is checked with core's own rules first (a broken one is
+//! refused with [`ErrorCode::Program`], naming the rule and the tensor), the device must be
+//! one of the run's replicas, every reduction it will make must fit one frame, every FIFO
+//! must hold its step's items, and a placement that runs out of memory is rolled back: a
+//! refused program leaves nothing behind.
 //!
 //! [`run`] executes one step as [`step`] describes, with core's [`grouping`] placing the
 //! replica in each variable's group and core's [`shard`] saying which elements its shard
@@ -21,9 +23,10 @@ pub mod scratch;
 pub mod step;
 
 use tessera_core::program::{ids, AnchorTensor, Program};
-use tessera_core::wire::{ErrorCode, Limits, ReduceOp};
+use tessera_core::wire::{ErrorCode, Invariant, Limits, ReduceOp};
 
 use crate::arena::{saturate, Arena, Owner};
+use crate::broken;
 use crate::fifo::Fifos;
 use scratch::Scratch;
 pub use step::{run, StepContext};
@@ -70,11 +73,16 @@ pub fn prepare(
     previous: &mut Option<Prepared>,
 ) -> Result<Prepared, ErrorCode> {
     let (replicas, replica) = (replicas as usize, limits.replica as usize);
-    program.check(replicas).map_err(|_| ErrorCode::BadConfig)?;
+    program
+        .check(replicas)
+        .map_err(|e| ErrorCode::Program(e.fault(program)))?;
     if replica >= replicas {
-        return Err(ErrorCode::BadConfig);
+        return Err(ErrorCode::ReplicaOutOfRange {
+            replica: limits.replica,
+            replicas: saturate(replicas),
+        });
     }
-    let scratch = Scratch::new(program, replicas).ok_or(ErrorCode::BadConfig)?;
+    let scratch = Scratch::new(program, replicas).ok_or(broken(Invariant::Placement))?;
     // Every reduction carries one whole variable in one frame.
     let max = saturate(limits.max_chunk());
     for reduction in program.reductions(replicas) {
@@ -117,14 +125,16 @@ fn place(
     replicas: usize,
     scratch: &Scratch,
 ) -> Result<(), ErrorCode> {
-    let flow = program.data_flow().map_err(|_| ErrorCode::BadConfig)?;
+    let flow = program
+        .data_flow()
+        .map_err(|_| broken(Invariant::Placement))?;
     let momentum = program.optimizer.has_velocity();
     for i in 0..program.variables.len() {
         let held = program
             .held_elements(i, replicas)
-            .map_err(|_| ErrorCode::BadConfig)?
-            .checked_mul(4)
-            .ok_or(ErrorCode::BadConfig)?;
+            .ok()
+            .and_then(|n| n.checked_mul(4))
+            .ok_or(broken(Invariant::Placement))?;
         let index = i as u8; // At most MAX_VARIABLES variables.
         arena.alloc(Owner::Variable(ids::variable(index)), held)?;
         arena.alloc(Owner::Slot(ids::slot(index)), held)?;
@@ -132,14 +142,23 @@ fn place(
             arena.alloc(Owner::Variable(ids::velocity(index)), held)?;
         }
     }
-    let depth = |items: usize| u16::try_from(items).map_err(|_| ErrorCode::BadConfig);
+    // A FIFO holds one step's items; a step of more than u16::MAX of them, or an item of
+    // more than u32::MAX bytes, cannot be placed.
+    let shape = |item: Option<usize>, items: usize| {
+        let item_bytes = item.and_then(|n| u32::try_from(n).ok());
+        match (item_bytes, u16::try_from(items)) {
+            (Some(item_bytes), Ok(depth)) => Ok((item_bytes, depth)),
+            _ => Err(ErrorCode::FifoShape {
+                item_bytes: item_bytes.unwrap_or(u32::MAX),
+                depth: saturate(items),
+            }),
+        }
+    };
     for (i, s) in program.streams.iter().enumerate() {
-        let item = tessera_core::program::elements(&s.sample)
-            .and_then(|n| n.checked_mul(s.dtype.size()))
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or(ErrorCode::BadConfig)?;
-        let fifo = ids::stream_fifo(i as u8);
-        fifos.create(arena, fifo, item, depth(flow.inputs_per_replica())?)?;
+        let item =
+            tessera_core::program::elements(&s.sample).and_then(|n| n.checked_mul(s.dtype.size()));
+        let (item, depth) = shape(item, flow.inputs_per_replica())?;
+        fifos.create(arena, ids::stream_fifo(i as u8), item, depth)?;
     }
     for (j, a) in program.anchors.iter().enumerate() {
         let width = match a.tensor {
@@ -147,9 +166,8 @@ fn place(
             AnchorTensor::Output => scratch.output_width(),
         };
         let items = flow.outputs_per_replica(Some(a.return_type));
-        let fifo = ids::anchor_fifo(j as u8);
-        let item = width.checked_mul(4).ok_or(ErrorCode::BadConfig)?;
-        fifos.create(arena, fifo, saturate(item), depth(items)?)?;
+        let (item, depth) = shape(width.checked_mul(4), items)?;
+        fifos.create(arena, ids::anchor_fifo(j as u8), item, depth)?;
     }
     arena.alloc(Owner::StepScratch, scratch.bytes())?;
     Ok(())

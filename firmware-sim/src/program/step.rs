@@ -18,6 +18,14 @@
 //! weight gradient, and input gradient below the first layer), one per element each layer
 //! before the loss writes forward and backward, and one per element an update changes.
 //!
+//! # Errors
+//!
+//! A step fails on what the host can get wrong: an empty stream FIFO, a full anchor FIFO,
+//! a reduction the host does not answer, a label outside the classes. Everything else it
+//! relies on, [`prepare`](super::prepare) set up; finding any of that broken is
+//! [`ErrorCode::Internal`] naming the [`Invariant`] and its site, a device bug, answered
+//! instead of a panic.
+//!
 //! [`AnchorReturnType::action`]: tessera_core::stream::AnchorReturnType::action
 //! [`Program::reductions`]: tessera_core::program::Program::reductions
 
@@ -27,11 +35,15 @@ use tessera_core::program::{ids, AnchorTensor, Layer, Reduction, MAX_VARIABLES};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
 use tessera_core::stream::AnchorAction;
-use tessera_core::wire::{ErrorCode, ReduceOp};
+use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
 use super::{math, Prepared, Reducer};
 use crate::arena::{Arena, Block, Owner};
+use crate::broken;
 use crate::fifo::Fifos;
+
+/// A tensor the scratch layout lacks.
+const MISSING: ErrorCode = broken(Invariant::ScratchLayout);
 
 /// Everything a step touches.
 #[derive(Debug)]
@@ -62,7 +74,7 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
     let block = arena
         .find(Owner::StepScratch)
         .filter(|b| b.len == s.bytes())
-        .ok_or(ErrorCode::NotConfigured)?;
+        .ok_or(broken(Invariant::StepScratch))?;
     let rounds: heapless::Vec<Reduction, { 2 * MAX_VARIABLES }> =
         p.reductions(prepared.replicas).collect();
     let per_batch = rounds.len() as u32; // At most 2·MAX_VARIABLES.
@@ -72,14 +84,14 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
         Some(Layer::SoftmaxCrossEntropy { labels: i } | Layer::MeanSquaredError { targets: i }) => {
             usize::from(*i)
         }
-        _ => return Err(ErrorCode::NotConfigured),
+        _ => return Err(broken(Invariant::LossLayer)),
     };
     let mut work = 0u64;
     for b in 0..batches {
         let round_of = |i: usize| {
             b.checked_mul(per_batch)
                 .and_then(|r| r.checked_add(i as u32))
-                .ok_or(ErrorCode::BadConfig)
+                .ok_or(broken(Invariant::Round))
         };
         for (i, _) in p.variables.iter().enumerate() {
             if let Some(full) = s.full(i as u8) {
@@ -88,7 +100,7 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
         }
         for (i, r) in rounds.iter().enumerate() {
             if let Reduction::Gather { variable } = *r {
-                let full = s.full(variable).ok_or(ErrorCode::NotConfigured)?;
+                let full = s.full(variable).ok_or(broken(Invariant::ScratchLayout))?;
                 reducer.reduce(round_of(i)?, ReduceOp::Sum, bytes(arena, block, full)?)?;
             }
         }
@@ -106,7 +118,7 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
                         fifos,
                         fifo,
                         block,
-                        s.act(0).ok_or(ErrorCode::NotConfigured)?,
+                        s.act(0).ok_or(broken(Invariant::ScratchLayout))?,
                     )?;
                 } else if i == loss_stream {
                     pop_into(arena, fifos, fifo, block, s.target())?;
@@ -137,7 +149,7 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
                         fifos.push_from(arena, fifo, block, v.start * 4..v.end * 4)?
                     }
                     (AnchorAction::Accumulate { emit }, value) => {
-                        let sum = s.sum(j).ok_or(ErrorCode::NotConfigured)?;
+                        let sum = s.sum(j).ok_or(broken(Invariant::ScratchLayout))?;
                         let x = floats(arena, block)?;
                         match value {
                             None => x[sum.start] += loss,
@@ -165,7 +177,7 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
         }
         for (i, r) in rounds.iter().enumerate() {
             if let Reduction::Gradient { variable } = *r {
-                let grad = s.grad(variable).ok_or(ErrorCode::NotConfigured)?;
+                let grad = s.grad(variable).ok_or(broken(Invariant::ScratchLayout))?;
                 reducer.reduce(round_of(i)?, ReduceOp::Mean, bytes(arena, block, grad)?)?;
             }
         }
@@ -180,7 +192,7 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
 
 /// The scratch block as `f32`s.
 fn floats<'x>(arena: &'x mut Arena<'_>, block: Block) -> Result<&'x mut [f32], ErrorCode> {
-    bytemuck::try_cast_slice_mut(arena.bytes_mut(block)).map_err(|_| ErrorCode::NotConfigured)
+    bytemuck::try_cast_slice_mut(arena.bytes_mut(block)).map_err(|_| broken(Invariant::Alignment))
 }
 
 /// Elements `range` of the scratch block as bytes.
@@ -190,7 +202,7 @@ fn bytes<'x>(
     range: Range<usize>,
 ) -> Result<&'x mut [u8], ErrorCode> {
     let x = floats(arena, block)?;
-    let region = x.get_mut(range).ok_or(ErrorCode::NotConfigured)?;
+    let region = x.get_mut(range).ok_or(broken(Invariant::Regions))?;
     Ok(bytemuck::cast_slice_mut(region))
 }
 
@@ -209,14 +221,14 @@ fn regions<'x, const N: usize>(
         let skip = r
             .start
             .checked_sub(consumed)
-            .ok_or(ErrorCode::NotConfigured)?;
+            .ok_or(broken(Invariant::Regions))?;
         let tail = core::mem::take(&mut rest);
         let (_, tail) = tail
             .split_at_mut_checked(skip)
-            .ok_or(ErrorCode::NotConfigured)?;
+            .ok_or(broken(Invariant::Regions))?;
         let (mine, tail) = tail
             .split_at_mut_checked(r.len())
-            .ok_or(ErrorCode::NotConfigured)?;
+            .ok_or(broken(Invariant::Regions))?;
         out[i] = Some(mine);
         rest = tail;
         consumed = r.end;
@@ -234,11 +246,11 @@ fn held_pieces(
     let (p, i) = (&prepared.program, usize::from(index));
     let layout = p
         .shard_layout(i, prepared.replicas)
-        .map_err(|_| ErrorCode::NotConfigured)?;
+        .map_err(|_| broken(Invariant::Sharding))?;
     let Some(layout) = layout else {
         let n = p
             .held_elements(i, prepared.replicas)
-            .map_err(|_| ErrorCode::NotConfigured)?;
+            .map_err(|_| broken(Invariant::Sharding))?;
         each(Piece {
             src_begin: 0,
             src_end: n,
@@ -248,12 +260,15 @@ fn held_pieces(
     };
     let settings = p
         .settings(i, prepared.replicas)
-        .map_err(|_| ErrorCode::NotConfigured)?;
+        .map_err(|_| broken(Invariant::Sharding))?;
     let shard = settings
         .grouping()
         .index_in_group(prepared.replica)
-        .map_err(|_| ErrorCode::NotConfigured)?;
-    for piece in layout.pieces(shard).map_err(|_| ErrorCode::NotConfigured)? {
+        .map_err(|_| broken(Invariant::Sharding))?;
+    for piece in layout
+        .pieces(shard)
+        .map_err(|_| broken(Invariant::Sharding))?
+    {
         each(piece);
     }
     Ok(())
@@ -269,13 +284,14 @@ fn load_whole(
 ) -> Result<(), ErrorCode> {
     let held = arena
         .find(Owner::Variable(ids::variable(index)))
-        .ok_or(ErrorCode::NotConfigured)?;
+        .ok_or(broken(Invariant::Variable))?;
     let (w, x) = arena
         .pair_mut(held, block)
-        .ok_or(ErrorCode::NotConfigured)?;
-    let w: &[f32] = bytemuck::try_cast_slice(w).map_err(|_| ErrorCode::NotConfigured)?;
-    let x: &mut [f32] = bytemuck::try_cast_slice_mut(x).map_err(|_| ErrorCode::NotConfigured)?;
-    let full = x.get_mut(full).ok_or(ErrorCode::NotConfigured)?;
+        .ok_or(broken(Invariant::BlockPair))?;
+    let w: &[f32] = bytemuck::try_cast_slice(w).map_err(|_| broken(Invariant::Alignment))?;
+    let x: &mut [f32] =
+        bytemuck::try_cast_slice_mut(x).map_err(|_| broken(Invariant::Alignment))?;
+    let full = x.get_mut(full).ok_or(broken(Invariant::Regions))?;
     full.fill(0.0);
     let mut fits = true;
     held_pieces(prepared, index, |piece| {
@@ -287,7 +303,7 @@ fn load_whole(
             _ => fits = false,
         }
     })?;
-    fits.then_some(()).ok_or(ErrorCode::NotConfigured)
+    fits.then_some(()).ok_or(broken(Invariant::Piece))
 }
 
 /// The optimizer on what the replica holds of variable `index`; returns the work.
@@ -301,20 +317,20 @@ fn update(
     let grad = prepared
         .scratch
         .grad(index)
-        .ok_or(ErrorCode::NotConfigured)?;
+        .ok_or(broken(Invariant::ScratchLayout))?;
     let mut fits = true;
     let mut apply = |target: u16, step: &dyn Fn(&mut f32, &mut f32)| -> Result<(), ErrorCode> {
         let held = arena
             .find(Owner::Variable(target))
-            .ok_or(ErrorCode::NotConfigured)?;
+            .ok_or(broken(Invariant::Variable))?;
         let (w, x) = arena
             .pair_mut(held, block)
-            .ok_or(ErrorCode::NotConfigured)?;
+            .ok_or(broken(Invariant::BlockPair))?;
         let w: &mut [f32] =
-            bytemuck::try_cast_slice_mut(w).map_err(|_| ErrorCode::NotConfigured)?;
+            bytemuck::try_cast_slice_mut(w).map_err(|_| broken(Invariant::Alignment))?;
         let x: &mut [f32] =
-            bytemuck::try_cast_slice_mut(x).map_err(|_| ErrorCode::NotConfigured)?;
-        let g = x.get_mut(grad.clone()).ok_or(ErrorCode::NotConfigured)?;
+            bytemuck::try_cast_slice_mut(x).map_err(|_| broken(Invariant::Alignment))?;
+        let g = x.get_mut(grad.clone()).ok_or(broken(Invariant::Regions))?;
         held_pieces(prepared, index, |piece| {
             match (
                 w.get_mut(piece.dst_offset..piece.dst_offset + piece.len()),
@@ -334,7 +350,7 @@ fn update(
     }
     apply(ids::variable(index), &|w, g| *w -= lr * *g)?;
     fits.then_some(grad.len() as u64)
-        .ok_or(ErrorCode::NotConfigured)
+        .ok_or(broken(Invariant::Piece))
 }
 
 /// The layers before the loss, in order; returns the work.
@@ -346,19 +362,18 @@ fn forward(
 ) -> Result<u64, ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
-    let missing = ErrorCode::NotConfigured;
     let mut work = 0u64;
     for (k, layer) in p.layers.iter().enumerate().take(s.last()) {
-        let (a, y) = (s.act(k).ok_or(missing)?, s.act(k + 1).ok_or(missing)?);
+        let (a, y) = (s.act(k).ok_or(MISSING)?, s.act(k + 1).ok_or(MISSING)?);
         work += y.len() as u64;
         match *layer {
             Layer::Linear { weight } => {
-                let [w, a, y] = regions(x, [s.full(weight).ok_or(missing)?, a, y])?;
+                let [w, a, y] = regions(x, [s.full(weight).ok_or(MISSING)?, a, y])?;
                 math::linear(w, a, y);
                 work += w.len() as u64;
             }
             Layer::Bias { bias } => {
-                let [b, a, y] = regions(x, [s.full(bias).ok_or(missing)?, a, y])?;
+                let [b, a, y] = regions(x, [s.full(bias).ok_or(MISSING)?, a, y])?;
                 math::bias(b, a, y);
             }
             Layer::Relu => {
@@ -366,11 +381,11 @@ fn forward(
                 math::relu(a, y);
             }
             Layer::Dropout { rate } => {
-                let [a, mask, y] = regions(x, [a, s.mask(k).ok_or(missing)?, y])?;
+                let [a, mask, y] = regions(x, [a, s.mask(k).ok_or(MISSING)?, y])?;
                 math::dropout(rng, rate, a, mask, y);
             }
             Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
-                return Err(missing)
+                return Err(broken(Invariant::LossLayer))
             }
         }
     }
@@ -381,14 +396,13 @@ fn forward(
 fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<f32, ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
-    let missing = ErrorCode::NotConfigured;
     let last = s.last();
     let [y, t, dy] = regions(
         x,
         [
-            s.act(last).ok_or(missing)?,
+            s.act(last).ok_or(MISSING)?,
             s.target(),
-            s.delta(last).ok_or(missing)?,
+            s.delta(last).ok_or(MISSING)?,
         ],
     )?;
     match p.layers.last() {
@@ -397,7 +411,7 @@ fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<f32,
             math::softmax_cross_entropy(y, label, dy).ok_or(ErrorCode::BadArguments)
         }
         Some(Layer::MeanSquaredError { .. }) => Ok(math::mean_squared_error(y, t, dy)),
-        _ => Err(missing),
+        _ => Err(broken(Invariant::LossLayer)),
     }
 }
 
@@ -405,18 +419,17 @@ fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<f32,
 fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<u64, ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
-    let missing = ErrorCode::NotConfigured;
     let mut work = 0u64;
     for (k, layer) in p.layers.iter().enumerate().take(s.last()).rev() {
-        let (dy, dx) = (s.delta(k + 1).ok_or(missing)?, s.delta(k).ok_or(missing)?);
+        let (dy, dx) = (s.delta(k + 1).ok_or(MISSING)?, s.delta(k).ok_or(MISSING)?);
         work += dx.len() as u64;
         match *layer {
             Layer::Linear { weight } => {
                 let (w, g) = (
-                    s.full(weight).ok_or(missing)?,
-                    s.grad(weight).ok_or(missing)?,
+                    s.full(weight).ok_or(MISSING)?,
+                    s.grad(weight).ok_or(MISSING)?,
                 );
-                let a = s.act(k).ok_or(missing)?;
+                let a = s.act(k).ok_or(MISSING)?;
                 let [w, a, dy, g, dx] = regions(x, [w, a, dy, g, dx])?;
                 // The input's gradient is needed only below the first layer.
                 let dx = (k > 0).then_some(dx);
@@ -424,20 +437,20 @@ fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<
                 math::linear_backward(w, a, dy, g, dx);
             }
             Layer::Bias { bias } => {
-                let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(missing)?, dy, dx])?;
+                let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(MISSING)?, dy, dx])?;
                 g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
                 dx.copy_from_slice(dy);
             }
             Layer::Relu => {
-                let [y, dy, dx] = regions(x, [s.act(k + 1).ok_or(missing)?, dy, dx])?;
+                let [y, dy, dx] = regions(x, [s.act(k + 1).ok_or(MISSING)?, dy, dx])?;
                 math::relu_backward(y, dy, dx);
             }
             Layer::Dropout { .. } => {
-                let [mask, dy, dx] = regions(x, [s.mask(k).ok_or(missing)?, dy, dx])?;
+                let [mask, dy, dx] = regions(x, [s.mask(k).ok_or(MISSING)?, dy, dx])?;
                 math::multiply(mask, dy, dx);
             }
             Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
-                return Err(missing)
+                return Err(broken(Invariant::LossLayer))
             }
         }
     }
@@ -455,11 +468,11 @@ fn pop_into(
     let (from, range) = fifos.pop(arena, fifo, 1)?;
     let (source, x) = arena
         .pair_mut(from, block)
-        .ok_or(ErrorCode::NotConfigured)?;
-    let item = source.get(range).ok_or(ErrorCode::NotConfigured)?;
+        .ok_or(broken(Invariant::BlockPair))?;
+    let item = source.get(range).ok_or(broken(Invariant::FifoRing))?;
     x.get_mut(at.start * 4..at.end * 4)
         .filter(|to| to.len() == item.len())
-        .ok_or(ErrorCode::BadConfig)?
+        .ok_or(broken(Invariant::ItemSize))?
         .copy_from_slice(item);
     Ok(())
 }

@@ -302,9 +302,7 @@ impl Runtime {
     /// momentum in `[0, 1)`.
     pub fn set_optimizer(&mut self, optimizer: Optimizer) -> Result<(), RuntimeError> {
         let (lr, momentum) = (optimizer.learning_rate(), optimizer.momentum());
-        if !Optimizer::values_valid(lr, momentum) {
-            return Err(RuntimeError::Program(ProgramError::Optimizer));
-        }
+        Optimizer::check_values(lr, momentum)?;
         let request = Request::SetOptimizer {
             learning_rate: optimizer.learning_rate(),
             momentum: optimizer.momentum(),

@@ -72,7 +72,6 @@ pub(super) fn array_shape(
 ) -> Result<(DataType, Vec<u32>), SessionError> {
     match (described.kind, described.dtype) {
         (ValueKind::Array, Some(dtype)) => Ok((dtype, described.shape.to_vec())),
-        (ValueKind::Tensor, _) => Ok((DataType::F32, vec![described.bytes / 4])),
         (kind, _) => Err(SessionError::NotAnArray {
             worker,
             register: id,
@@ -530,9 +529,7 @@ impl State {
     pub(super) fn read_value(&mut self, worker: usize, id: u16) -> Result<HostValue, SessionError> {
         let described = self.describe(worker, id)?;
         match described.kind {
-            ValueKind::Array | ValueKind::Tensor => {
-                Ok(HostValue::Array(self.read_array(worker, id)?))
-            }
+            ValueKind::Array => Ok(HostValue::Array(self.read_array(worker, id)?)),
             ValueKind::Str => {
                 let bytes = self.read_bytes(worker, id, described.bytes as usize)?;
                 Ok(HostValue::Str(String::from_utf8_lossy(&bytes).into_owned()))
@@ -544,11 +541,6 @@ impl State {
                     Value::Float(v) => HostValue::Float(v),
                     Value::Shape(dims) => HostValue::Shape(dims.to_vec()),
                     Value::Str(text) => HostValue::Str(text.into()),
-                    Value::Tensor(bytes) => HostValue::Array(HostArray::new(
-                        DataType::F32,
-                        &[(bytes.len() / 4) as u32],
-                        bytes.to_vec(),
-                    )?),
                     Value::Array(array) => HostValue::Array(HostArray::new(
                         array.dtype,
                         &array.shape,

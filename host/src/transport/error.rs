@@ -303,3 +303,24 @@ impl From<crate::instance::InstanceError> for TransportError {
         Self::Instance(Box::new(e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a version mismatch reported without one of the two versions (the user
+    /// cannot tell which side to rebuild).
+    #[test]
+    fn a_version_mismatch_names_both_versions() {
+        let e = TransportError::Version {
+            replica: 2,
+            device: 9,
+            host: 10,
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("version 9") && text.contains("host 10"),
+            "{text}"
+        );
+    }
+}

@@ -16,7 +16,9 @@ use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Shardi
 use tessera_core::rng::Rng;
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response, Value};
+use tessera_core::wire::{
+    encode_frame, Arg, Array, Envelope, FrameDecoder, Request, Response, Value,
+};
 use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device};
 
@@ -152,13 +154,17 @@ fn main() -> ! {
         &mut device,
         Request::SetRegister {
             id: 1,
-            value: Value::Tensor(&tensor),
+            value: Value::Array(Array {
+                dtype: DataType::F32,
+                shape: heapless::Vec::from_slice(&[2]).unwrap_or_default(),
+                data: &tensor,
+            }),
         },
     );
-    let args = heapless::Vec::from_slice(&[1]).unwrap_or_default();
+    let args = heapless::Vec::from_slice(&[Arg::Register(1)]).unwrap_or_default();
     ok(
         &mut device,
-        Request::Call {
+        Request::Invoke {
             function: "sum",
             args,
             out: 2,

@@ -1,0 +1,275 @@
+//! One replica's device: its memory, its programs, and the answer to every request.
+//!
+//! [`Device::handle`] is the one entry point. It answers a hello itself (the protocol
+//! version must match exactly) and hands every other request to the area that serves it,
+//! each a module with its own handler and its own list of the errors it can answer:
+//!
+//! - `memory`: remote-buffer slots, loads and stores between slots and variables, and
+//!   the slot side of bulk transfers;
+//! - `streams`: the stream FIFOs;
+//! - `program`: the prepared program and everything around its step — optimizer
+//!   values, seed and RNG state, prepare, step, reset-step, the step's reductions, cycle
+//!   counts;
+//! - `kernels`: the register file (set, get, free, describe, arrays) and the named
+//!   functions that run on it.
+//!
+//! A refusal becomes [`Response::Error`] naming the request; the device is left as the
+//! area's module documentation says (never half-changed where it promises otherwise).
+//!
+//! # Panics
+//!
+//! Never, whatever the request: every id, offset and length is checked, and an invariant
+//! of the device's own found broken is answered [`ErrorCode::Internal`], naming its site.
+
+mod kernels;
+mod memory;
+mod program;
+mod streams;
+
+use core::cell::Cell;
+
+use critical_section::Mutex;
+use tessera_core::rng::Rng;
+use tessera_core::wire::{ErrorCode, Limits, Request, Response, PROTOCOL_VERSION};
+
+use crate::arena::{saturate, Arena};
+use crate::fifo::Fifos;
+use crate::functions::Function;
+use crate::program::{Prepared, Reducer};
+use crate::registers::Registers;
+use crate::serve::LinkLimits;
+
+/// What an area's handler answers: a reply with a payload, `None` for [`Response::Done`],
+/// or why the request was refused.
+type Answer<'d> = Result<Option<Response<'d>>, ErrorCode>;
+
+/// Cycles the device has counted, shareable with an interrupt handler (hence the critical
+/// section): the step adds its work, a timer interrupt on hardware could add ticks.
+#[derive(Debug)]
+pub struct CycleCounter(Mutex<Cell<u64>>);
+
+impl Default for CycleCounter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CycleCounter {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        Self(Mutex::new(Cell::new(0)))
+    }
+
+    /// Adds `n` cycles.
+    pub fn add(&self, n: u64) {
+        critical_section::with(|cs| {
+            let cell = self.0.borrow(cs);
+            cell.set(cell.get().saturating_add(n));
+        });
+    }
+
+    /// The count so far.
+    pub fn get(&self) -> u64 {
+        critical_section::with(|cs| self.0.borrow(cs).get())
+    }
+}
+
+/// Where a bulk request's bytes come from or go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkTarget {
+    /// An array register.
+    Register(u16),
+    /// A remote-buffer slot.
+    Slot(u16),
+}
+
+/// A simulated accelerator replica. All its memory is the arena it was given.
+pub struct Device<'a> {
+    arena: Arena<'a>,
+    fifos: Fifos,
+    registers: Registers,
+    limits: Limits,
+    seed: u64,
+    rng: Rng,
+    /// Learning rate and momentum.
+    optimizer: (f32, f32),
+    prepared: Option<Prepared>,
+    cycles: &'a CycleCounter,
+    functions: &'a [(&'static str, Function)],
+}
+
+impl core::fmt::Debug for Device<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Device")
+            .field("limits", &self.limits)
+            .field("seed", &self.seed)
+            .field("prepared", &self.prepared)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Device<'a> {
+    /// Replica `replica` (until a hello assigns another), with `memory` as its arena, taking
+    /// frames and keeping replies as `link` says (see [`Server::link`](crate::Server::link)),
+    /// counting cycles in `cycles`.
+    pub fn new(
+        replica: u32,
+        memory: &'a mut [u8],
+        link: LinkLimits,
+        cycles: &'a CycleCounter,
+    ) -> Self {
+        let arena = Arena::new(memory);
+        let limits = Limits {
+            memory: saturate(arena.capacity()),
+            max_frame: saturate(link.max_frame),
+            window: link.window,
+            replica,
+        };
+        Self {
+            arena,
+            fifos: Fifos::default(),
+            registers: Registers::default(),
+            limits,
+            seed: 0,
+            // Replicas draw their own streams even before a seed arrives.
+            rng: Rng::for_replica(0, replica),
+            optimizer: (0.0, 0.0),
+            prepared: None,
+            cycles,
+            functions: &[],
+        }
+    }
+
+    /// This device with `functions` callable by name besides the built-ins, and searched
+    /// before them (an entry may replace a built-in of the same name). See
+    /// [`functions`](crate::functions) for how to write one.
+    ///
+    /// ```
+    /// use tessera_core::wire::{ErrorCode, Request, Response};
+    /// use tessera_firmware_sim::functions::{Args, Function, Output};
+    /// use tessera_firmware_sim::program::NoReduce;
+    /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
+    ///
+    /// fn answer(args: &Args<'_>) -> Result<Output, ErrorCode> {
+    ///     args.expect(0)?;
+    ///     Ok(Output::Int(42))
+    /// }
+    /// const MINE: &[(&str, Function)] = &[("answer", answer)];
+    ///
+    /// let (mut memory, cycles) = ([0u8; 256], CycleCounter::new());
+    /// let link = LinkLimits { max_frame: 256, window: 1 };
+    /// let mut device = Device::new(0, &mut memory, link, &cycles).with_functions(MINE);
+    /// let has = |name| Request::HasFunction { function: name };
+    /// assert_eq!(device.handle(&has("answer"), &mut NoReduce), Response::Done);
+    /// assert_eq!(device.handle(&has("add_one"), &mut NoReduce), Response::Done);
+    /// ```
+    pub fn with_functions(mut self, functions: &'a [(&'static str, Function)]) -> Self {
+        self.functions = functions;
+        self
+    }
+
+    /// What the device announces in its hello.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Runs `request`; a failure becomes an error reply naming the request. `reducer`
+    /// answers the step's collective requests.
+    pub fn handle(&mut self, request: &Request<'_>, reducer: &mut dyn Reducer) -> Response<'_> {
+        let kind = request.kind();
+        match self.route(request, reducer) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => Response::Done,
+            Err(code) => Response::Error {
+                request: kind,
+                code,
+            },
+        }
+    }
+
+    /// Hands `request` to the area that serves it.
+    fn route(&mut self, request: &Request<'_>, reducer: &mut dyn Reducer) -> Answer<'_> {
+        use Request as R;
+        match *request {
+            R::Hello { version, replica } => self.hello(version, replica),
+            R::AllocSlot { .. }
+            | R::WriteSlot { .. }
+            | R::ReadSlot { .. }
+            | R::RemoteLoad { .. }
+            | R::RemoteStore { .. }
+            | R::WriteSlotBulk { .. }
+            | R::ReadSlotBulk { .. } => memory::handle(self, request),
+            R::CreateFifo { .. } | R::PushFifo { .. } | R::PopFifo { .. } => {
+                streams::handle(self, request)
+            }
+            R::SetOptimizer { .. }
+            | R::SetSeed { .. }
+            | R::GetSeed
+            | R::SetRngState { .. }
+            | R::GetRngState
+            | R::Prepare { .. }
+            | R::RunStep
+            | R::ResetStep
+            | R::Reduced { .. }
+            | R::CycleCount => program::handle(self, request, reducer),
+            R::SetRegister { .. }
+            | R::GetRegister { .. }
+            | R::FreeRegister { .. }
+            | R::DescribeRegister { .. }
+            | R::AllocArray { .. }
+            | R::WriteArray { .. }
+            | R::ReadArray { .. }
+            | R::WriteArrayBulk { .. }
+            | R::ReadArrayBulk { .. }
+            | R::Invoke { .. }
+            | R::HasFunction { .. } => kernels::handle(self, request),
+        }
+    }
+
+    /// A hello: the exact protocol version (see the [`wire`](tessera_core::wire) module), then
+    /// this device's replica from now on.
+    fn hello(&mut self, version: u16, replica: u32) -> Answer<'_> {
+        if version != PROTOCOL_VERSION {
+            return Err(ErrorCode::Version {
+                device: PROTOCOL_VERSION,
+            });
+        }
+        self.limits.replica = replica;
+        self.rng = Rng::for_replica(self.seed, replica);
+        Ok(Some(Response::Hello {
+            version: PROTOCOL_VERSION,
+            limits: self.limits,
+        }))
+    }
+
+    /// Bytes `[offset, offset + len)` of register `id` (an array or a string),
+    /// checked, whatever their length: what a bulk read sends beside its reply.
+    pub fn register_bytes(&self, id: u16, offset: u32, len: u32) -> Result<&[u8], ErrorCode> {
+        self.registers.read(&self.arena, id, offset, len)
+    }
+
+    /// Bytes `[offset, offset + len)` of array register `id`, checked, to be written in
+    /// place: where a bulk write's bytes land.
+    pub fn register_bytes_mut(
+        &mut self,
+        id: u16,
+        offset: u32,
+        len: u32,
+    ) -> Result<&mut [u8], ErrorCode> {
+        self.registers.bytes_mut(&mut self.arena, id, offset, len)
+    }
+
+    /// Bytes `[offset, offset + len)` of a bulk request's register or slot, checked, to be
+    /// read or written in place.
+    pub fn bulk_bytes(
+        &mut self,
+        target: BulkTarget,
+        offset: u32,
+        len: u32,
+    ) -> Result<&mut [u8], ErrorCode> {
+        match target {
+            BulkTarget::Register(id) => self.registers.bytes_mut(&mut self.arena, id, offset, len),
+            BulkTarget::Slot(slot) => memory::slot_range(self, slot, offset, len),
+        }
+    }
+}

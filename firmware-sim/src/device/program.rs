@@ -1,0 +1,116 @@
+//! The device's program area: the prepared program and everything around its step —
+//! optimizer values, seed and RNG state, prepare, step, reset-step, the step's
+//! reductions, and cycle counts. [`crate::program`] places and runs the program; this
+//! module decides when a request may.
+//!
+//! # Rules
+//!
+//! - Optimizer values from the host obey the program's own rule for them
+//!   ([`Optimizer::check_values`]); refused values leave the old ones in place.
+//! - A seed reseeds the RNG with this replica's stream for it; an RNG state replaces the
+//!   generator's words as they are.
+//! - A prepare replaces the prepared program only when the new one is accepted whole
+//!   (core's rules, then the device's room): a refused prepare keeps the old one.
+//! - A step and a reset-step need a prepared program: without one they are refused as
+//!   [`ErrorCode::NotPrepared`], and change nothing.
+//! - A reduction's answer arriving outside a step is refused: a step takes its answers
+//!   while it waits for them.
+//! - Cycle counts come only from an instrumented program.
+//!
+//! # Errors
+//!
+//! [`Program`](ErrorCode::Program) (the rule a program or optimizer value breaks),
+//! [`NotPrepared`](ErrorCode::NotPrepared),
+//! [`ReplicaOutOfRange`](ErrorCode::ReplicaOutOfRange),
+//! [`ReductionTooLarge`](ErrorCode::ReductionTooLarge),
+//! [`ReplyTooLarge`](ErrorCode::ReplyTooLarge), [`FifoShape`](ErrorCode::FifoShape),
+//! [`OutOfMemory`](ErrorCode::OutOfMemory), [`TableFull`](ErrorCode::TableFull) (prepare);
+//! [`FifoEmpty`](ErrorCode::FifoEmpty), [`FifoFull`](ErrorCode::FifoFull),
+//! [`BadArguments`](ErrorCode::BadArguments) (a label outside the classes),
+//! [`ReduceTimeout`](ErrorCode::ReduceTimeout), [`StepAbandoned`](ErrorCode::StepAbandoned)
+//! and [`Internal`](ErrorCode::Internal) (a step);
+//! [`UnexpectedReduced`](ErrorCode::UnexpectedReduced);
+//! [`NotInstrumented`](ErrorCode::NotInstrumented).
+
+use tessera_core::program::{Optimizer, ProgramFault, ProgramPart, RuleKind};
+use tessera_core::rng::Rng;
+use tessera_core::wire::{ErrorCode, Invariant, Request, Response};
+
+use super::{Answer, Device};
+use crate::broken;
+use crate::program::{self as step, Reducer, StepContext};
+
+/// Runs a program request; `reducer` answers the step's reductions.
+pub(super) fn handle<'d>(
+    device: &'d mut Device<'_>,
+    request: &Request<'_>,
+    reducer: &mut dyn Reducer,
+) -> Answer<'d> {
+    match *request {
+        Request::SetOptimizer {
+            learning_rate,
+            momentum,
+        } => {
+            Optimizer::check_values(learning_rate, momentum).map_err(|_| {
+                ErrorCode::Program(ProgramFault {
+                    part: ProgramPart::Program,
+                    rule: RuleKind::Optimizer,
+                })
+            })?;
+            device.optimizer = (learning_rate, momentum);
+        }
+        Request::SetSeed { seed } => {
+            device.seed = seed;
+            device.rng = Rng::for_replica(seed, device.limits.replica);
+        }
+        Request::GetSeed => return Ok(Some(Response::Seed { seed: device.seed })),
+        Request::SetRngState { state } => device.rng = Rng::from_state(state),
+        Request::GetRngState => {
+            let state = device.rng.state();
+            return Ok(Some(Response::RngState { state }));
+        }
+        Request::Prepare {
+            replicas,
+            ref program,
+        } => {
+            let prepared = step::prepare(
+                &mut device.arena,
+                &mut device.fifos,
+                program,
+                replicas,
+                &device.limits,
+                &mut device.prepared,
+            )?;
+            let o = &prepared.program.optimizer;
+            device.optimizer = (o.learning_rate(), o.momentum());
+            device.prepared = Some(prepared);
+        }
+        Request::RunStep => {
+            let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;
+            let ctx = StepContext {
+                arena: &mut device.arena,
+                fifos: &mut device.fifos,
+                rng: &mut device.rng,
+                prepared,
+                optimizer: device.optimizer,
+            };
+            let work = step::run(ctx, reducer)?;
+            device.cycles.add(work);
+        }
+        Request::ResetStep => {
+            let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;
+            step::reset(&mut device.arena, &mut device.fifos, prepared)?;
+        }
+        Request::Reduced { .. } => return Err(ErrorCode::UnexpectedReduced),
+        Request::CycleCount => {
+            let instrumented = device.prepared.as_ref().map(|p| p.program.instrumented);
+            if instrumented != Some(true) {
+                return Err(ErrorCode::NotInstrumented);
+            }
+            let cycles = device.cycles.get();
+            return Ok(Some(Response::Cycles { cycles }));
+        }
+        _ => return Err(broken(Invariant::Routing)),
+    }
+    Ok(None)
+}
