@@ -21,8 +21,7 @@
 //!   functions, copies to and from worker 0, collectives.
 //! - [`train`]: the main job (`tessera train`): a model trained on the simulated accelerator
 //!   and checked against the host reference.
-//! - [`transport`]: channels to devices in every placement, with deadlines and retries, and
-//!   the hub that runs training steps across them.
+//! - [`transport`]: channels to devices in every placement, with deadlines and retries.
 // `unsafe` lives in one module, `transport::window` (the shared-memory mapping), which
 // allows it item by item with a SAFETY note each.
 #![deny(unsafe_code)]

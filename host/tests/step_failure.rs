@@ -22,9 +22,9 @@ use tessera_core::grouping::{CommGroup, RetrievalMode};
 use tessera_core::program::{AnchorTensor, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::ErrorCode;
-use tessera_host::runtime::{Placement, Runtime, RuntimeError, StepPhase, WeightsIo};
+use tessera_host::runtime::{Placement, Runtime, RuntimeError, StepFault, StepPhase, WeightsIo};
 use tessera_host::session::HostArray;
-use tessera_host::transport::{StepFault, TransportError};
+use tessera_host::transport::TransportError;
 
 const R: usize = 4;
 const MEMORY: usize = 1 << 16;

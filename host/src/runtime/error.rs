@@ -11,6 +11,7 @@ use tessera_core::transfer::LayoutError;
 use tessera_core::wire::Limits;
 
 use super::recovery::StepPhase;
+use crate::instance::InstanceError;
 use crate::transport::TransportError;
 
 /// A runtime failure.
@@ -164,6 +165,44 @@ pub enum RuntimeError {
         /// again before anything else).
         reset: Option<TransportError>,
     },
+    /// A collective between instances failed.
+    Instance(InstanceError),
+    /// The contributions of one reduction round ask for different operations.
+    ReductionOps {
+        /// The replica whose operation differs from the round's first contribution.
+        replica: u32,
+        /// The round.
+        round: u32,
+    },
+    /// The contributions of one reduction round disagree in length.
+    ReductionLength {
+        /// The replica whose contribution disagrees with the round's first.
+        replica: u32,
+        /// The round.
+        round: u32,
+        /// Bytes the first contribution carried.
+        expected: usize,
+        /// Bytes this one carried.
+        actual: usize,
+    },
+    /// A device contributed to a reduction round out of turn (see the step driver's rule:
+    /// one round after another, each once the one before is answered, none past the
+    /// step's last).
+    ReductionRound {
+        /// The device's replica.
+        replica: u32,
+        /// The round it named.
+        round: u32,
+        /// The only new round it may contribute to: the cap on `round`.
+        expected: u32,
+    },
+    /// A device whose replica is in no group of its round's grouping.
+    ReductionGroup {
+        /// The device's replica.
+        replica: u32,
+        /// The round.
+        round: u32,
+    },
     /// A step or a read of weights refused because a failed step may have left the
     /// replicas of one group holding different values of `name`.
     Diverged {
@@ -297,6 +336,36 @@ impl fmt::Display for RuntimeError {
                 }
                 Ok(())
             }
+            Self::Instance(e) => write!(f, "between instances: {e}"),
+            Self::ReductionOps { replica, round } => write!(
+                f,
+                "device {replica} asked for another operation in reduction round {round} than \
+                 the round's first contribution"
+            ),
+            Self::ReductionLength {
+                replica,
+                round,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "device {replica} contributed {actual} bytes to reduction round {round}, the \
+                 round's first contribution {expected}: contributions must match"
+            ),
+            Self::ReductionRound {
+                replica,
+                round,
+                expected,
+            } => write!(
+                f,
+                "device {replica} contributed to reduction round {round} while the host \
+                 expects at most round {expected}: a device contributes to each round in \
+                 order, once the round before is answered"
+            ),
+            Self::ReductionGroup { replica, round } => write!(
+                f,
+                "device {replica} is in no group of reduction round {round}'s grouping"
+            ),
             Self::Diverged { name, what } => write!(
                 f,
                 "the {what} of `{name}` may differ between its replicas since a step failed: \
@@ -316,6 +385,7 @@ impl std::error::Error for RuntimeError {
             Self::SplitterSetup(e) => Some(e),
             Self::Splitter(e) => Some(e),
             Self::StepFailed { cause, .. } => Some(&**cause),
+            Self::Instance(e) => Some(e),
             _ => None,
         }
     }
@@ -324,6 +394,12 @@ impl std::error::Error for RuntimeError {
 impl From<TransportError> for RuntimeError {
     fn from(e: TransportError) -> Self {
         Self::Transport(e)
+    }
+}
+
+impl From<InstanceError> for RuntimeError {
+    fn from(e: InstanceError) -> Self {
+        Self::Instance(e)
     }
 }
 

@@ -31,6 +31,7 @@ pub mod check;
 mod error;
 pub mod recovery;
 pub mod reference;
+mod step_driver;
 pub mod step_io;
 pub mod weights;
 
@@ -45,7 +46,7 @@ use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
 use tessera_core::wire::Request;
 
 pub use error::RuntimeError;
-pub use recovery::StepPhase;
+pub use recovery::{StepFault, StepPhase};
 pub use step_io::{Anchors, StepCallbacks};
 
 use crate::array::HostArray;
@@ -53,7 +54,7 @@ use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
-use crate::transport::{Channel, StepFault, TransportError};
+use crate::transport::Channel;
 
 /// Most replicas one runtime drives (the splitter's capacity).
 pub const MAX_REPLICAS: usize = 64;
@@ -329,10 +330,7 @@ impl Runtime {
                 local.extend_from_slice(&w.to_le_bytes());
             }
         }
-        let all = self
-            .instances
-            .allgather(&local)
-            .map_err(TransportError::from)?;
+        let all = self.instances.allgather(&local)?;
         Ok(all
             .chunks_exact(4)
             .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
@@ -364,10 +362,7 @@ impl Runtime {
         for c in &mut self.channels {
             local.extend_from_slice(&c.call(&CycleCount)?.get().to_le_bytes());
         }
-        let all = self
-            .instances
-            .allgather(&local)
-            .map_err(TransportError::from)?;
+        let all = self.instances.allgather(&local)?;
         Ok(all
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))

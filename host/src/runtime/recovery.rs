@@ -33,6 +33,9 @@
 //! replica draws its own stream, so they cannot disagree within a group); set the RNG
 //! state with [`Runtime::set_rng_state`] to repeat a step exactly.
 //!
+//! [`StepFault`] makes one device fail a step at a chosen round, on any placement, to test
+//! the rule ([`Runtime::inject_step_fault`]).
+//!
 //! [`Runtime::run`]: super::Runtime::run
 //! [`Runtime::run_with`]: super::Runtime::run_with
 //! [`Runtime::weights_to_host`]: super::Runtime::weights_to_host
@@ -40,6 +43,7 @@
 //! [`Runtime::weights_from_host`]: super::Runtime::weights_from_host
 //! [`Runtime::optimizer_state_from_host`]: super::Runtime::optimizer_state_from_host
 //! [`Runtime::set_rng_state`]: super::Runtime::set_rng_state
+//! [`Runtime::inject_step_fault`]: super::Runtime::inject_step_fault
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -48,6 +52,21 @@ use tessera_core::wire::Request;
 
 use super::{Runtime, RuntimeError};
 use crate::transport::TransportError;
+
+/// One device failing a training step at a chosen reduction round, on any placement: the
+/// host answers `replica`'s contribution to round `round` of the step (rounds numbered
+/// across the step's batches, as the devices number them) one element short, which the
+/// device refuses ([`ErrorCode::UnexpectedReduced`]) and fails its step there, while its
+/// peers have the round's answer and go on.
+///
+/// [`ErrorCode::UnexpectedReduced`]: tessera_core::wire::ErrorCode::UnexpectedReduced
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepFault {
+    /// The global replica that fails.
+    pub replica: u32,
+    /// The round it fails at.
+    pub round: u32,
+}
 
 /// What a step was doing when it failed (see the module's rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

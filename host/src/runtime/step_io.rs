@@ -30,9 +30,9 @@ use tessera_core::stream::{SizeError, Splitter, StreamKind, StreamSpec, Upstream
 use tessera_core::wire::endpoint::PopFifo;
 use tessera_core::wire::{Request, RequestKind};
 
+use super::step_driver;
 use super::{Runtime, RuntimeError, StepIo, StepPhase, MAX_REPLICAS};
 use crate::array::HostArray;
-use crate::transport::hub;
 
 /// Anchored tensors by name.
 pub type Anchors = BTreeMap<String, HostArray>;
@@ -191,7 +191,7 @@ impl Runtime {
         self.weights_in_sync = false;
         let fault = self.fault.take();
         let batches = self.program.batches_per_step;
-        let step = hub::run_step(
+        let step = step_driver::run_step(
             &mut self.channels,
             &self.rounds,
             batches,
@@ -199,7 +199,7 @@ impl Runtime {
             fault,
         );
         if let Err(e) = step {
-            return Err(self.step_failed(StepPhase::Running, e.into()));
+            return Err(self.step_failed(StepPhase::Running, e));
         }
         self.collect()
             .map_err(|e| self.step_failed(StepPhase::Collecting, e))

@@ -134,18 +134,12 @@ impl Runtime {
             // What the other instances hold (see the `instance` module).
             match collective {
                 Collective::None => {}
-                Collective::SumAllreduce => self
-                    .instances
-                    .allreduce_or(&mut bytes)
-                    .map_err(TransportError::from)?,
+                Collective::SumAllreduce => self.instances.allreduce_or(&mut bytes)?,
                 Collective::Allgather => {
                     let row = layout.row_bytes();
                     let mine = &bytes
                         [row * self.window.offset..row * (self.window.offset + self.window.local)];
-                    let all = self
-                        .instances
-                        .allgather(mine)
-                        .map_err(TransportError::from)?;
+                    let all = self.instances.allgather(mine)?;
                     if all.len() != bytes.len() {
                         return Err(RuntimeError::Bytes {
                             name,

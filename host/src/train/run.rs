@@ -32,7 +32,6 @@ pub(super) fn check_interval(placement: &Placement) -> usize {
         Placement::Thread | Placement::Process(_) => 1,
     }
 }
-use crate::transport::TransportError;
 
 /// A job's data before the seed is known: a file's, or the spirals still to draw.
 enum Loaded {
@@ -194,7 +193,7 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
                 let mut total = [local, device.len() as f64];
                 instances
                     .allreduce_sum(&mut total)
-                    .map_err(|e| RuntimeError::from(TransportError::from(e)))?;
+                    .map_err(RuntimeError::from)?;
                 let mean = total[0] / total[1].max(1.0);
                 step_losses.push(mean);
                 bar.set_message(format!("loss {mean:.5}"));
@@ -228,9 +227,7 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
             }
             // The others wait here, not in a device's reduction (whose deadline a slow
             // save could outlast).
-            instances
-                .barrier()
-                .map_err(|e| RuntimeError::from(TransportError::from(e)))?;
+            instances.barrier().map_err(RuntimeError::from)?;
         }
         last_state = Some(state);
     }

@@ -46,7 +46,7 @@ use super::TransportError;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 /// Times a request is sent before the host asks what its silent device is doing.
 pub const ATTEMPTS: u32 = 8;
-/// How long an idle device must have been silent about a request, besides [`ATTEMPTS`]
+/// How long an idle device must have been silent about a request, besides every attempt,
 /// sends, before it is reported unreachable.
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(2);
 /// How long a device that is busy with one request (a device thread's busy line is high,
@@ -603,7 +603,7 @@ impl Channel {
 
     /// The next message under `seq` (a reply, or a reduction during a step) if one
     /// arrives within `wait`, without sending anything again: for a caller that manages
-    /// its own retries (the step hub).
+    /// its own retries (the runtime's step driver).
     pub fn poll(&mut self, seq: u32, wait: Duration) -> Result<Option<Reply>, TransportError> {
         let until = Instant::now() + wait;
         loop {

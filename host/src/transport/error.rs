@@ -128,35 +128,6 @@ pub enum TransportError {
         /// Its value.
         value: usize,
     },
-    /// The contributions of one reduction ask for different operations.
-    ReductionOps {
-        /// The replica whose operation differs from the first one heard.
-        replica: u32,
-        /// The reduction's round.
-        round: u32,
-    },
-    /// A device contributed to a reduction round out of turn (see [`hub`](super::hub)).
-    ReductionRound {
-        /// The device's replica.
-        replica: u32,
-        /// The round it named.
-        round: u32,
-        /// The only new round it may contribute to: the cap on `round`.
-        expected: u32,
-    },
-    /// A collective between instances failed.
-    Instance(Box<crate::instance::InstanceError>),
-    /// The contributions of one reduction disagree in length.
-    Reduction {
-        /// The replica whose contribution disagrees with the first one heard.
-        replica: u32,
-        /// The reduction's round.
-        round: u32,
-        /// Bytes the first contribution carried.
-        expected: usize,
-        /// Bytes this one carried.
-        actual: usize,
-    },
 }
 
 impl fmt::Display for TransportError {
@@ -244,32 +215,6 @@ impl fmt::Display for TransportError {
             Self::Overflow { what, value } => {
                 write!(f, "{what} {value} does not fit the protocol's 32 bits")
             }
-            Self::Instance(e) => write!(f, "between instances: {e}"),
-            Self::ReductionRound {
-                replica,
-                round,
-                expected,
-            } => write!(
-                f,
-                "device {replica} contributed to reduction round {round} while the host \
-                 expects at most round {expected}: a device contributes to each round in \
-                 order, once the round before is answered"
-            ),
-            Self::ReductionOps { replica, round } => write!(
-                f,
-                "device {replica} asked for another operation in reduction round {round} than \
-                 its group's first contribution"
-            ),
-            Self::Reduction {
-                replica,
-                round,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "device {replica} contributed {actual} bytes to reduction round {round}, \
-                 its group's first contribution {expected}: contributions must match"
-            ),
         }
     }
 }
@@ -278,7 +223,6 @@ impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io(e) | Self::Spawn { source: e, .. } => Some(e),
-            Self::Instance(e) => Some(&**e),
             Self::Firmware(e) => Some(e),
             Self::Device { code, .. } => Some(code),
             _ => None,
@@ -295,12 +239,6 @@ impl From<io::Error> for TransportError {
 impl From<FirmwareError> for TransportError {
     fn from(e: FirmwareError) -> Self {
         Self::Firmware(e)
-    }
-}
-
-impl From<crate::instance::InstanceError> for TransportError {
-    fn from(e: crate::instance::InstanceError) -> Self {
-        Self::Instance(Box::new(e))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Faults on purpose, for testing recovery: [`FaultInjector`] damages the bytes it
 //! forwards (bit flips, dropped bytes, truncated writes, each at a seeded per-byte rate);
-//! [`Delayed`] delivers them late, as a slow or stalled device link would; [`StepFault`]
-//! makes one device fail a training step at a chosen reduction round.
+//! [`Delayed`] delivers them late, as a slow or stalled device link would. (A device that
+//! fails a training step on purpose is the runtime's `StepFault`.)
 
 use std::io::{self, Write};
 use std::sync::mpsc::{self, Sender};
@@ -32,21 +32,6 @@ impl FaultConfig {
         truncate_rate: 0.0,
         latency: Duration::ZERO,
     };
-}
-
-/// One device failing a training step at a chosen reduction round, on any placement: the
-/// host answers `replica`'s contribution to round `round` of the step (rounds numbered
-/// across the step's batches, as the devices number them) one element short, which the
-/// device refuses ([`ErrorCode::UnexpectedReduced`]) and fails its step there, while its
-/// peers have the round's answer and go on.
-///
-/// [`ErrorCode::UnexpectedReduced`]: tessera_core::wire::ErrorCode::UnexpectedReduced
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StepFault {
-    /// The global replica that fails.
-    pub replica: u32,
-    /// The round it fails at.
-    pub round: u32,
 }
 
 /// Counts of damage done.

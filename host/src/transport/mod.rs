@@ -7,8 +7,7 @@
 //!   what the QEMU placement needs before anything starts.
 //! - `reader`: the thread that decodes the device's frames.
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
-//! - [`hub`]: training steps across channels, and the answers to the devices' reductions.
-//! - [`fault`]: links that damage or delay bytes, and steps that fail on purpose, for tests.
+//! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
 //! - `shared`: memory shared with a device — the whole memory of a
 //!   device thread or child process, which the host reads and writes in place while the
@@ -20,17 +19,17 @@ pub mod children;
 mod device;
 mod error;
 pub mod fault;
-pub mod hub;
 mod reader;
 mod reply;
 mod shared;
 mod slots;
 mod spawn;
 
-pub use channel::{Channel, Ticket, BUSY_DEADLINE, DEFAULT_DEADLINE};
+pub(crate) use channel::Silence;
+pub use channel::{Channel, Ticket, BUSY_DEADLINE, DEFAULT_DEADLINE, UNREACHABLE_AFTER};
 pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
 pub use error::TransportError;
-pub use fault::{FaultConfig, FaultInjector, StepFault};
+pub use fault::{FaultConfig, FaultInjector};
 pub use reply::{Reply, Typed};
 pub(crate) use shared::SharedMemory;
 pub use slots::ChannelSlots;

@@ -1,0 +1,497 @@
+//! The step driver: runs a training step on this instance's devices at once and answers
+//! their reductions. Each round combines the replicas of one group, under the grouping the
+//! step's schedule names for that round (round `r` of a step uses grouping `r mod k` of the
+//! `k` it is given, as the program's reduction schedule orders them).
+//!
+//! # Contract
+//!
+//! Every reduction has an identity: the step's sequence number on the device's channel
+//! (its envelope) and the round within the step. Contributions are collected per round;
+//! when every local device's is in, each group's contributions are summed in `f64`, the
+//! partial sums are summed across instances ([`Instances::allreduce_sum`]: every instance
+//! reaches every round, in order), and every member gets its group's combination under its
+//! own step sequence number and that round. A contribution that arrives again (the
+//! device re-sent it: its answer was late or lost) is answered again with the same round's
+//! combination, which the device applies only if it is still waiting for that round, so a
+//! duplicate can never stand in for a later round's answer. Contributions of one round that
+//! disagree in length are an error, never truncated.
+//!
+//! # What a device may claim
+//!
+//! A device numbers its rounds 0, 1, 2, … and contributes to a round only once the round
+//! before is answered (it waits for the answer). So the driver accepts from each device one
+//! new round only: the one after the last it contributed to, and none while its
+//! contribution to an open round is unanswered. A round beyond that is a device out of
+//! turn ([`RuntimeError::ReductionRound`], naming it, the round and the one allowed); an
+//! earlier round is a late duplicate, answered again if its answer is still kept, else
+//! ignored; a round past the step's last (rounds per batch × batches) is out of turn too.
+//! Only the last combined round's answers are kept: every device has applied the ones
+//! before (it contributed to a later round). The driver therefore holds at most one open
+//! round's contributions and one round's answers, whatever numbers a device sends.
+//!
+//! # Silence
+//!
+//! A device silent for its channel's deadline is sent the step again (it answers with its
+//! reply or its pending contribution; it never runs the step twice); after
+//! [`STEP_ATTEMPTS`] sends, the channel says what the device is doing
+//! ([`Channel::silence`]): a device still working on its part is waited for, up to the
+//! busy deadline; anything else is reported as it is. A device waiting for its peers'
+//! contributions is silent by design and never counted.
+
+use std::time::{Duration, Instant};
+
+use tessera_core::grouping::ReplicaGrouping;
+use tessera_core::wire::{ReduceOp, Request, RequestKind, Response};
+
+use super::{RuntimeError, StepFault};
+use crate::instance::Instances;
+use crate::transport::{Channel, Silence};
+
+/// How long the driver polls one channel before moving to the next.
+const POLL: Duration = Duration::from_millis(1);
+/// Sends of the step to a silent device before the driver asks what it is doing.
+const STEP_ATTEMPTS: u32 = 8;
+
+/// One device's part in the step.
+struct Member {
+    /// The step's sequence number on this device's channel.
+    seq: u32,
+    /// The device's global replica.
+    replica: usize,
+    /// It answered the step.
+    done: bool,
+    /// When it was last heard from (or last waited on by design).
+    heard: Instant,
+    /// Sends of the step since it was last heard from.
+    resent: u32,
+    /// Its contribution to the open round is in: it waits for its peers.
+    waiting: bool,
+    /// The round it may contribute to next (module doc).
+    next_round: u32,
+}
+
+/// One device's share of the open round: its member index and its buffer (the operation
+/// is the round's).
+struct Contribution {
+    from: usize,
+    data: Vec<u8>,
+}
+
+/// The round under way: the contributions in so far.
+struct OpenRound {
+    round: u32,
+    op: ReduceOp,
+    /// Bytes every contribution carries (the first one's).
+    len: usize,
+    contributions: Vec<Contribution>,
+}
+
+/// The last combined round: each group's answer, for devices that ask again.
+struct Answered {
+    round: u32,
+    by_group: Vec<Vec<u8>>,
+}
+
+/// What the step's reduction schedule says.
+struct Schedule<'a> {
+    /// One grouping per round of a batch.
+    rounds: &'a [ReplicaGrouping],
+    /// Rounds of the whole step.
+    last: u32,
+}
+
+impl Schedule<'_> {
+    /// The grouping round `round` combines under, if the step has that round.
+    fn grouping(&self, round: u32) -> Option<&ReplicaGrouping> {
+        if round >= self.last {
+            return None;
+        }
+        self.rounds
+            .get((round as usize).checked_rem(self.rounds.len())?)
+    }
+}
+
+/// Runs one `RunStep` of `batches` batches on every channel; `rounds` (groupings over the
+/// channels' global replica ids, one per round of a batch) say which devices each round
+/// combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
+pub(super) fn run_step(
+    channels: &mut [Channel],
+    rounds: &[ReplicaGrouping],
+    batches: u32,
+    instances: &dyn Instances,
+    fault: Option<StepFault>,
+) -> Result<(), RuntimeError> {
+    let schedule = Schedule {
+        rounds,
+        last: u32::try_from(rounds.len())
+            .unwrap_or(u32::MAX)
+            .saturating_mul(batches),
+    };
+    let started = Instant::now();
+    let mut members = Vec::with_capacity(channels.len());
+    for c in channels.iter_mut() {
+        members.push(Member {
+            seq: c.submit(&Request::RunStep)?,
+            replica: c.replica() as usize,
+            done: false,
+            heard: Instant::now(),
+            resent: 0,
+            waiting: false,
+            next_round: 0,
+        });
+    }
+    let mut open: Option<OpenRound> = None;
+    let mut answered: Option<Answered> = None;
+
+    while members.iter().any(|m| !m.done) {
+        for i in 0..members.len() {
+            if members[i].done {
+                continue;
+            }
+            let Some(reply) = listen(&mut channels[i], &mut members[i], started)? else {
+                continue;
+            };
+            let member = &mut members[i];
+            match reply.response() {
+                Response::Done => member.done = true,
+                Response::Reduce { round, op, data } => {
+                    let again = answered
+                        .as_ref()
+                        .filter(|a| a.round == round)
+                        .and_then(|a| {
+                            let g = schedule.grouping(round)?.group_of(member.replica).ok()?;
+                            a.by_group.get(g)
+                        });
+                    if let Some(answer) = again {
+                        // A re-sent contribution: answer it again, under its identity.
+                        let reduced = Request::Reduced {
+                            round,
+                            data: answer,
+                        };
+                        channels[i].resend(member.seq, &reduced)?;
+                        continue;
+                    }
+                    match judge(round, member.next_round, member.waiting, schedule.last) {
+                        Heard::New => member.next_round = round.saturating_add(1),
+                        // Its answer is gone: the device has applied it already.
+                        Heard::Late => continue,
+                        Heard::OutOfTurn => {
+                            return Err(RuntimeError::ReductionRound {
+                                replica: member.replica as u32,
+                                round,
+                                expected: member.next_round,
+                            })
+                        }
+                    }
+                    member.waiting = true;
+                    let replica = member.replica;
+                    let open_round = open.get_or_insert_with(|| OpenRound {
+                        round,
+                        op,
+                        len: data.len(),
+                        contributions: Vec::with_capacity(channels.len()),
+                    });
+                    collect(open_round, i, replica, round, op, data)?;
+                    if open_round.contributions.len() < members.len() {
+                        continue;
+                    }
+                    // Every local device's contribution is in: combine, across instances
+                    // too, and answer every member with its group's combination.
+                    let out_of_step = RuntimeError::ReductionRound {
+                        replica: replica as u32,
+                        round,
+                        expected: schedule.last,
+                    };
+                    let grouping = schedule.grouping(round).ok_or(out_of_step)?;
+                    let Some(done) = open.take() else {
+                        continue;
+                    };
+                    let by_group = combine(&done, &members, grouping, instances)?;
+                    for c in &done.contributions {
+                        let m = &mut members[c.from];
+                        let answer = group_answer(&by_group, grouping, m.replica, round)?;
+                        let faulty = StepFault {
+                            replica: m.replica as u32,
+                            round,
+                        };
+                        let answer = if fault == Some(faulty) {
+                            &answer[..answer.len().saturating_sub(4)]
+                        } else {
+                            answer
+                        };
+                        let reduced = Request::Reduced {
+                            round,
+                            data: answer,
+                        };
+                        channels[c.from].resend(m.seq, &reduced)?;
+                        m.waiting = false;
+                    }
+                    // Every device applied the earlier rounds' answers (it took part in
+                    // this one): only this round's can still be asked for again.
+                    answered = Some(Answered { round, by_group });
+                }
+                Response::Error { request, code } => {
+                    return Err(crate::transport::TransportError::Device {
+                        replica: member.replica as u32,
+                        request,
+                        code,
+                    }
+                    .into())
+                }
+                other => return Err(channels[i].unexpected(&Request::RunStep, &other).into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The answer for `replica`'s group among `by_group`, `grouping`'s groups of `round`.
+fn group_answer<'a>(
+    by_group: &'a [Vec<u8>],
+    grouping: &ReplicaGrouping,
+    replica: usize,
+    round: u32,
+) -> Result<&'a [u8], RuntimeError> {
+    grouping
+        .group_of(replica)
+        .ok()
+        .and_then(|g| by_group.get(g))
+        .map(Vec::as_slice)
+        .ok_or(RuntimeError::ReductionGroup {
+            replica: replica as u32,
+            round,
+        })
+}
+
+/// The next message from `member`'s device within a poll, handling its silence (module
+/// doc): `None` when there is nothing to act on yet.
+fn listen(
+    channel: &mut Channel,
+    member: &mut Member,
+    started: Instant,
+) -> Result<Option<crate::transport::Reply>, RuntimeError> {
+    // A device waiting for its peers has nothing to say until they contribute: look
+    // without waiting, and wait on the devices the round still needs.
+    let wait = if member.waiting { Duration::ZERO } else { POLL };
+    if let Some(reply) = channel.poll(member.seq, wait)? {
+        member.heard = Instant::now();
+        member.resent = 0;
+        return Ok(Some(reply));
+    }
+    if member.waiting {
+        member.heard = Instant::now();
+        return Ok(None);
+    }
+    if member.heard.elapsed() <= channel.deadline() {
+        return Ok(None);
+    }
+    if member.resent >= STEP_ATTEMPTS {
+        match channel.silence(RequestKind::RunStep, started, member.resent) {
+            Silence::Working => {
+                member.heard = Instant::now();
+                return Ok(None);
+            }
+            Silence::Retry => {}
+            Silence::Report(error) => {
+                tracing::warn!(replica = member.replica, %error, "device silent during a step");
+                return Err(error.into());
+            }
+        }
+    }
+    tracing::debug!(
+        replica = member.replica,
+        "device silent during a step: sending the step again"
+    );
+    channel.resend(member.seq, &Request::RunStep)?;
+    member.resent += 1;
+    member.heard = Instant::now();
+    Ok(None)
+}
+
+/// Adds member `from`'s contribution to `open` (once: a repeat is already in), checking it
+/// against the round's first.
+fn collect(
+    open: &mut OpenRound,
+    from: usize,
+    replica: usize,
+    round: u32,
+    op: ReduceOp,
+    data: &[u8],
+) -> Result<(), RuntimeError> {
+    let replica = replica as u32;
+    if open.round != round {
+        return Err(RuntimeError::ReductionRound {
+            replica,
+            round,
+            expected: open.round,
+        });
+    }
+    if open.op != op {
+        return Err(RuntimeError::ReductionOps { replica, round });
+    }
+    if open.len != data.len() {
+        return Err(RuntimeError::ReductionLength {
+            replica,
+            round,
+            expected: open.len,
+            actual: data.len(),
+        });
+    }
+    if !open.contributions.iter().any(|c| c.from == from) {
+        open.contributions.push(Contribution {
+            from,
+            data: data.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// A contribution to a round no answer is kept for, as the rule in the module doc sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// The round the device may contribute to next: collect it.
+    New,
+    /// An earlier round (or the open one again): nothing to do.
+    Late,
+    /// A round the device cannot have reached.
+    OutOfTurn,
+}
+
+/// Judges a contribution to `round` from a device that may contribute to `next` next, and
+/// whose contribution to an open round is unanswered (`waiting`), in a step of `rounds`
+/// rounds.
+fn judge(round: u32, next: u32, waiting: bool, rounds: u32) -> Heard {
+    if round < next {
+        Heard::Late
+    } else if round == next && !waiting && round < rounds {
+        Heard::New
+    } else {
+        Heard::OutOfTurn
+    }
+}
+
+/// Each group's combination of one round: the local contributions summed per group in
+/// `f64`, the partial sums summed across instances, then divided by the group size for a
+/// mean; one `f32` buffer per group of `grouping`.
+fn combine(
+    round: &OpenRound,
+    members: &[Member],
+    grouping: &ReplicaGrouping,
+    instances: &dyn Instances,
+) -> Result<Vec<Vec<u8>>, RuntimeError> {
+    let len = round.len / 4;
+    let groups = grouping.num_groups();
+    let mut partial = vec![0f64; groups * len];
+    for c in &round.contributions {
+        let replica = members[c.from].replica;
+        let g = grouping
+            .group_of(replica)
+            .map_err(|_| RuntimeError::ReductionGroup {
+                replica: replica as u32,
+                round: round.round,
+            })?;
+        let sums = &mut partial[g * len..(g + 1) * len];
+        for (t, v) in sums.iter_mut().zip(c.data.chunks_exact(4)) {
+            *t += f64::from(f32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+        }
+    }
+    instances.allreduce_sum(&mut partial)?;
+    let divisor = match round.op {
+        ReduceOp::Mean => grouping.group_size() as f64,
+        ReduceOp::Sum => 1.0,
+    };
+    Ok(partial
+        .chunks(len.max(1))
+        .take(groups)
+        .map(|sums| {
+            sums.iter()
+                .flat_map(|t| ((t / divisor) as f32).to_le_bytes())
+                .collect()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a driver that keeps a contribution for any round a device names: a device
+    /// sending rounds 0, 1, …, u32::MAX without waiting grew the map by one entry each.
+    #[test]
+    fn a_device_that_runs_ahead_is_out_of_turn() {
+        assert_eq!(judge(0, 0, false, 4), Heard::New);
+        assert_eq!(judge(u32::MAX, 0, false, 4), Heard::OutOfTurn);
+        assert_eq!(judge(2, 1, false, 4), Heard::OutOfTurn, "a round skipped");
+        assert_eq!(
+            judge(1, 1, true, 4),
+            Heard::OutOfTurn,
+            "a new round before the open one is answered"
+        );
+    }
+
+    /// Catches a driver that fails a step for a duplicate (a device re-sends its
+    /// contribution when an answer is late): an earlier or still open round is only late.
+    #[test]
+    fn repeated_rounds_are_late_not_errors() {
+        assert_eq!(judge(0, 1, true, 4), Heard::Late, "the open round again");
+        assert_eq!(judge(0, 2, false, 4), Heard::Late, "an answered round");
+        assert_eq!(judge(1, 1, false, 4), Heard::New);
+    }
+
+    /// Catches a driver that lets devices counting rounds in order run a step forever: a
+    /// round past the step's last is out of turn, even in order.
+    #[test]
+    fn no_round_past_the_steps_last() {
+        assert_eq!(judge(3, 3, false, 4), Heard::New);
+        assert_eq!(judge(4, 4, false, 4), Heard::OutOfTurn);
+        assert_eq!(
+            judge(0, 0, false, 0),
+            Heard::OutOfTurn,
+            "a step without rounds"
+        );
+    }
+
+    #[test]
+    fn the_error_names_the_device_the_round_and_the_cap() {
+        let e = RuntimeError::ReductionRound {
+            replica: 3,
+            round: 4_000_000_000,
+            expected: 2,
+        };
+        let message = e.to_string();
+        for part in ["device 3", "4000000000", "round 2"] {
+            assert!(message.contains(part), "{message}");
+        }
+    }
+
+    /// Catches contributions of one round that differ in length or operation being
+    /// combined anyway (truncated to the shortest, or summed where a mean was asked).
+    #[test]
+    fn contributions_must_match_the_rounds_first() {
+        let mut open = OpenRound {
+            round: 2,
+            op: ReduceOp::Mean,
+            len: 8,
+            contributions: Vec::new(),
+        };
+        collect(&mut open, 0, 0, 2, ReduceOp::Mean, &[0; 8]).unwrap();
+        collect(&mut open, 0, 0, 2, ReduceOp::Mean, &[0; 8]).unwrap();
+        assert_eq!(open.contributions.len(), 1, "a repeat is in once");
+        assert!(matches!(
+            collect(&mut open, 1, 1, 2, ReduceOp::Mean, &[0; 4]),
+            Err(RuntimeError::ReductionLength {
+                replica: 1,
+                expected: 8,
+                actual: 4,
+                ..
+            })
+        ));
+        assert!(matches!(
+            collect(&mut open, 1, 1, 2, ReduceOp::Sum, &[0; 8]),
+            Err(RuntimeError::ReductionOps {
+                replica: 1,
+                round: 2
+            })
+        ));
+    }
+}
