@@ -46,8 +46,8 @@ use super::TransportError;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
 /// Times a request is sent before the host asks what its silent device is doing.
 pub const ATTEMPTS: u32 = 8;
-/// How long an idle device must have been silent about a request, besides every attempt,
-/// sends, before it is reported unreachable.
+/// How long an idle device must have been silent about a request, besides every attempt
+/// having been sent, before it is reported unreachable.
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(2);
 /// How long a device that is busy with one request (a device thread's busy line is high,
 /// or a device process is on a core) may work on it before it is reported
