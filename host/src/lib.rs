@@ -26,6 +26,7 @@
 // `unsafe` lives in one module, `transport::window` (the shared-memory mapping), which
 // allows it item by item with a SAFETY note each.
 #![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod array;
 pub mod atomic;
