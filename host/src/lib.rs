@@ -37,6 +37,8 @@ pub mod inspect;
 pub mod instance;
 pub mod layout;
 pub mod placement;
+#[cfg(test)]
+mod readme;
 pub mod runtime;
 pub mod session;
 pub mod train;
