@@ -134,6 +134,30 @@ pub struct Runtime {
 impl Runtime {
     /// Starts `replicas` devices on `placement` (each with `device_memory` bytes when the
     /// host places them) and prepares `program` on them.
+    ///
+    /// ```
+    /// use tessera_core::dtype::DataType;
+    /// use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+    /// use tessera_core::program::{Layer, Optimizer, Program, Sharding};
+    /// use tessera_host::runtime::{Placement, Runtime, RuntimeError};
+    ///
+    /// let mut p = Program::new(1, 1, Optimizer::Sgd { learning_rate: 0.1 });
+    /// p.input = p.add_stream("x", DataType::F32, &[4], false)?;
+    /// let y = p.add_stream("y", DataType::F32, &[1], false)?;
+    /// // Orthogonal groups of 2: on 4 replicas, [0, 2] and [1, 3]; 3 replicas have none.
+    /// let pairs = GroupingSpec::Comm(CommGroup::Orthogonal(2));
+    /// let sharded = Sharding::Balanced; // each member holds 2 of the group's 4 elements
+    /// let w = p.add_variable("w", &[1, 4], pairs, RetrievalMode::OnePerGroup, sharded)?;
+    /// p.add_layer(Layer::Linear { weight: w })?;
+    /// p.add_layer(Layer::MeanSquaredError { targets: y })?;
+    ///
+    /// // The program is checked against the replica count before any device starts.
+    /// let refused = Runtime::prepare(p.clone(), 3, &Placement::Thread, 1 << 16);
+    /// assert!(matches!(refused, Err(RuntimeError::Program(_))));
+    /// let mut runtime = Runtime::prepare(p, 4, &Placement::Thread, 1 << 16)?;
+    /// assert_eq!(runtime.weights_to_host()?["w"].shape(), [2, 1, 4]); // one row per group
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn prepare(
         program: Program,
         replicas: usize,

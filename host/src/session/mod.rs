@@ -174,6 +174,18 @@ pub struct Session {
 impl Session {
     /// Starts `workers` devices on `placement` (`memory` bytes each for host-placed ones) in
     /// `num_groups` contiguous groups.
+    ///
+    /// ```
+    /// use tessera_host::runtime::Placement;
+    /// use tessera_host::session::{Session, SessionError};
+    ///
+    /// // Six workers in threads, 1 MiB each, in two groups of three: [0, 1, 2] and [3, 4, 5].
+    /// let session = Session::new(&Placement::Thread, 6, 2, 1 << 20)?;
+    /// assert_eq!(session.num_workers(), 6);
+    /// // Groups are equal blocks: 6 workers do not make 4 of them, and nothing starts.
+    /// assert!(Session::new(&Placement::Thread, 6, 4, 1 << 20).is_err());
+    /// # Ok::<(), SessionError>(())
+    /// ```
     pub fn new(
         placement: &Placement,
         workers: usize,
