@@ -23,7 +23,7 @@
 //!   and checked against the host reference.
 //! - [`transport`]: channels to devices in every placement, with deadlines and retries, and
 //!   the hub that runs training steps across them.
-// `unsafe` lives in one module, `transport::window` (the shared-memory mapping), which
+// `unsafe` lives in one module, `transport::shared` (the shared-memory mapping), which
 // allows it item by item with a SAFETY note each.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
