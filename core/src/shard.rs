@@ -122,6 +122,21 @@ pub struct ShardLayout<'a> {
 impl<'a> ShardLayout<'a> {
     /// PopART's layout: `T = ⌈n/D⌉`, `V = ⌈n/T⌉`; shard `r < V` holds reference elements
     /// `[⌊r·n/V⌋, ⌊(r+1)·n/V⌋)` at its start, shards `r ≥ V` are all padding.
+    ///
+    /// ```
+    /// use tessera_core::shard::{Piece, ShardLayout};
+    ///
+    /// // 30 elements over 4 shards of 8: the shards hold 7, 8, 7 and 8 of them.
+    /// let layout = ShardLayout::balanced(30, 4)?;
+    /// assert_eq!((layout.per_replica(), layout.gathered_len()), (8, 32));
+    /// for (shard, held) in [7, 8, 7, 8].into_iter().enumerate() {
+    ///     assert_eq!(layout.pieces(shard)?.map(|p| p.len()).sum::<usize>(), held);
+    /// }
+    /// // Shard 1 holds reference elements 7..15 at its start.
+    /// let first = layout.pieces(1)?.next();
+    /// assert_eq!(first, Some(Piece { src_begin: 7, src_end: 15, dst_offset: 0 }));
+    /// # Ok::<(), tessera_core::shard::ShardError>(())
+    /// ```
     pub fn balanced(elements: usize, domain: usize) -> Result<Self, ShardError> {
         let (per_replica, filled) = Self::regular_sizes(elements, domain)?;
         Ok(Self {

@@ -23,6 +23,7 @@
 //! arena: every id, offset and length is checked and answered with an error reply.
 #![no_std]
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 #[cfg(feature = "std")]
 extern crate std;

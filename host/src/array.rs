@@ -88,6 +88,20 @@ impl HostArray {
     }
 
     /// An f32 array.
+    ///
+    /// ```
+    /// use tessera_core::dtype::DataType;
+    /// use tessera_host::array::{ArrayError, HostArray};
+    ///
+    /// let a = HostArray::from_f32(&[2, 3], &[0., 1., 2., 3., 4., 5.])?;
+    /// assert_eq!((a.dtype(), a.shape()), (DataType::F32, &[2, 3][..]));
+    /// assert_eq!((a.elements(), a.bytes().len()), (6, 24)); // 4 bytes each, little-endian
+    /// assert_eq!(a.to_f32(), Some(vec![0., 1., 2., 3., 4., 5.]));
+    /// // The values must fill the shape exactly.
+    /// let short = HostArray::from_f32(&[2, 3], &[0.; 5]);
+    /// assert_eq!(short, Err(ArrayError::Length { expected: 24, actual: 20 }));
+    /// # Ok::<(), ArrayError>(())
+    /// ```
     pub fn from_f32(shape: &[u32], values: &[f32]) -> Result<Self, ArrayError> {
         Self::new(DataType::F32, shape, bytemuck::cast_slice(values).to_vec())
     }

@@ -1,7 +1,7 @@
 //! tessera-host: the std runtime users program against, and the `tessera` command.
 //!
-//! - [`array`](mod@array): host arrays (element type, shape, bytes) and register values, which the
-//!   runtime and the session both speak.
+//! - [`array`](mod@array): host arrays (element type, shape, bytes) and register values,
+//!   which the runtime and the session both speak.
 //! - [`checkpoint`]: a training run's state in one safetensors file, saved atomically and
 //!   restored bit for bit.
 //! - [`executable`]: a prepared program and the device limits it was prepared for, in one
@@ -22,9 +22,10 @@
 //! - [`train`]: the main job (`tessera train`): a model trained on the simulated accelerator
 //!   and checked against the host reference.
 //! - [`transport`]: channels to devices in every placement, with deadlines and retries.
-// `unsafe` lives in one module, `transport::window` (the shared-memory mapping), which
+// `unsafe` lives in one module, `transport::shared` (the shared-memory mapping), which
 // allows it item by item with a SAFETY note each.
 #![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod array;
 pub mod atomic;
@@ -35,6 +36,8 @@ pub mod inspect;
 pub mod instance;
 pub mod layout;
 pub mod placement;
+#[cfg(test)]
+mod readme;
 pub mod runtime;
 pub mod session;
 pub mod train;

@@ -1,4 +1,5 @@
 //! The `tessera` command: one file per subcommand in `cli/`.
+#![deny(missing_docs)]
 
 mod cli;
 

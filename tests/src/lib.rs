@@ -1,4 +1,5 @@
 //! Shared helpers for the end-to-end suites in `tests/`.
+#![deny(missing_docs)]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;

@@ -83,6 +83,18 @@ impl From<ReplicaGrouping> for GroupingParts {
 
 impl ReplicaGrouping {
     /// Validates and normalises a grouping.
+    ///
+    /// ```
+    /// use tessera_core::grouping::{GroupingError, ReplicaGrouping};
+    ///
+    /// // A group of one has no spacing: (4, 2, 1) is stored, and compares, as (4, 1, 1).
+    /// let singles = ReplicaGrouping::new(4, 2, 1)?;
+    /// assert_eq!((singles.stride(), singles.num_groups()), (1, 4));
+    /// assert_eq!(singles, ReplicaGrouping::new(4, 1, 1)?);
+    /// // 6 replicas do not form whole blocks of 2·2.
+    /// assert!(matches!(ReplicaGrouping::new(6, 2, 2), Err(GroupingError::NotDivisible { .. })));
+    /// # Ok::<(), GroupingError>(())
+    /// ```
     pub fn new(replicas: usize, stride: usize, group_size: usize) -> Result<Self, GroupingError> {
         if replicas == 0 {
             return Err(GroupingError::ZeroReplicas);

@@ -45,6 +45,24 @@ impl core::error::Error for CapacityError {}
 
 impl Program {
     /// An empty program (no tensors, no layers; input stream 0, not instrumented).
+    ///
+    /// ```
+    /// use tessera_core::dtype::DataType;
+    /// use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+    /// use tessera_core::program::{Layer, Optimizer, Program, ProgramError, Sharding};
+    ///
+    /// // 2 batches of 4 micro-batches per step, plain SGD.
+    /// let mut p = Program::new(2, 4, Optimizer::Sgd { learning_rate: 0.05 });
+    /// p.input = p.add_stream("x", DataType::F32, &[8], false)?;
+    /// let y = p.add_stream("y", DataType::F32, &[2], false)?;
+    /// let each = GroupingSpec::Comm(CommGroup::None); // a weight of its own per replica
+    /// let w = p.add_variable("w", &[2, 8], each, RetrievalMode::AllReplicas, Sharding::None)?;
+    /// p.add_layer(Layer::Linear { weight: w })?;
+    /// assert_eq!(p.check(4), Err(ProgramError::NoLoss)); // the rules are checked whole
+    /// p.add_layer(Layer::MeanSquaredError { targets: y })?;
+    /// assert_eq!(p.check(4), Ok(()));
+    /// # Ok::<(), tessera_core::program::CapacityError>(())
+    /// ```
     pub const fn new(batches_per_step: u32, accumulation: u32, optimizer: Optimizer) -> Self {
         Self {
             variables: heapless::Vec::new(),

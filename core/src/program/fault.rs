@@ -59,31 +59,54 @@ pub enum ProgramPart {
 /// whole-program case of [`ProgramError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[allow(missing_docs)] // Each is the rule of the same name in `ProgramRule` or `ProgramError`.
 pub enum RuleKind {
+    /// [`ProgramRule::EmptyName`]: a name is empty.
     EmptyName,
+    /// [`ProgramRule::DuplicateName`]: two variables or streams share a name.
     DuplicateName,
+    /// [`ProgramRule::Type`]: a tensor has the wrong element type.
     Type,
+    /// [`ProgramRule::Dimensions`]: a shape has no dimension, too many, or a zero.
     Dimensions,
+    /// [`ProgramRule::Size`]: an element count overflows.
     Size,
+    /// [`ProgramRule::Grouping`]: a grouping does not resolve on the replicas.
     Grouping,
+    /// [`ProgramRule::Shard`]: a shard layout does not build.
     Shard,
+    /// [`ProgramRule::Missing`]: an index names no variable or stream.
     Missing,
+    /// [`ProgramRule::Width`]: a tensor's width does not meet the layer's input.
     Width,
+    /// [`ProgramRule::Rank`]: a weight that is not a matrix, or a bias that is not a vector.
     Rank,
+    /// [`ProgramRule::UsedTwice`]: two layers use one variable.
     UsedTwice,
+    /// [`ProgramRule::Rate`]: a dropout rate outside `[0, 1)`.
     Rate,
+    /// [`ProgramRule::LossNotLast`]: a loss layer before the last position.
     LossNotLast,
+    /// [`ProgramRule::Classes`]: a cross-entropy over fewer than two classes.
     Classes,
+    /// [`ProgramRule::Labels`]: a labels stream without one label per sample.
     Labels,
+    /// [`ProgramRule::InputStream`]: a layer reads the model's input as labels or targets.
     InputStream,
+    /// [`ProgramRule::ReturnType`]: an anchor's return type does not fit the data flow.
     ReturnType,
+    /// [`ProgramRule::AnchoredTwice`]: one tensor anchored twice.
     AnchoredTwice,
+    /// [`ProgramError::DataFlow`]: the data flow is invalid.
     DataFlow,
+    /// [`ProgramError::Optimizer`]: a learning rate or momentum out of range.
     Optimizer,
+    /// [`ProgramError::NoSuchVariable`]: a variable index past the program's variables.
     NoSuchVariable,
+    /// [`ProgramError::NoLoss`]: the model does not end in a loss layer.
     NoLoss,
+    /// [`ProgramError::NoReplicas`]: no replicas to run on.
     NoReplicas,
+    /// [`ProgramError::NoInput`]: the input stream index names no stream.
     NoInput,
 }
 

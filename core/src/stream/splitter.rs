@@ -108,6 +108,41 @@ impl<B: Copy, const TENSORS: usize, const REPLICAS: usize, const DEPTH: usize>
     Splitter<B, TENSORS, REPLICAS, DEPTH>
 {
     /// A splitter for `replicas` replicas running `flow`.
+    ///
+    /// ```
+    /// use core::convert::Infallible;
+    /// use tessera_core::stream::{DataFlow, Splitter, UpstreamIo};
+    ///
+    /// /// Hands out input buffers 0, 1, 2, … in the order it is asked.
+    /// struct Counter(usize);
+    ///
+    /// impl UpstreamIo for Counter {
+    ///     type Buffer = usize;
+    ///     type Error = Infallible;
+    ///     fn input(&mut self, _: usize, _: usize, _: bool) -> Result<Option<usize>, Infallible> {
+    ///         self.0 += 1;
+    ///         Ok(Some(self.0 - 1))
+    ///     }
+    ///     fn input_complete(&mut self, _: usize) -> Result<(), Infallible> { Ok(()) }
+    ///     fn output(&mut self, _: usize, _: usize) -> Result<Option<usize>, Infallible> {
+    ///         Ok(None)
+    ///     }
+    ///     fn output_complete(&mut self, _: usize) -> Result<(), Infallible> { Ok(()) }
+    /// }
+    ///
+    /// // 2 replicas, one batch of 2 micro-batches per step; capacities: 4 tensors, 8
+    /// // replicas, 2 parked buffers per replica.
+    /// let mut splitter = Splitter::<usize, 4, 8, 2>::new(2, DataFlow::new(1, 2)?)?;
+    /// let x = splitter.add_input(3, false)?;
+    /// let mut upstream = Counter(0);
+    /// // Replica r's j-th buffer is upstream buffer 2·j + r, whoever asks first: replica 1's
+    /// // first request fetches buffer 0 for replica 0 (parked) and buffer 1 for itself.
+    /// assert_eq!(splitter.input(&mut upstream, x, 1, false)?, Some(1));
+    /// assert_eq!(splitter.input(&mut upstream, x, 1, false)?, Some(3));
+    /// assert_eq!(splitter.input(&mut upstream, x, 0, false)?, Some(0));
+    /// assert_eq!(splitter.input(&mut upstream, x, 0, false)?, Some(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(replicas: usize, flow: DataFlow) -> Result<Self, SetupError> {
         if replicas == 0 || replicas > REPLICAS {
             return Err(SetupError::Replicas {

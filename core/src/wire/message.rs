@@ -85,12 +85,16 @@ pub struct Array<'a> {
 /// What a register holds, without its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[allow(missing_docs)]
 pub enum ValueKind {
+    /// An integer ([`Value::Int`]).
     Int,
+    /// A float ([`Value::Float`]).
     Float,
+    /// A shape ([`Value::Shape`]).
     Shape,
+    /// A string ([`Value::Str`]).
     Str,
+    /// An array ([`Value::Array`]) of any element type.
     Array,
 }
 
@@ -361,39 +365,70 @@ pub enum Request<'a> {
 /// Which request an error reply is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[allow(missing_docs)]
 pub enum RequestKind {
+    /// [`Request::Hello`]: opening a session.
     Hello,
+    /// [`Request::AllocSlot`]: reserving a remote-buffer slot.
     AllocSlot,
+    /// [`Request::WriteSlot`]: a chunk into a slot.
     WriteSlot,
+    /// [`Request::ReadSlot`]: a chunk of a slot.
     ReadSlot,
+    /// [`Request::CreateFifo`]: creating a stream FIFO.
     CreateFifo,
+    /// [`Request::PushFifo`]: items into a FIFO.
     PushFifo,
+    /// [`Request::PopFifo`]: items out of a FIFO.
     PopFifo,
+    /// [`Request::SetOptimizer`]: the optimizer's values.
     SetOptimizer,
+    /// [`Request::SetSeed`]: the random seed from the host.
     SetSeed,
+    /// [`Request::GetSeed`]: the random seed to the host.
     GetSeed,
+    /// [`Request::SetRngState`]: the generator's state from the host.
     SetRngState,
+    /// [`Request::GetRngState`]: the generator's state to the host.
     GetRngState,
+    /// [`Request::Prepare`]: placing a program.
     Prepare,
+    /// [`Request::RunStep`]: one training step.
     RunStep,
+    /// [`Request::Reduced`]: the host's answer to a reduction.
     Reduced,
+    /// [`Request::CycleCount`]: the cycle count to the host.
     CycleCount,
+    /// [`Request::SetRegister`]: a value into a register.
     SetRegister,
+    /// [`Request::GetRegister`]: a register's value.
     GetRegister,
+    /// [`Request::FreeRegister`]: freeing a register.
     FreeRegister,
+    /// [`Request::RemoteLoad`]: a slot into an on-device variable.
     RemoteLoad,
+    /// [`Request::RemoteStore`]: an on-device variable into a slot.
     RemoteStore,
+    /// [`Request::Invoke`]: calling a named function.
     Invoke,
+    /// [`Request::HasFunction`]: asking for a function by name.
     HasFunction,
+    /// [`Request::AllocArray`]: an array register, zeroed.
     AllocArray,
+    /// [`Request::WriteArray`]: a chunk of an array register's bytes.
     WriteArray,
+    /// [`Request::ReadArray`]: a chunk of an array or tensor register's bytes.
     ReadArray,
+    /// [`Request::DescribeRegister`]: what a register holds.
     DescribeRegister,
+    /// [`Request::WriteArrayBulk`]: an array register's bytes, handed over whole.
     WriteArrayBulk,
+    /// [`Request::ReadArrayBulk`]: an array register's bytes, returned whole.
     ReadArrayBulk,
+    /// [`Request::WriteSlotBulk`]: a slot's bytes, handed over whole.
     WriteSlotBulk,
+    /// [`Request::ReadSlotBulk`]: a slot's bytes, returned whole.
     ReadSlotBulk,
+    /// [`Request::ResetStep`]: resetting the step's FIFOs and scratch.
     ResetStep,
     /// A frame that did not decode as any request.
     Malformed,

@@ -112,6 +112,23 @@ impl<'a> Device<'a> {
     /// Replica `replica` (until a hello assigns another), with `memory` as its arena, taking
     /// frames and keeping replies as `link` says (see [`Server::link`](crate::Server::link)),
     /// counting cycles in `cycles`.
+    ///
+    /// ```
+    /// use tessera_core::wire::{Request, Response, PROTOCOL_VERSION};
+    /// use tessera_firmware_sim::program::NoReduce;
+    /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
+    ///
+    /// let (mut memory, cycles) = ([0u8; 1024], CycleCounter::new());
+    /// let link = LinkLimits { max_frame: 256, window: 4 };
+    /// let mut device = Device::new(0, &mut memory, link, &cycles);
+    /// // The host's hello assigns the replica; the device answers with its limits.
+    /// let hello = Request::Hello { version: PROTOCOL_VERSION, replica: 3 };
+    /// let Response::Hello { version, limits } = device.handle(&hello, &mut NoReduce) else {
+    ///     panic!("a hello is answered with a hello");
+    /// };
+    /// assert_eq!(version, PROTOCOL_VERSION);
+    /// assert_eq!((limits.replica, limits.memory, limits.window), (3, 1024, 4));
+    /// ```
     pub fn new(
         replica: u32,
         memory: &'a mut [u8],

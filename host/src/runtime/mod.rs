@@ -25,6 +25,33 @@
 //! - Cycle counts come only from an instrumented program (otherwise the devices refuse);
 //!   their unit is the device's work unit, one multiply-add.
 //!
+//! ```
+//! use tessera_core::{dtype::DataType, grouping::*, program::*, stream::AnchorReturnType};
+//! use tessera_host::runtime::{Placement, Runtime, StepIo, WeightsIo};
+//! use tessera_host::session::HostArray;
+//!
+//! let mut p = Program::new(4, 2, Optimizer::Sgd { learning_rate: 0.1 }); // bps 4, af 2
+//! let all = GroupingSpec::Comm(CommGroup::All);
+//! let w = p.add_variable("w", &[3, 2], all, RetrievalMode::OnePerGroup, Sharding::Balanced)?;
+//! p.input = p.add_stream("x", DataType::F32, &[2], false)?;
+//! let label = p.add_stream("label", DataType::I32, &[1], false)?;
+//! p.add_layer(Layer::Linear { weight: w })?;
+//! p.add_layer(Layer::SoftmaxCrossEntropy { labels: label })?;
+//! p.add_anchor(AnchorTensor::Loss, AnchorReturnType::All)?;
+//!
+//! let mut runtime = Runtime::prepare(p, 4, &Placement::Thread, 1 << 20)?; // checked first
+//! let initial = HostArray::from_f32(&[3, 2], &[0.1, -0.2, 0.3, 0.4, -0.5, 0.6])?;
+//! let x = HostArray::from_f32(&[32, 2], &[0.5; 64])?; // bps·af·4 samples of 2
+//! let labels = HostArray::from_i32(&[32], &[1; 32])?; // i32 or i64
+//! runtime.weights_from_host(&WeightsIo::from([("w".into(), initial)]))?;
+//! let anchors = runtime.run(&StepIo::from([("x".into(), x), ("label".into(), labels)]))?;
+//! let loss = anchors["loss"].to_f32().unwrap(); // [8, 4]: micro-batches × replicas
+//! assert!(loss[31] < loss[0]); // four SGD updates in one step: the loss falls
+//! let weights = runtime.weights_to_host()?; // gathered from its four shards
+//! assert_eq!(weights["w"].shape(), [3, 2]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! [`transfer`]: tessera_core::transfer
 
 pub mod check;
@@ -108,6 +135,30 @@ pub struct Runtime {
 impl Runtime {
     /// Starts `replicas` devices on `placement` (each with `device_memory` bytes when the
     /// host places them) and prepares `program` on them.
+    ///
+    /// ```
+    /// use tessera_core::dtype::DataType;
+    /// use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+    /// use tessera_core::program::{Layer, Optimizer, Program, Sharding};
+    /// use tessera_host::runtime::{Placement, Runtime, RuntimeError};
+    ///
+    /// let mut p = Program::new(1, 1, Optimizer::Sgd { learning_rate: 0.1 });
+    /// p.input = p.add_stream("x", DataType::F32, &[4], false)?;
+    /// let y = p.add_stream("y", DataType::F32, &[1], false)?;
+    /// // Orthogonal groups of 2: on 4 replicas, [0, 2] and [1, 3]; 3 replicas have none.
+    /// let pairs = GroupingSpec::Comm(CommGroup::Orthogonal(2));
+    /// let sharded = Sharding::Balanced; // each member holds 2 of the group's 4 elements
+    /// let w = p.add_variable("w", &[1, 4], pairs, RetrievalMode::OnePerGroup, sharded)?;
+    /// p.add_layer(Layer::Linear { weight: w })?;
+    /// p.add_layer(Layer::MeanSquaredError { targets: y })?;
+    ///
+    /// // The program is checked against the replica count before any device starts.
+    /// let refused = Runtime::prepare(p.clone(), 3, &Placement::Thread, 1 << 16);
+    /// assert!(matches!(refused, Err(RuntimeError::Program(_))));
+    /// let mut runtime = Runtime::prepare(p, 4, &Placement::Thread, 1 << 16)?;
+    /// assert_eq!(runtime.weights_to_host()?["w"].shape(), [2, 1, 4]); // one row per group
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn prepare(
         program: Program,
         replicas: usize,

@@ -61,7 +61,13 @@
 //! session.broadcast_from_worker0(&y, &total, Scope::Global)?;
 //! session.allreduce(&total, &total, ReduceOp::Sum, Scope::Global)?;
 //! let HostValue::Array(sum) = session.debug_get(&total, 3)? else { unreachable!() };
-//! assert_eq!(sum.to_f32(), Some(vec![4., 8., 12., 16., 20., 24.]));
+//! assert_eq!(sum.to_f32(), Some(vec![4., 8., 12., 16., 20., 24.])); // on worker 3 too
+//!
+//! // Disco's destination-passing copies: into arrays that already exist, nothing allocated.
+//! let mut back = HostArray::from_f32(&[2, 3], &[0.; 6])?;
+//! session.copy_to_worker0_into(&HostArray::from_f32(&[2, 3], &[1.; 6])?, &x)?;
+//! session.copy_from_worker0_into(&x, &mut back)?;
+//! assert_eq!(back.to_f32(), Some(vec![1.; 6]));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -168,6 +174,18 @@ pub struct Session {
 impl Session {
     /// Starts `workers` devices on `placement` (`memory` bytes each for host-placed ones) in
     /// `num_groups` contiguous groups.
+    ///
+    /// ```
+    /// use tessera_host::runtime::Placement;
+    /// use tessera_host::session::{Session, SessionError};
+    ///
+    /// // Six workers in threads, 1 MiB each, in two groups of three: [0, 1, 2] and [3, 4, 5].
+    /// let session = Session::new(&Placement::Thread, 6, 2, 1 << 20)?;
+    /// assert_eq!(session.num_workers(), 6);
+    /// // Groups are equal blocks: 6 workers do not make 4 of them, and nothing starts.
+    /// assert!(Session::new(&Placement::Thread, 6, 4, 1 << 20).is_err());
+    /// # Ok::<(), SessionError>(())
+    /// ```
     pub fn new(
         placement: &Placement,
         workers: usize,

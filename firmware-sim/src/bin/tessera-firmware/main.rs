@@ -5,6 +5,7 @@
 #![no_std]
 #![no_main]
 #![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 #[path = "../board/mod.rs"]
 mod board;
