@@ -84,7 +84,7 @@ fn calls(name: &str, session: &Session) {
     let w0 = median(2001, || one(Some(0)));
     let all = median(2001, || one(None));
     println!(
-        "{name:>8}  call + sync worker 0: {:8.1} µs   call + sync all {WORKERS}: {:8.1} µs   (TVM Disco on this machine: 45 µs and 126 µs)",
+        "{name:>8}  call + sync worker 0: {:8.1} µs   call + sync all {WORKERS}: {:8.1} µs",
         micros(w0),
         micros(all)
     );
