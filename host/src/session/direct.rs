@@ -23,7 +23,7 @@ use super::collective::ReduceOp;
 use super::reduce::{self, BLOCK};
 use super::state::array_shape;
 use super::{SessionError, State};
-use crate::transport::{SharedMemory, TransportError};
+use crate::transport::{stream, SharedMemory, SplitError, TransportError};
 
 const OPERATION: &str = "allreduce";
 
@@ -70,7 +70,9 @@ impl State {
         };
         for (worker, member) in group.clone().zip(&members) {
             for (at, register) in [(member.src, src), (member.dst, dst)] {
-                let memory = self.with_memory(worker, SharedMemory::len)?.unwrap_or(0);
+                let memory = self
+                    .with_memory(worker, |memory| memory.len())?
+                    .unwrap_or(0);
                 if at.checked_add(bytes).is_none_or(|end| end > memory) {
                     return Err(SessionError::OutsideMemory {
                         worker,
@@ -93,13 +95,25 @@ impl State {
 
     /// Runs a planned allreduce: block by block, every member's source read, combined,
     /// and written to every member's destination; the blocks are split between as many
-    /// host threads as there are cores (the workers are idle meanwhile).
+    /// host threads as there are cores (the workers are idle meanwhile), each thread
+    /// writing only through its own views of the members' memories (disjoint, so that no
+    /// two threads touch one byte: [`SharedMemory::split_mut`] checks it).
     pub(super) fn run_in_place(
         &mut self,
         plan: &InPlace,
         op: ReduceOp,
     ) -> Result<(), SessionError> {
-        let memories = self.workers[plan.group.clone()]
+        let block = PASS * plan.dtype.size();
+        let blocks = plan.bytes.div_ceil(block);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, blocks.max(1));
+        let per_thread = blocks.div_ceil(threads) * block;
+        let parts: Vec<Range<usize>> = (0..plan.bytes)
+            .step_by(per_thread.max(1))
+            .map(|start| start..plan.bytes.min(start + per_thread))
+            .collect();
+        let mut memories = self.workers[plan.group.clone()]
             .iter_mut()
             .map(|channel| {
                 let replica = channel.replica();
@@ -109,25 +123,25 @@ impl State {
                     .device_memory()?
                     .ok_or(TransportError::Closed { replica })
             })
-            .collect::<Result<Vec<&SharedMemory>, _>>()?;
-        let block = PASS * plan.dtype.size();
-        let blocks = plan.bytes.div_ceil(block);
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .clamp(1, blocks.max(1));
-        let per_thread = blocks.div_ceil(threads) * block;
-        let memories = &memories;
-        let mut parts = (0..plan.bytes)
-            .step_by(per_thread.max(1))
-            .map(|start| start..plan.bytes.min(start + per_thread));
+            .collect::<Result<Vec<&mut SharedMemory>, _>>()?;
+        // Each part's views of every member, in member order.
+        let mut views: Vec<Vec<Views<'_>>> = parts.iter().map(|_| Vec::new()).collect();
+        for (member, memory) in plan.members.iter().zip(&mut memories) {
+            for (part, member_views) in views.iter_mut().zip(member.split(plan, &parts, memory)?) {
+                part.push(member_views);
+            }
+        }
+        let mut views = views.into_iter();
         // This thread takes the first part; the others (none for a small array) get a
         // thread each.
-        let first = parts.next().unwrap_or(0..0);
+        let Some(first) = views.next() else {
+            return Ok(());
+        };
         std::thread::scope(|scope| {
-            let others: Vec<_> = parts
-                .map(|range| scope.spawn(move || reduce_range(plan, op, memories, range)))
+            let others: Vec<_> = views
+                .map(|part| scope.spawn(move || reduce_range(plan, op, part)))
                 .collect();
-            let mine = reduce_range(plan, op, memories, first);
+            let mine = reduce_range(plan, op, first);
             // The first failure is the answer (the scope joins the rest); a panic in a part
             // goes on as a panic here.
             others.into_iter().fold(mine, |outcome, part| {
@@ -140,45 +154,112 @@ impl State {
     }
 }
 
-/// The bytes `range` of a planned allreduce (a whole number of blocks from the start),
-/// block by block.
+/// One member's bytes of one part of an allreduce: its source and destination (the same
+/// bytes when the registers are).
+enum Views<'m> {
+    Same(&'m mut [u8]),
+    Apart {
+        src: &'m mut [u8],
+        dst: &'m mut [u8],
+    },
+}
+
+impl Views<'_> {
+    fn src(&self) -> &[u8] {
+        match self {
+            Self::Same(bytes) | Self::Apart { src: bytes, .. } => bytes,
+        }
+    }
+
+    fn dst(&mut self) -> &mut [u8] {
+        match self {
+            Self::Same(bytes) | Self::Apart { dst: bytes, .. } => bytes,
+        }
+    }
+}
+
+impl Member {
+    /// This member's views of every part of the array, one per part, in `memory`: split so
+    /// that no two share a byte, or an error naming the register whose bytes the memory
+    /// does not hold (the plan checked them) or the two that overlap.
+    fn split<'m>(
+        &self,
+        plan: &InPlace,
+        parts: &[Range<usize>],
+        memory: &'m mut SharedMemory,
+    ) -> Result<Vec<Views<'m>>, SessionError> {
+        let same = self.src == self.dst;
+        let shift = |at: usize, part: &Range<usize>| at + part.start..at + part.end;
+        let ranges: Vec<Range<usize>> = parts
+            .iter()
+            .flat_map(|part| {
+                let dst = (!same).then(|| shift(self.dst, part));
+                std::iter::once(shift(self.src, part)).chain(dst)
+            })
+            .collect();
+        let (src_register, dst_register) = plan.registers;
+        let memory_len = memory.len();
+        let mut views = memory
+            .split_mut(&ranges)
+            .map_err(|e| match e {
+                SplitError::Outside { range, .. } => SessionError::OutsideMemory {
+                    worker: self.worker,
+                    register: if range.start >= self.src && range.end <= self.src + plan.bytes {
+                        src_register
+                    } else {
+                        dst_register
+                    },
+                    at: range.start,
+                    bytes: range.len(),
+                    memory: memory_len,
+                },
+                SplitError::Overlap(..) => SessionError::RegistersOverlap {
+                    worker: self.worker,
+                    registers: plan.registers,
+                    at: (self.src, self.dst),
+                    bytes: plan.bytes,
+                },
+            })?
+            .into_iter();
+        let mut split = Vec::with_capacity(parts.len());
+        while let Some(src) = views.next() {
+            split.push(match (same, views.next()) {
+                (false, Some(dst)) => Views::Apart { src, dst },
+                _ => Views::Same(src),
+            });
+        }
+        Ok(split)
+    }
+}
+
+/// One part of a planned allreduce (a whole number of blocks from the array's start),
+/// block by block, through `views`, one per member.
 fn reduce_range(
     plan: &InPlace,
     op: ReduceOp,
-    memories: &[&SharedMemory],
-    range: Range<usize>,
+    mut views: Vec<Views<'_>>,
 ) -> Result<(), SessionError> {
     let block = PASS * plan.dtype.size();
-    let mut inputs: Vec<Vec<u8>> = plan.members.iter().map(|_| vec![0u8; block]).collect();
+    let part = views.first().map_or(0, |view| view.src().len());
+    let mut inputs: Vec<Vec<u8>> = views.iter().map(|_| vec![0u8; block]).collect();
     let mut out = vec![0u8; block];
-    for start in range.clone().step_by(block) {
-        let len = block.min(range.end - start);
-        // Ranges checked by the plan: every read and write lands in its memory (a refusal
-        // here would mean the plan was wrong, and is an error, never a stale block).
-        let outside =
-            |member: &Member, memory: &SharedMemory, (register, at)| SessionError::OutsideMemory {
-                worker: member.worker,
-                register,
-                at,
-                bytes: len,
-                memory: memory.len(),
-            };
-        for ((member, memory), input) in plan.members.iter().zip(memories).zip(&mut inputs) {
-            let at = member.src + start;
-            if !memory.read_at(at, &mut input[..len]) {
-                return Err(outside(member, memory, (plan.registers.0, at)));
-            }
+    for start in (0..part).step_by(block) {
+        let end = part.min(start + block);
+        let len = end - start;
+        // Every member's block is read before any is written: a source that is also the
+        // destination is safe.
+        for (view, input) in views.iter().zip(&mut inputs) {
+            input[..len].copy_from_slice(&view.src()[start..end]);
         }
-        let views: Vec<&[u8]> = inputs.iter().map(|input| &input[..len]).collect();
+        let inputs: Vec<&[u8]> = inputs.iter().map(|input| &input[..len]).collect();
         let out = &mut out[..len];
-        reduce::combine(plan.dtype, op, &views, out)?;
-        for (member, memory) in plan.members.iter().zip(memories) {
+        reduce::combine(plan.dtype, op, &inputs, out)?;
+        for view in &mut views {
             // Streaming stores: the result is not read again here, and a plain store
             // would read every line of the destination first (~15% of the time measured).
-            let at = member.dst + start;
-            if !memory.stream_at(at, out) {
-                return Err(outside(member, memory, (plan.registers.1, at)));
-            }
+            // Equal lengths by construction: `out` is the block, as is the view's range.
+            let streamed = stream(&mut view.dst()[start..end], out);
+            debug_assert!(streamed, "a block and its destination differ in length");
         }
     }
     Ok(())

@@ -204,6 +204,19 @@ pub enum SessionError {
         /// The memory's size.
         memory: usize,
     },
+    /// A worker placed an in-place allreduce's source and destination registers partly
+    /// over each other (the plan runs such a pair on the copying path, so this names a
+    /// plan that let one through).
+    RegistersOverlap {
+        /// The worker.
+        worker: usize,
+        /// The source and destination registers.
+        registers: (u16, u16),
+        /// Where the worker said each one's bytes start.
+        at: (usize, usize),
+        /// The length of each.
+        bytes: usize,
+    },
     /// A host array that does not match the register it is copied from or into.
     HostMismatch {
         /// The operation.
@@ -327,6 +340,16 @@ impl fmt::Display for SessionError {
                 f,
                 "worker {worker} places register {register}'s {bytes} bytes at {at}, outside \
                  its {memory} bytes of memory"
+            ),
+            Self::RegistersOverlap {
+                worker,
+                registers: (src, dst),
+                at: (src_at, dst_at),
+                bytes,
+            } => write!(
+                f,
+                "worker {worker} places registers {src} and {dst} ({bytes} bytes each) at \
+                 {src_at} and {dst_at}, partly over each other"
             ),
             Self::HostMismatch {
                 operation,

@@ -343,7 +343,7 @@ impl State {
     pub(super) fn with_memory<R>(
         &mut self,
         worker: usize,
-        f: impl FnOnce(&SharedMemory) -> R,
+        f: impl FnOnce(&mut SharedMemory) -> R,
     ) -> Result<Option<R>, SessionError> {
         Ok(self.workers[worker].device_memory()?.map(f))
     }

@@ -433,12 +433,12 @@ impl Channel {
     /// [`Description::at`](tessera_core::wire::endpoint::Description::at)); the borrow of
     /// the channel keeps any request from being sent while the view lives, so the device is
     /// idle and never touches its memory meanwhile (the protocol of `transport::shared`).
-    pub(crate) fn device_memory(&mut self) -> Result<Option<&SharedMemory>, TransportError> {
+    pub(crate) fn device_memory(&mut self) -> Result<Option<&mut SharedMemory>, TransportError> {
         if self.memory.is_none() {
             return Ok(None);
         }
         self.drain()?;
-        Ok(self.memory.as_ref())
+        Ok(self.memory.as_mut())
     }
 
     /// True when the host maps this device's memory (device threads and child processes),
@@ -474,7 +474,7 @@ impl Channel {
             // The window holds one request's bytes at a time: wait until it is free, then
             // fill it. The device reads it while it serves this request.
             self.wait_for_window()?;
-            if let Some(window) = &self.window {
+            if let Some(window) = &mut self.window {
                 window.write(bulk.as_ref());
             }
             return self.submit_with(request, None);

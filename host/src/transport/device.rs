@@ -78,7 +78,7 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
             .write(true)
             .open(format!("/proc/self/fd/{fd}"))
     };
-    let window = SharedMemory::open(open(fd)?, bytes)?;
+    let mut window = SharedMemory::open(open(fd)?, bytes)?;
     let (mut shared, mut own) = (None, Vec::new());
     let arena = match inherited.memory {
         Some(fd) => shared
@@ -89,7 +89,7 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
             &mut own[..]
         }
     };
-    run_device_with_window(replica, arena, io::stdin(), stdout, &window)
+    run_device_with_window(replica, arena, io::stdin(), stdout, &mut window)
 }
 
 /// Like [`run_device`], with `arena` as the device's memory (the host's shared memory, or
@@ -100,7 +100,7 @@ fn run_device_with_window(
     arena: &mut [u8],
     reader: impl Read + Send + 'static,
     writer: impl Write,
-    window: &SharedMemory,
+    window: &mut SharedMemory,
 ) -> Result<(), io::Error> {
     let mut link = StdLink::new(reader, writer);
     let mut framing = Box::new(Framing::<HOST_FRAME>::new());
@@ -125,7 +125,7 @@ fn run_device_with_window(
 /// A framed byte link whose bulk bytes pass through a shared window.
 struct Windowed<'a, W> {
     framed: Framed<'a, StdLink<W>, HOST_FRAME>,
-    window: &'a SharedMemory,
+    window: &'a mut SharedMemory,
 }
 
 impl<W: Write> Messages for Windowed<'_, W> {

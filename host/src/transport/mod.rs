@@ -31,6 +31,6 @@ pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
 pub use reply::{Reply, Typed};
-pub(crate) use shared::SharedMemory;
+pub(crate) use shared::{stream, SharedMemory, SplitError};
 pub use slots::ChannelSlots;
 pub use spawn::{check_firmware, FirmwareError};

@@ -3,35 +3,61 @@
 //! pass through beside a framed link (a memfd a child process maps too, or a file QEMU's
 //! firmware reaches by semihosting).
 //!
-//! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls and
-//! the copies to and from a mapping. Every other module sees a safe API: bounds-checked
-//! copies in and out, a read-only view of a window's prefix, and the device's own mutable
-//! view of its memory.
+//! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls, the
+//! views of a mapping as a Rust slice, and the streaming stores. Every other module sees a
+//! safe API: bounds-checked copies in and out, a read-only view of a window's prefix, and
+//! mutable views of the memory.
 //!
-//! # Protocol (what makes the shared bytes safe to touch)
+//! # Within this process: Rust's rules, per mapping
 //!
-//! Shared memory belongs to one side at a time, and the link says which.
+//! A [`SharedMemory`] owns its mapping as a `Box<[u8]>` owns its bytes, and hands out
+//! views by the same rules: every way to change the bytes takes `&mut self` ([`write`],
+//! [`write_at`], [`as_mut_slice`], [`split_mut`]), every view through `&self`
+//! only reads, and a view borrows the value, so it cannot outlive the mapping or overlap a
+//! writer. Threads that write one mapping at once get disjoint `&mut [u8]` from
+//! [`split_mut`], which refuses ranges that share a byte. So no two accesses through one
+//! mapping race, whatever other modules do — the `Send` and `Sync` below rest on that alone.
+//!
+//! [`write`]: SharedMemory::write
+//! [`write_at`]: SharedMemory::write_at
+//! [`as_mut_slice`]: SharedMemory::as_mut_slice
+//! [`split_mut`]: SharedMemory::split_mut
+//!
+//! # Between mappings: the protocol (what makes the shared bytes safe to touch)
+//!
+//! The same bytes can also be reached through a second mapping: [`SharedMemory::map_again`]
+//! in this process, or the file opened by a child ([`SharedMemory::open`]). Rust's rules
+//! cannot see that aliasing, so the two sides keep to a protocol: **shared memory belongs
+//! to one side at a time, and the link says which**; the request/reply exchange orders the
+//! accesses (a message between threads, or a pipe between processes, each a
+//! happens-before edge).
 //!
 //! - **A device's memory** is mapped twice: once by the device, as its arena, once by the
-//!   host. The device touches it only while it runs a request. The host touches it only
-//!   while every request it sent that device has been answered and through a borrow of the
-//!   device's channel that stops it from sending another ([`Channel::device_memory`]
-//!   (super::Channel::device_memory)), so the two never overlap; the request/reply
-//!   exchange orders the accesses (a message between threads, or a pipe between processes).
-//!   This is how a host treats an accelerator's memory it can map: DMA while the device is
-//!   idle.
+//!   host. The device touches it only while it runs a request, before it replies. The host
+//!   touches it only once every request it sent that device has been answered, and only
+//!   while no other request can be sent: its mapping lives inside the device's channel and
+//!   is reached only through [`Channel::device_memory`](super::Channel::device_memory),
+//!   which drains the channel first and returns a view that borrows the channel mutably —
+//!   so, by the borrow checker, no request goes out while the host's view exists. This is
+//!   how a host treats an accelerator's memory it can map: DMA while the device is idle.
+//!   (The device's side is upheld by the device loop, which touches its arena only to run
+//!   a request; its arena is a `&mut [u8]` over its mapping for its whole life, not lent
+//!   per request — see [`SharedMemory::as_mut_slice`].)
 //! - **A window**: the host writes it only before sending a bulk write and reads it only
 //!   after the device's reply to a bulk read has arrived; the device reads it only while it
 //!   runs that bulk write and writes it only while it runs that bulk read, before it
 //!   replies (a repeated request is answered from the reply cache and never touches the
 //!   window). The host keeps at most one bulk request in flight per window.
 
+use std::fmt;
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-/// A mapping of a shared-memory file, read and written by copies.
+/// A mapping of a shared-memory file, read and written by copies or through views that
+/// borrow it (module doc).
 #[derive(Debug)]
 pub(crate) struct SharedMemory {
     ptr: NonNull<u8>,
@@ -40,17 +66,43 @@ pub(crate) struct SharedMemory {
     file: File,
 }
 
-// SAFETY: the mapping is plain memory owned by this value until drop; the protocol in the
-// module doc keeps accesses from the two processes apart, and within this process every
-// access goes through `&self` methods that copy (no reference into the mapping outlives a
-// call, except `bytes`, whose borrow of `self` keeps the mapping alive).
+// SAFETY: the value owns its mapping until drop, as a `Box<[u8]>` owns its bytes (no
+// other value of this process points into it except through a borrow of this one), so
+// moving it to another thread moves that ownership whole.
 #[allow(unsafe_code)]
 unsafe impl Send for SharedMemory {}
-// SAFETY: as above. `&self` copies from several threads of one process at once are sound
-// only on disjoint byte ranges: the in-place allreduce splits its ranges that way, and no
-// other caller copies from two threads at once.
+// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `read_at`); every
+// write takes `&mut self` (module doc), so shared references on several threads only ever
+// read at once, as with `&[u8]`.
 #[allow(unsafe_code)]
 unsafe impl Sync for SharedMemory {}
+
+/// Why [`SharedMemory::split_mut`] refused a set of ranges: nothing was split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SplitError {
+    /// A range that is not all in the memory (or runs backwards).
+    Outside {
+        /// The range.
+        range: Range<usize>,
+        /// The memory's size.
+        len: usize,
+    },
+    /// Two ranges that share bytes.
+    Overlap(Range<usize>, Range<usize>),
+}
+
+impl fmt::Display for SplitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Outside { range, len } => {
+                write!(f, "bytes {range:?} are not all in {len} bytes of memory")
+            }
+            Self::Overlap(a, b) => write!(f, "bytes {a:?} and {b:?} overlap"),
+        }
+    }
+}
+
+impl std::error::Error for SplitError {}
 
 impl SharedMemory {
     /// A new anonymous shared-memory file of `len` bytes (zeroed; pages are only backed
@@ -134,98 +186,88 @@ impl SharedMemory {
     }
 
     /// Copies `data` to the start of the window; `false` if it does not fit.
-    pub(crate) fn write(&self, data: &[u8]) -> bool {
-        if data.len() > self.len {
-            return false;
-        }
-        // SAFETY: `data.len() <= self.len` bytes from a slice into the mapping, which is
-        // valid for `self.len` bytes; they cannot overlap (the mapping is never a Rust
-        // slice the caller holds mutably, and `bytes` views are not held across writes by
-        // the protocol).
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr(), data.len());
-        }
-        true
+    pub(crate) fn write(&mut self, data: &[u8]) -> bool {
+        self.write_at(0, data)
     }
 
     /// Copies `data` into the memory at `at`; `false` (nothing copied) if it does not fit.
-    pub(crate) fn write_at(&self, at: usize, data: &[u8]) -> bool {
-        if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
-            return false;
-        }
-        // SAFETY: `at + data.len() <= self.len`, so the destination lies in the mapping;
-        // `data` is a slice this process holds, never a view of this mapping while it is
-        // written (the only views are `bytes`, whose borrow the protocol does not hold
-        // across writes, and the device's `as_mut_slice`, on the device's own mapping).
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(at), data.len());
-        }
-        true
-    }
-
-    /// Like [`SharedMemory::write_at`], with stores that bypass the cache where the CPU has
-    /// them (x86-64's non-temporal stores): for results written once and read by the
-    /// device later, which would otherwise read every line before overwriting it.
-    pub(crate) fn stream_at(&self, at: usize, data: &[u8]) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
-                return false;
+    pub(crate) fn write_at(&mut self, at: usize, data: &[u8]) -> bool {
+        match at.checked_add(data.len()) {
+            Some(end) if end <= self.len => {
+                self.as_mut_slice()[at..end].copy_from_slice(data);
+                true
             }
-            // SAFETY: as in `write_at`, the destination range lies in the mapping and
-            // `data` does not overlap it; SSE2 is part of x86-64; the unaligned head and
-            // tail go through plain copies, the aligned middle through 16-byte streaming
-            // stores, fenced so that they are visible before the device runs again.
-            #[allow(unsafe_code)]
-            unsafe {
-                use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-                let dst = self.ptr.as_ptr().add(at);
-                let head = dst.align_offset(16).min(data.len());
-                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, head);
-                let mut i = head;
-                while i + 16 <= data.len() {
-                    let v = _mm_loadu_si128(data.as_ptr().add(i).cast::<__m128i>());
-                    _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
-                    i += 16;
-                }
-                std::ptr::copy_nonoverlapping(data.as_ptr().add(i), dst.add(i), data.len() - i);
-                _mm_sfence();
-            }
-            true
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            self.write_at(at, data)
+            _ => false,
         }
     }
 
     /// Copies the memory at `at` into `into`; `false` (nothing copied) if that range is
     /// not all in the mapping.
     pub(crate) fn read_at(&self, at: usize, into: &mut [u8]) -> bool {
-        if at.checked_add(into.len()).is_none_or(|end| end > self.len) {
-            return false;
+        match at.checked_add(into.len()) {
+            Some(end) if end <= self.len => {
+                into.copy_from_slice(&self.whole()[at..end]);
+                true
+            }
+            _ => false,
         }
-        // SAFETY: `at + into.len() <= self.len`, so the source lies in the mapping; `into`
-        // is exclusively borrowed memory of this process, not part of this mapping.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), into.as_mut_ptr(), into.len());
-        }
-        true
     }
 
-    /// The whole memory as one mutable slice: the device's arena. The exclusive borrow
-    /// keeps every other view through this mapping away while it lives; the host, through
-    /// its own mapping, keeps to the protocol in the module doc. (The device holds this
-    /// slice for its whole life, so its soundness rests on that protocol: the host writes
-    /// through its mapping only while the device runs no request, as hardware DMA into an
-    /// idle accelerator's memory does.)
+    /// Disjoint mutable views of `ranges` of the memory, in their order: what several
+    /// threads write at once (each gets its own views). Refused, nothing split, if a range
+    /// is not all in the memory or two ranges share a byte; an empty range shares none,
+    /// and its view is empty.
+    pub(crate) fn split_mut(
+        &mut self,
+        ranges: &[Range<usize>],
+    ) -> Result<Vec<&mut [u8]>, SplitError> {
+        let len = self.len;
+        if let Some(range) = ranges.iter().find(|r| r.start > r.end || r.end > len) {
+            return Err(SplitError::Outside {
+                range: range.clone(),
+                len,
+            });
+        }
+        let mut order: Vec<usize> = (0..ranges.len())
+            .filter(|&i| !ranges[i].is_empty())
+            .collect();
+        order.sort_unstable_by_key(|&i| ranges[i].start);
+        // Sorted by start, ranges are disjoint when each ends before the next starts.
+        if let Some(pair) = order
+            .windows(2)
+            .find(|pair| ranges[pair[0]].end > ranges[pair[1]].start)
+        {
+            return Err(SplitError::Overlap(
+                ranges[pair[0]].clone(),
+                ranges[pair[1]].clone(),
+            ));
+        }
+        let mut views: Vec<&mut [u8]> = ranges.iter().map(|_| Default::default()).collect();
+        let (mut rest, mut rest_at) = (self.as_mut_slice(), 0);
+        for i in order {
+            let range = &ranges[i];
+            let (_, from) = std::mem::take(&mut rest).split_at_mut(range.start - rest_at);
+            let (view, after) = from.split_at_mut(range.len());
+            views[i] = view;
+            (rest, rest_at) = (after, range.end);
+        }
+        Ok(views)
+    }
+
+    /// The whole memory as one mutable slice: the device's arena, or the host's view while
+    /// the device is idle.
+    ///
+    /// The exclusive borrow keeps every other view through this mapping away while the
+    /// slice lives. Another mapping of the same file is another matter: the device holds
+    /// this slice over its own mapping for its whole life (its `Arena` keeps one `&mut
+    /// [u8]`), so that the host's writes through its mapping are sound only by the
+    /// protocol of the module doc — the device touches the slice only while it runs a
+    /// request, and the host its mapping only while none is in flight.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is valid for `self.len` bytes while `self` lives, which the
-        // borrow guarantees; `&mut self` makes it the only view through this mapping; the
-        // other side's accesses never overlap the device's (module doc).
+        // borrow guarantees; `&mut self` makes the slice the only view through this
+        // mapping while it lives (every other view borrows `self` too). Accesses through
+        // other mappings of the same file are kept apart by the protocol of the module doc.
         #[allow(unsafe_code)]
         unsafe {
             std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
@@ -239,14 +281,19 @@ impl SharedMemory {
 
     /// A view of the first `len` bytes; `None` if `len` exceeds the window.
     pub(crate) fn bytes(&self, len: usize) -> Option<&[u8]> {
-        if len > self.len {
-            return None;
-        }
-        // SAFETY: the mapping is valid for `self.len >= len` bytes while `self` lives,
-        // which the returned borrow guarantees; by the protocol the peer does not write
-        // the window while this side reads it.
+        self.whole().get(..len)
+    }
+
+    /// The whole memory, read-only.
+    fn whole(&self) -> &[u8] {
+        // SAFETY: the mapping is valid for `self.len` bytes while `self` lives, which the
+        // returned borrow of `self` guarantees; while it lives nothing writes through this
+        // mapping, since every write takes `&mut self` (module doc). Writes through another
+        // mapping of the same file are kept apart by the protocol of the module doc.
         #[allow(unsafe_code)]
-        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), len) })
+        unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
+        }
     }
 }
 
@@ -258,6 +305,45 @@ impl Drop for SharedMemory {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
     }
+}
+
+/// Copies `data` into `dst` (of the same length), with stores that bypass the cache where
+/// the CPU has them (x86-64's non-temporal stores): for results written once and read by
+/// the device later, which would otherwise read every line before overwriting it. The
+/// stores are fenced before it returns, so they are ordered before the next request.
+/// `false`, nothing copied, if the lengths differ.
+pub(crate) fn stream(dst: &mut [u8], data: &[u8]) -> bool {
+    if dst.len() != data.len() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = dst.as_ptr().align_offset(16).min(data.len());
+        dst[..head].copy_from_slice(&data[..head]);
+        let mut i = head;
+        while i + 16 <= data.len() {
+            // SAFETY: `i + 16 <= data.len() == dst.len()`, so both 16-byte accesses lie in
+            // their slices (`dst` exclusively borrowed, `data` borrowed, so they do not
+            // overlap); `dst + i` is 16-byte aligned (`head` aligned it, and `i` moves by
+            // 16), as the streaming store requires; SSE2 is part of x86-64.
+            #[allow(unsafe_code)]
+            unsafe {
+                let v = _mm_loadu_si128(data.as_ptr().add(i).cast::<__m128i>());
+                _mm_stream_si128(dst.as_mut_ptr().add(i).cast::<__m128i>(), v);
+            }
+            i += 16;
+        }
+        dst[i..].copy_from_slice(&data[i..]);
+        // SAFETY: a store fence has no memory-safety preconditions; SSE2 is part of x86-64.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_sfence();
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst.copy_from_slice(data);
+    true
 }
 
 /// Where a channel's bulk bytes pass: the memory it shares with a child process, or a file
@@ -287,7 +373,7 @@ impl Window {
 
     /// Copies `data` to the start of the window; `false` if it does not fit or the file
     /// cannot be written.
-    pub(crate) fn write(&self, data: &[u8]) -> bool {
+    pub(crate) fn write(&mut self, data: &[u8]) -> bool {
         match self {
             Self::Shared(shared) => shared.write(data),
             Self::File { file, len } => {
@@ -318,13 +404,13 @@ mod tests {
     /// off-by-one there would drop or smear the bytes around each edge.
     #[test]
     fn streamed_writes_land_whole_at_any_offset_and_length() {
-        let memory = SharedMemory::create(4096, false).unwrap();
+        let mut memory = SharedMemory::create(4096, false).unwrap();
         let other = memory.map_again().unwrap();
         for at in [0, 1, 7, 15, 16, 17, 100] {
             for len in [0, 1, 15, 16, 17, 31, 33, 200, 1000] {
                 let data: Vec<u8> = (0..len).map(|i| (i * 7 + at + 1) as u8).collect();
                 assert!(memory.write_at(0, &[0xEE; 1200]));
-                assert!(memory.stream_at(at, &data));
+                assert!(stream(&mut memory.as_mut_slice()[at..at + len], &data));
                 let mut back = vec![0u8; 1200];
                 assert!(
                     other.read_at(0, &mut back),
@@ -338,26 +424,74 @@ mod tests {
                 );
             }
         }
-        assert!(!memory.stream_at(4090, &[1; 7]), "past the end");
+        assert!(
+            !stream(&mut memory.as_mut_slice()[..6], &[1; 7]),
+            "unequal lengths"
+        );
         assert!(!memory.write_at(usize::MAX, &[1]), "an overflowing offset");
         assert!(!memory.read_at(4096, &mut [0; 1]));
     }
 
     #[test]
     fn two_mappings_of_one_window_see_each_others_bytes() {
-        let host = SharedMemory::create(4096, true).unwrap();
+        let mut host = SharedMemory::create(4096, true).unwrap();
         let path = format!("/proc/self/fd/{}", host.fd());
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .unwrap();
-        let device = SharedMemory::open(file, 4096).unwrap();
+        let mut device = SharedMemory::open(file, 4096).unwrap();
         assert!(host.write(b"weights"));
         assert_eq!(device.bytes(7), Some(&b"weights"[..]));
         assert!(device.write(b"reply"));
         assert_eq!(host.read(5).unwrap(), b"reply");
         assert!(!host.write(&[0; 4097]), "larger than the window");
         assert_eq!(host.read(4097), None);
+    }
+
+    /// The in-place allreduce hands each thread its own views: a splitter that let two
+    /// views share a byte would let two threads write it at once.
+    #[test]
+    fn split_views_are_disjoint_or_refused() {
+        let mut memory = SharedMemory::create(4096, false).unwrap();
+        for overlapping in [
+            vec![0..10, 5..15],
+            vec![100..200, 0..50, 150..151],
+            vec![7..8, 7..8],
+            vec![0..4096, 4095..4096],
+        ] {
+            let refused = memory.split_mut(&overlapping);
+            assert!(
+                matches!(refused, Err(SplitError::Overlap(..))),
+                "{overlapping:?}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            memory.split_mut(&[0..1, 4090..4097]),
+            Err(SplitError::Outside {
+                range: 4090..4097,
+                len: 4096
+            })
+        );
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = memory.split_mut(&[0..1, 9..3]);
+        assert!(matches!(backwards, Err(SplitError::Outside { .. })));
+        // Disjoint, out of order, touching, and an empty range inside another's bytes.
+        let ranges = [300..400, 0..10, 10..20, 5..5, 4000..4096];
+        let mut views = memory.split_mut(&ranges).unwrap();
+        for ((view, range), fill) in views.iter_mut().zip(&ranges).zip(1u8..) {
+            assert_eq!(view.len(), range.len());
+            view.fill(fill);
+        }
+        let mut back = vec![0u8; 4096];
+        assert!(memory.read_at(0, &mut back));
+        for (range, fill) in ranges.iter().zip(1u8..).filter(|(r, _)| !r.is_empty()) {
+            assert!(back[range.clone()].iter().all(|&b| b == fill), "{range:?}");
+        }
+        assert!(
+            back[20..300].iter().all(|&b| b == 0),
+            "untouched between views"
+        );
     }
 }

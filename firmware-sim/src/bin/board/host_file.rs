@@ -2,7 +2,9 @@
 //! through (one trap moves a whole array, where the UART moves one byte per poll).
 //!
 //! With `mmio`, one of the board's two modules with `unsafe`: each semihosting call is a
-//! `bkpt 0xAB` with its arguments in a block the host reads.
+//! `bkpt 0xAB` with its arguments in a block the host reads. `call` is `unsafe` to use
+//! (the block's addresses must be live buffers); each method builds its block from the
+//! slices and handle it holds, and its SAFETY note argues from those alone.
 
 use cortex_m_semihosting::nr;
 
@@ -13,13 +15,18 @@ pub struct HostFile {
 }
 
 /// Issues semihosting call `number` with `args` (a parameter block of words).
-fn call(number: usize, args: &[usize]) -> usize {
-    // SAFETY: `args` is a live parameter block of the length the call reads; every pointer
-    // in it points into a live buffer of the length given beside it (see the callers).
-    #[allow(unsafe_code)]
-    unsafe {
-        cortex_m_semihosting::syscall1(number, args.as_ptr() as usize)
-    }
+///
+/// # Safety
+///
+/// `args` must be the parameter block `number` reads, and every address in it must be that
+/// of a live buffer of the length given beside it, readable (and writable, for a buffer the
+/// call fills) for the whole call. Each caller below passes such a block, built from the
+/// slices and handle it was given.
+#[allow(unsafe_code)]
+unsafe fn call(number: usize, args: &[usize]) -> usize {
+    // SAFETY: `args` is a live block of words for the length of the call; the addresses
+    // in it are valid by this function's contract.
+    unsafe { cortex_m_semihosting::syscall1(number, args.as_ptr() as usize) }
 }
 
 impl HostFile {
@@ -27,14 +34,21 @@ impl HostFile {
     /// writing, if it exists; its length is the window's size.
     pub fn open(path: &str) -> Option<Self> {
         let name = path.strip_suffix('\0')?;
-        let handle = call(
-            nr::OPEN,
-            &[path.as_ptr() as usize, nr::open::RW_BINARY, name.len()],
-        );
+        // SAFETY: SYS_OPEN reads a name (`name.len()` bytes at `path`, a live `&str`
+        // followed by the NUL it was stripped of), a mode and the name's length.
+        #[allow(unsafe_code)]
+        let handle = unsafe {
+            call(
+                nr::OPEN,
+                &[path.as_ptr() as usize, nr::open::RW_BINARY, name.len()],
+            )
+        };
         if handle == usize::MAX {
             return None;
         }
-        let len = call(nr::FLEN, &[handle]);
+        // SAFETY: SYS_FLEN reads one word, a handle, and no memory of ours.
+        #[allow(unsafe_code)]
+        let len = unsafe { call(nr::FLEN, &[handle]) };
         (len != usize::MAX).then_some(Self { handle, len })
     }
 
@@ -43,27 +57,46 @@ impl HostFile {
         self.len
     }
 
+    /// Moves the file's position to its start; `false` if the host refuses.
+    fn rewind(&mut self) -> bool {
+        // SAFETY: SYS_SEEK reads a handle and a position, and no memory of ours.
+        #[allow(unsafe_code)]
+        let done = unsafe { call(nr::SEEK, &[self.handle, 0]) };
+        done == 0
+    }
+
     /// Reads the first `into.len()` bytes of the file into `into`; `false` on a short read.
     pub fn read_start(&mut self, into: &mut [u8]) -> bool {
-        if into.len() > self.len || call(nr::SEEK, &[self.handle, 0]) != 0 {
+        if into.len() > self.len || !self.rewind() {
             return false;
         }
+        // SAFETY: SYS_READ writes at most `into.len()` bytes at `into`, exclusively
+        // borrowed for the call.
+        #[allow(unsafe_code)]
+        let left = unsafe {
+            call(
+                nr::READ,
+                &[self.handle, into.as_mut_ptr() as usize, into.len()],
+            )
+        };
         // SYS_READ answers with the number of bytes it did NOT read.
-        call(
-            nr::READ,
-            &[self.handle, into.as_mut_ptr() as usize, into.len()],
-        ) == 0
+        left == 0
     }
 
     /// Writes `data` at the start of the file; `false` on a short write.
     pub fn write_start(&mut self, data: &[u8]) -> bool {
-        if data.len() > self.len || call(nr::SEEK, &[self.handle, 0]) != 0 {
+        if data.len() > self.len || !self.rewind() {
             return false;
         }
+        // SAFETY: SYS_WRITE reads `data.len()` bytes at `data`, borrowed for the call.
+        #[allow(unsafe_code)]
+        let left = unsafe {
+            call(
+                nr::WRITE,
+                &[self.handle, data.as_ptr() as usize, data.len()],
+            )
+        };
         // SYS_WRITE answers with the number of bytes it did NOT write.
-        call(
-            nr::WRITE,
-            &[self.handle, data.as_ptr() as usize, data.len()],
-        ) == 0
+        left == 0
     }
 }

@@ -8,12 +8,8 @@
 
 use tessera_firmware_sim::Clock;
 
-use super::mmio::{read, write};
+use super::mmio::timer0::{CTRL, RELOAD, VALUE};
 
-const TIMER0: usize = 0x4000_0000;
-const CTRL: usize = TIMER0;
-const VALUE: usize = TIMER0 + 0x04;
-const RELOAD: usize = TIMER0 + 0x08;
 const CTRL_ENABLE: u32 = 1;
 /// Timer ticks per millisecond (the peripheral clock).
 const TICKS_PER_MS: u64 = super::CPU_HZ as u64 / 1000;
@@ -27,12 +23,12 @@ pub struct Timer0Clock {
 impl Timer0Clock {
     /// Starts timer 0 free-running from its largest value.
     pub fn take() -> Self {
-        write(CTRL, 0);
-        write(RELOAD, u32::MAX);
-        write(VALUE, u32::MAX);
-        write(CTRL, CTRL_ENABLE);
+        CTRL.write(0);
+        RELOAD.write(u32::MAX);
+        VALUE.write(u32::MAX);
+        CTRL.write(CTRL_ENABLE);
         Self {
-            last: read(VALUE),
+            last: VALUE.read(),
             ticks: 0,
         }
     }
@@ -46,7 +42,7 @@ impl embedded_hal::delay::DelayNs for Timer0Clock {
 
 impl Clock for Timer0Clock {
     fn now_ms(&mut self) -> u64 {
-        let now = read(VALUE);
+        let now = VALUE.read();
         // A down-counter: the ticks since the last reading are last − now, modulo a wrap.
         self.ticks = self
             .ticks

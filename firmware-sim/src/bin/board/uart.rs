@@ -5,18 +5,12 @@ use core::convert::Infallible;
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
 
-use super::mmio::{read, write};
+use super::mmio::fpgaio::LED;
+use super::mmio::uart0::{BAUDDIV, CTRL, DATA, STATE};
 
-const UART0: usize = 0x4000_4000;
-const DATA: usize = UART0;
-const STATE: usize = UART0 + 0x04;
-const CTRL: usize = UART0 + 0x08;
-const BAUDDIV: usize = UART0 + 0x10;
 const STATE_TX_FULL: u32 = 1 << 0;
 const STATE_RX_FULL: u32 = 1 << 1;
 const CTRL_TX_RX_ENABLE: u32 = 0b11;
-/// FPGA IO: user LEDs.
-const FPGAIO_LED: usize = 0x4002_8000;
 
 /// UART0, enabled for transmit and receive.
 pub struct Uart0(());
@@ -24,8 +18,8 @@ pub struct Uart0(());
 impl Uart0 {
     /// Enables the UART (QEMU ignores the baud rate; 16 is the smallest legal divider).
     pub fn take() -> Self {
-        write(BAUDDIV, 16);
-        write(CTRL, CTRL_TX_RX_ENABLE);
+        BAUDDIV.write(16);
+        CTRL.write(CTRL_TX_RX_ENABLE);
         Self(())
     }
 }
@@ -39,11 +33,11 @@ impl Read for Uart0 {
         if buf.is_empty() {
             return Ok(0);
         }
-        while read(STATE) & STATE_RX_FULL == 0 {}
+        while STATE.read() & STATE_RX_FULL == 0 {}
         let mut n = 0;
         // Take whatever else has already arrived, without waiting.
-        while n < buf.len() && read(STATE) & STATE_RX_FULL != 0 {
-            buf[n] = read(DATA) as u8;
+        while n < buf.len() && STATE.read() & STATE_RX_FULL != 0 {
+            buf[n] = DATA.read() as u8;
             n += 1;
         }
         Ok(n)
@@ -52,15 +46,15 @@ impl Read for Uart0 {
 
 impl ReadReady for Uart0 {
     fn read_ready(&mut self) -> Result<bool, Infallible> {
-        Ok(read(STATE) & STATE_RX_FULL != 0)
+        Ok(STATE.read() & STATE_RX_FULL != 0)
     }
 }
 
 impl Write for Uart0 {
     fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
         for &byte in buf {
-            while read(STATE) & STATE_TX_FULL != 0 {}
-            write(DATA, u32::from(byte));
+            while STATE.read() & STATE_TX_FULL != 0 {}
+            DATA.write(u32::from(byte));
         }
         Ok(buf.len())
     }
@@ -79,12 +73,12 @@ impl embedded_hal::digital::ErrorType for BusyLed {
 
 impl embedded_hal::digital::OutputPin for BusyLed {
     fn set_low(&mut self) -> Result<(), Infallible> {
-        write(FPGAIO_LED, 0);
+        LED.write(0);
         Ok(())
     }
 
     fn set_high(&mut self) -> Result<(), Infallible> {
-        write(FPGAIO_LED, 1);
+        LED.write(1);
         Ok(())
     }
 }
