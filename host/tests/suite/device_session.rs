@@ -7,7 +7,7 @@
 //! — all checked against the f64 host reference; then the RNG state, and cycle counts,
 //! which only an instrumented program gives.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -3,7 +3,7 @@
 //! devices to their reapers. Before, a stopped device process (or a QEMU still serving its
 //! socket) outlived tessera.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

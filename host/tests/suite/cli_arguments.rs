@@ -5,7 +5,7 @@
 //! Each row of the tables below is a reproduction of a bug the command had, or a bound it
 //! documents; its comment says which.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 

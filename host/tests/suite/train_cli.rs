@@ -1,7 +1,7 @@
 //! `tessera train` as a user runs it: it trains, checks itself against the host reference,
 //! and says so; bad input is a one-line error.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

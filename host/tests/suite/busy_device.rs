@@ -83,11 +83,18 @@ fn a_kernel_past_the_busy_deadline_is_reported_busy() {
     }
 }
 
-/// The device processes that are children of this process.
+/// The device memory of the stopped-device test: a size no other test of the suite gives
+/// its devices, so that it finds its process among the suite's (every suite runs in this
+/// one process, in parallel).
+const STOPPED_MEMORY: usize = MEMORY + 4096 * 53;
+
+/// The device processes that are children of this process, started with
+/// [`STOPPED_MEMORY`].
 fn device_children() -> Vec<u32> {
     let me = std::process::id().to_string();
+    let pattern = format!("tessera device --replica [0-9]+ --memory {STOPPED_MEMORY} ");
     let out = std::process::Command::new("pgrep")
-        .args(["-P", &me, "-f", "tessera device"])
+        .args(["-P", &me, "-f", &pattern])
         .output()
         .expect("pgrep runs");
     String::from_utf8_lossy(&out.stdout)
@@ -102,7 +109,7 @@ fn device_children() -> Vec<u32> {
 fn a_stopped_device_process_is_reported_stopped() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let placement = placements()[1].clone();
-    let session = Session::new(&placement, 1, 1, MEMORY).unwrap();
+    let session = Session::new(&placement, 1, 1, STOPPED_MEMORY).unwrap();
     session.set_deadline(Duration::from_millis(20)).unwrap();
     let devices = device_children();
     assert_eq!(devices.len(), 1, "one device process: {devices:?}");

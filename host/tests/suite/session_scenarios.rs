@@ -11,7 +11,7 @@
 //! mid-session) runs on the child-process placement only: a thread worker cannot die
 //! without its controller, which is scenario 30.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process;

@@ -5,7 +5,7 @@
 //!
 //! Each test's doc comment names the bug it catches.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,7 +25,7 @@ use tessera_host::session::HostArray;
 use tessera_host::transport::TransportError;
 
 /// PopART's data-flow and anchor cases, as the repository's conformance suite reads them.
-const STREAMS: &str = include_str!("../../tests/data/streams.json");
+const STREAMS: &str = include_str!("../../../tests/data/streams.json");
 
 const REPLICAS: usize = 4;
 const MEMORY: usize = 1 << 20;

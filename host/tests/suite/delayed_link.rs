@@ -9,7 +9,7 @@
 //! gradients of `w1` and of `b1` averaged in it — the first two of the same length, so an
 //! answer taken for the wrong round is no size error but a silent drift.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! (which QEMU workers take: ignored by default, `tests/ci.sh` runs them). Expected values
 //! are computed on the host.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 //! it is asked for, and a checkpoint of 1,000 tensors loads — in threads, in child
 //! processes and (ignored by default) under QEMU.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

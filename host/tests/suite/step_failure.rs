@@ -15,7 +15,7 @@
 //! stale sample, anchored value, partial `Sum` anchor or velocity left by the failure
 //! would change.
 
-mod common;
+use crate::common;
 
 use common::{initial_weights, step_io, Model, Placed};
 use tessera_core::grouping::{CommGroup, RetrievalMode};

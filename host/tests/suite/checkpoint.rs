@@ -7,7 +7,7 @@
 //! Files are compared by loading them (a field that differs is named); `file_trust.rs`
 //! checks that the same state also gives the same bytes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

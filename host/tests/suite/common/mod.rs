@@ -3,6 +3,15 @@
 //! retrieval mode asked for), deterministic weights and step IO for any program, the
 //! comparison with the host reference, and data files for `tessera train --data` in
 //! temporary files that remove themselves.
+//!
+//! Every suite runs in one test process, in parallel. A test that finds its device
+//! processes among this process's children (`pgrep -P <pid>`) does so by a `--memory` size
+//! no other test gives its devices; the sizes taken:
+//!
+//! - `dead_device`: `(1 << 16) + 4096 * 47`;
+//! - `busy_device`: `(4 << 20) + 4096 * 53`;
+//! - `session_errors`: `(17 << 20) + 4096 * 41` and `(4 << 20) + 4096 * 43`;
+//! - `session_scenarios`: `(4 << 20) + 4096 * n` for scenarios n = 27, 29 and 31.
 #![allow(dead_code)] // each suite uses its own part
 
 use std::path::{Path, PathBuf};

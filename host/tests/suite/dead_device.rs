@@ -7,11 +7,18 @@ use std::time::{Duration, Instant};
 use tessera_core::wire::Request;
 use tessera_host::transport::{Channel, TransportError};
 
-/// The child processes of this test process running `tessera device`, by pid.
+/// The device memory of the killed child: a size no other test of the suite gives its
+/// devices, so that the kill finds this test's process among the suite's (every suite runs
+/// in this one process, in parallel).
+const KILLED_MEMORY: usize = (1 << 16) + 4096 * 47;
+
+/// The child processes of this test process running `tessera device` with
+/// [`KILLED_MEMORY`], by pid.
 fn device_pids() -> Vec<u32> {
     let me = std::process::id().to_string();
+    let pattern = format!("tessera device --replica 0 --memory {KILLED_MEMORY} ");
     let out = Command::new("pgrep")
-        .args(["-P", &me, "-f", "tessera device"])
+        .args(["-P", &me, "-f", &pattern])
         .output()
         .expect("pgrep runs");
     String::from_utf8_lossy(&out.stdout)
@@ -23,11 +30,13 @@ fn device_pids() -> Vec<u32> {
 #[test]
 fn a_killed_child_process_is_reported() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
-    let mut channel = Channel::child_process(exe, 0, 1 << 16).unwrap();
+    let mut channel = Channel::child_process(exe, 0, KILLED_MEMORY).unwrap();
     channel
         .request(&Request::AllocSlot { slot: 1, bytes: 8 })
         .unwrap();
-    for pid in device_pids() {
+    let pids = device_pids();
+    assert_eq!(pids.len(), 1, "this test's one device process: {pids:?}");
+    for pid in pids {
         Command::new("kill")
             .args(["-9", &pid.to_string()])
             .status()

@@ -6,7 +6,7 @@
 //! Every command runs under a deadline (a FIFO once hung the reader): a test fails, never
 //! hangs. Nothing here touches a real device node but `/dev/zero`, and that only to read.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
