@@ -6,8 +6,8 @@ use tessera_core::grouping::{
     CommGroup, GroupingSpec, ReplicaGrouping, RetrievalMode, Shape, VariableSettings,
 };
 
-const GROUPING: &str = include_str!("../data/grouping.json");
-const VARIABLES: &str = include_str!("../data/variables.json");
+const GROUPING: &str = include_str!("../../data/grouping.json");
+const VARIABLES: &str = include_str!("../../data/variables.json");
 
 fn cases(text: &str, key: &str) -> Vec<Value> {
     let doc: Value = serde_json::from_str(text).expect("conformance file is JSON");

@@ -9,7 +9,7 @@ use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{Request, Value};
 
-mod support;
+use crate::support;
 
 use support::{frame, replies, serve_all, MemLink};
 

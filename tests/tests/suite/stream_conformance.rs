@@ -7,7 +7,7 @@ use tessera_core::stream::{
     AnchorAction, AnchorReturnType, DataFlow, Splitter, StreamKind, StreamSpec, UpstreamIo,
 };
 
-const STREAMS: &str = include_str!("../data/streams.json");
+const STREAMS: &str = include_str!("../../data/streams.json");
 
 fn dataflow_cases() -> Vec<Value> {
     let doc: Value = serde_json::from_str(STREAMS).unwrap();

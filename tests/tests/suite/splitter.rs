@@ -10,7 +10,7 @@ use serde_json::Value;
 use tessera_core::stream::{AnchorReturnType, DataFlow, SetupError, Splitter, SplitterError};
 use tessera_tests::{RecordingError, RecordingIo};
 
-const STREAMS: &str = include_str!("../data/streams.json");
+const STREAMS: &str = include_str!("../../data/streams.json");
 
 type Split<const DEPTH: usize> = Splitter<usize, 2, 4, DEPTH>;
 

@@ -2,7 +2,7 @@
 //! round they answer, bytes read together with a request are not set aside, a malformed
 //! frame leaves the reply cache alone, and every frame is flushed before the device waits.
 
-mod support;
+use crate::support;
 
 use support::{frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
