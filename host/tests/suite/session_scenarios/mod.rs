@@ -6,10 +6,10 @@
 //! Expected values are computed on the host, never read from a worker. Each test's doc
 //! names what it checks; for 26–31, the Disco failure it guards against.
 //!
-//! Not here: 23–25 (sharded loading) are `tests/session_loader.rs`; 30 (the controller dies, its
-//! child-process and QEMU workers exit) is `tests/signals.rs`. Scenario 27 (a worker killed
-//! mid-session) runs on the child-process placement only: a thread worker cannot die
-//! without its controller, which is scenario 30.
+//! Not here: 23–25 (sharded loading) are the `session_loader` suite; 30 (the controller
+//! dies, its child-process and QEMU workers exit) is the `signals` suite. Scenario 27 (a
+//! worker killed mid-session) runs on the child-process placement only: a thread worker
+//! cannot die without its controller, which is scenario 30.
 
 use crate::common;
 
