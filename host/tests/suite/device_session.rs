@@ -181,5 +181,6 @@ fn session_in_child_processes() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn session_in_qemu() {
+    let _exclusive = common::exclusive();
     run_session(Placement::Qemu(common::firmware()));
 }

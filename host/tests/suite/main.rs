@@ -8,8 +8,11 @@
 //! every `tessera device` child. Temporary files and directories carry the suite's name as
 //! well as the process id.
 //!
-//! The multi-instance suite (`mpi.rs`) is a test target of its own, built with
-//! `--features mpi` only.
+//! QEMU tests take [`common::exclusive`]: one QEMU job at a time.
+//!
+//! Two suites are test targets of their own: the multi-instance suite (`mpi.rs`), built with
+//! `--features mpi` only, and the fault-injection suite (`fault_injection.rs`), whose 15 ms
+//! link deadlines ran out beside the other suites' device processes.
 
 mod common;
 
@@ -19,7 +22,6 @@ mod cli_arguments;
 mod dead_device;
 mod delayed_link;
 mod device_session;
-mod fault_injection;
 mod file_trust;
 mod layout_cli;
 mod runtime_parity;

@@ -275,6 +275,7 @@ fn a_failed_allocation_is_reported_at_the_next_sync() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn the_copying_path_on_qemu_gives_the_same_results() {
+    let _exclusive = common::exclusive();
     let placement = Placement::Qemu(common::firmware());
     let session = Session::new(&placement, 2, 1, 0).unwrap();
     let src = session.empty(DataType::F32, &[64]).unwrap();

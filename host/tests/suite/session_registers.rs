@@ -138,6 +138,7 @@ fn a_register_of_another_session_is_refused_process() {
 #[test]
 #[ignore = "needs qemu-system-arm and the firmware ($TESSERA_FIRMWARE): tests/ci.sh runs it"]
 fn a_register_of_another_session_is_refused_qemu() {
+    let _exclusive = common::exclusive();
     foreign_register(qemu());
 }
 
@@ -203,6 +204,7 @@ fn registers_up_to_the_capacity_then_refused_at_allocation_process() {
 #[test]
 #[ignore = "needs qemu-system-arm and the firmware ($TESSERA_FIRMWARE): tests/ci.sh runs it"]
 fn registers_up_to_the_capacity_then_refused_at_allocation_qemu() {
+    let _exclusive = common::exclusive();
     capacity(qemu(), 1);
 }
 
@@ -296,5 +298,6 @@ fn a_checkpoint_of_1000_tensors_loads_process() {
 #[test]
 #[ignore = "needs qemu-system-arm and the firmware ($TESSERA_FIRMWARE): tests/ci.sh runs it"]
 fn a_checkpoint_of_1000_tensors_loads_qemu() {
+    let _exclusive = common::exclusive();
     thousand_tensors(qemu(), "qemu");
 }

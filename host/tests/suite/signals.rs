@@ -133,6 +133,7 @@ fn a_stopped_device_process_ends_when_the_controller_is_killed() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn qemus_end_when_the_controller_is_killed() {
+    let _exclusive = common::exclusive();
     let firmware = common::firmware();
     let args = [
         "--placement",
@@ -198,6 +199,7 @@ fn sigint_stops_and_reaps_every_device_process() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn sigterm_stops_and_reaps_every_qemu() {
+    let _exclusive = common::exclusive();
     let firmware = common::firmware();
     let args = [
         "--placement",

@@ -198,6 +198,7 @@ fn child_processes_recover_from_a_failure_at_every_round() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn qemu_recovers_from_a_failure_at_every_round() {
+    let _exclusive = common::exclusive();
     let p = program(true);
     let all: Vec<u32> = (0..rounds(&p)).collect();
     let placement = Placement::Qemu(common::firmware());

@@ -206,6 +206,7 @@ fn the_default_job_passes_in_child_processes() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn the_default_job_passes_in_qemu() {
+    let _exclusive = common::exclusive();
     let firmware = common::firmware();
     the_default_job_passes_on(
         "qemu",

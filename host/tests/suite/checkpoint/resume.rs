@@ -194,6 +194,7 @@ fn resume_is_exact_in_a_new_process_with_child_process_devices() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn resume_is_exact_in_a_new_process_in_qemu() {
+    let _exclusive = common::exclusive();
     let firmware = common::firmware();
     let firmware = text(&firmware).to_string();
     resume_in_a_new_process(

@@ -15,6 +15,7 @@
 #![allow(dead_code)] // each suite uses its own part
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
@@ -42,6 +43,17 @@ pub fn firmware() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Held by every QEMU test (each runs four emulated boards flat out), so that no two run
+/// together. Every suite shares this one process now; as separate binaries, QEMU tests of
+/// different suites never ran side by side, and a QEMU job beside another on two busy cores
+/// missed its link deadlines (`train_cli::the_default_job_passes_in_qemu`: "device 0 did
+/// not answer PushFifo after 8 attempts", once in three runs).
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static EXCLUSIVE: Mutex<()> = Mutex::new(());
+    // A test that failed while holding it says so itself; the next one may still run.
+    EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Deterministic data in `[-1, 1)`: value `i` of the array called `salt`.

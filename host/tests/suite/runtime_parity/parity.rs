@@ -120,6 +120,7 @@ fn child_processes_match_the_reference() {
 #[test]
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn qemu_matches_the_reference() {
+    let _exclusive = common::exclusive();
     let combo = Combo {
         comm: CommGroup::Orthogonal(2),
         retrieval: RetrievalMode::AllReplicas,

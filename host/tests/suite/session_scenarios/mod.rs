@@ -76,6 +76,7 @@ macro_rules! scenario {
         #[test]
         #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
         fn $qemu() {
+            let _exclusive = common::exclusive();
             $run(Placement::Qemu(common::firmware()));
         }
     };
