@@ -1,6 +1,6 @@
 //! Unit tests of the program rules: one valid program, then one broken rule at a time with
 //! the exact error `check` names, the reduction schedule, held elements, the output width
-//! and the error texts. The property tests in `tests/program_props.rs` cover arbitrary
+//! and the error texts. The property tests in `tests/suite/program_props/` cover arbitrary
 //! programs.
 //!
 //! Every test starts from [`mlp`] and changes one thing, so that the error it expects can

@@ -1,0 +1,314 @@
+//! The device's side of the link contract (`serve`): reductions are applied only to the
+//! round they answer, bytes read together with a request are not set aside, a malformed
+//! frame leaves the reply cache alone, and every frame is flushed before the device waits.
+
+use crate::support;
+
+use support::{frame, linear_program, replies, serve_all, MemLink};
+use tessera_core::grouping::CommGroup;
+use tessera_core::wire::Request;
+
+/// The step's sequence number in these scripts: it follows the 8 set-up requests (the
+/// device runs requests strictly in order).
+const STEP: u32 = 9;
+/// The requests that read the weight back, after the step.
+const STORE: u32 = STEP + 1;
+const READ: u32 = STEP + 2;
+
+/// Prepares a 1→1 linear model in a group of 2 with 3 batches per step (three reductions),
+/// weight 0, learning rate 0.5, and queues its samples; then the step's frames, then reads
+/// the weight back (sequence numbers `STORE` and `READ`).
+fn script(step: &[Vec<u8>]) -> Vec<u8> {
+    let f32s = |v: f32| v.to_le_bytes();
+    let mut bytes = Vec::new();
+    let mut seq = 0;
+    let mut push = |request: Request<'_>| {
+        seq += 1;
+        bytes.extend_from_slice(&frame(seq, &request));
+    };
+    push(Request::Prepare {
+        replicas: 2,
+        program: linear_program(1, 1, CommGroup::All, 3, 1),
+    });
+    push(Request::SetOptimizer {
+        learning_rate: 0.5,
+        momentum: 0.0,
+    });
+    for _ in 0..3 {
+        push(Request::PushFifo {
+            fifo: 1,
+            data: &f32s(1.0),
+        });
+        push(Request::PushFifo {
+            fifo: 2,
+            data: &f32s(0.0),
+        });
+    }
+    for f in step {
+        bytes.extend_from_slice(f);
+    }
+    assert_eq!(seq + 1, STEP, "the step follows the set-up");
+    bytes.extend_from_slice(&frame(
+        STORE,
+        &Request::RemoteStore {
+            variable: 1,
+            slot: 1,
+        },
+    ));
+    bytes.extend_from_slice(&frame(
+        READ,
+        &Request::ReadSlot {
+            slot: 1,
+            offset: 0,
+            len: 4,
+        },
+    ));
+    bytes
+}
+
+/// The host's answer to round `round` of the step: a gradient of `value`.
+fn answer(round: u32, value: f32) -> Vec<u8> {
+    frame(
+        STEP,
+        &Request::Reduced {
+            round,
+            data: &value.to_le_bytes(),
+        },
+    )
+}
+
+/// The weight the script reads back, and the step's reply.
+fn outcome(link: &MemLink) -> (String, String) {
+    let replies = replies(&link.output);
+    // The reply to `seq` (the step's contributions travel under its number too).
+    let find = |seq| {
+        replies
+            .iter()
+            .find(|(s, r)| *s == seq && !r.starts_with("Reduce"))
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
+    };
+    (find(READ), find(STEP))
+}
+
+/// The rounds of the contributions the device sent, in order.
+fn contributions(link: &MemLink) -> Vec<String> {
+    replies(&link.output)
+        .into_iter()
+        .filter(|(seq, body)| *seq == STEP && body.starts_with("Reduce"))
+        .map(|(_, body)| body[..body.find(',').unwrap_or(body.len())].to_string())
+        .collect()
+}
+
+/// The off-by-one seen on the wire under QEMU: the host retried the step, the device sent
+/// its round-0 contribution twice, the host answered both, and the device applied the
+/// second round-0 answer to round 1. The device must discard it: the weight ends at
+/// 0 − 0.5·(1 + 2 + 4) = −3.5, not −0.5·(1 + 1 + 2) = −2.
+#[test]
+fn a_duplicate_answer_is_never_applied_to_the_next_round() {
+    let step = [
+        frame(STEP, &Request::RunStep),
+        frame(STEP, &Request::RunStep), // the host's retry
+        answer(0, 1.0),
+        answer(0, 1.0), // its answer to the re-sent contribution
+        answer(1, 2.0),
+        answer(2, 4.0),
+    ];
+    let mut link = MemLink::new(script(&step));
+    let server = serve_all(&mut link);
+    let (weight, step_reply) = outcome(&link);
+    assert_eq!(step_reply, "Done");
+    assert_eq!(
+        weight,
+        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
+    );
+    assert_eq!(
+        server.stale_answers, 1,
+        "the duplicate was seen and discarded"
+    );
+    assert_eq!(
+        contributions(&link),
+        [
+            "Reduce { round: 0",
+            "Reduce { round: 0",
+            "Reduce { round: 1",
+            "Reduce { round: 2"
+        ],
+        "the step retry re-sent round 0, once"
+    );
+}
+
+/// Answers naming another step are discarded too, as are answers arriving after the step.
+#[test]
+fn answers_for_another_step_are_discarded() {
+    let other = |round| {
+        frame(
+            STEP + 1,
+            &Request::Reduced {
+                round,
+                data: &9.0f32.to_le_bytes(),
+            },
+        )
+    };
+    let step = [
+        frame(STEP, &Request::RunStep),
+        other(0),
+        answer(0, 1.0),
+        other(1),
+        answer(1, 2.0),
+        answer(2, 4.0),
+        answer(2, 4.0), // late: the step is over
+    ];
+    let mut link = MemLink::new(script(&step));
+    let server = serve_all(&mut link);
+    let (weight, step_reply) = outcome(&link);
+    assert_eq!(step_reply, "Done");
+    assert_eq!(
+        weight,
+        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
+    );
+    assert_eq!(server.stale_answers, 3);
+}
+
+/// A step followed at once by its answers: the answers arrive in the same read as the
+/// step's frame. Setting those bytes aside until the step ended made the step wait for
+/// answers it had already received, and time out.
+#[test]
+fn answers_read_together_with_their_step_are_seen() {
+    let step = [
+        frame(STEP, &Request::RunStep),
+        answer(0, 1.0),
+        answer(1, 2.0),
+        answer(2, 4.0),
+    ];
+    let input = script(&step);
+    for chunk in [usize::MAX, 256, 7] {
+        let mut link = MemLink::new(input.clone());
+        link.chunk = chunk;
+        serve_all(&mut link);
+        let (weight, step_reply) = outcome(&link);
+        assert_eq!(step_reply, "Done", "reads of {chunk} bytes");
+        assert_eq!(
+            weight,
+            format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
+        );
+    }
+}
+
+/// The device never waits for input while holding output it has not flushed: a child's
+/// buffered stdout held a re-sent contribution back until the next round's, where the host
+/// took it for a new one.
+#[test]
+fn every_frame_is_flushed_before_the_device_reads() {
+    let step = [
+        frame(STEP, &Request::RunStep),
+        frame(STEP, &Request::RunStep),
+        answer(0, 1.0),
+        answer(1, 2.0),
+        answer(2, 4.0),
+    ];
+    let mut link = MemLink::new(script(&step));
+    link.chunk = 5;
+    serve_all(&mut link);
+    assert_eq!(link.unflushed_reads, 0);
+    assert_eq!(link.flushed, link.output.len());
+}
+
+/// A CRC-valid frame that is not a request used to overwrite the reply cache while the
+/// last sequence number stayed: the retry of the last request was then answered
+/// `Malformed`, and the host timed out. The retry must get the cached reply.
+#[test]
+fn a_malformed_frame_leaves_the_reply_cache_alone() {
+    let mut input = frame(5, &Request::GetSeed);
+    // A valid frame whose body (0xFF 0xFF 0xFF) decodes as no request.
+    let (mut scratch, mut out) = ([0u8; 64], [0u8; 64]);
+    let n = tessera_core::wire::encode_frame(&[0xFFu8; 3], &mut scratch, &mut out).unwrap();
+    input.extend_from_slice(&out[..n]);
+    input.extend_from_slice(&frame(5, &Request::GetSeed));
+    let mut link = MemLink::new(input);
+    serve_all(&mut link);
+    let replies = replies(&link.output);
+    assert_eq!(replies.len(), 3);
+    assert_eq!(replies[0], (5, "Seed { seed: 0 }".to_string()));
+    assert_eq!(replies[1].0, 0, "the malformed frame's reply");
+    assert!(replies[1].1.contains("Malformed"), "{:?}", replies[1]);
+    assert_eq!(
+        replies[2], replies[0],
+        "the retry is answered from the cache"
+    );
+}
+
+/// Every reply starts with a delimiter, so garbage the host's decoder holds (a damaged
+/// earlier frame) ends there and costs the reply nothing.
+#[test]
+fn replies_start_with_a_delimiter() {
+    let mut link = MemLink::new(frame(1, &Request::GetSeed));
+    serve_all(&mut link);
+    assert_eq!(link.output.first(), Some(&0));
+    let mut held = vec![0x55u8; 10]; // garbage without an end
+    held.extend_from_slice(&link.output);
+    let mut decoder = tessera_core::wire::FrameDecoder::<64>::new();
+    let frames: Vec<bool> = held
+        .iter()
+        .filter_map(|&b| decoder.push(b).map(|f| f.is_ok()))
+        .collect();
+    assert_eq!(frames, [false, true], "the garbage, then the intact reply");
+}
+
+/// A bulk request on a byte link (which carries nothing beside its frames) is a clean
+/// error naming the reason, never a write of missing bytes.
+#[test]
+fn bulk_requests_on_a_byte_link_are_refused() {
+    let mut input = frame(
+        1,
+        &Request::WriteArrayBulk {
+            id: 1,
+            offset: 0,
+            len: 8,
+        },
+    );
+    input.extend_from_slice(&frame(
+        2,
+        &Request::ReadArrayBulk {
+            id: 1,
+            offset: 0,
+            len: 8,
+        },
+    ));
+    let mut link = MemLink::new(input);
+    serve_all(&mut link);
+    let replies = replies(&link.output);
+    assert_eq!(replies.len(), 2);
+    for (_, reply) in replies {
+        assert!(reply.contains("BulkUnavailable"), "{reply}");
+    }
+}
+
+/// A step whose host moved on (another device failed it): a later request ends the step at
+/// once with `StepAbandoned`, instead of holding the device in its reduction through every
+/// deadline (10 s) while it drops every request, so that the host took it for dead. The
+/// later request is dropped and, sent again, served.
+#[test]
+fn a_later_request_abandons_a_waiting_step() {
+    let step = [
+        frame(STEP, &Request::RunStep),
+        frame(STORE, &Request::GetSeed),
+        frame(STORE, &Request::GetSeed), // the host's retry
+    ];
+    let mut link = MemLink::new(script(&step));
+    let counters = serve_all(&mut link);
+    let replies = replies(&link.output);
+    let step_reply = replies
+        .iter()
+        .find(|(seq, body)| *seq == STEP && !body.starts_with("Reduce"))
+        .map(|(_, body)| body.clone())
+        .unwrap_or_default();
+    assert!(step_reply.contains("StepAbandoned"), "{step_reply}");
+    assert!(
+        replies
+            .iter()
+            .any(|(seq, body)| *seq == STORE && body.starts_with("Seed")),
+        "the retried request is served: {replies:?}"
+    );
+    assert!(counters.dropped >= 1, "the first copy was dropped");
+}

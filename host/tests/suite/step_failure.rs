@@ -1,0 +1,220 @@
+//! What a failed training step leaves: the rule of `tessera_host::runtime::recovery`,
+//! checked with a device error injected at every reduction round of a step, on every
+//! placement.
+//!
+//! Before the rule, the step driver returned on the first device error and nothing reset
+//! the devices: with anchors, every later step failed "FIFO is full" (the failed step's
+//! unread inputs and anchored values were still queued) with no way out but a new runtime;
+//! without anchors, a failure at the last gradient round let later steps return `Ok` while
+//! the replicas of one group held different weights (one had applied the round's update,
+//! the other had not) — invisible with one-per-group retrieval and in checkpoints.
+//!
+//! Each case runs a step from known weights, runs it again with a failure injected, checks
+//! the refusal, loads the weights and the optimizer state again, and runs the step once
+//! more: it must equal the first run bit for bit (anchors, weights, velocity), which a
+//! stale sample, anchored value, partial `Sum` anchor or velocity left by the failure
+//! would change.
+
+use crate::common;
+
+use common::{initial_weights, step_io, Model, Placed};
+use tessera_core::grouping::{CommGroup, RetrievalMode};
+use tessera_core::program::{AnchorTensor, Optimizer, Program, Sharding};
+use tessera_core::stream::AnchorReturnType;
+use tessera_core::wire::ErrorCode;
+use tessera_host::runtime::{Placement, Runtime, RuntimeError, StepFault, StepPhase, WeightsIo};
+use tessera_host::session::HostArray;
+use tessera_host::transport::TransportError;
+
+const R: usize = 4;
+const MEMORY: usize = 1 << 16;
+
+/// A two-layer perceptron (3 → 4 → 2, MSE) with momentum, two batches of two
+/// micro-batches per step: `w1` sharded across the pairs {0, 1} and {2, 3} and returned
+/// for every replica, the second layer in one group of four. `anchors`: the loss of every
+/// micro-batch and the output summed over the step (its running sum lives in the step's
+/// scratch).
+fn program(anchors: bool) -> Program {
+    let mut model = Model {
+        first: Placed::comm(CommGroup::Consecutive(2))
+            .sharded(Sharding::PaddedTail)
+            .returning(RetrievalMode::AllReplicas),
+        second: Placed::comm(CommGroup::All),
+        batches_per_step: 2,
+        accumulation: 2,
+        optimizer: Optimizer::SgdMomentum {
+            learning_rate: 0.1,
+            momentum: 0.5,
+        },
+        ..Model::mlp(3, 4, 2)
+    };
+    model.anchors = if anchors {
+        vec![
+            (AnchorTensor::Loss, AnchorReturnType::All),
+            (AnchorTensor::Output, AnchorReturnType::Sum),
+        ]
+    } else {
+        Vec::new()
+    };
+    model.program()
+}
+
+/// Reduction rounds of one step (every batch's, numbered across the step).
+fn rounds(p: &Program) -> u32 {
+    (p.reductions(R).count() as u32) * p.batches_per_step
+}
+
+/// Every variable's velocity, zero, in its host shape.
+fn zero_velocity(weights: &WeightsIo) -> WeightsIo {
+    weights
+        .iter()
+        .map(|(name, w)| {
+            let zeros = vec![0f32; w.elements()];
+            (
+                name.clone(),
+                HostArray::from_f32(w.shape(), &zeros).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Loads `weights` and a zero velocity.
+fn load(runtime: &mut Runtime, weights: &WeightsIo) {
+    runtime.weights_from_host(weights).unwrap();
+    runtime
+        .optimizer_state_from_host(&zero_velocity(weights))
+        .unwrap();
+}
+
+/// The bytes of every array of a step's result, by name.
+fn bytes(arrays: &std::collections::BTreeMap<String, HostArray>) -> Vec<(String, Vec<u8>)> {
+    arrays
+        .iter()
+        .map(|(name, a)| (name.clone(), a.bytes().to_vec()))
+        .collect()
+}
+
+/// Fails a step at each of `rounds_to_fail` (replica `round mod R` failing) and checks the
+/// rule after each; `what` names the case in messages.
+fn fail_and_recover(placement: &Placement, anchors: bool, rounds_to_fail: &[u32], what: &str) {
+    let p = program(anchors);
+    assert!(
+        rounds_to_fail.iter().all(|&k| k < rounds(&p)),
+        "{what}: the program has {} rounds",
+        rounds(&p)
+    );
+    let mut failing = Runtime::prepare(p.clone(), R, placement, MEMORY).unwrap();
+    let weights = initial_weights(&p, R, 3);
+    for &round in rounds_to_fail {
+        let replica = round % R as u32;
+        let case = format!("{what}: replica {replica} failing round {round}");
+        let io = step_io(&p, R, 100 + u64::from(round));
+        // The step as a runtime that never failed runs it (this one, before the failure:
+        // a failure's leftovers would show up in the comparison below).
+        load(&mut failing, &weights);
+        let expected = (
+            bytes(&failing.run(&io).unwrap()),
+            bytes(&failing.weights_to_host().unwrap()),
+            bytes(&failing.optimizer_state_to_host().unwrap()),
+        );
+        load(&mut failing, &weights);
+        failing.inject_step_fault(StepFault { replica, round });
+        match failing.run(&io) {
+            Err(RuntimeError::StepFailed {
+                phase: StepPhase::Running,
+                cause,
+                diverged: true,
+                reset: None,
+            }) => match *cause {
+                RuntimeError::Transport(TransportError::Device {
+                    replica: r,
+                    code: ErrorCode::UnexpectedReduced,
+                    ..
+                }) => assert_eq!(r, replica, "{case}: the error names the failing replica"),
+                other => panic!("{case}: the step failed for another reason: {other}"),
+            },
+            other => panic!("{case}: expected a failed, diverged, reset step, got {other:?}"),
+        }
+
+        // Diverged: no step, no weights read, until everything is loaded again.
+        let refused = |r: Result<_, RuntimeError>, what: &str| match r {
+            Err(RuntimeError::Diverged { what: w, .. }) => assert_eq!(w, what, "{case}"),
+            Err(e) => panic!("{case}: expected a refusal for the {what}, got {e}"),
+            Ok(_) => panic!("{case}: a diverged runtime must refuse"),
+        };
+        refused(failing.run(&io).map(|_| ()), "weights");
+        refused(failing.weights_to_host().map(|_| ()), "weights");
+        refused(
+            failing.optimizer_state_to_host().map(|_| ()),
+            "optimizer state",
+        );
+        failing.weights_from_host(&weights).unwrap();
+        // The weights alone are not enough: the velocities diverged too.
+        refused(failing.run(&io).map(|_| ()), "optimizer state");
+        failing
+            .optimizer_state_from_host(&zero_velocity(&weights))
+            .unwrap();
+
+        // Now the next step is exactly the one that never failed.
+        let anchors = failing
+            .run(&io)
+            .unwrap_or_else(|e| panic!("{case}: the step after recovery failed: {e}"));
+        assert_eq!(bytes(&anchors), expected.0, "{case}: anchors");
+        let weights_after = bytes(&failing.weights_to_host().unwrap());
+        assert_eq!(weights_after, expected.1, "{case}: weights");
+        let velocity = bytes(&failing.optimizer_state_to_host().unwrap());
+        assert_eq!(velocity, expected.2, "{case}: optimizer state");
+    }
+}
+
+/// Threads, with anchors: a failure at every round of the step (each batch's gather of
+/// `w1`, then its gradient rounds), each followed by the refusal and an exact step.
+#[test]
+fn threads_recover_from_a_failure_at_every_round() {
+    let p = program(true);
+    let all: Vec<u32> = (0..rounds(&p)).collect();
+    fail_and_recover(&Placement::Thread, true, &all, "threads, anchors");
+}
+
+/// Threads, no anchors: the case where a failure at the last gradient round used to go
+/// unnoticed (later steps returned `Ok` with the replicas apart).
+#[test]
+fn threads_without_anchors_refuse_steps_after_a_failure_at_every_round() {
+    let p = program(false);
+    let all: Vec<u32> = (0..rounds(&p)).collect();
+    fail_and_recover(&Placement::Thread, false, &all, "threads, no anchors");
+}
+
+/// Child processes: every round, over the framed link and the shared window.
+#[test]
+fn child_processes_recover_from_a_failure_at_every_round() {
+    let p = program(true);
+    let all: Vec<u32> = (0..rounds(&p)).collect();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_tessera"));
+    fail_and_recover(&Placement::Process(exe), true, &all, "processes");
+}
+
+/// The firmware under QEMU: every round too, over the UART and the host file.
+#[test]
+#[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
+fn qemu_recovers_from_a_failure_at_every_round() {
+    let _exclusive = common::exclusive();
+    let p = program(true);
+    let all: Vec<u32> = (0..rounds(&p)).collect();
+    let placement = Placement::Qemu(common::firmware());
+    fail_and_recover(&placement, true, &all, "qemu");
+}
+
+/// A failed step with nothing injected afterwards leaves the runtime usable without a new
+/// `prepare`: loading the weights settles everything, and a runtime that never failed is
+/// not refused anything (the refusal is the failure's, not a state every runtime starts
+/// in).
+#[test]
+fn a_runtime_that_never_failed_is_never_refused() {
+    let p = program(true);
+    let mut runtime = Runtime::prepare(p.clone(), R, &Placement::Thread, MEMORY).unwrap();
+    runtime.weights_to_host().unwrap();
+    runtime.optimizer_state_to_host().unwrap();
+    runtime.run(&step_io(&p, R, 1)).unwrap();
+    runtime.weights_to_host().unwrap();
+}
