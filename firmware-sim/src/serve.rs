@@ -16,9 +16,10 @@
 //! - **Bulk requests run in the server.** A bulk write's bytes are received straight into
 //!   their register, a bulk read's sent straight from it, and only for a request that runs:
 //!   a repeat gets its kept reply alone and never touches the window.
-//! - **Reductions carry their identity.** During a step the device sends
-//!   [`Response::Reduce`] under the step's sequence number with the round's number, and
-//!   applies only the [`Request::Reduced`] carrying that same sequence number and round. Any
+//! - **Reductions are topics, and carry their identity.** During a step the device sends a
+//!   [`Contribution`] naming the step's sequence number and the round (not a reply: the
+//!   step's reply comes when it ends), and applies only the [`Combined`] result naming that
+//!   same step and round (not a request: it gets no reply). Any
 //!   other answer (late, duplicate, or from an earlier step) is counted in
 //!   [`Server::stale_answers`] and discarded, never applied. The device sends its
 //!   contribution again when the host retries the step and when the host stays silent for
@@ -37,7 +38,8 @@ use embedded_hal::digital::OutputPin;
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_body, Envelope, ErrorCode, ReduceOp, Request, RequestKind, Response,
+    encode_body, Combined, Contribution, Envelope, ErrorCode, FromDevice, ReduceOp, Request,
+    RequestKind, Response, ToDevice,
 };
 
 use crate::clock::{elapsed_ms, Clock};
@@ -46,7 +48,7 @@ use crate::link::{Framed, Framing, Incoming, Messages};
 use crate::program::Reducer;
 use crate::reply_cache::{ReplyCache, Verdict};
 
-/// How long the device waits for the host's [`Request::Reduced`], in real time, before it
+/// How long the device waits for the host's [`Combined`] result, in real time, before it
 /// sends its contribution again.
 pub const REDUCE_DEADLINE_MS: u64 = 2_000;
 /// Times the device sends a contribution before the step fails with
@@ -267,17 +269,18 @@ where
         dropped,
         ..
     } = state;
-    let Ok(envelope) = decode_body::<Envelope<Request<'_>>>(&request[..len]) else {
-        return send_malformed(link);
+    let envelope = match decode_body::<ToDevice<'_>>(&request[..len]) {
+        Ok(ToDevice::Request(envelope)) => envelope,
+        // A combined result outside the step it answers (the reduction is over, or was
+        // abandoned): a topic message, so it gets no reply and leaves the cache alone.
+        Ok(ToDevice::Combined(_)) => {
+            **stale_answers = stale_answers.saturating_add(1);
+            return Ok(());
+        }
+        Err(_) => return send_malformed(link),
     };
     let seq = envelope.seq;
     let hello = matches!(envelope.body, Request::Hello { .. });
-    if let Request::Reduced { .. } = envelope.body {
-        // An answer to a reduction that is over (or was abandoned): not a request, so it
-        // gets no reply and leaves the reply cache alone.
-        **stale_answers = stale_answers.saturating_add(1);
-        return Ok(());
-    }
     // A bulk request's bytes come or go beside its message, straight between the link and
     // the register: the server runs it itself.
     let bulk = match envelope.body {
@@ -332,21 +335,14 @@ where
                 dropped,
             };
             let response = device.handle(&envelope.body, &mut reducer);
-            let n = match encode_body(
-                &Envelope {
-                    seq,
-                    body: response,
-                },
-                slot,
-            ) {
+            let n = match encode_body(&reply(seq, response), slot) {
                 Ok(n) => n,
                 Err(_) => {
                     let error = Response::Error {
                         request: envelope.body.kind(),
                         code: ErrorCode::ReplyTooLarge,
                     };
-                    encode_body(&Envelope { seq, body: error }, slot)
-                        .map_err(|_| ServeError::ReplyTooLarge)?
+                    encode_body(&reply(seq, error), slot).map_err(|_| ServeError::ReplyTooLarge)?
                 }
             };
             cache.keep(seq, n);
@@ -386,8 +382,8 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
                 let bytes = &*bytes;
                 let slot = &mut cache.slot(seq)[..limit];
                 let body = Response::Bulk { len };
-                let n = encode_body(&Envelope { seq, body }, slot)
-                    .map_err(|_| ServeError::ReplyTooLarge)?;
+                let n =
+                    encode_body(&reply(seq, body), slot).map_err(|_| ServeError::ReplyTooLarge)?;
                 cache.keep(seq, n);
                 let reply = cache.cached(seq).unwrap_or(&[]);
                 if link.send_bulk(reply, bytes).map_err(ServeError::Link)? {
@@ -403,29 +399,27 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
         }
     };
     let slot = &mut cache.slot(seq)[..limit];
-    let n = encode_body(
-        &Envelope {
-            seq,
-            body: response,
-        },
-        slot,
-    )
-    .map_err(|_| ServeError::ReplyTooLarge)?;
+    let n = encode_body(&reply(seq, response), slot).map_err(|_| ServeError::ReplyTooLarge)?;
     cache.keep(seq, n);
     link.send(cache.cached(seq).unwrap_or(&[]))
         .map_err(ServeError::Link)
 }
 
+/// The reply `body` to request `seq`, as it travels.
+fn reply(seq: u32, body: Response<'_>) -> FromDevice<'_> {
+    FromDevice::Reply(Envelope { seq, body })
+}
+
 /// Answers a frame that is not a request, from a buffer of its own (the reply cache keeps
 /// the last real replies for retries).
 fn send_malformed<M: Messages>(link: &mut M) -> Result<(), ServeError<M::Error>> {
-    let malformed = Envelope {
-        seq: 0,
-        body: Response::Error {
+    let malformed = reply(
+        0,
+        Response::Error {
             request: RequestKind::Malformed,
             code: ErrorCode::Malformed,
         },
-    };
+    );
     let mut body = [0u8; 16];
     let n = encode_body(&malformed, &mut body).map_err(|_| ServeError::ReplyTooLarge)?;
     link.send(&body[..n]).map_err(ServeError::Link)
@@ -468,40 +462,34 @@ impl<M: Messages, C: Clock> LinkReducer<'_, M, C> {
         let Some(body) = self.aside.get(..len) else {
             return Ok(Heard::Nothing);
         };
-        match decode_body::<Envelope<Request<'_>>>(body) {
-            Ok(Envelope {
-                seq,
-                body:
-                    Request::Reduced {
-                        round: r,
-                        data: combined,
-                    },
-            }) if seq == self.seq && r == round => {
+        match decode_body::<ToDevice<'_>>(body) {
+            Ok(ToDevice::Combined(Combined {
+                step,
+                round: r,
+                data: combined,
+            })) if step == self.seq && r == round => {
                 if combined.len() != data.len() {
                     return Err(ErrorCode::UnexpectedReduced);
                 }
                 data.copy_from_slice(combined);
                 Ok(Heard::Answer)
             }
-            Ok(Envelope {
-                body: Request::Reduced { .. },
-                ..
-            }) => {
+            Ok(ToDevice::Combined(_)) => {
                 *self.stale = self.stale.saturating_add(1);
                 Ok(Heard::Nothing)
             }
-            Ok(Envelope {
+            Ok(ToDevice::Request(Envelope {
                 seq,
                 body: Request::RunStep,
-            }) if seq == self.seq => Ok(Heard::StepRetry),
+            })) if seq == self.seq => Ok(Heard::StepRetry),
             // A later request: the host has given up on this step (another device failed
             // it) and will not answer its reductions. The request itself comes again.
-            Ok(Envelope { seq, .. }) if is_later(seq, self.seq) => {
+            Ok(ToDevice::Request(Envelope { seq, .. })) if is_later(seq, self.seq) => {
                 *self.dropped = self.dropped.saturating_add(1);
                 Err(ErrorCode::StepAbandoned)
             }
             // A request sent while the step runs: it comes again (go-back-N).
-            Ok(_) => {
+            Ok(ToDevice::Request(_)) => {
                 *self.dropped = self.dropped.saturating_add(1);
                 Ok(Heard::Nothing)
             }
@@ -512,10 +500,12 @@ impl<M: Messages, C: Clock> LinkReducer<'_, M, C> {
 
 impl<M: Messages, C: Clock> Reducer for LinkReducer<'_, M, C> {
     fn reduce(&mut self, round: u32, op: ReduceOp, data: &mut [u8]) -> Result<(), ErrorCode> {
-        let ask = Envelope {
-            seq: self.seq,
-            body: Response::Reduce { round, op, data },
-        };
+        let ask = FromDevice::Contribution(Contribution {
+            step: self.seq,
+            round,
+            op,
+            data,
+        });
         let n = encode_body(&ask, self.contribution).map_err(|_| ErrorCode::ReplyTooLarge)?;
         let link_failed = |_| ErrorCode::ReduceTimeout;
         for _ in 0..REDUCE_ATTEMPTS {

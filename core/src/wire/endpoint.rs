@@ -36,7 +36,6 @@ impl<'a> Command<'a> {
                 | Request::GetSeed
                 | Request::GetRngState
                 | Request::RunStep
-                | Request::Reduced { .. }
                 | Request::CycleCount
                 | Request::GetRegister { .. }
                 | Request::ReadArray { .. }

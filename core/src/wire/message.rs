@@ -10,7 +10,7 @@ use crate::program::{Program, ProgramFault};
 /// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
 /// any message (host and device must run exactly the same one: see the [`wire`](super)
 /// module).
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -109,7 +109,7 @@ pub enum Arg<'a> {
     Value(Value<'a>),
 }
 
-/// How a [`Response::Reduce`] combines the group's contributions.
+/// How a [`Contribution`](super::Contribution) combines with the group's others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ReduceOp {
@@ -221,16 +221,6 @@ pub enum Request<'a> {
     },
     /// Runs one training step of the prepared program (`batches_per_step` batches).
     RunStep,
-    /// The host's answer to the device's [`Response::Reduce`] during a step. It travels
-    /// under the step's sequence number and names the round it answers: together they are
-    /// the reduction's identity, and a device applies an answer only when both match the
-    /// reduction it is waiting for (a stale or duplicate answer is discarded).
-    Reduced {
-        /// The round answered (the `round` of the [`Response::Reduce`]).
-        round: u32,
-        /// The combined buffer.
-        data: &'a [u8],
-    },
     /// Cycle count to host.
     CycleCount,
     /// Stores a value in register `id` (replacing what it held).
@@ -394,8 +384,6 @@ pub enum RequestKind {
     Prepare,
     /// [`Request::RunStep`]: one training step.
     RunStep,
-    /// [`Request::Reduced`]: the host's answer to a reduction.
-    Reduced,
     /// [`Request::CycleCount`]: the cycle count to the host.
     CycleCount,
     /// [`Request::SetRegister`]: a value into a register.
@@ -452,7 +440,6 @@ impl Request<'_> {
             Self::GetRngState => RequestKind::GetRngState,
             Self::Prepare { .. } => RequestKind::Prepare,
             Self::RunStep => RequestKind::RunStep,
-            Self::Reduced { .. } => RequestKind::Reduced,
             Self::CycleCount => RequestKind::CycleCount,
             Self::SetRegister { .. } => RequestKind::SetRegister,
             Self::GetRegister { .. } => RequestKind::GetRegister,
@@ -568,9 +555,10 @@ pub enum ErrorCode {
     BadArguments,
     /// The frame did not decode as a request.
     Malformed,
-    /// A [`Request::Reduced`] when no step is waiting for one, or of the wrong size.
+    /// A combined result (a [`Combined`](super::Combined)) of another length than the
+    /// contribution it answers.
     UnexpectedReduced,
-    /// The host did not answer a [`Response::Reduce`] in time.
+    /// The host did not answer a [`Contribution`](super::Contribution) in time.
     ReduceTimeout,
     /// A step whose reduction would not fit one frame.
     ReductionTooLarge {
@@ -628,9 +616,9 @@ impl fmt::Display for ErrorCode {
             Self::UnknownFunction => f.write_str("no device function of that name"),
             Self::BadArguments => f.write_str("wrong arguments for the device function"),
             Self::Malformed => f.write_str("the frame is not a request"),
-            Self::UnexpectedReduced => f.write_str(
-                "no step is waiting for that reduction, or its answer has the wrong length",
-            ),
+            Self::UnexpectedReduced => {
+                f.write_str("the combined result of a reduction has the wrong length")
+            }
             Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
             Self::StepAbandoned => f.write_str(
                 "the step was abandoned: the host moved on while it waited for a reduction",
@@ -749,19 +737,6 @@ pub enum Response<'a> {
     Register {
         /// The value.
         value: Value<'a>,
-    },
-    /// Sent during a step (with the step's sequence number): combine `data` across the
-    /// replica group and answer with [`Request::Reduced`] under the same sequence number
-    /// and round. A device may send the same contribution again (its answer was late or
-    /// lost); the host answers every copy with the same combination.
-    Reduce {
-        /// Which reduction of the step this is (the batch index), so that neither side
-        /// takes a re-sent contribution or answer for the next one.
-        round: u32,
-        /// How to combine.
-        op: ReduceOp,
-        /// This replica's contribution (f32, little-endian).
-        data: &'a [u8],
     },
     /// The request failed.
     Error {

@@ -5,6 +5,8 @@
 //!   device can recognise (and answer again) one it already ran. The session starts with
 //!   [`Request::Hello`], which carries [`PROTOCOL_VERSION`]; the device answers with its
 //!   [`Limits`].
+//! - [`direction`]: what travels each way — requests and combined results to a device,
+//!   replies and contributions from it (endpoints beside topics).
 //! - [`endpoint`]: typed endpoints — each request type and the payload of its reply.
 //! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
 //!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
@@ -29,10 +31,12 @@
 //!
 //! Nothing here panics, whatever the bytes on the link.
 
+pub mod direction;
 pub mod endpoint;
 pub mod frame;
 pub mod message;
 
+pub use direction::{Combined, Contribution, FromDevice, ToDevice};
 pub use endpoint::{Command, Endpoint};
 pub use frame::{
     decode_body, encode_body, encode_frame, frame_body, max_frame_len, FrameDecoder, FrameError,

@@ -5,7 +5,9 @@
 use proptest::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{encode_frame, Array, Envelope, FrameDecoder, Request, Response, Value};
+use tessera_core::wire::{
+    encode_frame, Array, Envelope, FrameDecoder, FromDevice, Request, Response, ToDevice, Value,
+};
 
 fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
     prop_oneof![
@@ -67,10 +69,14 @@ proptest! {
             if let Some(Ok(body)) = decoder.push(b) {
                 let _ = decode_body::<Envelope<Request<'_>>>(body);
                 let _ = decode_body::<Envelope<Response<'_>>>(body);
+                let _ = decode_body::<ToDevice<'_>>(body);
+                let _ = decode_body::<FromDevice<'_>>(body);
             }
         }
         let _ = decode_body::<Envelope<Request<'_>>>(&bytes);
         let _ = decode_body::<Envelope<Response<'_>>>(&bytes);
+        let _ = decode_body::<ToDevice<'_>>(&bytes);
+        let _ = decode_body::<FromDevice<'_>>(&bytes);
     }
 
     #[test]

@@ -227,7 +227,6 @@ impl<'a> Device<'a> {
             | R::Prepare { .. }
             | R::RunStep
             | R::ResetStep
-            | R::Reduced { .. }
             | R::CycleCount => program::handle(self, request, reducer),
             R::SetRegister { .. }
             | R::GetRegister { .. }

@@ -27,9 +27,9 @@
 //! [`OutOfMemory`](ErrorCode::OutOfMemory), [`TableFull`](ErrorCode::TableFull) (prepare);
 //! [`FifoEmpty`](ErrorCode::FifoEmpty), [`FifoFull`](ErrorCode::FifoFull),
 //! [`BadArguments`](ErrorCode::BadArguments) (a label outside the classes),
-//! [`ReduceTimeout`](ErrorCode::ReduceTimeout), [`StepAbandoned`](ErrorCode::StepAbandoned)
-//! and [`Internal`](ErrorCode::Internal) (a step);
-//! [`UnexpectedReduced`](ErrorCode::UnexpectedReduced);
+//! [`ReduceTimeout`](ErrorCode::ReduceTimeout), [`StepAbandoned`](ErrorCode::StepAbandoned),
+//! [`UnexpectedReduced`](ErrorCode::UnexpectedReduced) (a combined result of the wrong
+//! length) and [`Internal`](ErrorCode::Internal) (a step);
 //! [`NotInstrumented`](ErrorCode::NotInstrumented).
 
 use tessera_core::program::{Optimizer, ProgramFault, ProgramPart, RuleKind};
@@ -101,7 +101,6 @@ pub(super) fn handle<'d>(
             let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;
             step::reset(&mut device.arena, &mut device.fifos, prepared)?;
         }
-        Request::Reduced { .. } => return Err(ErrorCode::UnexpectedReduced),
         Request::CycleCount => {
             let instrumented = device.prepared.as_ref().map(|p| p.program.instrumented);
             if instrumented != Some(true) {

@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use support::{frame, linear_program, replies, serve_all, MemLink};
+use support::{combined, frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
 use tessera_core::wire::Request;
 
@@ -68,13 +68,7 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
 
 /// The host's answer to round `round` of the step: a gradient of `value`.
 fn answer(round: u32, value: f32) -> Vec<u8> {
-    frame(
-        STEP,
-        &Request::Reduced {
-            round,
-            data: &value.to_le_bytes(),
-        },
-    )
+    combined(STEP, round, &value.to_le_bytes())
 }
 
 /// The weight the script reads back, and the step's reply.
@@ -84,7 +78,7 @@ fn outcome(link: &MemLink) -> (String, String) {
     let find = |seq| {
         replies
             .iter()
-            .find(|(s, r)| *s == seq && !r.starts_with("Reduce"))
+            .find(|(s, r)| *s == seq && !r.starts_with("Contribution"))
             .map(|(_, r)| r.clone())
             .unwrap_or_default()
     };
@@ -95,7 +89,7 @@ fn outcome(link: &MemLink) -> (String, String) {
 fn contributions(link: &MemLink) -> Vec<String> {
     replies(&link.output)
         .into_iter()
-        .filter(|(seq, body)| *seq == STEP && body.starts_with("Reduce"))
+        .filter(|(seq, body)| *seq == STEP && body.starts_with("Contribution"))
         .map(|(_, body)| body[..body.find(',').unwrap_or(body.len())].to_string())
         .collect()
 }
@@ -129,10 +123,10 @@ fn a_duplicate_answer_is_never_applied_to_the_next_round() {
     assert_eq!(
         contributions(&link),
         [
-            "Reduce { round: 0",
-            "Reduce { round: 0",
-            "Reduce { round: 1",
-            "Reduce { round: 2"
+            "Contribution { round: 0",
+            "Contribution { round: 0",
+            "Contribution { round: 1",
+            "Contribution { round: 2"
         ],
         "the step retry re-sent round 0, once"
     );
@@ -141,15 +135,7 @@ fn a_duplicate_answer_is_never_applied_to_the_next_round() {
 /// Answers naming another step are discarded too, as are answers arriving after the step.
 #[test]
 fn answers_for_another_step_are_discarded() {
-    let other = |round| {
-        frame(
-            STEP + 1,
-            &Request::Reduced {
-                round,
-                data: &9.0f32.to_le_bytes(),
-            },
-        )
-    };
+    let other = |round| combined(STEP + 1, round, &9.0f32.to_le_bytes());
     let step = [
         frame(STEP, &Request::RunStep),
         other(0),
@@ -300,7 +286,7 @@ fn a_later_request_abandons_a_waiting_step() {
     let replies = replies(&link.output);
     let step_reply = replies
         .iter()
-        .find(|(seq, body)| *seq == STEP && !body.starts_with("Reduce"))
+        .find(|(seq, body)| *seq == STEP && !body.starts_with("Contribution"))
         .map(|(_, body)| body.clone())
         .unwrap_or_default();
     assert!(step_reply.contains("StepAbandoned"), "{step_reply}");

@@ -41,7 +41,7 @@
 use std::time::{Duration, Instant};
 
 use tessera_core::grouping::ReplicaGrouping;
-use tessera_core::wire::{ReduceOp, Request, RequestKind, Response};
+use tessera_core::wire::{Combined, Contribution, ReduceOp, Request, RequestKind, Response};
 
 use super::{RuntimeError, StepFault};
 use crate::instance::Instances;
@@ -72,7 +72,7 @@ struct Member {
 
 /// One device's share of the open round: its member index and its buffer (the operation
 /// is the round's).
-struct Contribution {
+struct Share {
     from: usize,
     data: Vec<u8>,
 }
@@ -83,7 +83,7 @@ struct OpenRound {
     op: ReduceOp,
     /// Bytes every contribution carries (the first one's).
     len: usize,
-    contributions: Vec<Contribution>,
+    contributions: Vec<Share>,
 }
 
 /// The last combined round: each group's answer, for devices that ask again.
@@ -152,9 +152,11 @@ pub(super) fn run_step(
                 continue;
             };
             let member = &mut members[i];
-            match reply.response() {
-                Response::Done => member.done = true,
-                Response::Reduce { round, op, data } => {
+            if let Some(Contribution {
+                round, op, data, ..
+            }) = reply.contribution()
+            {
+                {
                     let again = answered
                         .as_ref()
                         .filter(|a| a.round == round)
@@ -164,11 +166,11 @@ pub(super) fn run_step(
                         });
                     if let Some(answer) = again {
                         // A re-sent contribution: answer it again, under its identity.
-                        let reduced = Request::Reduced {
+                        channels[i].publish(&Combined {
+                            step: member.seq,
                             round,
                             data: answer,
-                        };
-                        channels[i].resend(member.seq, &reduced)?;
+                        })?;
                         continue;
                     }
                     match judge(round, member.next_round, member.waiting, schedule.last) {
@@ -219,17 +221,21 @@ pub(super) fn run_step(
                         } else {
                             answer
                         };
-                        let reduced = Request::Reduced {
+                        channels[c.from].publish(&Combined {
+                            step: m.seq,
                             round,
                             data: answer,
-                        };
-                        channels[c.from].resend(m.seq, &reduced)?;
+                        })?;
                         m.waiting = false;
                     }
                     // Every device applied the earlier rounds' answers (it took part in
                     // this one): only this round's can still be asked for again.
                     answered = Some(Answered { round, by_group });
                 }
+                continue;
+            }
+            match reply.response() {
+                Response::Done => member.done = true,
                 Response::Error { request, code } => {
                     return Err(crate::transport::TransportError::Device {
                         replica: member.replica as u32,
@@ -338,7 +344,7 @@ fn collect(
         });
     }
     if !open.contributions.iter().any(|c| c.from == from) {
-        open.contributions.push(Contribution {
+        open.contributions.push(Share {
             from,
             data: data.to_vec(),
         });

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_body, encode_frame, max_frame_len, Endpoint, Envelope, ErrorCode, Limits, Request,
-    RequestKind, Response, PROTOCOL_VERSION,
+    encode_body, encode_frame, max_frame_len, Combined, Endpoint, Envelope, ErrorCode, FromDevice,
+    Limits, Request, RequestKind, Response, ToDevice, PROTOCOL_VERSION,
 };
 
 use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message, SPIN};
@@ -635,8 +635,15 @@ impl Channel {
         }
     }
 
-    /// Sends `request` under `seq` without tracking it: a retry the caller manages, or a
-    /// message that gets no reply (a reduction's answer).
+    /// Sends a reduction's combined result: a topic message, which gets no reply and is not
+    /// tracked (the device asks again, by sending its contribution again, if it is lost).
+    pub fn publish(&mut self, combined: &Combined<'_>) -> Result<(), TransportError> {
+        let message = ToDevice::Combined(combined.clone());
+        let n = self.encode(&message, RequestKind::RunStep)?.len();
+        transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
+    }
+
+    /// Sends `request` under `seq` without tracking it: a retry the caller manages.
     pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
         let n = self.frame(seq, request)?.len();
         transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
@@ -645,10 +652,24 @@ impl Channel {
     /// Encodes `request` under `seq` into the output buffer: a frame, delimiter first, for
     /// a byte link; the bare body for a message link.
     fn frame(&mut self, seq: u32, request: &Request<'_>) -> Result<&[u8], TransportError> {
-        let envelope = Envelope { seq, body: request };
+        // A request's payload is borrowed: the clone copies no bulk bytes.
+        let message = ToDevice::Request(Envelope {
+            seq,
+            body: request.clone(),
+        });
+        self.encode(&message, request.kind())
+    }
+
+    /// Encodes `message` into the output buffer as [`Channel::frame`] says; `kind` names
+    /// the request it belongs to in a size error.
+    fn encode(
+        &mut self,
+        message: &ToDevice<'_>,
+        kind: RequestKind,
+    ) -> Result<&[u8], TransportError> {
         let too_large = |bytes| TransportError::TooLarge {
             replica: self.limits.replica,
-            request: request.kind(),
+            request: kind,
             bytes,
             max: self.limits.max_frame as usize,
         };
@@ -659,7 +680,7 @@ impl Channel {
                     return Err(too_large(0));
                 };
                 *first = 0;
-                let n = encode_frame(&envelope, &mut self.scratch, rest)
+                let n = encode_frame(message, &mut self.scratch, rest)
                     .map_err(|_| too_large(MAX_FRAME))?;
                 // The device would drop a longer frame unread: refuse it here, at once.
                 if n > self.limits.max_frame as usize {
@@ -668,7 +689,7 @@ impl Channel {
                 n + 1
             }
             Outgoing::Messages(_) => {
-                let n = encode_body(&envelope, &mut self.out).map_err(|_| too_large(MAX_FRAME))?;
+                let n = encode_body(message, &mut self.out).map_err(|_| too_large(MAX_FRAME))?;
                 if n > self.limits.max_frame as usize {
                     return Err(too_large(n));
                 }
@@ -719,17 +740,24 @@ impl Channel {
     /// Files a message from the device: a reply to a request in flight completes it; a
     /// reduction (during a step) is queued under the step; anything else is stale.
     fn accept(&mut self, mut message: Message) {
-        let Ok(envelope) = decode_body::<Envelope<Response<'_>>>(&message.body) else {
-            return;
+        let (seq, completes, bulk) = match decode_body::<FromDevice<'_>>(&message.body) {
+            Ok(FromDevice::Reply(Envelope { seq, body })) => {
+                let bulk = match body {
+                    Response::Bulk { len } => Some(len),
+                    _ => None,
+                };
+                (seq, true, bulk)
+            }
+            // A contribution waits under its step, which it does not complete.
+            Ok(FromDevice::Contribution(c)) => (c.step, false, None),
+            Err(_) => return,
         };
-        let seq = envelope.seq;
         let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
             return; // an answer to a retry of something already answered
         };
-        let completes = !matches!(envelope.body, Response::Reduce { .. });
         // A bulk read's bytes wait in the shared window: take them before it is reused.
-        let from_window = match (&envelope.body, &self.window) {
-            (Response::Bulk { len }, Some(window)) => window.read(*len as usize),
+        let from_window = match (bulk, &self.window) {
+            (Some(len), Some(window)) => window.read(len as usize),
             _ => None,
         };
         if let Some(bytes) = from_window {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{Endpoint, Envelope, Response};
+use tessera_core::wire::{Contribution, Endpoint, Envelope, FromDevice, Response};
 use tessera_firmware_sim::std_link::Bulk;
 
 /// A reply: the frame body it came in, its decoded response, and any bulk bytes beside it.
@@ -29,9 +29,19 @@ impl Reply {
     /// The response, borrowing its payload from the frame.
     pub fn response(&self) -> Response<'_> {
         // Checked when the reply was accepted (see `Channel::pump`).
-        decode_body::<Envelope<Response<'_>>>(&self.body)
-            .map(|e| e.body)
-            .unwrap_or(Response::Done)
+        match decode_body::<FromDevice<'_>>(&self.body) {
+            Ok(FromDevice::Reply(Envelope { body, .. })) => body,
+            _ => Response::Done,
+        }
+    }
+
+    /// The contribution to a reduction this message is instead of a reply, during a step
+    /// (see [`Channel::poll`](super::Channel::poll)).
+    pub fn contribution(&self) -> Option<Contribution<'_>> {
+        match decode_body::<FromDevice<'_>>(&self.body) {
+            Ok(FromDevice::Contribution(c)) => Some(c),
+            _ => None,
+        }
     }
 
     /// The sequence number.

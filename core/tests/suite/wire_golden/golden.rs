@@ -9,7 +9,7 @@ use super::*;
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 10);
+    assert_eq!(PROTOCOL_VERSION, 11);
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn described_without_a_dtype_has_its_golden_bytes() {
                 bytes: 0,
                 at: 0,
             }),
-            "05 09 00 00 00 00 00",
+            "05 08 00 00 00 00 00",
         )]
     );
 }
@@ -206,4 +206,64 @@ fn frames_have_their_golden_bytes() {
     let (_, got) = decoder.feed(&golden_response);
     let body = got.expect("a whole frame").expect("a good frame");
     assert_eq!(decode_body::<Envelope<Response<'_>>>(body), Ok(response));
+}
+
+/// Each direction's frame body is an enum whose first byte says what the message is: a
+/// request or a combined result to a device, a reply or a contribution from it. Catches a
+/// contribution that travels as a reply (or a combined result as a request) again, and a
+/// reordering of the two kinds.
+#[test]
+fn both_directions_have_their_golden_bytes() {
+    let to_device: Vec<(&str, ToDevice<'static>, &str)> = vec![
+        (
+            "Request",
+            ToDevice::Request(Envelope {
+                seq: 5,
+                body: Request::RunStep,
+            }),
+            "00 05 0d",
+        ),
+        (
+            "Combined",
+            ToDevice::Combined(Combined {
+                step: 5,
+                round: 2,
+                data: ONE_F32,
+            }),
+            "01 05 02 04 00 00 80 3f",
+        ),
+    ];
+    check_golden!(ToDevice<'_>, to_device);
+    let from_device: Vec<(&str, FromDevice<'static>, &str)> = vec![
+        (
+            "Reply",
+            FromDevice::Reply(Envelope {
+                seq: 5,
+                body: Response::Done,
+            }),
+            "00 05 01",
+        ),
+        (
+            "Contribution",
+            FromDevice::Contribution(Contribution {
+                step: 5,
+                round: 2,
+                op: ReduceOp::Mean,
+                data: ONE_F32,
+            }),
+            "01 05 02 01 04 00 00 80 3f",
+        ),
+    ];
+    check_golden!(FromDevice<'_>, from_device);
+    // Two kinds each way, no more: a third would need its golden case here.
+    assert_covers(
+        "ToDevice",
+        vec![0, 1],
+        probed_variants(|b| decode_body::<ToDevice<'_>>(b).is_ok()),
+    );
+    assert_covers(
+        "FromDevice",
+        vec![0, 1],
+        probed_variants(|b| decode_body::<FromDevice<'_>>(b).is_ok()),
+    );
 }

@@ -171,32 +171,24 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
              00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01",
         ),
         ("RunStep", env(Request::RunStep), "05 0d"),
-        (
-            "Reduced",
-            env(Request::Reduced {
-                round: 10,
-                data: ONE_F32,
-            }),
-            "05 0e 0a 04 00 00 80 3f",
-        ),
-        ("CycleCount", env(Request::CycleCount), "05 0f"),
+        ("CycleCount", env(Request::CycleCount), "05 0e"),
         (
             "SetRegister",
             env(Request::SetRegister {
                 id: 11,
                 value: Value::Int(-2),
             }),
-            "05 10 0b 00 03",
+            "05 0f 0b 00 03",
         ),
         (
             "GetRegister",
             env(Request::GetRegister { id: 12 }),
-            "05 11 0c",
+            "05 10 0c",
         ),
         (
             "FreeRegister",
             env(Request::FreeRegister { id: 13 }),
-            "05 12 0d",
+            "05 11 0d",
         ),
         (
             "RemoteLoad",
@@ -204,7 +196,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 slot: 15,
                 variable: 16,
             }),
-            "05 13 0f 10",
+            "05 12 0f 10",
         ),
         (
             "RemoteStore",
@@ -212,7 +204,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 variable: 17,
                 slot: 18,
             }),
-            "05 14 11 12",
+            "05 13 11 12",
         ),
         (
             "Invoke",
@@ -222,12 +214,12 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                     .unwrap(),
                 out: 20,
             }),
-            "05 15 03 6d 75 6c 02 00 13 01 00 06 14",
+            "05 14 03 6d 75 6c 02 00 13 01 00 06 14",
         ),
         (
             "HasFunction",
             env(Request::HasFunction { function: "relu" }),
-            "05 16 04 72 65 6c 75",
+            "05 15 04 72 65 6c 75",
         ),
         (
             "AllocArray",
@@ -236,7 +228,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 dtype: DataType::U32,
                 shape: heapless::Vec::from_slice(&[4, 200]).unwrap(),
             }),
-            "05 17 15 0a 02 04 c8 01",
+            "05 16 15 0a 02 04 c8 01",
         ),
         (
             "WriteArray",
@@ -245,7 +237,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 offset: 130,
                 data: &[0xcc, 0xdd],
             }),
-            "05 18 16 82 01 02 cc dd",
+            "05 17 16 82 01 02 cc dd",
         ),
         (
             "ReadArray",
@@ -254,12 +246,12 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 offset: 24,
                 len: 25,
             }),
-            "05 19 17 18 19",
+            "05 18 17 18 19",
         ),
         (
             "DescribeRegister",
             env(Request::DescribeRegister { id: 26 }),
-            "05 1a 1a",
+            "05 19 1a",
         ),
         (
             "WriteArrayBulk",
@@ -268,7 +260,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 offset: 128,
                 len: 70000,
             }),
-            "05 1b 1b 80 01 f0 a2 04",
+            "05 1a 1b 80 01 f0 a2 04",
         ),
         (
             "ReadArrayBulk",
@@ -277,7 +269,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 offset: 300,
                 len: 4096,
             }),
-            "05 1c 1d ac 02 80 20",
+            "05 1b 1d ac 02 80 20",
         ),
         (
             "WriteSlotBulk",
@@ -286,7 +278,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 offset: 301,
                 len: 4097,
             }),
-            "05 1d 1f ad 02 81 20",
+            "05 1c 1f ad 02 81 20",
         ),
         (
             "ReadSlotBulk",
@@ -295,9 +287,9 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 offset: 302,
                 len: 4098,
             }),
-            "05 1e 21 ae 02 82 20",
+            "05 1d 21 ae 02 82 20",
         ),
-        ("ResetStep", env(Request::ResetStep), "05 1f"),
+        ("ResetStep", env(Request::ResetStep), "05 1e"),
     ]
 }
 
@@ -340,21 +332,12 @@ pub(super) fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'s
             "05 06 01 00 00 00 00 00 00 f8 3f",
         ),
         (
-            "Reduce",
-            env(Response::Reduce {
-                round: 2,
-                op: ReduceOp::Mean,
-                data: ONE_F32,
-            }),
-            "05 07 02 01 04 00 00 80 3f",
-        ),
-        (
             "Error",
             env(Response::Error {
                 request: RequestKind::PushFifo,
                 code: ErrorCode::FifoFull { fifo: 5 },
             }),
-            "05 08 05 07 05",
+            "05 07 05 07 05",
         ),
         (
             "Described",
@@ -365,9 +348,9 @@ pub(super) fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'s
                 bytes: 42,
                 at: 4096,
             }),
-            "05 09 04 01 01 02 03 07 2a 80 20",
+            "05 08 04 01 01 02 03 07 2a 80 20",
         ),
-        ("Bulk", env(Response::Bulk { len: 513 }), "05 0a 81 04"),
+        ("Bulk", env(Response::Bulk { len: 513 }), "05 09 81 04"),
     ]
 }
 
@@ -531,25 +514,24 @@ pub(super) fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
         ("GetRngState", GetRngState, "0b"),
         ("Prepare", Prepare, "0c"),
         ("RunStep", RunStep, "0d"),
-        ("Reduced", Reduced, "0e"),
-        ("CycleCount", CycleCount, "0f"),
-        ("SetRegister", SetRegister, "10"),
-        ("GetRegister", GetRegister, "11"),
-        ("FreeRegister", FreeRegister, "12"),
-        ("RemoteLoad", RemoteLoad, "13"),
-        ("RemoteStore", RemoteStore, "14"),
-        ("Invoke", Invoke, "15"),
-        ("HasFunction", HasFunction, "16"),
-        ("AllocArray", AllocArray, "17"),
-        ("WriteArray", WriteArray, "18"),
-        ("ReadArray", ReadArray, "19"),
-        ("DescribeRegister", DescribeRegister, "1a"),
-        ("WriteArrayBulk", WriteArrayBulk, "1b"),
-        ("ReadArrayBulk", ReadArrayBulk, "1c"),
-        ("WriteSlotBulk", WriteSlotBulk, "1d"),
-        ("ReadSlotBulk", ReadSlotBulk, "1e"),
-        ("ResetStep", ResetStep, "1f"),
-        ("Malformed", Malformed, "20"),
+        ("CycleCount", CycleCount, "0e"),
+        ("SetRegister", SetRegister, "0f"),
+        ("GetRegister", GetRegister, "10"),
+        ("FreeRegister", FreeRegister, "11"),
+        ("RemoteLoad", RemoteLoad, "12"),
+        ("RemoteStore", RemoteStore, "13"),
+        ("Invoke", Invoke, "14"),
+        ("HasFunction", HasFunction, "15"),
+        ("AllocArray", AllocArray, "16"),
+        ("WriteArray", WriteArray, "17"),
+        ("ReadArray", ReadArray, "18"),
+        ("DescribeRegister", DescribeRegister, "19"),
+        ("WriteArrayBulk", WriteArrayBulk, "1a"),
+        ("ReadArrayBulk", ReadArrayBulk, "1b"),
+        ("WriteSlotBulk", WriteSlotBulk, "1c"),
+        ("ReadSlotBulk", ReadSlotBulk, "1d"),
+        ("ResetStep", ResetStep, "1e"),
+        ("Malformed", Malformed, "1f"),
     ]
 }
 

@@ -9,7 +9,9 @@ use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{Layer, Optimizer, Program, Sharding};
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{encode_frame, Envelope, FrameDecoder, Request, Response};
+use tessera_core::wire::{
+    encode_frame, Combined, Envelope, FrameDecoder, FromDevice, Request, ToDevice,
+};
 use tessera_firmware_sim::{serve, Clock, CycleCounter, Device, Server};
 
 /// Frame capacity of the devices under test.
@@ -109,8 +111,20 @@ impl embedded_hal::digital::OutputPin for NoPin {
 
 /// `body` under `seq`, framed.
 pub fn frame(seq: u32, body: &Request<'_>) -> Vec<u8> {
+    let message = ToDevice::Request(Envelope {
+        seq,
+        body: body.clone(),
+    });
     let (mut scratch, mut out) = ([0u8; FRAME], [0u8; FRAME + 64]);
-    let n = encode_frame(&Envelope { seq, body }, &mut scratch, &mut out).unwrap();
+    let n = encode_frame(&message, &mut scratch, &mut out).unwrap();
+    out[..n].to_vec()
+}
+
+/// The host's combined result for round `round` of step `step`, framed.
+pub fn combined(step: u32, round: u32, data: &[u8]) -> Vec<u8> {
+    let message = ToDevice::Combined(Combined { step, round, data });
+    let (mut scratch, mut out) = ([0u8; FRAME], [0u8; FRAME + 64]);
+    let n = encode_frame(&message, &mut scratch, &mut out).unwrap();
     out[..n].to_vec()
 }
 
@@ -149,15 +163,23 @@ pub struct Counters {
     pub stale_answers: u32,
     pub dropped: u32,
 }
-/// Every intact frame in `output`, decoded as a reply; a damaged frame fails the test.
+/// Every intact frame in `output`, decoded: a reply as its sequence number and its
+/// response, a contribution as its step and `Contribution { round: R, op: O }`; a damaged
+/// frame fails the test.
 pub fn replies(output: &[u8]) -> Vec<(u32, String)> {
     let mut decoder = FrameDecoder::<FRAME>::new();
     let mut out = Vec::new();
     for &b in output {
         if let Some(frame) = decoder.push(b) {
-            let reply: Envelope<Response<'_>> =
+            let message: FromDevice<'_> =
                 decode_body(frame.expect("the device's frames are intact")).unwrap();
-            out.push((reply.seq, format!("{:?}", reply.body)));
+            out.push(match message {
+                FromDevice::Reply(reply) => (reply.seq, format!("{:?}", reply.body)),
+                FromDevice::Contribution(c) => (
+                    c.step,
+                    format!("Contribution {{ round: {}, op: {:?} }}", c.round, c.op),
+                ),
+            });
         }
     }
     out
