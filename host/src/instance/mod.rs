@@ -18,7 +18,7 @@
 //! Every instance calls the same collectives in the same order (the runtime's schedule is
 //! the program's, identical on every rank).
 //!
-//! - [`Instances::allreduce_sum`]: elementwise sum of `f64` buffers — the hub's partial
+//! - [`Instances::allreduce_sum`]: elementwise sum of `f64` buffers — the step driver's partial
 //!   sums of a reduction round, exact in `f64` for the few `f32` terms a group has, so the
 //!   result does not depend on how replicas are spread over instances;
 //! - [`Instances::allreduce_or`]: elementwise bitwise OR of byte buffers — weights to host,
