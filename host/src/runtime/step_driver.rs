@@ -121,12 +121,6 @@ pub(super) fn run_step(
     instances: &dyn Instances,
     fault: Option<StepFault>,
 ) -> Result<(), RuntimeError> {
-    let schedule = Schedule {
-        rounds,
-        last: u32::try_from(rounds.len())
-            .unwrap_or(u32::MAX)
-            .saturating_mul(batches),
-    };
     let started = Instant::now();
     let mut members = Vec::with_capacity(channels.len());
     for c in channels.iter_mut() {
@@ -140,100 +134,32 @@ pub(super) fn run_step(
             next_round: 0,
         });
     }
-    let mut open: Option<OpenRound> = None;
-    let mut answered: Option<Answered> = None;
-
-    while members.iter().any(|m| !m.done) {
-        for i in 0..members.len() {
-            if members[i].done {
+    let mut step = Step {
+        schedule: Schedule {
+            rounds,
+            last: u32::try_from(rounds.len())
+                .unwrap_or(u32::MAX)
+                .saturating_mul(batches),
+        },
+        members,
+        open: None,
+        answered: None,
+        instances,
+        fault,
+    };
+    while step.members.iter().any(|m| !m.done) {
+        for i in 0..step.members.len() {
+            if step.members[i].done {
                 continue;
             }
-            let Some(reply) = listen(&mut channels[i], &mut members[i], started)? else {
+            let Some(reply) = listen(&mut channels[i], &mut step.members[i], started)? else {
                 continue;
             };
-            let member = &mut members[i];
-            if let Some(Contribution {
-                round, op, data, ..
-            }) = reply.contribution()
-            {
-                {
-                    let again = answered
-                        .as_ref()
-                        .filter(|a| a.round == round)
-                        .and_then(|a| {
-                            let g = schedule.grouping(round)?.group_of(member.replica).ok()?;
-                            a.by_group.get(g)
-                        });
-                    if let Some(answer) = again {
-                        // A re-sent contribution: answer it again, under its identity.
-                        channels[i].publish(&Combined {
-                            step: member.seq,
-                            round,
-                            data: answer,
-                        })?;
-                        continue;
-                    }
-                    match judge(round, member.next_round, member.waiting, schedule.last) {
-                        Heard::New => member.next_round = round.saturating_add(1),
-                        // Its answer is gone: the device has applied it already.
-                        Heard::Late => continue,
-                        Heard::OutOfTurn => {
-                            return Err(RuntimeError::ReductionRound {
-                                replica: member.replica as u32,
-                                round,
-                                expected: member.next_round,
-                            })
-                        }
-                    }
-                    member.waiting = true;
-                    let replica = member.replica;
-                    let open_round = open.get_or_insert_with(|| OpenRound {
-                        round,
-                        op,
-                        len: data.len(),
-                        contributions: Vec::with_capacity(channels.len()),
-                    });
-                    collect(open_round, i, replica, round, op, data)?;
-                    if open_round.contributions.len() < members.len() {
-                        continue;
-                    }
-                    // Every local device's contribution is in: combine, across instances
-                    // too, and answer every member with its group's combination.
-                    let out_of_step = RuntimeError::ReductionRound {
-                        replica: replica as u32,
-                        round,
-                        expected: schedule.last,
-                    };
-                    let grouping = schedule.grouping(round).ok_or(out_of_step)?;
-                    let Some(done) = open.take() else {
-                        continue;
-                    };
-                    let by_group = combine(&done, &members, grouping, instances)?;
-                    for c in &done.contributions {
-                        let m = &mut members[c.from];
-                        let answer = group_answer(&by_group, grouping, m.replica, round)?;
-                        let faulty = StepFault {
-                            replica: m.replica as u32,
-                            round,
-                        };
-                        let answer = if fault == Some(faulty) {
-                            &answer[..answer.len().saturating_sub(4)]
-                        } else {
-                            answer
-                        };
-                        channels[c.from].publish(&Combined {
-                            step: m.seq,
-                            round,
-                            data: answer,
-                        })?;
-                        m.waiting = false;
-                    }
-                    // Every device applied the earlier rounds' answers (it took part in
-                    // this one): only this round's can still be asked for again.
-                    answered = Some(Answered { round, by_group });
-                }
+            if let Some(contribution) = reply.contribution() {
+                step.contributed(channels, i, &contribution)?;
                 continue;
             }
+            let member = &mut step.members[i];
             match reply.response() {
                 Response::Done => member.done = true,
                 Response::Error { request, code } => {
@@ -249,6 +175,129 @@ pub(super) fn run_step(
         }
     }
     Ok(())
+}
+
+/// A step under way on this instance's devices.
+struct Step<'s> {
+    schedule: Schedule<'s>,
+    members: Vec<Member>,
+    /// The round whose contributions are coming in.
+    open: Option<OpenRound>,
+    /// The last round combined, for devices that ask again.
+    answered: Option<Answered>,
+    instances: &'s dyn Instances,
+    fault: Option<StepFault>,
+}
+
+impl Step<'_> {
+    /// Takes member `i`'s contribution `c` by the module's rules: answered again, ignored,
+    /// refused, or collected — and once every member's is in, the round is combined.
+    fn contributed(
+        &mut self,
+        channels: &mut [Channel],
+        i: usize,
+        c: &Contribution<'_>,
+    ) -> Result<(), RuntimeError> {
+        let member = &mut self.members[i];
+        let again = self
+            .answered
+            .as_ref()
+            .filter(|a| a.round == c.round)
+            .and_then(|a| {
+                let g = self
+                    .schedule
+                    .grouping(c.round)?
+                    .group_of(member.replica)
+                    .ok()?;
+                a.by_group.get(g)
+            });
+        if let Some(answer) = again {
+            // A re-sent contribution: answer it again, under its identity.
+            return Ok(channels[i].publish(&Combined {
+                step: member.seq,
+                round: c.round,
+                data: answer,
+            })?);
+        }
+        match judge(
+            c.round,
+            member.next_round,
+            member.waiting,
+            self.schedule.last,
+        ) {
+            Heard::New => member.next_round = c.round.saturating_add(1),
+            // Its answer is gone: the device has applied it already.
+            Heard::Late => return Ok(()),
+            Heard::OutOfTurn => {
+                return Err(RuntimeError::ReductionRound {
+                    replica: member.replica as u32,
+                    round: c.round,
+                    expected: member.next_round,
+                })
+            }
+        }
+        member.waiting = true;
+        let replica = member.replica;
+        let members = self.members.len();
+        let open = self.open.get_or_insert_with(|| OpenRound {
+            round: c.round,
+            op: c.op,
+            len: c.data.len(),
+            contributions: Vec::with_capacity(members),
+        });
+        collect(open, i, replica, c.round, c.op, c.data)?;
+        if open.contributions.len() < members {
+            return Ok(());
+        }
+        match self.open.take() {
+            Some(round) => self.combine_and_answer(channels, round, replica),
+            None => Ok(()),
+        }
+    }
+
+    /// Combines `round` (every local device's contribution is in), across instances too,
+    /// and answers every member with its group's combination; `last` is the replica whose
+    /// contribution completed it.
+    fn combine_and_answer(
+        &mut self,
+        channels: &mut [Channel],
+        round: OpenRound,
+        last: usize,
+    ) -> Result<(), RuntimeError> {
+        let out_of_step = RuntimeError::ReductionRound {
+            replica: last as u32,
+            round: round.round,
+            expected: self.schedule.last,
+        };
+        let grouping = self.schedule.grouping(round.round).ok_or(out_of_step)?;
+        let by_group = combine(&round, &self.members, grouping, self.instances)?;
+        for c in &round.contributions {
+            let m = &mut self.members[c.from];
+            let answer = group_answer(&by_group, grouping, m.replica, round.round)?;
+            let faulty = StepFault {
+                replica: m.replica as u32,
+                round: round.round,
+            };
+            let answer = if self.fault == Some(faulty) {
+                &answer[..answer.len().saturating_sub(4)]
+            } else {
+                answer
+            };
+            channels[c.from].publish(&Combined {
+                step: m.seq,
+                round: round.round,
+                data: answer,
+            })?;
+            m.waiting = false;
+        }
+        // Every device applied the earlier rounds' answers (it took part in this one): only
+        // this round's can still be asked for again.
+        self.answered = Some(Answered {
+            round: round.round,
+            by_group,
+        });
+        Ok(())
+    }
 }
 
 /// The answer for `replica`'s group among `by_group`, `grouping`'s groups of `round`.
