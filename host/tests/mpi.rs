@@ -222,6 +222,41 @@ fn rank_of(pid: u32) -> Option<u32> {
         .and_then(|r| r.parse().ok())
 }
 
+/// The two ranks `mpirun` started, as (pid, rank), once both run and have trained for a
+/// moment (they start within a second).
+fn two_ranks_training(mpirun: &Child) -> Vec<(u32, u32)> {
+    let start = Instant::now();
+    let ranks = loop {
+        let ranks: Vec<(u32, u32)> = children_of(mpirun.id())
+            .into_iter()
+            .filter_map(|pid| Some((pid, rank_of(pid)?)))
+            .collect();
+        if ranks.len() == 2 {
+            break ranks;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    ranks
+}
+
+/// Every one of `ranks` is gone (or a zombie: ended, only its reaping left).
+fn assert_no_rank_left(ranks: &[(u32, u32)]) {
+    for (pid, rank) in ranks {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z "),
+            "rank {rank} (pid {pid}) outlived the job"
+        );
+    }
+}
+
 /// Waits up to `limit` for `child` to exit.
 fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
@@ -247,23 +282,7 @@ fn a_killed_rank_ends_the_job_promptly() {
         .stderr(Stdio::null())
         .spawn()
         .expect("mpirun runs: install OpenMPI (tests/ci.sh does)");
-    // Both ranks running (and training: they start within a second).
-    let start = Instant::now();
-    let ranks = loop {
-        let ranks: Vec<(u32, u32)> = children_of(mpirun.id())
-            .into_iter()
-            .filter_map(|pid| Some((pid, rank_of(pid)?)))
-            .collect();
-        if ranks.len() == 2 {
-            break ranks;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the ranks never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    let ranks = two_ranks_training(&mpirun);
     let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 1).expect("rank 1");
     let killed = Command::new("kill")
         .args(["-KILL", &victim.to_string()])
@@ -276,15 +295,7 @@ fn a_killed_rank_ends_the_job_promptly() {
         panic!("mpirun still running 30 s after rank 1 was killed");
     };
     assert!(!status.success(), "a job that lost a rank must fail");
-    for (pid, rank) in &ranks {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists()
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .unwrap_or_default()
-                    .contains(") Z "),
-            "rank {rank} (pid {pid}) outlived the job"
-        );
-    }
+    assert_no_rank_left(&ranks);
 }
 
 /// A stopped rank (SIGSTOP) is not gone: MPI sees nothing wrong, and before collectives
@@ -302,22 +313,7 @@ fn a_stopped_rank_ends_the_job_at_the_deadline() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("mpirun runs: install OpenMPI (tests/ci.sh does)");
-    let start = Instant::now();
-    let ranks = loop {
-        let ranks: Vec<(u32, u32)> = children_of(mpirun.id())
-            .into_iter()
-            .filter_map(|pid| Some((pid, rank_of(pid)?)))
-            .collect();
-        if ranks.len() == 2 {
-            break ranks;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the ranks never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    let ranks = two_ranks_training(&mpirun);
     let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 1).expect("rank 1");
     let stopped = Command::new("kill")
         .args(["-STOP", &victim.to_string()])
@@ -341,15 +337,7 @@ fn a_stopped_rank_ends_the_job_at_the_deadline() {
         stderr.contains("rank 0") && stderr.contains("TESSERA_MPI_DEADLINE"),
         "the message names the waiting rank and the deadline: {stderr}"
     );
-    for (pid, rank) in &ranks {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists()
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .unwrap_or_default()
-                    .contains(") Z "),
-            "rank {rank} (pid {pid}) outlived the job"
-        );
-    }
+    assert_no_rank_left(&ranks);
 }
 
 /// A panic on one rank aborts the job through MPI_Abort instead of leaving the other rank

@@ -4,6 +4,7 @@
 //! was "did not answer after 8 attempts", whether the device was computing, stopped or
 //! gone.
 
+use crate::common;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -88,21 +89,6 @@ fn a_kernel_past_the_busy_deadline_is_reported_busy() {
 /// one process, in parallel).
 const STOPPED_MEMORY: usize = MEMORY + 4096 * 53;
 
-/// The device processes that are children of this process, started with
-/// [`STOPPED_MEMORY`].
-fn device_children() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let pattern = format!("tessera device --replica [0-9]+ --memory {STOPPED_MEMORY} ");
-    let out = std::process::Command::new("pgrep")
-        .args(["-P", &me, "-f", &pattern])
-        .output()
-        .expect("pgrep runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 /// A stopped device process is reported stopped (within eight short deadlines), where it
 /// used to be "did not answer after 8 attempts".
 #[test]
@@ -111,7 +97,7 @@ fn a_stopped_device_process_is_reported_stopped() {
     let placement = placements()[1].clone();
     let session = Session::new(&placement, 1, 1, STOPPED_MEMORY).unwrap();
     session.set_deadline(Duration::from_millis(20)).unwrap();
-    let devices = device_children();
+    let devices = common::devices_with_memory(None, STOPPED_MEMORY);
     assert_eq!(devices.len(), 1, "one device process: {devices:?}");
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")

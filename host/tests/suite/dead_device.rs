@@ -1,5 +1,6 @@
 //! A device that dies is reported as an error within the deadlines, never waited on.
 
+use crate::common;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -12,21 +13,6 @@ use tessera_host::transport::{Channel, TransportError};
 /// in this one process, in parallel).
 const KILLED_MEMORY: usize = (1 << 16) + 4096 * 47;
 
-/// The child processes of this test process running `tessera device` with
-/// [`KILLED_MEMORY`], by pid.
-fn device_pids() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let pattern = format!("tessera device --replica 0 --memory {KILLED_MEMORY} ");
-    let out = Command::new("pgrep")
-        .args(["-P", &me, "-f", &pattern])
-        .output()
-        .expect("pgrep runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 #[test]
 fn a_killed_child_process_is_reported() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
@@ -34,7 +20,7 @@ fn a_killed_child_process_is_reported() {
     channel
         .request(&Request::AllocSlot { slot: 1, bytes: 8 })
         .unwrap();
-    let pids = device_pids();
+    let pids = common::devices_with_memory(Some(0), KILLED_MEMORY);
     assert_eq!(pids.len(), 1, "this test's one device process: {pids:?}");
     for pid in pids {
         Command::new("kill")

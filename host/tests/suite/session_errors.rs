@@ -2,6 +2,7 @@
 //! a failure goes to the thread whose command caused it, and a worker lost during a
 //! collective fails that collective, naming the worker.
 
+use crate::common;
 use std::path::PathBuf;
 use std::process;
 use std::sync::mpsc;
@@ -132,13 +133,10 @@ fn a_worker_lost_during_an_allreduce_fails_that_allreduce() {
             .unwrap();
     }
     session.sync_all().unwrap();
-    let pattern = format!("tessera device --replica 2 --memory {MEM} ");
-    let found = process::Command::new("pgrep")
-        .args(["-P", &process::id().to_string(), "-f", &pattern])
-        .output()
-        .unwrap();
-    let victim = String::from_utf8_lossy(&found.stdout).trim().to_string();
-    assert!(!victim.is_empty(), "worker 2's process");
+    let victim = match common::devices_with_memory(Some(2), MEM)[..] {
+        [pid] => pid.to_string(),
+        ref found => panic!("worker 2's process: {found:?}"),
+    };
 
     let outcome = thread::scope(|scope| {
         let killer = scope.spawn(|| {
@@ -180,13 +178,10 @@ fn a_lost_worker_is_named_by_reads_and_debug_sets() {
         .unwrap();
     session.sync_all().unwrap();
     for worker in [1, 0] {
-        let pattern = format!("tessera device --replica {worker} --memory {MEM} ");
-        let found = process::Command::new("pgrep")
-            .args(["-P", &process::id().to_string(), "-f", &pattern])
-            .output()
-            .unwrap();
-        let victim = String::from_utf8_lossy(&found.stdout).trim().to_string();
-        assert!(!victim.is_empty(), "worker {worker}'s process");
+        let victim = match common::devices_with_memory(Some(worker), MEM)[..] {
+            [pid] => pid.to_string(),
+            ref found => panic!("worker {worker}'s process: {found:?}"),
+        };
         let killed = process::Command::new("kill").args(["-9", &victim]).status();
         assert!(killed.unwrap().success());
     }

@@ -362,3 +362,25 @@ impl Drop for TempFile {
         std::fs::remove_file(&self.0).ok();
     }
 }
+
+/// This test process's children whose command line matches `pattern` (`pgrep -P <pid> -f
+/// <pattern>`), by pid.
+pub fn children_matching(pattern: &str) -> Vec<u32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-P", &std::process::id().to_string(), "-f", pattern])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// This test process's device processes for `replica` (any replica: `None`) started with
+/// `memory` bytes — a size of the test's own (see the module documentation).
+pub fn devices_with_memory(replica: Option<u32>, memory: usize) -> Vec<u32> {
+    let replica = replica.map_or("[0-9]+".to_string(), |r| r.to_string());
+    children_matching(&format!(
+        "tessera device --replica {replica} --memory {memory} "
+    ))
+}

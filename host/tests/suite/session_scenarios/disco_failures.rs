@@ -42,27 +42,6 @@ scenario! {
     failing_worker: failing_worker_thread, failing_worker_process
 }
 
-/// `pgrep -P <this process> -f <pattern>`: this process's children matching `pattern`.
-fn children_matching(pattern: &str) -> Vec<u32> {
-    let out = process::Command::new("pgrep")
-        .args(["-P", &process::id().to_string(), "-f", pattern])
-        .output()
-        .expect("pgrep runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// The device processes of this test process started with `memory` bytes (each test that
-/// looks for its processes gives its session a memory size of its own: tests run in
-/// parallel in this process).
-fn devices_with_memory(memory: usize) -> Vec<u32> {
-    children_matching(&format!(
-        "tessera device --replica [0-9]+ --memory {memory} "
-    ))
-}
-
 /// True while process `pid` runs (a zombie has ended).
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -106,7 +85,7 @@ fn assert_no_devices_left(memory: usize, pids: &[u32]) {
         "device processes left behind: {:?}",
         pids.iter().filter(|&&p| !reaped(p)).collect::<Vec<_>>()
     );
-    assert_eq!(devices_with_memory(memory), Vec::<u32>::new());
+    assert_eq!(common::devices_with_memory(None, memory), Vec::<u32>::new());
 }
 
 /// True if `err` names worker (replica) `worker`.
@@ -124,14 +103,14 @@ fn names_worker(err: &SessionError, worker: usize) -> bool {
 fn killed_worker_is_reported_process() {
     const MEM: usize = MEMORY + 27 * 4096;
     let session = open_with(&process_placement(), 4, 1, MEM);
-    let pids = devices_with_memory(MEM);
+    let pids = common::devices_with_memory(None, MEM);
     assert_eq!(pids.len(), 4, "the session's processes: {pids:?}");
     let add_one = session.get_function("add_one").unwrap();
     let two = session.call(&add_one, &[CallArg::Int(1)]).unwrap();
     let gradients = session.empty(DataType::F32, &[4096]).unwrap();
     session.sync_all().unwrap();
 
-    let victim = children_matching(&format!("tessera device --replica 2 --memory {MEM} "));
+    let victim = common::devices_with_memory(Some(2), MEM);
     let [victim] = victim[..] else {
         panic!("one process for worker 2: {victim:?}")
     };
@@ -217,7 +196,7 @@ scenario! {
 fn double_shutdown(placement: Placement) {
     const MEM: usize = MEMORY + 29 * 4096;
     let session = open_with(&placement, 4, 1, MEM);
-    let pids = devices_with_memory(MEM);
+    let pids = common::devices_with_memory(None, MEM);
     let add_one = session.get_function("add_one").unwrap();
     let two = session.call(&add_one, &[CallArg::Int(1)]).unwrap();
     session.sync_all().unwrap();
@@ -264,7 +243,7 @@ fn refused_collectives(placement: Placement) {
         Err(SessionError::Groups { .. })
     ));
     assert_eq!(
-        devices_with_memory(MEM),
+        common::devices_with_memory(None, MEM),
         Vec::<u32>::new(),
         "nothing started"
     );
