@@ -11,34 +11,24 @@
 //!   ([`Limits::memory`](tessera_core::wire::Limits)): no register can be larger, so no
 //!   host buffer is ever allocated larger;
 //! - an array's bytes are exactly its element size times its shape's element count (a
-//!   shape whose count overflows is refused the same way);
-//! - a tensor's bytes are whole `f32`s.
+//!   shape whose count overflows is refused the same way).
 //!
-//! A claim that breaks one is a [`BadDescription`], naming the worker, the register, the
-//! value and the cap. The check never allocates and never panics.
+//! Bytes outside the memory are [`SessionError::OutsideMemory`] — the same error a read or
+//! write in place past the mapping would be; a size the shape does not take is a
+//! [`BadDescription`]. Each names the worker, the register, the value and the cap. The
+//! check never allocates and never panics.
 
 use std::fmt;
 
 use tessera_core::wire::endpoint::Description;
 use tessera_core::wire::ValueKind;
 
+use super::SessionError;
+
 /// How a worker's description of a register broke the rule (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BadDescription {
-    /// The bytes end past the memory the worker announced.
-    OutsideMemory {
-        /// The worker.
-        worker: usize,
-        /// The register.
-        register: u16,
-        /// Where the worker says its bytes start.
-        at: u32,
-        /// How many it says there are.
-        bytes: u32,
-        /// The memory it announced: the cap on `at + bytes`.
-        memory: u32,
-    },
-    /// An array's (or tensor's) byte count disagrees with its type and shape.
+    /// An array's byte count disagrees with its type and shape.
     Size {
         /// The worker.
         worker: usize,
@@ -46,8 +36,7 @@ pub enum BadDescription {
         register: u16,
         /// Bytes the worker claims.
         bytes: u32,
-        /// Bytes its type and shape take (`None`: more than `usize` holds; a tensor is
-        /// checked for whole `f32`s and names its claim rounded down to one).
+        /// Bytes its type and shape take (`None`: more than `usize` holds).
         expected: Option<usize>,
     },
 }
@@ -55,17 +44,6 @@ pub enum BadDescription {
 impl fmt::Display for BadDescription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Self::OutsideMemory {
-                worker,
-                register,
-                at,
-                bytes,
-                memory,
-            } => write!(
-                f,
-                "worker {worker} describes register {register} as {bytes} bytes at {at}, \
-                 past the {memory} bytes of memory it announced (a register lies inside it)"
-            ),
             Self::Size {
                 worker,
                 register,
@@ -99,7 +77,7 @@ pub fn check(
     register: u16,
     described: &Description,
     memory: u32,
-) -> Result<(), BadDescription> {
+) -> Result<(), SessionError> {
     let Description {
         kind,
         dtype,
@@ -109,12 +87,12 @@ pub fn check(
     } = *described;
     // u64: two u32s cannot overflow it, so the sum is the true end.
     if u64::from(at) + u64::from(bytes) > u64::from(memory) {
-        return Err(BadDescription::OutsideMemory {
+        return Err(SessionError::OutsideMemory {
             worker,
             register,
-            at,
-            bytes,
-            memory,
+            at: at as usize,
+            bytes: bytes as usize,
+            memory: memory as usize,
         });
     }
     let expected = match (kind, dtype) {
@@ -124,12 +102,12 @@ pub fn check(
         _ => return Ok(()),
     };
     if expected != Some(bytes as usize) {
-        return Err(BadDescription::Size {
+        return Err(SessionError::Description(BadDescription::Size {
             worker,
             register,
             bytes,
             expected,
-        });
+        }));
     }
     Ok(())
 }
@@ -151,10 +129,7 @@ mod tests {
 
     #[test]
     fn an_honest_description_passes() {
-        assert_eq!(
-            check(0, 1, &array(DataType::F32, &[2, 3], 24, 100), 124),
-            Ok(())
-        );
+        assert!(check(0, 1, &array(DataType::F32, &[2, 3], 24, 100), 124).is_ok());
         let text = Description {
             kind: ValueKind::Str,
             dtype: None,
@@ -162,7 +137,7 @@ mod tests {
             bytes: 5,
             at: 0,
         };
-        assert_eq!(check(0, 1, &text, 5), Ok(()));
+        assert!(check(0, 1, &text, 5).is_ok());
     }
 
     /// Catches a host that allocates whatever a worker claims: a register of 4 GiB on a
@@ -171,15 +146,18 @@ mod tests {
     fn more_bytes_than_the_device_has_are_refused() {
         let lie = array(DataType::U8, &[u32::MAX], u32::MAX, 0);
         let e = check(3, 7, &lie, 65_536).unwrap_err();
-        assert_eq!(
-            e,
-            BadDescription::OutsideMemory {
-                worker: 3,
-                register: 7,
-                at: 0,
-                bytes: u32::MAX,
-                memory: 65_536
-            }
+        assert!(
+            matches!(
+                e,
+                SessionError::OutsideMemory {
+                    worker: 3,
+                    register: 7,
+                    at: 0,
+                    bytes: 4_294_967_295,
+                    memory: 65_536
+                }
+            ),
+            "{e:?}"
         );
         let message = e.to_string();
         for part in ["worker 3", "register 7", "4294967295", "65536"] {
@@ -194,7 +172,7 @@ mod tests {
         let lie = array(DataType::U8, &[16], 16, u32::MAX - 8);
         assert!(matches!(
             check(0, 1, &lie, u32::MAX),
-            Err(BadDescription::OutsideMemory { .. })
+            Err(SessionError::OutsideMemory { .. })
         ));
     }
 
@@ -203,19 +181,22 @@ mod tests {
     #[test]
     fn bytes_that_disagree_with_the_shape_are_refused() {
         let lie = array(DataType::F32, &[2, 3], 28, 0);
-        assert_eq!(
+        assert!(matches!(
             check(1, 2, &lie, 1 << 20),
-            Err(BadDescription::Size {
+            Err(SessionError::Description(BadDescription::Size {
                 worker: 1,
                 register: 2,
                 bytes: 28,
                 expected: Some(24)
-            })
-        );
+            }))
+        ));
         let overflowing = array(DataType::F64, &[u32::MAX, u32::MAX, u32::MAX], 8, 0);
         assert!(matches!(
             check(1, 2, &overflowing, 1 << 20),
-            Err(BadDescription::Size { expected: None, .. })
+            Err(SessionError::Description(BadDescription::Size {
+                expected: None,
+                ..
+            }))
         ));
     }
 }

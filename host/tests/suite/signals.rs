@@ -78,9 +78,14 @@ fn start_with_children(args: &[&str], count: usize) -> (std::process::Child, Vec
 }
 
 /// A controller killed outright (no chance to clean up): its devices must end by
-/// themselves within a deadline (TVM Disco's workers outlive a dead controller).
-fn devices_end_when_the_controller_is_killed(args: &[&str], count: usize) {
+/// themselves within a deadline (TVM Disco's workers outlive a dead controller). With
+/// `stop_one`, a device process is stopped (SIGSTOP) first.
+fn devices_end_when_the_controller_is_killed(args: &[&str], count: usize, stop_one: bool) {
     let (mut tessera, devices) = start_with_children(args, count);
+    if stop_one {
+        let device = devices.iter().copied().find(|&pid| is_device(pid));
+        signal(device.expect("a device process"), "-STOP");
+    }
     signal(tessera.id(), "-KILL");
     tessera.wait().unwrap();
     let start = Instant::now();
@@ -102,32 +107,15 @@ const PROCESS_CHILDREN: usize = 8;
 
 #[test]
 fn device_processes_end_when_the_controller_is_killed() {
-    devices_end_when_the_controller_is_killed(&["--placement", "process"], PROCESS_CHILDREN);
+    devices_end_when_the_controller_is_killed(&["--placement", "process"], PROCESS_CHILDREN, false);
 }
 
 /// A device process that is stopped (SIGSTOP, a debugger) never reads the end of its link:
 /// before it had a reaper, it outlived a controller killed with SIGKILL forever.
 #[test]
 fn a_stopped_device_process_ends_when_the_controller_is_killed() {
-    let (mut tessera, children) =
-        start_with_children(&["--placement", "process"], PROCESS_CHILDREN);
-    let devices: Vec<u32> = children.into_iter().filter(|&pid| is_device(pid)).collect();
-    assert_eq!(devices.len(), 4, "four device processes: {devices:?}");
-    signal(devices[0], "-STOP");
-    signal(tessera.id(), "-KILL");
-    tessera.wait().unwrap();
-    let start = Instant::now();
-    while devices.iter().any(|&pid| alive(pid)) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "device processes outlived their killed controller: {:?}",
-            devices
-                .iter()
-                .filter(|&&pid| alive(pid))
-                .collect::<Vec<_>>()
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    let args = ["--placement", "process"];
+    devices_end_when_the_controller_is_killed(&args, PROCESS_CHILDREN, true);
 }
 
 #[test]
@@ -141,7 +129,7 @@ fn qemus_end_when_the_controller_is_killed() {
         "--firmware",
         firmware.to_str().unwrap(),
     ];
-    devices_end_when_the_controller_is_killed(&args, 12);
+    devices_end_when_the_controller_is_killed(&args, 12, false);
 }
 
 fn signal(pid: u32, name: &str) {
