@@ -172,7 +172,6 @@ impl Runtime {
     /// Sends `ResetStep` to every device (each after whatever step it may still be in);
     /// remembers a failure so that the next step tries again.
     fn reset_devices(&mut self) -> Result<(), TransportError> {
-        self.recovery.reset_pending = true;
         let mut first = None;
         for c in &mut self.channels {
             if let Err(e) = c.request_after_abandoned_step(&Request::ResetStep) {
@@ -180,12 +179,7 @@ impl Runtime {
                 first.get_or_insert(e);
             }
         }
-        match first {
-            None => {
-                self.recovery.reset_pending = false;
-                Ok(())
-            }
-            Some(e) => Err(e),
-        }
+        self.recovery.reset_pending = first.is_some();
+        first.map_or(Ok(()), Err)
     }
 }
