@@ -77,23 +77,15 @@ impl Adopted {
 
 impl Drop for Adopted {
     fn drop(&mut self) {
-        let child = {
-            let mut children = registry();
-            let at = children.iter().position(|(key, _)| *key == self.key);
-            at.map(|at| children.swap_remove(at).1)
-        };
-        if let Some(mut child) = child {
+        // The child is killed and reaped with the registry locked: taken out first and
+        // stopped after, it could be killed but not yet reaped when a signal makes tessera
+        // exit — a zombie left to whichever process adopts orphans, which may never reap it.
+        let mut children = registry();
+        if let Some(at) = children.iter().position(|(key, _)| *key == self.key) {
+            let (_, mut child) = children.swap_remove(at);
             stop(&mut child);
             tracing::debug!(pid = self.pid, name = self.name, "stopped a child process");
         }
-    }
-}
-
-/// Kills and reaps every registered child.
-pub fn stop_all() {
-    let children: Vec<(u64, Child)> = registry().drain(..).collect();
-    for (_, mut child) in children {
-        stop(&mut child);
     }
 }
 
