@@ -158,7 +158,7 @@ impl Fifos {
         }
         match access {
             Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
-            Access::Read if len % fifo.item_bytes != 0 => {
+            Access::Read if !len.is_multiple_of(fifo.item_bytes) => {
                 return Err(ErrorCode::ItemSize {
                     expected: saturate(fifo.item_bytes),
                     actual: saturate(len),
@@ -236,7 +236,13 @@ impl Fifos {
             return Err(ErrorCode::FifoEmpty { fifo: id });
         }
         let at = saturate(fifo.head * fifo.item_bytes);
-        let (block, range) = self.place(arena, id, at, items.saturating_mul(fifo.item_bytes), Access::Read)?;
+        let (block, range) = self.place(
+            arena,
+            id,
+            at,
+            items.saturating_mul(fifo.item_bytes),
+            Access::Read,
+        )?;
         self.settle(id, range.len(), Access::Read);
         Ok((block, range))
     }

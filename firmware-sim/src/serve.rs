@@ -42,8 +42,8 @@ use tessera_core::wire::{
     RequestKind, Response, Target, ToDevice,
 };
 
-use crate::clock::{elapsed_ms, Clock};
 use crate::arena::Access;
+use crate::clock::{elapsed_ms, Clock};
 use crate::device::Device;
 use crate::link::{Framed, Framing, Incoming, Messages};
 use crate::program::Reducer;

@@ -571,7 +571,10 @@ impl fmt::Display for ErrorCode {
                 "bytes [{offset}, {offset}+{len}) are outside an object of {size} bytes"
             ),
             Self::ItemSize { expected, actual } => {
-                write!(f, "FIFO items are {expected} bytes: {actual} bytes are not whole items")
+                write!(
+                    f,
+                    "FIFO items are {expected} bytes: {actual} bytes are not whole items"
+                )
             }
             Self::FifoFull { fifo } => write!(f, "FIFO {fifo} is full"),
             Self::FifoEmpty { fifo } => write!(f, "FIFO {fifo} is empty"),

@@ -46,8 +46,8 @@ pub use frame::{
     decode_body, encode_body, encode_frame, frame_body, max_frame_len, FrameDecoder, FrameError,
     FRAME_OVERHEAD,
 };
-pub use target::Target;
 pub use message::{
     Arg, Array, Envelope, ErrorCode, Invariant, Limits, ReduceOp, Request, RequestKind, Response,
     Value, ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
 };
+pub use target::Target;

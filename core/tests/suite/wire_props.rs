@@ -6,7 +6,8 @@ use proptest::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, Array, Envelope, FrameDecoder, FromDevice, Request, Response, Target, ToDevice, Value,
+    encode_frame, Array, Envelope, FrameDecoder, FromDevice, Request, Response, Target, ToDevice,
+    Value,
 };
 
 fn target() -> impl Strategy<Value = Target> {
@@ -32,9 +33,17 @@ fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
         }),
         (target(), any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
             |(target, offset, len, read)| if read {
-                Request::Read { target, offset, len }
+                Request::Read {
+                    target,
+                    offset,
+                    len,
+                }
             } else {
-                Request::Wrote { target, offset, len }
+                Request::Wrote {
+                    target,
+                    offset,
+                    len,
+                }
             }
         ),
         any::<u64>().prop_map(|seed| Request::SetSeed { seed }),

@@ -165,8 +165,6 @@ impl Device<'_> {
                 (Owner::Fifo(id), id)
             }
         };
-        self.arena
-            .find(owner)
-            .ok_or(ErrorCode::UnknownId { id })
+        self.arena.find(owner).ok_or(ErrorCode::UnknownId { id })
     }
 }

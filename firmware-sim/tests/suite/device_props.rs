@@ -105,11 +105,31 @@ fn request() -> impl Strategy<Value = Request<'static>> {
         }),
         (target(), small(), small(), 0u8..5).prop_map(|(target, offset, len, which)| {
             match which {
-                0 => Request::Read { target, offset, len },
-                1 => Request::ReadBulk { target, offset, len },
-                2 => Request::WriteBulk { target, offset, len },
-                3 => Request::Wrote { target, offset, len },
-                _ => Request::Took { target, offset, len },
+                0 => Request::Read {
+                    target,
+                    offset,
+                    len,
+                },
+                1 => Request::ReadBulk {
+                    target,
+                    offset,
+                    len,
+                },
+                2 => Request::WriteBulk {
+                    target,
+                    offset,
+                    len,
+                },
+                3 => Request::Wrote {
+                    target,
+                    offset,
+                    len,
+                },
+                _ => Request::Took {
+                    target,
+                    offset,
+                    len,
+                },
             }
         }),
         target().prop_map(|target| Request::Locate { target }),

@@ -13,8 +13,9 @@
 //!   labels read by a cross-entropy are checked against its classes.
 //! - Replica `r`'s `j`-th sample of a stream is the user's sample `j·R + r` (`j` for a
 //!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
-//!   travels as one byte stream, in requests as large as its link carries (a sample larger
-//!   than a frame is split across requests), all sent before any reply is awaited.
+//!   is one span of its FIFO, written by the channel's data path (straight from the user's
+//!   array into the device's memory where the host maps it: one copy on the host), every
+//!   replica's sent before any reply is awaited.
 //! - Or through callbacks ([`Runtime::run_with`], PopART's callback step IO): the runtime
 //!   asks for each sample in the stream's own type and hands back each anchored value.
 //! - Anchors come back as one array per anchored tensor (named as
@@ -22,6 +23,7 @@
 //!   is what the anchor's return type gives per replica per step; output `j` of replica `r`
 //!   is row `j·R + r`, again as the splitter orders them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tessera_core::dtype::{convert_input, ConvertError, DataType};
@@ -67,7 +69,7 @@ impl Runtime {
         for (s, data) in self.program.streams.iter().zip(&streams) {
             let sample = elements(&s.sample).unwrap_or(0);
             let tensor = splitter.add_input(sample, s.broadcast)?;
-            inputs.push((tensor, sample * s.dtype.size(), data));
+            inputs.push((tensor, sample * s.dtype.size(), &data[..]));
         }
         let mut outputs = Vec::with_capacity(self.program.anchors.len());
         for a in &self.program.anchors {
@@ -267,8 +269,12 @@ impl Runtime {
         self.program.anchor_width(tensor).unwrap_or(0)
     }
 
-    /// Checks `io` and converts each array to its stream's type, in stream order.
-    fn device_streams(&self, io: &StepIo) -> Result<Vec<Vec<u8>>, RuntimeError> {
+    /// Checks `io` and gives each array's bytes in its stream's type, in stream order: an
+    /// array already of that type as it is (no copy), any other converted.
+    fn device_streams<'io>(
+        &mut self,
+        io: &'io StepIo,
+    ) -> Result<Vec<Cow<'io, [u8]>>, RuntimeError> {
         let p = &self.program;
         let specs: Vec<StreamSpec<'_>> = p
             .streams
@@ -301,9 +307,15 @@ impl Runtime {
                     name: name.to_string(),
                 });
             };
-            let mut data = vec![0u8; array.elements() * s.dtype.size()];
-            convert_input(name, array.dtype(), array.bytes(), s.dtype, &mut data)
-                .map_err(convert_error)?;
+            let data = if array.dtype() == s.dtype {
+                Cow::Borrowed(array.bytes())
+            } else {
+                let mut data = vec![0u8; array.elements() * s.dtype.size()];
+                convert_input(name, array.dtype(), array.bytes(), s.dtype, &mut data)
+                    .map_err(convert_error)?;
+                self.converted += data.len() as u64;
+                Cow::Owned(data)
+            };
             if labels == Some(i) {
                 check_labels(name, &data, classes)?;
             }

@@ -171,7 +171,11 @@ impl State {
         match self.workers[worker].write(Target::Register(id), 0, data, shared) {
             Ok(sent) => {
                 let pending = &mut self.pending[worker];
-                pending.extend(sent.seqs().iter().map(|&seq| Pending::new(seq, Command::Set(id))));
+                pending.extend(
+                    sent.seqs()
+                        .iter()
+                        .map(|&seq| Pending::new(seq, Command::Set(id))),
+                );
                 Ok(())
             }
             Err(source) => Err(SessionError::Worker {

@@ -413,7 +413,10 @@ mod tests {
                 assert!(stream(&mut memory.as_mut_slice()[at..at + len], &data));
                 let mut back = vec![0u8; 1200];
                 assert!(
-                    other.range(0, back.len()).map(|b| back.copy_from_slice(b)).is_some(),
+                    other
+                        .range(0, back.len())
+                        .map(|b| back.copy_from_slice(b))
+                        .is_some(),
                     "seen through the other mapping"
                 );
                 assert!(back[..at].iter().all(|&b| b == 0xEE), "before {at}+{len}");
@@ -485,7 +488,10 @@ mod tests {
             view.fill(fill);
         }
         let mut back = vec![0u8; 4096];
-        assert!(memory.range(0, back.len()).map(|b| back.copy_from_slice(b)).is_some());
+        assert!(memory
+            .range(0, back.len())
+            .map(|b| back.copy_from_slice(b))
+            .is_some());
         for (range, fill) in ranges.iter().zip(1u8..).filter(|(r, _)| !r.is_empty()) {
             assert!(back[range.clone()].iter().all(|&b| b == fill), "{range:?}");
         }

@@ -32,8 +32,8 @@ use tessera_core::program::{
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{
     decode_body, encode_frame, Arg, Array, Combined, Contribution, Envelope, ErrorCode,
-    FrameDecoder, FromDevice, Invariant, Limits, ReduceOp, Request, RequestKind, Response,
-    Target, ToDevice, Value, ValueKind, PROTOCOL_VERSION,
+    FrameDecoder, FromDevice, Invariant, Limits, ReduceOp, Request, RequestKind, Response, Target,
+    ToDevice, Value, ValueKind, PROTOCOL_VERSION,
 };
 
 /// `"0a ff"` → `[0x0a, 0xff]`.

@@ -158,11 +158,9 @@ impl Channel {
         };
         match self.route(&span)? {
             Route::InPlace(_) => self.write_spans(&[span], |_, into| into.copy_from_slice(data)),
-            route => {
-                let mut sent = Sent::default();
-                sent.seqs = self.send(&span, route, data, shared.cloned())?;
-                Ok(sent)
-            }
+            route => Ok(Sent {
+                seqs: self.send(&span, route, data, shared.cloned())?,
+            }),
         }
     }
 

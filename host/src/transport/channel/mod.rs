@@ -23,9 +23,9 @@ mod data_path;
 pub use data_path::{Reading, Sent, Span, Traffic};
 
 use std::collections::{HashMap, VecDeque};
-use std::ops::Range;
 use std::fmt;
 use std::io::Write;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
