@@ -5,7 +5,7 @@
 //! Run it with `cargo run -p tessera-firmware-sim --example custom_kernel`.
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::{Arg, Array, ErrorCode, Request, Response, Value};
+use tessera_core::wire::{Arg, Array, ErrorCode, Request, Response, Target, Value};
 use tessera_firmware_sim::functions::{element, Args, Function, Output};
 use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
@@ -91,8 +91,8 @@ fn main() {
         assert_eq!(device.handle(&call, &mut NoReduce), Response::Done);
     }
     let reply = device.handle(
-        &Request::ReadArray {
-            id: 2,
+        &Request::Read {
+            target: Target::Register(2),
             offset: 4,
             len: 4,
         },

@@ -15,6 +15,16 @@ pub const MAX_BLOCKS: usize = crate::registers::MAX_REGISTERS + 64;
 
 const ALIGN: usize = 8;
 
+/// Whether the host's bytes go into the arena or come out of it: a FIFO takes a write
+/// and a read differently, and only some registers can be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Bytes into the arena.
+    Write,
+    /// Bytes out of it.
+    Read,
+}
+
 /// What a block holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {

@@ -11,11 +11,17 @@
 //!   restarts at the block's beginning, so a FIFO filled by one step and emptied after it
 //!   always pops contiguously; a pop that would wrap the ring's end is refused
 //!   ([`ErrorCode::OutOfBounds`]) rather than answered in pieces.
+//! - The host moves a FIFO's bytes by ring position ([`Fifos::place`], then
+//!   [`Fifos::settle`] once they moved): a write appends where the next byte goes, a read
+//!   takes whole items from the oldest, and neither wraps the ring's end — the same rules
+//!   whether the bytes came in a frame, beside it, or were written in place by the host.
 //! - A FIFO has items of at least one byte and a depth of at least one
 //!   ([`ErrorCode::FifoShape`] otherwise).
+use core::ops::Range;
+
 use tessera_core::wire::{ErrorCode, Invariant};
 
-use crate::arena::{saturate, Arena, Block, Owner};
+use crate::arena::{saturate, Access, Arena, Block, Owner};
 use crate::broken;
 
 /// FIFOs a device can hold.
@@ -108,7 +114,7 @@ impl Fifos {
         arena: &mut Arena<'_>,
         id: u16,
         from: Block,
-        range: core::ops::Range<usize>,
+        range: Range<usize>,
     ) -> Result<(), ErrorCode> {
         let len = range.len();
         let (block, start) = self.reserve(arena, id, len)?;
@@ -121,6 +127,72 @@ impl Fifos {
         ring[..second.len()].copy_from_slice(second);
         self.commit(id, len);
         Ok(())
+    }
+
+    /// Where the host's `len` bytes at ring position `offset` of FIFO `id` lie, checked by
+    /// the stream rules of [`Target`](tessera_core::wire::Target): a write must start where
+    /// the next byte goes and fit the free bytes, a read must start at the oldest item and
+    /// take whole, complete items, and neither may run past the ring's end. Nothing
+    /// changes until [`Fifos::settle`].
+    pub fn place(
+        &self,
+        arena: &Arena<'_>,
+        id: u16,
+        offset: u32,
+        len: usize,
+        access: Access,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        let (fifo, block) = self.slot(arena, id)?;
+        let ring = block.len;
+        let used = fifo.len * fifo.item_bytes + fifo.partial;
+        let position = match access {
+            Access::Write => (fifo.head * fifo.item_bytes + used) % ring,
+            Access::Read => fifo.head * fifo.item_bytes,
+        };
+        if offset as usize != position {
+            return Err(ErrorCode::FifoPosition {
+                fifo: id,
+                expected: saturate(position),
+                offset,
+            });
+        }
+        match access {
+            Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
+            Access::Read if !len.is_multiple_of(fifo.item_bytes) => {
+                return Err(ErrorCode::ItemSize {
+                    expected: saturate(fifo.item_bytes),
+                    actual: saturate(len),
+                })
+            }
+            Access::Read if len / fifo.item_bytes > fifo.len => {
+                return Err(ErrorCode::FifoEmpty { fifo: id })
+            }
+            _ => {}
+        }
+        if position + len > ring {
+            return Err(ErrorCode::OutOfBounds {
+                offset,
+                len: saturate(len),
+                size: saturate(ring),
+            });
+        }
+        Ok((block, position..position + len))
+    }
+
+    /// Counts `len` bytes placed by [`Fifos::place`] as moved: written ones become the
+    /// FIFO's (items as they complete), read ones leave it.
+    pub fn settle(&mut self, id: u16, len: usize, access: Access) {
+        match access {
+            Access::Write => self.commit(id, len),
+            Access::Read => self.update(id, |f| {
+                let items = len / f.item_bytes;
+                f.head = (f.head + items) % f.depth;
+                f.len -= items.min(f.len);
+                if f.len == 0 && f.partial == 0 {
+                    f.head = 0;
+                }
+            }),
+        }
     }
 
     /// FIFO `id`'s block and the ring offset where `len` more bytes start, if they fit.
@@ -158,27 +230,21 @@ impl Fifos {
         arena: &Arena<'_>,
         id: u16,
         items: usize,
-    ) -> Result<(Block, core::ops::Range<usize>), ErrorCode> {
-        let (fifo, block) = self.slot(arena, id)?;
-        if items == 0 || items > fifo.len {
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        let fifo = self.get(id)?;
+        if items == 0 {
             return Err(ErrorCode::FifoEmpty { fifo: id });
         }
-        if fifo.head + items > fifo.depth {
-            return Err(ErrorCode::OutOfBounds {
-                offset: saturate(fifo.head * fifo.item_bytes),
-                len: saturate(items * fifo.item_bytes),
-                size: saturate(block.len),
-            });
-        }
-        let at = fifo.head * fifo.item_bytes;
-        self.update(id, |f| {
-            f.head = (f.head + items) % f.depth;
-            f.len -= items;
-            if f.len == 0 && f.partial == 0 {
-                f.head = 0;
-            }
-        });
-        Ok((block, at..at + items * fifo.item_bytes))
+        let at = saturate(fifo.head * fifo.item_bytes);
+        let (block, range) = self.place(
+            arena,
+            id,
+            at,
+            items.saturating_mul(fifo.item_bytes),
+            Access::Read,
+        )?;
+        self.settle(id, range.len(), Access::Read);
+        Ok((block, range))
     }
 
     /// Drops every item of FIFO `id`, complete and partial, keeping the FIFO: its ring

@@ -40,7 +40,7 @@ pub mod reply_cache;
 pub mod serve;
 
 pub use clock::Clock;
-pub use device::{BulkTarget, CycleCounter, Device};
+pub use device::{CycleCounter, Device};
 pub use link::{Framed, Framing, Incoming, Messages};
 pub use serve::{serve, serve_messages, LinkLimits, ServeError, Server};
 

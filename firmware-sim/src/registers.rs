@@ -24,7 +24,7 @@
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Array, ErrorCode, Response, Value, ValueKind, MAX_SHAPE_RANK};
 
-use crate::arena::{saturate, Arena, Block, Owner};
+use crate::arena::{saturate, Access, Arena, Block, Owner};
 
 /// Registers a device can hold, ids 1 to `MAX_REGISTERS`. A session's controller hands out
 /// no id above it, so a worker's table never fills under a session; a loaded checkpoint
@@ -205,60 +205,22 @@ impl Registers {
         })
     }
 
-    /// Writes `data` at byte `offset` of array register `id`.
-    pub fn write(
-        &mut self,
-        arena: &mut Arena<'_>,
-        id: u16,
-        offset: u32,
-        data: &[u8],
-    ) -> Result<(), ErrorCode> {
-        let Stored::Array { .. } = self.stored(id)? else {
-            return Err(ErrorCode::BadArguments);
-        };
-        let block = self.block(arena, id)?.ok_or(ErrorCode::UnknownId { id })?;
-        let range = chunk(block, offset, saturate(data.len()))?;
-        let dst = arena
-            .bytes_mut(block)
-            .get_mut(range)
-            .ok_or(ErrorCode::UnknownId { id })?;
-        copy_exact(dst, data)
-    }
-
-    /// Bytes `[offset, offset + len)` of register `id`, which holds an array, to be
-    /// written in place (a bulk write lands here straight from its link).
-    pub fn bytes_mut<'s>(
+    /// Where bytes `[offset, offset + len)` of register `id` lie: in its block, checked.
+    /// Only an array is written (a string is read-only, and other kinds have no bytes).
+    pub fn range(
         &self,
-        arena: &'s mut Arena<'_>,
+        arena: &Arena<'_>,
         id: u16,
         offset: u32,
         len: u32,
-    ) -> Result<&'s mut [u8], ErrorCode> {
-        let Stored::Array { .. } = self.stored(id)? else {
+        access: Access,
+    ) -> Result<(Block, core::ops::Range<usize>), ErrorCode> {
+        let array = matches!(self.stored(id)?, Stored::Array { .. });
+        if access == Access::Write && !array {
             return Err(ErrorCode::BadArguments);
-        };
-        let block = self.block(arena, id)?.ok_or(ErrorCode::UnknownId { id })?;
-        let range = chunk(block, offset, len)?;
-        arena
-            .bytes_mut(block)
-            .get_mut(range)
-            .ok_or(ErrorCode::UnknownId { id })
-    }
-
-    /// Bytes `[offset, offset + len)` of register `id`, which holds an array or a string.
-    pub fn read<'s>(
-        &self,
-        arena: &'s Arena<'_>,
-        id: u16,
-        offset: u32,
-        len: u32,
-    ) -> Result<&'s [u8], ErrorCode> {
+        }
         let block = self.block(arena, id)?.ok_or(ErrorCode::BadArguments)?;
-        let range = chunk(block, offset, len)?;
-        arena
-            .bytes(block)
-            .get(range)
-            .ok_or(ErrorCode::UnknownId { id })
+        Ok((block, chunk(block, offset, len)?))
     }
 
     /// What register `id` holds, without its bytes.

@@ -39,11 +39,12 @@ use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
     encode_body, Combined, Contribution, Envelope, ErrorCode, FromDevice, ReduceOp, Request,
-    RequestKind, Response, ToDevice,
+    RequestKind, Response, Target, ToDevice,
 };
 
+use crate::arena::Access;
 use crate::clock::{elapsed_ms, Clock};
-use crate::device::{BulkTarget, Device};
+use crate::device::Device;
 use crate::link::{Framed, Framing, Incoming, Messages};
 use crate::program::Reducer;
 use crate::reply_cache::{ReplyCache, Verdict};
@@ -284,28 +285,26 @@ where
     // A bulk request's bytes come or go beside its message, straight between the link and
     // the register: the server runs it itself.
     let bulk = match envelope.body {
-        Request::WriteArrayBulk { id, offset, len } => {
-            Some((true, BulkTarget::Register(id), offset, len))
-        }
-        Request::ReadArrayBulk { id, offset, len } => {
-            Some((false, BulkTarget::Register(id), offset, len))
-        }
-        Request::WriteSlotBulk { slot, offset, len } => {
-            Some((true, BulkTarget::Slot(slot), offset, len))
-        }
-        Request::ReadSlotBulk { slot, offset, len } => {
-            Some((false, BulkTarget::Slot(slot), offset, len))
-        }
+        Request::WriteBulk {
+            target,
+            offset,
+            len,
+        } => Some((Access::Write, target, offset, len)),
+        Request::ReadBulk {
+            target,
+            offset,
+            len,
+        } => Some((Access::Read, target, offset, len)),
         _ => None,
     };
-    if let Some((write, target, offset, len)) = bulk {
+    if let Some((access, target, offset, len)) = bulk {
         let fits = usize::try_from(len).is_ok_and(|len| len <= link.bulk_capacity());
         if fits && cache.verdict(seq, false) == Verdict::Run {
             let kind = envelope.body.kind();
             return answer_bulk(
                 cache,
                 seq,
-                (kind, write),
+                (kind, access),
                 (target, offset, len),
                 device,
                 link,
@@ -352,22 +351,26 @@ where
     link.send(reply).map_err(ServeError::Link)
 }
 
-/// Runs a bulk request: a write's bytes are received into the register; a read's go beside
-/// its reply. The reply is kept for retries; a retry gets it alone (on the links that carry
-/// bulk nothing is lost, so the first reply has already arrived).
+/// Runs a bulk request: a write's bytes are received straight into their target, a read's
+/// sent beside the reply straight from it; the move is settled (a FIFO counts it) only once
+/// the bytes moved. The reply is kept for retries; a retry gets it alone (on the links that
+/// carry bulk nothing is lost, so the first reply has already arrived).
 fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
     cache: &mut ReplyCache<'_, FRAME, WINDOW>,
     seq: u32,
-    (request, write): (RequestKind, bool),
-    (target, offset, len): (BulkTarget, u32, u32),
+    (request, access): (RequestKind, Access),
+    (target, offset, len): (Target, u32, u32),
     device: &mut Device<'_>,
     link: &mut M,
 ) -> Result<(), ServeError<M::Error>> {
     let limit = Server::<FRAME, WINDOW>::body_limit();
-    let response = if write {
-        match device.bulk_bytes(target, offset, len) {
+    let response = if access == Access::Write {
+        match device.place(target, offset, len, access) {
             Ok(into) => match link.receive_bulk(into).map_err(ServeError::Link)? {
-                true => Response::Done,
+                true => {
+                    device.settle(target, len as usize, access);
+                    Response::Done
+                }
                 // No bytes, or too few, came with it.
                 false => Response::Error {
                     request,
@@ -377,7 +380,7 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
             Err(code) => Response::Error { request, code },
         }
     } else {
-        match device.bulk_bytes(target, offset, len) {
+        match device.place(target, offset, len, access) {
             Ok(bytes) => {
                 let bytes = &*bytes;
                 let slot = &mut cache.slot(seq)[..limit];
@@ -387,6 +390,7 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
                 cache.keep(seq, n);
                 let reply = cache.cached(seq).unwrap_or(&[]);
                 if link.send_bulk(reply, bytes).map_err(ServeError::Link)? {
+                    device.settle(target, len as usize, access);
                     return Ok(());
                 }
                 // The link could not carry them: the kept reply becomes this error.

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tessera_core::wire::{ErrorCode, Request, Response};
+use tessera_core::wire::{ErrorCode, Request, Response, Target};
 use tessera_host::transport::{Channel, FaultConfig, TransportError};
 
 const REQUESTS: usize = 10_000;
@@ -61,13 +61,66 @@ fn damaged_device(seed: u64, slot_bytes: usize) -> Channel {
     channel
 }
 
+/// FIFO 2 as the device must hold it: its items and where its ring's oldest starts, so
+/// that every write appends at the stream's position and every read starts at the oldest
+/// item (the FIFO rules of `tessera_core::wire::target`). A push or pop run twice would
+/// put the device at another position than this model, and the next request would be
+/// refused.
+#[derive(Default)]
+struct FifoModel {
+    items: VecDeque<[u8; 8]>,
+    head: usize,
+}
+
+impl FifoModel {
+    const DEPTH: usize = 4;
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The stream position a write of `item` goes to; the write is counted as done.
+    fn push(&mut self, item: [u8; 8]) -> u32 {
+        let at = (self.head + self.items.len()) % Self::DEPTH * 8;
+        self.items.push_back(item);
+        at as u32
+    }
+
+    /// The read of the oldest item, and the item if there is one (counted as taken).
+    fn pop(&mut self) -> (Request<'static>, Option<[u8; 8]>) {
+        let read = Request::Read {
+            target: Target::Fifo(2),
+            offset: (self.head * 8) as u32,
+            len: 8,
+        };
+        let item = self.items.pop_front();
+        if item.is_some() {
+            self.head = (self.head + 1) % Self::DEPTH;
+        }
+        // An emptied FIFO restarts its ring at the beginning.
+        if self.items.is_empty() {
+            self.head = 0;
+        }
+        (read, item)
+    }
+}
+
+/// A write of `item` into FIFO 2 at stream position `offset`.
+fn write_fifo(offset: u32, item: &[u8]) -> Request<'_> {
+    Request::Write {
+        target: Target::Fifo(2),
+        offset,
+        data: item,
+    }
+}
+
 #[test]
 fn ten_thousand_requests_over_a_damaging_link() {
     let mut channel = damaged_device(99, SLOT_BYTES);
 
     // What the device must hold, tracked on the host.
     let mut slot = vec![0u8; SLOT_BYTES];
-    let mut fifo: VecDeque<[u8; 8]> = VecDeque::new();
+    let mut fifo = FifoModel::default();
     let mut rng = Lcg(5);
     let mut checked = 0;
     for i in 0..REQUESTS {
@@ -77,8 +130,8 @@ fn ten_thousand_requests_over_a_damaging_link() {
                 let at = rng.below(SLOT_BYTES - len);
                 let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                 channel
-                    .request(&Request::WriteSlot {
-                        slot: 1,
+                    .request(&Request::Write {
+                        target: Target::Slot(1),
                         offset: at as u32,
                         data: &data,
                     })
@@ -89,8 +142,8 @@ fn ten_thousand_requests_over_a_damaging_link() {
                 let len = 1 + rng.below(48);
                 let at = rng.below(SLOT_BYTES - len);
                 let reply = channel
-                    .request(&Request::ReadSlot {
-                        slot: 1,
+                    .request(&Request::Read {
+                        target: Target::Slot(1),
                         offset: at as u32,
                         len: len as u32,
                     })
@@ -107,19 +160,12 @@ fn ten_thousand_requests_over_a_damaging_link() {
             }
             2 if fifo.len() < 4 => {
                 let item = (rng.next() ^ i as u64).to_le_bytes();
-                channel
-                    .request(&Request::PushFifo {
-                        fifo: 2,
-                        data: &item,
-                    })
-                    .unwrap();
-                fifo.push_back(item);
+                let offset = fifo.push(item);
+                channel.request(&write_fifo(offset, &item)).unwrap();
             }
-            _ => match fifo.pop_front() {
-                Some(want) => {
-                    let reply = channel
-                        .request(&Request::PopFifo { fifo: 2, items: 1 })
-                        .unwrap();
+            _ => match fifo.pop() {
+                (pop, Some(want)) => {
+                    let reply = channel.request(&pop).unwrap();
                     let Response::Data { data } = reply.response() else {
                         panic!("request {i}: not data")
                     };
@@ -129,10 +175,8 @@ fn ten_thousand_requests_over_a_damaging_link() {
                     );
                     checked += 1;
                 }
-                None => {
-                    let err = channel
-                        .request(&Request::PopFifo { fifo: 2, items: 1 })
-                        .unwrap_err();
+                (pop, None) => {
+                    let err = channel.request(&pop).unwrap_err();
                     assert!(err.to_string().contains("empty"), "request {i}: {err}");
                 }
             },
@@ -208,7 +252,7 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
 
     // What the device must hold once every request submitted so far has run.
     let mut slot = [0u8; SLOT];
-    let mut fifo: VecDeque<[u8; 8]> = VecDeque::new();
+    let mut fifo = FifoModel::default();
     let mut rng = Lcg(17);
     let (mut sent, mut checked, mut batches, mut drained) = (0, 0, 0, 0);
     while sent < REQUESTS {
@@ -222,8 +266,8 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
                     let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                     slot[at..at + len].copy_from_slice(&data);
                     let seq = channel
-                        .submit(&Request::WriteSlot {
-                            slot: 1,
+                        .submit(&Request::Write {
+                            target: Target::Slot(1),
                             offset: at as u32,
                             data: &data,
                         })
@@ -234,8 +278,8 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
                     let len = 1 + rng.below(48);
                     let at = rng.below(SLOT - len);
                     let seq = channel
-                        .submit(&Request::ReadSlot {
-                            slot: 1,
+                        .submit(&Request::Read {
+                            target: Target::Slot(1),
                             offset: at as u32,
                             len: len as u32,
                         })
@@ -244,20 +288,14 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
                 }
                 2 if fifo.len() < 4 => {
                     let item = (rng.next() ^ i as u64).to_le_bytes();
-                    fifo.push_back(item);
-                    let seq = channel
-                        .submit(&Request::PushFifo {
-                            fifo: 2,
-                            data: &item,
-                        })
-                        .unwrap();
+                    let offset = fifo.push(item);
+                    let seq = channel.submit(&write_fifo(offset, &item)).unwrap();
                     (seq, Expect::Done)
                 }
                 _ => {
-                    let seq = channel
-                        .submit(&Request::PopFifo { fifo: 2, items: 1 })
-                        .unwrap();
-                    match fifo.pop_front() {
+                    let (pop, want) = fifo.pop();
+                    let seq = channel.submit(&pop).unwrap();
+                    match want {
                         Some(want) => (seq, Expect::Data(want.to_vec())),
                         None => (seq, Expect::FifoEmpty),
                     }

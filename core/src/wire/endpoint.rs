@@ -3,11 +3,12 @@
 //! answered with something else — never a hand-written match per call site.
 //!
 //! The requests whose reply carries data have an endpoint type of their own ([`Hello`],
-//! [`GetSeed`], [`ReadSlot`], [`GetRegister`], …). Every other request is answered
+//! [`GetSeed`], [`Read`], [`GetRegister`], …). Every other request is answered
 //! [`Response::Done`]; wrap it in a [`Command`], which refuses (at construction) a request
 //! whose reply is not `Done`.
 
 use super::message::{Limits, Request, Response, Value, ValueKind, MAX_SHAPE_RANK};
+use super::target::Target;
 use crate::dtype::DataType;
 
 /// A request type and the payload of its reply.
@@ -31,17 +32,15 @@ impl<'a> Command<'a> {
         let done = !matches!(
             request,
             Request::Hello { .. }
-                | Request::ReadSlot { .. }
-                | Request::PopFifo { .. }
+                | Request::Read { .. }
+                | Request::ReadBulk { .. }
+                | Request::Locate { .. }
                 | Request::GetSeed
                 | Request::GetRngState
                 | Request::RunStep
                 | Request::CycleCount
                 | Request::GetRegister { .. }
-                | Request::ReadArray { .. }
                 | Request::DescribeRegister { .. }
-                | Request::ReadArrayBulk { .. }
-                | Request::ReadSlotBulk { .. }
         );
         done.then_some(Self(request))
     }
@@ -141,22 +140,22 @@ fn data(response: Response<'_>) -> Option<&[u8]> {
     }
 }
 
-/// [`Request::ReadSlot`]: a chunk of a slot, exactly `len` bytes.
+/// [`Request::Read`]: bytes of a target, exactly `len` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadSlot {
-    /// Slot id.
-    pub slot: u16,
+pub struct Read {
+    /// Where the bytes come from.
+    pub target: Target,
     /// Byte offset.
     pub offset: u32,
     /// Bytes wanted.
     pub len: u32,
 }
 
-impl Endpoint for ReadSlot {
+impl Endpoint for Read {
     type Reply<'r> = &'r [u8];
     fn request(&self) -> Request<'_> {
-        Request::ReadSlot {
-            slot: self.slot,
+        Request::Read {
+            target: self.target,
             offset: self.offset,
             len: self.len,
         }
@@ -166,50 +165,29 @@ impl Endpoint for ReadSlot {
     }
 }
 
-/// [`Request::PopFifo`]: the oldest items of a FIFO.
+/// [`Request::Locate`]: where a target's bytes lie in the device's memory, as the range
+/// `at..at + len`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PopFifo {
-    /// FIFO id.
-    pub fifo: u16,
-    /// How many items.
-    pub items: u32,
+pub struct Locate {
+    /// The target.
+    pub target: Target,
 }
 
-impl Endpoint for PopFifo {
-    type Reply<'r> = &'r [u8];
+impl Endpoint for Locate {
+    type Reply<'r> = core::ops::Range<usize>;
     fn request(&self) -> Request<'_> {
-        Request::PopFifo {
-            fifo: self.fifo,
-            items: self.items,
+        Request::Locate {
+            target: self.target,
         }
     }
-    fn reply(response: Response<'_>) -> Option<&[u8]> {
-        data(response)
-    }
-}
-
-/// [`Request::ReadArray`]: a chunk of a register's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadArray {
-    /// Register id.
-    pub id: u16,
-    /// Byte offset.
-    pub offset: u32,
-    /// Bytes wanted.
-    pub len: u32,
-}
-
-impl Endpoint for ReadArray {
-    type Reply<'r> = &'r [u8];
-    fn request(&self) -> Request<'_> {
-        Request::ReadArray {
-            id: self.id,
-            offset: self.offset,
-            len: self.len,
+    fn reply(response: Response<'_>) -> Option<core::ops::Range<usize>> {
+        match response {
+            Response::Located { at, len } => {
+                let (at, len) = (at as usize, len as usize);
+                Some(at..at.checked_add(len)?)
+            }
+            _ => None,
         }
-    }
-    fn reply(response: Response<'_>) -> Option<&[u8]> {
-        data(response)
     }
 }
 
@@ -287,8 +265,8 @@ mod tests {
     #[test]
     fn commands_refuse_requests_with_payload_replies() {
         assert!(Command::new(Request::GetSeed).is_none());
-        assert!(Command::new(Request::ReadArray {
-            id: 1,
+        assert!(Command::new(Request::Read {
+            target: Target::Register(1),
             offset: 0,
             len: 4
         })
@@ -306,7 +284,7 @@ mod tests {
             None
         );
         assert_eq!(
-            ReadSlot::reply(Response::Data { data: &[1, 2] }),
+            Read::reply(Response::Data { data: &[1, 2] }),
             Some(&[1u8, 2][..])
         );
     }

@@ -239,8 +239,8 @@ mod tests {
     fn round_trip_and_zero_free_encoding() {
         let msg = Envelope {
             seq: 7,
-            body: Request::WriteSlot {
-                slot: 1,
+            body: Request::Write {
+                target: crate::wire::Target::Slot(1),
                 offset: 0,
                 data: &[0, 0, 1, 0],
             },
@@ -324,8 +324,8 @@ mod tests {
     fn encoding_checks_buffer_sizes() {
         let msg = Envelope {
             seq: 1,
-            body: Request::WriteSlot {
-                slot: 1,
+            body: Request::Write {
+                target: crate::wire::Target::Slot(1),
                 offset: 0,
                 data: &[1; 100],
             },

@@ -7,10 +7,12 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DataType;
 use crate::program::{Program, ProgramFault};
 
+use super::target::Target;
+
 /// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
 /// any message (host and device must run exactly the same one: see the [`wire`](super)
 /// module).
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -140,25 +142,6 @@ pub enum Request<'a> {
         /// Size in bytes.
         bytes: u32,
     },
-    /// Writes a chunk into a slot.
-    WriteSlot {
-        /// Slot id.
-        slot: u16,
-        /// Byte offset.
-        offset: u32,
-        /// The chunk.
-        #[serde(borrow)]
-        data: &'a [u8],
-    },
-    /// Reads a chunk of a slot.
-    ReadSlot {
-        /// Slot id.
-        slot: u16,
-        /// Byte offset.
-        offset: u32,
-        /// Bytes wanted.
-        len: u32,
-    },
     /// Creates a stream FIFO of `depth` items of `item_bytes` bytes.
     CreateFifo {
         /// FIFO id, chosen by the host.
@@ -167,25 +150,6 @@ pub enum Request<'a> {
         item_bytes: u32,
         /// Items it holds.
         depth: u16,
-    },
-    /// Appends bytes to a FIFO: any number, so a step's samples travel in one request and
-    /// a sample larger than a frame in several. Items become poppable as they complete; a
-    /// push that does not fit is refused whole.
-    PushFifo {
-        /// FIFO id.
-        fifo: u16,
-        /// The bytes.
-        data: &'a [u8],
-    },
-    /// Removes and returns the `items` oldest complete items of a FIFO (all or none). They
-    /// must lie contiguously in the FIFO's ring: a pop that would wrap its end is refused
-    /// ([`ErrorCode::OutOfBounds`]); a FIFO emptied after every step (as the runtime does)
-    /// starts each step at the ring's beginning and never wraps.
-    PopFifo {
-        /// FIFO id.
-        fifo: u16,
-        /// How many items.
-        items: u32,
     },
     /// Optimizer values from host, between steps.
     SetOptimizer {
@@ -271,7 +235,7 @@ pub enum Request<'a> {
         function: &'a str,
     },
     /// Makes register `id` a zeroed array (replacing what it held), to be filled with
-    /// [`Request::WriteArray`].
+    /// [`Request::Write`] (or moved in place).
     AllocArray {
         /// Register id (0 is reserved).
         id: u16,
@@ -280,68 +244,77 @@ pub enum Request<'a> {
         /// Dimensions.
         shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
     },
-    /// Writes a chunk of an array register's bytes.
-    WriteArray {
-        /// Register id.
-        id: u16,
-        /// Byte offset.
-        offset: u32,
-        /// The chunk.
-        data: &'a [u8],
-    },
-    /// Reads a chunk of an array or tensor register's bytes.
-    ReadArray {
-        /// Register id.
-        id: u16,
-        /// Byte offset.
-        offset: u32,
-        /// Bytes wanted.
-        len: u32,
-    },
     /// What register `id` holds, without its bytes.
     DescribeRegister {
         /// Register id.
         id: u16,
     },
-    /// Like [`Request::WriteArray`], with the `len` bytes travelling beside the message
-    /// instead of inside it: only links between threads of one process carry them (the
-    /// host hands its buffer over; no framing, no copy on the way).
-    WriteArrayBulk {
-        /// Register id.
-        id: u16,
+    /// Writes `data` into `target` at `offset` (see [`target`](super::target) for what an
+    /// offset means in each kind of target).
+    Write {
+        /// Where the bytes go.
+        target: Target,
         /// Byte offset.
         offset: u32,
-        /// Bytes beside the message.
-        len: u32,
+        /// The bytes.
+        #[serde(borrow)]
+        data: &'a [u8],
     },
-    /// Like [`Request::ReadArray`], answered with [`Response::Bulk`] and the bytes beside
-    /// the reply, whatever their length.
-    ReadArrayBulk {
-        /// Register id.
-        id: u16,
+    /// Reads `len` bytes of `target` at `offset`, answered with [`Response::Data`] in one
+    /// frame.
+    Read {
+        /// Where the bytes come from.
+        target: Target,
         /// Byte offset.
         offset: u32,
         /// Bytes wanted.
         len: u32,
     },
-    /// Like [`Request::WriteSlot`], with the `len` bytes beside the message (as for
-    /// [`Request::WriteArrayBulk`]): weights from host without framing.
-    WriteSlotBulk {
-        /// Slot id.
-        slot: u16,
+    /// Like [`Request::Write`], with the `len` bytes beside the message instead of inside
+    /// it: handed over on a device thread's queue, or in the link's shared window (a child
+    /// process's memory, QEMU's host file).
+    WriteBulk {
+        /// Where the bytes go.
+        target: Target,
         /// Byte offset.
         offset: u32,
         /// Bytes beside the message.
         len: u32,
     },
-    /// Like [`Request::ReadSlot`], answered with [`Response::Bulk`] and the bytes beside the
-    /// reply: weights to host without framing.
-    ReadSlotBulk {
-        /// Slot id.
-        slot: u16,
+    /// Like [`Request::Read`], answered with [`Response::Bulk`] and the bytes beside the
+    /// reply, whatever their length.
+    ReadBulk {
+        /// Where the bytes come from.
+        target: Target,
         /// Byte offset.
         offset: u32,
         /// Bytes wanted.
+        len: u32,
+    },
+    /// Where `target`'s bytes lie in the device's memory ([`Response::Located`]), for a
+    /// host that maps that memory and moves the bytes itself while the device is idle.
+    Locate {
+        /// The target.
+        target: Target,
+    },
+    /// The host wrote `len` bytes of `target` at `offset` in place: a FIFO now holds them
+    /// (checked as a [`Request::Write`] there would be).
+    Wrote {
+        /// The target.
+        target: Target,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes written.
+        len: u32,
+    },
+    /// The host read `len` bytes of `target` at `offset` in place: a FIFO drops them
+    /// (checked as a [`Request::Read`] there would be).
+    Took {
+        /// The target.
+        target: Target,
+        /// Byte offset.
+        offset: u32,
+        /// Bytes read.
         len: u32,
     },
     /// Puts the prepared program's step state back to where a step starts: every stream and
@@ -360,16 +333,8 @@ pub enum RequestKind {
     Hello,
     /// [`Request::AllocSlot`]: reserving a remote-buffer slot.
     AllocSlot,
-    /// [`Request::WriteSlot`]: a chunk into a slot.
-    WriteSlot,
-    /// [`Request::ReadSlot`]: a chunk of a slot.
-    ReadSlot,
     /// [`Request::CreateFifo`]: creating a stream FIFO.
     CreateFifo,
-    /// [`Request::PushFifo`]: items into a FIFO.
-    PushFifo,
-    /// [`Request::PopFifo`]: items out of a FIFO.
-    PopFifo,
     /// [`Request::SetOptimizer`]: the optimizer's values.
     SetOptimizer,
     /// [`Request::SetSeed`]: the random seed from the host.
@@ -402,20 +367,22 @@ pub enum RequestKind {
     HasFunction,
     /// [`Request::AllocArray`]: an array register, zeroed.
     AllocArray,
-    /// [`Request::WriteArray`]: a chunk of an array register's bytes.
-    WriteArray,
-    /// [`Request::ReadArray`]: a chunk of an array or tensor register's bytes.
-    ReadArray,
     /// [`Request::DescribeRegister`]: what a register holds.
     DescribeRegister,
-    /// [`Request::WriteArrayBulk`]: an array register's bytes, handed over whole.
-    WriteArrayBulk,
-    /// [`Request::ReadArrayBulk`]: an array register's bytes, returned whole.
-    ReadArrayBulk,
-    /// [`Request::WriteSlotBulk`]: a slot's bytes, handed over whole.
-    WriteSlotBulk,
-    /// [`Request::ReadSlotBulk`]: a slot's bytes, returned whole.
-    ReadSlotBulk,
+    /// [`Request::Write`]: bytes into a target, in the frame.
+    Write,
+    /// [`Request::Read`]: bytes of a target, in the reply's frame.
+    Read,
+    /// [`Request::WriteBulk`]: bytes into a target, beside the message.
+    WriteBulk,
+    /// [`Request::ReadBulk`]: bytes of a target, beside the reply.
+    ReadBulk,
+    /// [`Request::Locate`]: where a target lies in the device's memory.
+    Locate,
+    /// [`Request::Wrote`]: bytes the host wrote in place.
+    Wrote,
+    /// [`Request::Took`]: bytes the host read in place.
+    Took,
     /// [`Request::ResetStep`]: resetting the step's FIFOs and scratch.
     ResetStep,
     /// A frame that did not decode as any request.
@@ -428,11 +395,7 @@ impl Request<'_> {
         match self {
             Self::Hello { .. } => RequestKind::Hello,
             Self::AllocSlot { .. } => RequestKind::AllocSlot,
-            Self::WriteSlot { .. } => RequestKind::WriteSlot,
-            Self::ReadSlot { .. } => RequestKind::ReadSlot,
             Self::CreateFifo { .. } => RequestKind::CreateFifo,
-            Self::PushFifo { .. } => RequestKind::PushFifo,
-            Self::PopFifo { .. } => RequestKind::PopFifo,
             Self::SetOptimizer { .. } => RequestKind::SetOptimizer,
             Self::SetSeed { .. } => RequestKind::SetSeed,
             Self::GetSeed => RequestKind::GetSeed,
@@ -449,13 +412,14 @@ impl Request<'_> {
             Self::Invoke { .. } => RequestKind::Invoke,
             Self::HasFunction { .. } => RequestKind::HasFunction,
             Self::AllocArray { .. } => RequestKind::AllocArray,
-            Self::WriteArray { .. } => RequestKind::WriteArray,
-            Self::ReadArray { .. } => RequestKind::ReadArray,
             Self::DescribeRegister { .. } => RequestKind::DescribeRegister,
-            Self::WriteArrayBulk { .. } => RequestKind::WriteArrayBulk,
-            Self::ReadArrayBulk { .. } => RequestKind::ReadArrayBulk,
-            Self::WriteSlotBulk { .. } => RequestKind::WriteSlotBulk,
-            Self::ReadSlotBulk { .. } => RequestKind::ReadSlotBulk,
+            Self::Write { .. } => RequestKind::Write,
+            Self::Read { .. } => RequestKind::Read,
+            Self::WriteBulk { .. } => RequestKind::WriteBulk,
+            Self::ReadBulk { .. } => RequestKind::ReadBulk,
+            Self::Locate { .. } => RequestKind::Locate,
+            Self::Wrote { .. } => RequestKind::Wrote,
+            Self::Took { .. } => RequestKind::Took,
             Self::ResetStep => RequestKind::ResetStep,
         }
     }
@@ -498,7 +462,7 @@ pub enum ErrorCode {
         /// Size of the object.
         size: u32,
     },
-    /// A FIFO item of the wrong size.
+    /// A FIFO read of bytes that are not whole items.
     ItemSize {
         /// The FIFO's item size.
         expected: u32,
@@ -514,6 +478,17 @@ pub enum ErrorCode {
     FifoEmpty {
         /// The FIFO.
         fifo: u16,
+    },
+    /// A FIFO written or read at another position than its stream's: a write must start
+    /// where the next byte goes, a read at the oldest item (see
+    /// [`target`](super::target)).
+    FifoPosition {
+        /// The FIFO.
+        fifo: u16,
+        /// The position the stream is at.
+        expected: u32,
+        /// The offset asked for.
+        offset: u32,
     },
     /// A program (or optimizer values) breaking a rule of core's
     /// [`Program::check`](crate::program::Program::check): the device checks with the very
@@ -596,10 +571,22 @@ impl fmt::Display for ErrorCode {
                 "bytes [{offset}, {offset}+{len}) are outside an object of {size} bytes"
             ),
             Self::ItemSize { expected, actual } => {
-                write!(f, "a FIFO item must be {expected} bytes, not {actual}")
+                write!(
+                    f,
+                    "FIFO items are {expected} bytes: {actual} bytes are not whole items"
+                )
             }
             Self::FifoFull { fifo } => write!(f, "FIFO {fifo} is full"),
             Self::FifoEmpty { fifo } => write!(f, "FIFO {fifo} is empty"),
+            Self::FifoPosition {
+                fifo,
+                expected,
+                offset,
+            } => write!(
+                f,
+                "FIFO {fifo} is at position {expected}, not {offset}: a write appends where the \
+                 next byte goes, a read starts at the oldest item"
+            ),
             Self::Program(fault) => write!(f, "the program breaks a rule: {fault}"),
             Self::NotPrepared => f.write_str("no program is prepared on the device"),
             Self::ReplicaOutOfRange { replica, replicas } => write!(
@@ -712,7 +699,7 @@ pub enum Response<'a> {
     },
     /// The request ran.
     Done,
-    /// Bytes read (slot chunk, FIFO item).
+    /// Bytes read ([`Request::Read`]).
     Data {
         /// The bytes.
         #[serde(borrow)]
@@ -760,8 +747,15 @@ pub enum Response<'a> {
         /// them there while the device is idle.
         at: u32,
     },
-    /// Answer to [`Request::ReadArrayBulk`] and [`Request::ReadSlotBulk`]: the `len` bytes
-    /// travel beside this reply.
+    /// Answer to [`Request::Locate`]: the target's bytes are `[at, at + len)` of the
+    /// device's memory, counted from its first byte (a FIFO's: its whole ring).
+    Located {
+        /// Where they start.
+        at: u32,
+        /// How many there are.
+        len: u32,
+    },
+    /// Answer to [`Request::ReadBulk`]: the `len` bytes travel beside this reply.
     Bulk {
         /// Bytes beside the reply.
         len: u32,

@@ -7,13 +7,16 @@
 //!   [`Limits`].
 //! - [`direction`]: what travels each way — requests and combined results to a device,
 //!   replies and contributions from it (endpoints beside topics).
+//! - [`target`]: what a byte-moving request addresses, and what an offset means there.
 //! - [`endpoint`]: typed endpoints — each request type and the payload of its reply.
 //! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
 //!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
 //!   delimiter, so a corrupted, truncated or oversized frame costs only itself.
 //!
-//! Bulk data (weights, stream buffers) travels in chunks no larger than
-//! [`Limits::max_chunk`], which leaves room for the envelope in one frame.
+//! Bytes (weights, registers, stream samples) travel in one of three ways, which the same
+//! requests name by their [`Target`]: in frames, in chunks no larger than
+//! [`Limits::max_chunk`] (which leaves room for the envelope); beside a message, in bulk;
+//! or in place, moved by a host that maps the device's memory.
 //!
 //! # Versions
 //!
@@ -35,6 +38,7 @@ pub mod direction;
 pub mod endpoint;
 pub mod frame;
 pub mod message;
+pub mod target;
 
 pub use direction::{Combined, Contribution, FromDevice, ToDevice};
 pub use endpoint::{Command, Endpoint};
@@ -46,3 +50,4 @@ pub use message::{
     Arg, Array, Envelope, ErrorCode, Invariant, Limits, ReduceOp, Request, RequestKind, Response,
     Value, ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
 };
+pub use target::Target;

@@ -6,8 +6,17 @@ use proptest::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, Array, Envelope, FrameDecoder, FromDevice, Request, Response, ToDevice, Value,
+    encode_frame, Array, Envelope, FrameDecoder, FromDevice, Request, Response, Target, ToDevice,
+    Value,
 };
+
+fn target() -> impl Strategy<Value = Target> {
+    prop_oneof![
+        any::<u16>().prop_map(Target::Register),
+        any::<u16>().prop_map(Target::Slot),
+        any::<u16>().prop_map(Target::Fifo),
+    ]
+}
 
 fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
     prop_oneof![
@@ -15,17 +24,28 @@ fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
             .prop_map(|(version, replica)| Request::Hello { version, replica }),
         Just(Request::RunStep),
         (any::<u16>(), any::<u32>()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
-        (any::<u16>(), any::<u32>(), 0..=data.len()).prop_map(move |(slot, offset, n)| {
-            Request::WriteSlot {
-                slot,
+        (target(), any::<u32>(), 0..=data.len()).prop_map(move |(target, offset, n)| {
+            Request::Write {
+                target,
                 offset,
                 data: &data[..n],
             }
         }),
-        (any::<u16>(), 0..=data.len()).prop_map(move |(fifo, n)| Request::PushFifo {
-            fifo,
-            data: &data[..n]
-        }),
+        (target(), any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
+            |(target, offset, len, read)| if read {
+                Request::Read {
+                    target,
+                    offset,
+                    len,
+                }
+            } else {
+                Request::Wrote {
+                    target,
+                    offset,
+                    len,
+                }
+            }
+        ),
         any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
         any::<[u32; 4]>().prop_map(|state| Request::SetRngState { state }),
         (any::<u16>(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {

@@ -6,21 +6,17 @@
 //!
 //! - Register ids are the host's; 0 is reserved. Setting a register replaces what it
 //!   held; freeing one that holds nothing is refused.
-//! - An array is allocated zeroed and written and read in checked chunks; a read answers
-//!   in one frame (more is refused before reading).
+//! - An array is allocated zeroed; its bytes (and a string's) move through
+//!   [`data`](super::data).
 //! - A call names its function first: an unknown name is refused before anything runs.
-//! - A bulk request reaching here came on a link that carries no bytes beside its
-//!   messages (the serve loop answers bulk requests itself where it does).
 //!
 //! # Errors
 //!
-//! [`UnknownId`](ErrorCode::UnknownId), [`TableFull`](ErrorCode::TableFull),
-//! [`OutOfMemory`](ErrorCode::OutOfMemory), [`OutOfBounds`](ErrorCode::OutOfBounds),
-//! [`ReplyTooLarge`](ErrorCode::ReplyTooLarge), [`BadArguments`](ErrorCode::BadArguments),
-//! [`UnknownFunction`](ErrorCode::UnknownFunction),
-//! [`BulkUnavailable`](ErrorCode::BulkUnavailable).
+//! [`UnknownId`](tessera_core::wire::ErrorCode::UnknownId), [`TableFull`](tessera_core::wire::ErrorCode::TableFull),
+//! [`OutOfMemory`](tessera_core::wire::ErrorCode::OutOfMemory), [`BadArguments`](tessera_core::wire::ErrorCode::BadArguments),
+//! [`UnknownFunction`](tessera_core::wire::ErrorCode::UnknownFunction).
 
-use tessera_core::wire::{ErrorCode, Invariant, Request, Response};
+use tessera_core::wire::{Invariant, Request, Response};
 
 use super::{Answer, Device};
 use crate::broken;
@@ -45,14 +41,6 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             dtype,
             ref shape,
         } => registers.alloc_array(arena, id, dtype, shape)?,
-        Request::WriteArray { id, offset, data } => registers.write(arena, id, offset, data)?,
-        Request::ReadArray { id, offset, len } => {
-            if len > device.limits.max_frame {
-                return Err(ErrorCode::ReplyTooLarge);
-            }
-            let data = registers.read(arena, id, offset, len)?;
-            return Ok(Some(Response::Data { data }));
-        }
         Request::Invoke {
             function,
             ref args,
@@ -64,9 +52,6 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
         }
         Request::HasFunction { function } => {
             functions::lookup(device.functions, function)?;
-        }
-        Request::WriteArrayBulk { .. } | Request::ReadArrayBulk { .. } => {
-            return Err(ErrorCode::BulkUnavailable)
         }
         _ => return Err(broken(Invariant::Routing)),
     }

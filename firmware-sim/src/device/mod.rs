@@ -4,9 +4,10 @@
 //! version must match exactly) and hands every other request to the area that serves it,
 //! each a module with its own handler and its own list of the errors it can answer:
 //!
-//! - `memory`: remote-buffer slots, loads and stores between slots and variables, and
-//!   the slot side of bulk transfers;
-//! - `streams`: the stream FIFOs;
+//! - `data`: the bytes of every register, slot and FIFO, however the host moves them (in a
+//!   frame, beside it, or in place);
+//! - `memory`: remote-buffer slots, loads and stores between slots and variables;
+//! - `streams`: creating the stream FIFOs;
 //! - `program`: the prepared program and everything around its step — optimizer
 //!   values, seed and RNG state, prepare, step, reset-step, the step's reductions, cycle
 //!   counts;
@@ -21,6 +22,7 @@
 //! Never, whatever the request: every id, offset and length is checked, and an invariant
 //! of the device's own found broken is answered [`ErrorCode::Internal`], naming its site.
 
+mod data;
 mod kernels;
 mod memory;
 mod program;
@@ -72,15 +74,6 @@ impl CycleCounter {
     pub fn get(&self) -> u64 {
         critical_section::with(|cs| self.0.borrow(cs).get())
     }
-}
-
-/// Where a bulk request's bytes come from or go to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BulkTarget {
-    /// An array register.
-    Register(u16),
-    /// A remote-buffer slot.
-    Slot(u16),
 }
 
 /// A simulated accelerator replica. All its memory is the arena it was given.
@@ -209,16 +202,17 @@ impl<'a> Device<'a> {
         use Request as R;
         match *request {
             R::Hello { version, replica } => self.hello(version, replica),
-            R::AllocSlot { .. }
-            | R::WriteSlot { .. }
-            | R::ReadSlot { .. }
-            | R::RemoteLoad { .. }
-            | R::RemoteStore { .. }
-            | R::WriteSlotBulk { .. }
-            | R::ReadSlotBulk { .. } => memory::handle(self, request),
-            R::CreateFifo { .. } | R::PushFifo { .. } | R::PopFifo { .. } => {
-                streams::handle(self, request)
+            R::Write { .. }
+            | R::Read { .. }
+            | R::WriteBulk { .. }
+            | R::ReadBulk { .. }
+            | R::Locate { .. }
+            | R::Wrote { .. }
+            | R::Took { .. } => data::handle(self, request),
+            R::AllocSlot { .. } | R::RemoteLoad { .. } | R::RemoteStore { .. } => {
+                memory::handle(self, request)
             }
+            R::CreateFifo { .. } => streams::handle(self, request),
             R::SetOptimizer { .. }
             | R::SetSeed { .. }
             | R::GetSeed
@@ -233,10 +227,6 @@ impl<'a> Device<'a> {
             | R::FreeRegister { .. }
             | R::DescribeRegister { .. }
             | R::AllocArray { .. }
-            | R::WriteArray { .. }
-            | R::ReadArray { .. }
-            | R::WriteArrayBulk { .. }
-            | R::ReadArrayBulk { .. }
             | R::Invoke { .. }
             | R::HasFunction { .. } => kernels::handle(self, request),
         }
@@ -256,36 +246,5 @@ impl<'a> Device<'a> {
             version: PROTOCOL_VERSION,
             limits: self.limits,
         }))
-    }
-
-    /// Bytes `[offset, offset + len)` of register `id` (an array or a string),
-    /// checked, whatever their length: what a bulk read sends beside its reply.
-    pub fn register_bytes(&self, id: u16, offset: u32, len: u32) -> Result<&[u8], ErrorCode> {
-        self.registers.read(&self.arena, id, offset, len)
-    }
-
-    /// Bytes `[offset, offset + len)` of array register `id`, checked, to be written in
-    /// place: where a bulk write's bytes land.
-    pub fn register_bytes_mut(
-        &mut self,
-        id: u16,
-        offset: u32,
-        len: u32,
-    ) -> Result<&mut [u8], ErrorCode> {
-        self.registers.bytes_mut(&mut self.arena, id, offset, len)
-    }
-
-    /// Bytes `[offset, offset + len)` of a bulk request's register or slot, checked, to be
-    /// read or written in place.
-    pub fn bulk_bytes(
-        &mut self,
-        target: BulkTarget,
-        offset: u32,
-        len: u32,
-    ) -> Result<&mut [u8], ErrorCode> {
-        match target {
-            BulkTarget::Register(id) => self.registers.bytes_mut(&mut self.arena, id, offset, len),
-            BulkTarget::Slot(slot) => memory::slot_range(self, slot, offset, len),
-        }
     }
 }

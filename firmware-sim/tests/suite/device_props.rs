@@ -7,7 +7,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
-use tessera_core::wire::{Arg, Array, Request, Value};
+use tessera_core::wire::{Arg, Array, Request, Target, Value};
 
 use crate::support;
 
@@ -21,6 +21,14 @@ fn run(input: Vec<u8>) -> Vec<u8> {
 
 fn small() -> impl Strategy<Value = u32> {
     prop_oneof![0u32..8, 0u32..5000, Just(u32::MAX)]
+}
+
+fn target() -> impl Strategy<Value = Target> {
+    prop_oneof![
+        id().prop_map(Target::Register),
+        id().prop_map(Target::Slot),
+        id().prop_map(Target::Fifo),
+    ]
 }
 
 fn id() -> impl Strategy<Value = u16> {
@@ -90,26 +98,46 @@ fn request() -> impl Strategy<Value = Request<'static>> {
         }),
         Just(Request::ResetStep),
         (id(), small()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
-        (id(), small(), 0usize..64).prop_map(|(slot, offset, n)| Request::WriteSlot {
-            slot,
+        (target(), small(), 0usize..64).prop_map(|(target, offset, n)| Request::Write {
+            target,
             offset,
             data: &BYTES[..n]
         }),
-        (id(), small(), small()).prop_map(|(slot, offset, len)| Request::ReadSlot {
-            slot,
-            offset,
-            len
+        (target(), small(), small(), 0u8..5).prop_map(|(target, offset, len, which)| {
+            match which {
+                0 => Request::Read {
+                    target,
+                    offset,
+                    len,
+                },
+                1 => Request::ReadBulk {
+                    target,
+                    offset,
+                    len,
+                },
+                2 => Request::WriteBulk {
+                    target,
+                    offset,
+                    len,
+                },
+                3 => Request::Wrote {
+                    target,
+                    offset,
+                    len,
+                },
+                _ => Request::Took {
+                    target,
+                    offset,
+                    len,
+                },
+            }
         }),
+        target().prop_map(|target| Request::Locate { target }),
         (id(), small(), any::<u16>()).prop_map(|(fifo, item_bytes, depth)| Request::CreateFifo {
             fifo,
             item_bytes,
             depth
         }),
-        (id(), 0usize..64).prop_map(|(fifo, n)| Request::PushFifo {
-            fifo,
-            data: &BYTES[..n]
-        }),
-        (id(), 0u32..4).prop_map(|(fifo, items)| Request::PopFifo { fifo, items }),
         any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
         any::<[u32; 4]>().prop_map(|state| Request::SetRngState { state }),
         (

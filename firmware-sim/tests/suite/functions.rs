@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{
-    Arg, Array, ErrorCode, Request, Response, Value, ValueKind, MAX_SHAPE_RANK,
+    Arg, Array, ErrorCode, Request, Response, Target, Value, ValueKind, MAX_SHAPE_RANK,
 };
 use tessera_firmware_sim::functions::{Args, Function, Output, TEST_KERNELS};
 use tessera_firmware_sim::program::NoReduce;
@@ -132,7 +132,14 @@ fn get(device: &mut Device<'_>, id: u16) -> Result<Owned, ErrorCode> {
 }
 
 fn read(device: &mut Device<'_>, id: u16, offset: u32, len: u32) -> Result<Vec<u8>, ErrorCode> {
-    match device.handle(&Request::ReadArray { id, offset, len }, &mut NoReduce) {
+    match device.handle(
+        &Request::Read {
+            target: Target::Register(id),
+            offset,
+            len,
+        },
+        &mut NoReduce,
+    ) {
         Response::Data { data } => Ok(data.to_vec()),
         Response::Error { code, .. } => Err(code),
         other => panic!("unexpected reply {other:?}"),
@@ -150,7 +157,14 @@ fn alloc(
 }
 
 fn write(device: &mut Device<'_>, id: u16, offset: u32, data: &[u8]) -> Result<(), ErrorCode> {
-    run(device, &Request::WriteArray { id, offset, data })
+    run(
+        device,
+        &Request::Write {
+            target: Target::Register(id),
+            offset,
+            data,
+        },
+    )
 }
 
 fn free(device: &mut Device<'_>, id: u16) -> Result<(), ErrorCode> {

@@ -6,7 +6,7 @@ use crate::support;
 
 use support::{combined, frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
-use tessera_core::wire::Request;
+use tessera_core::wire::{Request, Target};
 
 /// The step's sequence number in these scripts: it follows the 8 set-up requests (the
 /// device runs requests strictly in order).
@@ -34,14 +34,18 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
         learning_rate: 0.5,
         momentum: 0.0,
     });
-    for _ in 0..3 {
-        push(Request::PushFifo {
-            fifo: 1,
-            data: &f32s(1.0),
+    for sample in 0..3 {
+        // Each FIFO's samples are appended at its stream's next position.
+        let (x, y) = (f32s(1.0), f32s(0.0));
+        push(Request::Write {
+            target: Target::Fifo(1),
+            offset: sample * x.len() as u32,
+            data: &x,
         });
-        push(Request::PushFifo {
-            fifo: 2,
-            data: &f32s(0.0),
+        push(Request::Write {
+            target: Target::Fifo(2),
+            offset: sample * y.len() as u32,
+            data: &y,
         });
     }
     for f in step {
@@ -57,8 +61,8 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
     ));
     bytes.extend_from_slice(&frame(
         READ,
-        &Request::ReadSlot {
-            slot: 1,
+        &Request::Read {
+            target: Target::Slot(1),
             offset: 0,
             len: 4,
         },
@@ -247,16 +251,16 @@ fn replies_start_with_a_delimiter() {
 fn bulk_requests_on_a_byte_link_are_refused() {
     let mut input = frame(
         1,
-        &Request::WriteArrayBulk {
-            id: 1,
+        &Request::WriteBulk {
+            target: Target::Register(1),
             offset: 0,
             len: 8,
         },
     );
     input.extend_from_slice(&frame(
         2,
-        &Request::ReadArrayBulk {
-            id: 1,
+        &Request::ReadBulk {
+            target: Target::Register(1),
             offset: 0,
             len: 8,
         },

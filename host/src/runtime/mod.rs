@@ -81,7 +81,7 @@ use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
-use crate::transport::Channel;
+use crate::transport::{Channel, Traffic};
 
 /// Most replicas one runtime drives (the splitter's capacity).
 pub const MAX_REPLICAS: usize = 64;
@@ -130,6 +130,19 @@ pub struct Runtime {
     recovery: recovery::Recovery,
     /// A failure the next step injects, for tests.
     fault: Option<StepFault>,
+    /// Input bytes converted to their stream's type in a buffer of the runtime's own.
+    converted: u64,
+}
+
+/// How the bytes of a runtime's steps and weights moved so far: summed over its devices'
+/// channels, and what the runtime itself converted into buffers of its own on the way
+/// (an input array not already of its stream's type). A test counts copies with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuntimeTraffic {
+    /// The channels' paths (see [`Traffic`]).
+    pub channels: Traffic,
+    /// Input bytes converted before they were sent.
+    pub converted: u64,
 }
 
 impl Runtime {
@@ -314,6 +327,7 @@ impl Runtime {
             weights_in_sync: false,
             recovery: recovery::Recovery::default(),
             fault: None,
+            converted: 0,
         })
     }
 
@@ -335,6 +349,21 @@ impl Runtime {
     /// The job's instances.
     pub fn instances(&self) -> &dyn Instances {
         &*self.instances
+    }
+
+    /// How this runtime's bytes moved so far (see [`RuntimeTraffic`]).
+    pub fn traffic(&self) -> RuntimeTraffic {
+        let mut channels = Traffic::default();
+        for t in self.channels.iter().map(Channel::traffic) {
+            channels.in_place += t.in_place;
+            channels.bulk += t.bulk;
+            channels.framed += t.framed;
+            channels.staged += t.staged;
+        }
+        RuntimeTraffic {
+            channels,
+            converted: self.converted,
+        }
     }
 
     /// Makes the next step fail as `fault` says, to test what a failed step leaves (see

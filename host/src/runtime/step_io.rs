@@ -13,8 +13,9 @@
 //!   labels read by a cross-entropy are checked against its classes.
 //! - Replica `r`'s `j`-th sample of a stream is the user's sample `j·R + r` (`j` for a
 //!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
-//!   travels as one byte stream, in requests as large as its link carries (a sample larger
-//!   than a frame is split across requests), all sent before any reply is awaited.
+//!   is one span of its FIFO, written by the channel's data path (straight from the user's
+//!   array into the device's memory where the host maps it: one copy on the host), every
+//!   replica's sent before any reply is awaited.
 //! - Or through callbacks ([`Runtime::run_with`], PopART's callback step IO): the runtime
 //!   asks for each sample in the stream's own type and hands back each anchored value.
 //! - Anchors come back as one array per anchored tensor (named as
@@ -22,17 +23,18 @@
 //!   is what the anchor's return type gives per replica per step; output `j` of replica `r`
 //!   is row `j·R + r`, again as the splitter orders them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tessera_core::dtype::{convert_input, ConvertError, DataType};
 use tessera_core::program::{elements, ids, AnchorTensor, Layer};
 use tessera_core::stream::{SizeError, Splitter, StreamKind, StreamSpec, UpstreamIo};
-use tessera_core::wire::endpoint::PopFifo;
-use tessera_core::wire::{Request, RequestKind};
+use tessera_core::wire::Target;
 
 use super::step_driver;
 use super::{Runtime, RuntimeError, StepIo, StepPhase, MAX_REPLICAS};
 use crate::array::HostArray;
+use crate::transport::Span;
 
 /// Anchored tensors by name.
 pub type Anchors = BTreeMap<String, HostArray>;
@@ -47,6 +49,9 @@ pub trait StepCallbacks {
     /// `tensor` from local replica `replica` (`f32`, little-endian).
     fn output(&mut self, tensor: &str, replica: usize, index: usize, value: &[u8]);
 }
+
+/// Writes replica `r`'s share of stream `k` into `bytes` (`fill(r, k, bytes)`).
+type Fill<'a> = dyn FnMut(usize, usize, &mut [u8]) + 'a;
 
 /// Streams plus anchors the splitter tracks.
 const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::program::MAX_ANCHORS;
@@ -64,7 +69,7 @@ impl Runtime {
         for (s, data) in self.program.streams.iter().zip(&streams) {
             let sample = elements(&s.sample).unwrap_or(0);
             let tensor = splitter.add_input(sample, s.broadcast)?;
-            inputs.push((tensor, sample * s.dtype.size(), data));
+            inputs.push((tensor, sample * s.dtype.size(), &data[..]));
         }
         let mut outputs = Vec::with_capacity(self.program.anchors.len());
         for a in &self.program.anchors {
@@ -73,31 +78,35 @@ impl Runtime {
             outputs.push((tensor, width, a.return_type));
         }
 
-        // Each replica's share of each stream, in the order it consumes it.
+        // Which of the user's samples each replica consumes, stream by stream, in order:
+        // indices only, so that each sample's bytes are copied once, into the device.
         let per_replica = self.flow.inputs_per_replica();
-        let mut shares = vec![vec![Vec::new(); inputs.len()]; replicas];
-        let broadcast: Vec<bool> = self.program.streams.iter().map(|s| s.broadcast).collect();
+        let mut order = vec![vec![Vec::with_capacity(per_replica); inputs.len()]; replicas];
         let mut shared = vec![0usize; inputs.len()];
         for _ in 0..per_replica {
-            for (r, share) in shares.iter_mut().enumerate() {
-                for (k, &(tensor, bytes, data)) in inputs.iter().enumerate() {
-                    if broadcast[k] && r > 0 {
+            for (r, order) in order.iter_mut().enumerate() {
+                for (k, &(tensor, _, _)) in inputs.iter().enumerate() {
+                    if self.program.streams[k].broadcast && r > 0 {
                         // A broadcast sample is fetched once, by replica 0, for every
                         // replica (the splitter serves it to replica 0 only).
-                        let i = shared[k];
-                        share[k].extend_from_slice(&data[i * bytes..(i + 1) * bytes]);
+                        order[k].push(shared[k]);
                         continue;
                     }
                     let i = splitter
                         .input(&mut counters, tensor, r, false)?
                         .unwrap_or(0);
                     shared[k] = i;
-                    share[k].extend_from_slice(&data[i * bytes..(i + 1) * bytes]);
+                    order[k].push(i);
                     splitter.input_complete(&mut counters, tensor, r)?;
                 }
             }
         }
-        let popped = self.step_bytes(&shares)?;
+        let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
+            let (_, bytes, data) = inputs[k];
+            for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&order[r][k]) {
+                sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
+            }
+        })?;
 
         let mut anchors = Anchors::new();
         for (j, &(tensor, width, return_type)) in outputs.iter().enumerate() {
@@ -167,7 +176,9 @@ impl Runtime {
                 check_labels(name, &share[usize::from(labels)], classes)?;
             }
         }
-        let popped = self.step_bytes(&shares)?;
+        let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
+            into.copy_from_slice(&shares[r][k]);
+        })?;
         for (j, a) in p.anchors.iter().enumerate() {
             let item_bytes = self.anchor_width(a.tensor) * 4;
             for (r, bytes) in popped[j].iter().enumerate() {
@@ -179,12 +190,13 @@ impl Runtime {
         Ok(())
     }
 
-    /// Pushes each local replica's share of each stream (`shares[replica][stream]`), runs
-    /// the step, and pops every anchor: `[anchor][replica]`, the values in the order the
-    /// replica wrote them. A failure in any phase is settled by
-    /// [`recovery`](super::recovery)'s rule before it is returned.
-    fn step_bytes(&mut self, shares: &[Vec<Vec<u8>>]) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
-        if let Err(e) = self.feed(shares) {
+    /// Feeds each local replica its share of each stream (`fill(replica, stream, bytes)`
+    /// writes it, in the order the replica consumes it), runs the step, and reads every
+    /// anchor: `[anchor][replica]`, the values in the order the replica wrote them. A
+    /// failure in any phase is settled by [`recovery`](super::recovery)'s rule before it
+    /// is returned.
+    fn step_bytes(&mut self, fill: &mut Fill<'_>) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
+        if let Err(e) = self.feed(fill) {
             return Err(self.step_failed(StepPhase::Feeding, e));
         }
         // Whatever happens next, the host's copy of the weights is no longer known good.
@@ -205,60 +217,48 @@ impl Runtime {
             .map_err(|e| self.step_failed(StepPhase::Collecting, e))
     }
 
-    /// Pushes each local replica's share of each stream into its FIFOs.
-    fn feed(&mut self, shares: &[Vec<Vec<u8>>]) -> Result<(), RuntimeError> {
-        let mut sent = Vec::new();
-        for (r, share) in shares.iter().enumerate() {
-            let c = &mut self.channels[r];
-            let chunk = c.limits().max_chunk().max(1);
-            for (k, bytes) in share.iter().enumerate() {
-                let fifo = ids::stream_fifo(k as u8); // At most MAX_STREAMS.
-                for piece in bytes.chunks(chunk) {
-                    sent.push((r, c.submit(&Request::PushFifo { fifo, data: piece })?));
-                }
-            }
+    /// Writes each local replica's share of each stream into its FIFO (empty at a step's
+    /// start, so each share starts at position 0), every replica's sent before any reply
+    /// is awaited.
+    fn feed(&mut self, fill: &mut Fill<'_>) -> Result<(), RuntimeError> {
+        let per_replica = self.flow.inputs_per_replica();
+        let spans: Vec<Span> = (self.program.streams.iter().enumerate())
+            .map(|(k, s)| Span {
+                target: Target::Fifo(ids::stream_fifo(k as u8)), // At most MAX_STREAMS.
+                offset: 0,
+                len: per_replica * elements(&s.sample).unwrap_or(0) * s.dtype.size(),
+            })
+            .collect();
+        let mut sent = Vec::with_capacity(self.channels.len());
+        for (r, channel) in self.channels.iter_mut().enumerate() {
+            sent.push(channel.write_spans(&spans, |k, into| fill(r, k, into))?);
         }
-        for (r, seq) in sent {
-            self.channels[r].receive(seq)?;
+        for (channel, sent) in self.channels.iter_mut().zip(sent) {
+            channel.confirm(sent)?;
         }
         Ok(())
     }
 
-    /// Pops every anchor of a finished step: `[anchor][replica]`.
+    /// Reads every anchor of a finished step out of its FIFO: `[anchor][replica]`.
     fn collect(&mut self) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
-        let mut popped = Vec::with_capacity(self.program.anchors.len());
-        for j in 0..self.program.anchors.len() {
-            let a = self.program.anchors[j];
-            let items = self.flow.outputs_per_replica(Some(a.return_type));
-            let item_bytes = self.anchor_width(a.tensor) * 4;
-            let fifo = ids::anchor_fifo(j as u8); // At most MAX_ANCHORS.
-            let mut pops = Vec::new();
-            for (r, c) in self.channels.iter_mut().enumerate() {
-                let per_pop = (c.limits().max_chunk() / item_bytes.max(1)).max(1);
-                let mut at = 0;
-                while at < items {
-                    let n = per_pop.min(items - at);
-                    let pop = PopFifo {
-                        fifo,
-                        items: n as u32,
-                    };
-                    pops.push((r, n, c.submit_typed(&pop)?));
-                    at += n;
-                }
-            }
-            let mut values = vec![Vec::with_capacity(items * item_bytes); self.channels.len()];
-            for (r, n, ticket) in pops {
-                let c = &mut self.channels[r];
-                let reply = c.receive_typed(ticket)?;
-                let data = reply.get();
-                if data.len() != n * item_bytes {
-                    return Err(c
-                        .wrong_length(RequestKind::PopFifo, data.len(), n * item_bytes)
-                        .into());
-                }
-                values[r].extend_from_slice(data);
-            }
-            popped.push(values);
+        let spans: Vec<Span> = (self.program.anchors.iter().enumerate())
+            .map(|(j, a)| Span {
+                target: Target::Fifo(ids::anchor_fifo(j as u8)), // At most MAX_ANCHORS.
+                offset: 0,
+                len: self.flow.outputs_per_replica(Some(a.return_type))
+                    * self.anchor_width(a.tensor)
+                    * 4,
+            })
+            .collect();
+        let replicas = self.channels.len();
+        let mut popped = vec![vec![Vec::new(); replicas]; spans.len()];
+        let mut readings = Vec::with_capacity(replicas);
+        for (r, channel) in self.channels.iter_mut().enumerate() {
+            let take = |j: usize, bytes: &[u8]| popped[j][r] = bytes.to_vec();
+            readings.push(channel.start_read(&spans, take)?);
+        }
+        for ((r, channel), reading) in self.channels.iter_mut().enumerate().zip(readings) {
+            channel.finish_read(reading, |j, bytes| popped[j][r] = bytes.to_vec())?;
         }
         Ok(popped)
     }
@@ -269,8 +269,12 @@ impl Runtime {
         self.program.anchor_width(tensor).unwrap_or(0)
     }
 
-    /// Checks `io` and converts each array to its stream's type, in stream order.
-    fn device_streams(&self, io: &StepIo) -> Result<Vec<Vec<u8>>, RuntimeError> {
+    /// Checks `io` and gives each array's bytes in its stream's type, in stream order: an
+    /// array already of that type as it is (no copy), any other converted.
+    fn device_streams<'io>(
+        &mut self,
+        io: &'io StepIo,
+    ) -> Result<Vec<Cow<'io, [u8]>>, RuntimeError> {
         let p = &self.program;
         let specs: Vec<StreamSpec<'_>> = p
             .streams
@@ -303,9 +307,15 @@ impl Runtime {
                     name: name.to_string(),
                 });
             };
-            let mut data = vec![0u8; array.elements() * s.dtype.size()];
-            convert_input(name, array.dtype(), array.bytes(), s.dtype, &mut data)
-                .map_err(convert_error)?;
+            let data = if array.dtype() == s.dtype {
+                Cow::Borrowed(array.bytes())
+            } else {
+                let mut data = vec![0u8; array.elements() * s.dtype.size()];
+                convert_input(name, array.dtype(), array.bytes(), s.dtype, &mut data)
+                    .map_err(convert_error)?;
+                self.converted += data.len() as u64;
+                Cow::Owned(data)
+            };
             if labels == Some(i) {
                 check_labels(name, &data, classes)?;
             }

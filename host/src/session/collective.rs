@@ -370,9 +370,8 @@ impl State {
     ) -> Result<(), SessionError> {
         match held {
             None => self.write_host_array(worker, *dst, array),
-            // `fit` made the result's type and shape those of `dst`, whose description it
-            // passes on: overwrite it in place, without asking where it is again.
-            Some(held) => self.overwrite_array(worker, *dst, array, Some(held.clone())),
+            // `fit` made the result's type and shape those of `dst`: overwrite it.
+            Some(_) => self.overwrite_array(worker, *dst, array),
         }
     }
 }

@@ -416,7 +416,7 @@ impl Session {
         if !fits {
             return state.write_host_array(0, id, array);
         }
-        state.overwrite_array(0, id, array, held)
+        state.overwrite_array(0, id, array)
     }
 
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier

@@ -1,22 +1,19 @@
 //! The controller's state: the workers' channels, the commands awaiting their replies,
-//! the register ids, and the ways arrays move between the host and a worker's register:
-//! copied in place in the worker's memory where the host maps it (threads, child
-//! processes), else beside one request where the link carries bulk bytes, else in framed
-//! chunks.
+//! the register ids, and arrays moved between the host and a worker's register — by the
+//! channel's one data path, which picks in place, bulk or chunks for the placement.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister, ReadArray};
-use tessera_core::wire::{Request, RequestKind, Value, ValueKind};
-use tessera_firmware_sim::std_link::Bulk;
+use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister};
+use tessera_core::wire::{Request, Target, Value, ValueKind};
 
 use super::claims;
 use super::pending::{Parked, Pending};
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
-use crate::transport::{Channel, SharedMemory, TransportError};
+use crate::transport::{Channel, SharedMemory, Span};
 
 /// Everything the controller holds; register handles reach it through a weak reference.
 #[derive(Debug)]
@@ -47,21 +44,13 @@ pub(super) fn alloc_request(
     })
 }
 
-pub(super) fn offset(at: usize) -> Result<u32, SessionError> {
-    u32::try_from(at).map_err(|_| {
-        SessionError::Transport(TransportError::Overflow {
-            what: "array offset",
-            value: at,
-        })
-    })
-}
-
-/// One worker's bytes in [`State::read_arrays`].
-enum Read {
-    /// In hand.
-    Done(Arc<Vec<u8>>),
-    /// To come beside the reply to the bulk read sent under this number.
-    Sent(u32),
+/// All `len` bytes of register `id`.
+fn register_span(id: u16, len: usize) -> Span {
+    Span {
+        target: Target::Register(id),
+        offset: 0,
+        len,
+    }
 }
 
 /// The element type and shape of the array a description names (a tensor is flat `f32`).
@@ -166,26 +155,35 @@ impl State {
             &alloc_request(id, dtype, shape)?,
             Command::Alloc(id),
         )?;
-        self.write_chunks(worker, id, data)
+        self.write_bytes(worker, id, data, None)
     }
 
-    /// Writes `data` over the array register `id` on `worker`, in framed chunks.
-    pub(super) fn write_chunks(
+    /// Writes `data` over the array register `id` on `worker` by the channel's data path
+    /// (`shared`: the same bytes, if the caller holds them shared); its replies are
+    /// claimed at the next sync, a refusal reported there as on every placement.
+    pub(super) fn write_bytes(
         &mut self,
         worker: usize,
         id: u16,
         data: &[u8],
+        shared: Option<&Arc<Vec<u8>>>,
     ) -> Result<(), SessionError> {
-        let chunk = self.workers[worker].limits().max_chunk().max(1);
-        for (i, piece) in data.chunks(chunk).enumerate() {
-            let request = Request::WriteArray {
-                id,
-                offset: offset(i * chunk)?,
-                data: piece,
-            };
-            self.submit(worker, &request, Command::Set(id))?;
+        match self.workers[worker].write(Target::Register(id), 0, data, shared) {
+            Ok(sent) => {
+                let pending = &mut self.pending[worker];
+                pending.extend(
+                    sent.seqs()
+                        .iter()
+                        .map(|&seq| Pending::new(seq, Command::Set(id))),
+                );
+                Ok(())
+            }
+            Err(source) => Err(SessionError::Worker {
+                worker,
+                command: Command::Set(id),
+                source,
+            }),
         }
-        Ok(())
     }
 
     /// What register `id` on `worker` holds (its earlier commands already claimed),
@@ -236,7 +234,7 @@ impl State {
     }
 
     /// Register `id`'s array on every worker of `workers`, pipelined: every description
-    /// asked for, then every read sent, before any reply is awaited, so a small array
+    /// asked for, then every read started, before any reply is awaited, so a small array
     /// costs two round trips whatever the number of workers. The caller has synced them.
     pub(super) fn read_arrays(
         &mut self,
@@ -244,50 +242,24 @@ impl State {
         id: u16,
     ) -> Result<Vec<HostArray>, SessionError> {
         let described = self.describe_all(workers.clone(), id)?;
-        // Each worker's bytes: read already (in place, or in chunks), or awaited beside
-        // the reply to a bulk read sent here.
-        let mut reads = Vec::with_capacity(described.len());
-        for (worker, held) in workers.clone().zip(&described) {
-            let len = held.bytes as usize;
-            let channel = &mut self.workers[worker];
-            let read = if channel.shares_memory() {
-                let mut bytes = vec![0u8; len];
-                self.read_in_place(worker, id, held.at as usize, &mut bytes)?;
-                Read::Done(Arc::new(bytes))
-            } else if len > channel.bulk_capacity() {
-                Read::Done(Arc::new(self.read_bytes(worker, id, len)?))
-            } else {
-                let request = Request::ReadArrayBulk {
-                    id,
-                    offset: 0,
-                    len: offset(len)?,
-                };
-                Read::Sent(channel.submit(&request)?)
-            };
-            reads.push(read);
+        let mut bytes: Vec<Vec<u8>> = described
+            .iter()
+            .map(|held| vec![0u8; held.bytes as usize])
+            .collect();
+        let mut readings = Vec::with_capacity(described.len());
+        for (worker, out) in workers.clone().zip(bytes.iter_mut()) {
+            let span = register_span(id, out.len());
+            let take = |_: usize, data: &[u8]| out.copy_from_slice(data);
+            readings.push(self.workers[worker].start_read(&[span], take)?);
         }
-        let mut arrays = Vec::with_capacity(reads.len());
-        for ((worker, held), read) in workers.zip(&described).zip(reads) {
-            let data = match read {
-                Read::Done(data) => data,
-                Read::Sent(seq) => {
-                    let channel = &mut self.workers[worker];
-                    let mut reply = channel.receive(seq)?;
-                    match reply.take_bulk() {
-                        Some(Bulk(bytes)) if bytes.len() == held.bytes as usize => bytes,
-                        _ => {
-                            let request = Request::ReadArrayBulk {
-                                id,
-                                offset: 0,
-                                len: held.bytes,
-                            };
-                            return Err(channel.unexpected(&request, &reply.response()).into());
-                        }
-                    }
-                }
-            };
+        for ((worker, out), reading) in workers.clone().zip(bytes.iter_mut()).zip(readings) {
+            let take = |_: usize, data: &[u8]| out.copy_from_slice(data);
+            self.workers[worker].finish_read(reading, take)?;
+        }
+        let mut arrays = Vec::with_capacity(bytes.len());
+        for ((worker, held), data) in workers.zip(&described).zip(bytes) {
             let (dtype, shape) = array_shape(worker, id, held)?;
-            arrays.push(HostArray::shared(dtype, &shape, data)?);
+            arrays.push(HostArray::new(dtype, &shape, data)?);
         }
         Ok(arrays)
     }
@@ -295,21 +267,8 @@ impl State {
     /// Register `id`'s array on `worker`. The caller has synced the worker.
     pub(super) fn read_array(&mut self, worker: usize, id: u16) -> Result<HostArray, SessionError> {
         let (dtype, shape, described) = self.array_of(worker, id)?;
-        let len = described.bytes as usize;
-        let mut bytes = vec![
-            0u8;
-            if self.workers[worker].shares_memory() {
-                len
-            } else {
-                0
-            }
-        ];
-        let data = if self.read_in_place(worker, id, described.at as usize, &mut bytes)? {
-            Arc::new(bytes)
-        } else {
-            self.read_shared(worker, id, len)?
-        };
-        Ok(HostArray::shared(dtype, &shape, data)?)
+        let bytes = self.read_bytes(worker, id, described.bytes as usize)?;
+        Ok(HostArray::new(dtype, &shape, bytes)?)
     }
 
     /// Register `id`'s array on `worker` into `into`, which must have its element type and
@@ -331,10 +290,7 @@ impl State {
                 host: (into.dtype(), elements(into.dtype(), into.bytes().len())),
             });
         }
-        if !self.read_in_place(worker, id, described.at as usize, into.bytes_mut())? {
-            let data = self.read_shared(worker, id, len)?;
-            into.bytes_mut().copy_from_slice(&data);
-        }
+        self.workers[worker].read(Target::Register(id), 0, into.bytes_mut())?;
         Ok(into.set_shape(&shape)?)
     }
 
@@ -348,75 +304,8 @@ impl State {
         Ok(self.workers[worker].device_memory()?.map(f))
     }
 
-    /// Copies the bytes of register `id` on `worker`, at `at` in the worker's memory, into
-    /// `into`: `Ok(false)` (nothing done) when the host maps none of its memory.
-    fn read_in_place(
-        &mut self,
-        worker: usize,
-        id: u16,
-        at: usize,
-        into: &mut [u8],
-    ) -> Result<bool, SessionError> {
-        let bytes = into.len();
-        match self.with_memory(worker, |memory| (memory.read_at(at, into), memory.len()))? {
-            Some((true, _)) => Ok(true),
-            Some((false, memory)) => Err(SessionError::OutsideMemory {
-                worker,
-                register: id,
-                at,
-                bytes,
-                memory,
-            }),
-            None => Ok(false),
-        }
-    }
-
-    /// Writes `bytes` over register `id` on `worker` in the worker's memory, which the host
-    /// maps, once its earlier commands have run (`held`: the register's description, if the
-    /// caller has it). `Ok(false)`, nothing done, when the host maps none of its memory or
-    /// the register does not hold exactly as many bytes (an earlier command failed, say):
-    /// the caller then sends the write, and the failure is reported at the next sync as
-    /// on any other placement. Earlier failures stay pending for that sync too.
-    pub(super) fn write_in_place(
-        &mut self,
-        worker: usize,
-        id: u16,
-        bytes: &[u8],
-        held: Option<Description>,
-    ) -> Result<bool, SessionError> {
-        if !self.workers[worker].shares_memory() {
-            return Ok(false);
-        }
-        let described = match held {
-            Some(held) => held,
-            // Asked after the earlier commands, which the worker runs first.
-            None => match self.describe(worker, id) {
-                Ok(described) => described,
-                Err(SessionError::Transport(TransportError::Device { .. })) => return Ok(false),
-                Err(e) => return Err(e),
-            },
-        };
-        if described.bytes as usize != bytes.len() {
-            return Ok(false);
-        }
-        let at = described.at as usize;
-        match self.with_memory(worker, |memory| (memory.write_at(at, bytes), memory.len()))? {
-            Some((true, _)) => Ok(true),
-            Some((false, memory)) => Err(SessionError::OutsideMemory {
-                worker,
-                register: id,
-                at,
-                bytes: bytes.len(),
-                memory,
-            }),
-            None => Ok(false),
-        }
-    }
-
-    /// Makes register `id` on `worker` the array `array`: an allocation, then the bytes
-    /// written in place where the host maps the worker's memory, else beside one request
-    /// where the link carries bulk of that size (a device thread's queue, a child's window,
-    /// QEMU's file), else in framed chunks.
+    /// Makes register `id` on `worker` the array `array`: an allocation, then the bytes by
+    /// the channel's data path.
     pub(super) fn write_host_array(
         &mut self,
         worker: usize,
@@ -428,68 +317,19 @@ impl State {
             &alloc_request(id, array.dtype(), array.shape())?,
             Command::Alloc(id),
         )?;
-        self.overwrite_array(worker, id, array, None)
+        self.overwrite_array(worker, id, array)
     }
 
     /// Writes `array`'s bytes over register `id` on `worker`, which already holds an array of
-    /// the same type and shape (the caller checked, and passes the register's description
-    /// as `held` if it has it): no new allocation, nothing zeroed.
+    /// the same type and shape (the caller checked): no new allocation, nothing zeroed.
     pub(super) fn overwrite_array(
         &mut self,
         worker: usize,
         id: u16,
         array: &HostArray,
-        held: Option<Description>,
     ) -> Result<(), SessionError> {
-        if self.write_in_place(worker, id, array.bytes(), held)? {
-            return Ok(());
-        }
-        // Decided before anything is sent: an array larger than the window goes in chunks.
-        if array.bytes().len() > self.workers[worker].bulk_capacity() {
-            return self.write_chunks(worker, id, array.bytes());
-        }
-        let request = Request::WriteArrayBulk {
-            id,
-            offset: 0,
-            len: offset(array.bytes().len())?,
-        };
-        let bulk = Bulk(array.share());
-        match self.workers[worker].submit_bulk(&request, bulk) {
-            Ok(seq) => {
-                self.pending[worker].push_back(Pending::new(seq, Command::Set(id)));
-                Ok(())
-            }
-            Err(source) => Err(SessionError::Worker {
-                worker,
-                command: Command::Set(id),
-                source,
-            }),
-        }
-    }
-
-    /// `len` bytes of register `id` on `worker`, shared: taken whole from beside one reply
-    /// on a link that carries bulk, else read in chunks.
-    pub(super) fn read_shared(
-        &mut self,
-        worker: usize,
-        id: u16,
-        len: usize,
-    ) -> Result<Arc<Vec<u8>>, SessionError> {
-        let channel = &mut self.workers[worker];
-        if len > channel.bulk_capacity() {
-            return Ok(Arc::new(self.read_bytes(worker, id, len)?));
-        }
-        let request = Request::ReadArrayBulk {
-            id,
-            offset: 0,
-            len: offset(len)?,
-        };
-        let seq = channel.submit(&request)?;
-        let mut reply = channel.receive(seq)?;
-        match reply.take_bulk() {
-            Some(Bulk(bytes)) if bytes.len() == len => Ok(bytes),
-            _ => Err(channel.unexpected(&request, &reply.response()).into()),
-        }
+        let shared = array.share();
+        self.write_bytes(worker, id, array.bytes(), Some(&shared))
     }
 
     /// `len` bytes of register `id` on `worker`.
@@ -499,29 +339,8 @@ impl State {
         id: u16,
         len: usize,
     ) -> Result<Vec<u8>, SessionError> {
-        let channel = &mut self.workers[worker];
-        let chunk = channel.limits().max_chunk().max(1);
-        let mut tickets = Vec::with_capacity(len.div_ceil(chunk));
-        for at in (0..len).step_by(chunk) {
-            let piece = (len - at).min(chunk);
-            let request = ReadArray {
-                id,
-                offset: offset(at)?,
-                len: offset(piece)?,
-            };
-            tickets.push((channel.submit_typed(&request)?, piece));
-        }
-        let mut data = Vec::with_capacity(len);
-        for (ticket, piece) in tickets {
-            let reply = channel.receive_typed(ticket)?;
-            let bytes = reply.get();
-            if bytes.len() != piece {
-                return Err(channel
-                    .wrong_length(RequestKind::ReadArray, bytes.len(), piece)
-                    .into());
-            }
-            data.extend_from_slice(bytes);
-        }
+        let mut data = vec![0u8; len];
+        self.workers[worker].read(Target::Register(id), 0, &mut data)?;
         Ok(data)
     }
 

@@ -6,7 +6,7 @@ use std::io;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 
-use tessera_core::wire::{ErrorCode, RequestKind};
+use tessera_core::wire::{ErrorCode, RequestKind, Target};
 
 use super::spawn::{self, FirmwareError};
 
@@ -128,6 +128,20 @@ pub enum TransportError {
         /// Its value.
         value: usize,
     },
+    /// A device located a target's bytes outside the memory it shares with the host: a
+    /// device that breaks its own layout, refused before a byte moves.
+    OutsideMemory {
+        /// The replica.
+        replica: u32,
+        /// The target.
+        target: Target,
+        /// Where its bytes would start.
+        at: usize,
+        /// How many were to move.
+        len: usize,
+        /// The shared memory's size.
+        memory: usize,
+    },
 }
 
 impl fmt::Display for TransportError {
@@ -215,6 +229,17 @@ impl fmt::Display for TransportError {
             Self::Overflow { what, value } => {
                 write!(f, "{what} {value} does not fit the protocol's 32 bits")
             }
+            Self::OutsideMemory {
+                replica,
+                target,
+                at,
+                len,
+                memory,
+            } => write!(
+                f,
+                "replica {replica} puts {len} bytes of {target} at {at}, outside the {memory} \
+                 bytes of memory it shares with the host"
+            ),
         }
     }
 }

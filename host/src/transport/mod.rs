@@ -2,7 +2,8 @@
 //! process speaking over stdio, or the firmware under QEMU on a UART socket.
 //!
 //! - [`Channel`] (`channel`): the request protocol — sequence numbers, deadlines, retries
-//!   answered from the device's reply cache.
+//!   answered from the device's reply cache — and the one data path: spans of a register,
+//!   slot or FIFO written and read in place, in bulk or in chunks, as the placement allows.
 //! - `spawn`: starting and stopping a device in each placement; [`check_firmware`] checks
 //!   what the QEMU placement needs before anything starts.
 //! - `reader`: the thread that decodes the device's frames.
@@ -26,7 +27,10 @@ mod slots;
 mod spawn;
 
 pub(crate) use channel::Silence;
-pub use channel::{Channel, Ticket, BUSY_DEADLINE, DEFAULT_DEADLINE, UNREACHABLE_AFTER};
+pub use channel::{
+    Channel, Reading, Sent, Span, Ticket, Traffic, BUSY_DEADLINE, DEFAULT_DEADLINE,
+    UNREACHABLE_AFTER,
+};
 pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};

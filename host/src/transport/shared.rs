@@ -71,7 +71,7 @@ pub(crate) struct SharedMemory {
 // moving it to another thread moves that ownership whole.
 #[allow(unsafe_code)]
 unsafe impl Send for SharedMemory {}
-// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `read_at`); every
+// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `range`); every
 // write takes `&mut self` (module doc), so shared references on several threads only ever
 // read at once, as with `&[u8]`.
 #[allow(unsafe_code)]
@@ -201,16 +201,16 @@ impl SharedMemory {
         }
     }
 
-    /// Copies the memory at `at` into `into`; `false` (nothing copied) if that range is
-    /// not all in the mapping.
-    pub(crate) fn read_at(&self, at: usize, into: &mut [u8]) -> bool {
-        match at.checked_add(into.len()) {
-            Some(end) if end <= self.len => {
-                into.copy_from_slice(&self.whole()[at..end]);
-                true
-            }
-            _ => false,
-        }
+    /// Bytes `[at, at + len)`, to be written in place; `None` if not all in the mapping.
+    pub(crate) fn range_mut(&mut self, at: usize, len: usize) -> Option<&mut [u8]> {
+        let end = at.checked_add(len)?;
+        self.as_mut_slice().get_mut(at..end)
+    }
+
+    /// Bytes `[at, at + len)`, read in place; `None` if not all in the mapping.
+    pub(crate) fn range(&self, at: usize, len: usize) -> Option<&[u8]> {
+        let end = at.checked_add(len)?;
+        self.whole().get(at..end)
     }
 
     /// Disjoint mutable views of `ranges` of the memory, in their order: what several
@@ -413,7 +413,10 @@ mod tests {
                 assert!(stream(&mut memory.as_mut_slice()[at..at + len], &data));
                 let mut back = vec![0u8; 1200];
                 assert!(
-                    other.read_at(0, &mut back),
+                    other
+                        .range(0, back.len())
+                        .map(|b| back.copy_from_slice(b))
+                        .is_some(),
                     "seen through the other mapping"
                 );
                 assert!(back[..at].iter().all(|&b| b == 0xEE), "before {at}+{len}");
@@ -429,7 +432,7 @@ mod tests {
             "unequal lengths"
         );
         assert!(!memory.write_at(usize::MAX, &[1]), "an overflowing offset");
-        assert!(!memory.read_at(4096, &mut [0; 1]));
+        assert!(memory.range(4096, 1).is_none());
     }
 
     #[test]
@@ -485,7 +488,10 @@ mod tests {
             view.fill(fill);
         }
         let mut back = vec![0u8; 4096];
-        assert!(memory.read_at(0, &mut back));
+        assert!(memory
+            .range(0, back.len())
+            .map(|b| back.copy_from_slice(b))
+            .is_some());
         for (range, fill) in ranges.iter().zip(1u8..).filter(|(r, _)| !r.is_empty()) {
             assert!(back[range.clone()].iter().all(|&b| b == fill), "{range:?}");
         }

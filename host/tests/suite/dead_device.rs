@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tessera_core::wire::Request;
+use tessera_core::wire::{Request, Target};
 use tessera_host::transport::{Channel, TransportError};
 
 /// The device memory of the killed child: a size no other test of the suite gives its
@@ -30,8 +30,8 @@ fn a_killed_child_process_is_reported() {
     }
     let start = Instant::now();
     let err = channel
-        .request(&Request::ReadSlot {
-            slot: 1,
+        .request(&Request::Read {
+            target: Target::Slot(1),
             offset: 0,
             len: 8,
         })
@@ -86,8 +86,9 @@ fn a_request_larger_than_the_device_frame_is_refused_at_once() {
     let item = vec![1u8; 100_000];
     let start = Instant::now();
     let err = channel
-        .request(&Request::PushFifo {
-            fifo: 1,
+        .request(&Request::Write {
+            target: Target::Fifo(1),
+            offset: 0,
             data: &item,
         })
         .unwrap_err();

@@ -31,5 +31,6 @@ mod session_loader;
 mod session_registers;
 mod session_scenarios;
 mod signals;
+mod step_copies;
 mod step_failure;
 mod train_cli;

@@ -9,7 +9,7 @@ use super::*;
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 11);
+    assert_eq!(PROTOCOL_VERSION, 12);
 }
 
 #[test]
@@ -181,8 +181,9 @@ fn described_without_a_dtype_has_its_golden_bytes() {
 fn frames_have_their_golden_bytes() {
     let request = Envelope {
         seq: 0x0102_0304,
-        body: Request::PushFifo {
-            fifo: 1,
+        body: Request::Write {
+            target: Target::Fifo(1),
+            offset: 0,
             data: &[0, 0, 0],
         },
     };
@@ -190,7 +191,7 @@ fn frames_have_their_golden_bytes() {
         seq: 0,
         body: Response::Done,
     };
-    let golden_request = bytes("08 84 86 88 08 05 01 03 01 01 05 2d 7f 02 d5 00");
+    let golden_request = bytes("08 84 86 88 08 14 02 01 02 03 01 01 05 72 d4 cd 7f 00");
     let golden_response = bytes("01 06 01 69 22 de 36 00");
     let (mut scratch, mut out) = ([0u8; 64], [0u8; 80]);
     let n = encode_frame(&request, &mut scratch, &mut out).unwrap();
@@ -221,7 +222,7 @@ fn both_directions_have_their_golden_bytes() {
                 seq: 5,
                 body: Request::RunStep,
             }),
-            "00 05 0d",
+            "00 05 09",
         ),
         (
             "Combined",

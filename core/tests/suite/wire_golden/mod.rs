@@ -32,7 +32,7 @@ use tessera_core::program::{
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{
     decode_body, encode_frame, Arg, Array, Combined, Contribution, Envelope, ErrorCode,
-    FrameDecoder, FromDevice, Invariant, Limits, ReduceOp, Request, RequestKind, Response,
+    FrameDecoder, FromDevice, Invariant, Limits, ReduceOp, Request, RequestKind, Response, Target,
     ToDevice, Value, ValueKind, PROTOCOL_VERSION,
 };
 

@@ -98,44 +98,13 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
             "05 01 01 ac 02",
         ),
         (
-            "WriteSlot",
-            env(Request::WriteSlot {
-                slot: 2,
-                offset: 5,
-                data: &[0xaa, 0xbb],
-            }),
-            "05 02 02 05 02 aa bb",
-        ),
-        (
-            "ReadSlot",
-            env(Request::ReadSlot {
-                slot: 3,
-                offset: 6,
-                len: 7,
-            }),
-            "05 03 03 06 07",
-        ),
-        (
             "CreateFifo",
             env(Request::CreateFifo {
                 fifo: 4,
                 item_bytes: 8,
                 depth: 9,
             }),
-            "05 04 04 08 09",
-        ),
-        (
-            "PushFifo",
-            env(Request::PushFifo {
-                fifo: 5,
-                data: &[1, 2, 3],
-            }),
-            "05 05 05 03 01 02 03",
-        ),
-        (
-            "PopFifo",
-            env(Request::PopFifo { fifo: 6, items: 3 }),
-            "05 06 06 03",
+            "05 02 04 08 09",
         ),
         (
             "SetOptimizer",
@@ -143,52 +112,52 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 learning_rate: 0.5,
                 momentum: 0.25,
             }),
-            "05 07 00 00 00 3f 00 00 80 3e",
+            "05 03 00 00 00 3f 00 00 80 3e",
         ),
         (
             "SetSeed",
             env(Request::SetSeed {
                 seed: 0x0123_4567_89ab_cdef,
             }),
-            "05 08 ef 9b af cd f8 ac d1 91 01",
+            "05 04 ef 9b af cd f8 ac d1 91 01",
         ),
-        ("GetSeed", env(Request::GetSeed), "05 09"),
+        ("GetSeed", env(Request::GetSeed), "05 05"),
         (
             "SetRngState",
             env(Request::SetRngState {
                 state: [1, 2, 3, 4],
             }),
-            "05 0a 01 02 03 04",
+            "05 06 01 02 03 04",
         ),
-        ("GetRngState", env(Request::GetRngState), "05 0b"),
+        ("GetRngState", env(Request::GetRngState), "05 07"),
         (
             "Prepare",
             env(Request::Prepare {
                 replicas: 4,
                 program: program(),
             }),
-            "05 0c 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
+            "05 08 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
              00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01",
         ),
-        ("RunStep", env(Request::RunStep), "05 0d"),
-        ("CycleCount", env(Request::CycleCount), "05 0e"),
+        ("RunStep", env(Request::RunStep), "05 09"),
+        ("CycleCount", env(Request::CycleCount), "05 0a"),
         (
             "SetRegister",
             env(Request::SetRegister {
                 id: 11,
                 value: Value::Int(-2),
             }),
-            "05 0f 0b 00 03",
+            "05 0b 0b 00 03",
         ),
         (
             "GetRegister",
             env(Request::GetRegister { id: 12 }),
-            "05 10 0c",
+            "05 0c 0c",
         ),
         (
             "FreeRegister",
             env(Request::FreeRegister { id: 13 }),
-            "05 11 0d",
+            "05 0d 0d",
         ),
         (
             "RemoteLoad",
@@ -196,7 +165,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 slot: 15,
                 variable: 16,
             }),
-            "05 12 0f 10",
+            "05 0e 0f 10",
         ),
         (
             "RemoteStore",
@@ -204,7 +173,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 variable: 17,
                 slot: 18,
             }),
-            "05 13 11 12",
+            "05 0f 11 12",
         ),
         (
             "Invoke",
@@ -214,12 +183,12 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                     .unwrap(),
                 out: 20,
             }),
-            "05 14 03 6d 75 6c 02 00 13 01 00 06 14",
+            "05 10 03 6d 75 6c 02 00 13 01 00 06 14",
         ),
         (
             "HasFunction",
             env(Request::HasFunction { function: "relu" }),
-            "05 15 04 72 65 6c 75",
+            "05 11 04 72 65 6c 75",
         ),
         (
             "AllocArray",
@@ -228,68 +197,75 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 dtype: DataType::U32,
                 shape: heapless::Vec::from_slice(&[4, 200]).unwrap(),
             }),
-            "05 16 15 0a 02 04 c8 01",
-        ),
-        (
-            "WriteArray",
-            env(Request::WriteArray {
-                id: 22,
-                offset: 130,
-                data: &[0xcc, 0xdd],
-            }),
-            "05 17 16 82 01 02 cc dd",
-        ),
-        (
-            "ReadArray",
-            env(Request::ReadArray {
-                id: 23,
-                offset: 24,
-                len: 25,
-            }),
-            "05 18 17 18 19",
+            "05 12 15 0a 02 04 c8 01",
         ),
         (
             "DescribeRegister",
             env(Request::DescribeRegister { id: 26 }),
-            "05 19 1a",
+            "05 13 1a",
         ),
         (
-            "WriteArrayBulk",
-            env(Request::WriteArrayBulk {
-                id: 27,
+            "Write",
+            env(Request::Write {
+                target: Target::Slot(2),
+                offset: 130,
+                data: &[0xaa, 0xbb],
+            }),
+            "05 14 01 02 82 01 02 aa bb",
+        ),
+        (
+            "Read",
+            env(Request::Read {
+                target: Target::Register(3),
+                offset: 6,
+                len: 7,
+            }),
+            "05 15 00 03 06 07",
+        ),
+        (
+            "WriteBulk",
+            env(Request::WriteBulk {
+                target: Target::Fifo(27),
                 offset: 128,
                 len: 70000,
             }),
-            "05 1a 1b 80 01 f0 a2 04",
+            "05 16 02 1b 80 01 f0 a2 04",
         ),
         (
-            "ReadArrayBulk",
-            env(Request::ReadArrayBulk {
-                id: 29,
+            "ReadBulk",
+            env(Request::ReadBulk {
+                target: Target::Slot(29),
                 offset: 300,
                 len: 4096,
             }),
-            "05 1b 1d ac 02 80 20",
+            "05 17 01 1d ac 02 80 20",
         ),
         (
-            "WriteSlotBulk",
-            env(Request::WriteSlotBulk {
-                slot: 31,
+            "Locate",
+            env(Request::Locate {
+                target: Target::Fifo(31),
+            }),
+            "05 18 02 1f",
+        ),
+        (
+            "Wrote",
+            env(Request::Wrote {
+                target: Target::Fifo(32),
                 offset: 301,
                 len: 4097,
             }),
-            "05 1c 1f ad 02 81 20",
+            "05 19 02 20 ad 02 81 20",
         ),
         (
-            "ReadSlotBulk",
-            env(Request::ReadSlotBulk {
-                slot: 33,
+            "Took",
+            env(Request::Took {
+                target: Target::Fifo(33),
                 offset: 302,
                 len: 4098,
             }),
-            "05 1d 21 ae 02 82 20",
+            "05 1a 02 21 ae 02 82 20",
         ),
-        ("ResetStep", env(Request::ResetStep), "05 1e"),
+        ("ResetStep", env(Request::ResetStep), "05 1b"),
     ]
 }
 
@@ -334,10 +310,10 @@ pub(super) fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'s
         (
             "Error",
             env(Response::Error {
-                request: RequestKind::PushFifo,
+                request: RequestKind::Write,
                 code: ErrorCode::FifoFull { fifo: 5 },
             }),
-            "05 07 05 07 05",
+            "05 07 14 07 05",
         ),
         (
             "Described",
@@ -350,7 +326,12 @@ pub(super) fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'s
             }),
             "05 08 04 01 01 02 03 07 2a 80 20",
         ),
-        ("Bulk", env(Response::Bulk { len: 513 }), "05 09 81 04"),
+        (
+            "Located",
+            env(Response::Located { at: 4096, len: 300 }),
+            "05 09 80 20 ac 02",
+        ),
+        ("Bulk", env(Response::Bulk { len: 513 }), "05 0a 81 04"),
     ]
 }
 
@@ -388,21 +369,30 @@ pub(super) fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
         ("FifoFull", ErrorCode::FifoFull { fifo: 6 }, "07 06"),
         ("FifoEmpty", ErrorCode::FifoEmpty { fifo: 7 }, "08 07"),
         (
+            "FifoPosition",
+            ErrorCode::FifoPosition {
+                fifo: 8,
+                expected: 300,
+                offset: 9,
+            },
+            "09 08 ac 02 09",
+        ),
+        (
             "Program",
             ErrorCode::Program(ProgramFault {
                 part: ProgramPart::Variable { index: 2 },
                 rule: RuleKind::Dimensions,
             }),
-            "09 01 02 03",
+            "0a 01 02 03",
         ),
-        ("NotPrepared", ErrorCode::NotPrepared, "0a"),
+        ("NotPrepared", ErrorCode::NotPrepared, "0b"),
         (
             "ReplicaOutOfRange",
             ErrorCode::ReplicaOutOfRange {
                 replica: 4,
                 replicas: 3,
             },
-            "0b 04 03",
+            "0c 04 03",
         ),
         (
             "FifoShape",
@@ -410,32 +400,32 @@ pub(super) fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
                 item_bytes: 0,
                 depth: 70000,
             },
-            "0c 00 f0 a2 04",
+            "0d 00 f0 a2 04",
         ),
         (
             "Internal",
             ErrorCode::Internal {
                 site: Invariant::ScratchLayout,
             },
-            "0d 02",
+            "0e 02",
         ),
-        ("ReplyTooLarge", ErrorCode::ReplyTooLarge, "0e"),
-        ("UnknownFunction", ErrorCode::UnknownFunction, "0f"),
-        ("BadArguments", ErrorCode::BadArguments, "10"),
-        ("Malformed", ErrorCode::Malformed, "11"),
-        ("UnexpectedReduced", ErrorCode::UnexpectedReduced, "12"),
-        ("ReduceTimeout", ErrorCode::ReduceTimeout, "13"),
+        ("ReplyTooLarge", ErrorCode::ReplyTooLarge, "0f"),
+        ("UnknownFunction", ErrorCode::UnknownFunction, "10"),
+        ("BadArguments", ErrorCode::BadArguments, "11"),
+        ("Malformed", ErrorCode::Malformed, "12"),
+        ("UnexpectedReduced", ErrorCode::UnexpectedReduced, "13"),
+        ("ReduceTimeout", ErrorCode::ReduceTimeout, "14"),
         (
             "ReductionTooLarge",
             ErrorCode::ReductionTooLarge {
                 bytes: 5000,
                 max: 1024,
             },
-            "14 88 27 80 08",
+            "15 88 27 80 08",
         ),
-        ("BulkUnavailable", ErrorCode::BulkUnavailable, "15"),
-        ("StepAbandoned", ErrorCode::StepAbandoned, "16"),
-        ("NotInstrumented", ErrorCode::NotInstrumented, "17"),
+        ("BulkUnavailable", ErrorCode::BulkUnavailable, "16"),
+        ("StepAbandoned", ErrorCode::StepAbandoned, "17"),
+        ("NotInstrumented", ErrorCode::NotInstrumented, "18"),
     ]
 }
 
@@ -502,36 +492,33 @@ pub(super) fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
     vec![
         ("Hello", Hello, "00"),
         ("AllocSlot", AllocSlot, "01"),
-        ("WriteSlot", WriteSlot, "02"),
-        ("ReadSlot", ReadSlot, "03"),
-        ("CreateFifo", CreateFifo, "04"),
-        ("PushFifo", PushFifo, "05"),
-        ("PopFifo", PopFifo, "06"),
-        ("SetOptimizer", SetOptimizer, "07"),
-        ("SetSeed", SetSeed, "08"),
-        ("GetSeed", GetSeed, "09"),
-        ("SetRngState", SetRngState, "0a"),
-        ("GetRngState", GetRngState, "0b"),
-        ("Prepare", Prepare, "0c"),
-        ("RunStep", RunStep, "0d"),
-        ("CycleCount", CycleCount, "0e"),
-        ("SetRegister", SetRegister, "0f"),
-        ("GetRegister", GetRegister, "10"),
-        ("FreeRegister", FreeRegister, "11"),
-        ("RemoteLoad", RemoteLoad, "12"),
-        ("RemoteStore", RemoteStore, "13"),
-        ("Invoke", Invoke, "14"),
-        ("HasFunction", HasFunction, "15"),
-        ("AllocArray", AllocArray, "16"),
-        ("WriteArray", WriteArray, "17"),
-        ("ReadArray", ReadArray, "18"),
-        ("DescribeRegister", DescribeRegister, "19"),
-        ("WriteArrayBulk", WriteArrayBulk, "1a"),
-        ("ReadArrayBulk", ReadArrayBulk, "1b"),
-        ("WriteSlotBulk", WriteSlotBulk, "1c"),
-        ("ReadSlotBulk", ReadSlotBulk, "1d"),
-        ("ResetStep", ResetStep, "1e"),
-        ("Malformed", Malformed, "1f"),
+        ("CreateFifo", CreateFifo, "02"),
+        ("SetOptimizer", SetOptimizer, "03"),
+        ("SetSeed", SetSeed, "04"),
+        ("GetSeed", GetSeed, "05"),
+        ("SetRngState", SetRngState, "06"),
+        ("GetRngState", GetRngState, "07"),
+        ("Prepare", Prepare, "08"),
+        ("RunStep", RunStep, "09"),
+        ("CycleCount", CycleCount, "0a"),
+        ("SetRegister", SetRegister, "0b"),
+        ("GetRegister", GetRegister, "0c"),
+        ("FreeRegister", FreeRegister, "0d"),
+        ("RemoteLoad", RemoteLoad, "0e"),
+        ("RemoteStore", RemoteStore, "0f"),
+        ("Invoke", Invoke, "10"),
+        ("HasFunction", HasFunction, "11"),
+        ("AllocArray", AllocArray, "12"),
+        ("DescribeRegister", DescribeRegister, "13"),
+        ("Write", Write, "14"),
+        ("Read", Read, "15"),
+        ("WriteBulk", WriteBulk, "16"),
+        ("ReadBulk", ReadBulk, "17"),
+        ("Locate", Locate, "18"),
+        ("Wrote", Wrote, "19"),
+        ("Took", Took, "1a"),
+        ("ResetStep", ResetStep, "1b"),
+        ("Malformed", Malformed, "1c"),
     ]
 }
 

@@ -18,7 +18,7 @@ use tessera_core::rng::Rng;
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, Arg, Array, Envelope, FrameDecoder, Request, Response, Value,
+    encode_frame, Arg, Array, Envelope, FrameDecoder, Request, Response, Target, Value,
 };
 use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device};
@@ -49,15 +49,15 @@ fn main() -> ! {
     ok(&mut device, Request::AllocSlot { slot: 1, bytes: 4 });
     ok(
         &mut device,
-        Request::WriteSlot {
-            slot: 1,
+        Request::Write {
+            target: Target::Slot(1),
             offset: 0,
             data: &f32s(&[0.5]),
         },
     );
     let reply = device.handle(
-        &Request::WriteSlot {
-            slot: 1,
+        &Request::Write {
+            target: Target::Slot(1),
             offset: 2,
             data: &[0; 4],
         },
@@ -92,8 +92,8 @@ fn main() -> ! {
     );
     ok(
         &mut device,
-        Request::WriteSlot {
-            slot: ids::slot(0),
+        Request::Write {
+            target: Target::Slot(ids::slot(0)),
             offset: 0,
             data: &f32s(&[0.5]),
         },
@@ -108,8 +108,9 @@ fn main() -> ! {
     for (stream, value) in [(0, 2.0), (1, 3.0)] {
         ok(
             &mut device,
-            Request::PushFifo {
-                fifo: ids::stream_fifo(stream),
+            Request::Write {
+                target: Target::Fifo(ids::stream_fifo(stream)),
+                offset: 0,
                 data: &f32s(&[value]),
             },
         );
@@ -122,9 +123,10 @@ fn main() -> ! {
             slot: ids::slot(0),
         },
     );
-    let pop = Request::PopFifo {
-        fifo: ids::anchor_fifo(0),
-        items: 1,
+    let pop = Request::Read {
+        target: Target::Fifo(ids::anchor_fifo(0)),
+        offset: 0,
+        len: 4,
     };
     let Response::Data { data } = device.handle(&pop, &mut NoReduce) else {
         panic!("no loss")
@@ -135,8 +137,8 @@ fn main() -> ! {
         "loss"
     );
     let Response::Data { data } = device.handle(
-        &Request::ReadSlot {
-            slot: 1,
+        &Request::Read {
+            target: Target::Slot(1),
             offset: 0,
             len: 4,
         },

@@ -49,7 +49,7 @@ pub fn firmware() -> PathBuf {
 /// together. Every suite shares this one process now; as separate binaries, QEMU tests of
 /// different suites never ran side by side, and a QEMU job beside another on two busy cores
 /// missed its link deadlines (`train_cli::the_default_job_passes_in_qemu`: "device 0 did
-/// not answer PushFifo after 8 attempts", once in three runs).
+/// not answer a FIFO write after 8 attempts", once in three runs).
 pub fn exclusive() -> MutexGuard<'static, ()> {
     static EXCLUSIVE: Mutex<()> = Mutex::new(());
     // A test that failed while holding it says so itself; the next one may still run.

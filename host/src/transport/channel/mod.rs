@@ -18,9 +18,14 @@
 //! - Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
 //!   holds ends there and costs only itself, and is flushed at once.
 
+mod data_path;
+
+pub use data_path::{Reading, Sent, Span, Traffic};
+
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::Write;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
@@ -30,7 +35,7 @@ use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
     encode_body, encode_frame, max_frame_len, Combined, Endpoint, Envelope, ErrorCode, FromDevice,
-    Limits, Request, RequestKind, Response, ToDevice, PROTOCOL_VERSION,
+    Limits, Request, RequestKind, Response, Target, ToDevice, PROTOCOL_VERSION,
 };
 
 use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message, SPIN};
@@ -121,6 +126,11 @@ pub struct Channel {
     window: Option<Window>,
     /// The host's mapping of the device's memory (device threads, child processes).
     memory: Option<SharedMemory>,
+    /// Where targets lie in that memory, as the device located them; forgotten whenever a
+    /// request that may move device memory is sent ([`keeps_layout`]).
+    located: HashMap<Target, Range<usize>>,
+    /// Bytes moved, by path.
+    traffic: Traffic,
     /// How long a wait for the device looks without sleeping: [`SPIN`] for devices that
     /// answer within microseconds (threads, child processes); none for QEMU, whose replies
     /// take milliseconds and whose emulators need every core a spinning host would take.
@@ -228,6 +238,8 @@ impl Channel {
             retries: 0,
             window,
             memory,
+            located: HashMap::new(),
+            traffic: Traffic::default(),
             spin: match handle {
                 DeviceHandle::Qemu { .. } => Duration::ZERO,
                 _ => SPIN,
@@ -453,33 +465,45 @@ impl Channel {
     }
 
     /// Like [`Channel::submit`], with `bulk` beside the request (a
-    /// [`Request::WriteArrayBulk`] or [`Request::WriteSlotBulk`]): handed over on a thread's queue, written into the
-    /// window first on a child's or QEMU's link. Refused at once ([`TransportError::TooLarge`])
-    /// when it exceeds [`Channel::bulk_capacity`].
-    pub fn submit_bulk(
-        &mut self,
-        request: &Request<'_>,
-        bulk: Bulk,
-    ) -> Result<u32, TransportError> {
-        if bulk.as_ref().len() > self.bulk_capacity() {
-            // Refused here: the device never sees it.
-            return Err(TransportError::TooLarge {
-                replica: self.limits.replica,
-                request: request.kind(),
-                bytes: bulk.as_ref().len(),
-                max: self.bulk_capacity(),
-            });
-        }
-        if self.window.is_some() {
-            // The window holds one request's bytes at a time: wait until it is free, then
-            // fill it. The device reads it while it serves this request.
-            self.wait_for_window()?;
-            if let Some(window) = &mut self.window {
-                window.write(bulk.as_ref());
-            }
-            return self.submit_with(request, None);
+    /// [`Request::WriteBulk`]) on a device thread's queue. Refused at once
+    /// ([`TransportError::TooLarge`]) on a link without a queue.
+    fn submit_bulk(&mut self, request: &Request<'_>, bulk: Bulk) -> Result<u32, TransportError> {
+        if !matches!(self.writer, Outgoing::Messages(_)) {
+            return Err(self.too_large(request.kind(), bulk.as_ref().len()));
         }
         self.submit_with(request, Some(bulk))
+    }
+
+    /// Like [`Channel::submit`], with `data` put in the link's window for the device to take
+    /// while it serves the request (a [`Request::WriteBulk`]): once no earlier request uses
+    /// the window. Refused at once ([`TransportError::TooLarge`]) when it does not fit.
+    fn submit_in_window(
+        &mut self,
+        request: &Request<'_>,
+        data: &[u8],
+    ) -> Result<u32, TransportError> {
+        if data.len() > self.bulk_capacity() || self.window.is_none() {
+            // Refused here: the device never sees it.
+            return Err(self.too_large(request.kind(), data.len()));
+        }
+        self.wait_for_window()?;
+        if let Some(window) = &mut self.window {
+            if !window.write(data) {
+                return Err(TransportError::Io(std::io::Error::other(
+                    "the bulk window could not be written",
+                )));
+            }
+        }
+        self.submit_with(request, None)
+    }
+
+    fn too_large(&self, request: RequestKind, bytes: usize) -> TransportError {
+        TransportError::TooLarge {
+            replica: self.limits.replica,
+            request,
+            bytes,
+            max: self.bulk_capacity(),
+        }
     }
 
     /// Waits until no request that uses the shared window is in flight.
@@ -495,11 +519,7 @@ impl Channel {
         request: &Request<'_>,
         bulk: Option<Bulk>,
     ) -> Result<u32, TransportError> {
-        let bulk_read = matches!(
-            request.kind(),
-            RequestKind::ReadArrayBulk | RequestKind::ReadSlotBulk
-        );
-        if self.window.is_some() && bulk_read {
+        if self.window.is_some() && request.kind() == RequestKind::ReadBulk {
             // Its reply's bytes come back through the window: nothing else may use it.
             self.wait_for_window()?;
         }
@@ -513,6 +533,9 @@ impl Channel {
             .is_some_and(|oldest| self.next_seq.wrapping_sub(oldest.seq) >= window)
         {
             self.pump(None, true)?;
+        }
+        if !keeps_layout(request.kind()) {
+            self.located.clear();
         }
         let seq = self.next_seq;
         // Zero is never used: the device answers undecodable frames under it.
@@ -816,15 +839,37 @@ impl Channel {
     }
 }
 
-/// True for the requests whose bytes pass through a shared window.
-fn uses_window(kind: RequestKind) -> bool {
+/// True for the requests that never allocate, free or move device memory, so that where a
+/// target lies stays as [`Request::Locate`] said. Any other request makes the channel
+/// locate targets again: a register set, freed or written by a call may move.
+fn keeps_layout(kind: RequestKind) -> bool {
+    use RequestKind as K;
     matches!(
         kind,
-        RequestKind::WriteArrayBulk
-            | RequestKind::ReadArrayBulk
-            | RequestKind::WriteSlotBulk
-            | RequestKind::ReadSlotBulk
+        K::Write
+            | K::Read
+            | K::WriteBulk
+            | K::ReadBulk
+            | K::Locate
+            | K::Wrote
+            | K::Took
+            | K::RunStep
+            | K::ResetStep
+            | K::DescribeRegister
+            | K::GetRegister
+            | K::GetSeed
+            | K::SetSeed
+            | K::GetRngState
+            | K::SetRngState
+            | K::SetOptimizer
+            | K::CycleCount
+            | K::HasFunction
     )
+}
+
+/// True for the requests whose bytes pass through a shared window.
+fn uses_window(kind: RequestKind) -> bool {
+    matches!(kind, RequestKind::WriteBulk | RequestKind::ReadBulk)
 }
 
 /// Sends one encoded message (a frame, or a bare body) and flushes it. A link whose other
@@ -902,6 +947,8 @@ mod tests {
             retries: 0,
             window: None,
             memory: None,
+            located: HashMap::new(),
+            traffic: Traffic::default(),
             spin: SPIN,
             handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
         };

@@ -1,0 +1,170 @@
+//! The device's data path: the bytes of every [`Target`] — a register's array, a
+//! remote-buffer slot, a stream FIFO — however the host moves them.
+//!
+//! # Rules
+//!
+//! - Every move is placed first ([`Device::place`]): the range is checked against the
+//!   target (an overflow-checked end inside a register's array or string, or a slot; a
+//!   FIFO's stream position, free bytes and whole items as [`fifo`](crate::fifo) says)
+//!   before a byte moves, so a refused move leaves the target as it was.
+//! - Then the bytes move — copied from a [`Write`](Request::Write)'s frame, received
+//!   beside a bulk request by the serve loop, or written by the host itself in place —
+//!   and only then is the move settled ([`Device::settle`]): a FIFO takes in written bytes
+//!   or drops read ones. Registers and slots have nothing to settle.
+//! - A read answered in a frame fits one: more than the link's chunk is refused before
+//!   anything is read (a FIFO loses nothing).
+//! - [`Locate`](Request::Locate) answers where a target's bytes lie in the device's memory
+//!   (a FIFO's: its whole ring); [`Wrote`](Request::Wrote) and [`Took`](Request::Took)
+//!   report a move the host made there, checked and settled as the same move in a frame.
+//! - A bulk request reaching here came on a link that carries no bytes beside its
+//!   messages (the serve loop answers bulk requests itself where it does).
+//!
+//! # Errors
+//!
+//! [`UnknownId`](ErrorCode::UnknownId), [`OutOfBounds`](ErrorCode::OutOfBounds),
+//! [`BadArguments`](ErrorCode::BadArguments) (a write to a register that holds no array,
+//! a read of one without bytes), [`FifoPosition`](ErrorCode::FifoPosition),
+//! [`FifoFull`](ErrorCode::FifoFull), [`FifoEmpty`](ErrorCode::FifoEmpty),
+//! [`ItemSize`](ErrorCode::ItemSize), [`ReplyTooLarge`](ErrorCode::ReplyTooLarge),
+//! [`BulkUnavailable`](ErrorCode::BulkUnavailable).
+
+use core::ops::Range;
+
+use tessera_core::wire::{ErrorCode, Invariant, Request, Response, Target};
+
+use super::{Answer, Device};
+use crate::arena::{saturate, Access, Block, Owner};
+use crate::broken;
+
+/// Runs a data-path request.
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
+    match *request {
+        Request::Write {
+            target,
+            offset,
+            data,
+        } => {
+            let into = device.place(target, offset, saturate(data.len()), Access::Write)?;
+            into.copy_from_slice(data);
+            device.settle(target, data.len(), Access::Write);
+        }
+        Request::Read {
+            target,
+            offset,
+            len,
+        } => {
+            if len as usize > device.limits.max_chunk() {
+                return Err(ErrorCode::ReplyTooLarge);
+            }
+            let (block, range) = device.range(target, offset, len, Access::Read)?;
+            device.settle(target, range.len(), Access::Read);
+            // Settling only counts: the bytes stay where they are until the next write.
+            let data = device
+                .arena
+                .bytes(block)
+                .get(range)
+                .ok_or(broken(Invariant::FifoRing))?;
+            return Ok(Some(Response::Data { data }));
+        }
+        Request::Locate { target } => {
+            let block = device.block(target)?;
+            return Ok(Some(Response::Located {
+                at: saturate(device.arena.address(block)),
+                len: saturate(block.len),
+            }));
+        }
+        Request::Wrote {
+            target,
+            offset,
+            len,
+        } => {
+            device.range(target, offset, len, Access::Write)?;
+            device.settle(target, len as usize, Access::Write);
+        }
+        Request::Took {
+            target,
+            offset,
+            len,
+        } => {
+            device.range(target, offset, len, Access::Read)?;
+            device.settle(target, len as usize, Access::Read);
+        }
+        Request::WriteBulk { .. } | Request::ReadBulk { .. } => {
+            return Err(ErrorCode::BulkUnavailable)
+        }
+        _ => return Err(broken(Invariant::Routing)),
+    }
+    Ok(None)
+}
+
+impl Device<'_> {
+    /// Bytes `[offset, offset + len)` of `target`, checked for a move in direction
+    /// `access` (the module's rules): where a bulk request's bytes land or come from.
+    /// Nothing changes until [`Device::settle`].
+    pub fn place(
+        &mut self,
+        target: Target,
+        offset: u32,
+        len: u32,
+        access: Access,
+    ) -> Result<&mut [u8], ErrorCode> {
+        let (block, range) = self.range(target, offset, len, access)?;
+        self.arena
+            .bytes_mut(block)
+            .get_mut(range)
+            .ok_or(broken(Invariant::FifoRing))
+    }
+
+    /// Counts a placed move of `len` bytes as done: a FIFO takes in written bytes or drops
+    /// read ones; registers and slots have nothing to count.
+    pub fn settle(&mut self, target: Target, len: usize, access: Access) {
+        if let Target::Fifo(id) = target {
+            self.fifos.settle(id, len, access);
+        }
+    }
+
+    /// The block holding `target`'s bytes and the checked range of a move in it.
+    fn range(
+        &self,
+        target: Target,
+        offset: u32,
+        len: u32,
+        access: Access,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        match target {
+            Target::Register(id) => self.registers.range(&self.arena, id, offset, len, access),
+            Target::Fifo(id) => self
+                .fifos
+                .place(&self.arena, id, offset, len as usize, access),
+            Target::Slot(_) => {
+                let block = self.block(target)?;
+                let size = saturate(block.len);
+                let start = offset as usize;
+                let range = start
+                    .checked_add(len as usize)
+                    .filter(|&end| end <= block.len)
+                    .map(|end| start..end)
+                    .ok_or(ErrorCode::OutOfBounds { offset, len, size })?;
+                Ok((block, range))
+            }
+        }
+    }
+
+    /// The block holding `target`'s bytes.
+    fn block(&self, target: Target) -> Result<Block, ErrorCode> {
+        let (owner, id) = match target {
+            Target::Register(id) => {
+                return self
+                    .registers
+                    .block(&self.arena, id)?
+                    .ok_or(ErrorCode::BadArguments)
+            }
+            Target::Slot(id) => (Owner::Slot(id), id),
+            Target::Fifo(id) => {
+                self.fifos.get(id)?;
+                (Owner::Fifo(id), id)
+            }
+        };
+        self.arena.find(owner).ok_or(ErrorCode::UnknownId { id })
+    }
+}

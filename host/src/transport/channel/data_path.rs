@@ -1,0 +1,451 @@
+//! The one way bytes move between the host and a device: spans of a [`Target`] (a
+//! register, a slot, a FIFO) written or read at an offset, by whichever path the
+//! channel's placement has. Callers never choose.
+//!
+//! # Paths
+//!
+//! The first the placement offers, for each span:
+//!
+//! 1. **In place** (device threads and child processes: the host maps the device's
+//!    memory). The channel locates the target once ([`Request::Locate`], remembered until a
+//!    request that may move device memory is sent), waits until the device is idle, and
+//!    moves the bytes itself — a writer fills device memory directly, a reader reads it
+//!    there. A FIFO is then told ([`Request::Wrote`] / [`Request::Took`], one request per
+//!    span, all sent before any reply is awaited); registers and slots need nothing.
+//! 2. **Bulk**, beside one request ([`Request::WriteBulk`] / [`Request::ReadBulk`]): handed
+//!    over on a device thread's queue, or through the link's window (QEMU's host file),
+//!    when the span fits it.
+//! 3. **Chunks**: framed [`Request::Write`] / [`Request::Read`] requests of at most the
+//!    device's chunk, all sent before any reply is awaited.
+//!
+//! A span the device refuses to locate (no such target, a register without an array) goes
+//! by bulk or chunks, so that the refusal comes back as the reply to the move itself, the
+//! same error on every placement. The device checks the same rules on every path (the
+//! wire's [`target`](tessera_core::wire::target) module).
+//!
+//! # Counting
+//!
+//! [`Traffic`] counts the bytes each path moved and the bytes the host staged in a buffer
+//! of its own on the way, so that a test can check how often a byte is copied.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use tessera_core::wire::endpoint::Locate;
+use tessera_core::wire::{Request, RequestKind, Target};
+use tessera_firmware_sim::std_link::Bulk;
+
+use super::{Channel, TransportError};
+
+/// `len` bytes of a target at byte `offset` (for a FIFO, a stream position).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// What the bytes belong to.
+    pub target: Target,
+    /// Where in it they start.
+    pub offset: usize,
+    /// How many.
+    pub len: usize,
+}
+
+/// Bytes a channel moved, by path, since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Moved by the host in the device's memory.
+    pub in_place: u64,
+    /// Moved beside a request or reply.
+    pub bulk: u64,
+    /// Moved inside frames.
+    pub framed: u64,
+    /// Copied into a host buffer of the channel's on the way (a writer's bytes before
+    /// they were sent; a reader's bytes before they reached the reader).
+    pub staged: u64,
+}
+
+/// Requests a move sent whose replies confirm it ([`Channel::confirm`]).
+#[derive(Debug, Default)]
+#[must_use = "a move is confirmed (and a refusal seen) only by Channel::confirm"]
+pub struct Sent {
+    seqs: Vec<u32>,
+}
+
+impl Sent {
+    /// The requests' sequence numbers, oldest first (for a caller that claims the replies
+    /// itself).
+    pub fn seqs(&self) -> &[u32] {
+        &self.seqs
+    }
+}
+
+/// A read under way ([`Channel::start_read`]): per span, what is still to arrive.
+#[derive(Debug)]
+#[must_use = "a read's bytes arrive only through Channel::finish_read"]
+pub struct Reading {
+    spans: Vec<Pending>,
+}
+
+/// What one span of a read still waits for.
+#[derive(Debug)]
+enum Pending {
+    /// Read in place already; a FIFO's report waits for its reply.
+    Done(Option<u32>),
+    /// A bulk reply.
+    Bulk(u32),
+    /// Framed replies: each request's sequence number, offset in the span and length.
+    Chunks(Vec<(u32, usize, usize)>),
+}
+
+/// How one span moves.
+enum Route {
+    /// Through the host's mapping, at this address of the device's memory.
+    InPlace(usize),
+    Bulk,
+    Chunks,
+}
+
+impl Channel {
+    /// Writes each of `spans`, its bytes put in place by `fill(i, bytes)` for span `i`
+    /// (called once per span, on the destination itself where the bytes are moved in
+    /// place, else on a staging buffer). Returns the requests to [`Channel::confirm`].
+    pub fn write_spans(
+        &mut self,
+        spans: &[Span],
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<Sent, TransportError> {
+        let mut sent = Sent::default();
+        let mut reports = Vec::new();
+        for (i, span) in spans.iter().enumerate() {
+            match self.route(span)? {
+                Route::InPlace(at) => {
+                    let memory = self.memory.as_mut().and_then(|m| m.range_mut(at, span.len));
+                    let Some(into) = memory else {
+                        return Err(self.outside_memory(span, at));
+                    };
+                    fill(i, into);
+                    self.traffic.in_place += span.len as u64;
+                    if span.target.is_stream() {
+                        reports.push(*span);
+                    }
+                }
+                route => {
+                    let mut staged = vec![0u8; span.len];
+                    fill(i, &mut staged);
+                    self.traffic.staged += span.len as u64;
+                    let staged = Arc::new(staged);
+                    let seqs = self.send(span, route, &staged[..], Some(staged.clone()))?;
+                    sent.seqs.extend(seqs);
+                }
+            }
+        }
+        self.report(&reports, &mut sent, Access::Write)?;
+        Ok(sent)
+    }
+
+    /// Writes `data` into `target` at `offset`; `shared`, when the caller holds the same
+    /// bytes in an [`Arc`], is handed to a device thread's queue without a copy. Returns
+    /// the requests to [`Channel::confirm`].
+    pub fn write(
+        &mut self,
+        target: Target,
+        offset: usize,
+        data: &[u8],
+        shared: Option<&Arc<Vec<u8>>>,
+    ) -> Result<Sent, TransportError> {
+        let span = Span {
+            target,
+            offset,
+            len: data.len(),
+        };
+        match self.route(&span)? {
+            Route::InPlace(_) => self.write_spans(&[span], |_, into| into.copy_from_slice(data)),
+            route => Ok(Sent {
+                seqs: self.send(&span, route, data, shared.cloned())?,
+            }),
+        }
+    }
+
+    /// Waits for every reply of a move; the first refusal is the error.
+    pub fn confirm(&mut self, sent: Sent) -> Result<(), TransportError> {
+        let mut first = Ok(());
+        for seq in sent.seqs {
+            let reply = self.receive(seq);
+            if first.is_ok() {
+                first = reply.map(drop);
+            }
+        }
+        first
+    }
+
+    /// Reads `out.len()` bytes of `target` at `offset` into `out`.
+    pub fn read(
+        &mut self,
+        target: Target,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), TransportError> {
+        let span = Span {
+            target,
+            offset,
+            len: out.len(),
+        };
+        let reading = self.start_read(&[span], |_, bytes| out.copy_from_slice(bytes))?;
+        self.finish_read(reading, |_, bytes| out.copy_from_slice(bytes))
+    }
+
+    /// Starts reading each of `spans`: those moved in place are handed to `take(i, bytes)`
+    /// at once (straight from the device's memory), the others are requested; finish with
+    /// [`Channel::finish_read`], which hands over the rest. Reads of several channels
+    /// started before any is finished cost one round trip between them.
+    pub fn start_read(
+        &mut self,
+        spans: &[Span],
+        mut take: impl FnMut(usize, &[u8]),
+    ) -> Result<Reading, TransportError> {
+        let mut pending = Vec::with_capacity(spans.len());
+        let mut reports = Vec::new();
+        for (i, span) in spans.iter().enumerate() {
+            pending.push(match self.route(span)? {
+                Route::InPlace(at) => {
+                    let memory = self.memory.as_ref().and_then(|m| m.range(at, span.len));
+                    let Some(bytes) = memory else {
+                        return Err(self.outside_memory(span, at));
+                    };
+                    take(i, bytes);
+                    self.traffic.in_place += span.len as u64;
+                    if span.target.is_stream() {
+                        reports.push(*span);
+                    }
+                    Pending::Done(None)
+                }
+                Route::Bulk => {
+                    let request = Request::ReadBulk {
+                        target: span.target,
+                        offset: wire(span.offset, "offset")?,
+                        len: wire(span.len, "length")?,
+                    };
+                    Pending::Bulk(self.submit(&request)?)
+                }
+                Route::Chunks => Pending::Chunks(self.request_chunks(span)?),
+            });
+        }
+        // A FIFO's report waits behind the span it reports, in span order.
+        let mut sent = Sent::default();
+        self.report(&reports, &mut sent, Access::Read)?;
+        let mut reports = sent.seqs.into_iter();
+        for (p, span) in pending.iter_mut().zip(spans) {
+            if let Pending::Done(report) = p {
+                if span.target.is_stream() {
+                    *report = reports.next();
+                }
+            }
+        }
+        Ok(Reading { spans: pending })
+    }
+
+    /// Finishes a read: waits for what is still to arrive and hands each span's bytes to
+    /// `take(i, bytes)`; every length is checked against the span's.
+    pub fn finish_read(
+        &mut self,
+        reading: Reading,
+        mut take: impl FnMut(usize, &[u8]),
+    ) -> Result<(), TransportError> {
+        for (i, pending) in reading.spans.into_iter().enumerate() {
+            match pending {
+                Pending::Done(None) => {}
+                Pending::Done(Some(report)) => drop(self.receive(report)?),
+                Pending::Bulk(seq) => {
+                    let mut reply = self.receive(seq)?;
+                    match reply.take_bulk() {
+                        Some(Bulk(bytes)) => {
+                            self.traffic.bulk += bytes.len() as u64;
+                            take(i, &bytes);
+                        }
+                        None => {
+                            return Err(TransportError::UnexpectedReply {
+                                replica: self.limits.replica,
+                                request: RequestKind::ReadBulk,
+                                reply: format!("{:?}", reply.response()),
+                            })
+                        }
+                    }
+                }
+                Pending::Chunks(chunks) => {
+                    let len = chunks.iter().map(|&(_, _, n)| n).sum();
+                    let mut whole = vec![0u8; len];
+                    for (seq, at, n) in chunks {
+                        let reply = self.receive(seq)?;
+                        let tessera_core::wire::Response::Data { data } = reply.response() else {
+                            return Err(TransportError::UnexpectedReply {
+                                replica: self.limits.replica,
+                                request: RequestKind::Read,
+                                reply: format!("{:?}", reply.response()),
+                            });
+                        };
+                        if data.len() != n {
+                            return Err(self.wrong_length(RequestKind::Read, data.len(), n));
+                        }
+                        whole[at..at + n].copy_from_slice(data);
+                    }
+                    self.traffic.framed += len as u64;
+                    self.traffic.staged += len as u64;
+                    take(i, &whole);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes this channel moved, by path.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+
+    /// How `span` moves (see the module's paths). In place needs the device idle: every
+    /// request in flight is answered first (its reply stays to be claimed).
+    fn route(&mut self, span: &Span) -> Result<Route, TransportError> {
+        wire(span.offset, "offset")?;
+        wire(span.len, "length")?;
+        if self.memory.is_some() {
+            if let Some(range) = self.locate(span.target)? {
+                let end = span.offset.checked_add(span.len);
+                if end.is_some_and(|end| end <= range.len()) {
+                    self.drain()?;
+                    return Ok(Route::InPlace(range.start + span.offset));
+                }
+            }
+        }
+        if span.len <= self.bulk_capacity() && span.len > 0 {
+            return Ok(Route::Bulk);
+        }
+        Ok(Route::Chunks)
+    }
+
+    /// Where `target` lies in the device's memory, remembered; `None` when the device
+    /// refuses to say (the move then goes by request, and the device's refusal with it).
+    fn locate(&mut self, target: Target) -> Result<Option<Range<usize>>, TransportError> {
+        if let Some(range) = self.located.get(&target) {
+            return Ok(Some(range.clone()));
+        }
+        match self.call(&Locate { target }) {
+            Ok(reply) => {
+                let range = reply.get();
+                self.located.insert(target, range.clone());
+                Ok(Some(range))
+            }
+            Err(TransportError::Device { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends the bytes of `span` by `route` (bulk or chunks); returns the requests sent.
+    fn send(
+        &mut self,
+        span: &Span,
+        route: Route,
+        data: &[u8],
+        shared: Option<Arc<Vec<u8>>>,
+    ) -> Result<Vec<u32>, TransportError> {
+        let (target, offset) = (span.target, wire(span.offset, "offset")?);
+        if let Route::Bulk = route {
+            let request = Request::WriteBulk {
+                target,
+                offset,
+                len: wire(data.len(), "length")?,
+            };
+            self.traffic.bulk += data.len() as u64;
+            if self.window.is_some() {
+                // The window is filled from the slice: no staging.
+                return Ok(vec![self.submit_in_window(&request, data)?]);
+            }
+            let bulk = match shared {
+                // A queue takes the caller's bytes as they are.
+                Some(bytes) if bytes.len() == data.len() => Bulk(bytes),
+                _ => {
+                    self.traffic.staged += data.len() as u64;
+                    Bulk(Arc::new(data.to_vec()))
+                }
+            };
+            return Ok(vec![self.submit_bulk(&request, bulk)?]);
+        }
+        let chunk = self.limits.max_chunk().max(1);
+        let mut seqs = Vec::with_capacity(data.len().div_ceil(chunk));
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            let request = Request::Write {
+                target,
+                offset: wire(span.offset + i * chunk, "offset")?,
+                data: piece,
+            };
+            seqs.push(self.submit(&request)?);
+        }
+        self.traffic.framed += data.len() as u64;
+        Ok(seqs)
+    }
+
+    /// Requests `span` in framed chunks.
+    fn request_chunks(&mut self, span: &Span) -> Result<Vec<(u32, usize, usize)>, TransportError> {
+        let chunk = self.limits.max_chunk().max(1);
+        let mut chunks = Vec::with_capacity(span.len.div_ceil(chunk));
+        for at in (0..span.len).step_by(chunk) {
+            let n = (span.len - at).min(chunk);
+            let request = Request::Read {
+                target: span.target,
+                offset: wire(span.offset + at, "offset")?,
+                len: wire(n, "length")?,
+            };
+            chunks.push((self.submit(&request)?, at, n));
+        }
+        Ok(chunks)
+    }
+
+    /// Reports FIFO spans moved in place, one request each, none awaited.
+    fn report(
+        &mut self,
+        spans: &[Span],
+        sent: &mut Sent,
+        access: Access,
+    ) -> Result<(), TransportError> {
+        for span in spans {
+            let (target, offset, len) = (
+                span.target,
+                wire(span.offset, "offset")?,
+                wire(span.len, "length")?,
+            );
+            let request = match access {
+                Access::Write => Request::Wrote {
+                    target,
+                    offset,
+                    len,
+                },
+                Access::Read => Request::Took {
+                    target,
+                    offset,
+                    len,
+                },
+            };
+            sent.seqs.push(self.submit(&request)?);
+        }
+        Ok(())
+    }
+
+    fn outside_memory(&self, span: &Span, at: usize) -> TransportError {
+        TransportError::OutsideMemory {
+            replica: self.limits.replica,
+            target: span.target,
+            at,
+            len: span.len,
+            memory: self.memory.as_ref().map_or(0, |m| m.len()),
+        }
+    }
+}
+
+/// Which way a FIFO's in-place move went.
+#[derive(Clone, Copy)]
+enum Access {
+    Write,
+    Read,
+}
+
+/// `value` as the protocol's `u32`.
+fn wire(value: usize, what: &'static str) -> Result<u32, TransportError> {
+    u32::try_from(value).map_err(|_| TransportError::Overflow { what, value })
+}
