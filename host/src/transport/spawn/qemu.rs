@@ -1,11 +1,11 @@
 //! The firmware under `qemu-system-arm`: its UART0 on a Unix socket, its bulk window a
 //! file in its working folder, its defmt logs decoded by `defmt-print`.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -47,14 +47,7 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
         "socket,id=uart0,path={},server=on,wait=off",
         socket.display()
     );
-    // The bulk file, in the folder QEMU runs in (semihosting paths are relative to it).
-    let bulk = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dir.join(QEMU_BULK_FILE))?;
-    bulk.set_len(QEMU_WINDOW_BYTES as u64)?;
+    let bulk = bulk_file(&dir)?;
     // QEMU, its decoder and their reaper start together, while no window is inheritable.
     let guard = spawning();
     let mut qemu = Command::new(QEMU)
@@ -76,22 +69,9 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     let logs = qemu.stdout.take();
     let qemu = children::adopt(qemu, QEMU);
     let decoder = match logs {
-        Some(logs) => Some(
-            Command::new("defmt-print")
-                .arg("-e")
-                .arg(firmware)
-                .stdin(logs)
-                .stdout(Stdio::from(io::stderr()))
-                .spawn()
-                .map_err(|source| TransportError::Spawn {
-                    replica,
-                    program: "defmt-print".into(),
-                    source,
-                })?,
-        ),
+        Some(logs) => Some(decoder(logs, firmware, replica)?),
         None => None,
-    }
-    .map(|decoder| children::adopt(decoder, "defmt-print"));
+    };
     let mut pids = vec![qemu.pid()];
     pids.extend(decoder.as_ref().map(Adopted::pid));
     let reaper = reaper(replica, &pids);
@@ -116,6 +96,35 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
         // The firmware's memory is the emulated board's: the host cannot map it.
         memory: None,
     })
+}
+
+/// The bulk file of a QEMU device, `QEMU_WINDOW_BYTES` long, in the folder `dir` QEMU runs
+/// in (semihosting paths are relative to it).
+fn bulk_file(dir: &Path) -> io::Result<File> {
+    let bulk = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join(QEMU_BULK_FILE))?;
+    bulk.set_len(QEMU_WINDOW_BYTES as u64)?;
+    Ok(bulk)
+}
+
+/// `defmt-print` decoding `logs`, QEMU's stdout, with the symbols of `firmware`, to stderr.
+fn decoder(logs: ChildStdout, firmware: &Path, replica: u32) -> Result<Adopted, TransportError> {
+    let decoder = Command::new("defmt-print")
+        .arg("-e")
+        .arg(firmware)
+        .stdin(logs)
+        .stdout(Stdio::from(io::stderr()))
+        .spawn()
+        .map_err(|source| TransportError::Spawn {
+            replica,
+            program: "defmt-print".into(),
+            source,
+        })?;
+    Ok(children::adopt(decoder, "defmt-print"))
 }
 
 /// Connects to QEMU's UART socket, which appears a moment after QEMU starts.
