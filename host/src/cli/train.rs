@@ -10,8 +10,8 @@ use tessera_core::stream::AnchorReturnType;
 use tessera_host::runtime::Placement;
 use tessera_host::train::model::default_anchors;
 use tessera_host::train::{
-    DataSource, TrainJob, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_CLASSES, MAX_HIDDEN,
-    MAX_SAMPLES, MAX_STEPS, MAX_TRAIN_REPLICAS,
+    DataSource, TrainJob, TrainReport, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_CLASSES,
+    MAX_HIDDEN, MAX_SAMPLES, MAX_STEPS, MAX_TRAIN_REPLICAS,
 };
 
 use super::parse::{anchor, count, dropout, learning_rate, momentum, tolerance};
@@ -189,58 +189,12 @@ pub(crate) enum Where {
 }
 
 pub(crate) fn run(args: TrainArgs) -> ExitCode {
-    let placement = match args.placement {
-        Where::Thread => Placement::Thread,
-        Where::Process => match std::env::current_exe() {
-            Ok(exe) => Placement::Process(exe),
-            Err(e) => {
-                eprintln!("error: cannot find the tessera binary: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        Where::Qemu => Placement::Qemu(args.firmware),
-    };
-    let job = TrainJob {
-        replicas: args.replicas,
-        comm: args.comm,
-        output_comm: args.output_comm,
-        sharding: match args.shard {
-            Shard::Balanced => Sharding::Balanced,
-            Shard::PaddedTail => Sharding::PaddedTail,
-            Shard::None => Sharding::None,
-        },
-        retrieval: match args.retrieval {
-            Retrieval::OnePerGroup => RetrievalMode::OnePerGroup,
-            Retrieval::AllReplicas => RetrievalMode::AllReplicas,
-        },
-        hidden: args.hidden,
-        batches_per_step: args.batches_per_step,
-        accumulation: args.accumulation,
-        steps: args.steps,
-        learning_rate: args.learning_rate,
-        momentum: args.momentum,
-        dropout: args.dropout,
-        anchors: if args.anchor.is_empty() {
-            default_anchors()
-        } else {
-            args.anchor
-        },
-        data: match args.data {
-            Some(path) => DataSource::File(path),
-            None => DataSource::Spirals {
-                samples: args.samples,
-                classes: args.classes,
-            },
-        },
-        seed: args.seed,
-        placement,
-        tolerance: args.tolerance,
-        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        checkpoint: args.checkpoint,
-        every: args.every,
-        resume: args.resume,
-        save_executable: args.save_executable,
-        executable: args.executable,
+    let job = match args.into_job() {
+        Ok(job) => job,
+        Err(e) => {
+            eprintln!("error: cannot find the tessera binary: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     // The rules that span several arguments (groupings, step size): before anything
     // starts. The QEMU placement's firmware and tools are checked before anything is
@@ -265,65 +219,11 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
         }
     };
     let rank = instances.rank();
-    let data = match &job.data {
-        DataSource::Spirals { samples, classes } => {
-            format!("{classes} spirals ({samples} samples)")
-        }
-        DataSource::File(path) => path.display().to_string(),
-    };
-    let shard = match &job.sharding {
-        Sharding::None => "unsharded".to_string(),
-        Sharding::Balanced => "sharded (balanced)".to_string(),
-        Sharding::PaddedTail => "sharded (padded tail)".to_string(),
-        Sharding::Explicit { .. } => "sharded (explicit)".to_string(),
-    };
     if rank == 0 {
-        let across = match instances.size() {
-            1 => String::new(),
-            n => format!(" across {n} instances"),
-        };
-        println!(
-            "training a {}-unit perceptron on {data} with {} replicas{across}: layer 1 in {} \
-             ({shard}), layer 2 in {}; {} steps of {}×{} micro-batches",
-            job.hidden,
-            job.replicas,
-            job.comm,
-            job.output_comm,
-            job.steps,
-            job.batches_per_step,
-            job.accumulation
-        );
+        println!("{}", headline(&job, instances.size()));
     }
     match tessera_host::train::train_in(&job, instances.clone()) {
-        Ok(report) => {
-            if rank == 0 {
-                print!("{}", report.summary(&job));
-            }
-            if report.passed(job.tolerance) {
-                if rank == 0 {
-                    println!("ok: the accelerator matches the host reference");
-                }
-                ExitCode::SUCCESS
-            } else {
-                let on = if rank == 0 {
-                    String::new()
-                } else {
-                    format!(" (rank {rank})")
-                };
-                // The check that failed, with the step and tensor of its largest error.
-                let (what, check) = if report.anchor_check.within(job.tolerance) {
-                    ("weights", &report.weight_check)
-                } else {
-                    ("anchors", &report.anchor_check)
-                };
-                eprintln!(
-                    "error: the accelerator differs from the host reference{on} beyond {:e}: \
-                     {what} {check}",
-                    job.tolerance
-                );
-                ExitCode::FAILURE
-            }
-        }
+        Ok(report) => verdict(&job, &report, rank),
         Err(e) => {
             match rank {
                 0 => eprintln!("error: {e}"),
@@ -336,4 +236,120 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+impl TrainArgs {
+    /// The job the arguments describe. Fails only when a child-process placement cannot
+    /// find this binary, which its children run.
+    fn into_job(self) -> std::io::Result<TrainJob> {
+        let placement = match self.placement {
+            Where::Thread => Placement::Thread,
+            Where::Process => Placement::Process(std::env::current_exe()?),
+            Where::Qemu => Placement::Qemu(self.firmware),
+        };
+        Ok(TrainJob {
+            replicas: self.replicas,
+            comm: self.comm,
+            output_comm: self.output_comm,
+            sharding: match self.shard {
+                Shard::Balanced => Sharding::Balanced,
+                Shard::PaddedTail => Sharding::PaddedTail,
+                Shard::None => Sharding::None,
+            },
+            retrieval: match self.retrieval {
+                Retrieval::OnePerGroup => RetrievalMode::OnePerGroup,
+                Retrieval::AllReplicas => RetrievalMode::AllReplicas,
+            },
+            hidden: self.hidden,
+            batches_per_step: self.batches_per_step,
+            accumulation: self.accumulation,
+            steps: self.steps,
+            learning_rate: self.learning_rate,
+            momentum: self.momentum,
+            dropout: self.dropout,
+            anchors: if self.anchor.is_empty() {
+                default_anchors()
+            } else {
+                self.anchor
+            },
+            data: match self.data {
+                Some(path) => DataSource::File(path),
+                None => DataSource::Spirals {
+                    samples: self.samples,
+                    classes: self.classes,
+                },
+            },
+            seed: self.seed,
+            placement,
+            tolerance: self.tolerance,
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            checkpoint: self.checkpoint,
+            every: self.every,
+            resume: self.resume,
+            save_executable: self.save_executable,
+            executable: self.executable,
+        })
+    }
+}
+
+/// The line that says what `job` trains, on how many `instances`.
+fn headline(job: &TrainJob, instances: usize) -> String {
+    let data = match &job.data {
+        DataSource::Spirals { samples, classes } => {
+            format!("{classes} spirals ({samples} samples)")
+        }
+        DataSource::File(path) => path.display().to_string(),
+    };
+    let shard = match &job.sharding {
+        Sharding::None => "unsharded".to_string(),
+        Sharding::Balanced => "sharded (balanced)".to_string(),
+        Sharding::PaddedTail => "sharded (padded tail)".to_string(),
+        Sharding::Explicit { .. } => "sharded (explicit)".to_string(),
+    };
+    let across = match instances {
+        1 => String::new(),
+        n => format!(" across {n} instances"),
+    };
+    format!(
+        "training a {}-unit perceptron on {data} with {} replicas{across}: layer 1 in {} \
+         ({shard}), layer 2 in {}; {} steps of {}×{} micro-batches",
+        job.hidden,
+        job.replicas,
+        job.comm,
+        job.output_comm,
+        job.steps,
+        job.batches_per_step,
+        job.accumulation
+    )
+}
+
+/// Rank 0 prints the report; the exit status says whether this rank's accelerator matched
+/// the host reference, and if not, the check that failed is on stderr.
+fn verdict(job: &TrainJob, report: &TrainReport, rank: usize) -> ExitCode {
+    if rank == 0 {
+        print!("{}", report.summary(job));
+    }
+    if report.passed(job.tolerance) {
+        if rank == 0 {
+            println!("ok: the accelerator matches the host reference");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let on = if rank == 0 {
+        String::new()
+    } else {
+        format!(" (rank {rank})")
+    };
+    // The check that failed, with the step and tensor of its largest error.
+    let (what, check) = if report.anchor_check.within(job.tolerance) {
+        ("weights", &report.weight_check)
+    } else {
+        ("anchors", &report.anchor_check)
+    };
+    eprintln!(
+        "error: the accelerator differs from the host reference{on} beyond {:e}: \
+         {what} {check}",
+        job.tolerance
+    );
+    ExitCode::FAILURE
 }

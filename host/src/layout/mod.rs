@@ -135,23 +135,8 @@ impl Report {
     ///
     /// The request is checked against [`MAX_REPLICAS`] and [`MAX_ELEMENTS`] first.
     pub fn build(request: &Request) -> Result<Self, InspectError> {
+        check_bounds(request)?;
         let replicas = request.replicas;
-        if !(1..=MAX_REPLICAS).contains(&replicas) {
-            return Err(InspectError::Replicas { replicas });
-        }
-        if let Some((index, &dim)) = request
-            .shape
-            .iter()
-            .enumerate()
-            .find(|&(_, &dim)| dim > MAX_ELEMENTS)
-        {
-            return Err(InspectError::Dimension { index, dim });
-        }
-        if let Some((domain, _)) = request.shard {
-            if !(1..=MAX_REPLICAS).contains(&domain) {
-                return Err(InspectError::ShardDomain { domain });
-            }
-        }
         let settings =
             VariableSettings::new(request.spec, request.retrieval, replicas).map_err(|error| {
                 InspectError::Spec {
@@ -160,13 +145,8 @@ impl Report {
                     error,
                 }
             })?;
-        let grouping = *settings.grouping();
         let shape = Shape::new(&request.shape)?;
-        let elements = match shape.elements() {
-            Ok(n) if n <= MAX_ELEMENTS => n,
-            Ok(n) => return Err(InspectError::Elements { elements: Some(n) }),
-            Err(_) => return Err(InspectError::Elements { elements: None }),
-        };
+        let elements = bounded_elements(&shape)?;
         let window = InstanceWindow::split(request.replicas, request.instances, request.instance)
             .ok_or(InspectError::Instances {
             replicas: request.replicas,
@@ -182,13 +162,24 @@ impl Report {
         };
         // Element units: one "byte" per element.
         let layout = WeightLayout::new(settings, elements, 1, shard, window)?;
+        Self::describe(request, &shape, &layout)
+    }
 
+    /// The report of `layout`, the layout of `request`'s variable of shape `shape` that
+    /// [`build`](Self::build) has checked and made.
+    fn describe(
+        request: &Request,
+        shape: &Shape,
+        layout: &WeightLayout<'_>,
+    ) -> Result<Self, InspectError> {
+        let settings = layout.settings();
+        let grouping = *settings.grouping();
         let num_groups = grouping.num_groups();
         let groups = (0..num_groups)
             .map(|g| grouping.members(g).map(Iterator::collect))
             .collect::<Result<Vec<Vec<usize>>, _>>()?;
-        let placement = (0..window.local)
-            .map(|local| placement_report(&layout, local))
+        let placement = (0..layout.window().local)
+            .map(|local| placement_report(layout, local))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             grouping: (&grouping).into(),
@@ -208,9 +199,9 @@ impl Report {
             transpose: grouping.transpose().ok().as_ref().map(GroupingTriple::from),
             retrieval: request.retrieval.to_string(),
             returning: settings.returning(),
-            host_shape: settings.host_shape(&shape)?.dims().to_vec(),
-            returned_shape: settings.returned_shape(&shape)?.dims().to_vec(),
-            shard: shard.map(|s| ShardReport {
+            host_shape: settings.host_shape(shape)?.dims().to_vec(),
+            returned_shape: settings.returned_shape(shape)?.dims().to_vec(),
+            shard: layout.shard().map(|s| ShardReport {
                 domain: s.domain(),
                 per_replica: s.per_replica(),
                 gathered_elements: s.gathered_len(),
@@ -220,6 +211,38 @@ impl Report {
             placement,
             collective: layout.collective().to_string(),
         })
+    }
+}
+
+/// The bounds every request keeps before anything is built: the replicas and the shard
+/// domain in `1..=MAX_REPLICAS`, every dimension at most [`MAX_ELEMENTS`].
+fn check_bounds(request: &Request) -> Result<(), InspectError> {
+    let replicas = request.replicas;
+    if !(1..=MAX_REPLICAS).contains(&replicas) {
+        return Err(InspectError::Replicas { replicas });
+    }
+    if let Some((index, &dim)) = request
+        .shape
+        .iter()
+        .enumerate()
+        .find(|&(_, &dim)| dim > MAX_ELEMENTS)
+    {
+        return Err(InspectError::Dimension { index, dim });
+    }
+    if let Some((domain, _)) = request.shard {
+        if !(1..=MAX_REPLICAS).contains(&domain) {
+            return Err(InspectError::ShardDomain { domain });
+        }
+    }
+    Ok(())
+}
+
+/// The elements of `shape`, at most [`MAX_ELEMENTS`].
+fn bounded_elements(shape: &Shape) -> Result<usize, InspectError> {
+    match shape.elements() {
+        Ok(n) if n <= MAX_ELEMENTS => Ok(n),
+        Ok(n) => Err(InspectError::Elements { elements: Some(n) }),
+        Err(_) => Err(InspectError::Elements { elements: None }),
     }
 }
 

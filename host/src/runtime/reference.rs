@@ -31,6 +31,13 @@ struct Variable {
     velocity: Vec<Vec<f64>>,
 }
 
+impl Variable {
+    /// The value replica `r` sees: its group's.
+    fn value_of(&self, r: usize) -> &[f64] {
+        &self.values[self.grouping.group_of(r).unwrap_or(0)]
+    }
+}
+
 /// The host's copy of a program's training.
 #[derive(Debug)]
 pub struct Reference {
@@ -92,47 +99,13 @@ impl Reference {
         let p = self.program.clone();
         let replicas = self.replicas;
         let (bps, af) = (self.flow.batches_per_step(), self.flow.accumulation());
-        let streams = p
-            .streams
-            .iter()
-            .map(|s| {
-                let array = io
-                    .get(s.name.as_str())
-                    .ok_or_else(|| RuntimeError::MissingStream {
-                        name: s.name.to_string(),
-                    })?;
-                let values = array
-                    .to_f64()
-                    .or_else(|| {
-                        array
-                            .to_f32()
-                            .map(|v| v.iter().map(|&x| f64::from(x)).collect())
-                    })
-                    .or_else(|| {
-                        array
-                            .to_i32()
-                            .map(|v| v.iter().map(|&x| f64::from(x)).collect())
-                    })
-                    .or_else(|| {
-                        array
-                            .to_i64()
-                            .map(|v| v.iter().map(|&x| x as f64).collect())
-                    })
-                    .unwrap_or_default();
-                Ok((elements(&s.sample).unwrap_or(0), s.broadcast, values))
-            })
-            .collect::<Result<Vec<_>, RuntimeError>>()?;
-        // Per anchor, per replica: the values written, and the running sum.
+        let streams = stream_values(&p, io)?;
         let widths: Vec<usize> = p
             .anchors
             .iter()
             .map(|a| p.anchor_width(a.tensor).unwrap_or(0))
             .collect();
-        let mut written: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); replicas]; p.anchors.len()];
-        let mut sums: Vec<Vec<Vec<f64>>> = widths
-            .iter()
-            .map(|&w| vec![vec![0.0; w]; replicas])
-            .collect();
+        let mut recorded = Recorded::new(&widths, replicas);
         for b in 0..bps {
             let mut grads: Vec<Vec<Vec<f64>>> = (0..replicas)
                 .map(|_| {
@@ -142,43 +115,31 @@ impl Reference {
                         .collect()
                 })
                 .collect();
-            for r in 0..replicas {
+            for (r, replica_grads) in grads.iter_mut().enumerate() {
                 for m in 0..af {
                     let micro = b * af + m;
-                    let sample = |k: usize| {
-                        let (width, broadcast, values) = &streams[k];
-                        let at = if *broadcast {
-                            micro
-                        } else {
-                            micro * replicas + r
-                        };
-                        &values[at * width..(at + 1) * width]
-                    };
-                    let (loss, output) = self.micro_batch(r, &mut grads[r], sample);
+                    let sample = |k: usize| streams[k].sample(micro, replicas, r);
+                    let (loss, output) = self.micro_batch(r, replica_grads, sample);
                     for (j, a) in p.anchors.iter().enumerate() {
                         let value: Vec<f64> = match a.tensor {
                             AnchorTensor::Loss => vec![loss],
                             AnchorTensor::Output => output.clone(),
                         };
-                        match a.return_type.action(b, m, bps, af) {
-                            AnchorAction::Skip => {}
-                            AnchorAction::Write => written[j][r].extend(value),
-                            AnchorAction::Accumulate { emit } => {
-                                for (s, v) in sums[j][r].iter_mut().zip(&value) {
-                                    *s += v;
-                                }
-                                if emit {
-                                    written[j][r].extend(sums[j][r].iter().copied());
-                                }
-                            }
-                        }
+                        recorded.record(j, r, a.return_type.action(b, m, bps, af), value);
                     }
                 }
             }
             self.update(&grads, af as f64);
         }
+        Ok(self.anchor_values(&widths, &recorded.written))
+    }
+
+    /// Each anchor's values written by every replica, `written[anchor][replica]`, laid out
+    /// flat in the runtime's `[outputs, replicas, width]` order.
+    fn anchor_values(&self, widths: &[usize], written: &[Vec<Vec<f64>>]) -> Values {
+        let replicas = self.replicas;
         let mut anchors = Values::new();
-        for (j, a) in p.anchors.iter().enumerate() {
+        for (j, a) in self.program.anchors.iter().enumerate() {
             let w = widths[j];
             let items = self.flow.outputs_per_replica(Some(a.return_type));
             let mut out = vec![0.0; items * replicas * w];
@@ -190,7 +151,7 @@ impl Reference {
             }
             anchors.insert(a.tensor.name().to_string(), out);
         }
-        Ok(anchors)
+        anchors
     }
 
     /// Optimizer values from host, as [`Runtime::set_optimizer`](super::Runtime::set_optimizer)
@@ -298,13 +259,22 @@ impl Reference {
         grads: &mut [Vec<f64>],
         sample: impl Fn(usize) -> &'s [f64],
     ) -> (f64, Vec<f64>) {
+        let last = self.program.layers.len() - 1; // Checked: the program ends in a loss.
+        let (acts, masks) = self.forward(r, sample(usize::from(self.program.input)).to_vec());
+        let output = acts[last].clone();
+        let (loss, delta) = loss_and_delta(&self.program.layers[last], &output, &sample);
+        self.backward(r, grads, &acts, &masks, delta);
+        (loss, output)
+    }
+
+    /// Replica `r`'s layers before the loss, on `input`: every layer's input and, last, the
+    /// loss layer's (`acts`), and the dropout masks drawn from its generator (`masks`; empty
+    /// for the other layers).
+    fn forward(&mut self, r: usize, input: Vec<f64>) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
         let p = &self.program;
-        let value = |i: u8| {
-            let v = &self.variables[usize::from(i)];
-            &v.values[v.grouping.group_of(r).unwrap_or(0)]
-        };
+        let value = |i: u8| self.variables[usize::from(i)].value_of(r);
         let last = p.layers.len() - 1; // Checked: the program ends in a loss.
-        let mut acts = vec![sample(usize::from(p.input)).to_vec()];
+        let mut acts = vec![input];
         let mut masks = vec![Vec::new(); last];
         for (k, layer) in p.layers[..last].iter().enumerate() {
             let x = &acts[k];
@@ -330,37 +300,23 @@ impl Reference {
             };
             acts.push(y);
         }
-        let output = acts[last].clone();
-        let (loss, mut delta) = match p.layers[last] {
-            Layer::SoftmaxCrossEntropy { labels } => {
-                let label = sample(usize::from(labels))[0] as usize;
-                let max = output.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let exps: Vec<f64> = output.iter().map(|z| (z - max).exp()).collect();
-                let total: f64 = exps.iter().sum();
-                let mut d: Vec<f64> = exps.iter().map(|e| e / total).collect();
-                d[label] -= 1.0;
-                (-(output[label] - max - total.ln()), d)
-            }
-            Layer::MeanSquaredError { targets } => {
-                let t = sample(usize::from(targets));
-                let n = output.len().max(1) as f64;
-                let loss = output
-                    .iter()
-                    .zip(t)
-                    .map(|(y, t)| (y - t) * (y - t))
-                    .sum::<f64>()
-                    / n;
-                (
-                    loss,
-                    output
-                        .iter()
-                        .zip(t)
-                        .map(|(y, t)| 2.0 * (y - t) / n)
-                        .collect(),
-                )
-            }
-            _ => (0.0, vec![0.0; output.len()]),
-        };
+        (acts, masks)
+    }
+
+    /// Replica `r`'s layers before the loss, backwards from `delta` (the loss's gradient by
+    /// its input) over `forward`'s `acts` and `masks`: each weight's and bias's gradient is
+    /// added into `grads`.
+    fn backward(
+        &self,
+        r: usize,
+        grads: &mut [Vec<f64>],
+        acts: &[Vec<f64>],
+        masks: &[Vec<f64>],
+        mut delta: Vec<f64>,
+    ) {
+        let p = &self.program;
+        let value = |i: u8| self.variables[usize::from(i)].value_of(r);
+        let last = p.layers.len() - 1; // Checked: the program ends in a loss.
         for (k, layer) in p.layers[..last].iter().enumerate().rev() {
             let x = &acts[k];
             delta = match *layer {
@@ -398,7 +354,6 @@ impl Reference {
                 Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => delta,
             };
         }
-        (loss, output)
     }
 
     /// Averages each trained variable's gradient over its groups and applies the
@@ -433,5 +388,137 @@ impl Reference {
                 }
             }
         }
+    }
+}
+
+/// One stream's values for a step: `width` values per sample, one sample per micro-batch
+/// when `broadcast`, one per micro-batch and replica otherwise.
+struct StreamValues {
+    width: usize,
+    broadcast: bool,
+    values: Vec<f64>,
+}
+
+impl StreamValues {
+    /// Replica `r`'s sample of micro-batch `micro`: sample `micro·replicas + r`, or `micro`
+    /// when broadcast.
+    fn sample(&self, micro: usize, replicas: usize, r: usize) -> &[f64] {
+        let at = if self.broadcast {
+            micro
+        } else {
+            micro * replicas + r
+        };
+        &self.values[at * self.width..(at + 1) * self.width]
+    }
+}
+
+/// Every stream of `p` in `io`, as `f64`s whatever its element type.
+fn stream_values(p: &Program, io: &StepIo) -> Result<Vec<StreamValues>, RuntimeError> {
+    p.streams
+        .iter()
+        .map(|s| {
+            let array = io
+                .get(s.name.as_str())
+                .ok_or_else(|| RuntimeError::MissingStream {
+                    name: s.name.to_string(),
+                })?;
+            let values = array
+                .to_f64()
+                .or_else(|| {
+                    array
+                        .to_f32()
+                        .map(|v| v.iter().map(|&x| f64::from(x)).collect())
+                })
+                .or_else(|| {
+                    array
+                        .to_i32()
+                        .map(|v| v.iter().map(|&x| f64::from(x)).collect())
+                })
+                .or_else(|| {
+                    array
+                        .to_i64()
+                        .map(|v| v.iter().map(|&x| x as f64).collect())
+                })
+                .unwrap_or_default();
+            Ok(StreamValues {
+                width: elements(&s.sample).unwrap_or(0),
+                broadcast: s.broadcast,
+                values,
+            })
+        })
+        .collect()
+}
+
+/// Per anchor, per replica: the values written, and the running sum.
+struct Recorded {
+    written: Vec<Vec<Vec<f64>>>,
+    sums: Vec<Vec<Vec<f64>>>,
+}
+
+impl Recorded {
+    /// Nothing written yet and every sum at zero, for anchors `widths` wide.
+    fn new(widths: &[usize], replicas: usize) -> Self {
+        Self {
+            written: vec![vec![Vec::new(); replicas]; widths.len()],
+            sums: widths
+                .iter()
+                .map(|&w| vec![vec![0.0; w]; replicas])
+                .collect(),
+        }
+    }
+
+    /// Anchor `j`'s `value` on replica `r`, by its return type's `action`.
+    fn record(&mut self, j: usize, r: usize, action: AnchorAction, value: Vec<f64>) {
+        match action {
+            AnchorAction::Skip => {}
+            AnchorAction::Write => self.written[j][r].extend(value),
+            AnchorAction::Accumulate { emit } => {
+                for (s, v) in self.sums[j][r].iter_mut().zip(&value) {
+                    *s += v;
+                }
+                if emit {
+                    self.written[j][r].extend(self.sums[j][r].iter().copied());
+                }
+            }
+        }
+    }
+}
+
+/// The loss of the loss layer `layer` on its input `output`, and the loss's gradient by
+/// `output`.
+fn loss_and_delta<'s>(
+    layer: &Layer,
+    output: &[f64],
+    sample: impl Fn(usize) -> &'s [f64],
+) -> (f64, Vec<f64>) {
+    match *layer {
+        Layer::SoftmaxCrossEntropy { labels } => {
+            let label = sample(usize::from(labels))[0] as usize;
+            let max = output.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = output.iter().map(|z| (z - max).exp()).collect();
+            let total: f64 = exps.iter().sum();
+            let mut d: Vec<f64> = exps.iter().map(|e| e / total).collect();
+            d[label] -= 1.0;
+            (-(output[label] - max - total.ln()), d)
+        }
+        Layer::MeanSquaredError { targets } => {
+            let t = sample(usize::from(targets));
+            let n = output.len().max(1) as f64;
+            let loss = output
+                .iter()
+                .zip(t)
+                .map(|(y, t)| (y - t) * (y - t))
+                .sum::<f64>()
+                / n;
+            (
+                loss,
+                output
+                    .iter()
+                    .zip(t)
+                    .map(|(y, t)| 2.0 * (y - t) / n)
+                    .collect(),
+            )
+        }
+        _ => (0.0, vec![0.0; output.len()]),
     }
 }

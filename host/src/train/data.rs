@@ -15,6 +15,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use tessera_core::dtype::DataType;
 use tessera_core::rng::Rng;
@@ -194,57 +195,15 @@ impl Dataset {
                 "shaped [samples], as many as the inputs",
             ));
         }
-        let (values, label_type): (Vec<i64>, _) = match labels.dtype() {
-            Dtype::I32 => (
-                labels
-                    .data()
-                    .chunks_exact(4)
-                    .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                    .collect(),
-                DataType::I32,
-            ),
-            Dtype::I64 => (
-                labels
-                    .data()
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect(),
-                DataType::I64,
-            ),
-            _ => return Err(tensor_error("labels", "int32 or int64")),
-        };
-        let largest = values.iter().copied().max().unwrap_or(0);
-        if let Some(&bad) = values.iter().find(|&&v| !(0..65536).contains(&v)) {
-            return Err(DataError::Labels {
-                path: path.to_owned(),
-                value: bad,
-            });
-        }
-        if largest < 1 {
-            return Err(DataError::Labels {
-                path: path.to_owned(),
-                value: largest,
-            });
-        }
-        let inputs: Vec<f32> = inputs
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        if let Some(at) = inputs.iter().position(|v| !v.is_finite()) {
-            return Err(DataError::NotFinite {
-                path: path.to_owned(),
-                tensor: "inputs",
-                row: at / features,
-                column: at % features,
-                value: inputs[at],
-            });
-        }
+        let (values, label_type) =
+            label_values(&labels).ok_or_else(|| tensor_error("labels", "int32 or int64"))?;
+        let classes = classes_of(path, &values)?;
+        let inputs = finite_inputs(path, &inputs, features)?;
         Ok(Self {
             inputs,
             labels: values,
             features,
-            classes: largest as usize + 1,
+            classes,
             label_type,
         })
     }
@@ -325,6 +284,73 @@ impl Dataset {
         };
         Ok((inputs, labels))
     }
+}
+
+/// The labels of `labels` as `i64`, and their type in the file; `None` unless they are
+/// `int32` or `int64`.
+fn label_values(labels: &TensorView<'_>) -> Option<(Vec<i64>, DataType)> {
+    match labels.dtype() {
+        Dtype::I32 => Some((
+            labels
+                .data()
+                .chunks_exact(4)
+                .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+            DataType::I32,
+        )),
+        Dtype::I64 => Some((
+            labels
+                .data()
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+            DataType::I64,
+        )),
+        _ => None,
+    }
+}
+
+/// The number of classes `labels` (of the file `path`) name: the largest label plus one,
+/// once every label lies in `[0, 65536)` and there are at least two classes.
+fn classes_of(path: &Path, labels: &[i64]) -> Result<usize, DataError> {
+    let largest = labels.iter().copied().max().unwrap_or(0);
+    if let Some(&bad) = labels.iter().find(|&&v| !(0..65536).contains(&v)) {
+        return Err(DataError::Labels {
+            path: path.to_owned(),
+            value: bad,
+        });
+    }
+    if largest < 1 {
+        return Err(DataError::Labels {
+            path: path.to_owned(),
+            value: largest,
+        });
+    }
+    Ok(largest as usize + 1)
+}
+
+/// The `float32` values of `inputs` (of the file `path`, `features` to a sample), once
+/// every one is finite.
+fn finite_inputs(
+    path: &Path,
+    inputs: &TensorView<'_>,
+    features: usize,
+) -> Result<Vec<f32>, DataError> {
+    let inputs: Vec<f32> = inputs
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if let Some(at) = inputs.iter().position(|v| !v.is_finite()) {
+        return Err(DataError::NotFinite {
+            path: path.to_owned(),
+            tensor: "inputs",
+            row: at / features,
+            column: at % features,
+            value: inputs[at],
+        });
+    }
+    Ok(inputs)
 }
 
 #[cfg(test)]

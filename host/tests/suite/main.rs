@@ -24,6 +24,7 @@ mod delayed_link;
 mod device_session;
 mod file_trust;
 mod layout_cli;
+mod loss_line;
 mod runtime_parity;
 mod session_errors;
 mod session_in_place;

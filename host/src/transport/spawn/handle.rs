@@ -1,0 +1,160 @@
+//! What keeps a device running, whatever its placement, and what the host can see of it
+//! while it does not answer.
+
+use std::fs;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{ChildStdin, ExitStatus};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tessera_firmware_sim::std_link::BusyLine;
+
+use super::process::DEVICE_PROCESS;
+use super::qemu::QEMU;
+use crate::transport::children::Adopted;
+
+/// How long the defmt decoder may take to print QEMU's last logs once QEMU is gone.
+const DECODER_DRAIN: Duration = Duration::from_secs(1);
+
+/// What keeps a device running; dropping it stops the device.
+pub(in crate::transport) enum DeviceHandle {
+    /// The device thread, and our socket end if it has one: shutting it down ends the
+    /// device's loop even though the reader thread holds a duplicate of it (a queue ends
+    /// when the channel drops its sender).
+    Thread(Option<JoinHandle<()>>, Option<UnixStream>, BusyLine),
+    /// A `tessera device` process and its reaper (and the end of its stdin we hold).
+    Child {
+        child: Option<Adopted>,
+        reaper: Option<(Adopted, ChildStdin)>,
+    },
+    /// The emulator, the defmt decoder reading its stdout, their reaper (and the end of
+    /// its stdin we hold), and the folder of the UART socket.
+    Qemu {
+        qemu: Option<Adopted>,
+        decoder: Option<Adopted>,
+        reaper: Option<(Adopted, ChildStdin)>,
+        dir: PathBuf,
+    },
+}
+
+impl DeviceHandle {
+    /// The program running the device.
+    pub fn program(&self) -> &'static str {
+        match self {
+            Self::Thread(..) => "thread",
+            Self::Child { .. } => DEVICE_PROCESS,
+            Self::Qemu { .. } => QEMU,
+        }
+    }
+
+    /// What the device is doing while it does not answer (see [`Liveness`]).
+    pub fn liveness(&self) -> Liveness {
+        match self {
+            Self::Thread(thread, _, busy) => match thread {
+                Some(thread) if thread.is_finished() => Liveness::Ended,
+                _ if busy.is_high() => Liveness::Busy,
+                _ => Liveness::Idle,
+            },
+            Self::Child {
+                child: Some(child), ..
+            } => process_liveness(child.pid()),
+            // An emulator is always on a core, working or not: only its end and a stop
+            // tell anything.
+            Self::Qemu {
+                qemu: Some(qemu), ..
+            } => match process_liveness(qemu.pid()) {
+                Liveness::Busy => Liveness::Unknown,
+                other => other,
+            },
+            _ => Liveness::Ended,
+        }
+    }
+
+    /// How the device's process ended, if it has (waiting up to `limit` for it).
+    pub fn exit_status(&self, limit: Duration) -> Option<ExitStatus> {
+        match self {
+            Self::Child {
+                child: Some(child), ..
+            }
+            | Self::Qemu {
+                qemu: Some(child), ..
+            } => child.wait_timeout(limit).ok().flatten(),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for DeviceHandle {
+    fn drop(&mut self) {
+        match self {
+            Self::Thread(handle, control, _) => {
+                // Shutting the socket down (every duplicate of it) ends the device's loop.
+                if let Some(control) = control {
+                    let _ = control.shutdown(std::net::Shutdown::Both);
+                }
+                if let Some(handle) = handle.take() {
+                    let _ = handle.join();
+                }
+            }
+            // Dropping the adopted child kills and reaps it; the reaper goes first, so it
+            // never kills a process id that was reused.
+            Self::Child { child, reaper } => {
+                drop(reaper.take());
+                drop(child.take());
+            }
+            Self::Qemu {
+                qemu,
+                decoder,
+                reaper,
+                dir,
+            } => {
+                // The reaper goes first, so it never kills a process id that was reused.
+                drop(reaper.take());
+                drop(qemu.take());
+                if let Some(decoder) = decoder.take() {
+                    // It ends by itself once QEMU's stdout closes; give it a moment to
+                    // print the last logs, then stop it anyway.
+                    let _ = decoder.wait_timeout(DECODER_DRAIN);
+                }
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// What a device that does not answer is doing, as far as the host can see without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// It is running a request: a device thread's busy line is high, or a device process
+    /// is on a core (its state is R: computing, where a device waiting for its link
+    /// sleeps).
+    Busy,
+    /// It waits for its link: whatever it was sent did not reach it.
+    Idle,
+    /// Its process is stopped (SIGSTOP, a debugger): it will not answer until continued.
+    Stopped,
+    /// Its thread or process has ended.
+    Ended,
+    /// The host cannot tell (an emulator is on a core whether or not its firmware works).
+    Unknown,
+}
+
+/// What process `pid` is doing, from its state in `/proc/PID/stat`.
+fn process_liveness(pid: u32) -> Liveness {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Liveness::Ended;
+    };
+    // "pid (comm) S ...": the state follows the last ')' (the name may hold one).
+    match stat
+        .rsplit(')')
+        .next()
+        .map(str::trim_start)
+        .and_then(|s| s.chars().next())
+    {
+        Some('R') => Liveness::Busy,
+        Some('T' | 't') => Liveness::Stopped,
+        Some('Z' | 'X' | 'x') | None => Liveness::Ended,
+        Some(_) => Liveness::Idle,
+    }
+}

@@ -1,0 +1,83 @@
+//! Starting a device in each placement, and stopping it: a thread of this process on a
+//! socket pair, a child process (`tessera device`) on its stdio, or the bare-metal firmware
+//! under `qemu-system-arm` with UART0 on a Unix socket and its defmt logs decoded by
+//! `defmt-print`.
+//!
+//! Every device process has a reaper: a shell that kills it once this process is gone,
+//! however it ended (SIGKILL included). A device process would end by itself when its link
+//! closes — but not while it is stopped (SIGSTOP, a debugger), and QEMU serves its socket
+//! forever. The reaper does not depend on which thread started the device, as a
+//! parent-death signal would (Linux sends that when the spawning *thread* ends).
+//!
+//! The QEMU placement checks everything it needs before it starts anything: the firmware
+//! exists and is a 32-bit little-endian ARM ELF, and `qemu-system-arm` and `defmt-print`
+//! are on the `PATH`. Every child process is adopted by [`children`](super::children) so
+//! that dropping the link, or a signal to tessera, stops it.
+//!
+//! # Files
+//!
+//! - `thread`: a device thread of this process, on a socket pair or on message queues.
+//! - `process`: a `tessera device` child process on its stdio.
+//! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
+//! - `reaper`: the shell that kills a device process once tessera is gone.
+//! - `handle`: what keeps a device running ([`DeviceHandle`]) and what it is doing
+//!   ([`Liveness`]).
+//! - `firmware`: what the QEMU placement needs ([`check_firmware`]).
+
+mod firmware;
+mod handle;
+mod process;
+mod qemu;
+mod reaper;
+mod thread;
+
+pub use firmware::{check_firmware, FirmwareError};
+pub(super) use handle::{DeviceHandle, Liveness};
+pub(super) use process::child_process;
+pub(super) use qemu::{qemu, QEMU};
+pub(super) use thread::in_process;
+
+use std::io::{Read, Write};
+use std::sync::mpsc::{Receiver, Sender};
+
+use tessera_firmware_sim::std_link::Message;
+
+use super::shared::{SharedMemory, Window};
+
+/// Both ends of a new link to a device, and what keeps the device running.
+pub(super) struct Link {
+    pub incoming: Incoming,
+    pub outgoing: Outgoing,
+    pub handle: DeviceHandle,
+    /// The window bulk bytes pass through (child processes, QEMU).
+    pub window: Option<Window>,
+    /// The host's mapping of the device's memory (threads on a queue, child processes).
+    pub memory: Option<SharedMemory>,
+}
+
+/// Held while a child process is started, so that the descriptor of a shared window, which
+/// must be inherited by its own device process, is inherited by no other child tessera
+/// starts meanwhile.
+static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn spawning() -> std::sync::MutexGuard<'static, ()> {
+    SPAWNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where the device's messages come from.
+pub(super) enum Incoming {
+    /// A byte link: frames, decoded by a reader thread.
+    Bytes(Box<dyn Read + Send>),
+    /// Whole messages (and bulk bytes) from a device thread.
+    Messages(Receiver<Message>),
+}
+
+/// Where messages to the device go.
+pub(super) enum Outgoing {
+    /// A byte link: frames.
+    Bytes(Box<dyn Write + Send>),
+    /// Whole messages (and bulk bytes) to a device thread.
+    Messages(Sender<Message>),
+}
