@@ -5,6 +5,7 @@
 //!   device can recognise (and answer again) one it already ran. The session starts with
 //!   [`Request::Hello`], which carries [`PROTOCOL_VERSION`]; the device answers with its
 //!   [`Limits`].
+//! - [`error`]: why a device refuses a request — the rule that failed.
 //! - [`direction`]: what travels each way — requests and combined results to a device,
 //!   replies and contributions from it (endpoints beside topics).
 //! - [`target`]: what a byte-moving request addresses, and what an offset means there.
@@ -36,6 +37,7 @@
 
 pub mod direction;
 pub mod endpoint;
+pub mod error;
 pub mod frame;
 pub mod message;
 pub mod target;

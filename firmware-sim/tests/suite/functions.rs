@@ -245,7 +245,7 @@ fn add_one_float_exact_and_int_overflow() {
     });
 }
 
-/// Scenario 3 on worker 0: arange(6) as (2, 3) f32 copied in with AllocArray/WriteArray,
+/// Scenario 3 on worker 0: arange(6) as (2, 3) f32 copied in with AllocArray and Write,
 /// `add_one`, read back in chunks: x + 1, shape kept. A kernel that returned a tensor or
 /// lost the shape shows up in DescribeRegister.
 #[test]
@@ -440,7 +440,7 @@ fn failing_calls_leak_nothing() {
     });
 }
 
-/// Arrays of every dtype round-trip through AllocArray, chunked WriteArray and ReadArray,
+/// Arrays of every dtype round-trip through AllocArray, chunked Write and Read of the register,
 /// DescribeRegister and GetRegister: a wrong element size in the checks fails some dtype.
 #[test]
 fn arrays_of_every_dtype_round_trip() {

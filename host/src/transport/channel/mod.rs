@@ -18,7 +18,10 @@
 //! - Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
 //!   holds ends there and costs only itself, and is flushed at once.
 
+mod abandoned;
 mod data_path;
+mod open;
+mod receive;
 
 pub use data_path::{Reading, Sent, Span, Traffic};
 
@@ -26,25 +29,20 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::Write;
 use std::ops::Range;
-use std::path::Path;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::thread;
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use tessera_core::wire::endpoint::Hello;
-use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_body, encode_frame, max_frame_len, Combined, Endpoint, Envelope, ErrorCode, FromDevice,
-    Limits, Request, RequestKind, Response, Target, ToDevice, PROTOCOL_VERSION,
+    encode_body, encode_frame, Endpoint, Envelope, Limits, Request, RequestKind, Response, Target,
+    ToDevice,
 };
 
-use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message, SPIN};
+use tessera_firmware_sim::std_link::{Bulk, Message};
 
-use super::fault::FaultConfig;
-use super::reader::{read_frames, MAX_FRAME};
+use super::reader::MAX_FRAME;
 use super::reply::{Reply, Typed};
 use super::shared::{SharedMemory, Window};
-use super::spawn::{self, DeviceHandle, Incoming, Link, Liveness, Outgoing};
+use super::spawn::{DeviceHandle, Liveness, Outgoing};
 use super::TransportError;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
@@ -154,142 +152,6 @@ impl fmt::Debug for Channel {
 }
 
 impl Channel {
-    /// A device in a thread of this process, `memory` bytes of arena, optionally with
-    /// faults injected in both directions.
-    ///
-    /// ```
-    /// use tessera_core::wire::endpoint::{Command, GetSeed};
-    /// use tessera_core::wire::Request;
-    /// use tessera_host::transport::Channel;
-    ///
-    /// // Replica 2 in a thread, 64 KiB of arena, no faults; the hello is done when it returns.
-    /// let mut channel = Channel::in_process(2, 64 << 10, None)?;
-    /// assert_eq!((channel.replica(), channel.limits().memory), (2, 64 << 10));
-    /// // Typed endpoints: a command is answered `Done`, `GetSeed` with the seed.
-    /// channel.call(&Command::new(Request::SetSeed { seed: 7 }).ok_or("not a command")?)?;
-    /// assert_eq!(channel.call(&GetSeed)?.get(), 7);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn in_process(
-        replica: u32,
-        memory: usize,
-        faults: Option<FaultConfig>,
-    ) -> Result<Self, TransportError> {
-        Self::open(spawn::in_process(replica, memory, faults)?, replica)
-    }
-
-    /// A device in a child process (`tessera device`, `exe` being the `tessera` binary),
-    /// speaking over its stdio.
-    pub fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Self, TransportError> {
-        Self::open(spawn::child_process(exe, replica, memory)?, replica)
-    }
-
-    /// The bare-metal firmware (`firmware`, an ELF for mps2-an385) under
-    /// `qemu-system-arm`, its UART0 on a Unix socket. The firmware's defmt logs go through
-    /// `defmt-print` to stderr. Dropping the channel kills QEMU. The firmware and the tools
-    /// are checked before anything starts.
-    pub fn qemu(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
-        spawn::check_firmware(firmware)?;
-        Self::qemu_checked(firmware, replica)
-    }
-
-    /// Like [`Channel::qemu`], for a caller that has checked the firmware and the tools
-    /// already (once for all its devices: `placement::open`).
-    pub(crate) fn qemu_checked(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
-        Self::open(spawn::qemu(firmware, replica)?, replica)
-    }
-
-    fn open(link: Link, replica: u32) -> Result<Self, TransportError> {
-        let Link {
-            incoming,
-            outgoing: writer,
-            handle,
-            window,
-            memory,
-        } = link;
-        let frames = match incoming {
-            // A byte link gets a thread that decodes its frames.
-            Incoming::Bytes(reader) => {
-                let (tx, frames) = mpsc::channel();
-                thread::Builder::new()
-                    .name(format!("tessera-link-{replica}"))
-                    .spawn(move || read_frames(reader, tx, replica))?;
-                frames
-            }
-            Incoming::Messages(frames) => frames,
-        };
-        let mut channel = Self {
-            writer,
-            frames,
-            next_seq: 1,
-            deadline: DEFAULT_DEADLINE,
-            busy_deadline: BUSY_DEADLINE,
-            limits: Limits {
-                memory: 0,
-                max_frame: 256,
-                replica,
-                window: 1,
-            },
-            scratch: vec![0; MAX_FRAME],
-            out: vec![0; 1 + max_frame_len(MAX_FRAME)],
-            in_flight: VecDeque::new(),
-            oldest_sent: Instant::now(),
-            arrived: HashMap::new(),
-            retries: 0,
-            window,
-            memory,
-            located: HashMap::new(),
-            traffic: Traffic::default(),
-            spin: match handle {
-                DeviceHandle::Qemu { .. } => Duration::ZERO,
-                _ => SPIN,
-            },
-            handle,
-        };
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            replica,
-        };
-        let (version, limits) = match channel.call(&hello) {
-            Ok(reply) => reply.get(),
-            // A device process that ended before its hello says how it ended.
-            Err(TransportError::Closed { .. }) => {
-                return Err(match channel.handle.exit_status(EXIT_GRACE) {
-                    Some(status) => TransportError::Exited {
-                        replica,
-                        program: channel.handle.program(),
-                        status,
-                    },
-                    None => TransportError::Closed { replica },
-                })
-            }
-            Err(TransportError::Device {
-                code: ErrorCode::Version { device },
-                ..
-            }) => {
-                return Err(TransportError::Version {
-                    replica,
-                    device,
-                    host: PROTOCOL_VERSION,
-                })
-            }
-            Err(e) => return Err(e),
-        };
-        if version != PROTOCOL_VERSION || limits.replica != replica {
-            return Err(TransportError::UnexpectedReply {
-                replica,
-                request: RequestKind::Hello,
-                reply: format!("version {version}, {limits:?}"),
-            });
-        }
-        channel.limits = Limits {
-            window: limits.window.max(1),
-            ..limits
-        };
-        tracing::debug!(replica, ?limits, "device ready");
-        Ok(channel)
-    }
-
     /// The error for a reply of the wrong type.
     pub fn unexpected(&self, request: &Request<'_>, reply: &Response<'_>) -> TransportError {
         TransportError::UnexpectedReply {
@@ -595,83 +457,6 @@ impl Channel {
         Ok(())
     }
 
-    /// Sends `request` after a step this host gave up on (another device failed it) and
-    /// waits for its reply. A device still inside that step takes any later request as the
-    /// sign that the host gave up: it fails the step at once (`StepAbandoned`) and drops
-    /// the request, which go-back-N would send again only after a deadline. So once no
-    /// step is in flight any more, what is unanswered is sent again at once; a device that
-    /// had already finished answers the repeat from its reply cache. Whatever the
-    /// abandoned step left unclaimed (its reply, its contributions) is discarded.
-    pub fn request_after_abandoned_step(
-        &mut self,
-        request: &Request<'_>,
-    ) -> Result<Reply, TransportError> {
-        let steps: Vec<u32> = self
-            .in_flight
-            .iter()
-            .filter(|f| f.kind == RequestKind::RunStep)
-            .map(|f| f.seq)
-            .collect();
-        let seq = self.submit(request)?;
-        while self
-            .in_flight
-            .iter()
-            .any(|f| f.kind == RequestKind::RunStep)
-        {
-            self.pump(None, true)?;
-        }
-        if !steps.is_empty() && self.in_flight.iter().any(|f| f.seq == seq) {
-            for f in &self.in_flight {
-                transmit(
-                    &mut self.writer,
-                    &f.frame,
-                    f.bulk.clone(),
-                    self.limits.replica,
-                )?;
-                self.retries += 1;
-            }
-            self.oldest_sent = Instant::now();
-        }
-        let reply = self.receive(seq);
-        // The abandoned steps' replies and contributions are nobody's now.
-        self.arrived.retain(|seq, _| !steps.contains(seq));
-        reply
-    }
-
-    /// The next message under `seq` (a reply, or a reduction during a step) if one
-    /// arrives within `wait`, without sending anything again: for a caller that manages
-    /// its own retries (the runtime's step driver).
-    pub fn poll(&mut self, seq: u32, wait: Duration) -> Result<Option<Reply>, TransportError> {
-        let until = Instant::now() + wait;
-        loop {
-            if let Some(message) = self.take(seq) {
-                return Ok(Some(Reply {
-                    seq,
-                    body: message.body,
-                    bulk: message.bulk,
-                }));
-            }
-            if Instant::now() >= until {
-                return Ok(None);
-            }
-            self.pump(Some(until), false)?;
-        }
-    }
-
-    /// Sends a reduction's combined result: a topic message, which gets no reply and is not
-    /// tracked (the device asks again, by sending its contribution again, if it is lost).
-    pub fn publish(&mut self, combined: &Combined<'_>) -> Result<(), TransportError> {
-        let message = ToDevice::Combined(combined.clone());
-        let n = self.encode(&message, RequestKind::RunStep)?.len();
-        transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
-    }
-
-    /// Sends `request` under `seq` without tracking it: a retry the caller manages.
-    pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
-        let n = self.frame(seq, request)?.len();
-        transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
-    }
-
     /// Encodes `request` under `seq` into the output buffer: a frame, delimiter first, for
     /// a byte link; the bare body for a message link.
     fn frame(&mut self, seq: u32, request: &Request<'_>) -> Result<&[u8], TransportError> {
@@ -730,112 +515,6 @@ impl Channel {
             self.arrived.remove(&seq);
         }
         body
-    }
-
-    /// Takes in what the device sent, until one message arrives or `until` passes; with
-    /// `retransmit`, sends every unanswered request again when the oldest has waited its
-    /// deadline (and fails after [`ATTEMPTS`]).
-    fn pump(&mut self, until: Option<Instant>, retransmit: bool) -> Result<(), TransportError> {
-        let resend_at = self.oldest_sent + self.deadline;
-        let wake = match until {
-            Some(until) if !retransmit || until < resend_at => until,
-            _ => resend_at,
-        };
-        match receive_spinning(
-            &self.frames,
-            Some(wake.saturating_duration_since(Instant::now())),
-            self.spin,
-        ) {
-            Ok(message) => {
-                self.accept(message);
-                Ok(())
-            }
-            Err(RecvTimeoutError::Timeout) if retransmit && Instant::now() >= resend_at => {
-                self.go_back()
-            }
-            Err(RecvTimeoutError::Timeout) => Ok(()),
-            Err(RecvTimeoutError::Disconnected) => Err(TransportError::Closed {
-                replica: self.limits.replica,
-            }),
-        }
-    }
-
-    /// Files a message from the device: a reply to a request in flight completes it; a
-    /// reduction (during a step) is queued under the step; anything else is stale.
-    fn accept(&mut self, mut message: Message) {
-        let (seq, completes, bulk) = match decode_body::<FromDevice<'_>>(&message.body) {
-            Ok(FromDevice::Reply(Envelope { seq, body })) => {
-                let bulk = match body {
-                    Response::Bulk { len } => Some(len),
-                    _ => None,
-                };
-                (seq, true, bulk)
-            }
-            // A contribution waits under its step, which it does not complete.
-            Ok(FromDevice::Contribution(c)) => (c.step, false, None),
-            Err(_) => return,
-        };
-        let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
-            return; // an answer to a retry of something already answered
-        };
-        // A bulk read's bytes wait in the shared window: take them before it is reused.
-        let from_window = match (bulk, &self.window) {
-            (Some(len), Some(window)) => window.read(len as usize),
-            _ => None,
-        };
-        if let Some(bytes) = from_window {
-            message.bulk = Some(Bulk(std::sync::Arc::new(bytes)));
-        }
-        if completes {
-            self.in_flight.remove(at);
-            if at == 0 {
-                self.oldest_sent = Instant::now();
-            }
-        }
-        self.arrived.entry(seq).or_default().push_back(message);
-    }
-
-    /// Sends every unanswered request again, oldest first (go-back-N).
-    fn go_back(&mut self) -> Result<(), TransportError> {
-        let Some(oldest) = self.in_flight.front() else {
-            return Ok(());
-        };
-        if oldest.attempts >= ATTEMPTS {
-            match self.silence(oldest.kind, oldest.first_sent, oldest.attempts) {
-                Silence::Report(error) => {
-                    tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, %error, "device did not answer");
-                    return Err(error);
-                }
-                // Sending it again would only queue copies behind the work.
-                Silence::Working => {
-                    self.oldest_sent = Instant::now();
-                    return Ok(());
-                }
-                Silence::Retry => {}
-            }
-        }
-        tracing::debug!(
-            replica = self.limits.replica,
-            seq = oldest.seq,
-            unanswered = self.in_flight.len(),
-            "no reply in time: sending the unanswered requests again"
-        );
-        // Only the oldest timed out: the others are sent again because go-back-N must, and
-        // that costs none of their attempts.
-        if let Some(oldest) = self.in_flight.front_mut() {
-            oldest.attempts += 1;
-        }
-        for request in &self.in_flight {
-            transmit(
-                &mut self.writer,
-                &request.frame,
-                request.bulk.clone(),
-                self.limits.replica,
-            )?;
-            self.retries += 1;
-        }
-        self.oldest_sent = Instant::now();
-        Ok(())
     }
 }
 
@@ -897,77 +576,4 @@ fn transmit(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::unix::net::UnixStream;
-    use std::sync::{Arc, Mutex};
-
-    use tessera_core::wire::FrameDecoder;
-
-    use super::*;
-
-    /// A writer that keeps what it is given.
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// Without a leading delimiter, garbage the device's decoder held (the rest of a
-    /// truncated frame) ran into the next frame and cost it too: a truncated request cost
-    /// its retry as well.
-    #[test]
-    fn every_frame_starts_with_a_delimiter() {
-        let capture = Capture::default();
-        let (_, frames) = mpsc::channel();
-        let (ours, _theirs) = UnixStream::pair().unwrap();
-        let mut channel = Channel {
-            writer: Outgoing::Bytes(Box::new(capture.clone())),
-            frames,
-            next_seq: 1,
-            deadline: DEFAULT_DEADLINE,
-            busy_deadline: BUSY_DEADLINE,
-            limits: Limits {
-                memory: 0,
-                max_frame: 256,
-                replica: 0,
-                window: 4,
-            },
-            scratch: vec![0; 512],
-            out: vec![0; 600],
-            in_flight: VecDeque::new(),
-            oldest_sent: Instant::now(),
-            arrived: HashMap::new(),
-            retries: 0,
-            window: None,
-            memory: None,
-            located: HashMap::new(),
-            traffic: Traffic::default(),
-            spin: SPIN,
-            handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
-        };
-        channel.submit(&Request::GetSeed).unwrap();
-        let sent = capture.0.lock().unwrap().clone();
-        assert_eq!(sent.first(), Some(&0), "the frame opens with 0x00");
-
-        // What a device decodes when half a damaged frame came before it.
-        let mut held = vec![0x42u8; 9];
-        held.extend_from_slice(&sent);
-        let mut decoder = FrameDecoder::<256>::new();
-        let outcomes: Vec<bool> = held
-            .iter()
-            .filter_map(|&b| decoder.push(b).map(|frame| frame.is_ok()))
-            .collect();
-        assert_eq!(
-            outcomes,
-            [false, true],
-            "the garbage, then the intact request"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,273 @@
+//! Why a device refuses a request: [`ErrorCode`], one variant per rule, and [`Invariant`],
+//! the site of a device bug found at run time. Each names the rule that failed, never a
+//! catch-all for unrelated failures.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::program::ProgramFault;
+
+/// Why the device refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ErrorCode {
+    /// The host speaks another protocol version.
+    Version {
+        /// The device's version.
+        device: u16,
+    },
+    /// The arena cannot hold the allocation.
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: u32,
+        /// Bytes left.
+        available: u32,
+    },
+    /// A table (slots, FIFOs, registers) is full.
+    TableFull,
+    /// No slot, FIFO or register with that id.
+    UnknownId {
+        /// The id.
+        id: u16,
+    },
+    /// An id already in use.
+    IdInUse {
+        /// The id.
+        id: u16,
+    },
+    /// A range outside the object it addresses.
+    OutOfBounds {
+        /// Byte offset asked for.
+        offset: u32,
+        /// Bytes asked for.
+        len: u32,
+        /// Size of the object.
+        size: u32,
+    },
+    /// A FIFO read of bytes that are not whole items.
+    ItemSize {
+        /// The FIFO's item size.
+        expected: u32,
+        /// Bytes given.
+        actual: u32,
+    },
+    /// Pushing to a full FIFO.
+    FifoFull {
+        /// The FIFO.
+        fifo: u16,
+    },
+    /// Popping an empty FIFO.
+    FifoEmpty {
+        /// The FIFO.
+        fifo: u16,
+    },
+    /// A FIFO written or read at another position than its stream's: a write must start
+    /// where the next byte goes, a read at the oldest item (see
+    /// [`target`](super::target)).
+    FifoPosition {
+        /// The FIFO.
+        fifo: u16,
+        /// The position the stream is at.
+        expected: u32,
+        /// The offset asked for.
+        offset: u32,
+    },
+    /// A program (or optimizer values) breaking a rule of core's
+    /// [`Program::check`](crate::program::Program::check): the device checks with the very
+    /// rules the host does, and names the one that failed and where, as a
+    /// [`ProgramFault`] (a few bytes: why not the whole [`ProgramError`] is said there).
+    ///
+    /// [`ProgramError`]: crate::program::ProgramError
+    Program(ProgramFault),
+    /// A request that needs a prepared program
+    /// ([`Request::RunStep`](super::Request::RunStep),
+    /// [`Request::ResetStep`](super::Request::ResetStep)) before any
+    /// [`Request::Prepare`](super::Request::Prepare) succeeded.
+    NotPrepared,
+    /// A program prepared for a replica outside the run: the hello made this device
+    /// `replica`, and the run has only `replicas`.
+    ReplicaOutOfRange {
+        /// This device's replica.
+        replica: u32,
+        /// Replicas of the run.
+        replicas: u32,
+    },
+    /// A FIFO of zero-byte items, or with a depth of zero or past `u16::MAX` items
+    /// (saturated to `u32::MAX` when it does not fit).
+    FifoShape {
+        /// Bytes per item.
+        item_bytes: u32,
+        /// Items it would hold.
+        depth: u32,
+    },
+    /// A rule the device keeps by construction was found broken at `site`: a device bug,
+    /// never the host's fault. The request is refused instead of panicking.
+    Internal {
+        /// Where.
+        site: Invariant,
+    },
+    /// A reply that does not fit in one frame.
+    ReplyTooLarge,
+    /// No device function of that name.
+    UnknownFunction,
+    /// Arguments of the wrong number or kind for the function.
+    BadArguments,
+    /// The frame did not decode as a request.
+    Malformed,
+    /// A combined result (a [`Combined`](super::Combined)) of another length than the
+    /// contribution it answers.
+    UnexpectedReduced,
+    /// The host did not answer a [`Contribution`](super::Contribution) in time.
+    ReduceTimeout,
+    /// A step whose reduction would not fit one frame.
+    ReductionTooLarge {
+        /// Bytes one contribution would carry.
+        bytes: u32,
+        /// The most one frame carries.
+        max: u32,
+    },
+    /// A bulk request on a link that carries no bytes beside its messages, or whose bytes
+    /// beside it are not the length it names.
+    BulkUnavailable,
+    /// A step abandoned while it waited for a reduction: the host sent a later request,
+    /// so it will not answer this step's reductions any more.
+    StepAbandoned,
+    /// A cycle count from a device whose program is not instrumented.
+    NotInstrumented,
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Version { device } => write!(f, "the device speaks protocol version {device}"),
+            Self::OutOfMemory {
+                requested,
+                available,
+            } => write!(
+                f,
+                "the device arena cannot hold {requested} more bytes ({available} left)"
+            ),
+            Self::TableFull => f.write_str("the device table for that kind of object is full"),
+            Self::UnknownId { id } => write!(f, "no object with id {id} on the device"),
+            Self::IdInUse { id } => write!(f, "id {id} is already in use on the device"),
+            Self::OutOfBounds { offset, len, size } => write!(
+                f,
+                "bytes [{offset}, {offset}+{len}) are outside an object of {size} bytes"
+            ),
+            Self::ItemSize { expected, actual } => {
+                write!(
+                    f,
+                    "FIFO items are {expected} bytes: {actual} bytes are not whole items"
+                )
+            }
+            Self::FifoFull { fifo } => write!(f, "FIFO {fifo} is full"),
+            Self::FifoEmpty { fifo } => write!(f, "FIFO {fifo} is empty"),
+            Self::FifoPosition {
+                fifo,
+                expected,
+                offset,
+            } => write!(
+                f,
+                "FIFO {fifo} is at position {expected}, not {offset}: a write appends where the \
+                 next byte goes, a read starts at the oldest item"
+            ),
+            Self::Program(fault) => write!(f, "the program breaks a rule: {fault}"),
+            Self::NotPrepared => f.write_str("no program is prepared on the device"),
+            Self::ReplicaOutOfRange { replica, replicas } => write!(
+                f,
+                "the device is replica {replica}, outside a run of {replicas} replicas"
+            ),
+            Self::FifoShape { item_bytes, depth } => write!(
+                f,
+                "a FIFO of {depth} items of {item_bytes} bytes: items need at least 1 byte, \
+                 the depth must lie in 1..=65535"
+            ),
+            Self::Internal { site } => write!(f, "device invariant broken ({site}): a device bug"),
+            Self::ReplyTooLarge => f.write_str("the reply does not fit in one frame"),
+            Self::UnknownFunction => f.write_str("no device function of that name"),
+            Self::BadArguments => f.write_str("wrong arguments for the device function"),
+            Self::Malformed => f.write_str("the frame is not a request"),
+            Self::UnexpectedReduced => {
+                f.write_str("the combined result of a reduction has the wrong length")
+            }
+            Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
+            Self::StepAbandoned => f.write_str(
+                "the step was abandoned: the host moved on while it waited for a reduction",
+            ),
+            Self::NotInstrumented => {
+                f.write_str("cycle counts need a program prepared with instrumentation enabled")
+            }
+            Self::BulkUnavailable => {
+                f.write_str("no bulk bytes of that length came with the request on this link")
+            }
+            Self::ReductionTooLarge { bytes, max } => write!(
+                f,
+                "a reduction of {bytes} bytes does not fit the device's frame ({max} bytes at most)"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for ErrorCode {}
+
+/// Where the device found one of its own invariants broken ([`ErrorCode::Internal`]).
+/// Each is something [`Request::Prepare`](super::Request::Prepare) set up and the step
+/// relies on; none can be reached by a request the host sends, so seeing one is a device
+/// bug, named precisely enough to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Invariant {
+    /// Placing a checked program: its data flow, a variable's held size, or the scratch
+    /// layout did not build, though core's check passed.
+    Placement,
+    /// The step's scratch block is missing or not the size its layout says.
+    StepScratch,
+    /// A tensor the scratch layout should hold (activation, gradient, anchor sum, mask,
+    /// a variable's whole copy) is missing from it.
+    ScratchLayout,
+    /// A block is not aligned or sized for `f32`s.
+    Alignment,
+    /// Two tensors of one layer overlap, or one lies outside the scratch block.
+    Regions,
+    /// A placed variable's block is missing.
+    Variable,
+    /// Two blocks that must be distinct are not (or one is missing).
+    BlockPair,
+    /// A variable's sharding (layout, settings, its shard's pieces) did not resolve,
+    /// though it did when the program was prepared.
+    Sharding,
+    /// A piece of a shard lies outside the variable or its whole copy.
+    Piece,
+    /// The program's last layer is not a loss, or a loss appears before it.
+    LossLayer,
+    /// A reduction's round number overflows.
+    Round,
+    /// A stream item is not the size of the tensor it fills.
+    ItemSize,
+    /// A FIFO's items lie outside its ring.
+    FifoRing,
+    /// A request handed to a device area that does not serve it.
+    Routing,
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Placement => "placing a checked program",
+            Self::StepScratch => "the step's scratch block",
+            Self::ScratchLayout => "a tensor of the scratch layout",
+            Self::Alignment => "f32 alignment",
+            Self::Regions => "disjoint tensor regions",
+            Self::Variable => "a placed variable's block",
+            Self::BlockPair => "two distinct blocks",
+            Self::Sharding => "a variable's sharding",
+            Self::Piece => "a shard piece's bounds",
+            Self::LossLayer => "the loss layer",
+            Self::Round => "a reduction round number",
+            Self::ItemSize => "a stream item's size",
+            Self::FifoRing => "a FIFO's ring bounds",
+            Self::Routing => "routing a request to its area",
+        })
+    }
+}

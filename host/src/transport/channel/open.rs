@@ -1,0 +1,156 @@
+//! Opening a channel on each placement: the link started, its frames decoded by a thread
+//! of their own where it is a byte link, and the hello that checks the protocol version
+//! and the replica before anything else is sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tessera_core::wire::endpoint::Hello;
+use tessera_core::wire::{max_frame_len, ErrorCode, Limits, RequestKind, PROTOCOL_VERSION};
+use tessera_firmware_sim::std_link::SPIN;
+
+use super::super::fault::FaultConfig;
+use super::super::reader::{read_frames, MAX_FRAME};
+use super::super::spawn::{self, DeviceHandle, Incoming, Link};
+use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
+
+impl Channel {
+    /// A device in a thread of this process, `memory` bytes of arena, optionally with
+    /// faults injected in both directions.
+    ///
+    /// ```
+    /// use tessera_core::wire::endpoint::{Command, GetSeed};
+    /// use tessera_core::wire::Request;
+    /// use tessera_host::transport::Channel;
+    ///
+    /// // Replica 2 in a thread, 64 KiB of arena, no faults; the hello is done when it returns.
+    /// let mut channel = Channel::in_process(2, 64 << 10, None)?;
+    /// assert_eq!((channel.replica(), channel.limits().memory), (2, 64 << 10));
+    /// // Typed endpoints: a command is answered `Done`, `GetSeed` with the seed.
+    /// channel.call(&Command::new(Request::SetSeed { seed: 7 }).ok_or("not a command")?)?;
+    /// assert_eq!(channel.call(&GetSeed)?.get(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_process(
+        replica: u32,
+        memory: usize,
+        faults: Option<FaultConfig>,
+    ) -> Result<Self, TransportError> {
+        Self::open(spawn::in_process(replica, memory, faults)?, replica)
+    }
+
+    /// A device in a child process (`tessera device`, `exe` being the `tessera` binary),
+    /// speaking over its stdio.
+    pub fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Self, TransportError> {
+        Self::open(spawn::child_process(exe, replica, memory)?, replica)
+    }
+
+    /// The bare-metal firmware (`firmware`, an ELF for mps2-an385) under
+    /// `qemu-system-arm`, its UART0 on a Unix socket. The firmware's defmt logs go through
+    /// `defmt-print` to stderr. Dropping the channel kills QEMU. The firmware and the tools
+    /// are checked before anything starts.
+    pub fn qemu(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
+        spawn::check_firmware(firmware)?;
+        Self::qemu_checked(firmware, replica)
+    }
+
+    /// Like [`Channel::qemu`], for a caller that has checked the firmware and the tools
+    /// already (once for all its devices: `placement::open`).
+    pub(crate) fn qemu_checked(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
+        Self::open(spawn::qemu(firmware, replica)?, replica)
+    }
+
+    fn open(link: Link, replica: u32) -> Result<Self, TransportError> {
+        let Link {
+            incoming,
+            outgoing: writer,
+            handle,
+            window,
+            memory,
+        } = link;
+        let frames = match incoming {
+            // A byte link gets a thread that decodes its frames.
+            Incoming::Bytes(reader) => {
+                let (tx, frames) = mpsc::channel();
+                thread::Builder::new()
+                    .name(format!("tessera-link-{replica}"))
+                    .spawn(move || read_frames(reader, tx, replica))?;
+                frames
+            }
+            Incoming::Messages(frames) => frames,
+        };
+        let mut channel = Self {
+            writer,
+            frames,
+            next_seq: 1,
+            deadline: DEFAULT_DEADLINE,
+            busy_deadline: BUSY_DEADLINE,
+            limits: Limits {
+                memory: 0,
+                max_frame: 256,
+                replica,
+                window: 1,
+            },
+            scratch: vec![0; MAX_FRAME],
+            out: vec![0; 1 + max_frame_len(MAX_FRAME)],
+            in_flight: VecDeque::new(),
+            oldest_sent: Instant::now(),
+            arrived: HashMap::new(),
+            retries: 0,
+            window,
+            memory,
+            located: HashMap::new(),
+            traffic: Traffic::default(),
+            spin: match handle {
+                DeviceHandle::Qemu { .. } => Duration::ZERO,
+                _ => SPIN,
+            },
+            handle,
+        };
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            replica,
+        };
+        let (version, limits) = match channel.call(&hello) {
+            Ok(reply) => reply.get(),
+            // A device process that ended before its hello says how it ended.
+            Err(TransportError::Closed { .. }) => {
+                return Err(match channel.handle.exit_status(EXIT_GRACE) {
+                    Some(status) => TransportError::Exited {
+                        replica,
+                        program: channel.handle.program(),
+                        status,
+                    },
+                    None => TransportError::Closed { replica },
+                })
+            }
+            Err(TransportError::Device {
+                code: ErrorCode::Version { device },
+                ..
+            }) => {
+                return Err(TransportError::Version {
+                    replica,
+                    device,
+                    host: PROTOCOL_VERSION,
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        if version != PROTOCOL_VERSION || limits.replica != replica {
+            return Err(TransportError::UnexpectedReply {
+                replica,
+                request: RequestKind::Hello,
+                reply: format!("version {version}, {limits:?}"),
+            });
+        }
+        channel.limits = Limits {
+            window: limits.window.max(1),
+            ..limits
+        };
+        tracing::debug!(replica, ?limits, "device ready");
+        Ok(channel)
+    }
+}

@@ -1,0 +1,125 @@
+//! What a channel takes in: messages pumped from the link until one arrives or a deadline
+//! passes, each filed as a reply or a step's contribution, and go-back-N when the oldest
+//! unanswered request waited its deadline.
+
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tessera_core::wire::frame::decode_body;
+use tessera_core::wire::{Envelope, FromDevice, Response};
+use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message};
+
+use super::{transmit, Channel, Silence, TransportError, ATTEMPTS};
+
+impl Channel {
+    /// Takes in what the device sent, until one message arrives or `until` passes; with
+    /// `retransmit`, sends every unanswered request again when the oldest has waited its
+    /// deadline (and fails after [`ATTEMPTS`]).
+    pub(super) fn pump(
+        &mut self,
+        until: Option<Instant>,
+        retransmit: bool,
+    ) -> Result<(), TransportError> {
+        let resend_at = self.oldest_sent + self.deadline;
+        let wake = match until {
+            Some(until) if !retransmit || until < resend_at => until,
+            _ => resend_at,
+        };
+        match receive_spinning(
+            &self.frames,
+            Some(wake.saturating_duration_since(Instant::now())),
+            self.spin,
+        ) {
+            Ok(message) => {
+                self.accept(message);
+                Ok(())
+            }
+            Err(RecvTimeoutError::Timeout) if retransmit && Instant::now() >= resend_at => {
+                self.go_back()
+            }
+            Err(RecvTimeoutError::Timeout) => Ok(()),
+            Err(RecvTimeoutError::Disconnected) => Err(TransportError::Closed {
+                replica: self.limits.replica,
+            }),
+        }
+    }
+
+    /// Files a message from the device: a reply to a request in flight completes it; a
+    /// reduction (during a step) is queued under the step; anything else is stale.
+    pub(super) fn accept(&mut self, mut message: Message) {
+        let (seq, completes, bulk) = match decode_body::<FromDevice<'_>>(&message.body) {
+            Ok(FromDevice::Reply(Envelope { seq, body })) => {
+                let bulk = match body {
+                    Response::Bulk { len } => Some(len),
+                    _ => None,
+                };
+                (seq, true, bulk)
+            }
+            // A contribution waits under its step, which it does not complete.
+            Ok(FromDevice::Contribution(c)) => (c.step, false, None),
+            Err(_) => return,
+        };
+        let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
+            return; // an answer to a retry of something already answered
+        };
+        // A bulk read's bytes wait in the shared window: take them before it is reused.
+        let from_window = match (bulk, &self.window) {
+            (Some(len), Some(window)) => window.read(len as usize),
+            _ => None,
+        };
+        if let Some(bytes) = from_window {
+            message.bulk = Some(Bulk(Arc::new(bytes)));
+        }
+        if completes {
+            self.in_flight.remove(at);
+            if at == 0 {
+                self.oldest_sent = Instant::now();
+            }
+        }
+        self.arrived.entry(seq).or_default().push_back(message);
+    }
+
+    /// Sends every unanswered request again, oldest first (go-back-N).
+    pub(super) fn go_back(&mut self) -> Result<(), TransportError> {
+        let Some(oldest) = self.in_flight.front() else {
+            return Ok(());
+        };
+        if oldest.attempts >= ATTEMPTS {
+            match self.silence(oldest.kind, oldest.first_sent, oldest.attempts) {
+                Silence::Report(error) => {
+                    tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, %error, "device did not answer");
+                    return Err(error);
+                }
+                // Sending it again would only queue copies behind the work.
+                Silence::Working => {
+                    self.oldest_sent = Instant::now();
+                    return Ok(());
+                }
+                Silence::Retry => {}
+            }
+        }
+        tracing::debug!(
+            replica = self.limits.replica,
+            seq = oldest.seq,
+            unanswered = self.in_flight.len(),
+            "no reply in time: sending the unanswered requests again"
+        );
+        // Only the oldest timed out: the others are sent again because go-back-N must, and
+        // that costs none of their attempts.
+        if let Some(oldest) = self.in_flight.front_mut() {
+            oldest.attempts += 1;
+        }
+        for request in &self.in_flight {
+            transmit(
+                &mut self.writer,
+                &request.frame,
+                request.bulk.clone(),
+                self.limits.replica,
+            )?;
+            self.retries += 1;
+        }
+        self.oldest_sent = Instant::now();
+        Ok(())
+    }
+}

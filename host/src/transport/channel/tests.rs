@@ -1,0 +1,73 @@
+use std::os::unix::net::UnixStream;
+use std::sync::{mpsc, Arc, Mutex};
+
+use tessera_core::wire::FrameDecoder;
+use tessera_firmware_sim::std_link::SPIN;
+
+use super::*;
+
+/// A writer that keeps what it is given.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Without a leading delimiter, garbage the device's decoder held (the rest of a
+/// truncated frame) ran into the next frame and cost it too: a truncated request cost
+/// its retry as well.
+#[test]
+fn every_frame_starts_with_a_delimiter() {
+    let capture = Capture::default();
+    let (_, frames) = mpsc::channel();
+    let (ours, _theirs) = UnixStream::pair().unwrap();
+    let mut channel = Channel {
+        writer: Outgoing::Bytes(Box::new(capture.clone())),
+        frames,
+        next_seq: 1,
+        deadline: DEFAULT_DEADLINE,
+        busy_deadline: BUSY_DEADLINE,
+        limits: Limits {
+            memory: 0,
+            max_frame: 256,
+            replica: 0,
+            window: 4,
+        },
+        scratch: vec![0; 512],
+        out: vec![0; 600],
+        in_flight: VecDeque::new(),
+        oldest_sent: Instant::now(),
+        arrived: HashMap::new(),
+        retries: 0,
+        window: None,
+        memory: None,
+        located: HashMap::new(),
+        traffic: Traffic::default(),
+        spin: SPIN,
+        handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
+    };
+    channel.submit(&Request::GetSeed).unwrap();
+    let sent = capture.0.lock().unwrap().clone();
+    assert_eq!(sent.first(), Some(&0), "the frame opens with 0x00");
+
+    // What a device decodes when half a damaged frame came before it.
+    let mut held = vec![0x42u8; 9];
+    held.extend_from_slice(&sent);
+    let mut decoder = FrameDecoder::<256>::new();
+    let outcomes: Vec<bool> = held
+        .iter()
+        .filter_map(|&b| decoder.push(b).map(|frame| frame.is_ok()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [false, true],
+        "the garbage, then the intact request"
+    );
+}
