@@ -12,9 +12,9 @@
 //!   two, so freeing a register always frees its bytes.
 //! - **What is checked.** An array's byte length must equal `product(shape) × element size`,
 //!   computed with checked arithmetic ([`array_bytes`]).
-//!   Chunked writes and reads ([`Registers::write`], [`Registers::read`]) are bounds-checked
-//!   against the register's bytes, with overflow-checked ends. Every refusal is an
-//!   [`ErrorCode`].
+//!   Every move of a register's bytes is placed by [`Registers::range`], which checks it
+//!   against the register's bytes with an overflow-checked end and lets only an array be
+//!   written. Every refusal is an [`ErrorCode`].
 //! - **A refused value changes nothing.** A value is checked before the register's old value
 //!   is dropped. The one exception is memory: the old value's bytes are freed before the new
 //!   ones are allocated (so a value of the same size or smaller always fits), and a larger
