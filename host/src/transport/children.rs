@@ -1,19 +1,21 @@
 //! The child processes tessera starts — device processes, QEMU, defmt-print — and how they
 //! end.
 //!
-//! Every child is adopted into one registry as soon as it starts. Dropping its [`Adopted`]
-//! handle kills and reaps it. [`stop_on_signals`] makes SIGINT, SIGTERM and SIGHUP to
+//! Every child is started by [`spawn`], which registers it in one registry while holding
+//! the registry's lock. Dropping its [`Adopted`] handle kills and reaps it. [`stop_on_signals`] makes SIGINT, SIGTERM and SIGHUP to
 //! tessera do the same for every child still registered before tessera exits with status
 //! 128 + the signal's number. Children are killed with SIGKILL, which also ends a stopped
 //! child: without this, a stopped device process, or a QEMU still serving its socket, would
 //! outlive tessera.
 //!
-//! A signal that arrives between a child's start and its adoption (a few instructions)
-//! leaves that one child to its own devices: a device process still exits when its stdin
-//! closes.
+//! Starting and registering under one lock is what makes "every child" true: the signal
+//! handler takes the same lock, so it sees a child either not started yet (and none starts
+//! after it) or registered. Before, a signal landing between a child's start and its
+//! registration (a busy machine can stretch those few instructions to milliseconds) left
+//! that child running after tessera exited.
 
 use std::io;
-use std::process::{Child, ExitStatus};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 use std::thread;
@@ -37,13 +39,30 @@ pub struct Adopted {
     name: &'static str,
 }
 
-/// Registers `child`, which runs `name` (for logs).
-pub fn adopt(child: Child, name: &'static str) -> Adopted {
+/// The pipes of a child just started, those its command asked for.
+#[derive(Debug)]
+pub struct Pipes {
+    /// The writing end of the child's stdin, when piped.
+    pub stdin: Option<ChildStdin>,
+    /// The reading end of the child's stdout, when piped.
+    pub stdout: Option<ChildStdout>,
+}
+
+/// Starts `command`, which runs `name` (for logs), and registers the child before anyone
+/// can stop tessera.
+pub fn spawn(command: &mut Command, name: &'static str) -> io::Result<(Adopted, Pipes)> {
+    let mut children = registry();
+    let mut child = command.spawn()?;
+    let pipes = Pipes {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+    };
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     let pid = child.id();
-    registry().push((key, child));
+    children.push((key, child));
+    drop(children);
     tracing::debug!(pid, name, "started a child process");
-    Adopted { key, pid, name }
+    Ok((Adopted { key, pid, name }, pipes))
 }
 
 impl Adopted {

@@ -50,7 +50,9 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Waits until `tessera train` with `args` has `count` children; returns tessera and them.
+/// Waits until `tessera train` with `args` has `count` children, each running its own
+/// program; returns tessera and them. A child just forked still runs tessera's: stopping
+/// that one instead of a device would stop tessera's start of it, not a device.
 // The child is returned to the caller, which waits for it (and this waits on failure).
 #[allow(clippy::zombie_processes)]
 fn start_with_children(args: &[&str], count: usize) -> (std::process::Child, Vec<u32>) {
@@ -65,7 +67,7 @@ fn start_with_children(args: &[&str], count: usize) -> (std::process::Child, Vec
     let start = Instant::now();
     loop {
         let found = children_of(tessera.id());
-        if found.len() == count {
+        if found.len() == count && !found.iter().any(|&pid| has_arg(pid, "train")) {
             return (tessera, found);
         }
         if start.elapsed() > Duration::from_secs(20) {

@@ -32,7 +32,8 @@ pub(in crate::transport) fn child_process(
     let window = SharedMemory::create(WINDOW_BYTES, true)?;
     // The device's memory, shared so that the host reads and writes it in place.
     let shared = SharedMemory::create(memory, true)?;
-    let spawned = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["device", "--replica", &replica.to_string()])
         .args(["--memory", &memory.to_string()])
         .args(["--memory-fd", &shared.fd().to_string()])
@@ -40,20 +41,18 @@ pub(in crate::transport) fn child_process(
         .args(["--window-bytes", &WINDOW_BYTES.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn();
+        .stderr(Stdio::inherit());
+    let spawned = children::spawn(&mut command, DEVICE_PROCESS);
     window.seal_from_children()?;
     shared.seal_from_children()?;
     drop(guard);
-    let mut child = spawned.map_err(|source| TransportError::Spawn {
+    let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
         replica,
         program: exe.to_path_buf(),
         source,
     })?;
-    let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-    let pid = child.id();
-    let child = children::adopt(child, DEVICE_PROCESS);
-    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+    let pid = child.pid();
+    let (Some(stdin), Some(stdout)) = (pipes.stdin, pipes.stdout) else {
         return Err(io::Error::other("the child process has no stdio pipes").into());
     };
     // Should the reaper not start, dropping `child` stops the device.

@@ -50,7 +50,8 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     let bulk = bulk_file(&dir)?;
     // QEMU, its decoder and their reaper start together, while no window is inheritable.
     let guard = spawning();
-    let mut qemu = Command::new(QEMU)
+    let mut command = Command::new(QEMU);
+    command
         .current_dir(&dir)
         .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
         .args(["-display", "none", "-monitor", "none"])
@@ -59,16 +60,14 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
         .arg(firmware)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|source| TransportError::Spawn {
+        .stderr(Stdio::inherit());
+    let (qemu, pipes) =
+        children::spawn(&mut command, QEMU).map_err(|source| TransportError::Spawn {
             replica,
             program: QEMU.into(),
             source,
         })?;
-    let logs = qemu.stdout.take();
-    let qemu = children::adopt(qemu, QEMU);
-    let decoder = match logs {
+    let decoder = match pipes.stdout {
         Some(logs) => Some(decoder(logs, firmware, replica)?),
         None => None,
     };
@@ -113,18 +112,19 @@ fn bulk_file(dir: &Path) -> io::Result<File> {
 
 /// `defmt-print` decoding `logs`, QEMU's stdout, with the symbols of `firmware`, to stderr.
 fn decoder(logs: ChildStdout, firmware: &Path, replica: u32) -> Result<Adopted, TransportError> {
-    let decoder = Command::new("defmt-print")
+    let mut command = Command::new("defmt-print");
+    command
         .arg("-e")
         .arg(firmware)
         .stdin(logs)
-        .stdout(Stdio::from(io::stderr()))
-        .spawn()
-        .map_err(|source| TransportError::Spawn {
+        .stdout(Stdio::from(io::stderr()));
+    let (decoder, _) =
+        children::spawn(&mut command, "defmt-print").map_err(|source| TransportError::Spawn {
             replica,
             program: "defmt-print".into(),
             source,
         })?;
-    Ok(children::adopt(decoder, "defmt-print"))
+    Ok(decoder)
 }
 
 /// Connects to QEMU's UART socket, which appears a moment after QEMU starts.

@@ -11,7 +11,8 @@ use crate::transport::TransportError;
 /// it ends, even by SIGKILL — and then kills `pids` (SIGKILL ends a stopped process too).
 /// Its stdin's other end is returned, to be held until the processes are stopped.
 pub(super) fn reaper(replica: u32, pids: &[u32]) -> Result<(Adopted, ChildStdin), TransportError> {
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .args([
             "-c",
             "read _; kill -KILL \"$@\" 2>/dev/null",
@@ -20,16 +21,15 @@ pub(super) fn reaper(replica: u32, pids: &[u32]) -> Result<(Adopted, ChildStdin)
         .args(pids.iter().map(u32::to_string))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|source| TransportError::Spawn {
+        .stderr(Stdio::null());
+    let (child, pipes) = children::spawn(&mut command, "tessera-reaper").map_err(|source| {
+        TransportError::Spawn {
             replica,
             program: "sh".into(),
             source,
-        })?;
-    let stdin = child.stdin.take();
-    let child = children::adopt(child, "tessera-reaper");
-    match stdin {
+        }
+    })?;
+    match pipes.stdin {
         Some(stdin) => Ok((child, stdin)),
         None => Err(io::Error::other("the reaper has no stdin pipe").into()),
     }
