@@ -38,7 +38,7 @@ fn double(args: &Args<'_>) -> Result<Output, ErrorCode> {
 const KERNELS: &[(&str, Function)] = &[("double", double)];
 
 fn main() {
-    let mut memory = vec![0u8; 64 * 1024];
+    let mut memory = &mut vec![0u8; 64 * 1024][..];
     let cycles = CycleCounter::new();
     let link = LinkLimits {
         max_frame: 1024,

@@ -38,12 +38,12 @@ fn f32s(values: &[f32]) -> [u8; 4] {
 #[entry]
 fn main() -> ! {
     // One byte in, so the arena has to align itself.
-    let memory = &mut MEMORY.take()[1..];
+    let mut memory = &mut MEMORY.take()[1..];
     let link = tessera_firmware_sim::LinkLimits {
         max_frame: 1024,
         window: 1,
     };
-    let mut device = Device::new(0, memory, link, &CYCLES);
+    let mut device = Device::new(0, &mut memory, link, &CYCLES);
 
     // Slots: bounds-checked writes and reads.
     ok(&mut device, Request::AllocSlot { slot: 1, bytes: 4 });
