@@ -27,9 +27,9 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, Description};
 use tessera_core::wire::ValueKind;
 
-use super::reduce;
 use super::{Command, Register, Session, SessionError, State, WorkerFailure};
 use crate::array::HostArray;
+use crate::combine;
 use crate::transport::TransportError;
 
 /// Which workers one collective spans.
@@ -41,20 +41,7 @@ pub enum Scope {
     InGroup,
 }
 
-/// How an allreduce combines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// Element-wise sum.
-    Sum,
-    /// Element-wise product.
-    Prod,
-    /// Element-wise minimum.
-    Min,
-    /// Element-wise maximum.
-    Max,
-    /// Element-wise mean (integers truncate).
-    Avg,
-}
+pub use crate::combine::ReduceOp;
 
 /// One result to write: the worker, the array (in the destination's shape), the
 /// destination register, and its description (`None`: it must be made anew, it is not an
@@ -469,7 +456,7 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
     }
     let views: Vec<&[u8]> = arrays.iter().map(HostArray::bytes).collect();
     let mut bytes = vec![0u8; head.bytes().len()];
-    reduce::combine(dtype, op, &views, &mut bytes)?;
+    combine::combine(dtype, op, &views, &mut bytes).map_err(|e| SessionError::combine(e, first))?;
     Ok(HostArray::new(dtype, head.shape(), bytes)?)
 }
 

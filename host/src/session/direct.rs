@@ -20,9 +20,9 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::ValueKind;
 
 use super::collective::ReduceOp;
-use super::reduce::{self, BLOCK};
 use super::state::array_shape;
 use super::{SessionError, State};
+use crate::combine::{self, BLOCK};
 use crate::transport::{stream, SharedMemory, SplitError, TransportError};
 
 const OPERATION: &str = "allreduce";
@@ -253,7 +253,7 @@ fn reduce_range(
         }
         let inputs: Vec<&[u8]> = inputs.iter().map(|input| &input[..len]).collect();
         let out = &mut out[..len];
-        reduce::combine(plan.dtype, op, &inputs, out)?;
+        combine::combine(plan.dtype, op, &inputs, out).map_err(|e| SessionError::combine(e, 0))?;
         for view in &mut views {
             // Streaming stores: the result is not read again here, and a plain store
             // would read every line of the destination first (~15% of the time measured).
@@ -311,7 +311,7 @@ impl State {
                 });
             }
         }
-        if !reduce::supported(dtype) {
+        if !combine::supported(dtype) {
             return Err(SessionError::Dtype {
                 operation: OPERATION,
                 dtype,
