@@ -43,10 +43,27 @@ pub enum Scope {
 
 pub use crate::combine::ReduceOp;
 
-/// One result to write: the worker, the array (in the destination's shape), the
-/// destination register, and its description (`None`: it must be made anew, it is not an
-/// array yet).
-type Output = (usize, (HostArray, u16, Option<Description>));
+/// One result to write, and the worker it goes to.
+type Output = (usize, Fitted);
+
+/// A result ready to write into register `dst`.
+struct Fitted {
+    /// The result, in the destination's shape.
+    array: HostArray,
+    /// The destination register.
+    dst: u16,
+    /// How it gets there.
+    write: Write,
+}
+
+/// How a result reaches its register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// The register is not an array yet (a tensor register): the array is made anew.
+    Anew,
+    /// The register is an array of the result's type and shape: overwritten in place.
+    Overwrite,
+}
 
 impl Session {
     /// Allreduce of `src` into `dst` on every worker of each group.
@@ -345,7 +362,7 @@ impl State {
         dst: u16,
         operation: &'static str,
         result: &HostArray,
-    ) -> Result<(HostArray, u16, Option<Description>), SessionError> {
+    ) -> Result<Fitted, SessionError> {
         let described = self.describe(worker, dst)?;
         fit(worker, dst, operation, result, described)
     }
@@ -353,12 +370,11 @@ impl State {
     fn write_result(
         &mut self,
         worker: usize,
-        (array, dst, held): &(HostArray, u16, Option<Description>),
+        Fitted { array, dst, write }: &Fitted,
     ) -> Result<(), SessionError> {
-        match held {
-            None => self.write_host_array(worker, *dst, array),
-            // `fit` made the result's type and shape those of `dst`: overwrite it.
-            Some(_) => self.overwrite_array(worker, *dst, array),
+        match write {
+            Write::Anew => self.write_host_array(worker, *dst, array),
+            Write::Overwrite => self.overwrite_array(worker, *dst, array),
         }
     }
 }
@@ -371,7 +387,7 @@ fn fit(
     operation: &'static str,
     result: &HostArray,
     described: Description,
-) -> Result<(HostArray, u16, Option<Description>), SessionError> {
+) -> Result<Fitted, SessionError> {
     let dtype = described.dtype.unwrap_or(DataType::F32);
     if dtype != result.dtype() {
         return Err(SessionError::DtypeMismatch {
@@ -393,10 +409,17 @@ fn fit(
     if described.kind != ValueKind::Array {
         // A tensor register: it becomes an array of its shape.
         let shape = [elements as u32];
-        return Ok((result.reshaped(&shape)?, dst, None));
+        return Ok(Fitted {
+            array: result.reshaped(&shape)?,
+            dst,
+            write: Write::Anew,
+        });
     }
-    let fitted = result.reshaped(&described.shape)?;
-    Ok((fitted, dst, Some(described)))
+    Ok(Fitted {
+        array: result.reshaped(&described.shape)?,
+        dst,
+        write: Write::Overwrite,
+    })
 }
 
 /// The arrays of workers `first..` concatenated, checking they share a type.
