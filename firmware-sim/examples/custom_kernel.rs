@@ -38,7 +38,7 @@ fn double(args: &Args<'_>) -> Result<Output, ErrorCode> {
 const KERNELS: &[(&str, Function)] = &[("double", double)];
 
 fn main() {
-    let mut memory = vec![0u8; 64 * 1024];
+    let mut memory = &mut vec![0u8; 64 * 1024][..];
     let cycles = CycleCounter::new();
     let link = LinkLimits {
         max_frame: 1024,
@@ -46,7 +46,13 @@ fn main() {
     };
     let mut device = Device::new(0, &mut memory, link, &cycles).with_functions(KERNELS);
 
-    // An f32 array (2, 3) sent with the call, the result in register 1.
+    double_an_array(&mut device);
+    chain_through_registers(&mut device);
+    refuse_a_string(&mut device);
+}
+
+/// An f32 array (2, 3) sent with the call, the result in register 1.
+fn double_an_array(device: &mut Device<'_>) {
     let data: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let x = Array {
         dtype: DataType::F32,
@@ -76,8 +82,10 @@ fn main() {
         doubled.shape
     );
     assert_eq!(values, [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+}
 
-    // Chained through registers with a built-in: add_one(double(r1)) into r2.
+/// Chained through registers with a built-in: add_one(double(r1)) into r2.
+fn chain_through_registers(device: &mut Device<'_>) {
     let chain = [
         ("double", 1, 2),
         ("add_one", 2, 2), // the result may replace its own argument
@@ -105,8 +113,10 @@ fn main() {
             data: &5.0f32.to_le_bytes()
         }
     );
+}
 
-    // Refusals are error replies, never panics.
+/// Refusals are error replies, never panics.
+fn refuse_a_string(device: &mut Device<'_>) {
     let wrong = Request::Invoke {
         function: "double",
         args: heapless::Vec::from_slice(&[Arg::Value(Value::Str("two"))]).expect("one argument"),

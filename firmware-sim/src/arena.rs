@@ -4,6 +4,16 @@
 //! The block table is the allocator's only metadata: a new block goes in the first gap
 //! large enough, and freeing a block just removes its entry. Blocks start at 8-byte
 //! aligned addresses so that f32 views of them are plain (checked) casts.
+//!
+//! # Memory is lent, access by access
+//!
+//! The arena keeps the table, not a slice of the bytes: it holds a [`Memory`], which lends
+//! its bytes for one access at a time (`bytes`, `bytes_mut`, `pair_mut`), and every view
+//! the arena hands out borrows the arena. So no view of the device's bytes outlives the
+//! request that made it. That matters when the same bytes are also mapped by someone else —
+//! a host that writes a device's memory in place between requests: a slice held across
+//! requests would promise Rust that nobody else changes those bytes meanwhile, which such
+//! a host does. Plain memory (an array, a `&mut [u8]`) lends itself.
 
 use tessera_core::wire::ErrorCode;
 
@@ -51,26 +61,89 @@ pub struct Block {
     pub len: usize,
 }
 
-/// The arena and its block table.
-#[derive(Debug)]
+/// The bytes a device computes in, lent one access at a time (module doc).
+///
+/// Both methods must return the same bytes — same address, same length — at every call:
+/// block offsets are remembered between calls.
+pub trait Memory {
+    /// The bytes, to read.
+    fn view(&self) -> &[u8];
+    /// The bytes, to read and write.
+    fn lend(&mut self) -> &mut [u8];
+}
+
+impl<const N: usize> Memory for [u8; N] {
+    fn view(&self) -> &[u8] {
+        self
+    }
+    fn lend(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl Memory for &mut [u8] {
+    fn view(&self) -> &[u8] {
+        self
+    }
+    fn lend(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+#[cfg(feature = "std")]
+impl Memory for std::vec::Vec<u8> {
+    fn view(&self) -> &[u8] {
+        self
+    }
+    fn lend(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// The arena: its block table, and the memory that lends it bytes.
 pub struct Arena<'a> {
-    memory: &'a mut [u8],
-    /// Bytes skipped before `memory` to align it: block offsets count from after them.
+    memory: &'a mut dyn Memory,
+    /// Bytes skipped at the start of `memory` to align it: block offsets count from after
+    /// them.
     skip: usize,
+    /// Bytes after the skipped ones.
+    capacity: usize,
     /// Sorted by offset.
     blocks: heapless::Vec<Block, MAX_BLOCKS>,
 }
 
+impl core::fmt::Debug for Arena<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Arena")
+            .field("skip", &self.skip)
+            .field("capacity", &self.capacity)
+            .field("blocks", &self.blocks)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a> Arena<'a> {
     /// Takes `memory`, skipping the few bytes before its first aligned address.
-    pub fn new(memory: &'a mut [u8]) -> Self {
-        let skip = memory.as_ptr().align_offset(ALIGN).min(memory.len());
-        let (_, memory) = memory.split_at_mut(skip);
+    pub fn new(memory: &'a mut dyn Memory) -> Self {
+        let bytes = memory.view();
+        let skip = bytes.as_ptr().align_offset(ALIGN).min(bytes.len());
+        let capacity = bytes.len() - skip;
         Self {
             memory,
             skip,
+            capacity,
             blocks: heapless::Vec::new(),
         }
+    }
+
+    /// The aligned bytes, to read.
+    fn aligned(&self) -> &[u8] {
+        self.memory.view().get(self.skip..).unwrap_or(&[])
+    }
+
+    /// The aligned bytes, to write.
+    fn aligned_mut(&mut self) -> &mut [u8] {
+        self.memory.lend().get_mut(self.skip..).unwrap_or(&mut [])
     }
 
     /// Where `block` starts in the memory the arena was given (its offset plus the bytes
@@ -81,7 +154,7 @@ impl<'a> Arena<'a> {
 
     /// Usable bytes.
     pub fn capacity(&self) -> usize {
-        self.memory.len()
+        self.capacity
     }
 
     /// Bytes not held by any block (possibly fragmented).
@@ -149,14 +222,14 @@ impl<'a> Arena<'a> {
 
     /// The bytes of a block returned by this arena.
     pub fn bytes(&self, block: Block) -> &[u8] {
-        self.memory
+        self.aligned()
             .get(block.offset..block.offset + block.len)
             .unwrap_or(&[])
     }
 
     /// The bytes of a block returned by this arena, writable.
     pub fn bytes_mut(&mut self, block: Block) -> &mut [u8] {
-        self.memory
+        self.aligned_mut()
             .get_mut(block.offset..block.offset + block.len)
             .unwrap_or(&mut [])
     }
@@ -186,7 +259,7 @@ impl<'a> Arena<'a> {
         } else {
             (b, a, true)
         };
-        let (head, tail) = self.memory.split_at_mut(high.offset);
+        let (head, tail) = self.aligned_mut().split_at_mut_checked(high.offset)?;
         let low_bytes = head.get_mut(low.offset..low.offset + low.len)?;
         let high_bytes = tail.get_mut(..high.len)?;
         Some(if swapped {
@@ -245,8 +318,8 @@ mod tests {
         let mut memory = [0u8; 72];
         let start = memory.as_ptr().align_offset(ALIGN);
         // A slice starting one byte past an aligned address: the arena skips 7.
-        let given = &mut memory[start + 1..];
-        let mut arena = Arena::new(given);
+        let mut given = &mut memory[start + 1..];
+        let mut arena = Arena::new(&mut given);
         arena.alloc(Owner::Slot(1), 8).unwrap();
         let block = arena.alloc(Owner::Register(2), 4).unwrap();
         arena.bytes_mut(block).copy_from_slice(b"tsra");
@@ -258,7 +331,8 @@ mod tests {
     #[test]
     fn blocks_are_aligned_and_zeroed() {
         let mut memory = [0xFFu8; 64];
-        let mut arena = Arena::new(&mut memory[1..]);
+        let mut given = &mut memory[1..];
+        let mut arena = Arena::new(&mut given);
         let block = arena.alloc(Owner::Slot(1), 5).unwrap();
         assert_eq!(arena.bytes(block), [0; 5]);
         assert_eq!(arena.bytes(block).as_ptr().align_offset(8), 0);

@@ -39,6 +39,7 @@ pub mod registers;
 pub mod reply_cache;
 pub mod serve;
 
+pub use arena::Memory;
 pub use clock::Clock;
 pub use device::{CycleCounter, Device};
 pub use link::{Framed, Framing, Incoming, Messages};

@@ -284,20 +284,7 @@ where
     let hello = matches!(envelope.body, Request::Hello { .. });
     // A bulk request's bytes come or go beside its message, straight between the link and
     // the register: the server runs it itself.
-    let bulk = match envelope.body {
-        Request::WriteBulk {
-            target,
-            offset,
-            len,
-        } => Some((Access::Write, target, offset, len)),
-        Request::ReadBulk {
-            target,
-            offset,
-            len,
-        } => Some((Access::Read, target, offset, len)),
-        _ => None,
-    };
-    if let Some((access, target, offset, len)) = bulk {
+    if let Some((access, target, offset, len)) = bulk_request(&envelope.body) {
         let fits = usize::try_from(len).is_ok_and(|len| len <= link.bulk_capacity());
         if fits && cache.verdict(seq, false) == Verdict::Run {
             let kind = envelope.body.kind();
@@ -321,34 +308,73 @@ where
             if hello {
                 cache.restart();
             }
-            let limit = Server::<FRAME, WINDOW>::body_limit();
-            // The reply's slot doubles as the step's buffer for its contributions.
-            let slot = &mut cache.slot(seq)[..limit];
-            let mut reducer = LinkReducer {
-                seq,
-                link: &mut *link,
-                clock,
-                contribution: &mut *slot,
-                aside: &mut aside[..],
-                stale: stale_answers,
-                dropped,
-            };
-            let response = device.handle(&envelope.body, &mut reducer);
-            let n = match encode_body(&reply(seq, response), slot) {
-                Ok(n) => n,
-                Err(_) => {
-                    let error = Response::Error {
-                        request: envelope.body.kind(),
-                        code: ErrorCode::ReplyTooLarge,
-                    };
-                    encode_body(&reply(seq, error), slot).map_err(|_| ServeError::ReplyTooLarge)?
-                }
-            };
-            cache.keep(seq, n);
+            let counters = (&mut **stale_answers, &mut **dropped);
+            run_request(cache, &envelope, device, link, clock, aside, counters)?;
         }
     }
     let reply = cache.cached(seq).unwrap_or(&[]);
     link.send(reply).map_err(ServeError::Link)
+}
+
+/// The access, target, offset and length of a bulk request; `None` for any other request.
+fn bulk_request(body: &Request<'_>) -> Option<(Access, Target, u32, u32)> {
+    match *body {
+        Request::WriteBulk {
+            target,
+            offset,
+            len,
+        } => Some((Access::Write, target, offset, len)),
+        Request::ReadBulk {
+            target,
+            offset,
+            len,
+        } => Some((Access::Read, target, offset, len)),
+        _ => None,
+    }
+}
+
+/// Runs request `envelope` on `device` and keeps its reply for retries. A step's reductions
+/// go over `link`: what arrives while they wait is read into `aside`, and counted in `stale`
+/// or `dropped` when it is not their answer.
+fn run_request<M, C, const FRAME: usize, const WINDOW: usize>(
+    cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+    envelope: &Envelope<Request<'_>>,
+    device: &mut Device<'_>,
+    link: &mut M,
+    clock: &mut C,
+    aside: &mut [u8; FRAME],
+    (stale, dropped): (&mut u32, &mut u32),
+) -> Result<(), ServeError<M::Error>>
+where
+    M: Messages,
+    C: Clock,
+{
+    let seq = envelope.seq;
+    let limit = Server::<FRAME, WINDOW>::body_limit();
+    // The reply's slot doubles as the step's buffer for its contributions.
+    let slot = &mut cache.slot(seq)[..limit];
+    let mut reducer = LinkReducer {
+        seq,
+        link,
+        clock,
+        contribution: &mut *slot,
+        aside: &mut aside[..],
+        stale,
+        dropped,
+    };
+    let response = device.handle(&envelope.body, &mut reducer);
+    let n = match encode_body(&reply(seq, response), slot) {
+        Ok(n) => n,
+        Err(_) => {
+            let error = Response::Error {
+                request: envelope.body.kind(),
+                code: ErrorCode::ReplyTooLarge,
+            };
+            encode_body(&reply(seq, error), slot).map_err(|_| ServeError::ReplyTooLarge)?
+        }
+    };
+    cache.keep(seq, n);
+    Ok(())
 }
 
 /// Runs a bulk request: a write's bytes are received straight into their target, a read's

@@ -95,56 +95,111 @@ fn main() {
     let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("checkpoint-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("the bench directory");
-    let (saved, plain, durable) = (
-        dir.join("checkpoint.safetensors"),
-        dir.join("plain.bin"),
-        dir.join("durable.bin"),
-    );
+    let files = Files {
+        saved: dir.join("checkpoint.safetensors"),
+        plain: dir.join("plain.bin"),
+        durable: dir.join("durable.bin"),
+    };
     let c = checkpoint();
-    c.save(&saved).expect("the checkpoint saves");
-    let bytes = std::fs::read(&saved).expect("the file reads");
-    let loaded = Checkpoint::load(&saved).expect("the checkpoint loads");
+    let bytes = round_trip(&c, &files.saved);
+    let times = measure(&c, &bytes, &files);
+    let _ = std::fs::remove_dir_all(&dir);
+    report(times, bytes.len(), &dir);
+}
+
+/// The files the benchmark writes, in one directory.
+struct Files {
+    /// The checkpoint, saved and loaded.
+    saved: PathBuf,
+    /// Its bytes, written plainly.
+    plain: PathBuf,
+    /// Its bytes, written and synced.
+    durable: PathBuf,
+}
+
+/// Each operation's time in every run.
+struct Times {
+    save: Vec<Duration>,
+    write: Vec<Duration>,
+    write_sync: Vec<Duration>,
+    load: Vec<Duration>,
+    read: Vec<Duration>,
+    crc_bytewise: Vec<Duration>,
+    crc_slice16: Vec<Duration>,
+    copy: Vec<Duration>,
+}
+
+/// Saves `c` in `saved` and loads it back, checking it survived; returns the file's bytes.
+fn round_trip(c: &Checkpoint, saved: &Path) -> Vec<u8> {
+    c.save(saved).expect("the checkpoint saves");
+    let bytes = std::fs::read(saved).expect("the file reads");
+    let loaded = Checkpoint::load(saved).expect("the checkpoint loads");
     assert!(
         loaded.weights == c.weights && loaded.rng == c.rng && loaded.step == c.step,
         "the checkpoint did not survive the file"
     );
-    drop(loaded);
+    bytes
+}
 
+/// Every operation `RUNS` times, interleaved (`bytes` being `c`'s file).
+fn measure(c: &Checkpoint, bytes: &[u8], files: &Files) -> Times {
+    let Files {
+        saved,
+        plain,
+        durable,
+    } = files;
     let (mut save, mut write, mut write_sync, mut load, mut read) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut crc_bytewise, mut crc_slice16, mut copy) = (vec![], vec![], vec![]);
     for _ in 0..RUNS {
-        save.push(time(|| c.save(&saved).expect("save")));
-        write.push(time(|| std::fs::write(&plain, &bytes).expect("write")));
+        save.push(time(|| c.save(saved).expect("save")));
+        write.push(time(|| std::fs::write(plain, bytes).expect("write")));
         write_sync.push(time(|| {
-            let mut file = std::fs::File::create(&durable).expect("create");
-            file.write_all(&bytes).expect("write");
+            let mut file = std::fs::File::create(durable).expect("create");
+            file.write_all(bytes).expect("write");
             file.sync_all().expect("sync");
         }));
         load.push(time(|| {
-            std::hint::black_box(Checkpoint::load(&saved).expect("load"));
+            std::hint::black_box(Checkpoint::load(saved).expect("load"));
         }));
         read.push(time(|| {
-            std::hint::black_box(std::fs::read(&saved).expect("read"));
+            std::hint::black_box(std::fs::read(saved).expect("read"));
         }));
         crc_bytewise.push(time(|| {
-            std::hint::black_box(CRC32.checksum(&bytes));
+            std::hint::black_box(CRC32.checksum(bytes));
         }));
         crc_slice16.push(time(|| {
-            std::hint::black_box(CRC32_SLICE16.checksum(&bytes));
+            std::hint::black_box(CRC32_SLICE16.checksum(bytes));
         }));
         copy.push(time(|| {
             std::hint::black_box(bytes.to_vec());
         }));
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    Times {
+        save,
+        write,
+        write_sync,
+        load,
+        read,
+        crc_bytewise,
+        crc_slice16,
+        copy,
+    }
+}
 
-    let n = bytes.len();
-    let save = median(save);
+/// Prints the medians of `times` for a file of `n` bytes in `dir`: each operation beside
+/// its baseline, then where the time goes.
+fn report(times: Times, n: usize, dir: &Path) {
+    let save = median(times.save);
     let rows = [
-        ("save", save, "std::fs::write", median(write)),
-        ("save", save, "write + sync_all", median(write_sync)),
-        ("load", median(load), "std::fs::read", median(read)),
+        ("save", save, "std::fs::write", median(times.write)),
+        ("save", save, "write + sync_all", median(times.write_sync)),
+        (
+            "load",
+            median(times.load),
+            "std::fs::read",
+            median(times.read),
+        ),
     ];
     println!(
         "checkpoint file: {:.1} MiB ({} tensors of {:.0} MiB), in {}; median of {RUNS} runs",
@@ -172,10 +227,10 @@ fn main() {
     for (what, t) in [
         (
             "CRC-32, byte-wise table (the format's)",
-            median(crc_bytewise),
+            median(times.crc_bytewise),
         ),
-        ("CRC-32, 16-byte table", median(crc_slice16)),
-        ("one copy of the bytes", median(copy)),
+        ("CRC-32, 16-byte table", median(times.crc_slice16)),
+        ("one copy of the bytes", median(times.copy)),
     ] {
         println!(
             "  {what:<40} {:>8.1}ms {:>10.0} MiB/s",

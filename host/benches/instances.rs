@@ -11,11 +11,13 @@
 //! allgather). Rank 0 prints each figure beside the raw collective's; target ≥ 0.8×.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{Layer, Optimizer, Program, Sharding};
+use tessera_host::instance::Instances;
 use tessera_host::runtime::{Placement, Runtime};
 use tessera_host::session::HostArray;
 
@@ -94,30 +96,7 @@ fn main() {
     }
     for (name, comm, retrieval, sharding) in cases {
         let p = program(elements, comm, retrieval, sharding.clone());
-        let per_replica = match sharding {
-            Sharding::None => BYTES,
-            _ => BYTES / REPLICAS,
-        };
-        let memory = 3 * per_replica + (16 << 20);
-        let mut runtime =
-            Runtime::prepare_in(p, REPLICAS, instances.clone(), &Placement::Thread, memory)
-                .expect("prepare");
-        let groups = match comm {
-            CommGroup::None => REPLICAS as u32,
-            _ => 1,
-        };
-        let mut shape = vec![elements / 1024, 1024];
-        if groups > 1 {
-            shape.insert(0, groups);
-        }
-        let values = vec![0.5f32; (elements * groups) as usize];
-        let weights = BTreeMap::from([(
-            "w".to_string(),
-            HostArray::from_f32(&shape, &values).unwrap(),
-        )]);
-        runtime
-            .weights_from_host(&weights)
-            .expect("weights from host");
+        let mut runtime = with_weights(p, &instances, elements, comm, &sharding);
         let ours = best(|| {
             runtime.weights_to_host().expect("weights to host");
         });
@@ -125,18 +104,7 @@ fn main() {
             RetrievalMode::AllReplicas => BYTES * REPLICAS,
             RetrievalMode::OnePerGroup => BYTES,
         };
-        let raw = match retrieval {
-            RetrievalMode::OnePerGroup => {
-                let mut buffer = vec![0u8; returned];
-                best(|| instances.allreduce_or(&mut buffer).expect("allreduce"))
-            }
-            RetrievalMode::AllReplicas => {
-                let mine = vec![0u8; returned / instances.size()];
-                best(|| {
-                    instances.allgather(&mine).expect("allgather");
-                })
-            }
-        };
+        let raw = raw_collective(&*instances, retrieval, returned);
         if leader {
             let mb = returned as f64 / 1e6;
             println!(
@@ -145,6 +113,59 @@ fn main() {
                 mb / raw,
                 raw / ours
             );
+        }
+    }
+}
+
+/// `p` prepared on `REPLICAS` replicas over `instances`, its variable `w` (`elements`
+/// values per group of `comm`, sharded as `sharding`) sent from the host, all 0.5.
+fn with_weights(
+    p: Program,
+    instances: &Arc<dyn Instances>,
+    elements: u32,
+    comm: CommGroup,
+    sharding: &Sharding,
+) -> Runtime {
+    let per_replica = match sharding {
+        Sharding::None => BYTES,
+        _ => BYTES / REPLICAS,
+    };
+    let memory = 3 * per_replica + (16 << 20);
+    let mut runtime =
+        Runtime::prepare_in(p, REPLICAS, instances.clone(), &Placement::Thread, memory)
+            .expect("prepare");
+    let groups = match comm {
+        CommGroup::None => REPLICAS as u32,
+        _ => 1,
+    };
+    let mut shape = vec![elements / 1024, 1024];
+    if groups > 1 {
+        shape.insert(0, groups);
+    }
+    let values = vec![0.5f32; (elements * groups) as usize];
+    let weights = BTreeMap::from([(
+        "w".to_string(),
+        HostArray::from_f32(&shape, &values).unwrap(),
+    )]);
+    runtime
+        .weights_from_host(&weights)
+        .expect("weights from host");
+    runtime
+}
+
+/// The best time of the raw MPI collective that weights to host ends in for `retrieval`,
+/// over `returned` bytes: an OR-allreduce of one row, or an allgather of every replica's.
+fn raw_collective(instances: &dyn Instances, retrieval: RetrievalMode, returned: usize) -> f64 {
+    match retrieval {
+        RetrievalMode::OnePerGroup => {
+            let mut buffer = vec![0u8; returned];
+            best(|| instances.allreduce_or(&mut buffer).expect("allreduce"))
+        }
+        RetrievalMode::AllReplicas => {
+            let mine = vec![0u8; returned / instances.size()];
+            best(|| {
+                instances.allgather(&mine).expect("allgather");
+            })
         }
     }
 }

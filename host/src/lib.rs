@@ -30,6 +30,7 @@
 pub mod array;
 pub mod atomic;
 pub mod checkpoint;
+mod combine;
 pub mod executable;
 pub mod input;
 pub mod inspect;

@@ -34,7 +34,7 @@ use critical_section::Mutex;
 use tessera_core::rng::Rng;
 use tessera_core::wire::{ErrorCode, Limits, Request, Response, PROTOCOL_VERSION};
 
-use crate::arena::{saturate, Arena};
+use crate::arena::{saturate, Arena, Memory};
 use crate::fifo::Fifos;
 use crate::functions::Function;
 use crate::program::{Prepared, Reducer};
@@ -76,7 +76,8 @@ impl CycleCounter {
     }
 }
 
-/// A simulated accelerator replica. All its memory is the arena it was given.
+/// A simulated accelerator replica. All its memory is the arena it was given, which it
+/// borrows only while it runs a request.
 pub struct Device<'a> {
     arena: Arena<'a>,
     fifos: Fifos,
@@ -102,7 +103,8 @@ impl core::fmt::Debug for Device<'_> {
 }
 
 impl<'a> Device<'a> {
-    /// Replica `replica` (until a hello assigns another), with `memory` as its arena, taking
+    /// Replica `replica` (until a hello assigns another), with `memory` as its arena (lent
+    /// to the device access by access: see [`Memory`]), taking
     /// frames and keeping replies as `link` says (see [`Server::link`](crate::Server::link)),
     /// counting cycles in `cycles`.
     ///
@@ -124,7 +126,7 @@ impl<'a> Device<'a> {
     /// ```
     pub fn new(
         replica: u32,
-        memory: &'a mut [u8],
+        memory: &'a mut dyn Memory,
         link: LinkLimits,
         cycles: &'a CycleCounter,
     ) -> Self {

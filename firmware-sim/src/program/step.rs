@@ -31,7 +31,7 @@
 
 use core::ops::Range;
 
-use tessera_core::program::{ids, AnchorTensor, Layer, Reduction, MAX_VARIABLES};
+use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction, MAX_VARIABLES};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
 use tessera_core::stream::AnchorAction;
@@ -61,6 +61,9 @@ pub struct StepContext<'d, 'a> {
 }
 
 /// Runs one step; returns the work done (see the module documentation).
+// Inlined into its one caller (the device's `RunStep`): out of line, the firmware's .text
+// grows by about 1.5 KiB.
+#[inline]
 pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, ErrorCode> {
     let StepContext {
         arena,
@@ -70,124 +73,236 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
         optimizer,
     } = ctx;
     let p = &prepared.program;
-    let s = &prepared.scratch;
     let block = arena
         .find(Owner::StepScratch)
-        .filter(|b| b.len == s.bytes())
+        .filter(|b| b.len == prepared.scratch.bytes())
         .ok_or(broken(Invariant::StepScratch))?;
-    let rounds: heapless::Vec<Reduction, { 2 * MAX_VARIABLES }> =
-        p.reductions(prepared.replicas).collect();
-    let per_batch = rounds.len() as u32; // At most 2·MAX_VARIABLES.
-    let (batches, accumulation) = (p.batches_per_step, p.accumulation);
-    let last = s.last();
-    let loss_stream = match p.layers.last() {
-        Some(Layer::SoftmaxCrossEntropy { labels: i } | Layer::MeanSquaredError { targets: i }) => {
-            usize::from(*i)
-        }
-        _ => return Err(broken(Invariant::LossLayer)),
+    let rounds = p.reductions(prepared.replicas).collect();
+    let loss_stream = loss_stream(prepared)?;
+    let mut step = Step {
+        arena,
+        fifos,
+        rng,
+        prepared,
+        optimizer,
+        block,
+        rounds,
+        loss_stream,
     };
     let mut work = 0u64;
-    for b in 0..batches {
-        let round_of = |i: usize| {
-            b.checked_mul(per_batch)
-                .and_then(|r| r.checked_add(i as u32))
-                .ok_or(broken(Invariant::Round))
-        };
-        for (i, _) in p.variables.iter().enumerate() {
+    for b in 0..p.batches_per_step {
+        work += step.batch(b, reducer)?;
+    }
+    Ok(work)
+}
+
+/// The stream the loss layer reads its labels or targets from.
+fn loss_stream(prepared: &Prepared) -> Result<usize, ErrorCode> {
+    match prepared.program.layers.last() {
+        Some(Layer::SoftmaxCrossEntropy { labels: i } | Layer::MeanSquaredError { targets: i }) => {
+            Ok(usize::from(*i))
+        }
+        _ => Err(broken(Invariant::LossLayer)),
+    }
+}
+
+/// A step under way: what it touches and what it worked out before its first batch.
+#[derive(Debug)]
+struct Step<'d, 'a> {
+    /// The device memory.
+    arena: &'d mut Arena<'a>,
+    /// The device FIFOs.
+    fifos: &'d mut Fifos,
+    /// The replica's RNG.
+    rng: &'d mut Rng,
+    /// The prepared program.
+    prepared: &'d Prepared,
+    /// Learning rate and momentum.
+    optimizer: (f32, f32),
+    /// The step's scratch block.
+    block: Block,
+    /// The reduction rounds of one batch, in [`Program::reductions`] order.
+    ///
+    /// [`Program::reductions`]: tessera_core::program::Program::reductions
+    rounds: heapless::Vec<Reduction, { 2 * MAX_VARIABLES }>,
+    /// The stream the loss layer reads.
+    loss_stream: usize,
+}
+
+impl Step<'_, '_> {
+    /// Batch `b`: whole variables, its micro-batches, averaged gradients and the update;
+    /// returns the work.
+    fn batch(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<u64, ErrorCode> {
+        self.gather(b, reducer)?;
+        self.zero_gradients()?;
+        let mut work = 0u64;
+        for m in 0..self.prepared.program.accumulation {
+            work += self.micro_batch(b, m)?;
+        }
+        self.average_gradients(b, reducer)?;
+        work += self.update_variables()?;
+        Ok(work)
+    }
+
+    /// The number of round `i` of batch `b`, counting from the step's first round.
+    fn round(&self, b: u32, i: usize) -> Result<u32, ErrorCode> {
+        let per_batch = self.rounds.len() as u32; // At most 2·MAX_VARIABLES.
+        b.checked_mul(per_batch)
+            .and_then(|r| r.checked_add(i as u32))
+            .ok_or(broken(Invariant::Round))
+    }
+
+    /// Every trained variable made whole in the scratch block: loaded from what the replica
+    /// holds, then summed across its group where it is sharded (the gather rounds).
+    fn gather(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
+        let s = &self.prepared.scratch;
+        for (i, _) in self.prepared.program.variables.iter().enumerate() {
             if let Some(full) = s.full(i as u8) {
-                load_whole(arena, prepared, block, i as u8, full)?;
+                load_whole(self.arena, self.prepared, self.block, i as u8, full)?;
             }
         }
-        for (i, r) in rounds.iter().enumerate() {
+        for (i, r) in self.rounds.iter().enumerate() {
             if let Reduction::Gather { variable } = *r {
                 let full = s.full(variable).ok_or(broken(Invariant::ScratchLayout))?;
-                reducer.reduce(round_of(i)?, ReduceOp::Sum, bytes(arena, block, full)?)?;
+                let round = self.round(b, i)?;
+                let data = bytes(self.arena, self.block, full)?;
+                reducer.reduce(round, ReduceOp::Sum, data)?;
             }
         }
-        for (i, _) in p.variables.iter().enumerate() {
+        Ok(())
+    }
+
+    /// Every gradient set to zero, for the micro-batches to add to.
+    fn zero_gradients(&mut self) -> Result<(), ErrorCode> {
+        let s = &self.prepared.scratch;
+        for (i, _) in self.prepared.program.variables.iter().enumerate() {
             if let Some(grad) = s.grad(i as u8) {
-                floats(arena, block)?[grad].fill(0.0);
+                floats(self.arena, self.block)?[grad].fill(0.0);
             }
         }
-        for m in 0..accumulation {
-            for (i, _) in p.streams.iter().enumerate() {
-                let fifo = ids::stream_fifo(i as u8);
-                if i == usize::from(p.input) {
-                    pop_into(
-                        arena,
-                        fifos,
-                        fifo,
-                        block,
-                        s.act(0).ok_or(broken(Invariant::ScratchLayout))?,
-                    )?;
-                } else if i == loss_stream {
-                    pop_into(arena, fifos, fifo, block, s.target())?;
-                } else {
-                    // A stream no layer reads still moves on with the step.
-                    fifos.pop(arena, fifo, 1)?;
+        Ok(())
+    }
+
+    /// Micro-batch `m` of batch `b`: one sample of every stream, the layers forward, the
+    /// loss, the layers backward, then the anchors; returns the work.
+    fn micro_batch(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
+        self.pop_samples()?;
+        let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
+        let mut work = forward(arena, block, prepared, self.rng)?;
+        let loss = loss(arena, block, prepared)?;
+        work += backward(arena, block, prepared)?;
+        for (j, anchor) in prepared.program.anchors.iter().enumerate() {
+            self.write_anchor(j, anchor, (b, m), loss)?;
+        }
+        Ok(work)
+    }
+
+    /// One sample popped from every stream: the input and the loss's labels or targets into
+    /// their places in the scratch block.
+    fn pop_samples(&mut self) -> Result<(), ErrorCode> {
+        let (p, s) = (&self.prepared.program, &self.prepared.scratch);
+        for (i, _) in p.streams.iter().enumerate() {
+            let fifo = ids::stream_fifo(i as u8);
+            if i == usize::from(p.input) {
+                let at = s.act(0).ok_or(broken(Invariant::ScratchLayout))?;
+                pop_into(self.arena, self.fifos, fifo, self.block, at)?;
+            } else if i == self.loss_stream {
+                pop_into(self.arena, self.fifos, fifo, self.block, s.target())?;
+            } else {
+                // A stream no layer reads still moves on with the step.
+                self.fifos.pop(self.arena, fifo, 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Anchor `j`, `a`, after micro-batch `m` of batch `b`, whose loss was `loss`: skipped,
+    /// written, or added to its sum (emitted and cleared when its rule says so).
+    fn write_anchor(
+        &mut self,
+        j: usize,
+        a: &Anchor,
+        (b, m): (u32, u32),
+        loss: f32,
+    ) -> Result<(), ErrorCode> {
+        let (p, s) = (&self.prepared.program, &self.prepared.scratch);
+        let (arena, fifos, block) = (&mut *self.arena, &mut *self.fifos, self.block);
+        let action = a.return_type.action(
+            b as usize,
+            m as usize,
+            p.batches_per_step as usize,
+            p.accumulation as usize,
+        );
+        let value = match a.tensor {
+            AnchorTensor::Loss => None,
+            AnchorTensor::Output => s.act(s.last()),
+        };
+        let fifo = ids::anchor_fifo(j as u8);
+        match (action, value) {
+            (AnchorAction::Skip, _) => {}
+            (AnchorAction::Write, None) => fifos.push(arena, fifo, &loss.to_le_bytes())?,
+            (AnchorAction::Write, Some(v)) => {
+                fifos.push_from(arena, fifo, block, v.start * 4..v.end * 4)?
+            }
+            (AnchorAction::Accumulate { emit }, value) => {
+                let sum = s.sum(j).ok_or(broken(Invariant::ScratchLayout))?;
+                let x = floats(arena, block)?;
+                match value {
+                    None => x[sum.start] += loss,
+                    Some(v) => {
+                        for (t, f) in sum.clone().zip(v) {
+                            x[t] += x[f];
+                        }
+                    }
+                }
+                if emit {
+                    fifos.push_from(arena, fifo, block, sum.start * 4..sum.end * 4)?;
+                    floats(arena, block)?[sum].fill(0.0);
                 }
             }
-            work += forward(arena, block, prepared, rng)?;
-            let loss = loss(arena, block, prepared)?;
-            work += backward(arena, block, prepared)?;
-            for (j, a) in p.anchors.iter().enumerate() {
-                let action = a.return_type.action(
-                    b as usize,
-                    m as usize,
-                    batches as usize,
-                    accumulation as usize,
-                );
-                let value = match a.tensor {
-                    AnchorTensor::Loss => None,
-                    AnchorTensor::Output => s.act(last),
-                };
-                let fifo = ids::anchor_fifo(j as u8);
-                match (action, value) {
-                    (AnchorAction::Skip, _) => {}
-                    (AnchorAction::Write, None) => fifos.push(arena, fifo, &loss.to_le_bytes())?,
-                    (AnchorAction::Write, Some(v)) => {
-                        fifos.push_from(arena, fifo, block, v.start * 4..v.end * 4)?
-                    }
-                    (AnchorAction::Accumulate { emit }, value) => {
-                        let sum = s.sum(j).ok_or(broken(Invariant::ScratchLayout))?;
-                        let x = floats(arena, block)?;
-                        match value {
-                            None => x[sum.start] += loss,
-                            Some(v) => {
-                                for (t, f) in sum.clone().zip(v) {
-                                    x[t] += x[f];
-                                }
-                            }
-                        }
-                        if emit {
-                            fifos.push_from(arena, fifo, block, sum.start * 4..sum.end * 4)?;
-                            floats(arena, block)?[sum].fill(0.0);
-                        }
-                    }
-                }
-            }
         }
-        let scale = 1.0 / accumulation as f32;
+        Ok(())
+    }
+
+    /// The gradients divided by the accumulation factor, then averaged across each
+    /// variable's group (the gradient rounds).
+    fn average_gradients(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
+        let (p, s) = (&self.prepared.program, &self.prepared.scratch);
+        let scale = 1.0 / p.accumulation as f32;
         for (i, _) in p.variables.iter().enumerate() {
             if let Some(grad) = s.grad(i as u8) {
-                floats(arena, block)?[grad]
+                floats(self.arena, self.block)?[grad]
                     .iter_mut()
                     .for_each(|g| *g *= scale);
             }
         }
-        for (i, r) in rounds.iter().enumerate() {
+        for (i, r) in self.rounds.iter().enumerate() {
             if let Reduction::Gradient { variable } = *r {
                 let grad = s.grad(variable).ok_or(broken(Invariant::ScratchLayout))?;
-                reducer.reduce(round_of(i)?, ReduceOp::Mean, bytes(arena, block, grad)?)?;
+                let round = self.round(b, i)?;
+                let data = bytes(self.arena, self.block, grad)?;
+                reducer.reduce(round, ReduceOp::Mean, data)?;
             }
         }
-        for (i, _) in p.variables.iter().enumerate() {
-            if s.grad(i as u8).is_some() {
-                work += update(arena, prepared, block, i as u8, optimizer)?;
-            }
-        }
+        Ok(())
     }
-    Ok(work)
+
+    /// The optimizer on every trained variable; returns the work.
+    fn update_variables(&mut self) -> Result<u64, ErrorCode> {
+        let mut work = 0u64;
+        for (i, _) in self.prepared.program.variables.iter().enumerate() {
+            if self.prepared.scratch.grad(i as u8).is_some() {
+                work += update(
+                    self.arena,
+                    self.prepared,
+                    self.block,
+                    i as u8,
+                    self.optimizer,
+                )?;
+            }
+        }
+        Ok(work)
+    }
 }
 
 /// The scratch block as `f32`s.

@@ -16,7 +16,7 @@ const LINK: LinkLimits = LinkLimits {
 };
 
 fn with_device(f: impl FnOnce(&mut Device<'_>)) {
-    let mut arena = vec![0u8; 1 << 16];
+    let mut arena = &mut vec![0u8; 1 << 16][..];
     let cycles = CycleCounter::new();
     f(&mut Device::new(0, &mut arena, LINK, &cycles));
 }

@@ -20,7 +20,7 @@ const LINK: LinkLimits = LinkLimits {
 
 /// Runs `f` on a fresh device of replica `replica` with `memory` bytes of arena.
 fn with_device<R>(replica: u32, memory: usize, f: impl FnOnce(&mut Device<'_>) -> R) -> R {
-    let mut arena = vec![0u8; memory];
+    let mut arena = &mut vec![0u8; memory][..];
     let cycles = CycleCounter::new();
     // Opted in to the test kernels (`fail_on_replica`), which no device has built in.
     let mut device = Device::new(replica, &mut arena, LINK, &cycles).with_functions(TEST_KERNELS);
@@ -725,7 +725,7 @@ fn user_kernels_come_first_and_are_checked_like_builtins() {
         ("bad_text", bad_text),
         ("fails_late", fails_late),
     ];
-    let mut arena = vec![0u8; 4096];
+    let mut arena = &mut vec![0u8; 4096][..];
     let cycles = CycleCounter::new();
     let d = &mut Device::new(0, &mut arena, LINK, &cycles).with_functions(MINE);
     invoke(d, "add_one", &[lit(&Owned::Int(1))], 1).unwrap();

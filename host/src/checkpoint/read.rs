@@ -89,56 +89,9 @@ fn data_type(dtype: Dtype) -> DataType {
 fn read_header(path: &Path, expected: Option<&Expected>) -> Result<Header, CheckpointError> {
     let mut input = Input::open(path).map_err(CheckpointError::Input)?;
     let len = input.len();
-    if len < 8 {
-        return Err(CheckpointError::Format(SafeTensorError::HeaderTooSmall));
-    }
-    let claim = |field: String, claimed: u64, actual: u64| CheckpointError::Claim {
-        path: path.to_owned(),
-        field,
-        claimed,
-        actual,
-    };
-    let mut prefix = [0u8; 8];
-    input
-        .read_exact(&mut prefix)
-        .map_err(CheckpointError::Input)?;
-    let n = u64::from_le_bytes(prefix);
-    if n > len - 8 {
-        return Err(claim("the header".to_string(), n, len - 8));
-    }
-    if n > MAX_HEADER {
-        return Err(CheckpointError::Format(SafeTensorError::HeaderTooLarge));
-    }
-    // At most the file's size (checked above).
-    let mut json = Vec::new();
-    input
-        .read_into(n, &mut json)
-        .map_err(CheckpointError::Input)?;
-    // Deserializing checks the ranges follow each other from 0 and fit their shapes.
-    let metadata: Metadata = serde_json::from_slice(&json)
-        .map_err(|e| CheckpointError::Format(SafeTensorError::InvalidHeaderDeserialization(e)))?;
-    let data_start = 8 + n;
+    let (metadata, data_start) = read_metadata(path, &mut input, len)?;
     let available = len - data_start;
-    let mut tensors = Vec::new();
-    for name in metadata.offset_keys() {
-        let Some(info) = metadata.info(&name) else {
-            continue;
-        };
-        let (start, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
-        if end > available {
-            let field = format!("tensor `{name}`");
-            return Err(claim(field, end - start, available.saturating_sub(start)));
-        }
-        let mut shape = Vec::with_capacity(info.shape.len());
-        for &d in &info.shape {
-            let d32 = u32::try_from(d).map_err(|_| CheckpointError::Dimension {
-                tensor: name.clone(),
-                dimension: d as u64,
-            })?;
-            shape.push(d32);
-        }
-        tensors.push((name, info.clone(), shape));
-    }
+    let tensors = tensor_list(path, &metadata, available)?;
     if metadata.data_len() as u64 != available {
         // Bytes beyond the last tensor: not a file this code wrote.
         return Err(CheckpointError::Format(
@@ -151,19 +104,7 @@ fn read_header(path: &Path, expected: Option<&Expected>) -> Result<Header, Check
         .flatten()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let entry = |key| entry(&meta, key);
-    if entry("format")? != FORMAT {
-        return Err(CheckpointError::NotACheckpoint { entry: "format" });
-    }
-    let version: u32 = parse(entry("version")?, "version")?;
-    if version != VERSION {
-        return Err(CheckpointError::Version {
-            file: version,
-            supported: VERSION,
-        });
-    }
-    let recorded = u32::from_str_radix(entry("checksum")?, 16)
-        .map_err(|_| CheckpointError::NotACheckpoint { entry: "checksum" })?;
+    let recorded = check_format(&meta)?;
     if let Some(expected) = expected {
         check_expected(&meta, &tensors, expected)?;
     }
@@ -174,6 +115,99 @@ fn read_header(path: &Path, expected: Option<&Expected>) -> Result<Header, Check
         data_start,
         recorded,
     })
+}
+
+/// A claim of the file in `path` larger than what is there.
+fn claim(path: &Path, field: String, claimed: u64, actual: u64) -> CheckpointError {
+    CheckpointError::Claim {
+        path: path.to_owned(),
+        field,
+        claimed,
+        actual,
+    }
+}
+
+/// The safetensors header of `input` (`len` bytes, at its start), its length checked
+/// against the file before it is read; returns it and where the tensor data starts.
+fn read_metadata(
+    path: &Path,
+    input: &mut Input,
+    len: u64,
+) -> Result<(Metadata, u64), CheckpointError> {
+    if len < 8 {
+        return Err(CheckpointError::Format(SafeTensorError::HeaderTooSmall));
+    }
+    let mut prefix = [0u8; 8];
+    input
+        .read_exact(&mut prefix)
+        .map_err(CheckpointError::Input)?;
+    let n = u64::from_le_bytes(prefix);
+    if n > len - 8 {
+        return Err(claim(path, "the header".to_string(), n, len - 8));
+    }
+    if n > MAX_HEADER {
+        return Err(CheckpointError::Format(SafeTensorError::HeaderTooLarge));
+    }
+    // At most the file's size (checked above).
+    let mut json = Vec::new();
+    input
+        .read_into(n, &mut json)
+        .map_err(CheckpointError::Input)?;
+    // Deserializing checks the ranges follow each other from 0 and fit their shapes.
+    let metadata: Metadata = serde_json::from_slice(&json)
+        .map_err(|e| CheckpointError::Format(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+    Ok((metadata, 8 + n))
+}
+
+/// The header's tensors in file order, each with its shape in 32 bits, and each range
+/// checked against the `available` bytes of data.
+fn tensor_list(
+    path: &Path,
+    metadata: &Metadata,
+    available: u64,
+) -> Result<Vec<(String, TensorInfo, Vec<u32>)>, CheckpointError> {
+    let mut tensors = Vec::new();
+    for name in metadata.offset_keys() {
+        let Some(info) = metadata.info(&name) else {
+            continue;
+        };
+        let (start, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
+        if end > available {
+            let field = format!("tensor `{name}`");
+            return Err(claim(
+                path,
+                field,
+                end - start,
+                available.saturating_sub(start),
+            ));
+        }
+        let mut shape = Vec::with_capacity(info.shape.len());
+        for &d in &info.shape {
+            let d32 = u32::try_from(d).map_err(|_| CheckpointError::Dimension {
+                tensor: name.clone(),
+                dimension: d as u64,
+            })?;
+            shape.push(d32);
+        }
+        tensors.push((name, info.clone(), shape));
+    }
+    Ok(tensors)
+}
+
+/// The metadata's format and version, this code's; returns the checksum it records.
+fn check_format(meta: &BTreeMap<String, String>) -> Result<u32, CheckpointError> {
+    if entry(meta, "format")? != FORMAT {
+        return Err(CheckpointError::NotACheckpoint { entry: "format" });
+    }
+    let version: u32 = parse(entry(meta, "version")?, "version")?;
+    if version != VERSION {
+        return Err(CheckpointError::Version {
+            file: version,
+            supported: VERSION,
+        });
+    }
+    u32::from_str_radix(entry(meta, "checksum")?, 16)
+        .map_err(|_| CheckpointError::NotACheckpoint { entry: "checksum" })
 }
 
 /// The header's fingerprint and tensors against the program's (see the module's rules).

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::Report;
+use super::{PlacementReport, Report};
 
 const COLUMN: usize = 96;
 const MARGIN: usize = 24;
@@ -39,48 +39,7 @@ pub fn render(report: &Report) -> String {
     );
     let slot_elements = slot_elements(report).max(1);
     for (column, p) in drawn.iter().enumerate() {
-        let x = MARGIN + column * COLUMN;
-        let group = report.assignment.get(p.replica).copied().unwrap_or(0);
-        let colour = colour(group, report.num_groups);
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{x}" y="40" width="{}" height="{BOX_H}" rx="6" fill="{colour}" stroke="black"/>"#,
-            COLUMN - 8
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="58">replica {}</text>"#,
-            x + 8,
-            p.replica
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="74">g{} #{} row {}</text>"#,
-            x + 8,
-            group,
-            report.index_in_group.get(p.replica).copied().unwrap_or(0),
-            p.row
-        );
-        // The slot: grey padding underneath, the held pieces on top.
-        let bar = COLUMN - 8;
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{x}" y="{SLOT_Y}" width="{bar}" height="{SLOT_H}" fill="#ddd" stroke="black"/>"##
-        );
-        for &[begin, end, dst] in &p.pieces {
-            let px = x + dst * bar / slot_elements;
-            let pw = ((end - begin) * bar / slot_elements).max(1);
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{px}" y="{SLOT_Y}" width="{pw}" height="{SLOT_H}" fill="{colour}"><title>elements [{begin}, {end}) at {dst}</title></rect>"#
-            );
-            let _ = writeln!(
-                svg,
-                r#"<text x="{}" y="{}">[{begin},{end})</text>"#,
-                px + 2,
-                SLOT_Y + SLOT_H + 14
-            );
-        }
+        draw_column(&mut svg, report, MARGIN + column * COLUMN, p, slot_elements);
     }
     if hidden > 0 {
         let _ = writeln!(
@@ -100,6 +59,68 @@ pub fn render(report: &Report) -> String {
     );
     svg.push_str("</svg>\n");
     svg
+}
+
+/// Replica `p`'s column at `x`: its box, labelled with its group, index and row, and its
+/// slot of `slot_elements` below.
+fn draw_column(
+    svg: &mut String,
+    report: &Report,
+    x: usize,
+    p: &PlacementReport,
+    slot_elements: usize,
+) {
+    let group = report.assignment.get(p.replica).copied().unwrap_or(0);
+    let colour = colour(group, report.num_groups);
+    let _ = writeln!(
+        svg,
+        r#"<rect x="{x}" y="40" width="{}" height="{BOX_H}" rx="6" fill="{colour}" stroke="black"/>"#,
+        COLUMN - 8
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="58">replica {}</text>"#,
+        x + 8,
+        p.replica
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="74">g{} #{} row {}</text>"#,
+        x + 8,
+        group,
+        report.index_in_group.get(p.replica).copied().unwrap_or(0),
+        p.row
+    );
+    draw_slot(svg, x, &colour, &p.pieces, slot_elements);
+}
+
+/// The slot at `x`: grey padding underneath, the held `pieces` on top in `colour`.
+fn draw_slot(
+    svg: &mut String,
+    x: usize,
+    colour: &str,
+    pieces: &[[usize; 3]],
+    slot_elements: usize,
+) {
+    let bar = COLUMN - 8;
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{x}" y="{SLOT_Y}" width="{bar}" height="{SLOT_H}" fill="#ddd" stroke="black"/>"##
+    );
+    for &[begin, end, dst] in pieces {
+        let px = x + dst * bar / slot_elements;
+        let pw = ((end - begin) * bar / slot_elements).max(1);
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{px}" y="{SLOT_Y}" width="{pw}" height="{SLOT_H}" fill="{colour}"><title>elements [{begin}, {end}) at {dst}</title></rect>"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}">[{begin},{end})</text>"#,
+            px + 2,
+            SLOT_Y + SLOT_H + 14
+        );
+    }
 }
 
 /// Elements of one slot: a shard with padding, or a whole row.

@@ -174,6 +174,15 @@ pub enum RuntimeError {
         /// The round.
         round: u32,
     },
+    /// A contribution that is not a whole number of `f32` elements.
+    ReductionElements {
+        /// The replica that sent it.
+        replica: u32,
+        /// The round.
+        round: u32,
+        /// Its bytes.
+        bytes: usize,
+    },
     /// The contributions of one reduction round disagree in length.
     ReductionLength {
         /// The replica whose contribution disagrees with the round's first.
@@ -341,6 +350,15 @@ impl fmt::Display for RuntimeError {
                 f,
                 "device {replica} asked for another operation in reduction round {round} than \
                  the round's first contribution"
+            ),
+            Self::ReductionElements {
+                replica,
+                round,
+                bytes,
+            } => write!(
+                f,
+                "device {replica} contributed {bytes} bytes to reduction round {round}: not a \
+                 whole number of f32 elements"
             ),
             Self::ReductionLength {
                 replica,

@@ -353,15 +353,8 @@ impl Runtime {
 
     /// How this runtime's bytes moved so far (see [`RuntimeTraffic`]).
     pub fn traffic(&self) -> RuntimeTraffic {
-        let mut channels = Traffic::default();
-        for t in self.channels.iter().map(Channel::traffic) {
-            channels.in_place += t.in_place;
-            channels.bulk += t.bulk;
-            channels.framed += t.framed;
-            channels.staged += t.staged;
-        }
         RuntimeTraffic {
-            channels,
+            channels: self.channels.iter().map(Channel::traffic).sum(),
             converted: self.converted,
         }
     }

@@ -7,14 +7,15 @@
 //!
 //! Every reduction has an identity: the step's sequence number on the device's channel
 //! (its envelope) and the round within the step. Contributions are collected per round;
-//! when every local device's is in, each group's contributions are summed in `f64`, the
+//! when every local device's is in, each group's contributions are summed in `f64` in
+//! replica order by the kernel the session's allreduce uses ([`crate::combine`]), the
 //! partial sums are summed across instances ([`Instances::allreduce_sum`]: every instance
 //! reaches every round, in order), and every member gets its group's combination under its
 //! own step sequence number and that round. A contribution that arrives again (the
 //! device re-sent it: its answer was late or lost) is answered again with the same round's
 //! combination, which the device applies only if it is still waiting for that round, so a
 //! duplicate can never stand in for a later round's answer. Contributions of one round that
-//! disagree in length are an error, never truncated.
+//! disagree in length, or are not whole `f32` elements, are an error, never truncated.
 //!
 //! # What a device may claim
 //!
@@ -44,6 +45,7 @@ use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::wire::{Combined, Contribution, ReduceOp, Request, RequestKind, Response};
 
 use super::{RuntimeError, StepFault};
+use crate::combine::{round_f32, sum_f32, CombineError};
 use crate::instance::Instances;
 use crate::transport::{Channel, Silence};
 
@@ -384,6 +386,13 @@ fn collect(
     if open.op != op {
         return Err(RuntimeError::ReductionOps { replica, round });
     }
+    if !data.len().is_multiple_of(4) {
+        return Err(RuntimeError::ReductionElements {
+            replica,
+            round,
+            bytes: data.len(),
+        });
+    }
     if open.len != data.len() {
         return Err(RuntimeError::ReductionLength {
             replica,
@@ -425,9 +434,11 @@ fn judge(round: u32, next: u32, waiting: bool, rounds: u32) -> Heard {
     }
 }
 
-/// Each group's combination of one round: the local contributions summed per group in
-/// `f64`, the partial sums summed across instances, then divided by the group size for a
-/// mean; one `f32` buffer per group of `grouping`.
+/// Each group's combination of one round, by the rules of [`crate::combine`]: each
+/// group's local contributions summed in `f64` in replica order (not in the order their
+/// messages arrived, which races), the partial sums summed across instances (an instance
+/// with no member of a group adds −0.0, the empty sum), then divided by the group size
+/// for a mean and rounded once to `f32`; one buffer per group of `grouping`.
 fn combine(
     round: &OpenRound,
     members: &[Member],
@@ -436,7 +447,7 @@ fn combine(
 ) -> Result<Vec<Vec<u8>>, RuntimeError> {
     let len = round.len / 4;
     let groups = grouping.num_groups();
-    let mut partial = vec![0f64; groups * len];
+    let mut shares: Vec<Vec<(usize, &[u8])>> = vec![Vec::new(); groups];
     for c in &round.contributions {
         let replica = members[c.from].replica;
         let g = grouping
@@ -445,25 +456,45 @@ fn combine(
                 replica: replica as u32,
                 round: round.round,
             })?;
-        let sums = &mut partial[g * len..(g + 1) * len];
-        for (t, v) in sums.iter_mut().zip(c.data.chunks_exact(4)) {
-            *t += f64::from(f32::from_le_bytes([v[0], v[1], v[2], v[3]]));
-        }
+        shares[g].push((replica, &c.data));
+    }
+    let mut partial = vec![0f64; groups * len];
+    for (sums, mut group) in partial.chunks_mut(len.max(1)).zip(shares) {
+        group.sort_unstable_by_key(|&(replica, _)| replica);
+        let inputs: Vec<&[u8]> = group.iter().map(|&(_, data)| data).collect();
+        sum_f32(sums, &inputs).map_err(|e| length(e, &group, round))?;
     }
     instances.allreduce_sum(&mut partial)?;
     let divisor = match round.op {
         ReduceOp::Mean => grouping.group_size() as f64,
         ReduceOp::Sum => 1.0,
     };
-    Ok(partial
+    partial
         .chunks(len.max(1))
         .take(groups)
         .map(|sums| {
-            sums.iter()
-                .flat_map(|t| ((t / divisor) as f32).to_le_bytes())
-                .collect()
+            let mut out = vec![0u8; sums.len() * 4];
+            // `out` holds what `sums` does: the kernel refuses nothing here.
+            round_f32(sums, divisor, &mut out).map_err(|e| length(e, &[], round))?;
+            Ok(out)
         })
-        .collect())
+        .collect()
+}
+
+/// A contribution the kernel refused: of another length than its round (`collect` checks
+/// every one against the round's first and whole elements, so this is a broken check).
+fn length(e: CombineError, group: &[(usize, &[u8])], round: &OpenRound) -> RuntimeError {
+    let input = match e {
+        CombineError::Length { input, .. } => group.get(input),
+        CombineError::Overflow | CombineError::Dtype(_) => None,
+    };
+    let (replica, actual) = input.map_or((0, 0), |&(replica, data)| (replica, data.len()));
+    RuntimeError::ReductionLength {
+        replica: replica as u32,
+        round: round.round,
+        expected: round.len,
+        actual,
+    }
 }
 
 #[cfg(test)]
@@ -546,6 +577,94 @@ mod tests {
             Err(RuntimeError::ReductionOps {
                 replica: 1,
                 round: 2
+            })
+        ));
+    }
+
+    /// The members of a round, replica `i` at index `i`.
+    fn members(n: usize) -> Vec<Member> {
+        (0..n)
+            .map(|replica| Member {
+                seq: 0,
+                replica,
+                done: false,
+                heard: Instant::now(),
+                resent: 0,
+                waiting: true,
+                next_round: 0,
+            })
+            .collect()
+    }
+
+    fn f32s(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// Catches a round summed in the order its contributions arrived: the device threads
+    /// race, and 1e30 + 1 − 1e30 is 0 in one order and 1 in another, so two runs of one
+    /// job could end with different weights.
+    #[test]
+    fn a_round_sums_in_replica_order_whatever_the_arrival() {
+        let values = [1e30f32, -1e30, 1.0];
+        let grouping = ReplicaGrouping::new(3, 1, 3).unwrap();
+        let sum_arriving = |order: [usize; 3]| {
+            let round = OpenRound {
+                round: 0,
+                op: ReduceOp::Sum,
+                len: 4,
+                contributions: order
+                    .iter()
+                    .map(|&from| Share {
+                        from,
+                        data: f32s(&[values[from]]),
+                    })
+                    .collect(),
+            };
+            combine(&round, &members(3), &grouping, &crate::instance::Single).unwrap()
+        };
+        let in_order = sum_arriving([0, 1, 2]);
+        assert_eq!(in_order, [f32s(&[1.0])]);
+        for order in [[2, 0, 1], [1, 2, 0], [0, 2, 1]] {
+            assert_eq!(sum_arriving(order), in_order, "arrival order {order:?}");
+        }
+    }
+
+    /// Catches a round that starts its sums at +0.0: gradients that are all −0.0 came back
+    /// +0.0, unlike the same sum in a session allreduce.
+    #[test]
+    fn a_sum_of_negative_zeros_stays_negative() {
+        let round = OpenRound {
+            round: 0,
+            op: ReduceOp::Mean,
+            len: 4,
+            contributions: (0..2)
+                .map(|from| Share {
+                    from,
+                    data: f32s(&[-0.0]),
+                })
+                .collect(),
+        };
+        let grouping = ReplicaGrouping::new(2, 1, 2).unwrap();
+        let by_group = combine(&round, &members(2), &grouping, &crate::instance::Single).unwrap();
+        assert_eq!(by_group, [f32s(&[-0.0])]);
+    }
+
+    /// Catches a contribution of a partial element summed as if whole (its last bytes
+    /// dropped by the kernel's element-wise walk).
+    #[test]
+    fn contributions_are_whole_elements() {
+        let mut open = OpenRound {
+            round: 0,
+            op: ReduceOp::Sum,
+            len: 6,
+            contributions: Vec::new(),
+        };
+        assert!(matches!(
+            collect(&mut open, 0, 5, 0, ReduceOp::Sum, &[0; 6]),
+            Err(RuntimeError::ReductionElements {
+                replica: 5,
+                round: 0,
+                bytes: 6
             })
         ));
     }

@@ -28,7 +28,9 @@ use std::collections::BTreeMap;
 
 use tessera_core::dtype::{convert_input, ConvertError, DataType};
 use tessera_core::program::{elements, ids, AnchorTensor, Layer};
-use tessera_core::stream::{SizeError, Splitter, StreamKind, StreamSpec, UpstreamIo};
+use tessera_core::stream::{
+    AnchorReturnType, SizeError, Splitter, StreamKind, StreamSpec, UpstreamIo,
+};
 use tessera_core::wire::Target;
 
 use super::step_driver;
@@ -56,6 +58,9 @@ type Fill<'a> = dyn FnMut(usize, usize, &mut [u8]) + 'a;
 /// Streams plus anchors the splitter tracks.
 const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::program::MAX_ANCHORS;
 
+/// A step's splitter: sample and row indices for this instance's replicas.
+type StepSplitter = Splitter<usize, TENSORS, MAX_REPLICAS, 1>;
+
 impl Runtime {
     /// Runs one training step on `io` (see the module's contract); returns the anchors.
     pub fn run(&mut self, io: &StepIo) -> Result<Anchors, RuntimeError> {
@@ -63,7 +68,7 @@ impl Runtime {
         let streams = self.device_streams(io)?;
         // This instance's replicas: its arrays feed only them.
         let replicas = self.window.local;
-        let mut splitter = Splitter::<usize, TENSORS, MAX_REPLICAS, 1>::new(replicas, self.flow)?;
+        let mut splitter = StepSplitter::new(replicas, self.flow)?;
         let mut counters = Counters::default();
         let mut inputs = Vec::with_capacity(streams.len());
         for (s, data) in self.program.streams.iter().zip(&streams) {
@@ -77,9 +82,32 @@ impl Runtime {
             let tensor = splitter.add_output(width, a.return_type)?;
             outputs.push((tensor, width, a.return_type));
         }
+        let order = self.sample_order(&mut splitter, &mut counters, &inputs)?;
+        let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
+            let (_, bytes, data) = inputs[k];
+            for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&order[r][k]) {
+                sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
+            }
+        })?;
+        let mut anchors = Anchors::new();
+        for (j, &output) in outputs.iter().enumerate() {
+            let split = (&mut splitter, &mut counters);
+            let (name, array) = self.anchor_array(split, j, output, &popped[j])?;
+            anchors.insert(name, array);
+        }
+        Ok(anchors)
+    }
 
-        // Which of the user's samples each replica consumes, stream by stream, in order:
-        // indices only, so that each sample's bytes are copied once, into the device.
+    /// Which of the user's samples each replica consumes (`order[replica][stream]`), stream
+    /// by stream (`inputs`: each one's splitter tensor, sample bytes and data), in order:
+    /// indices only, so that each sample's bytes are copied once, into the device.
+    fn sample_order(
+        &self,
+        splitter: &mut StepSplitter,
+        counters: &mut Counters,
+        inputs: &[(usize, usize, &[u8])],
+    ) -> Result<Vec<Vec<Vec<usize>>>, RuntimeError> {
+        let replicas = self.window.local;
         let per_replica = self.flow.inputs_per_replica();
         let mut order = vec![vec![Vec::with_capacity(per_replica); inputs.len()]; replicas];
         let mut shared = vec![0usize; inputs.len()];
@@ -92,56 +120,56 @@ impl Runtime {
                         order[k].push(shared[k]);
                         continue;
                     }
-                    let i = splitter
-                        .input(&mut counters, tensor, r, false)?
-                        .unwrap_or(0);
+                    let i = splitter.input(counters, tensor, r, false)?.unwrap_or(0);
                     shared[k] = i;
                     order[k].push(i);
-                    splitter.input_complete(&mut counters, tensor, r)?;
+                    splitter.input_complete(counters, tensor, r)?;
                 }
             }
         }
-        let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
-            let (_, bytes, data) = inputs[k];
-            for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&order[r][k]) {
-                sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
-            }
-        })?;
+        Ok(order)
+    }
 
-        let mut anchors = Anchors::new();
-        for (j, &(tensor, width, return_type)) in outputs.iter().enumerate() {
-            let items = self.flow.outputs_per_replica(Some(return_type));
-            let item_bytes = width * 4;
-            let mut out = vec![0u8; items * replicas * item_bytes];
-            // Where each replica's items go, in the order the replica wrote them.
-            let mut rows = vec![Vec::with_capacity(items); replicas];
-            for _ in 0..items {
-                for (r, rows) in rows.iter_mut().enumerate() {
-                    rows.push(splitter.output(&mut counters, tensor, r)?);
-                    splitter.output_complete(&mut counters, tensor, r)?;
-                }
+    /// Anchor `j` (its splitter tensor, width and return type) as the user gets it, named,
+    /// from each replica's bytes `popped`: every item in the row the splitter gives it.
+    fn anchor_array(
+        &self,
+        (splitter, counters): (&mut StepSplitter, &mut Counters),
+        j: usize,
+        (tensor, width, return_type): (usize, usize, AnchorReturnType),
+        popped: &[Vec<u8>],
+    ) -> Result<(String, HostArray), RuntimeError> {
+        let replicas = self.window.local;
+        let items = self.flow.outputs_per_replica(Some(return_type));
+        let item_bytes = width * 4;
+        let mut out = vec![0u8; items * replicas * item_bytes];
+        // Where each replica's items go, in the order the replica wrote them.
+        let mut rows = vec![Vec::with_capacity(items); replicas];
+        for _ in 0..items {
+            for (r, rows) in rows.iter_mut().enumerate() {
+                rows.push(splitter.output(counters, tensor, r)?);
+                splitter.output_complete(counters, tensor, r)?;
             }
-            for (r, bytes) in popped[j].iter().enumerate() {
-                for (item, &row) in bytes.chunks_exact(item_bytes.max(1)).zip(&rows[r]) {
-                    out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
-                }
-            }
-            let a = self.program.anchors[j];
-            let mut shape = vec![items as u32, replicas as u32];
-            if a.tensor == AnchorTensor::Output {
-                shape.push(width as u32);
-            }
-            let len = out.len();
-            let array =
-                HostArray::new(DataType::F32, &shape, out).map_err(|_| RuntimeError::Bytes {
-                    name: a.tensor.name().to_string(),
-                    expected: shape.iter().map(|&d| d as usize).product::<usize>() * 4,
-                    actual: len,
-                    what: "anchor",
-                })?;
-            anchors.insert(a.tensor.name().to_string(), array);
         }
-        Ok(anchors)
+        for (r, bytes) in popped.iter().enumerate() {
+            for (item, &row) in bytes.chunks_exact(item_bytes.max(1)).zip(&rows[r]) {
+                out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
+            }
+        }
+        let a = self.program.anchors[j];
+        let mut shape = vec![items as u32, replicas as u32];
+        if a.tensor == AnchorTensor::Output {
+            shape.push(width as u32);
+        }
+        let len = out.len();
+        let array =
+            HostArray::new(DataType::F32, &shape, out).map_err(|_| RuntimeError::Bytes {
+                name: a.tensor.name().to_string(),
+                expected: shape.iter().map(|&d| d as usize).product::<usize>() * 4,
+                actual: len,
+                what: "anchor",
+            })?;
+        Ok((a.tensor.name().to_string(), array))
     }
 
     /// Runs one training step with its inputs and outputs through `io`'s callbacks instead

@@ -27,9 +27,9 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, Description};
 use tessera_core::wire::ValueKind;
 
-use super::reduce;
 use super::{Command, Register, Session, SessionError, State, WorkerFailure};
 use crate::array::HostArray;
+use crate::combine;
 use crate::transport::TransportError;
 
 /// Which workers one collective spans.
@@ -41,25 +41,29 @@ pub enum Scope {
     InGroup,
 }
 
-/// How an allreduce combines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// Element-wise sum.
-    Sum,
-    /// Element-wise product.
-    Prod,
-    /// Element-wise minimum.
-    Min,
-    /// Element-wise maximum.
-    Max,
-    /// Element-wise mean (integers truncate).
-    Avg,
+pub use crate::combine::ReduceOp;
+
+/// One result to write, and the worker it goes to.
+type Output = (usize, Fitted);
+
+/// A result ready to write into register `dst`.
+struct Fitted {
+    /// The result, in the destination's shape.
+    array: HostArray,
+    /// The destination register.
+    dst: u16,
+    /// How it gets there.
+    write: Write,
 }
 
-/// One result to write: the worker, the array (in the destination's shape), the
-/// destination register, and its description (`None`: it must be made anew, it is not an
-/// array yet).
-type Output = (usize, (HostArray, u16, Option<Description>));
+/// How a result reaches its register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// The register is not an array yet (a tensor register): the array is made anew.
+    Anew,
+    /// The register is an array of the result's type and shape: overwritten in place.
+    Overwrite,
+}
 
 impl Session {
     /// Allreduce of `src` into `dst` on every worker of each group.
@@ -358,7 +362,7 @@ impl State {
         dst: u16,
         operation: &'static str,
         result: &HostArray,
-    ) -> Result<(HostArray, u16, Option<Description>), SessionError> {
+    ) -> Result<Fitted, SessionError> {
         let described = self.describe(worker, dst)?;
         fit(worker, dst, operation, result, described)
     }
@@ -366,12 +370,11 @@ impl State {
     fn write_result(
         &mut self,
         worker: usize,
-        (array, dst, held): &(HostArray, u16, Option<Description>),
+        Fitted { array, dst, write }: &Fitted,
     ) -> Result<(), SessionError> {
-        match held {
-            None => self.write_host_array(worker, *dst, array),
-            // `fit` made the result's type and shape those of `dst`: overwrite it.
-            Some(_) => self.overwrite_array(worker, *dst, array),
+        match write {
+            Write::Anew => self.write_host_array(worker, *dst, array),
+            Write::Overwrite => self.overwrite_array(worker, *dst, array),
         }
     }
 }
@@ -384,7 +387,7 @@ fn fit(
     operation: &'static str,
     result: &HostArray,
     described: Description,
-) -> Result<(HostArray, u16, Option<Description>), SessionError> {
+) -> Result<Fitted, SessionError> {
     let dtype = described.dtype.unwrap_or(DataType::F32);
     if dtype != result.dtype() {
         return Err(SessionError::DtypeMismatch {
@@ -406,10 +409,17 @@ fn fit(
     if described.kind != ValueKind::Array {
         // A tensor register: it becomes an array of its shape.
         let shape = [elements as u32];
-        return Ok((result.reshaped(&shape)?, dst, None));
+        return Ok(Fitted {
+            array: result.reshaped(&shape)?,
+            dst,
+            write: Write::Anew,
+        });
     }
-    let fitted = result.reshaped(&described.shape)?;
-    Ok((fitted, dst, Some(described)))
+    Ok(Fitted {
+        array: result.reshaped(&described.shape)?,
+        dst,
+        write: Write::Overwrite,
+    })
 }
 
 /// The arrays of workers `first..` concatenated, checking they share a type.
@@ -469,7 +479,7 @@ fn reduce(arrays: &[HostArray], op: ReduceOp, first: usize) -> Result<HostArray,
     }
     let views: Vec<&[u8]> = arrays.iter().map(HostArray::bytes).collect();
     let mut bytes = vec![0u8; head.bytes().len()];
-    reduce::combine(dtype, op, &views, &mut bytes)?;
+    combine::combine(dtype, op, &views, &mut bytes).map_err(|e| SessionError::combine(e, first))?;
     Ok(HostArray::new(dtype, head.shape(), bytes)?)
 }
 

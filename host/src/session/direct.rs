@@ -17,12 +17,13 @@
 use std::ops::Range;
 
 use tessera_core::dtype::DataType;
+use tessera_core::wire::endpoint::Description;
 use tessera_core::wire::ValueKind;
 
 use super::collective::ReduceOp;
-use super::reduce::{self, BLOCK};
 use super::state::array_shape;
 use super::{SessionError, State};
+use crate::combine::{self, BLOCK};
 use crate::transport::{stream, SharedMemory, SplitError, TransportError};
 
 const OPERATION: &str = "allreduce";
@@ -253,7 +254,7 @@ fn reduce_range(
         }
         let inputs: Vec<&[u8]> = inputs.iter().map(|input| &input[..len]).collect();
         let out = &mut out[..len];
-        reduce::combine(plan.dtype, op, &inputs, out)?;
+        combine::combine(plan.dtype, op, &inputs, out).map_err(|e| SessionError::combine(e, 0))?;
         for view in &mut views {
             // Streaming stores: the result is not read again here, and a plain store
             // would read every line of the destination first (~15% of the time measured).
@@ -290,67 +291,96 @@ impl State {
             return Ok(None);
         };
         let (dtype, bytes) = (*dtype, first.bytes as usize);
-        let size = dtype.size().max(1);
-        for (worker, (actual, _, _)) in group.clone().zip(&sources) {
-            if *actual != dtype {
-                return Err(SessionError::DtypeMismatch {
-                    operation: OPERATION,
-                    worker,
-                    expected: dtype,
-                    actual: *actual,
-                });
-            }
-        }
-        for (worker, (_, _, source)) in group.clone().zip(&sources) {
-            if source.bytes as usize != bytes {
-                return Err(SessionError::Elements {
-                    operation: OPERATION,
-                    worker,
-                    expected: bytes / size,
-                    actual: source.bytes as usize / size,
-                });
-            }
-        }
-        if !reduce::supported(dtype) {
-            return Err(SessionError::Dtype {
-                operation: OPERATION,
-                dtype,
-            });
-        }
+        check_sources(group.clone(), &sources, dtype, bytes)?;
         if !matches!(dtype, DataType::F32 | DataType::F64) {
             return Ok(None);
         }
-        let mut members = Vec::with_capacity(group.len());
-        let mut in_place = true;
         let targets = self.describe_all(group.clone(), dst)?;
-        for ((worker, (_, _, source)), target) in group.zip(&sources).zip(targets) {
-            let target_dtype = target.dtype.unwrap_or(DataType::F32);
-            if target_dtype != dtype {
-                return Err(SessionError::DtypeMismatch {
-                    operation: OPERATION,
-                    worker,
-                    expected: dtype,
-                    actual: target_dtype,
-                });
-            }
-            if target.bytes as usize != bytes {
-                return Err(SessionError::Elements {
-                    operation: OPERATION,
-                    worker,
-                    expected: target.bytes as usize / size,
-                    actual: bytes / size,
-                });
-            }
-            let (src_at, dst_at) = (source.at as usize, target.at as usize);
-            // The same register, or apart: a partial overlap would read results back in.
-            let apart = src_at == dst_at || src_at.abs_diff(dst_at) >= bytes;
-            in_place &= target.kind == ValueKind::Array && apart;
-            members.push(Member {
+        let members = members(group, &sources, targets, dtype, bytes)?;
+        Ok(members.map(|members| (dtype, bytes, members)))
+    }
+}
+
+/// A member's source register: its element type, its shape, and its description.
+type Source = (DataType, Vec<u32>, Description);
+
+/// Every source of `group` holds `bytes` of `dtype`, a type an allreduce combines.
+fn check_sources(
+    group: Range<usize>,
+    sources: &[Source],
+    dtype: DataType,
+    bytes: usize,
+) -> Result<(), SessionError> {
+    let size = dtype.size().max(1);
+    for (worker, (actual, _, _)) in group.clone().zip(sources) {
+        if *actual != dtype {
+            return Err(SessionError::DtypeMismatch {
+                operation: OPERATION,
                 worker,
-                src: src_at,
-                dst: dst_at,
+                expected: dtype,
+                actual: *actual,
             });
         }
-        Ok(in_place.then_some((dtype, bytes, members)))
     }
+    for (worker, (_, _, source)) in group.zip(sources) {
+        if source.bytes as usize != bytes {
+            return Err(SessionError::Elements {
+                operation: OPERATION,
+                worker,
+                expected: bytes / size,
+                actual: source.bytes as usize / size,
+            });
+        }
+    }
+    if !combine::supported(dtype) {
+        return Err(SessionError::Dtype {
+            operation: OPERATION,
+            dtype,
+        });
+    }
+    Ok(())
+}
+
+/// Where each member of `group` has its source and its destination (`targets`), every
+/// destination checked to hold `bytes` of `dtype`; `None` when one is not an array yet or
+/// overlaps its source without being it.
+fn members(
+    group: Range<usize>,
+    sources: &[Source],
+    targets: Vec<Description>,
+    dtype: DataType,
+    bytes: usize,
+) -> Result<Option<Vec<Member>>, SessionError> {
+    let size = dtype.size().max(1);
+    let mut members = Vec::with_capacity(group.len());
+    let mut in_place = true;
+    for ((worker, (_, _, source)), target) in group.zip(sources).zip(targets) {
+        let target_dtype = target.dtype.unwrap_or(DataType::F32);
+        if target_dtype != dtype {
+            return Err(SessionError::DtypeMismatch {
+                operation: OPERATION,
+                worker,
+                expected: dtype,
+                actual: target_dtype,
+            });
+        }
+        if target.bytes as usize != bytes {
+            return Err(SessionError::Elements {
+                operation: OPERATION,
+                worker,
+                expected: target.bytes as usize / size,
+                actual: bytes / size,
+            });
+        }
+        let (src_at, dst_at) = (source.at as usize, target.at as usize);
+        // The same register, or apart: a partial overlap would read results back in.
+        let apart = src_at == dst_at || src_at.abs_diff(dst_at) >= bytes;
+        in_place &= target.kind == ValueKind::Array && apart;
+        members.push(Member {
+            worker,
+            src: src_at,
+            dst: dst_at,
+        });
+    }
+    Ok(in_place.then_some(members))
 }

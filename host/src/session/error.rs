@@ -8,6 +8,7 @@ use tessera_core::wire::ValueKind;
 
 use super::claims::BadDescription;
 use crate::array::ArrayError;
+use crate::combine::CombineError;
 use crate::transport::TransportError;
 
 /// A command sent to the workers, as errors name it.
@@ -372,6 +373,30 @@ impl fmt::Display for SessionError {
 }
 
 impl SessionError {
+    /// An allreduce's combination refused: `first` is the worker of the first input.
+    pub(crate) fn combine(e: CombineError, first: usize) -> Self {
+        const OPERATION: &str = "allreduce";
+        match e {
+            CombineError::Length {
+                input,
+                expected,
+                actual,
+            } => Self::Elements {
+                operation: OPERATION,
+                worker: first + input,
+                expected,
+                actual,
+            },
+            CombineError::Overflow => Self::Overflow {
+                operation: OPERATION,
+            },
+            CombineError::Dtype(dtype) => Self::Dtype {
+                operation: OPERATION,
+                dtype,
+            },
+        }
+    }
+
     /// `Ok` for no failure, [`Self::Worker`] for one, [`Self::Failures`] for several.
     pub(super) fn of_failures(mut failures: Vec<WorkerFailure>) -> Result<(), Self> {
         match failures.len() {

@@ -77,7 +77,6 @@ mod direct;
 mod error;
 pub mod loader;
 mod pending;
-mod reduce;
 mod state;
 mod value;
 

@@ -5,8 +5,8 @@ use std::io::{self, Read, Write};
 
 use tessera_firmware_sim::std_link::{BusyLine, NoPin, Queue, StdClock, StdLink};
 use tessera_firmware_sim::{
-    serve, serve_messages, CycleCounter, Device, Framed, Framing, Incoming, Messages, ServeError,
-    Server,
+    serve, serve_messages, CycleCounter, Device, Framed, Framing, Incoming, Memory, Messages,
+    ServeError, Server,
 };
 
 use super::shared::SharedMemory;
@@ -80,13 +80,11 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
     };
     let mut window = SharedMemory::open(open(fd)?, bytes)?;
     let (mut shared, mut own) = (None, Vec::new());
-    let arena = match inherited.memory {
-        Some(fd) => shared
-            .insert(SharedMemory::open(open(fd)?, memory)?)
-            .as_mut_slice(),
+    let arena: &mut dyn Memory = match inherited.memory {
+        Some(fd) => shared.insert(SharedMemory::open(open(fd)?, memory)?),
         None => {
             own.resize(memory, 0u8);
-            &mut own[..]
+            &mut own
         }
     };
     run_device_with_window(replica, arena, io::stdin(), stdout, &mut window)
@@ -97,7 +95,7 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
 /// host maps too (the child-process placement).
 fn run_device_with_window(
     replica: u32,
-    arena: &mut [u8],
+    arena: &mut dyn Memory,
     reader: impl Read + Send + 'static,
     writer: impl Write,
     window: &mut SharedMemory,
@@ -168,7 +166,7 @@ impl<W: Write> Messages for Windowed<'_, W> {
 /// host's end is dropped, driving `busy` high while a request runs.
 pub fn run_device_on_queue(
     replica: u32,
-    arena: &mut [u8],
+    arena: &mut dyn Memory,
     mut queue: Queue,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
@@ -180,7 +178,7 @@ pub fn run_device_on_queue(
 /// Builds a device on `arena` and its server on the heap, and runs `serve` on them.
 fn with_device(
     replica: u32,
-    arena: &mut [u8],
+    arena: &mut dyn Memory,
     serve: impl FnOnce(&mut HostServer<'_>, &mut Device<'_>) -> Result<(), ServeError<io::Error>>,
 ) -> Result<(), io::Error> {
     let cycles = CycleCounter::new();

@@ -41,8 +41,9 @@
 //!   so, by the borrow checker, no request goes out while the host's view exists. This is
 //!   how a host treats an accelerator's memory it can map: DMA while the device is idle.
 //!   (The device's side is upheld by the device loop, which touches its arena only to run
-//!   a request; its arena is a `&mut [u8]` over its mapping for its whole life, not lent
-//!   per request — see [`SharedMemory::as_mut_slice`].)
+//!   a request; its arena holds the device's mapping and borrows a slice of it for one
+//!   access at a time — see [`Memory`] — so no Rust reference to those bytes lives across
+//!   the moments the host writes them.)
 //! - **A window**: the host writes it only before sending a bulk write and reads it only
 //!   after the device's reply to a bulk read has arrived; the device reads it only while it
 //!   runs that bulk write and writes it only while it runs that bulk read, before it
@@ -55,6 +56,8 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
+
+use tessera_firmware_sim::Memory;
 
 /// A mapping of a shared-memory file, read and written by copies or through views that
 /// borrow it (module doc).
@@ -258,11 +261,10 @@ impl SharedMemory {
     /// the device is idle.
     ///
     /// The exclusive borrow keeps every other view through this mapping away while the
-    /// slice lives. Another mapping of the same file is another matter: the device holds
-    /// this slice over its own mapping for its whole life (its `Arena` keeps one `&mut
-    /// [u8]`), so that the host's writes through its mapping are sound only by the
-    /// protocol of the module doc — the device touches the slice only while it runs a
-    /// request, and the host its mapping only while none is in flight.
+    /// slice lives. Another mapping of the same file is another matter, settled by the
+    /// protocol of the module doc: the device borrows a slice of its mapping only for one
+    /// access while it runs a request (its arena keeps this mapping, not a slice: see
+    /// [`Memory`]), and the host its mapping only while none is in flight.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is valid for `self.len` bytes while `self` lives, which the
         // borrow guarantees; `&mut self` makes the slice the only view through this
@@ -285,7 +287,7 @@ impl SharedMemory {
     }
 
     /// The whole memory, read-only.
-    fn whole(&self) -> &[u8] {
+    pub(crate) fn whole(&self) -> &[u8] {
         // SAFETY: the mapping is valid for `self.len` bytes while `self` lives, which the
         // returned borrow of `self` guarantees; while it lives nothing writes through this
         // mapping, since every write takes `&mut self` (module doc). Writes through another
@@ -294,6 +296,17 @@ impl SharedMemory {
         unsafe {
             std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
         }
+    }
+}
+
+/// A device's arena over this mapping borrows its bytes one access at a time, so no view of
+/// them outlives the request that made it (the protocol of the module doc).
+impl Memory for SharedMemory {
+    fn view(&self) -> &[u8] {
+        self.whole()
+    }
+    fn lend(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
     }
 }
 

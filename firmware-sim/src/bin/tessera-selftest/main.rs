@@ -26,11 +26,13 @@ use tessera_firmware_sim::{CycleCounter, Device};
 static MEMORY: ConstStaticCell<[u8; 8192]> = ConstStaticCell::new([0; 8192]);
 static CYCLES: CycleCounter = CycleCounter::new();
 
+/// Runs `request` on `device`; it must succeed.
 fn ok(device: &mut Device<'_>, request: Request<'_>) {
     let reply = device.handle(&request, &mut NoReduce);
     assert!(matches!(reply, Response::Done), "request failed on target");
 }
 
+/// The first of `values` as little-endian bytes.
 fn f32s(values: &[f32]) -> [u8; 4] {
     values[0].to_le_bytes()
 }
@@ -38,17 +40,29 @@ fn f32s(values: &[f32]) -> [u8; 4] {
 #[entry]
 fn main() -> ! {
     // One byte in, so the arena has to align itself.
-    let memory = &mut MEMORY.take()[1..];
+    let mut memory = &mut MEMORY.take()[1..];
     let link = tessera_firmware_sim::LinkLimits {
         max_frame: 1024,
         window: 1,
     };
-    let mut device = Device::new(0, memory, link, &CYCLES);
+    let mut device = Device::new(0, &mut memory, link, &CYCLES);
 
-    // Slots: bounds-checked writes and reads.
-    ok(&mut device, Request::AllocSlot { slot: 1, bytes: 4 });
+    check_slots(&mut device);
+    prepare_linear_program(&mut device);
+    check_training_step(&mut device);
+    check_registers(&mut device);
+    let (frame, n) = check_rng_and_wire();
+    check_board(&frame[..n]);
+
+    defmt::info!("all on-target checks passed");
+    board::exit(true)
+}
+
+/// Slots: bounds-checked writes and reads.
+fn check_slots(device: &mut Device<'_>) {
+    ok(device, Request::AllocSlot { slot: 1, bytes: 4 });
     ok(
-        &mut device,
+        device,
         Request::Write {
             target: Target::Slot(1),
             offset: 0,
@@ -68,9 +82,11 @@ fn main() -> ! {
         "an out-of-bounds write must fail"
     );
     defmt::info!("slots ok");
+}
 
-    // A prepared program on one replica: y = w·x with a mean-squared error, w = 0.5, x = 2,
-    // t = 3 → y = 1, e = −2, loss = 4, dL/dy = −4, grad = −8, w ← 0.5 + 0.1·8 = 1.3.
+/// A prepared program on one replica, `y = w·x` with a mean-squared error and its loss as
+/// anchor 0, with `w = 0.5` loaded from slot 0.
+fn prepare_linear_program(device: &mut Device<'_>) {
     let mut program = Program::new(1, 1, Optimizer::Sgd { learning_rate: 0.1 });
     let none = GroupingSpec::Comm(CommGroup::None);
     let one = RetrievalMode::OnePerGroup;
@@ -84,14 +100,14 @@ fn main() -> ! {
     assert!(built.is_ok(), "the program fits its capacities");
     program.instrumented = true;
     ok(
-        &mut device,
+        device,
         Request::Prepare {
             replicas: 1,
             program,
         },
     );
     ok(
-        &mut device,
+        device,
         Request::Write {
             target: Target::Slot(ids::slot(0)),
             offset: 0,
@@ -99,15 +115,20 @@ fn main() -> ! {
         },
     );
     ok(
-        &mut device,
+        device,
         Request::RemoteLoad {
             slot: ids::slot(0),
             variable: ids::variable(0),
         },
     );
+}
+
+/// One step of the prepared program: w = 0.5, x = 2, t = 3 → y = 1, e = −2, loss = 4,
+/// dL/dy = −4, grad = −8, w ← 0.5 + 0.1·8 = 1.3.
+fn check_training_step(device: &mut Device<'_>) {
     for (stream, value) in [(0, 2.0), (1, 3.0)] {
         ok(
-            &mut device,
+            device,
             Request::Write {
                 target: Target::Fifo(ids::stream_fifo(stream)),
                 offset: 0,
@@ -115,9 +136,9 @@ fn main() -> ! {
             },
         );
     }
-    ok(&mut device, Request::RunStep);
+    ok(device, Request::RunStep);
     ok(
-        &mut device,
+        device,
         Request::RemoteStore {
             variable: ids::variable(0),
             slot: ids::slot(0),
@@ -150,11 +171,13 @@ fn main() -> ! {
     assert!((w - 1.3).abs() < 1e-6, "weight after one step");
     assert!(CYCLES.get() > 0, "the step counts its work");
     defmt::info!("training step ok");
+}
 
-    // Registers and a device function.
+/// Registers and a device function.
+fn check_registers(device: &mut Device<'_>) {
     let tensor = [1.0f32.to_le_bytes(), 2.5f32.to_le_bytes()].concat_bytes();
     ok(
-        &mut device,
+        device,
         Request::SetRegister {
             id: 1,
             value: Value::Array(Array {
@@ -166,7 +189,7 @@ fn main() -> ! {
     );
     let args = heapless::Vec::from_slice(&[Arg::Register(1)]).unwrap_or_default();
     ok(
-        &mut device,
+        device,
         Request::Invoke {
             function: "sum",
             args,
@@ -181,8 +204,11 @@ fn main() -> ! {
     };
     assert_eq!(sum, 3.5, "sum of the tensor");
     defmt::info!("registers ok");
+}
 
-    // The RNG and the wire codec on this target.
+/// The RNG and the wire codec on this target; returns the frame encoded (and its length)
+/// for the board check to send.
+fn check_rng_and_wire() -> ([u8; 80], usize) {
     let mut a = Rng::from_seed(7);
     let mut b = Rng::from_state(a.state());
     assert_eq!(a.next_u32(), b.next_u32(), "RNG state round trip");
@@ -201,8 +227,12 @@ fn main() -> ! {
     }
     assert!(decoded, "a frame round trip");
     defmt::info!("rng and wire ok");
+    (frame, n)
+}
 
-    // The board: busy LED, delay, and the UART (not connected here: writes must not block).
+/// The board: busy LED, delay, timer, host file, and the UART (not connected here: writes
+/// of `frame` must not block).
+fn check_board(frame: &[u8]) {
     use embedded_hal::delay::DelayNs;
     use embedded_hal::digital::OutputPin;
     use embedded_io::{ReadReady, Write};
@@ -210,7 +240,25 @@ fn main() -> ! {
     let _ = led.set_high();
     board::SpinDelay.delay_us(50);
     let _ = led.set_low();
-    // The clock counts real time: it advances across a busy wait and never goes back.
+    check_clock();
+    // No bulk file where none was made: the device then serves without bulk.
+    assert!(
+        board::host_file::HostFile::open("tessera-no-such-file.bin\0").is_none(),
+        "a missing host file does not open"
+    );
+    let mut uart = board::uart::Uart0::take();
+    let _ = uart.write_all(frame);
+    assert_eq!(
+        uart.read_ready(),
+        Ok(false),
+        "nothing arrives on an unconnected UART"
+    );
+    defmt::info!("board ok");
+}
+
+/// The clock counts real time: it advances across a busy wait and never goes back.
+fn check_clock() {
+    use embedded_hal::delay::DelayNs;
     use tessera_firmware_sim::Clock;
     let mut clock = board::timer::Timer0Clock::take();
     let before = clock.now_ms();
@@ -220,22 +268,6 @@ fn main() -> ! {
         waited += 1;
     }
     assert!(clock.now_ms() > before, "timer 0 advances");
-    // No bulk file where none was made: the device then serves without bulk.
-    assert!(
-        board::host_file::HostFile::open("tessera-no-such-file.bin\0").is_none(),
-        "a missing host file does not open"
-    );
-    let mut uart = board::uart::Uart0::take();
-    let _ = uart.write_all(&frame[..n]);
-    assert_eq!(
-        uart.read_ready(),
-        Ok(false),
-        "nothing arrives on an unconnected UART"
-    );
-    defmt::info!("board ok");
-
-    defmt::info!("all on-target checks passed");
-    board::exit(true)
 }
 
 /// Two 4-byte arrays as one 8-byte array.

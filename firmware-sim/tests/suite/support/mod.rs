@@ -136,11 +136,11 @@ pub fn serve_all(link: &mut MemLink) -> Counters {
 }
 
 /// Like [`serve_all`], over `arena`.
-pub fn serve_with(link: &mut MemLink, arena: &mut [u8]) -> Counters {
+pub fn serve_with(link: &mut MemLink, mut arena: &mut [u8]) -> Counters {
     let cycles = CycleCounter::new();
     let mut replies = Box::new([[0u8; FRAME]; WINDOW]);
     let mut server = Box::new(Server::new(&mut replies));
-    let mut device = Device::new(0, arena, server.link(), &cycles);
+    let mut device = Device::new(0, &mut arena, server.link(), &cycles);
     serve(
         &mut server,
         &mut device,

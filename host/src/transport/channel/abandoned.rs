@@ -35,14 +35,12 @@ impl Channel {
             self.pump(None, true)?;
         }
         if !steps.is_empty() && self.in_flight.iter().any(|f| f.seq == seq) {
+            // Submitted while a step was in flight: kept on every link.
             for f in &self.in_flight {
-                transmit(
-                    &mut self.writer,
-                    &f.frame,
-                    f.bulk.clone(),
-                    self.limits.replica,
-                )?;
-                self.retries += 1;
+                if let Some(frame) = &f.frame {
+                    transmit(&mut self.writer, frame, f.bulk.clone(), self.limits.replica)?;
+                    self.retries += 1;
+                }
             }
             self.oldest_sent = Instant::now();
         }

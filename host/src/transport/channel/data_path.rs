@@ -62,6 +62,18 @@ pub struct Traffic {
     pub staged: u64,
 }
 
+/// The traffic of several channels together.
+impl std::iter::Sum for Traffic {
+    fn sum<I: Iterator<Item = Self>>(all: I) -> Self {
+        all.fold(Self::default(), |a, t| Self {
+            in_place: a.in_place + t.in_place,
+            bulk: a.bulk + t.bulk,
+            framed: a.framed + t.framed,
+            staged: a.staged + t.staged,
+        })
+    }
+}
+
 /// Requests a move sent whose replies confirm it ([`Channel::confirm`]).
 #[derive(Debug, Default)]
 #[must_use = "a move is confirmed (and a refusal seen) only by Channel::confirm"]
@@ -117,12 +129,7 @@ impl Channel {
         for (i, span) in spans.iter().enumerate() {
             match self.route(span)? {
                 Route::InPlace(at) => {
-                    let memory = self.memory.as_mut().and_then(|m| m.range_mut(at, span.len));
-                    let Some(into) = memory else {
-                        return Err(self.outside_memory(span, at));
-                    };
-                    fill(i, into);
-                    self.traffic.in_place += span.len as u64;
+                    self.fill_in_place(span, at, |into| fill(i, into))?;
                     if span.target.is_stream() {
                         reports.push(*span);
                     }
@@ -157,11 +164,34 @@ impl Channel {
             len: data.len(),
         };
         match self.route(&span)? {
-            Route::InPlace(_) => self.write_spans(&[span], |_, into| into.copy_from_slice(data)),
+            Route::InPlace(at) => {
+                self.fill_in_place(&span, at, |into| into.copy_from_slice(data))?;
+                let mut sent = Sent::default();
+                if span.target.is_stream() {
+                    self.report(&[span], &mut sent, Access::Write)?;
+                }
+                Ok(sent)
+            }
             route => Ok(Sent {
                 seqs: self.send(&span, route, data, shared.cloned())?,
             }),
         }
+    }
+
+    /// Has `fill` write `span`'s bytes straight into the device's memory at `at`.
+    fn fill_in_place(
+        &mut self,
+        span: &Span,
+        at: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        let memory = self.memory.as_mut().and_then(|m| m.range_mut(at, span.len));
+        let Some(into) = memory else {
+            return Err(self.outside_memory(span, at));
+        };
+        fill(into);
+        self.traffic.in_place += span.len as u64;
+        Ok(())
     }
 
     /// Waits for every reply of a move; the first refusal is the error.

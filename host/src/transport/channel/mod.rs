@@ -12,6 +12,13 @@
 //!   the channel sends every unanswered request again, in order, under the same numbers;
 //!   the device answers the ones it already ran from its reply cache. After
 //!   [`ATTEMPTS`] sends the device is declared dead: an error, never a hang.
+//! - **Copies kept only where they can be needed.** A byte link can lose or damage a
+//!   frame, so each unanswered frame is kept to be sent again. A queue to a device thread
+//!   loses nothing: its frames are moved into the queue and no copy is kept — except
+//!   while a step is in flight, because a device inside a step drops the next request it
+//!   gets (it takes it as the host giving the step up) and that request must be sent
+//!   again. On a queue, a deadline without a reply only counts an attempt: the device is
+//!   working or gone, and the channel asks which.
 //! - **Typed.** [`Channel::call`] takes an [`Endpoint`] and returns its reply's payload
 //!   with its type; an error reply is [`TransportError::Device`], a reply of another type
 //!   [`TransportError::UnexpectedReply`].
@@ -91,8 +98,9 @@ impl<E> Ticket<E> {
 struct InFlight {
     seq: u32,
     kind: RequestKind,
-    /// The whole frame, delimiter first, ready to be sent again.
-    frame: Vec<u8>,
+    /// The whole frame, delimiter first, ready to be sent again; `None` where it cannot be
+    /// needed again (module doc).
+    frame: Option<Vec<u8>>,
     /// Bulk bytes sent beside it.
     bulk: Option<Bulk>,
     /// Times sent.
@@ -406,7 +414,13 @@ impl Channel {
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
         }
-        transmit(&mut self.writer, &frame, bulk.clone(), self.limits.replica)?;
+        let frame = if self.may_resend() {
+            transmit(&mut self.writer, &frame, bulk.clone(), self.limits.replica)?;
+            Some(frame)
+        } else {
+            send_queued(&mut self.writer, frame, bulk.clone(), self.limits.replica)?;
+            None
+        };
         self.in_flight.push_back(InFlight {
             seq,
             kind: request.kind(),
@@ -416,6 +430,16 @@ impl Channel {
             first_sent: Instant::now(),
         });
         Ok(seq)
+    }
+
+    /// True when a request submitted now may have to be sent again: on a byte link always,
+    /// on a queue only while a step is in flight (module doc).
+    fn may_resend(&self) -> bool {
+        matches!(self.writer, Outgoing::Bytes(_))
+            || self
+                .in_flight
+                .iter()
+                .any(|f| f.kind == RequestKind::RunStep)
     }
 
     /// Waits for the reply to request `seq` (sent with [`Channel::submit`]), sending the
@@ -572,6 +596,22 @@ fn transmit(
                 bulk,
             })
             .map_err(|_| closed),
+    }
+}
+
+/// Sends `frame` whole: into a device thread's queue without a copy, onto a byte link as
+/// [`transmit`] does.
+fn send_queued(
+    writer: &mut Outgoing,
+    frame: Vec<u8>,
+    bulk: Option<Bulk>,
+    replica: u32,
+) -> Result<(), TransportError> {
+    match writer {
+        Outgoing::Messages(queue) => queue
+            .send(Message { body: frame, bulk })
+            .map_err(|_| TransportError::Closed { replica }),
+        Outgoing::Bytes(_) => transmit(writer, &frame, bulk, replica),
     }
 }
 

@@ -4,13 +4,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::{max_frame_len, ErrorCode, Limits, RequestKind, PROTOCOL_VERSION};
-use tessera_firmware_sim::std_link::SPIN;
+use tessera_firmware_sim::std_link::{Message, SPIN};
 
 use super::super::fault::FaultConfig;
 use super::super::reader::{read_frames, MAX_FRAME};
@@ -63,6 +63,8 @@ impl Channel {
         Self::open(spawn::qemu(firmware, replica)?, replica)
     }
 
+    /// A channel to replica `replica` over `link`, ready once the device has answered its
+    /// hello.
     fn open(link: Link, replica: u32) -> Result<Self, TransportError> {
         let Link {
             incoming,
@@ -71,17 +73,7 @@ impl Channel {
             window,
             memory,
         } = link;
-        let frames = match incoming {
-            // A byte link gets a thread that decodes its frames.
-            Incoming::Bytes(reader) => {
-                let (tx, frames) = mpsc::channel();
-                thread::Builder::new()
-                    .name(format!("tessera-link-{replica}"))
-                    .spawn(move || read_frames(reader, tx, replica))?;
-                frames
-            }
-            Incoming::Messages(frames) => frames,
-        };
+        let frames = messages(incoming, replica)?;
         let mut channel = Self {
             writer,
             frames,
@@ -110,18 +102,25 @@ impl Channel {
             },
             handle,
         };
+        channel.hello(replica)?;
+        Ok(channel)
+    }
+
+    /// The hello: checks the device's protocol version and replica, and takes the limits it
+    /// announces.
+    fn hello(&mut self, replica: u32) -> Result<(), TransportError> {
         let hello = Hello {
             version: PROTOCOL_VERSION,
             replica,
         };
-        let (version, limits) = match channel.call(&hello) {
+        let (version, limits) = match self.call(&hello) {
             Ok(reply) => reply.get(),
             // A device process that ended before its hello says how it ended.
             Err(TransportError::Closed { .. }) => {
-                return Err(match channel.handle.exit_status(EXIT_GRACE) {
+                return Err(match self.handle.exit_status(EXIT_GRACE) {
                     Some(status) => TransportError::Exited {
                         replica,
-                        program: channel.handle.program(),
+                        program: self.handle.program(),
                         status,
                     },
                     None => TransportError::Closed { replica },
@@ -146,11 +145,26 @@ impl Channel {
                 reply: format!("version {version}, {limits:?}"),
             });
         }
-        channel.limits = Limits {
+        self.limits = Limits {
             window: limits.window.max(1),
             ..limits
         };
         tracing::debug!(replica, ?limits, "device ready");
-        Ok(channel)
+        Ok(())
     }
+}
+
+/// The messages from device `replica`'s link: a byte link gets a thread that decodes its
+/// frames.
+fn messages(incoming: Incoming, replica: u32) -> Result<Receiver<Message>, TransportError> {
+    Ok(match incoming {
+        Incoming::Bytes(reader) => {
+            let (tx, frames) = mpsc::channel();
+            thread::Builder::new()
+                .name(format!("tessera-link-{replica}"))
+                .spawn(move || read_frames(reader, tx, replica))?;
+            frames
+        }
+        Incoming::Messages(frames) => frames,
+    })
 }

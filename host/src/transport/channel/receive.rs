@@ -110,14 +110,17 @@ impl Channel {
         if let Some(oldest) = self.in_flight.front_mut() {
             oldest.attempts += 1;
         }
+        // Frames not kept went into a queue that loses nothing: nothing to send again.
         for request in &self.in_flight {
-            transmit(
-                &mut self.writer,
-                &request.frame,
-                request.bulk.clone(),
-                self.limits.replica,
-            )?;
-            self.retries += 1;
+            if let Some(frame) = &request.frame {
+                transmit(
+                    &mut self.writer,
+                    frame,
+                    request.bulk.clone(),
+                    self.limits.replica,
+                )?;
+                self.retries += 1;
+            }
         }
         self.oldest_sent = Instant::now();
         Ok(())

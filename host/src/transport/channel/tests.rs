@@ -20,16 +20,12 @@ impl Write for Capture {
     }
 }
 
-/// Without a leading delimiter, garbage the device's decoder held (the rest of a
-/// truncated frame) ran into the next frame and cost it too: a truncated request cost
-/// its retry as well.
-#[test]
-fn every_frame_starts_with_a_delimiter() {
-    let capture = Capture::default();
+/// A channel writing to `writer` whose device never answers.
+fn channel(writer: Outgoing) -> Channel {
     let (_, frames) = mpsc::channel();
     let (ours, _theirs) = UnixStream::pair().unwrap();
-    let mut channel = Channel {
-        writer: Outgoing::Bytes(Box::new(capture.clone())),
+    Channel {
+        writer,
         frames,
         next_seq: 1,
         deadline: DEFAULT_DEADLINE,
@@ -52,7 +48,45 @@ fn every_frame_starts_with_a_delimiter() {
         traffic: Traffic::default(),
         spin: SPIN,
         handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
+    }
+}
+
+/// Catches a queue link keeping a copy of every frame for a retransmission a queue never
+/// needs (a megabyte-sized write held twice until its reply), and one that keeps none
+/// while a step is in flight, when the device drops the next request and it must be sent
+/// again.
+#[test]
+fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
+    let (to_device, device_in) = mpsc::channel();
+    let mut queue = channel(Outgoing::Messages(to_device));
+    let kept = |c: &Channel| {
+        c.in_flight
+            .iter()
+            .map(|f| f.frame.is_some())
+            .collect::<Vec<_>>()
     };
+    queue.submit(&Request::GetSeed).unwrap();
+    queue.submit(&Request::RunStep).unwrap();
+    queue.submit(&Request::GetSeed).unwrap();
+    assert_eq!(kept(&queue), [false, false, true]);
+    assert_eq!(
+        device_in.try_iter().count(),
+        3,
+        "every request went out once"
+    );
+
+    let mut bytes = channel(Outgoing::Bytes(Box::new(Capture::default())));
+    bytes.submit(&Request::GetSeed).unwrap();
+    assert_eq!(kept(&bytes), [true], "a byte link can lose a frame");
+}
+
+/// Without a leading delimiter, garbage the device's decoder held (the rest of a
+/// truncated frame) ran into the next frame and cost it too: a truncated request cost
+/// its retry as well.
+#[test]
+fn every_frame_starts_with_a_delimiter() {
+    let capture = Capture::default();
+    let mut channel = channel(Outgoing::Bytes(Box::new(capture.clone())));
     channel.submit(&Request::GetSeed).unwrap();
     let sent = capture.0.lock().unwrap().clone();
     assert_eq!(sent.first(), Some(&0), "the frame opens with 0x00");

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use tessera_firmware_sim::std_link::{BusyLine, Queue};
+use tessera_firmware_sim::Memory;
 
 use super::{DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::device::{run_device_on_queue, run_device_watched};
@@ -87,11 +88,11 @@ fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError>
         .spawn(move || {
             let queue = Queue::new(device_in, device_out);
             let mut own = Vec::new();
-            let arena = match device_memory.as_mut() {
-                Some(shared) => shared.as_mut_slice(),
+            let arena: &mut dyn Memory = match device_memory.as_mut() {
+                Some(shared) => shared,
                 None => {
                     own.resize(memory, 0u8);
-                    &mut own[..]
+                    &mut own
                 }
             };
             if let Err(e) = run_device_on_queue(replica, arena, queue, &mut line) {

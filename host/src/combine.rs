@@ -1,28 +1,90 @@
-//! The element-wise combination an allreduce computes, one block of elements at a time, so
-//! that the same code serves arrays copied to the host and arrays read in place from the
-//! workers' memory.
+//! How an element-wise reduction combines arrays: one kernel for the session's allreduce
+//! and the training step's reduction rounds, one block of elements at a time, so that
+//! the same code serves arrays copied to the host and arrays read in place from device
+//! memory.
 //!
 //! # Rules
 //!
-//! - Floats (f32, f64) are combined in f64, in rank order, and rounded once to the type:
-//!   an f32 sum of four workers is the f64 sum rounded, not three f32 roundings.
+//! - Floats (f32, f64) are read exactly into f64, folded in the order given (rank order
+//!   in a session, replica order in a step: the same inputs give the same bits, however
+//!   the members' messages raced), and rounded once to the type: an f32 sum of four
+//!   members is the f64 sum rounded, not three f32 roundings.
+//! - A fold starts from its first input, not from zero: a sum of −0.0s is −0.0, as it is
+//!   in IEEE arithmetic (a sum started at +0.0 would turn it into +0.0). The same holds
+//!   for a partial fold that has no input at all: it is −0.0, the sum's identity
+//!   ([`NOTHING`]).
 //! - Integers (i32, i64) are combined in i64 with checked arithmetic: an overflow, or a
-//!   result that does not fit the type, is [`SessionError::Overflow`], never a wrap.
+//!   result that does not fit the type, is [`CombineError::Overflow`], never a wrap.
 //! - `Avg` divides the sum by the number of members (integers truncate, as integer
-//!   division does). `Min` and `Max` of floats skip NaN, as `f64::min` does.
-//! - Every input block must be as long as the output block: anything else is an error,
-//!   never a panic or a short result.
+//!   division does); a division, not a multiplication by 1/n, so the mean of equal
+//!   values is exact. `Min` and `Max` of floats skip NaN, as `f64::min` does.
+//! - Every input must be as long as the output: anything else is an error, never a
+//!   panic or a short result.
+
+use std::fmt;
 
 use tessera_core::dtype::DataType;
-
-use super::collective::ReduceOp;
-use super::SessionError;
 
 /// Elements combined per block: the accumulator (8 bytes an element) and one block of each
 /// input stay in the cache while the inputs are folded into it.
 pub const BLOCK: usize = 4096;
 
-const OPERATION: &str = "allreduce";
+/// What an empty sum is: −0.0, the one value `x` with `NOTHING + x == x` bit for bit for
+/// every `x` (`+0.0 + -0.0` is `+0.0`).
+pub const NOTHING: f64 = -0.0;
+
+/// How an allreduce combines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Element-wise sum.
+    Sum,
+    /// Element-wise product.
+    Prod,
+    /// Element-wise minimum.
+    Min,
+    /// Element-wise maximum.
+    Max,
+    /// Element-wise mean (integers truncate).
+    Avg,
+}
+
+/// Why inputs could not be combined; nothing was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CombineError {
+    /// Input `input` (its place among the inputs) holds `actual` elements, the output
+    /// `expected`.
+    Length {
+        /// The input's place among the inputs.
+        input: usize,
+        /// Elements of the output.
+        expected: usize,
+        /// Elements of the input.
+        actual: usize,
+    },
+    /// An integer result that does not fit its type.
+    Overflow,
+    /// An element type that is not combined.
+    Dtype(DataType),
+}
+
+impl fmt::Display for CombineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Length {
+                input,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "input {input} holds {actual} elements where {expected} are combined"
+            ),
+            Self::Overflow => write!(f, "an integer result does not fit its type"),
+            Self::Dtype(dtype) => write!(f, "{dtype:?} elements are not combined"),
+        }
+    }
+}
+
+impl std::error::Error for CombineError {}
 
 /// True for the element types an allreduce combines.
 pub fn supported(dtype: DataType) -> bool {
@@ -32,35 +94,19 @@ pub fn supported(dtype: DataType) -> bool {
     )
 }
 
-/// Combines `inputs` (the same block of every member's array, in rank order) into `out`,
-/// all little-endian elements of `dtype`. An input of another length is
-/// [`SessionError::Elements`] naming its rank among the inputs as the worker (callers check
-/// lengths first, naming the worker).
+/// Combines `inputs` (the same elements of every member's array, in rank order) into
+/// `out`, all little-endian elements of `dtype`.
 pub fn combine(
     dtype: DataType,
     op: ReduceOp,
     inputs: &[&[u8]],
     out: &mut [u8],
-) -> Result<(), SessionError> {
-    if let Some(short) = inputs.iter().position(|input| input.len() != out.len()) {
-        let size = dtype.size().max(1);
-        return Err(SessionError::Elements {
-            operation: OPERATION,
-            worker: short,
-            expected: out.len() / size,
-            actual: inputs[short].len() / size,
-        });
-    }
+) -> Result<(), CombineError> {
+    let size = dtype.size().max(1);
+    same_length(inputs, out.len(), size)?;
     let members = inputs.len().max(1);
     match dtype {
-        DataType::F32 => floats::<4>(
-            inputs,
-            out,
-            op,
-            members,
-            |b| f64::from(f32::from_le_bytes(b)),
-            |v| (v as f32).to_le_bytes(),
-        ),
+        DataType::F32 => floats::<4>(inputs, out, op, members, read_f32, write_f32),
         DataType::F64 => floats::<8>(
             inputs,
             out,
@@ -80,14 +126,60 @@ pub fn combine(
         DataType::I64 => ints::<8>(inputs, out, op, members, i64::from_le_bytes, |v| {
             Some(v.to_le_bytes())
         })?,
-        other => {
-            return Err(SessionError::Dtype {
-                operation: OPERATION,
-                dtype: other,
-            })
-        }
+        other => return Err(CombineError::Dtype(other)),
     }
     Ok(())
+}
+
+/// Sums `inputs`, little-endian f32 arrays as long as `acc` (in the order given), into
+/// `acc`, replacing it — the first half of a sum whose partial sums are added elsewhere
+/// before [`round_f32`] (the step's rounds, across instances). With no inputs `acc`
+/// becomes [`NOTHING`].
+pub fn sum_f32(acc: &mut [f64], inputs: &[&[u8]]) -> Result<(), CombineError> {
+    same_length(inputs, acc.len() * 4, 4)?;
+    if inputs.is_empty() {
+        acc.fill(NOTHING);
+    }
+    for (block, acc) in acc.chunks_mut(BLOCK).enumerate() {
+        fold_block::<4>(acc, inputs, block * BLOCK * 4, read_f32, |a, v| a + v);
+    }
+    Ok(())
+}
+
+/// Rounds `acc`, each sum divided by `divisor` (1 for a sum, the member count for a
+/// mean), once into f32 `out`, which must hold `acc.len()` elements.
+pub fn round_f32(acc: &[f64], divisor: f64, out: &mut [u8]) -> Result<(), CombineError> {
+    if out.len() != acc.len() * 4 {
+        return Err(CombineError::Length {
+            input: 0,
+            expected: acc.len(),
+            actual: out.len() / 4,
+        });
+    }
+    for (a, to) in acc.iter().zip(out.chunks_exact_mut(4)) {
+        to.copy_from_slice(&write_f32(a / divisor));
+    }
+    Ok(())
+}
+
+/// Every input `len` bytes long, else which is not (counted in elements of `size` bytes).
+fn same_length(inputs: &[&[u8]], len: usize, size: usize) -> Result<(), CombineError> {
+    match inputs.iter().position(|input| input.len() != len) {
+        Some(input) => Err(CombineError::Length {
+            input,
+            expected: len / size,
+            actual: inputs[input].len() / size,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn read_f32(b: [u8; 4]) -> f64 {
+    f64::from(f32::from_le_bytes(b))
+}
+
+fn write_f32(v: f64) -> [u8; 4] {
+    (v as f32).to_le_bytes()
 }
 
 /// The `N` bytes of one element (a chunk of exactly `N`, so never the zero fallback).
@@ -115,9 +207,8 @@ fn floats<const N: usize>(
     }
 }
 
-/// Floats folded with `step` into an f64 accumulator a block at a time, up to four inputs
-/// per pass over it (in rank order: `((a0 · a1) · a2) · a3`), then divided by the member
-/// count when `mean`, and rounded once into `out`.
+/// Floats folded with `step` into an f64 accumulator a block at a time, then divided by
+/// the member count when `mean`, and rounded once into `out`.
 fn floats_with<const N: usize>(
     inputs: &[&[u8]],
     out: &mut [u8],
@@ -129,19 +220,31 @@ fn floats_with<const N: usize>(
     let mut acc = [0f64; BLOCK];
     for (block, out) in out.chunks_mut(BLOCK * N).enumerate() {
         let acc = &mut acc[..out.len() / N];
-        let at = block * BLOCK * N;
-        for (pass, group) in inputs.chunks(4).enumerate() {
-            let mut views = [&[][..]; 4];
-            for (view, input) in views.iter_mut().zip(group) {
-                *view = input.get(at..at + out.len()).unwrap_or_default();
-            }
-            fold(acc, &views[..group.len()], pass == 0, read, step);
-        }
+        fold_block::<N>(acc, inputs, block * BLOCK * N, read, step);
         for (a, to) in acc.iter().zip(out.chunks_exact_mut(N)) {
-            // A division, not a multiplication by 1/n: the mean of equal values is exact.
             let v = if mean { a / members as f64 } else { *a };
             to.copy_from_slice(&write(v));
         }
+    }
+}
+
+/// Folds the elements of `inputs` from byte `at` on, as many as `acc` holds, into `acc`
+/// (replacing it), up to four inputs per pass over it, in the order given:
+/// `((a0 · a1) · a2) · a3`, then `(… · a4) · a5`, and so on.
+fn fold_block<const N: usize>(
+    acc: &mut [f64],
+    inputs: &[&[u8]],
+    at: usize,
+    read: impl Fn([u8; N]) -> f64 + Copy,
+    step: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    let len = acc.len() * N;
+    for (pass, group) in inputs.chunks(4).enumerate() {
+        let mut views = [&[][..]; 4];
+        for (view, input) in views.iter_mut().zip(group) {
+            *view = input.get(at..at + len).unwrap_or_default();
+        }
+        fold(acc, &views[..group.len()], pass == 0, read, step);
     }
 }
 
@@ -189,10 +292,8 @@ fn ints<const N: usize>(
     members: usize,
     read: impl Fn([u8; N]) -> i64,
     write: impl Fn(i64) -> Option<[u8; N]>,
-) -> Result<(), SessionError> {
-    let overflow = || SessionError::Overflow {
-        operation: OPERATION,
-    };
+) -> Result<(), CombineError> {
+    let overflow = || CombineError::Overflow;
     for (i, to) in out.chunks_exact_mut(N).enumerate() {
         let mut values = inputs
             .iter()
@@ -308,7 +409,7 @@ mod tests {
         let one: Vec<u8> = 1i32.to_le_bytes().to_vec();
         let mut out = vec![0u8; 4];
         let outcome = combine(DataType::I32, ReduceOp::Sum, &[&max, &one], &mut out);
-        assert!(matches!(outcome, Err(SessionError::Overflow { .. })));
+        assert!(matches!(outcome, Err(CombineError::Overflow)));
         let minus: Vec<u8> = (-7i32).to_le_bytes().to_vec();
         combine(DataType::I32, ReduceOp::Avg, &[&minus, &one], &mut out).unwrap();
         assert_eq!(i32::from_le_bytes(out[..4].try_into().unwrap()), -3);
@@ -325,14 +426,75 @@ mod tests {
         );
         assert!(matches!(
             outcome,
-            Err(SessionError::Elements {
-                worker: 1,
+            Err(CombineError::Length {
+                input: 1,
                 expected: 2,
                 actual: 1,
-                ..
             })
         ));
         let outcome = combine(DataType::U8, ReduceOp::Sum, &[&[0u8; 8]], &mut out);
-        assert!(matches!(outcome, Err(SessionError::Dtype { .. })));
+        assert!(matches!(outcome, Err(CombineError::Dtype(DataType::U8))));
+    }
+
+    /// Catches a fold that starts from +0.0: a sum (or mean) of −0.0s must stay −0.0, in
+    /// a session allreduce and in a step's round alike.
+    #[test]
+    fn a_sum_of_negative_zeros_is_negative_zero() {
+        let zeros = [f32s(&[-0.0, -0.0]), f32s(&[-0.0, 0.0])];
+        for op in [ReduceOp::Sum, ReduceOp::Avg] {
+            let sum = combine_f32(op, &zeros);
+            assert_eq!(sum[0].to_bits(), (-0.0f32).to_bits(), "{op:?}");
+            assert_eq!(sum[1].to_bits(), 0.0f32.to_bits(), "{op:?}");
+        }
+        let mut acc = [1.0; 2];
+        let views: Vec<&[u8]> = zeros.iter().map(Vec::as_slice).collect();
+        sum_f32(&mut acc, &views).unwrap();
+        assert_eq!(
+            acc.map(f64::to_bits),
+            [(-0.0f64).to_bits(), 0.0f64.to_bits()]
+        );
+        sum_f32(&mut acc, &[]).unwrap();
+        assert_eq!(acc.map(f64::to_bits), [NOTHING.to_bits(); 2], "no inputs");
+    }
+
+    /// Catches two kernels drifting apart: the step's sum then rounding is the session's
+    /// f32 sum and mean, bit for bit, across block boundaries and member counts.
+    #[test]
+    fn the_steps_sum_is_the_sessions() {
+        let n = BLOCK + 7;
+        for members in 1..=6usize {
+            let inputs: Vec<Vec<u8>> = (0..members)
+                .map(|m| {
+                    let values: Vec<f32> = (0..n)
+                        .map(|i| ((i * 7919 + m * 104_729) % 1000) as f32 * 1e-3 - 0.4)
+                        .collect();
+                    f32s(&values)
+                })
+                .collect();
+            let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut acc = vec![0f64; n];
+            sum_f32(&mut acc, &views).unwrap();
+            for (op, divisor) in [(ReduceOp::Sum, 1.0), (ReduceOp::Avg, members as f64)] {
+                let mut step = vec![0u8; n * 4];
+                round_f32(&acc, divisor, &mut step).unwrap();
+                let mut session = vec![0u8; n * 4];
+                combine(DataType::F32, op, &views, &mut session).unwrap();
+                assert!(step == session, "{members} members, {op:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_step_kernel_refuses_other_lengths() {
+        let mut acc = [0f64; 2];
+        assert_eq!(
+            sum_f32(&mut acc, &[&[0u8; 8], &[0u8; 12]]),
+            Err(CombineError::Length {
+                input: 1,
+                expected: 2,
+                actual: 3
+            })
+        );
+        assert!(round_f32(&acc, 1.0, &mut [0u8; 4]).is_err());
     }
 }
