@@ -145,9 +145,11 @@ fn baseline(job: &TrainJob, data: &Dataset) -> f64 {
 #[derive(Debug)]
 struct Plain {
     sizes: (usize, usize, usize),
-    /// `w1` `[h, f]`, `b1`, `w2` `[c, h]`, `b2`, then their momenta in the same order.
+    /// `w1` `[h, f]`, `b1`, `w2` `[c, h]`, `b2`.
     weights: [Vec<f32>; 4],
+    /// Their momenta, in the same order.
     momenta: [Vec<f32>; 4],
+    /// Their gradients of the batch, in the same order.
     grads: [Vec<f32>; 4],
     hidden: Vec<f32>,
     mask: Vec<f32>,
@@ -215,7 +217,12 @@ impl Plain {
                 axpy(&mut gw1[j * f..][..f], dz, xi);
             }
         }
-        for ((w, v), g) in self.weights.iter_mut().zip(&mut self.momenta).zip(&self.grads) {
+        for ((w, v), g) in self
+            .weights
+            .iter_mut()
+            .zip(&mut self.momenta)
+            .zip(&self.grads)
+        {
             for ((w, v), g) in w.iter_mut().zip(v.iter_mut()).zip(g) {
                 *v = job.momentum * *v + g;
                 *w -= job.learning_rate * *v;
@@ -235,7 +242,11 @@ impl Plain {
             let xi = &x[i * f..][..f];
             for j in 0..h {
                 let z = b1[j] + dot(&w1[j * f..][..f], xi);
-                let m = if uniform(&mut self.rng) < dropout { 0.0 } else { keep };
+                let m = if uniform(&mut self.rng) < dropout {
+                    0.0
+                } else {
+                    keep
+                };
                 self.mask[i * h + j] = m;
                 self.hidden[i * h + j] = z.max(0.0) * m;
             }
