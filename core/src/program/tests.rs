@@ -1233,4 +1233,3 @@ fn items_and_anchors_hold_a_whole_micro_batch() {
     assert_eq!(p.anchor_width(AnchorTensor::Loss), Some(5));
     assert_eq!(p.anchor_width(AnchorTensor::Output), Some(5 * 3));
 }
-
