@@ -75,6 +75,7 @@ fn default_job(steps: usize) -> TrainJob {
         hidden: 24,
         batches_per_step: 2,
         accumulation: 32,
+        micro_batch_size: 1,
         steps,
         learning_rate: 0.7,
         momentum: 0.9,
