@@ -7,7 +7,9 @@
 //!
 //! `cargo bench -p tessera-host --bench train [-- --steps N]`. Jobs: the default job (4
 //! replicas, 2 features → 24 hidden → 3 classes), a 64 → 64 → 10 job on generated data,
-//! and the default job on one replica. Each figure is the median of three runs.
+//! both again with the batch's 32 samples per replica as one micro-batch of 32
+//! (`--micro-batch-size 32 --accumulation 1`: the same math), and the default job on one
+//! replica. Each figure is the median of three runs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -44,6 +46,14 @@ fn main() {
         ..default_job(steps)
     };
     compare("64→64→10 (4 replicas)", &wide_job, &wide_data);
+    // The same samples per update, as one micro-batch of 32 per replica.
+    let batched = |job: &TrainJob| TrainJob {
+        micro_batch_size: 32,
+        accumulation: job.accumulation / 32,
+        ..job.clone()
+    };
+    compare("default, micro-batch 32", &batched(&default), &spirals);
+    compare("64→64→10, micro-batch 32", &batched(&wide_job), &wide_data);
     let single = TrainJob {
         replicas: 1,
         comm: CommGroup::None,
@@ -124,7 +134,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// `replicas × accumulation` samples, taken in order from `data` as the job takes them.
 fn baseline(job: &TrainJob, data: &Dataset) -> f64 {
     let mut model = Plain::new(data.features, job.hidden, data.classes, job.seed);
-    let batch = job.replicas * job.accumulation;
+    let batch = job.replicas * job.accumulation * job.micro_batch_size;
     let mut at = 0;
     let start = Instant::now();
     for _ in 0..job.steps * job.batches_per_step {

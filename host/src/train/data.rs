@@ -245,8 +245,8 @@ impl Dataset {
     }
 
     /// The share of replicas `window` of a step of `micro_batches × replicas` items of
-    /// `rows` samples from position `start` on: item `m·replicas + r` (samples `(m·replicas
-    /// + r)·rows …`, `rows` of them) for every micro-batch `m` and every replica `r` of the
+    /// `rows` samples from position `start` on: item `i = m·replicas + r` (the `rows`
+    /// samples from `i·rows` on) for every micro-batch `m` and every replica `r` of the
     /// window, in that order (what one instance feeds its replicas).
     pub fn share(
         &self,
