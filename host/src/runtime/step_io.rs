@@ -46,11 +46,12 @@ pub type Anchors = BTreeMap<String, HostArray>;
 /// A step's inputs and outputs through the user's code (PopART's callback step IO), for
 /// [`Runtime::run_with`].
 pub trait StepCallbacks {
-    /// Writes sample `index` (micro-batch order) of `stream` for local replica `replica`
-    /// into `sample`: one sample, in the stream's own type.
+    /// Writes item `index` (micro-batch order) of `stream` for local replica `replica`
+    /// into `sample`: one micro-batch of samples (one sample when the program's micro-batch
+    /// size is 1), in the stream's own type.
     fn input(&mut self, stream: &str, replica: usize, index: usize, sample: &mut [u8]);
     /// Takes value `index` (in the order the replica wrote them) of the anchored tensor
-    /// `tensor` from local replica `replica` (`f32`, little-endian).
+    /// `tensor` from local replica `replica` (`f32`, little-endian; a whole micro-batch's).
     fn output(&mut self, tensor: &str, replica: usize, index: usize, value: &[u8]);
 }
 
