@@ -20,6 +20,14 @@ use crate::link::{Incoming, Messages};
 /// before it sleeps. Waking a sleeping thread costs tens of microseconds on a small virtual
 /// machine, more than a whole request: while traffic flows, both ends stay awake; an idle
 /// end sleeps after this long.
+///
+/// Measured with the train bench (`cargo bench -p tessera-host --bench train`, 2-core VM,
+/// 2026-12-02; default job, 4 device threads and the host on 2 cores, samples/s):
+/// looking and yielding for 200 µs, 0.87 M; for 20 µs, 0.55 M; sleeping at once, 0.09 M;
+/// spinning without yielding for 20 µs, 0.11 M, for 50 µs, 0.004 M (four spinning device
+/// threads starve the ones that work). The yield is what makes the spin cheap: a waiting
+/// thread hands its core to one that has work. The cost that remains is the number of
+/// messages a step exchanges, not how each is waited for.
 pub const SPIN: Duration = Duration::from_micros(200);
 
 /// The next item on `incoming` within `limit` (`None`: wait as long as it takes): looked for

@@ -35,8 +35,8 @@ use crate::input::{Input, InputError};
 
 /// The first bytes of every executable.
 pub const MAGIC: [u8; 8] = *b"TSRAEXE\0";
-/// The version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The version this code writes and reads (2: programs carry their micro-batch size).
+pub const VERSION: u16 = 2;
 
 /// The largest executable read: a program's capacities are fixed, and its encoding is far
 /// smaller than this.

@@ -163,8 +163,8 @@ fn executable_report(exe: &Executable) -> Report {
     program.push((
         "data flow".to_string(),
         format!(
-            "{} batches per step, {} micro-batches per batch",
-            p.batches_per_step, p.accumulation
+            "{} batches per step, {} micro-batches per batch, {} samples per micro-batch",
+            p.batches_per_step, p.accumulation, p.micro_batch_size
         ),
     ));
     program.push(("optimizer".to_string(), format!("{:?}", p.optimizer)));

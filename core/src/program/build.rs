@@ -72,6 +72,7 @@ impl Program {
             input: 0,
             batches_per_step,
             accumulation,
+            micro_batch_size: 1,
             optimizer,
             instrumented: false,
         }

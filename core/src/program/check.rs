@@ -13,6 +13,11 @@ impl Program {
         if replicas == 0 {
             return Err(ProgramError::NoReplicas);
         }
+        if !(1..=super::MAX_MICRO_BATCH).contains(&self.micro_batch_size) {
+            return Err(ProgramError::MicroBatch {
+                size: self.micro_batch_size,
+            });
+        }
         let flow = self.data_flow().map_err(ProgramError::DataFlow)?;
         for (i, v) in self.variables.iter().enumerate() {
             self.check_name(&v.name)

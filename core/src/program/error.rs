@@ -54,6 +54,11 @@ pub enum ProgramError {
     NoLoss,
     /// No replicas to run on.
     NoReplicas,
+    /// A micro-batch of no samples, or of more than [`MAX_MICRO_BATCH`](super::MAX_MICRO_BATCH).
+    MicroBatch {
+        /// The samples asked for.
+        size: u32,
+    },
     /// The input stream index names no stream.
     NoInput {
         /// The index.
@@ -147,6 +152,11 @@ impl fmt::Display for ProgramError {
             }
             Self::NoSuchVariable { index } => write!(f, "no variable has index {index}"),
             Self::NoReplicas => f.write_str("a program runs on at least one replica"),
+            Self::MicroBatch { size } => write!(
+                f,
+                "a micro-batch of {size} samples: it holds 1 to {} samples",
+                super::MAX_MICRO_BATCH
+            ),
             Self::NoInput { index } => {
                 write!(f, "the input stream index {index} names no stream")
             }

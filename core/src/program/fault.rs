@@ -108,6 +108,8 @@ pub enum RuleKind {
     NoReplicas,
     /// [`ProgramError::NoInput`]: the input stream index names no stream.
     NoInput,
+    /// [`ProgramError::MicroBatch`]: a micro-batch of no samples or too many.
+    MicroBatch,
 }
 
 impl ProgramRule {
@@ -180,6 +182,7 @@ impl ProgramError {
             Self::NoSuchVariable { .. } => whole(RuleKind::NoSuchVariable),
             Self::NoLoss => whole(RuleKind::NoLoss),
             Self::NoReplicas => whole(RuleKind::NoReplicas),
+            Self::MicroBatch { .. } => whole(RuleKind::MicroBatch),
             Self::NoInput { .. } => whole(RuleKind::NoInput),
         }
     }
@@ -246,6 +249,7 @@ impl fmt::Display for RuleKind {
             Self::NoSuchVariable => "a variable index past the program's variables",
             Self::NoLoss => "the model must end in a loss layer",
             Self::NoReplicas => "a program runs on at least one replica",
+            Self::MicroBatch => "a micro-batch holds 1 to 1024 samples",
             Self::NoInput => "the input stream index names no stream",
         })
     }

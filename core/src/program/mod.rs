@@ -8,10 +8,15 @@
 //!   optional [`Sharding`] across the replicas of their group (replicated tensor sharding:
 //!   each member of a group holds one shard; the shard domain is the group);
 //! - **streams** ([`Stream`]): host-to-device inputs with a data type and a sample shape,
-//!   either one sample per replica per micro-batch or one broadcast to every replica;
+//!   either one micro-batch of samples per replica per micro-batch or one broadcast to
+//!   every replica;
 //! - **anchors** ([`Anchor`]): which model tensor comes back per micro-batch and by which
 //!   [`AnchorReturnType`] rule;
-//! - the **data flow** (batches per step, micro-batches accumulated per batch), the
+//! - the **data flow** (batches per step, micro-batches accumulated per batch, samples per
+//!   micro-batch: a micro-batch of `B` samples is one FIFO item of every stream, computed
+//!   row by row in sample order, and its gradients are summed with every other sample's of
+//!   the batch before the mean over the batch's `accumulation × B` samples — so `B = k`,
+//!   accumulation `a` trains exactly as `B = 1`, accumulation `a·k` does), the
 //!   **optimizer** (SGD, with optional momentum whose velocity is held on the device with the
 //!   weight's own grouping and shards), and the **model**: a short list of [`Layer`]s applied
 //!   to the input stream and ending in one loss.
@@ -33,6 +38,7 @@
 //!   only it, is a loss: `SoftmaxCrossEntropy` over an `i32` stream of one label per sample
 //!   (width ≥ 2 classes; the model reads its input from an existing `f32` stream), or `MeanSquaredError` against an `f32` stream of `width` targets;
 //!   no variable is used by two layers, and every layer's stream is not the input stream;
+//! - the micro-batch holds 1 to [`MAX_MICRO_BATCH`] samples;
 //! - the data flow is valid ([`DataFlow::new`]) and every anchor's return type fits it
 //!   ([`DataFlow::check_anchor`]); no tensor is anchored twice;
 //! - the learning rate is finite and non-negative, the momentum in `[0, 1)`.
@@ -84,6 +90,8 @@ pub const MAX_NAME: usize = 16;
 pub const MAX_VARIABLE_RANK: usize = 4;
 /// Intervals of an explicit shard layout.
 pub const MAX_INTERVALS: usize = 8;
+/// Samples of one micro-batch.
+pub const MAX_MICRO_BATCH: u32 = 1024;
 
 /// A tensor's name.
 pub type Name = heapless::String<MAX_NAME>;
@@ -107,6 +115,9 @@ pub struct Program {
     pub batches_per_step: u32,
     /// Micro-batches whose gradients are accumulated before one update.
     pub accumulation: u32,
+    /// Samples of every stream per micro-batch, `1..=MAX_MICRO_BATCH`: a stream's FIFO item
+    /// holds this many samples, and the device computes them as one `[B, width]` matrix.
+    pub micro_batch_size: u32,
     /// How gradients update the variables.
     pub optimizer: Optimizer,
     /// Whether the device counts its work (cycle counts are refused otherwise).
@@ -391,13 +402,21 @@ impl Program {
         self.streams.iter().position(|s| s.name == name)
     }
 
-    /// Elements of one anchored value of `tensor`: one loss per sample, or the model's
-    /// output.
+    /// Elements of one anchored value of `tensor` (one micro-batch's): one loss per
+    /// sample, or the model's output of every sample.
     pub fn anchor_width(&self, tensor: AnchorTensor) -> Option<usize> {
-        match tensor {
-            AnchorTensor::Loss => Some(1),
-            AnchorTensor::Output => self.output_width(),
-        }
+        let per_sample = match tensor {
+            AnchorTensor::Loss => 1,
+            AnchorTensor::Output => self.output_width()?,
+        };
+        per_sample.checked_mul(self.micro_batch_size as usize)
+    }
+
+    /// Elements of one FIFO item of stream `index`: a micro-batch of samples (or of
+    /// broadcast values).
+    pub fn item_elements(&self, index: usize) -> Option<usize> {
+        let sample = elements(&self.streams.get(index)?.sample)?;
+        sample.checked_mul(self.micro_batch_size as usize)
     }
 
     /// The width of the model's output: the loss layer's input.

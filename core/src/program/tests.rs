@@ -69,6 +69,7 @@ fn mlp() -> Program {
         input: X,
         batches_per_step: 4,
         accumulation: 2,
+        micro_batch_size: 1,
         optimizer: Optimizer::SgdMomentum {
             learning_rate: 0.05,
             momentum: 0.9,
@@ -1207,4 +1208,28 @@ fn optimizer_values_are_finite_non_negative_with_momentum_below_one() {
     assert!(Optimizer::check_values(0.1, 1.0).is_err());
     assert!(Optimizer::check_values(0.1, -0.5).is_err());
     assert!(Optimizer::check_values(0.1, f32::NAN).is_err());
+}
+
+/// Catches a micro-batch of no samples (every FIFO item empty: a step that pops nothing)
+/// or of more than the cap being accepted.
+#[test]
+fn a_micro_batch_holds_1_to_the_cap_samples() {
+    for size in [0, MAX_MICRO_BATCH + 1] {
+        let mut p = mlp();
+        p.micro_batch_size = size;
+        assert_eq!(p.check(REPLICAS), Err(ProgramError::MicroBatch { size }));
+    }
+    let mut p = mlp();
+    p.micro_batch_size = MAX_MICRO_BATCH;
+    assert_eq!(p.check(REPLICAS), Ok(()));
+}
+
+/// Catches anchors and stream items sized per sample when a micro-batch holds several.
+#[test]
+fn items_and_anchors_hold_a_whole_micro_batch() {
+    let mut p = mlp();
+    p.micro_batch_size = 5;
+    assert_eq!(p.item_elements(usize::from(X)), Some(5 * 2));
+    assert_eq!(p.anchor_width(AnchorTensor::Loss), Some(5));
+    assert_eq!(p.anchor_width(AnchorTensor::Output), Some(5 * 3));
 }

@@ -93,7 +93,7 @@ pub fn prepare(
         }
     }
     // Every anchored value leaves in one reply.
-    let output = saturate(scratch.output_width().saturating_mul(4));
+    let output = saturate(scratch.output_elements().saturating_mul(4));
     if program
         .anchors
         .iter()
@@ -155,18 +155,17 @@ fn place(
         }
     };
     for (i, s) in program.streams.iter().enumerate() {
-        let item =
-            tessera_core::program::elements(&s.sample).and_then(|n| n.checked_mul(s.dtype.size()));
+        // One item: a micro-batch of samples.
+        let item = program
+            .item_elements(i)
+            .and_then(|n| n.checked_mul(s.dtype.size()));
         let (item, depth) = shape(item, flow.inputs_per_replica())?;
         fifos.create(arena, ids::stream_fifo(i as u8), item, depth)?;
     }
     for (j, a) in program.anchors.iter().enumerate() {
-        let width = match a.tensor {
-            AnchorTensor::Loss => 1,
-            AnchorTensor::Output => scratch.output_width(),
-        };
+        let width = program.anchor_width(a.tensor);
         let items = flow.outputs_per_replica(Some(a.return_type));
-        let (item, depth) = shape(width.checked_mul(4), items)?;
+        let (item, depth) = shape(width.and_then(|w| w.checked_mul(4)), items)?;
         fifos.create(arena, ids::anchor_fifo(j as u8), item, depth)?;
     }
     arena.alloc(Owner::StepScratch, scratch.bytes())?;

@@ -2,17 +2,19 @@
 //!
 //! One block holds everything a step computes, one region after another: for each
 //! variable a layer trains, its whole value (gathered from the group when it is sharded)
-//! and its gradient; the activations `a₀ … a_L` (`a₀` the input sample, `a_{k+1}` the
+//! and its gradient; the activations `a₀ … a_L` (`a₀` the input micro-batch, `a_{k+1}` the
 //! output of layer `k`, `a_L` the loss layer's input) and a gradient region of the same
-//! width for each; a dropout mask per dropout layer; the labels or targets of one sample
-//! (a label is stored as the bits of its `i32`); and a running sum per anchor for
+//! size for each; a dropout mask per dropout layer; the labels or targets of the
+//! micro-batch (a label is stored as the bits of its `i32`); the loss of each of its
+//! samples; and a running sum per anchor for
 //! [`Sum`](tessera_core::stream::AnchorReturnType::Sum) anchors.
+//!
+//! Activations, their gradients, masks, targets and losses hold a whole micro-batch:
+//! `rows` (the program's micro-batch size) rows of their width, sample after sample.
 
 use core::ops::Range;
 
-use tessera_core::program::{
-    elements, AnchorTensor, Layer, Program, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
-};
+use tessera_core::program::{elements, Layer, Program, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES};
 
 /// A range of the scratch block, in elements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,7 +43,10 @@ pub struct Scratch {
     deltas: heapless::Vec<Region, { MAX_LAYERS + 1 }>,
     masks: [Option<Region>; MAX_LAYERS],
     target: Region,
+    losses: Region,
     sums: [Region; MAX_ANCHORS],
+    /// Samples per micro-batch.
+    rows: usize,
     total: usize,
 }
 
@@ -65,6 +70,9 @@ impl Scratch {
                 grad[i] = Some(take(n)?);
             }
         }
+        let rows = program.micro_batch_size as usize;
+        // A region of `rows` rows of `width`.
+        let batch = |width: usize| width.checked_mul(rows);
         let input = program.streams.get(usize::from(program.input))?;
         let mut width = elements(&input.sample)?;
         let mut widths = heapless::Vec::<usize, { MAX_LAYERS + 1 }>::new();
@@ -76,10 +84,10 @@ impl Scratch {
                 Layer::Linear { weight } => {
                     width = *program.variables.get(usize::from(weight))?.shape.first()? as usize;
                 }
-                Layer::Dropout { .. } => masks[k] = Some(take(width)?),
+                Layer::Dropout { .. } => masks[k] = Some(take(batch(width)?)?),
                 Layer::SoftmaxCrossEntropy { labels: s }
                 | Layer::MeanSquaredError { targets: s } => {
-                    target = take(elements(&program.streams.get(usize::from(s))?.sample)?)?;
+                    target = take(program.item_elements(usize::from(s))?)?;
                     continue;
                 }
                 Layer::Bias { .. } | Layer::Relu => {}
@@ -89,15 +97,13 @@ impl Scratch {
         let mut acts = heapless::Vec::new();
         let mut deltas = heapless::Vec::new();
         for &w in &widths {
-            acts.push(take(w)?).ok()?;
-            deltas.push(take(w)?).ok()?;
+            acts.push(take(batch(w)?)?).ok()?;
+            deltas.push(take(batch(w)?)?).ok()?;
         }
+        let losses = take(rows)?;
         let mut sums = [Region::default(); MAX_ANCHORS];
         for (j, a) in program.anchors.iter().enumerate() {
-            sums[j] = take(match a.tensor {
-                AnchorTensor::Loss => 1,
-                AnchorTensor::Output => width,
-            })?;
+            sums[j] = take(program.anchor_width(a.tensor)?)?;
         }
         let total = next;
         Some(Self {
@@ -107,7 +113,9 @@ impl Scratch {
             deltas,
             masks,
             target,
+            losses,
             sums,
+            rows,
             total,
         })
     }
@@ -150,9 +158,19 @@ impl Scratch {
         self.masks.get(k).copied().flatten().map(Region::range)
     }
 
-    /// One sample's labels or targets.
+    /// The micro-batch's labels or targets.
     pub fn target(&self) -> Range<usize> {
         self.target.range()
+    }
+
+    /// The loss of each sample of the micro-batch.
+    pub fn losses(&self) -> Range<usize> {
+        self.losses.range()
+    }
+
+    /// Samples per micro-batch: the rows of every activation.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
     /// Anchor `j`'s running sum.
@@ -165,8 +183,8 @@ impl Scratch {
         self.acts.len().saturating_sub(1)
     }
 
-    /// The width of the loss layer's input.
-    pub fn output_width(&self) -> usize {
+    /// Elements of the loss layer's input: the model's output of the whole micro-batch.
+    pub fn output_elements(&self) -> usize {
         self.acts.last().map_or(0, |r| r.len)
     }
 }

@@ -183,16 +183,17 @@ impl Step<'_, '_> {
         Ok(())
     }
 
-    /// Micro-batch `m` of batch `b`: one sample of every stream, the layers forward, the
-    /// loss, the layers backward, then the anchors; returns the work.
+    /// Micro-batch `m` of batch `b`: one item (a micro-batch of samples) of every stream,
+    /// the layers forward, the losses, the layers backward, then the anchors; returns the
+    /// work.
     fn micro_batch(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         self.pop_samples()?;
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
         let mut work = forward(arena, block, prepared, self.rng)?;
-        let loss = loss(arena, block, prepared)?;
+        loss(arena, block, prepared)?;
         work += backward(arena, block, prepared)?;
         for (j, anchor) in prepared.program.anchors.iter().enumerate() {
-            self.write_anchor(j, anchor, (b, m), loss)?;
+            self.write_anchor(j, anchor, (b, m))?;
         }
         Ok(work)
     }
@@ -218,13 +219,7 @@ impl Step<'_, '_> {
 
     /// Anchor `j`, `a`, after micro-batch `m` of batch `b`, whose loss was `loss`: skipped,
     /// written, or added to its sum (emitted and cleared when its rule says so).
-    fn write_anchor(
-        &mut self,
-        j: usize,
-        a: &Anchor,
-        (b, m): (u32, u32),
-        loss: f32,
-    ) -> Result<(), ErrorCode> {
+    fn write_anchor(&mut self, j: usize, a: &Anchor, (b, m): (u32, u32)) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
         let (arena, fifos, block) = (&mut *self.arena, &mut *self.fifos, self.block);
         let action = a.return_type.action(
@@ -234,26 +229,20 @@ impl Step<'_, '_> {
             p.accumulation as usize,
         );
         let value = match a.tensor {
-            AnchorTensor::Loss => None,
-            AnchorTensor::Output => s.act(s.last()),
+            AnchorTensor::Loss => s.losses(),
+            AnchorTensor::Output => s.act(s.last()).ok_or(MISSING)?,
         };
         let fifo = ids::anchor_fifo(j as u8);
-        match (action, value) {
-            (AnchorAction::Skip, _) => {}
-            (AnchorAction::Write, None) => fifos.push(arena, fifo, &loss.to_le_bytes())?,
-            (AnchorAction::Write, Some(v)) => {
-                fifos.push_from(arena, fifo, block, v.start * 4..v.end * 4)?
+        match action {
+            AnchorAction::Skip => {}
+            AnchorAction::Write => {
+                fifos.push_from(arena, fifo, block, value.start * 4..value.end * 4)?
             }
-            (AnchorAction::Accumulate { emit }, value) => {
+            AnchorAction::Accumulate { emit } => {
                 let sum = s.sum(j).ok_or(broken(Invariant::ScratchLayout))?;
                 let x = floats(arena, block)?;
-                match value {
-                    None => x[sum.start] += loss,
-                    Some(v) => {
-                        for (t, f) in sum.clone().zip(v) {
-                            x[t] += x[f];
-                        }
-                    }
+                for (t, f) in sum.clone().zip(value) {
+                    x[t] += x[f];
                 }
                 if emit {
                     fifos.push_from(arena, fifo, block, sum.start * 4..sum.end * 4)?;
@@ -268,7 +257,8 @@ impl Step<'_, '_> {
     /// variable's group (the gradient rounds).
     fn average_gradients(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
-        let scale = 1.0 / p.accumulation as f32;
+        // The mean over the batch's samples: `accumulation` micro-batches of `rows` each.
+        let scale = 1.0 / (p.accumulation as f32 * s.rows() as f32);
         for (i, _) in p.variables.iter().enumerate() {
             if let Some(grad) = s.grad(i as u8) {
                 floats(self.arena, self.block)?[grad]
@@ -484,12 +474,16 @@ fn forward(
         match *layer {
             Layer::Linear { weight } => {
                 let [w, a, y] = regions(x, [s.full(weight).ok_or(MISSING)?, a, y])?;
-                math::linear(w, a, y);
-                work += w.len() as u64;
+                for (a, y) in rows(a, s.rows()).zip(rows_mut(y, s.rows())) {
+                    math::linear(w, a, y);
+                }
+                work += (w.len() * s.rows()) as u64;
             }
             Layer::Bias { bias } => {
                 let [b, a, y] = regions(x, [s.full(bias).ok_or(MISSING)?, a, y])?;
-                math::bias(b, a, y);
+                for (a, y) in rows(a, s.rows()).zip(rows_mut(y, s.rows())) {
+                    math::bias(b, a, y);
+                }
             }
             Layer::Relu => {
                 let [a, y] = regions(x, [a, y])?;
@@ -507,27 +501,44 @@ fn forward(
     Ok(work)
 }
 
-/// The loss layer: returns the loss and sets the gradient of its input.
-fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<f32, ErrorCode> {
+/// The loss layer, sample by sample: each sample's loss into the losses region, and the
+/// gradient of its input.
+fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<(), ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
     let last = s.last();
-    let [y, t, dy] = regions(
+    let [y, t, dy, losses] = regions(
         x,
         [
             s.act(last).ok_or(MISSING)?,
             s.target(),
             s.delta(last).ok_or(MISSING)?,
+            s.losses(),
         ],
     )?;
-    match p.layers.last() {
-        Some(Layer::SoftmaxCrossEntropy { .. }) => {
-            let label = t.first().map_or(-1, |l| l.to_bits() as i32);
-            math::softmax_cross_entropy(y, label, dy).ok_or(ErrorCode::BadArguments)
-        }
-        Some(Layer::MeanSquaredError { .. }) => Ok(math::mean_squared_error(y, t, dy)),
-        _ => Err(broken(Invariant::LossLayer)),
+    let n = s.rows();
+    let samples = rows(y, n).zip(rows(t, n)).zip(rows_mut(dy, n));
+    for (((y, t), dy), loss) in samples.zip(losses.iter_mut()) {
+        *loss = match p.layers.last() {
+            Some(Layer::SoftmaxCrossEntropy { .. }) => {
+                let label = t.first().map_or(-1, |l| l.to_bits() as i32);
+                math::softmax_cross_entropy(y, label, dy).ok_or(ErrorCode::BadArguments)?
+            }
+            Some(Layer::MeanSquaredError { .. }) => math::mean_squared_error(y, t, dy),
+            _ => return Err(broken(Invariant::LossLayer)),
+        };
     }
+    Ok(())
+}
+
+/// `x` as `n` rows (the samples of a micro-batch).
+fn rows(x: &[f32], n: usize) -> core::slice::ChunksExact<'_, f32> {
+    x.chunks_exact((x.len() / n.max(1)).max(1))
+}
+
+/// `x` as `n` writable rows.
+fn rows_mut(x: &mut [f32], n: usize) -> core::slice::ChunksExactMut<'_, f32> {
+    x.chunks_exact_mut((x.len() / n.max(1)).max(1))
 }
 
 /// The layers before the loss, last first, adding to the gradients; returns the work.
@@ -546,14 +557,23 @@ fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<
                 );
                 let a = s.act(k).ok_or(MISSING)?;
                 let [w, a, dy, g, dx] = regions(x, [w, a, dy, g, dx])?;
-                // The input's gradient is needed only below the first layer.
-                let dx = (k > 0).then_some(dx);
-                work += (w.len() * if dx.is_some() { 2 } else { 1 }) as u64;
-                math::linear_backward(w, a, dy, g, dx);
+                let n = s.rows();
+                let passes = if k > 0 { 2 } else { 1 };
+                work += (w.len() * passes * n) as u64;
+                // Sample by sample, in order: the gradient sums as it would one sample per
+                // micro-batch.
+                let mut dx = rows_mut(dx, n);
+                for (a, dy) in rows(a, n).zip(rows(dy, n)) {
+                    // The input's gradient is needed only below the first layer.
+                    let dx = dx.next().filter(|_| k > 0);
+                    math::linear_backward(w, a, dy, g, dx);
+                }
             }
             Layer::Bias { bias } => {
                 let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(MISSING)?, dy, dx])?;
-                g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
+                for dy in rows(dy, s.rows()) {
+                    g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
+                }
                 dx.copy_from_slice(dy);
             }
             Layer::Relu => {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use tessera_core::grouping::{CommGroup, RetrievalMode};
-use tessera_core::program::{AnchorTensor, Sharding};
+use tessera_core::program::{AnchorTensor, Sharding, MAX_MICRO_BATCH};
 use tessera_core::stream::AnchorReturnType;
 use tessera_host::runtime::Placement;
 use tessera_host::train::model::default_anchors;
@@ -86,6 +86,15 @@ pub(crate) struct TrainArgs {
         allow_negative_numbers = true
     )]
     accumulation: usize,
+    /// Samples per micro-batch (1–1024): each device computes them as one matrix. A
+    /// micro-batch of B with accumulation A trains as B = 1 with accumulation A·B does.
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = count::<1, { MAX_MICRO_BATCH as usize }>,
+        allow_negative_numbers = true
+    )]
+    micro_batch_size: usize,
     /// Training steps (1–1000000).
     #[arg(
         long,
@@ -263,6 +272,7 @@ impl TrainArgs {
             hidden: self.hidden,
             batches_per_step: self.batches_per_step,
             accumulation: self.accumulation,
+            micro_batch_size: self.micro_batch_size,
             steps: self.steps,
             learning_rate: self.learning_rate,
             momentum: self.momentum,
@@ -310,9 +320,13 @@ fn headline(job: &TrainJob, instances: usize) -> String {
         1 => String::new(),
         n => format!(" across {n} instances"),
     };
+    let samples = match job.micro_batch_size {
+        1 => String::new(),
+        n => format!(" of {n} samples"),
+    };
     format!(
         "training a {}-unit perceptron on {data} with {} replicas{across}: layer 1 in {} \
-         ({shard}), layer 2 in {}; {} steps of {}×{} micro-batches",
+         ({shard}), layer 2 in {}; {} steps of {}×{} micro-batches{samples}",
         job.hidden,
         job.replicas,
         job.comm,

@@ -99,6 +99,7 @@ impl Reference {
         let p = self.program.clone();
         let replicas = self.replicas;
         let (bps, af) = (self.flow.batches_per_step(), self.flow.accumulation());
+        let rows = p.micro_batch_size.max(1) as usize;
         let streams = stream_values(&p, io)?;
         let widths: Vec<usize> = p
             .anchors
@@ -118,18 +119,25 @@ impl Reference {
             for (r, replica_grads) in grads.iter_mut().enumerate() {
                 for m in 0..af {
                     let micro = b * af + m;
-                    let sample = |k: usize| streams[k].sample(micro, replicas, r);
-                    let (loss, output) = self.micro_batch(r, replica_grads, sample);
+                    // The micro-batch's samples in order, as the device computes its rows.
+                    let (mut losses, mut outputs) = (Vec::with_capacity(rows), Vec::new());
+                    for row in 0..rows {
+                        let sample = |k: usize| streams[k].sample(micro, replicas, r, row, rows);
+                        let (loss, output) = self.sample(r, replica_grads, sample);
+                        losses.push(loss);
+                        outputs.extend(output);
+                    }
                     for (j, a) in p.anchors.iter().enumerate() {
                         let value: Vec<f64> = match a.tensor {
-                            AnchorTensor::Loss => vec![loss],
-                            AnchorTensor::Output => output.clone(),
+                            AnchorTensor::Loss => losses.clone(),
+                            AnchorTensor::Output => outputs.clone(),
                         };
                         recorded.record(j, r, a.return_type.action(b, m, bps, af), value);
                     }
                 }
             }
-            self.update(&grads, af as f64);
+            // The mean over the batch's samples.
+            self.update(&grads, (af * rows) as f64);
         }
         Ok(self.anchor_values(&widths, &recorded.written))
     }
@@ -251,9 +259,9 @@ impl Reference {
             .collect()
     }
 
-    /// One micro-batch of replica `r`: forward, loss, backward into `grads`; returns the
-    /// loss and the loss layer's input.
-    fn micro_batch<'s>(
+    /// One sample of replica `r`: forward, loss, backward into `grads`; returns the loss and
+    /// the loss layer's input.
+    fn sample<'s>(
         &mut self,
         r: usize,
         grads: &mut [Vec<f64>],
@@ -391,8 +399,8 @@ impl Reference {
     }
 }
 
-/// One stream's values for a step: `width` values per sample, one sample per micro-batch
-/// when `broadcast`, one per micro-batch and replica otherwise.
+/// One stream's values for a step: `width` values per item (a micro-batch of samples), one
+/// item per micro-batch when `broadcast`, one per micro-batch and replica otherwise.
 struct StreamValues {
     width: usize,
     broadcast: bool,
@@ -400,15 +408,17 @@ struct StreamValues {
 }
 
 impl StreamValues {
-    /// Replica `r`'s sample of micro-batch `micro`: sample `micro·replicas + r`, or `micro`
-    /// when broadcast.
-    fn sample(&self, micro: usize, replicas: usize, r: usize) -> &[f64] {
+    /// Sample `row` (of `rows`) of replica `r`'s item of micro-batch `micro`: item
+    /// `micro·replicas + r`, or `micro` when broadcast.
+    fn sample(&self, micro: usize, replicas: usize, r: usize, row: usize, rows: usize) -> &[f64] {
         let at = if self.broadcast {
             micro
         } else {
             micro * replicas + r
         };
-        &self.values[at * self.width..(at + 1) * self.width]
+        let item = &self.values[at * self.width..(at + 1) * self.width];
+        let per_sample = self.width / rows.max(1);
+        &item[row * per_sample..(row + 1) * per_sample]
     }
 }
 
@@ -441,7 +451,7 @@ fn stream_values(p: &Program, io: &StepIo) -> Result<Vec<StreamValues>, RuntimeE
                 })
                 .unwrap_or_default();
             Ok(StreamValues {
-                width: elements(&s.sample).unwrap_or(0),
+                width: elements(&s.sample).unwrap_or(0) * p.micro_batch_size.max(1) as usize,
                 broadcast: s.broadcast,
                 values,
             })

@@ -5,21 +5,23 @@
 //!
 //! - Every run checks the step IO before anything moves: each name is a stream of the
 //!   program, every stream is provided, and each array holds exactly
-//!   `sample × bps·af × replicas` elements (`× 1` for a broadcast stream), `replicas` being
+//!   `item × bps·af × replicas` elements (`× 1` for a broadcast stream), an item being a
+//!   micro-batch: `B` samples back to back (`B` the program's micro-batch size), `replicas` being
 //!   this instance's (its window of the global replicas: each instance feeds its own); a
 //!   short array is an error naming the stream and the counts, on any run, never a panic.
 //! - Each array is converted to its stream's type by core's [`convert_input`] (the same
 //!   type, `int64 → int32` with every value checked, `uint8` read as an 8-bit float), and
 //!   labels read by a cross-entropy are checked against its classes.
-//! - Replica `r`'s `j`-th sample of a stream is the user's sample `j·R + r` (`j` for a
+//! - Replica `r`'s `j`-th item of a stream is the user's item `j·R + r` (`j` for a
 //!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
 //!   is one span of its FIFO, written by the channel's data path (straight from the user's
 //!   array into the device's memory where the host maps it: one copy on the host), every
 //!   replica's sent before any reply is awaited.
 //! - Or through callbacks ([`Runtime::run_with`], PopART's callback step IO): the runtime
-//!   asks for each sample in the stream's own type and hands back each anchored value.
+//!   asks for each item in the stream's own type and hands back each anchored value.
 //! - Anchors come back as one array per anchored tensor (named as
-//!   [`AnchorTensor::name`] says), shaped `[outputs, replicas, …tensor]` where `outputs`
+//!   [`AnchorTensor::name`] says), shaped `[outputs, replicas, …tensor]` (with a
+//!   micro-batch of `B > 1` samples, `[outputs, replicas, B, …tensor]`) where `outputs`
 //!   is what the anchor's return type gives per replica per step; output `j` of replica `r`
 //!   is row `j·R + r`, again as the splitter orders them.
 
@@ -27,7 +29,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tessera_core::dtype::{convert_input, ConvertError, DataType};
-use tessera_core::program::{elements, ids, AnchorTensor, Layer};
+use tessera_core::program::{ids, AnchorTensor, Layer};
 use tessera_core::stream::{
     AnchorReturnType, SizeError, Splitter, StreamKind, StreamSpec, UpstreamIo,
 };
@@ -44,11 +46,12 @@ pub type Anchors = BTreeMap<String, HostArray>;
 /// A step's inputs and outputs through the user's code (PopART's callback step IO), for
 /// [`Runtime::run_with`].
 pub trait StepCallbacks {
-    /// Writes sample `index` (micro-batch order) of `stream` for local replica `replica`
-    /// into `sample`: one sample, in the stream's own type.
+    /// Writes item `index` (micro-batch order) of `stream` for local replica `replica`
+    /// into `sample`: one micro-batch of samples (one sample when the program's micro-batch
+    /// size is 1), in the stream's own type.
     fn input(&mut self, stream: &str, replica: usize, index: usize, sample: &mut [u8]);
     /// Takes value `index` (in the order the replica wrote them) of the anchored tensor
-    /// `tensor` from local replica `replica` (`f32`, little-endian).
+    /// `tensor` from local replica `replica` (`f32`, little-endian; a whole micro-batch's).
     fn output(&mut self, tensor: &str, replica: usize, index: usize, value: &[u8]);
 }
 
@@ -71,8 +74,9 @@ impl Runtime {
         let mut splitter = StepSplitter::new(replicas, self.flow)?;
         let mut counters = Counters::default();
         let mut inputs = Vec::with_capacity(streams.len());
-        for (s, data) in self.program.streams.iter().zip(&streams) {
-            let sample = elements(&s.sample).unwrap_or(0);
+        for (k, (s, data)) in self.program.streams.iter().zip(&streams).enumerate() {
+            // One item: a micro-batch of samples.
+            let sample = self.program.item_elements(k).unwrap_or(0);
             let tensor = splitter.add_input(sample, s.broadcast)?;
             inputs.push((tensor, sample * s.dtype.size(), &data[..]));
         }
@@ -158,8 +162,13 @@ impl Runtime {
         }
         let a = self.program.anchors[j];
         let mut shape = vec![items as u32, replicas as u32];
+        // A micro-batch of several samples: one row per sample (PopART's micro-batch axis).
+        let samples = self.program.micro_batch_size.max(1);
+        if samples > 1 {
+            shape.push(samples);
+        }
         if a.tensor == AnchorTensor::Output {
-            shape.push(width as u32);
+            shape.push((width / samples as usize) as u32);
         }
         let len = out.len();
         let array =
@@ -186,7 +195,7 @@ impl Runtime {
         let mut sample = Vec::new();
         for m in 0..per_replica {
             for (k, s) in p.streams.iter().enumerate() {
-                let bytes = elements(&s.sample).unwrap_or(0) * s.dtype.size();
+                let bytes = p.item_elements(k).unwrap_or(0) * s.dtype.size();
                 for (r, share) in shares.iter_mut().enumerate() {
                     if !s.broadcast || r == 0 {
                         sample.clear();
@@ -254,7 +263,7 @@ impl Runtime {
             .map(|(k, s)| Span {
                 target: Target::Fifo(ids::stream_fifo(k as u8)), // At most MAX_STREAMS.
                 offset: 0,
-                len: per_replica * elements(&s.sample).unwrap_or(0) * s.dtype.size(),
+                len: per_replica * self.program.item_elements(k).unwrap_or(0) * s.dtype.size(),
             })
             .collect();
         let mut sent = Vec::with_capacity(self.channels.len());
@@ -307,9 +316,10 @@ impl Runtime {
         let specs: Vec<StreamSpec<'_>> = p
             .streams
             .iter()
-            .map(|s| StreamSpec {
+            .enumerate()
+            .map(|(k, s)| StreamSpec {
                 name: s.name.as_str(),
-                sample_elements: elements(&s.sample).unwrap_or(0),
+                sample_elements: p.item_elements(k).unwrap_or(0),
                 kind: StreamKind::Input {
                     broadcast: s.broadcast,
                 },

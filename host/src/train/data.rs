@@ -244,19 +244,21 @@ impl Dataset {
         self.samples((start..start + count).collect())
     }
 
-    /// The share of replicas `window` of a step of `micro_batches × replicas` samples from
-    /// position `start` on: sample `m·replicas + r` for every micro-batch `m` and every
-    /// replica `r` of the window, in that order (what one instance feeds its replicas).
+    /// The share of replicas `window` of a step of `micro_batches × replicas` items of
+    /// `rows` samples from position `start` on: item `i = m·replicas + r` (the `rows`
+    /// samples from `i·rows` on) for every micro-batch `m` and every replica `r` of the
+    /// window, in that order (what one instance feeds its replicas).
     pub fn share(
         &self,
         start: usize,
         micro_batches: usize,
         replicas: usize,
         window: tessera_core::transfer::InstanceWindow,
+        rows: usize,
     ) -> Result<(HostArray, HostArray), ArrayError> {
         let positions = (0..micro_batches)
             .flat_map(|m| (window.offset..window.offset + window.local).map(move |r| (m, r)))
-            .map(|(m, r)| start + m * replicas + r)
+            .flat_map(|(m, r)| (0..rows).map(move |row| start + (m * replicas + r) * rows + row))
             .collect();
         self.samples(positions)
     }

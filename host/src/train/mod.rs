@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use tessera_core::grouping::{CommGroup, RetrievalMode};
-use tessera_core::program::{AnchorTensor, Sharding};
+use tessera_core::program::{AnchorTensor, Sharding, MAX_MICRO_BATCH};
 use tessera_core::stream::AnchorReturnType;
 
 pub use data::{DataError, Dataset};
@@ -53,8 +53,8 @@ pub const MAX_STEPS: usize = 1_000_000;
 pub const MAX_LEARNING_RATE: f32 = 10.0;
 /// Largest tolerance of the reference check: a relative error of 1 is no check at all.
 pub const MAX_TOLERANCE: f64 = 1.0;
-/// Most bytes of one step's user arrays: batches per step × accumulation × replicas ×
-/// (features + 1) × 4.
+/// Most bytes of one step's user arrays: batches per step × accumulation × micro-batch size
+/// × replicas × (features + 1) × 4.
 pub const MAX_STEP_BYTES: usize = 64 << 20;
 /// Bytes of memory of each host-placed device.
 pub const DEVICE_MEMORY: usize = 16 << 20;
@@ -92,6 +92,9 @@ pub struct TrainJob {
     pub batches_per_step: usize,
     /// Micro-batches per batch, `1..=MAX_ACCUMULATION`.
     pub accumulation: usize,
+    /// Samples per micro-batch, `1..=MAX_MICRO_BATCH`: each device computes them as one
+    /// matrix.
+    pub micro_batch_size: usize,
     /// Training steps to run, `1..=MAX_STEPS`.
     pub steps: usize,
     /// SGD learning rate, in `(0, MAX_LEARNING_RATE]`.
@@ -140,6 +143,12 @@ impl TrainJob {
                 MAX_BATCHES_PER_STEP,
             ),
             ("--accumulation", self.accumulation, 1, MAX_ACCUMULATION),
+            (
+                "--micro-batch-size",
+                self.micro_batch_size,
+                1,
+                MAX_MICRO_BATCH as usize,
+            ),
             ("--steps", self.steps, 1, MAX_STEPS),
             ("--every", self.every, 0, MAX_STEPS),
         ];
@@ -196,6 +205,7 @@ impl TrainJob {
         let bytes = [
             self.batches_per_step,
             self.accumulation,
+            self.micro_batch_size,
             self.replicas,
             features.saturating_add(1),
             4,

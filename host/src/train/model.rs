@@ -41,6 +41,7 @@ pub fn program(job: &TrainJob, features: usize, classes: usize) -> Result<Progra
         optimizer,
     );
     p.instrumented = true;
+    p.micro_batch_size = job.micro_batch_size as u32; // Checked: at most MAX_MICRO_BATCH.
     let (f, h, c) = (features as u32, job.hidden as u32, classes as u32);
     let first = GroupingSpec::Comm(job.comm);
     let second = GroupingSpec::Comm(job.output_comm);

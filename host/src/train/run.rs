@@ -296,12 +296,18 @@ impl Training<'_> {
     fn step(&mut self, step: usize, bar: &ProgressBar) -> Result<(), TrainError> {
         let job = self.job;
         let micro_batches = job.batches_per_step * job.accumulation;
-        let per_step = micro_batches * job.replicas;
+        let per_step = micro_batches * job.replicas * job.micro_batch_size;
         let data = &self.prepared.data;
         let shape_error = |e| JobError::Data(super::DataError::Shape(e));
         let position = data_position(step, per_step, data.len());
         let (inputs, labels) = data
-            .share(position, micro_batches, job.replicas, self.window)
+            .share(
+                position,
+                micro_batches,
+                job.replicas,
+                self.window,
+                job.micro_batch_size,
+            )
             .map_err(shape_error)?;
         let io: StepIo = [(INPUT.to_string(), inputs), (LABELS.to_string(), labels)].into();
         let start = Instant::now();
@@ -375,7 +381,8 @@ impl Training<'_> {
     /// The report of the steps run.
     fn report(mut self) -> Result<TrainReport, TrainError> {
         let job = self.job;
-        let per_step = job.batches_per_step * job.accumulation * job.replicas;
+        let per_step =
+            job.batches_per_step * job.accumulation * job.replicas * job.micro_batch_size;
         // The last step is always checked: its state holds the final weights (host shapes,
         // whose first row is replica 0's, as the returned shapes').
         let weights = self.last_state.map(|s| s.weights).unwrap_or_default();
@@ -419,6 +426,11 @@ fn check_executable(
             "micro-batches per batch",
             p.accumulation as usize,
             job.accumulation,
+        ),
+        (
+            "samples per micro-batch",
+            p.micro_batch_size as usize,
+            job.micro_batch_size,
         ),
     ];
     for (what, program, data) in checks {

@@ -17,6 +17,7 @@ fn job() -> TrainJob {
         hidden: 16,
         batches_per_step: 4,
         accumulation: 2,
+        micro_batch_size: 1,
         steps: 5,
         learning_rate: 0.1,
         momentum: 0.5,

@@ -255,6 +255,8 @@ fn any_program() -> impl Strategy<Value = Program> {
                     input,
                     batches_per_step: bps,
                     accumulation,
+                    // 0 and past the cap included: the rule is checked too.
+                    micro_batch_size: bps % 1100,
                     optimizer,
                     instrumented,
                 }

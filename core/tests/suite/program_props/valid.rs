@@ -362,6 +362,7 @@ pub(super) fn build(plan: &Plan) -> Valid {
             input: input_index,
             batches_per_step: plan.batches_per_step,
             accumulation: plan.accumulation,
+            micro_batch_size: 1 + plan.batches_per_step % 3,
             optimizer: plan.optimizer,
             instrumented: plan.instrumented,
         },

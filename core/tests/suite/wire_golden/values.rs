@@ -20,6 +20,7 @@ pub(super) fn program() -> Program {
         input: 0,
         batches_per_step: 7,
         accumulation: 8,
+        micro_batch_size: 3,
         optimizer: Optimizer::SgdMomentum {
             learning_rate: 0.5,
             momentum: 0.25,
@@ -137,7 +138,7 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
                 program: program(),
             }),
             "05 08 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
-             00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 01 00 00 00 3f 00 00 80 3e 01",
+             00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01",
         ),
         ("RunStep", env(Request::RunStep), "05 09"),
         ("CycleCount", env(Request::CycleCount), "05 0a"),

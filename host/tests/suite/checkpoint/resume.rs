@@ -18,6 +18,7 @@ fn job(steps: usize, placement: Placement) -> TrainJob {
         hidden: 8,
         batches_per_step: 2,
         accumulation: 2,
+        micro_batch_size: 1,
         steps,
         learning_rate: 0.2,
         momentum: 0.9,

@@ -277,7 +277,10 @@ pub fn step_io(program: &Program, replicas: usize, salt: u64) -> StepIo {
         .iter()
         .enumerate()
         .map(|(k, s)| {
-            let samples = micro_batches * if s.broadcast { 1 } else { replicas };
+            // Every micro-batch holds `micro_batch_size` samples of every stream.
+            let samples = micro_batches
+                * if s.broadcast { 1 } else { replicas }
+                * program.micro_batch_size as usize;
             let mut shape = vec![samples as u32];
             shape.extend_from_slice(&s.sample);
             let n = samples * elements(&s.sample).unwrap();

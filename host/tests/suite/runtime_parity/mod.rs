@@ -254,7 +254,7 @@ fn returned_shape(p: &Program, replicas: usize, index: usize) -> Vec<u32> {
 
 /// Samples of one step per replica.
 fn per_replica(p: &Program) -> usize {
-    (p.batches_per_step * p.accumulation) as usize
+    (p.batches_per_step * p.accumulation * p.micro_batch_size) as usize
 }
 
 /// Step `step`'s inputs for the MLP: `x` and `label` (int32).
@@ -321,6 +321,9 @@ fn compare_anchors(
             flow.outputs_per_replica(Some(a.return_type)) as u32,
             replicas as u32,
         ];
+        if p.micro_batch_size > 1 {
+            shape.push(p.micro_batch_size);
+        }
         if a.tensor == AnchorTensor::Output {
             shape.push(p.output_width().unwrap() as u32);
         }
@@ -467,6 +470,7 @@ fn default_combo() -> Combo {
 mod anchors;
 mod cycles_and_callbacks;
 mod errors;
+mod micro_batch;
 mod optimizer;
 mod parity;
 mod stream_checks;
