@@ -1,5 +1,5 @@
 //! The board's memory-mapped registers, as [`Register`] values only this module can build:
-//! one constant for each register of the mps2-an385 board (Arm Application Note 385's
+//! one constant for each register of the mps2-an385/an386 boards (Arm Application Note 385's
 //! memory map) that the firmware uses. Safe code elsewhere names a constant and reads or
 //! writes it; it cannot name an address, so it cannot reach memory through this module.
 //!

@@ -1,4 +1,5 @@
-//! What both firmware binaries need from the mps2-an385 board: the UART0 link, the busy
+//! What both firmware binaries need from the mps2-an385 and mps2-an386 boards (the same
+//! peripherals at the same addresses; the AN386 image has a Cortex-M4F): the UART0 link, the busy
 //! LED, a real-time clock on timer 0, a spinning delay, and panic and HardFault handlers that end QEMU with a failing
 //! exit status (so a crash is never mistaken for a pass).
 

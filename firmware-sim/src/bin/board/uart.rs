@@ -1,4 +1,4 @@
-//! The CMSDK UART0 of the mps2-an385 board as an `embedded-io` byte link, and the board's
+//! The CMSDK UART0 of the mps2-an385/an386 boards as an `embedded-io` byte link, and the board's
 //! user LED as the busy line. Register access goes through [`super::mmio`].
 
 use core::convert::Infallible;
