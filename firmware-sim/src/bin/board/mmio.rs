@@ -57,6 +57,8 @@ pub mod uart0 {
     pub const STATE: Register = Register::at(BASE + 0x04);
     /// Transmit and receive enables.
     pub const CTRL: Register = Register::at(BASE + 0x08);
+    /// Interrupt status (read) and clear (write 1s).
+    pub const INTCLEAR: Register = Register::at(BASE + 0x0C);
     /// Baud-rate divider.
     pub const BAUDDIV: Register = Register::at(BASE + 0x10);
 }
