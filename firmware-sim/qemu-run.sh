@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Runs a tessera firmware ELF under QEMU (mps2-an385, Cortex-M3), decodes its defmt logs
+# Runs a tessera firmware ELF under QEMU — mps2-an386 (Cortex-M4F) for a hard-float ELF,
+# mps2-an385 (Cortex-M3) otherwise, as tessera's QEMU placement chooses — decodes its defmt logs
 # with defmt-print, and exits with QEMU's own status: the firmware's semihosting exit code,
 # non-zero after a panic or HardFault, 124 if it had to be stopped (a lockup is no pass).
 # UART0 is not connected. Usage: qemu-run.sh ELF [SECONDS]
 set -uo pipefail
 elf=${1:?usage: qemu-run.sh ELF [SECONDS]}
 limit=${2:-60}
+# e_flags (bytes 36..40 of an ELF32 header): EF_ARM_ABI_FLOAT_HARD (0x400) marks the FPU build.
+flags=$(od -An -tu4 -j36 -N4 "$elf" | tr -d ' ')
+if (( flags & 0x400 )); then
+    board=(-machine mps2-an386 -cpu cortex-m4)
+else
+    board=(-machine mps2-an385 -cpu cortex-m3)
+fi
 timeout --foreground "$limit" \
-    qemu-system-arm -machine mps2-an385 -cpu cortex-m3 -display none -monitor none \
+    qemu-system-arm "${board[@]}" -display none -monitor none \
     -serial null -semihosting-config enable=on,target=native -kernel "$elf" \
     | defmt-print -e "$elf"
 status=("${PIPESTATUS[@]}")

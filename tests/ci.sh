@@ -10,7 +10,7 @@ step() { printf '\n==> %s\n' "$*"; }
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 
 step "install the bare-metal targets, the rust-version toolchain, QEMU, defmt-print and OpenMPI"
-rustup target add thumbv6m-none-eabi thumbv7m-none-eabi
+rustup target add thumbv6m-none-eabi thumbv7m-none-eabi thumbv7em-none-eabihf
 rustup toolchain install "$msrv" --profile minimal
 if ! command -v qemu-system-arm >/dev/null; then
     apt-get update -qq
@@ -29,19 +29,30 @@ mpirun --version | head -n 1
 qemu-system-arm --version | head -n 1
 defmt-print --version
 
-step "firmware for QEMU mps2-an385 (built for size: cargo profile firmware)"
-cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --profile firmware --locked
-firmware=target/thumbv7m-none-eabi/firmware/tessera-firmware
-size -A "$firmware" | awk '$1 == ".text" { printf "firmware .text: %d bytes (target: at most 65536)\n", $2 }'
+step "firmware for both QEMU boards (built for size: cargo profile firmware)"
+# mps2-an386 (Cortex-M4F, hardware floats): the QEMU placement's default, and the one the
+# QEMU tests run; mps2-an385 (Cortex-M3, no FPU): built, sized and self-tested too.
+for target in thumbv7em-none-eabihf thumbv7m-none-eabi; do
+    cargo build -p tessera-firmware-sim --target "$target" --features firmware --profile firmware --locked
+    size -A "target/$target/firmware/tessera-firmware" |
+        awk -v t="$target" '$1 == ".text" { printf "firmware .text (%s): %d bytes (target: at most 65536)\n", t, $2 }'
+done
+firmware=target/thumbv7em-none-eabihf/firmware/tessera-firmware
 
-step "on-target tests in QEMU"
-bash firmware-sim/qemu-run.sh target/thumbv7m-none-eabi/firmware/tessera-selftest 60
+step "on-target tests in QEMU, on both boards"
+for target in thumbv7em-none-eabihf thumbv7m-none-eabi; do
+    bash firmware-sim/qemu-run.sh "target/$target/firmware/tessera-selftest" 60
+done
 
 step "formatting"
 cargo fmt --all --check
 
 step "workspace tests, the QEMU ones included (they run the firmware above)"
 TESSERA_FIRMWARE="$PWD/$firmware" cargo test --workspace --locked -- --include-ignored
+
+step "the Cortex-M3 board (no FPU) through the QEMU placement: parity with the reference"
+TESSERA_FIRMWARE="$PWD/target/thumbv7m-none-eabi/firmware/tessera-firmware" cargo test -p tessera-host \
+    --test suite --locked -- --include-ignored --exact runtime_parity::parity::qemu_matches_the_reference
 
 step "multi-instance suite: mpirun -np 2 and -np 4 against one process (feature mpi)"
 cargo build -p tessera-host --features mpi --example mpi_panic --locked
@@ -50,7 +61,9 @@ cargo test -p tessera-host --features mpi --test mpi --locked
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p tessera-host --all-targets --features mpi --locked -- -D warnings
-cargo clippy -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --locked -- -D warnings
+for target in thumbv7em-none-eabihf thumbv7m-none-eabi; do
+    cargo clippy -p tessera-firmware-sim --target "$target" --features firmware --locked -- -D warnings
+done
 
 step "documentation (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked

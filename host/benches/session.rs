@@ -154,7 +154,7 @@ fn firmware() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/thumbv7m-none-eabi/firmware/tessera-firmware")
+                .join("../target/thumbv7em-none-eabihf/firmware/tessera-firmware")
         });
     path.exists().then_some(path)
 }

@@ -1,5 +1,6 @@
 //! Training speed beside its physical limit, measured in the same run: each job trained by
-//! `tessera train`'s library call on device threads, next to the baseline — the same model
+//! `tessera train`'s library call on device threads (one in child processes), next to the
+//! baseline — the same model
 //! trained over the same samples, step for step, by a plain single-threaded Rust loop over
 //! whole batches as matrices (forward, softmax cross-entropy, backward, SGD with momentum;
 //! no runtime, no threads, no copies). Prints samples per second of both and the ratio
@@ -8,8 +9,9 @@
 //! `cargo bench -p tessera-host --bench train [-- --steps N]`. Jobs: the default job (4
 //! replicas, 2 features → 24 hidden → 3 classes), a 64 → 64 → 10 job on generated data,
 //! both again with the batch's 32 samples per replica as one micro-batch of 32
-//! (`--micro-batch-size 32 --accumulation 1`: the same math), and the default job on one
-//! replica. Each figure is the median of three runs.
+//! (`--micro-batch-size 32 --accumulation 1`: the same math), the default job on one
+//! replica, and the default job in child processes. Each figure is the median of three
+//! runs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -32,7 +34,9 @@ fn main() {
     let wide = dir.join("wide.safetensors");
     let wide_data = generated(4096, 64, 10, 7);
     write_dataset(&wide, &wide_data);
-    println!("training on device threads beside a plain single-threaded loop ({steps} steps)");
+    println!(
+        "training beside a plain single-threaded loop ({steps} steps; device threads unless named)"
+    );
     println!(
         "{:<34} {:>14} {:>14} {:>8}",
         "job", "tessera/s", "baseline/s", "ratio"
@@ -61,6 +65,11 @@ fn main() {
         ..default_job(steps)
     };
     compare("default on 1 replica", &single, &spirals);
+    let processes = TrainJob {
+        placement: Placement::Process(env!("CARGO_BIN_EXE_tessera").into()),
+        ..default_job(steps)
+    };
+    compare("default in child processes", &processes, &spirals);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -33,7 +33,7 @@ fn placements() -> Vec<(&'static str, Channel)> {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/thumbv7m-none-eabi/firmware/tessera-firmware")
+                .join("../target/thumbv7em-none-eabihf/firmware/tessera-firmware")
         });
     if firmware.exists() {
         all.push(("qemu", Channel::qemu(&firmware, 0).unwrap()));

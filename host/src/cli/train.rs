@@ -138,11 +138,12 @@ pub(crate) struct TrainArgs {
     /// Where the devices run.
     #[arg(long, value_enum, default_value_t = Where::Thread)]
     placement: Where,
-    /// Firmware ELF for `--placement qemu`.
+    /// Firmware ELF for `--placement qemu` (a hard-float build runs on QEMU mps2-an386,
+    /// Cortex-M4F; a thumbv7m build on mps2-an385, Cortex-M3).
     #[arg(
         long,
         value_name = "ELF",
-        default_value = "target/thumbv7m-none-eabi/firmware/tessera-firmware"
+        default_value = "target/thumbv7em-none-eabihf/firmware/tessera-firmware"
     )]
     firmware: PathBuf,
     /// Largest relative difference from the host reference that passes (in [0, 1]).

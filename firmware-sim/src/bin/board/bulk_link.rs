@@ -27,6 +27,23 @@ impl<const FRAME: usize> Messages for UartWithFile<'_, FRAME> {
         self.framed.receive(into, wait)
     }
 
+    /// Asleep until a byte arrives or the next millisecond tick (see `wait`): so up to
+    /// 1 ms whatever `us` asks for, which only the step's reductions use, between looks at
+    /// a deadline of seconds.
+    fn receive_within(
+        &mut self,
+        into: &mut [u8],
+        _us: u32,
+    ) -> Result<Option<Incoming>, Infallible> {
+        match self.framed.receive(into, false)? {
+            Incoming::Idle => {
+                super::wait::sleep();
+                self.framed.receive(into, false).map(Some)
+            }
+            heard => Ok(Some(heard)),
+        }
+    }
+
     fn send(&mut self, body: &[u8]) -> Result<(), Infallible> {
         self.framed.send(body)
     }

@@ -1,5 +1,5 @@
 //! The board's memory-mapped registers, as [`Register`] values only this module can build:
-//! one constant for each register of the mps2-an385 board (Arm Application Note 385's
+//! one constant for each register of the mps2-an385/an386 boards (Arm Application Note 385's
 //! memory map) that the firmware uses. Safe code elsewhere names a constant and reads or
 //! writes it; it cannot name an address, so it cannot reach memory through this module.
 //!
@@ -57,6 +57,8 @@ pub mod uart0 {
     pub const STATE: Register = Register::at(BASE + 0x04);
     /// Transmit and receive enables.
     pub const CTRL: Register = Register::at(BASE + 0x08);
+    /// Interrupt status (read) and clear (write 1s).
+    pub const INTCLEAR: Register = Register::at(BASE + 0x0C);
     /// Baud-rate divider.
     pub const BAUDDIV: Register = Register::at(BASE + 0x10);
 }

@@ -1,18 +1,21 @@
-//! What both firmware binaries need from the mps2-an385 board: the UART0 link, the busy
-//! LED, a real-time clock on timer 0, a spinning delay, and panic and HardFault handlers that end QEMU with a failing
-//! exit status (so a crash is never mistaken for a pass).
+//! What both firmware binaries need from the mps2-an385 and mps2-an386 boards (the same
+//! peripherals at the same addresses; the AN386 image has a Cortex-M4F): the UART0 link, the busy
+//! LED, a real-time clock on timer 0, a spinning delay, sleeping until a byte arrives
+//! (`wait`), and panic and HardFault handlers that end QEMU with a failing exit status (so a
+//! crash is never mistaken for a pass).
 
 pub mod bulk_link;
 pub mod host_file;
 mod mmio;
 pub mod timer;
 pub mod uart;
+pub mod wait;
 
 use cortex_m_rt::{exception, ExceptionFrame};
 use cortex_m_semihosting::debug::{self, EXIT_FAILURE, EXIT_SUCCESS};
 use defmt_semihosting as _;
 
-/// QEMU's mps2 CPU clock, for busy-wait delays.
+/// QEMU's mps2 CPU clock, for busy-wait delays and SysTick.
 const CPU_HZ: u32 = 25_000_000;
 
 /// A delay that spins the CPU: only for short waits, since QEMU's emulated CPU runs at no

@@ -1,4 +1,4 @@
-//! The CMSDK UART0 of the mps2-an385 board as an `embedded-io` byte link, and the board's
+//! The CMSDK UART0 of the mps2-an385/an386 boards as an `embedded-io` byte link, and the board's
 //! user LED as the busy line. Register access goes through [`super::mmio`].
 
 use core::convert::Infallible;
@@ -16,10 +16,12 @@ const CTRL_TX_RX_ENABLE: u32 = 0b11;
 pub struct Uart0(());
 
 impl Uart0 {
-    /// Enables the UART (QEMU ignores the baud rate; 16 is the smallest legal divider).
+    /// Enables the UART (QEMU ignores the baud rate; 16 is the smallest legal divider) and
+    /// the wake-ups a wait for its bytes sleeps on (`wait`).
     pub fn take() -> Self {
         BAUDDIV.write(16);
         CTRL.write(CTRL_TX_RX_ENABLE);
+        super::wait::enable();
         Self(())
     }
 }
@@ -33,7 +35,10 @@ impl Read for Uart0 {
         if buf.is_empty() {
             return Ok(0);
         }
-        while STATE.read() & STATE_RX_FULL == 0 {}
+        // Asleep until a byte comes (see `wait`), not spinning on the status register.
+        while STATE.read() & STATE_RX_FULL == 0 {
+            super::wait::sleep();
+        }
         let mut n = 0;
         // Take whatever else has already arrived, without waiting.
         while n < buf.len() && STATE.read() & STATE_RX_FULL != 0 {

@@ -1,4 +1,4 @@
-//! The simulated accelerator as bare-metal firmware for QEMU's mps2-an385 (Cortex-M3):
+//! The simulated accelerator as bare-metal firmware for QEMU's mps2-an386 (Cortex-M4F) or mps2-an385 (Cortex-M3):
 //! one device serving its replica on UART0, with bulk bytes through `bulk.bin` in QEMU's
 //! working folder (semihosting) when the host made one. Logs go out as defmt over
 //! semihosting; a panic or a HardFault ends QEMU with a failing exit status.

@@ -1,5 +1,5 @@
 //! On-target tests: the device's code paths that depend on the target (alignment, f32
-//! arithmetic, 32-bit sizes, critical sections) checked on the Cortex-M3 under QEMU.
+//! arithmetic, 32-bit sizes, critical sections) checked on the Cortex-M4F and the Cortex-M3 under QEMU.
 //! Exits 0 when every check passes; a failed check panics, which exits non-zero.
 #![no_std]
 #![no_main]

@@ -48,7 +48,7 @@ impl Channel {
         Self::open(spawn::child_process(exe, replica, memory)?, replica)
     }
 
-    /// The bare-metal firmware (`firmware`, an ELF for mps2-an385) under
+    /// The bare-metal firmware (`firmware`, an ELF for mps2-an386 or mps2-an385) under
     /// `qemu-system-arm`, its UART0 on a Unix socket. The firmware's defmt logs go through
     /// `defmt-print` to stderr. Dropping the channel kills QEMU. The firmware and the tools
     /// are checked before anything starts.

@@ -1,5 +1,8 @@
 //! What the QEMU placement needs before it starts anything: the firmware, a 32-bit
-//! little-endian ARM ELF, and `qemu-system-arm` and `defmt-print` on the `PATH`.
+//! little-endian ARM ELF, and `qemu-system-arm` and `defmt-print` on the `PATH`; and the
+//! board the firmware was built for, read from its ELF header: a hard-float build
+//! (`thumbv7em-none-eabihf`) runs on `mps2-an386` (Cortex-M4F, floats in hardware), any
+//! other on `mps2-an385` (Cortex-M3, floats in software routines).
 
 use std::fmt;
 use std::fs::{self, File};
@@ -34,7 +37,59 @@ pub enum FirmwareError {
 
 /// How to build the firmware, for error messages.
 const BUILD_FIRMWARE: &str =
-    "build it with `cargo build -p tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --profile firmware`";
+    "build it with `cargo build -p tessera-firmware-sim --target thumbv7em-none-eabihf --features firmware --profile firmware`";
+
+/// The QEMU board a firmware runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Board {
+    /// `mps2-an386`: a Cortex-M4 with its FPU, for hard-float builds.
+    An386,
+    /// `mps2-an385`: a Cortex-M3, no FPU.
+    An385,
+}
+
+impl Board {
+    /// QEMU's `-machine` and `-cpu` for it.
+    pub fn qemu_args(self) -> [&'static str; 4] {
+        match self {
+            Self::An386 => ["-machine", "mps2-an386", "-cpu", "cortex-m4"],
+            Self::An385 => ["-machine", "mps2-an385", "-cpu", "cortex-m3"],
+        }
+    }
+}
+
+/// `EF_ARM_ABI_FLOAT_HARD` in an ARM ELF's `e_flags`: built for a hardware FPU.
+const FLOAT_HARD: u32 = 0x400;
+
+/// The board `firmware` was built for, from its ELF header (which must be a 32-bit
+/// little-endian ARM executable).
+pub fn board_of(firmware: &Path) -> Result<Board, FirmwareError> {
+    let unreadable = |source| FirmwareError::Unreadable {
+        path: firmware.to_path_buf(),
+        source,
+    };
+    let mut header = [0u8; 40];
+    File::open(firmware)
+        .and_then(|mut file| file.read_exact(&mut header))
+        .map_err(unreadable)?;
+    // e_ident: magic, ELFCLASS32 (1), ELFDATA2LSB (1); e_type ET_EXEC (2); e_machine EM_ARM (40).
+    let elf = header[..4] == *b"\x7fELF"
+        && header[4] == 1
+        && header[5] == 1
+        && u16::from_le_bytes([header[16], header[17]]) == 2
+        && u16::from_le_bytes([header[18], header[19]]) == 40;
+    if !elf {
+        return Err(FirmwareError::NotArmElf {
+            path: firmware.to_path_buf(),
+        });
+    }
+    let flags = u32::from_le_bytes([header[36], header[37], header[38], header[39]]);
+    Ok(if flags & FLOAT_HARD != 0 {
+        Board::An386
+    } else {
+        Board::An385
+    })
+}
 
 impl fmt::Display for FirmwareError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -68,25 +123,7 @@ impl std::error::Error for FirmwareError {
 /// Checks, before anything starts, that `firmware` is a 32-bit little-endian ARM ELF
 /// executable and that `qemu-system-arm` and `defmt-print` can be found.
 pub fn check_firmware(firmware: &Path) -> Result<(), FirmwareError> {
-    let unreadable = |source| FirmwareError::Unreadable {
-        path: firmware.to_path_buf(),
-        source,
-    };
-    let mut header = [0u8; 20];
-    File::open(firmware)
-        .and_then(|mut file| file.read_exact(&mut header))
-        .map_err(unreadable)?;
-    // e_ident: magic, ELFCLASS32 (1), ELFDATA2LSB (1); e_type ET_EXEC (2); e_machine EM_ARM (40).
-    let elf = header[..4] == *b"\x7fELF"
-        && header[4] == 1
-        && header[5] == 1
-        && u16::from_le_bytes([header[16], header[17]]) == 2
-        && u16::from_le_bytes([header[18], header[19]]) == 40;
-    if !elf {
-        return Err(FirmwareError::NotArmElf {
-            path: firmware.to_path_buf(),
-        });
-    }
+    board_of(firmware)?;
     for (tool, install) in [
         (QEMU, "apt-get install qemu-system-arm"),
         ("defmt-print", "cargo install --locked defmt-print"),
@@ -107,4 +144,42 @@ fn on_path(tool: &str) -> bool {
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ELF32 ARM executable header with `flags`.
+    fn header(flags: u32) -> Vec<u8> {
+        let mut h = vec![0u8; 52];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 1;
+        h[5] = 1;
+        h[16..18].copy_from_slice(&2u16.to_le_bytes());
+        h[18..20].copy_from_slice(&40u16.to_le_bytes());
+        h[36..40].copy_from_slice(&flags.to_le_bytes());
+        h
+    }
+
+    /// Catches a hard-float firmware started on the Cortex-M3 board (its first FPU
+    /// instruction faults) and a soft-float one sent to the M4F board for no gain.
+    #[test]
+    fn the_board_follows_the_elf_float_abi() {
+        let dir = std::env::temp_dir().join(format!("tessera-board-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fw.elf");
+        fs::write(&file, header(0x0500_0400)).unwrap();
+        assert_eq!(board_of(&file).unwrap(), Board::An386);
+        fs::write(&file, header(0x0500_0200)).unwrap();
+        assert_eq!(board_of(&file).unwrap(), Board::An385);
+        let mut not_arm = header(0);
+        not_arm[18] = 62; // x86-64
+        fs::write(&file, not_arm).unwrap();
+        assert!(matches!(
+            board_of(&file),
+            Err(FirmwareError::NotArmElf { .. })
+        ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::firmware::FirmwareError;
+use super::firmware::{board_of, FirmwareError};
 use super::reaper::reaper;
 use super::{spawning, DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::children::{self, Adopted};
@@ -28,8 +28,8 @@ pub const QEMU_WINDOW_BYTES: usize = 2 << 20;
 /// The bulk file's name in QEMU's working folder (the firmware opens it by this name).
 const QEMU_BULK_FILE: &str = "bulk.bin";
 
-/// The firmware ELF `firmware` under `qemu-system-arm` (mps2-an385), its UART0 on a Unix
-/// socket, its defmt logs through `defmt-print` to stderr.
+/// The firmware ELF `firmware` under `qemu-system-arm` (on the board it was built for: see
+/// [`board_of`]), its UART0 on a Unix socket, its defmt logs through `defmt-print` to stderr.
 /// The firmware and the tools are the caller's to check
 /// ([`check_firmware`](super::check_firmware)), once.
 pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, TransportError> {
@@ -50,10 +50,11 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     let bulk = bulk_file(&dir)?;
     // QEMU, its decoder and their reaper start together, while no window is inheritable.
     let guard = spawning();
+    let board = board_of(firmware)?;
     let mut command = Command::new(QEMU);
     command
         .current_dir(&dir)
-        .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
+        .args(board.qemu_args())
         .args(["-display", "none", "-monitor", "none"])
         .args(["-semihosting-config", "enable=on,target=native"])
         .args(["-chardev", &chardev, "-serial", "chardev:uart0", "-kernel"])

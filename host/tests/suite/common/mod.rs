@@ -33,12 +33,12 @@ pub fn firmware() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/thumbv7m-none-eabi/firmware/tessera-firmware")
+                .join("../target/thumbv7em-none-eabihf/firmware/tessera-firmware")
         });
     assert!(
         path.exists(),
         "the QEMU test cannot run: no firmware at {}; build it with `cargo build -p \
-         tessera-firmware-sim --target thumbv7m-none-eabi --features firmware --profile firmware` \
+         tessera-firmware-sim --target thumbv7em-none-eabihf --features firmware --profile firmware` \
          (tests/ci.sh does)",
         path.display()
     );
