@@ -10,8 +10,9 @@
 //! replicas, 2 features → 24 hidden → 3 classes), a 64 → 64 → 10 job on generated data,
 //! both again with the batch's 32 samples per replica as one micro-batch of 32
 //! (`--micro-batch-size 32 --accumulation 1`: the same math), the default job on one
-//! replica, and the default job in child processes. Each figure is the median of three
-//! runs.
+//! replica, and the default job in child processes; last, a fixed step of 256 samples on
+//! 64 replicas beside the same step on one (the runtime's cost per replica). Each figure is
+//! the median of three runs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -70,6 +71,7 @@ fn main() {
         ..default_job(steps)
     };
     compare("default in child processes", &processes, &spirals);
+    scaling(steps);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -131,6 +133,33 @@ fn compare(name: &str, job: &TrainJob, data: &Dataset) {
         format!("{:.0}", ours),
         format!("{:.0}", theirs),
         ours / theirs
+    );
+}
+
+/// A fixed step of 256 samples (2 batches of 128) on 64 replicas beside the same step on
+/// one: how the runtime's cost per replica grows.
+fn scaling(steps: usize) {
+    let fixed = |replicas: usize| TrainJob {
+        replicas,
+        comm: CommGroup::All,
+        output_comm: CommGroup::All,
+        accumulation: 128 / replicas,
+        ..default_job(steps)
+    };
+    let speed = |job: &TrainJob| {
+        median(
+            (0..RUNS)
+                .map(|_| train(job).expect("the job trains").samples_per_second)
+                .collect(),
+        )
+    };
+    let (one, many) = (speed(&fixed(1)), speed(&fixed(64)));
+    println!(
+        "{:<34} {:>14} {:>14} {:>7.2}×",
+        "256 per step: 64 replicas vs 1",
+        format!("{many:.0}"),
+        format!("{one:.0}"),
+        many / one
     );
 }
 
