@@ -1,7 +1,8 @@
 //! What a byte-moving request addresses: a [`Target`] and a byte offset in it.
 //!
 //! The protocol moves bytes with one family of requests whatever they are for — a
-//! session's register, a weight's remote-buffer slot, a step's input or anchor FIFO:
+//! session's register, a weight's remote-buffer slot or the weight itself, a step's input
+//! or anchor FIFO:
 //! [`Write`](super::Request::Write) / [`Read`](super::Request::Read) carry them in the
 //! frame, [`WriteBulk`](super::Request::WriteBulk) / [`ReadBulk`](super::Request::ReadBulk)
 //! beside it, and [`Locate`](super::Request::Locate) /
@@ -11,9 +12,9 @@
 //!
 //! # Rules
 //!
-//! - **Registers and slots** are plain byte ranges: bytes `[offset, offset + len)` must lie
-//!   inside the register's array (or string) or the slot. Writing or reading them has no
-//!   other effect.
+//! - **Registers, slots and variables** are plain byte ranges: bytes `[offset, offset +
+//!   len)` must lie inside the register's array (or string), the slot or the variable.
+//!   Writing or reading them has no other effect.
 //! - **FIFOs** are streams whose offsets are positions in the FIFO's ring. A write appends:
 //!   it must start exactly where the FIFO's next byte goes. A read removes: it must start at
 //!   the oldest item and take whole items. Neither may run past the ring's end (a FIFO
@@ -36,6 +37,9 @@ pub enum Target {
     Slot(u16),
     /// A stream or anchor FIFO.
     Fifo(u16),
+    /// An on-device variable (a weight or its optimizer state, by its device id): read in
+    /// place by a host returning weights, without a copy into a slot first.
+    Variable(u16),
 }
 
 impl Target {
@@ -51,6 +55,7 @@ impl core::fmt::Display for Target {
             Self::Register(id) => write!(f, "register {id}"),
             Self::Slot(id) => write!(f, "slot {id}"),
             Self::Fifo(id) => write!(f, "FIFO {id}"),
+            Self::Variable(id) => write!(f, "variable {id}"),
         }
     }
 }

@@ -1,16 +1,17 @@
 //! The device's data path: the bytes of every [`Target`] — a register's array, a
-//! remote-buffer slot, a stream FIFO — however the host moves them.
+//! remote-buffer slot, a variable, a stream FIFO — however the host moves them.
 //!
 //! # Rules
 //!
 //! - Every move is placed first ([`Device::place`]): the range is checked against the
-//!   target (an overflow-checked end inside a register's array or string, or a slot; a
-//!   FIFO's stream position, free bytes and whole items as [`fifo`](crate::fifo) says)
+//!   target (an overflow-checked end inside a register's array or string, a slot or a
+//!   variable; a FIFO's stream position, free bytes and whole items as
+//!   [`fifo`](crate::fifo) says)
 //!   before a byte moves, so a refused move leaves the target as it was.
 //! - Then the bytes move — copied from a [`Write`](Request::Write)'s frame, received
 //!   beside a bulk request by the serve loop, or written by the host itself in place —
 //!   and only then is the move settled ([`Device::settle`]): a FIFO takes in written bytes
-//!   or drops read ones. Registers and slots have nothing to settle.
+//!   or drops read ones. Registers, slots and variables have nothing to settle.
 //! - A read answered in a frame fits one: more than the link's chunk is refused before
 //!   anything is read (a FIFO loses nothing).
 //! - [`Locate`](Request::Locate) answers where a target's bytes lie in the device's memory
@@ -136,7 +137,7 @@ impl Device<'_> {
             Target::Fifo(id) => self
                 .fifos
                 .place(&self.arena, id, offset, len as usize, access),
-            Target::Slot(_) => {
+            Target::Slot(_) | Target::Variable(_) => {
                 let block = self.block(target)?;
                 let size = saturate(block.len);
                 let start = offset as usize;
@@ -160,6 +161,7 @@ impl Device<'_> {
                     .ok_or(ErrorCode::BadArguments)
             }
             Target::Slot(id) => (Owner::Slot(id), id),
+            Target::Variable(id) => (Owner::Variable(id), id),
             Target::Fifo(id) => {
                 self.fifos.get(id)?;
                 (Owner::Fifo(id), id)

@@ -114,20 +114,16 @@ impl Runtime {
         Ok(())
     }
 
-    /// The on-device variables `source` names, through each variable's slot, in returned
-    /// shapes.
+    /// The on-device variables `source` names, read where they lie (no copy into a slot on
+    /// the device first), in returned shapes.
     fn store(&mut self, source: fn(u8) -> u16) -> Result<WeightsIo, RuntimeError> {
         let mut out = WeightsIo::new();
         for index in 0..self.program.variables.len() {
             let name = self.program.variables[index].name.to_string();
-            self.broadcast(&Request::RemoteStore {
-                variable: source(index as u8),
-                slot: ids::slot(index as u8),
-            })?;
             let layout = layout(&self.program, self.replicas, self.window, index)?;
-            let (mut bytes, slot_bytes) = (vec![0u8; layout.to_host_bytes()], layout.slot_bytes());
-            let mut slots =
-                ChannelSlots::existing(&mut self.channels, ids::slot(index as u8), slot_bytes);
+            let (mut bytes, held) = (vec![0u8; layout.to_host_bytes()], layout.slot_bytes());
+            let variable = source(index as u8);
+            let mut slots = ChannelSlots::variable(&mut self.channels, variable, held);
             let collective = layout
                 .to_host(&mut slots, &mut bytes)
                 .map_err(|e| transfer_error(&name, e))?;

@@ -8,11 +8,13 @@ use tessera_core::wire::{Request, Target};
 use super::{Channel, Span, TransportError};
 
 /// Slot `slot` on each of `channels` (local replica `i` is `channels[i]`), all `bytes`
-/// long: allocate them with [`ChannelSlots::allocate`].
+/// long: allocate them with [`ChannelSlots::allocate`]. Or any other byte range core's
+/// layout code may treat as one: an on-device variable read in place
+/// ([`ChannelSlots::variable`]).
 #[derive(Debug)]
 pub struct ChannelSlots<'c> {
     channels: &'c mut [Channel],
-    slot: u16,
+    target: Target,
     bytes: usize,
 }
 
@@ -30,18 +32,24 @@ impl<'c> ChannelSlots<'c> {
         for channel in channels.iter_mut() {
             channel.request(&Request::AllocSlot { slot, bytes: size })?;
         }
-        Ok(Self {
-            channels,
-            slot,
-            bytes,
-        })
+        Ok(Self::existing(channels, slot, bytes))
     }
 
     /// Slot `slot` already allocated with `bytes` bytes on every channel.
     pub fn existing(channels: &'c mut [Channel], slot: u16, bytes: usize) -> Self {
         Self {
             channels,
-            slot,
+            target: Target::Slot(slot),
+            bytes,
+        }
+    }
+
+    /// The on-device variable `variable` (`bytes` held on every channel), read and written
+    /// where it lies: no copy through a slot on the device.
+    pub fn variable(channels: &'c mut [Channel], variable: u16, bytes: usize) -> Self {
+        Self {
+            channels,
+            target: Target::Variable(variable),
             bytes,
         }
     }
@@ -69,7 +77,7 @@ impl RemoteSlots for ChannelSlots<'_> {
     }
 
     fn write(&mut self, local: usize, at: usize, data: &[u8]) -> Result<(), TransportError> {
-        let target = Target::Slot(self.slot);
+        let target = self.target;
         let channel = self.channel(local)?;
         let sent = channel.write(target, at, data, None)?;
         channel.confirm(sent)
@@ -77,7 +85,7 @@ impl RemoteSlots for ChannelSlots<'_> {
 
     fn zero(&mut self, local: usize, at: usize, len: usize) -> Result<(), TransportError> {
         let span = Span {
-            target: Target::Slot(self.slot),
+            target: self.target,
             offset: at,
             len,
         };
@@ -87,7 +95,7 @@ impl RemoteSlots for ChannelSlots<'_> {
     }
 
     fn read(&mut self, local: usize, at: usize, out: &mut [u8]) -> Result<(), TransportError> {
-        let target = Target::Slot(self.slot);
+        let target = self.target;
         self.channel(local)?.read(target, at, out)
     }
 }

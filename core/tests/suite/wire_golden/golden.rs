@@ -9,7 +9,7 @@ use super::*;
 /// update this number together with the literals.
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 13);
+    assert_eq!(PROTOCOL_VERSION, 14);
 }
 
 #[test]

@@ -244,9 +244,9 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
         (
             "Locate",
             env(Request::Locate {
-                target: Target::Fifo(31),
+                target: Target::Variable(31),
             }),
-            "05 18 02 1f",
+            "05 18 03 1f",
         ),
         (
             "Wrote",
