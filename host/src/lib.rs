@@ -4,6 +4,8 @@
 //!   which the runtime and the session both speak.
 //! - [`checkpoint`]: a training run's state in one safetensors file, saved atomically and
 //!   restored bit for bit.
+//! - `combine` (crate-private): the one element-wise combination kernel, for the session's
+//!   allreduce and the training step's reduction rounds.
 //! - [`executable`]: a prepared program and the device limits it was prepared for, in one
 //!   checked file that loads without preparing again.
 //! - [`input`]: files the user names, read only when regular and never past their size.
