@@ -24,8 +24,7 @@ use tessera_host::executable::{self, Executable, ExecutableError};
 use tessera_host::input::InputError;
 use tessera_host::runtime::{Placement, Runtime, RuntimeError, StepIo, WeightsIo};
 use tessera_host::session::HostArray;
-use tessera_host::train::model::default_anchors;
-use tessera_host::train::{train, DataSource, TrainJob, TrainReport, DEVICE_MEMORY};
+use tessera_host::train::{train, TrainJob, TrainReport, DEVICE_MEMORY};
 
 // ---------------------------------------------------------------------------------------
 // Shared pieces

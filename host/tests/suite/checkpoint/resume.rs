@@ -10,33 +10,8 @@ use super::*;
 /// A small `tessera train` job, as [`cli_job`] spells it on the command line.
 fn job(steps: usize, placement: Placement) -> TrainJob {
     TrainJob {
-        replicas: 4,
-        comm: CommGroup::All,
-        output_comm: CommGroup::Consecutive(2),
-        sharding: Sharding::Balanced,
-        retrieval: RetrievalMode::OnePerGroup,
-        hidden: 8,
-        batches_per_step: 2,
-        accumulation: 2,
-        micro_batch_size: 1,
-        steps,
-        learning_rate: 0.2,
-        momentum: 0.9,
-        dropout: 0.1,
-        anchors: default_anchors(),
-        data: DataSource::Spirals {
-            samples: 300,
-            classes: 3,
-        },
-        seed: 7,
         placement,
-        tolerance: 1e-3,
-        progress: false,
-        checkpoint: None,
-        every: 0,
-        resume: None,
-        save_executable: None,
-        executable: None,
+        ..common::small_train_job(steps)
     }
 }
 

@@ -23,8 +23,10 @@ use tessera_core::program::{elements, AnchorTensor, Layer, Optimizer, Program, S
 use tessera_core::rng::Rng;
 use tessera_core::stream::AnchorReturnType;
 use tessera_host::runtime::check::max_relative_error;
-use tessera_host::runtime::{StepIo, WeightsIo};
+use tessera_host::runtime::{Placement, StepIo, WeightsIo};
 use tessera_host::session::HostArray;
+use tessera_host::train::model::default_anchors;
+use tessera_host::train::{DataSource, TrainJob};
 
 /// The firmware ELF: `$TESSERA_FIRMWARE`, or the release build in this workspace. A QEMU
 /// test that cannot find it fails, never skips.
@@ -233,6 +235,40 @@ impl Model {
             p.add_anchor(tensor, return_type).unwrap();
         }
         p
+    }
+}
+
+/// A small `tessera train` job on device threads: 4 replicas, 8 hidden units, 2 batches of 2
+/// micro-batches per step, 300 spiral samples. Suites change what they test with `..`.
+pub fn small_train_job(steps: usize) -> TrainJob {
+    TrainJob {
+        replicas: 4,
+        comm: CommGroup::All,
+        output_comm: CommGroup::Consecutive(2),
+        sharding: Sharding::Balanced,
+        retrieval: RetrievalMode::OnePerGroup,
+        hidden: 8,
+        batches_per_step: 2,
+        accumulation: 2,
+        micro_batch_size: 1,
+        steps,
+        learning_rate: 0.2,
+        momentum: 0.9,
+        dropout: 0.1,
+        anchors: default_anchors(),
+        data: DataSource::Spirals {
+            samples: 300,
+            classes: 3,
+        },
+        seed: 7,
+        placement: Placement::Thread,
+        tolerance: 1e-3,
+        progress: false,
+        checkpoint: None,
+        every: 0,
+        resume: None,
+        save_executable: None,
+        executable: None,
     }
 }
 

@@ -3,8 +3,7 @@
 
 use super::*;
 
-use tessera_host::train::model::default_anchors;
-use tessera_host::train::{train, DataSource, TrainJob};
+use tessera_host::train::{train, TrainJob};
 
 /// Samples per micro-batch in these tests: neither 1 nor a power of two.
 const B: u32 = 3;
@@ -32,36 +31,16 @@ fn micro_batches_match_the_reference_in_child_processes() {
     parity(&p, REPLICAS, &process(), 2, &format!("{combo}, B = {B}")).unwrap();
 }
 
-/// `tessera train` on one replica with the default model.
+/// The suites' small `tessera train` job on one replica, 6 steps.
 fn one_replica(micro_batch_size: usize, accumulation: usize) -> TrainJob {
     TrainJob {
         replicas: 1,
         comm: CommGroup::None,
         output_comm: CommGroup::None,
         sharding: Sharding::None,
-        retrieval: RetrievalMode::OnePerGroup,
-        hidden: 8,
-        batches_per_step: 2,
         accumulation,
         micro_batch_size,
-        steps: 6,
-        learning_rate: 0.5,
-        momentum: 0.9,
-        dropout: 0.1,
-        anchors: default_anchors(),
-        data: DataSource::Spirals {
-            samples: 300,
-            classes: 3,
-        },
-        seed: 9,
-        placement: Placement::Thread,
-        tolerance: 1e-3,
-        progress: false,
-        checkpoint: None,
-        every: 0,
-        resume: None,
-        save_executable: None,
-        executable: None,
+        ..common::small_train_job(6)
     }
 }
 
