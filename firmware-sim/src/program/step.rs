@@ -13,7 +13,10 @@
 //! 4. the optimizer updates only what the replica holds: its own shard's elements (padding
 //!    stays zero) or the whole variable; with momentum, `v ← μ·v + g`, `w ← w − lr·v`.
 //!
-//! Rounds are numbered as [`Program::reductions`] orders them. The work counted (the cycle
+//! Rounds are listed as [`Program::reductions`] orders them and travel in exchanges (core's
+//! [`exchange`](tessera_core::program::exchange) rule, for this device's frame): an
+//! exchange's rounds lie side by side in the scratch block and go to the host as one span,
+//! numbered from the step's first exchange. The work counted (the cycle
 //! count's unit, called a multiply-add) is one per multiply-add of a linear layer (forward,
 //! weight gradient, and input gradient below the first layer), one per element each layer
 //! before the loss writes forward and backward, and one per element an update changes.
@@ -31,7 +34,7 @@
 
 use core::ops::Range;
 
-use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction, MAX_VARIABLES};
+use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
 use tessera_core::stream::AnchorAction;
@@ -77,7 +80,6 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
         .find(Owner::StepScratch)
         .filter(|b| b.len == prepared.scratch.bytes())
         .ok_or(broken(Invariant::StepScratch))?;
-    let rounds = p.reductions(prepared.replicas).collect();
     let loss_stream = loss_stream(prepared)?;
     let mut step = Step {
         arena,
@@ -86,7 +88,6 @@ pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, E
         prepared,
         optimizer,
         block,
-        rounds,
         loss_stream,
     };
     let mut work = 0u64;
@@ -121,10 +122,6 @@ struct Step<'d, 'a> {
     optimizer: (f32, f32),
     /// The step's scratch block.
     block: Block,
-    /// The reduction rounds of one batch, in [`Program::reductions`] order.
-    ///
-    /// [`Program::reductions`]: tessera_core::program::Program::reductions
-    rounds: heapless::Vec<Reduction, { 2 * MAX_VARIABLES }>,
     /// The stream the loss layer reads.
     loss_stream: usize,
 }
@@ -144,12 +141,30 @@ impl Step<'_, '_> {
         Ok(work)
     }
 
-    /// The number of round `i` of batch `b`, counting from the step's first round.
-    fn round(&self, b: u32, i: usize) -> Result<u32, ErrorCode> {
-        let per_batch = self.rounds.len() as u32; // At most 2·MAX_VARIABLES.
-        b.checked_mul(per_batch)
-            .and_then(|r| r.checked_add(i as u32))
-            .ok_or(broken(Invariant::Round))
+    /// Batch `b`'s exchanges of gathers (or of gradients), each sent as the one span of
+    /// the block its rounds lie in (see [`scratch`](super::scratch)) and numbered from the
+    /// step's first.
+    fn exchange(&mut self, b: u32, gathers: bool, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
+        let (exchanges, s) = (&self.prepared.exchanges, &self.prepared.scratch);
+        let per_batch = exchanges.len() as u32; // At most 2·MAX_VARIABLES.
+        for (j, e) in exchanges.iter().enumerate() {
+            let rounds = self.prepared.rounds.get(e.rounds.clone()).unwrap_or_default();
+            // Core's rule keeps one kind per exchange.
+            if matches!(rounds.first(), Some(Reduction::Gather { .. })) != gathers {
+                continue;
+            }
+            let span = s.span(rounds).ok_or(MISSING)?;
+            if span.len().checked_mul(4) != Some(e.bytes) {
+                return Err(MISSING);
+            }
+            let number = b
+                .checked_mul(per_batch)
+                .and_then(|n| n.checked_add(j as u32))
+                .ok_or(broken(Invariant::Round))?;
+            let op = if gathers { ReduceOp::Sum } else { ReduceOp::Mean };
+            reducer.reduce(number, op, bytes(self.arena, self.block, span)?)?;
+        }
+        Ok(())
     }
 
     /// Every trained variable made whole in the scratch block: loaded from what the replica
@@ -161,15 +176,7 @@ impl Step<'_, '_> {
                 load_whole(self.arena, self.prepared, self.block, i as u8, full)?;
             }
         }
-        for (i, r) in self.rounds.iter().enumerate() {
-            if let Reduction::Gather { variable } = *r {
-                let full = s.full(variable).ok_or(broken(Invariant::ScratchLayout))?;
-                let round = self.round(b, i)?;
-                let data = bytes(self.arena, self.block, full)?;
-                reducer.reduce(round, ReduceOp::Sum, data)?;
-            }
-        }
-        Ok(())
+        self.exchange(b, true, reducer)
     }
 
     /// Every gradient set to zero, for the micro-batches to add to.
@@ -266,15 +273,7 @@ impl Step<'_, '_> {
                     .for_each(|g| *g *= scale);
             }
         }
-        for (i, r) in self.rounds.iter().enumerate() {
-            if let Reduction::Gradient { variable } = *r {
-                let grad = s.grad(variable).ok_or(broken(Invariant::ScratchLayout))?;
-                let round = self.round(b, i)?;
-                let data = bytes(self.arena, self.block, grad)?;
-                reducer.reduce(round, ReduceOp::Mean, data)?;
-            }
-        }
-        Ok(())
+        self.exchange(b, false, reducer)
     }
 
     /// The optimizer on every trained variable; returns the work.
