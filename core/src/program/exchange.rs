@@ -125,7 +125,9 @@ mod tests {
         let rounds: std::vec::Vec<Reduction> = p.reductions(4).collect();
         for e in p.exchanges(4, usize::MAX) {
             let first = rounds[e.rounds.start];
-            assert!(rounds[e.rounds.clone()].iter().all(|&r| same_kind(first, r)));
+            assert!(rounds[e.rounds.clone()]
+                .iter()
+                .all(|&r| same_kind(first, r)));
         }
     }
 

@@ -263,6 +263,10 @@ mod tests {
                 assert_eq!(span.len() * 4, e.bytes, "frame {max}: {e:?}");
             }
         }
-        assert_eq!(p.exchanges(4, usize::MAX).count(), 2, "a gather, then gradients");
+        assert_eq!(
+            p.exchanges(4, usize::MAX).count(),
+            2,
+            "a gather, then gradients"
+        );
     }
 }

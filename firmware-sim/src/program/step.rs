@@ -144,11 +144,20 @@ impl Step<'_, '_> {
     /// Batch `b`'s exchanges of gathers (or of gradients), each sent as the one span of
     /// the block its rounds lie in (see [`scratch`](super::scratch)) and numbered from the
     /// step's first.
-    fn exchange(&mut self, b: u32, gathers: bool, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
+    fn exchange(
+        &mut self,
+        b: u32,
+        gathers: bool,
+        reducer: &mut dyn Reducer,
+    ) -> Result<(), ErrorCode> {
         let (exchanges, s) = (&self.prepared.exchanges, &self.prepared.scratch);
         let per_batch = exchanges.len() as u32; // At most 2·MAX_VARIABLES.
         for (j, e) in exchanges.iter().enumerate() {
-            let rounds = self.prepared.rounds.get(e.rounds.clone()).unwrap_or_default();
+            let rounds = self
+                .prepared
+                .rounds
+                .get(e.rounds.clone())
+                .unwrap_or_default();
             // Core's rule keeps one kind per exchange.
             if matches!(rounds.first(), Some(Reduction::Gather { .. })) != gathers {
                 continue;
@@ -161,7 +170,11 @@ impl Step<'_, '_> {
                 .checked_mul(per_batch)
                 .and_then(|n| n.checked_add(j as u32))
                 .ok_or(broken(Invariant::Round))?;
-            let op = if gathers { ReduceOp::Sum } else { ReduceOp::Mean };
+            let op = if gathers {
+                ReduceOp::Sum
+            } else {
+                ReduceOp::Mean
+            };
             reducer.reduce(number, op, bytes(self.arena, self.block, span)?)?;
         }
         Ok(())

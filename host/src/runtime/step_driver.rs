@@ -672,7 +672,13 @@ mod tests {
                     })
                     .collect(),
             };
-            combine(&round, &members(3), &one(grouping, 4), &crate::instance::Single).unwrap()
+            combine(
+                &round,
+                &members(3),
+                &one(grouping, 4),
+                &crate::instance::Single,
+            )
+            .unwrap()
         };
         let in_order = sum_arriving([0, 1, 2]);
         assert_eq!(in_order, vec![f32s(&[1.0]); 3]);
