@@ -18,7 +18,7 @@
 //! [`grouping`]: tessera_core::grouping
 //! [`shard`]: tessera_core::shard
 
-mod math;
+pub mod math;
 pub mod scratch;
 pub mod step;
 
