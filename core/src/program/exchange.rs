@@ -46,7 +46,7 @@ pub struct Exchanges<'p> {
 
 impl Program {
     /// The exchanges of one batch on `replicas` replicas when a message carries at most
-    /// `max_bytes` of payload (see [`exchange`](self::exchange)).
+    /// `max_bytes` of payload (see [`exchange`](crate::program::exchange)).
     pub fn exchanges(&self, replicas: usize, max_bytes: usize) -> Exchanges<'_> {
         Exchanges {
             program: self,

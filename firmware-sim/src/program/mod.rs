@@ -11,7 +11,7 @@
 //! must hold its step's items, and a placement that runs out of memory is rolled back: a
 //! refused program leaves nothing behind.
 //!
-//! [`run`] executes one step as [`step`] describes, with core's [`grouping`] placing the
+//! [`advance`] executes one step, leg by leg, as [`step`] describes, with core's [`grouping`] placing the
 //! replica in each variable's group and core's [`shard`] saying which elements its shard
 //! holds.
 //!
@@ -23,31 +23,13 @@ pub mod scratch;
 pub mod step;
 
 use tessera_core::program::{ids, AnchorTensor, Exchange, Program, Reduction, MAX_VARIABLES};
-use tessera_core::wire::{ErrorCode, Invariant, Limits, ReduceOp};
+use tessera_core::wire::{ErrorCode, Invariant, Limits};
 
 use crate::arena::{saturate, Arena, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
 use scratch::Scratch;
-pub use step::{run, StepContext};
-
-/// Asks the host to combine a buffer across the replica group, in place.
-pub trait Reducer {
-    /// Replaces `data` (f32, little-endian) with the group's combination; `round` numbers
-    /// the exchanges of one step (core's [`exchange`](tessera_core::program::exchange)
-    /// rule: `data` holds the exchange's rounds one after another).
-    fn reduce(&mut self, round: u32, op: ReduceOp, data: &mut [u8]) -> Result<(), ErrorCode>;
-}
-
-/// A reducer for devices that are alone in their group.
-#[derive(Debug)]
-pub struct NoReduce;
-
-impl Reducer for NoReduce {
-    fn reduce(&mut self, _: u32, _: ReduceOp, _: &mut [u8]) -> Result<(), ErrorCode> {
-        Err(ErrorCode::ReduceTimeout)
-    }
-}
+pub use step::{advance, Cursor, Leg, StepContext};
 
 /// A program placed on this replica.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +60,7 @@ pub type Exchanges = heapless::Vec<Exchange, { 2 * MAX_VARIABLES }>;
 pub fn prepare(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
-    program: &Program,
+    program: Program,
     replicas: u32,
     limits: &Limits,
     previous: &mut Option<Prepared>,
@@ -86,14 +68,14 @@ pub fn prepare(
     let (replicas, replica) = (replicas as usize, limits.replica as usize);
     program
         .check(replicas)
-        .map_err(|e| ErrorCode::Program(e.fault(program)))?;
+        .map_err(|e| ErrorCode::Program(e.fault(&program)))?;
     if replica >= replicas {
         return Err(ErrorCode::ReplicaOutOfRange {
             replica: limits.replica,
             replicas: saturate(replicas),
         });
     }
-    let scratch = Scratch::new(program, replicas).ok_or(broken(Invariant::Placement))?;
+    let scratch = Scratch::new(&program, replicas).ok_or(broken(Invariant::Placement))?;
     // Every exchange of reductions travels in one frame.
     let max = limits.max_chunk();
     let cut = program.exchanges(replicas, max);
@@ -118,12 +100,12 @@ pub fn prepare(
     if let Some(old) = previous.take() {
         release(arena, fifos, &old.program);
     }
-    release(arena, fifos, program);
-    place(arena, fifos, program, replicas, &scratch).inspect_err(|_| {
-        release(arena, fifos, program);
+    release(arena, fifos, &program);
+    place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
+        release(arena, fifos, &program);
     })?;
     Ok(Prepared {
-        program: program.clone(),
+        program,
         replicas,
         replica,
         scratch,
