@@ -5,7 +5,7 @@
 use tessera_core::rng::Rng;
 
 /// Lanes of [`dot`].
-const LANES: usize = 8;
+pub const LANES: usize = 8;
 
 /// `a · b` over the shorter length, in a fixed order: element `i` of each whole block of
 /// [`LANES`] is added to lane `i mod LANES`, the lanes are then added pairwise
