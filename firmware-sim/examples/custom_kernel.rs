@@ -7,7 +7,6 @@
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Response, Target, Value};
 use tessera_firmware_sim::functions::{element, Args, Function, Output};
-use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
 /// `double(x)`: checks its argument first (count, kind, dtype), says what it returns, and
@@ -64,8 +63,8 @@ fn double_an_array(device: &mut Device<'_>) {
         args: heapless::Vec::from_slice(&[Arg::Value(Value::Array(x))]).expect("one argument"),
         out: 1,
     };
-    assert_eq!(device.handle(&invoke, &mut NoReduce), Response::Done);
-    let reply = device.handle(&Request::GetRegister { id: 1 }, &mut NoReduce);
+    assert_eq!(device.handle(invoke), Response::Done);
+    let reply = device.handle(Request::GetRegister { id: 1 });
     let Response::Register {
         value: Value::Array(doubled),
     } = reply
@@ -96,16 +95,13 @@ fn chain_through_registers(device: &mut Device<'_>) {
             args: heapless::Vec::from_slice(&[Arg::Register(from)]).expect("one argument"),
             out,
         };
-        assert_eq!(device.handle(&call, &mut NoReduce), Response::Done);
+        assert_eq!(device.handle(call), Response::Done);
     }
-    let reply = device.handle(
-        &Request::Read {
-            target: Target::Register(2),
-            offset: 4,
-            len: 4,
-        },
-        &mut NoReduce,
-    );
+    let reply = device.handle(Request::Read {
+        target: Target::Register(2),
+        offset: 4,
+        len: 4,
+    });
     println!("add_one(double(double(x)))[1] = {reply:?}");
     assert_eq!(
         reply,
@@ -122,7 +118,7 @@ fn refuse_a_string(device: &mut Device<'_>) {
         args: heapless::Vec::from_slice(&[Arg::Value(Value::Str("two"))]).expect("one argument"),
         out: 3,
     };
-    let reply = device.handle(&wrong, &mut NoReduce);
+    let reply = device.handle(wrong);
     println!("double(\"two\") = {reply:?}");
     assert!(matches!(
         reply,

@@ -16,19 +16,20 @@
 //! - **Bulk requests run in the server.** A bulk write's bytes are received straight into
 //!   their register, a bulk read's sent straight from it, and only for a request that runs:
 //!   a repeat gets its kept reply alone and never touches the window.
-//! - **Reductions are topics, and carry their identity.** During a step the device sends a
-//!   [`Contribution`] naming the step's sequence number and the round (not a reply: the
-//!   step's reply comes when it ends), and applies only the [`Combined`] result naming that
-//!   same step and round (not a request: it gets no reply). Any
-//!   other answer (late, duplicate, or from an earlier step) is counted in
-//!   [`Server::stale_answers`] and discarded, never applied. The device sends its
+//! - **Reductions are topics, and carry their identity.** A step runs in legs, each ending
+//!   at an exchange ([`Device::start_step`]): the loop sends a [`Contribution`] naming the
+//!   step's sequence number and the exchange's round (not a reply: the step's reply comes
+//!   when it ends), goes back to reading its link, and hands the device only the
+//!   [`Combined`] result naming that same step and round (not a request: it gets no
+//!   reply). Any other answer (late, duplicate, or from an earlier step) is counted in
+//!   [`Server::stale_answers`] and discarded, never applied. The loop sends the
 //!   contribution again when the host retries the step and when the host stays silent for
-//!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`]. A request numbered after
-//!   the step means the host gave up on it: the step fails (`StepAbandoned`) at once
-//!   instead of holding the device for every deadline, and the request comes again.
-//! - **No byte is set aside.** Bytes that arrive in the same read as a request stay with
-//!   the link; the step's reductions read them before reading the link again, so an
-//!   answer that follows its step at once is seen.
+//!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`]; after
+//!   [`REDUCE_ATTEMPTS`] sends the step fails (`ReduceTimeout`). A request numbered after
+//!   the step means the host gave up on it: the step fails (`StepAbandoned`) at once, and
+//!   that request runs. Requests numbered before it are dropped (they come again).
+//! - **Nothing waits inside a request.** Between a step's legs the device holds only the
+//!   step's cursor, and the loop sleeps on its link like any other wait.
 //! - **Replies fit a frame.** A reply body is at most [`Server::body_limit`] bytes, so its
 //!   frame (CRC and COBS included) fits `FRAME`; a larger one becomes a `ReplyTooLarge`
 //!   error reply.
@@ -38,15 +39,14 @@ use embedded_hal::digital::OutputPin;
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_body, Combined, Contribution, Envelope, ErrorCode, FromDevice, ReduceOp, Request,
-    RequestKind, Response, Target, ToDevice,
+    encode_body, Combined, Contribution, Envelope, ErrorCode, FromDevice, Request, RequestKind,
+    Response, Target, ToDevice,
 };
 
 use crate::arena::Access;
 use crate::clock::{elapsed_ms, Clock};
-use crate::device::Device;
+use crate::device::{Device, Progress};
 use crate::link::{Framed, Framing, Incoming, Messages};
-use crate::program::Reducer;
 use crate::reply_cache::{ReplyCache, Verdict};
 
 /// How long the device waits for the host's [`Combined`] result, in real time, before it
@@ -55,7 +55,7 @@ pub const REDUCE_DEADLINE_MS: u64 = 2_000;
 /// Times the device sends a contribution before the step fails with
 /// [`ErrorCode::ReduceTimeout`].
 pub const REDUCE_ATTEMPTS: u32 = 5;
-/// How long the device waits between two looks at an idle link during a reduction.
+/// How long the device waits between two looks at an idle link during a step.
 const POLL_US: u32 = 50;
 
 /// What a device's link can carry, announced in its hello.
@@ -67,13 +67,11 @@ pub struct LinkLimits {
     pub window: u16,
 }
 
-/// The serve loop's state and buffers (`FRAME` bytes each): a copy of the request being
-/// run, a buffer for what arrives while a step waits for a reduction, the replies kept for
-/// retries (`WINDOW` of them, in storage the caller provides), and the framing state of a
-/// byte link.
+/// The serve loop's state and buffers: a copy of the message being handled (`FRAME`
+/// bytes), the replies kept for retries (`WINDOW` of them, in storage the caller provides),
+/// and the framing state of a byte link.
 pub struct Server<'b, const FRAME: usize, const WINDOW: usize> {
     request: [u8; FRAME],
-    aside: [u8; FRAME],
     cache: ReplyCache<'b, FRAME, WINDOW>,
     framing: Framing<FRAME>,
     /// Frames dropped for a bad CRC, bad COBS or excess length.
@@ -101,7 +99,6 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     pub fn new(replies: &'b mut [[u8; FRAME]; WINDOW]) -> Self {
         Self {
             request: [0; FRAME],
-            aside: [0; FRAME],
             cache: ReplyCache::new(replies),
             framing: Framing::new(),
             bad_frames: 0,
@@ -127,7 +124,6 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     fn split(&mut self) -> (State<'_, 'b, FRAME, WINDOW>, &mut Framing<FRAME>) {
         let Server {
             request,
-            aside,
             cache,
             framing,
             bad_frames,
@@ -136,7 +132,6 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
         } = self;
         let state = State {
             request,
-            aside,
             cache,
             bad_frames,
             stale_answers,
@@ -211,7 +206,6 @@ where
 /// The server without its framing, borrowed for one loop.
 struct State<'s, 'b, const FRAME: usize, const WINDOW: usize> {
     request: &'s mut [u8; FRAME],
-    aside: &'s mut [u8; FRAME],
     cache: &'s mut ReplyCache<'b, FRAME, WINDOW>,
     bad_frames: &'s mut u32,
     stale_answers: &'s mut u32,
@@ -230,13 +224,20 @@ where
     C: Clock,
     P: OutputPin,
 {
+    let mut waiting: Option<Waiting> = None;
     loop {
-        let len = match link
-            .receive(&mut state.request[..], true)
-            .map_err(ServeError::Link)?
-        {
+        let heard = match waiting {
+            None => link.receive(&mut state.request[..], true),
+            Some(_) => listen(link, clock, &mut state.request[..]),
+        };
+        let len = match heard.map_err(ServeError::Link)? {
             Incoming::Closed => return Ok(()),
-            Incoming::Idle => continue,
+            Incoming::Idle => {
+                if let Some(w) = waiting.take() {
+                    waiting = w.on_silence(state.cache, device, link, clock)?;
+                }
+                continue;
+            }
             Incoming::Damaged => {
                 *state.bad_frames = state.bad_frames.saturating_add(1);
                 continue;
@@ -244,27 +245,149 @@ where
             Incoming::Message(len) => len,
         };
         let _ = busy.set_high();
-        let outcome = answer(state, len, device, link, clock);
+        let outcome = answer(state, len, device, link, clock, waiting.take());
         let _ = busy.set_low();
-        outcome?;
+        waiting = outcome?;
     }
 }
 
-/// Runs (or answers again, or drops) the request held in `state.request[..len]`.
+/// The next message within a poll during a step: woken by its arrival where the link can
+/// wait that way, else looked for once and slept on.
+fn listen<M: Messages, C: Clock>(
+    link: &mut M,
+    clock: &mut C,
+    into: &mut [u8],
+) -> Result<Incoming, M::Error> {
+    if let Some(heard) = link.receive_within(into, POLL_US)? {
+        return Ok(heard);
+    }
+    let heard = link.receive(into, false)?;
+    if heard == Incoming::Idle {
+        clock.delay_us(POLL_US);
+    }
+    Ok(heard)
+}
+
+/// A step between two legs: its `RunStep`'s sequence number, and its contribution to the
+/// awaited exchange, encoded in that request's reply slot (`len` bytes), when it was last
+/// sent and how often.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    seq: u32,
+    len: usize,
+    sent_ms: u64,
+    sends: u32,
+}
+
+impl Waiting {
+    /// The contribution sent again.
+    fn resend<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
+        mut self,
+        cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+        link: &mut M,
+        clock: &mut C,
+    ) -> Result<Self, ServeError<M::Error>> {
+        let slot = cache.slot(self.seq);
+        link.send(slot.get(..self.len).unwrap_or_default())
+            .map_err(ServeError::Link)?;
+        self.sent_ms = clock.now_ms();
+        self.sends = self.sends.saturating_add(1);
+        Ok(self)
+    }
+
+    /// The host has been silent for a poll: past the deadline, the contribution is sent
+    /// again, or after the last attempt the step fails.
+    fn on_silence<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
+        self,
+        cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+        device: &mut Device<'_>,
+        link: &mut M,
+        clock: &mut C,
+    ) -> Result<Option<Self>, ServeError<M::Error>> {
+        if elapsed_ms(clock, self.sent_ms) < REDUCE_DEADLINE_MS {
+            return Ok(Some(self));
+        }
+        if self.sends < REDUCE_ATTEMPTS {
+            return self.resend(cache, link, clock).map(Some);
+        }
+        let reply = device.end_step(ErrorCode::ReduceTimeout);
+        finish(cache, self.seq, reply, link).map(|()| None)
+    }
+}
+
+/// Where a step's leg left it: its contribution sent (the step now waits), or its reply
+/// kept and sent.
+fn step_progress<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
+    cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+    seq: u32,
+    device: &mut Device<'_>,
+    answer: Option<&[u8]>,
+    (link, clock): (&mut M, &mut C),
+) -> Result<Option<Waiting>, ServeError<M::Error>> {
+    let progress = match answer {
+        Some(data) => device.answer_step(data),
+        None => device.start_step(),
+    };
+    let encoded = match progress {
+        Progress::Contribute { round, op, data } => {
+            let ask = FromDevice::Contribution(Contribution {
+                step: seq,
+                round,
+                op,
+                data,
+            });
+            // The reply's slot doubles as the contribution's buffer until the step ends.
+            let limit = Server::<FRAME, WINDOW>::body_limit();
+            encode_body(&ask, &mut cache.slot(seq)[..limit]).ok()
+        }
+        Progress::Finished(reply) => return finish(cache, seq, reply, link).map(|()| None),
+    };
+    let Some(len) = encoded else {
+        // Prepare checked that every exchange fits a frame.
+        let reply = device.end_step(ErrorCode::ReplyTooLarge);
+        return finish(cache, seq, reply, link).map(|()| None);
+    };
+    let waiting = Waiting {
+        seq,
+        len,
+        sent_ms: 0,
+        sends: 0,
+    };
+    waiting.resend(cache, link, clock).map(Some)
+}
+
+/// Keeps `reply` as request `seq`'s and sends it.
+fn finish<M: Messages, const FRAME: usize, const WINDOW: usize>(
+    cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+    seq: u32,
+    reply: Response<'_>,
+    link: &mut M,
+) -> Result<(), ServeError<M::Error>> {
+    let limit = Server::<FRAME, WINDOW>::body_limit();
+    let slot = &mut cache.slot(seq)[..limit];
+    let n = encode_body(&self::reply(seq, reply), slot).map_err(|_| ServeError::ReplyTooLarge)?;
+    cache.keep(seq, n);
+    link.send(cache.cached(seq).unwrap_or(&[]))
+        .map_err(ServeError::Link)
+}
+
+/// Handles the message held in `state.request[..len]` while `waiting` (a step between two
+/// legs, if one is): a combination for the step, a request to run (or answer again, or
+/// drop); returns the step still waiting, if one is.
 fn answer<M, C, const FRAME: usize, const WINDOW: usize>(
     state: &mut State<'_, '_, FRAME, WINDOW>,
     len: usize,
     device: &mut Device<'_>,
     link: &mut M,
     clock: &mut C,
-) -> Result<(), ServeError<M::Error>>
+    waiting: Option<Waiting>,
+) -> Result<Option<Waiting>, ServeError<M::Error>>
 where
     M: Messages,
     C: Clock,
 {
     let State {
         request,
-        aside,
         cache,
         stale_answers,
         dropped,
@@ -272,16 +395,36 @@ where
     } = state;
     let envelope = match decode_body::<ToDevice<'_>>(&request[..len]) {
         Ok(ToDevice::Request(envelope)) => envelope,
-        // A combined result outside the step it answers (the reduction is over, or was
-        // abandoned): a topic message, so it gets no reply and leaves the cache alone.
-        Ok(ToDevice::Combined(_)) => {
-            **stale_answers = stale_answers.saturating_add(1);
-            return Ok(());
+        Ok(ToDevice::Combined(Combined { step, round, data })) => {
+            return match waiting {
+                Some(w) if step == w.seq && device.awaited_round() == Some(round) => {
+                    step_progress(cache, w.seq, device, Some(data), (link, clock))
+                }
+                // Late, repeated, or outside any step: a topic message, so it gets no
+                // reply and leaves the cache alone.
+                _ => {
+                    **stale_answers = stale_answers.saturating_add(1);
+                    Ok(waiting)
+                }
+            };
         }
-        Err(_) => return send_malformed(link),
+        Err(_) => return send_malformed(link).map(|()| waiting),
     };
     let seq = envelope.seq;
     let hello = matches!(envelope.body, Request::Hello { .. });
+    if let Some(w) = waiting {
+        if seq == w.seq {
+            // The host retried the step: it missed the contribution.
+            return w.resend(cache, link, clock).map(Some);
+        }
+        if !hello && !is_later(seq, w.seq) {
+            **dropped = dropped.saturating_add(1);
+            return Ok(Some(w));
+        }
+        // The host gave up on the step (another device failed it).
+        let reply = device.end_step(ErrorCode::StepAbandoned);
+        finish(cache, w.seq, reply, link)?;
+    }
     // A bulk request's bytes come or go beside its message, straight between the link and
     // the register: the server runs it itself.
     if let Some((access, target, offset, len)) = bulk_request(&envelope.body) {
@@ -295,25 +438,28 @@ where
                 (target, offset, len),
                 device,
                 link,
-            );
+            )
+            .map(|()| None);
         }
     }
     match cache.verdict(seq, hello) {
         Verdict::Drop => {
             **dropped = dropped.saturating_add(1);
-            return Ok(());
+            return Ok(None);
         }
         Verdict::Repeat => {}
+        Verdict::Run if matches!(envelope.body, Request::RunStep) => {
+            return step_progress(cache, seq, device, None, (link, clock));
+        }
         Verdict::Run => {
             if hello {
                 cache.restart();
             }
-            let counters = (&mut **stale_answers, &mut **dropped);
-            run_request(cache, &envelope, device, link, clock, aside, counters)?;
+            run_request(cache, envelope, device)?;
         }
     }
     let reply = cache.cached(seq).unwrap_or(&[]);
-    link.send(reply).map_err(ServeError::Link)
+    link.send(reply).map_err(ServeError::Link).map(|()| None)
 }
 
 /// The access, target, offset and length of a bulk request; `None` for any other request.
@@ -333,41 +479,21 @@ fn bulk_request(body: &Request<'_>) -> Option<(Access, Target, u32, u32)> {
     }
 }
 
-/// Runs request `envelope` on `device` and keeps its reply for retries. A step's reductions
-/// go over `link`: what arrives while they wait is read into `aside`, and counted in `stale`
-/// or `dropped` when it is not their answer.
-fn run_request<M, C, const FRAME: usize, const WINDOW: usize>(
+/// Runs request `envelope` on `device` and keeps its reply for retries.
+fn run_request<E, const FRAME: usize, const WINDOW: usize>(
     cache: &mut ReplyCache<'_, FRAME, WINDOW>,
-    envelope: &Envelope<Request<'_>>,
+    envelope: Envelope<Request<'_>>,
     device: &mut Device<'_>,
-    link: &mut M,
-    clock: &mut C,
-    aside: &mut [u8; FRAME],
-    (stale, dropped): (&mut u32, &mut u32),
-) -> Result<(), ServeError<M::Error>>
-where
-    M: Messages,
-    C: Clock,
-{
-    let seq = envelope.seq;
+) -> Result<(), ServeError<E>> {
+    let (seq, kind) = (envelope.seq, envelope.body.kind());
     let limit = Server::<FRAME, WINDOW>::body_limit();
-    // The reply's slot doubles as the step's buffer for its contributions.
     let slot = &mut cache.slot(seq)[..limit];
-    let mut reducer = LinkReducer {
-        seq,
-        link,
-        clock,
-        contribution: &mut *slot,
-        aside: &mut aside[..],
-        stale,
-        dropped,
-    };
-    let response = device.handle(&envelope.body, &mut reducer);
+    let response = device.handle(envelope.body);
     let n = match encode_body(&reply(seq, response), slot) {
         Ok(n) => n,
         Err(_) => {
             let error = Response::Error {
-                request: envelope.body.kind(),
+                request: kind,
                 code: ErrorCode::ReplyTooLarge,
             };
             encode_body(&reply(seq, error), slot).map_err(|_| ServeError::ReplyTooLarge)?
@@ -455,127 +581,8 @@ fn send_malformed<M: Messages>(link: &mut M) -> Result<(), ServeError<M::Error>>
     link.send(&body[..n]).map_err(ServeError::Link)
 }
 
-/// Answers the step's reductions over the link.
-struct LinkReducer<'l, M, C> {
-    /// The step's sequence number: half of every reduction's identity.
-    seq: u32,
-    link: &'l mut M,
-    clock: &'l mut C,
-    /// Where the contribution's message is encoded.
-    contribution: &'l mut [u8],
-    /// Where messages that arrive during the reduction go.
-    aside: &'l mut [u8],
-    stale: &'l mut u32,
-    dropped: &'l mut u32,
-}
-
 /// True when `seq` comes after `step` in the host's numbering (within half the number
 /// space: the host never runs that far ahead).
 fn is_later(seq: u32, step: u32) -> bool {
     (1..=u32::MAX / 2).contains(&seq.wrapping_sub(step))
-}
-
-/// What one message read during a reduction means for it.
-enum Heard {
-    /// The answer to this reduction, applied.
-    Answer,
-    /// The host retried the step: it missed our contribution.
-    StepRetry,
-    /// Anything else: a stale answer, damage, or a request that must wait.
-    Nothing,
-}
-
-impl<M: Messages, C: Clock> LinkReducer<'_, M, C> {
-    /// Decodes the message in `aside[..len]` and applies it when it is the answer to
-    /// (`self.seq`, `round`).
-    fn hear(&mut self, len: usize, round: u32, data: &mut [u8]) -> Result<Heard, ErrorCode> {
-        let Some(body) = self.aside.get(..len) else {
-            return Ok(Heard::Nothing);
-        };
-        match decode_body::<ToDevice<'_>>(body) {
-            Ok(ToDevice::Combined(Combined {
-                step,
-                round: r,
-                data: combined,
-            })) if step == self.seq && r == round => {
-                if combined.len() != data.len() {
-                    return Err(ErrorCode::UnexpectedReduced);
-                }
-                data.copy_from_slice(combined);
-                Ok(Heard::Answer)
-            }
-            Ok(ToDevice::Combined(_)) => {
-                *self.stale = self.stale.saturating_add(1);
-                Ok(Heard::Nothing)
-            }
-            Ok(ToDevice::Request(Envelope {
-                seq,
-                body: Request::RunStep,
-            })) if seq == self.seq => Ok(Heard::StepRetry),
-            // A later request: the host has given up on this step (another device failed
-            // it) and will not answer its reductions. The request itself comes again.
-            Ok(ToDevice::Request(Envelope { seq, .. })) if is_later(seq, self.seq) => {
-                *self.dropped = self.dropped.saturating_add(1);
-                Err(ErrorCode::StepAbandoned)
-            }
-            // A request sent while the step runs: it comes again (go-back-N).
-            Ok(ToDevice::Request(_)) => {
-                *self.dropped = self.dropped.saturating_add(1);
-                Ok(Heard::Nothing)
-            }
-            Err(_) => Ok(Heard::Nothing),
-        }
-    }
-}
-
-impl<M: Messages, C: Clock> Reducer for LinkReducer<'_, M, C> {
-    fn reduce(&mut self, round: u32, op: ReduceOp, data: &mut [u8]) -> Result<(), ErrorCode> {
-        let ask = FromDevice::Contribution(Contribution {
-            step: self.seq,
-            round,
-            op,
-            data,
-        });
-        let n = encode_body(&ask, self.contribution).map_err(|_| ErrorCode::ReplyTooLarge)?;
-        let link_failed = |_| ErrorCode::ReduceTimeout;
-        for _ in 0..REDUCE_ATTEMPTS {
-            self.link
-                .send(&self.contribution[..n])
-                .map_err(link_failed)?;
-            let sent = self.clock.now_ms();
-            while elapsed_ms(self.clock, sent) < REDUCE_DEADLINE_MS {
-                // Woken by the answer where the link can wait; polled otherwise.
-                let heard = match self
-                    .link
-                    .receive_within(self.aside, POLL_US)
-                    .map_err(link_failed)?
-                {
-                    Some(heard) => heard,
-                    None => match self.link.receive(self.aside, false).map_err(link_failed)? {
-                        Incoming::Idle => {
-                            self.clock.delay_us(POLL_US);
-                            continue;
-                        }
-                        other => other,
-                    },
-                };
-                let len = match heard {
-                    // The host went away.
-                    Incoming::Closed => return Err(ErrorCode::ReduceTimeout),
-                    Incoming::Idle => continue,
-                    Incoming::Damaged => continue,
-                    Incoming::Message(len) => len,
-                };
-                match self.hear(len, round, data)? {
-                    Heard::Answer => return Ok(()),
-                    Heard::StepRetry => self
-                        .link
-                        .send(&self.contribution[..n])
-                        .map_err(link_failed)?,
-                    Heard::Nothing => {}
-                }
-            }
-        }
-        Err(ErrorCode::ReduceTimeout)
-    }
 }

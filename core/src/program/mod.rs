@@ -52,7 +52,8 @@
 //! tensor; the sum is the whole tensor), in variable order; then the gradient of every
 //! trained variable whose group has several members is *averaged*, in variable order. Round
 //! `b·k + i` of a step (batch `b`, `k` rounds per batch) is entry `i` of that list, and it
-//! combines the replicas of that variable's group.
+//! combines the replicas of that variable's group. The rounds travel packed into
+//! [`exchange`]s, as many rounds of one kind per message as a frame holds.
 //!
 //! # Panics
 //!
@@ -61,11 +62,13 @@
 mod build;
 mod check;
 mod error;
+pub mod exchange;
 mod fault;
 pub mod ids;
 
 pub use build::CapacityError;
 pub use error::{ProgramError, ProgramRule};
+pub use exchange::{Exchange, Exchanges};
 pub use fault::{ProgramFault, ProgramPart, RuleKind};
 
 use heapless::Vec;

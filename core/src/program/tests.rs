@@ -60,7 +60,7 @@ fn stream(text: &str, dtype: DataType, sample: &[u32]) -> Stream {
 /// - layers `Linear(w1), Bias(b1), Relu, Dropout(0.1), Linear(w2), SoftmaxCrossEntropy`;
 /// - 4 batches per step of 2 micro-batches, the loss anchored every 2 batches, SGD with
 ///   momentum 0.9.
-fn mlp() -> Program {
+pub(super) fn mlp() -> Program {
     let mut p = Program {
         variables: heapless::Vec::new(),
         streams: heapless::Vec::new(),

@@ -24,16 +24,19 @@ use super::message::{Envelope, ReduceOp, Request, Response};
 pub struct Contribution<'a> {
     /// The step's sequence number (its `RunStep` request's).
     pub step: u32,
-    /// Which reduction of the step this is, so that neither side takes a re-sent
-    /// contribution or answer for another round's.
+    /// Which exchange of the step this is ([`exchange`](crate::program::exchange): a
+    /// batch's rounds of one kind, as many as a frame carries), so that neither side takes
+    /// a re-sent contribution or answer for another exchange's.
     pub round: u32,
     /// How to combine.
     pub op: ReduceOp,
-    /// This replica's contribution (f32, little-endian).
+    /// This replica's contribution (f32, little-endian): its rounds' buffers one after
+    /// another.
     pub data: &'a [u8],
 }
 
-/// The host's combination of one reduction round, for the devices of one group.
+/// The host's combination of one exchange, for one device: each round's combination
+/// across that device's group for its variable, in the order of the contribution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Combined<'a> {
     /// The step's sequence number, as the contribution named it.

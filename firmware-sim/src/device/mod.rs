@@ -26,6 +26,7 @@ mod data;
 mod kernels;
 mod memory;
 mod program;
+mod stepping;
 mod streams;
 
 use core::cell::Cell;
@@ -37,9 +38,11 @@ use tessera_core::wire::{ErrorCode, Limits, Request, Response, PROTOCOL_VERSION}
 use crate::arena::{saturate, Arena, Memory};
 use crate::fifo::Fifos;
 use crate::functions::Function;
-use crate::program::{Prepared, Reducer};
+use crate::program::Prepared;
 use crate::registers::Registers;
 use crate::serve::LinkLimits;
+pub use stepping::Progress;
+use stepping::Stepping;
 
 /// What an area's handler answers: a reply with a payload, `None` for [`Response::Done`],
 /// or why the request was refused.
@@ -88,6 +91,8 @@ pub struct Device<'a> {
     /// Learning rate and momentum.
     optimizer: (f32, f32),
     prepared: Option<Prepared>,
+    /// The step under way between two legs, if one is.
+    stepping: Option<Stepping>,
     cycles: &'a CycleCounter,
     functions: &'a [(&'static str, Function)],
 }
@@ -110,7 +115,6 @@ impl<'a> Device<'a> {
     ///
     /// ```
     /// use tessera_core::wire::{Request, Response, PROTOCOL_VERSION};
-    /// use tessera_firmware_sim::program::NoReduce;
     /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
     ///
     /// let (mut memory, cycles) = ([0u8; 1024], CycleCounter::new());
@@ -118,7 +122,7 @@ impl<'a> Device<'a> {
     /// let mut device = Device::new(0, &mut memory, link, &cycles);
     /// // The host's hello assigns the replica; the device answers with its limits.
     /// let hello = Request::Hello { version: PROTOCOL_VERSION, replica: 3 };
-    /// let Response::Hello { version, limits } = device.handle(&hello, &mut NoReduce) else {
+    /// let Response::Hello { version, limits } = device.handle(hello) else {
     ///     panic!("a hello is answered with a hello");
     /// };
     /// assert_eq!(version, PROTOCOL_VERSION);
@@ -147,6 +151,7 @@ impl<'a> Device<'a> {
             rng: Rng::for_replica(0, replica),
             optimizer: (0.0, 0.0),
             prepared: None,
+            stepping: None,
             cycles,
             functions: &[],
         }
@@ -159,7 +164,6 @@ impl<'a> Device<'a> {
     /// ```
     /// use tessera_core::wire::{ErrorCode, Request, Response};
     /// use tessera_firmware_sim::functions::{Args, Function, Output};
-    /// use tessera_firmware_sim::program::NoReduce;
     /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
     ///
     /// fn answer(args: &Args<'_>) -> Result<Output, ErrorCode> {
@@ -172,8 +176,8 @@ impl<'a> Device<'a> {
     /// let link = LinkLimits { max_frame: 256, window: 1 };
     /// let mut device = Device::new(0, &mut memory, link, &cycles).with_functions(MINE);
     /// let has = |name| Request::HasFunction { function: name };
-    /// assert_eq!(device.handle(&has("answer"), &mut NoReduce), Response::Done);
-    /// assert_eq!(device.handle(&has("add_one"), &mut NoReduce), Response::Done);
+    /// assert_eq!(device.handle(has("answer")), Response::Done);
+    /// assert_eq!(device.handle(has("add_one")), Response::Done);
     /// ```
     pub fn with_functions(mut self, functions: &'a [(&'static str, Function)]) -> Self {
         self.functions = functions;
@@ -185,11 +189,20 @@ impl<'a> Device<'a> {
         self.limits
     }
 
-    /// Runs `request`; a failure becomes an error reply naming the request. `reducer`
-    /// answers the step's collective requests.
-    pub fn handle(&mut self, request: &Request<'_>, reducer: &mut dyn Reducer) -> Response<'_> {
+    /// Runs `request`; a failure becomes an error reply naming the request. A `RunStep`
+    /// here has no host to answer its exchanges: it runs whole on a replica alone in every
+    /// group and fails with [`ErrorCode::ReduceTimeout`] at its first exchange otherwise (the
+    /// serve loop runs steps leg by leg: [`Device::start_step`]).
+    // Out of line: inlined into the serve loop, the firmware's .text grows by about 850 B.
+    #[inline(never)]
+    pub fn handle(&mut self, request: Request<'_>) -> Response<'_> {
         let kind = request.kind();
-        match self.route(request, reducer) {
+        let answer = match request {
+            // The device keeps the program it prepares: taken, not copied.
+            Request::Prepare { replicas, program } => program::prepare(self, replicas, program),
+            other => self.route(&other),
+        };
+        match answer {
             Ok(Some(reply)) => reply,
             Ok(None) => Response::Done,
             Err(code) => Response::Error {
@@ -200,7 +213,7 @@ impl<'a> Device<'a> {
     }
 
     /// Hands `request` to the area that serves it.
-    fn route(&mut self, request: &Request<'_>, reducer: &mut dyn Reducer) -> Answer<'_> {
+    fn route(&mut self, request: &Request<'_>) -> Answer<'_> {
         use Request as R;
         match *request {
             R::Hello { version, replica } => self.hello(version, replica),
@@ -220,10 +233,11 @@ impl<'a> Device<'a> {
             | R::GetSeed
             | R::SetRngState { .. }
             | R::GetRngState
-            | R::Prepare { .. }
             | R::RunStep
             | R::ResetStep
-            | R::CycleCount => program::handle(self, request, reducer),
+            | R::CycleCount => program::handle(self, request),
+            // Taken by `handle` itself.
+            R::Prepare { .. } => Err(crate::broken(tessera_core::wire::Invariant::Routing)),
             R::SetRegister { .. }
             | R::GetRegister { .. }
             | R::FreeRegister { .. }

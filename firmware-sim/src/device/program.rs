@@ -13,8 +13,8 @@
 //!   (core's rules, then the device's room): a refused prepare keeps the old one.
 //! - A step and a reset-step need a prepared program: without one they are refused as
 //!   [`ErrorCode::NotPrepared`], and change nothing.
-//! - A reduction's answer arriving outside a step is refused: a step takes its answers
-//!   while it waits for them.
+//! - A step runs leg by leg under the serve loop ([`stepping`](super::stepping)); one
+//!   asked for here runs whole, so only on a replica that needs no peer.
 //! - Cycle counts come only from an instrumented program.
 //!
 //! # Errors
@@ -32,20 +32,33 @@
 //! length) and [`Internal`](ErrorCode::Internal) (a step);
 //! [`NotInstrumented`](ErrorCode::NotInstrumented).
 
-use tessera_core::program::{Optimizer, ProgramFault, ProgramPart, RuleKind};
+use tessera_core::program::{Optimizer, Program, ProgramFault, ProgramPart, RuleKind};
 use tessera_core::rng::Rng;
 use tessera_core::wire::{ErrorCode, Invariant, Request, Response};
 
+use super::Progress;
 use super::{Answer, Device};
 use crate::broken;
-use crate::program::{self as step, Reducer, StepContext};
+use crate::program as step;
 
-/// Runs a program request; `reducer` answers the step's reductions.
-pub(super) fn handle<'d>(
-    device: &'d mut Device<'_>,
-    request: &Request<'_>,
-    reducer: &mut dyn Reducer,
-) -> Answer<'d> {
+/// Prepares `program` for `replicas` (taken by value: the device keeps it).
+pub(super) fn prepare(device: &mut Device<'_>, replicas: u32, program: Program) -> Answer<'static> {
+    let prepared = step::prepare(
+        &mut device.arena,
+        &mut device.fifos,
+        program,
+        replicas,
+        &device.limits,
+        &mut device.prepared,
+    )?;
+    let o = &prepared.program.optimizer;
+    device.optimizer = (o.learning_rate(), o.momentum());
+    device.prepared = Some(prepared);
+    Ok(None)
+}
+
+/// Runs a program request (a prepare comes through [`prepare`]).
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
     match *request {
         Request::SetOptimizer {
             learning_rate,
@@ -69,33 +82,17 @@ pub(super) fn handle<'d>(
             let state = device.rng.state();
             return Ok(Some(Response::RngState { state }));
         }
-        Request::Prepare {
-            replicas,
-            ref program,
-        } => {
-            let prepared = step::prepare(
-                &mut device.arena,
-                &mut device.fifos,
-                program,
-                replicas,
-                &device.limits,
-                &mut device.prepared,
-            )?;
-            let o = &prepared.program.optimizer;
-            device.optimizer = (o.learning_rate(), o.momentum());
-            device.prepared = Some(prepared);
-        }
         Request::RunStep => {
-            let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;
-            let ctx = StepContext {
-                arena: &mut device.arena,
-                fifos: &mut device.fifos,
-                rng: &mut device.rng,
-                prepared,
-                optimizer: device.optimizer,
+            // No host answers exchanges here (see `Device::handle`).
+            let outcome = match device.start_step() {
+                Progress::Finished(Response::Error { code, .. }) => Err(code),
+                Progress::Finished(_) => Ok(()),
+                Progress::Contribute { .. } => Err(ErrorCode::ReduceTimeout),
             };
-            let work = step::run(ctx, reducer)?;
-            device.cycles.add(work);
+            if outcome.is_err() {
+                device.end_step(ErrorCode::ReduceTimeout);
+            }
+            outcome?;
         }
         Request::ResetStep => {
             let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;

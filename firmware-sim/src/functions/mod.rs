@@ -73,7 +73,6 @@
 //! use tessera_core::dtype::DataType;
 //! use tessera_core::wire::{Arg, ErrorCode, Request, Response, Value};
 //! use tessera_firmware_sim::functions::{element, Args, Function, Output};
-//! use tessera_firmware_sim::program::NoReduce;
 //! use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 //!
 //! /// `double(x)`: twice an int, or twice every element of an f32 array.
@@ -101,8 +100,8 @@
 //!     args: heapless::Vec::from_slice(&[Arg::Value(Value::Int(21))]).unwrap(),
 //!     out: 1,
 //! };
-//! assert_eq!(device.handle(&call, &mut NoReduce), Response::Done);
-//! let reply = device.handle(&Request::GetRegister { id: 1 }, &mut NoReduce);
+//! assert_eq!(device.handle(call), Response::Done);
+//! let reply = device.handle(Request::GetRegister { id: 1 });
 //! assert_eq!(reply, Response::Register { value: Value::Int(42) });
 //! ```
 //!

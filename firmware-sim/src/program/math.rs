@@ -4,10 +4,41 @@
 
 use tessera_core::rng::Rng;
 
-/// `y = W·x`, `W` row-major `[y.len(), x.len()]`.
+/// Lanes of [`dot`].
+pub const LANES: usize = 8;
+
+/// `a · b` over the shorter length, in a fixed order: element `i` of each whole block of
+/// [`LANES`] is added to lane `i mod LANES`, the lanes are then added pairwise
+/// (`((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`), and the elements past the last
+/// whole block one by one. The lanes are independent sums, so the loop runs in vector
+/// registers (one sum in order would wait on every addition); the order is fixed, so the
+/// same inputs give the same bits on every placement.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (
+        a.get(..n).unwrap_or_default(),
+        b.get(..n).unwrap_or_default(),
+    );
+    let mut lanes = [0f32; LANES];
+    let (blocks_a, blocks_b) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (tail_a, tail_b) = (blocks_a.remainder(), blocks_b.remainder());
+    for (x, y) in blocks_a.zip(blocks_b) {
+        for k in 0..LANES {
+            lanes[k] += x[k] * y[k];
+        }
+    }
+    let [l0, l1, l2, l3, l4, l5, l6, l7] = lanes;
+    let mut sum = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
+    for (x, y) in tail_a.iter().zip(tail_b) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// `y = W·x`, `W` row-major `[y.len(), x.len()]`; each output a [`dot`].
 pub fn linear(w: &[f32], x: &[f32], y: &mut [f32]) {
     for (y_o, row) in y.iter_mut().zip(w.chunks_exact(x.len().max(1))) {
-        *y_o = row.iter().zip(x).map(|(a, b)| a * b).sum();
+        *y_o = dot(row, x);
     }
 }
 
@@ -113,6 +144,22 @@ mod tests {
         linear_backward(&w, &x, &[1.0, 2.0], &mut dw, Some(&mut dx));
         assert_eq!(dw, [1.0, 0.0, -1.0, 2.0, 0.0, -2.0]);
         assert_eq!(dx, [9.0, 12.0, 15.0]);
+    }
+
+    /// Catches lanes dropped or counted twice (a tail of 0, 1 and 7 elements past the
+    /// blocks), and an order that is not the documented one: 1e8 + 1 − 1e8 in lanes 0, 1
+    /// and 4 gives 0 only when lanes 0 and 4 are added before lane 1 joins.
+    #[test]
+    fn dot_sums_every_element_in_its_fixed_order() {
+        for n in [0usize, 1, 7, 8, 9, 16, 23] {
+            let a: [f32; 23] = core::array::from_fn(|i| i as f32 + 1.0);
+            let expected: f32 = (1..=n).map(|i| (i * i) as f32).sum();
+            assert_eq!(dot(&a[..n], &a[..n]), expected, "n = {n}");
+        }
+        let mut a = [0f32; 8];
+        (a[0], a[1], a[4]) = (1e8, 1.0, -1e8);
+        assert_eq!(dot(&a, &[1.0; 8]), 1.0, "(l0 + l4) first, then + l1");
+        assert_eq!(dot(&a, &[1.0; 9]), 1.0, "the shorter length");
     }
 
     /// Catches a softmax that is not shifted (overflow to NaN) or a wrong gradient sign.

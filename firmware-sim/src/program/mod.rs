@@ -7,46 +7,29 @@
 //! enough for one step, and one scratch block for the model ([`scratch`]). Ids come from
 //! core's [`ids`]. The program is checked with core's own rules first (a broken one is
 //! refused with [`ErrorCode::Program`], naming the rule and the tensor), the device must be
-//! one of the run's replicas, every reduction it will make must fit one frame, every FIFO
+//! one of the run's replicas, every exchange of reductions it will make must fit one frame, every FIFO
 //! must hold its step's items, and a placement that runs out of memory is rolled back: a
 //! refused program leaves nothing behind.
 //!
-//! [`run`] executes one step as [`step`] describes, with core's [`grouping`] placing the
+//! [`advance`] executes one step, leg by leg, as [`step`] describes, with core's [`grouping`] placing the
 //! replica in each variable's group and core's [`shard`] saying which elements its shard
 //! holds.
 //!
 //! [`grouping`]: tessera_core::grouping
 //! [`shard`]: tessera_core::shard
 
-mod math;
+pub mod math;
 pub mod scratch;
 pub mod step;
 
-use tessera_core::program::{ids, AnchorTensor, Program};
-use tessera_core::wire::{ErrorCode, Invariant, Limits, ReduceOp};
+use tessera_core::program::{ids, AnchorTensor, Exchange, Program, Reduction, MAX_VARIABLES};
+use tessera_core::wire::{ErrorCode, Invariant, Limits};
 
 use crate::arena::{saturate, Arena, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
 use scratch::Scratch;
-pub use step::{run, StepContext};
-
-/// Asks the host to combine a buffer across the replica group, in place.
-pub trait Reducer {
-    /// Replaces `data` (f32, little-endian) with the group's combination; `round` numbers
-    /// the reductions of one step.
-    fn reduce(&mut self, round: u32, op: ReduceOp, data: &mut [u8]) -> Result<(), ErrorCode>;
-}
-
-/// A reducer for devices that are alone in their group.
-#[derive(Debug)]
-pub struct NoReduce;
-
-impl Reducer for NoReduce {
-    fn reduce(&mut self, _: u32, _: ReduceOp, _: &mut [u8]) -> Result<(), ErrorCode> {
-        Err(ErrorCode::ReduceTimeout)
-    }
-}
+pub use step::{advance, Cursor, Leg, StepContext};
 
 /// A program placed on this replica.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +42,17 @@ pub struct Prepared {
     pub replica: usize,
     /// Where the model's tensors lie in the scratch block.
     pub scratch: Scratch,
+    /// The reduction rounds of one batch, in [`Program::reductions`] order.
+    pub rounds: Rounds,
+    /// How they travel, for this device's frame.
+    pub exchanges: Exchanges,
 }
+
+/// A batch's rounds: each variable gathered and averaged at most once.
+pub type Rounds = heapless::Vec<Reduction, { 2 * MAX_VARIABLES }>;
+
+/// A batch's exchanges: at most one per round.
+pub type Exchanges = heapless::Vec<Exchange, { 2 * MAX_VARIABLES }>;
 
 /// Places `program` for replica `limits.replica` of `replicas` (see the module
 /// documentation). `previous`, the program placed before, stays placed when the checks
@@ -67,7 +60,7 @@ pub struct Prepared {
 pub fn prepare(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
-    program: &Program,
+    program: Program,
     replicas: u32,
     limits: &Limits,
     previous: &mut Option<Prepared>,
@@ -75,22 +68,24 @@ pub fn prepare(
     let (replicas, replica) = (replicas as usize, limits.replica as usize);
     program
         .check(replicas)
-        .map_err(|e| ErrorCode::Program(e.fault(program)))?;
+        .map_err(|e| ErrorCode::Program(e.fault(&program)))?;
     if replica >= replicas {
         return Err(ErrorCode::ReplicaOutOfRange {
             replica: limits.replica,
             replicas: saturate(replicas),
         });
     }
-    let scratch = Scratch::new(program, replicas).ok_or(broken(Invariant::Placement))?;
-    // Every reduction carries one whole variable in one frame.
-    let max = saturate(limits.max_chunk());
-    for reduction in program.reductions(replicas) {
-        let elements = scratch.full(reduction.variable()).map_or(0, |r| r.len());
-        let bytes = saturate(elements.saturating_mul(4));
-        if bytes > max {
-            return Err(ErrorCode::ReductionTooLarge { bytes, max });
-        }
+    let scratch = Scratch::new(&program, replicas).ok_or(broken(Invariant::Placement))?;
+    // Every exchange of reductions travels in one frame.
+    let max = limits.max_chunk();
+    let cut = program.exchanges(replicas, max);
+    let rounds = Rounds::from_slice(cut.rounds()).map_err(|_| broken(Invariant::Placement))?;
+    let exchanges: Exchanges = cut.take(2 * MAX_VARIABLES).collect();
+    if let Some(e) = exchanges.iter().find(|e| e.bytes > max) {
+        return Err(ErrorCode::ReductionTooLarge {
+            bytes: saturate(e.bytes),
+            max: saturate(max),
+        });
     }
     // Every anchored value leaves in one reply.
     let output = saturate(scratch.output_elements().saturating_mul(4));
@@ -98,22 +93,24 @@ pub fn prepare(
         .anchors
         .iter()
         .any(|a| a.tensor == AnchorTensor::Output)
-        && output > max
+        && output > saturate(max)
     {
         return Err(ErrorCode::ReplyTooLarge);
     }
     if let Some(old) = previous.take() {
         release(arena, fifos, &old.program);
     }
-    release(arena, fifos, program);
-    place(arena, fifos, program, replicas, &scratch).inspect_err(|_| {
-        release(arena, fifos, program);
+    release(arena, fifos, &program);
+    place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
+        release(arena, fifos, &program);
     })?;
     Ok(Prepared {
-        program: program.clone(),
+        program,
         replicas,
         replica,
         scratch,
+        rounds,
+        exchanges,
     })
 }
 

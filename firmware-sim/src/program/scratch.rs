@@ -1,8 +1,10 @@
 //! Where the model's tensors lie in the step's scratch block, in `f32` elements.
 //!
 //! One block holds everything a step computes, one region after another: for each
-//! variable a layer trains, its whole value (gathered from the group when it is sharded)
-//! and its gradient; the activations `a₀ … a_L` (`a₀` the input micro-batch, `a_{k+1}` the
+//! variable a layer trains, its whole value (gathered from the group when it is sharded),
+//! then for each its gradient (in both lists the variables that take a round of that kind
+//! come first, in round order: the rounds of an exchange are then one span, sent as it
+//! lies); the activations `a₀ … a_L` (`a₀` the input micro-batch, `a_{k+1}` the
 //! output of layer `k`, `a_L` the loss layer's input) and a gradient region of the same
 //! size for each; a dropout mask per dropout layer; the labels or targets of the
 //! micro-batch (a label is stored as the bits of its `i32`); the loss of each of its
@@ -14,7 +16,9 @@
 
 use core::ops::Range;
 
-use tessera_core::program::{elements, Layer, Program, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES};
+use tessera_core::program::{
+    elements, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
+};
 
 /// A range of the scratch block, in elements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,11 +67,19 @@ impl Scratch {
         };
         let mut full = [None; MAX_VARIABLES];
         let mut grad = [None; MAX_VARIABLES];
-        for (i, v) in program.variables.iter().enumerate() {
-            if program.layer_of(i).is_some() {
-                let n = elements(&v.shape)?;
-                full[i] = Some(take(n)?);
-                grad[i] = Some(take(n)?);
+        // The variables one kind of round carries come first, in round order, so that an
+        // exchange's rounds are one span of the block; then the rest.
+        let trained = || (0..program.variables.len()).filter(|&i| program.layer_of(i).is_some());
+        for (regions, gathers) in [(&mut full, true), (&mut grad, false)] {
+            let first = program
+                .reductions(replicas)
+                .filter(|r| matches!(r, Reduction::Gather { .. }) == gathers)
+                .map(|r| usize::from(r.variable()));
+            for i in first.chain(trained()) {
+                let slot = regions.get_mut(i)?;
+                if slot.is_none() {
+                    *slot = Some(take(elements(&program.variables.get(i)?.shape)?)?);
+                }
             }
         }
         let rows = program.micro_batch_size as usize;
@@ -143,6 +155,16 @@ impl Scratch {
             .map(Region::range)
     }
 
+    /// The elements from the first of `rounds`' buffers (a variable's whole value for a
+    /// gather, its gradient for a gradient round) to the end of the last.
+    pub fn span(&self, rounds: &[Reduction]) -> Option<Range<usize>> {
+        let region = |r: &Reduction| match *r {
+            Reduction::Gather { variable } => self.full(variable),
+            Reduction::Gradient { variable } => self.grad(variable),
+        };
+        Some(region(rounds.first()?)?.start..region(rounds.last()?)?.end)
+    }
+
     /// Activation `a_k`.
     pub fn act(&self, k: usize) -> Option<Range<usize>> {
         self.acts.get(k).map(|r| r.range())
@@ -186,5 +208,65 @@ impl Scratch {
     /// Elements of the loss layer's input: the model's output of the whole micro-batch.
     pub fn output_elements(&self) -> usize {
         self.acts.last().map_or(0, |r| r.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::dtype::DataType;
+    use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+    use tessera_core::program::{Optimizer, Sharding};
+
+    /// Two layers on 4 replicas: `w1` sharded across all, `b1` alone on each replica (no
+    /// round), `w2` shared in pairs, `b2` across all.
+    fn two_layers() -> Program {
+        let sgd = Optimizer::Sgd { learning_rate: 0.1 };
+        let mut p = Program::new(2, 1, sgd);
+        let mut var = |name, shape: &[u32], comm, sharding| {
+            let g = GroupingSpec::Comm(comm);
+            p.add_variable(name, shape, g, RetrievalMode::OnePerGroup, sharding)
+                .unwrap()
+        };
+        let w1 = var("w1", &[5, 3], CommGroup::All, Sharding::Balanced);
+        let b1 = var("b1", &[5], CommGroup::None, Sharding::None);
+        let w2 = var("w2", &[2, 5], CommGroup::Consecutive(2), Sharding::None);
+        let b2 = var("b2", &[2], CommGroup::All, Sharding::None);
+        p.add_stream("x", DataType::F32, &[3], false).unwrap();
+        let t = p.add_stream("t", DataType::F32, &[2], false).unwrap();
+        for layer in [
+            Layer::Linear { weight: w1 },
+            Layer::Bias { bias: b1 },
+            Layer::Relu,
+            Layer::Linear { weight: w2 },
+            Layer::Bias { bias: b2 },
+            Layer::MeanSquaredError { targets: t },
+        ] {
+            p.add_layer(layer).unwrap();
+        }
+        p
+    }
+
+    /// Catches an exchange whose rounds are not side by side in the block: with `b1`
+    /// (no round) stored between `w1` and `w2` in variable order, the gradient exchange
+    /// sent as one span carried `b1`'s gradient and missed `b2`'s.
+    #[test]
+    fn every_exchange_is_one_span_of_its_rounds() {
+        let p = two_layers();
+        assert_eq!(p.check(4), Ok(()));
+        let s = Scratch::new(&p, 4).unwrap();
+        for max in [usize::MAX, 40, 0] {
+            let cut = p.exchanges(4, max);
+            let rounds: heapless::Vec<Reduction, 16> = cut.rounds().iter().copied().collect();
+            for e in cut {
+                let span = s.span(&rounds[e.rounds.clone()]).unwrap();
+                assert_eq!(span.len() * 4, e.bytes, "frame {max}: {e:?}");
+            }
+        }
+        assert_eq!(
+            p.exchanges(4, usize::MAX).count(),
+            2,
+            "a gather, then gradients"
+        );
     }
 }

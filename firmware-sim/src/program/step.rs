@@ -13,7 +13,13 @@
 //! 4. the optimizer updates only what the replica holds: its own shard's elements (padding
 //!    stays zero) or the whole variable; with momentum, `v ← μ·v + g`, `w ← w − lr·v`.
 //!
-//! Rounds are numbered as [`Program::reductions`] orders them. The work counted (the cycle
+//! Rounds are listed as [`Program::reductions`] orders them and travel in exchanges (core's
+//! [`exchange`](tessera_core::program::exchange) rule, for this device's frame): an
+//! exchange's rounds lie side by side in the scratch block and go to the host as one span,
+//! numbered from the step's first exchange. A step runs in legs, each ending at an exchange
+//! ([`advance`], given the host's combination at the next call): the device never waits
+//! inside a leg, so between two legs it serves its link, and a host can run many devices on
+//! few threads. The work counted (the cycle
 //! count's unit, called a multiply-add) is one per multiply-add of a linear layer (forward,
 //! weight gradient, and input gradient below the first layer), one per element each layer
 //! before the loss writes forward and backward, and one per element an update changes.
@@ -21,7 +27,7 @@
 //! # Errors
 //!
 //! A step fails on what the host can get wrong: an empty stream FIFO, a full anchor FIFO,
-//! a reduction the host does not answer, a label outside the classes. Everything else it
+//! a combination of the wrong length, a label outside the classes. Everything else it
 //! relies on, [`prepare`](super::prepare) set up; finding any of that broken is
 //! [`ErrorCode::Internal`] naming the [`Invariant`] and its site, a device bug, answered
 //! instead of a panic.
@@ -31,13 +37,13 @@
 
 use core::ops::Range;
 
-use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction, MAX_VARIABLES};
+use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
 use tessera_core::stream::AnchorAction;
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
-use super::{math, Prepared, Reducer};
+use super::{math, Prepared};
 use crate::arena::{Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
@@ -60,40 +66,134 @@ pub struct StepContext<'d, 'a> {
     pub optimizer: (f32, f32),
 }
 
-/// Runs one step; returns the work done (see the module documentation).
-// Inlined into its one caller (the device's `RunStep`): out of line, the firmware's .text
-// grows by about 1.5 KiB.
-#[inline]
-pub fn run(ctx: StepContext<'_, '_>, reducer: &mut dyn Reducer) -> Result<u64, ErrorCode> {
-    let StepContext {
-        arena,
-        fifos,
-        rng,
-        prepared,
-        optimizer,
-    } = ctx;
-    let p = &prepared.program;
-    let block = arena
-        .find(Owner::StepScratch)
-        .filter(|b| b.len == prepared.scratch.bytes())
-        .ok_or(broken(Invariant::StepScratch))?;
-    let rounds = p.reductions(prepared.replicas).collect();
-    let loss_stream = loss_stream(prepared)?;
-    let mut step = Step {
-        arena,
-        fifos,
-        rng,
-        prepared,
-        optimizer,
-        block,
-        rounds,
-        loss_stream,
-    };
-    let mut work = 0u64;
-    for b in 0..p.batches_per_step {
-        work += step.batch(b, reducer)?;
+/// Where a step stands between two of its legs: the batch under way, what comes next in
+/// it, and the work done so far. A step runs leg by leg ([`advance`]); each leg but the
+/// last ends at an exchange, whose answer starts the next one. Between
+/// legs the device is free: it serves other messages, and no state lives on its stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    batch: u32,
+    at: At,
+    work: u64,
+}
+
+/// What comes next in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Its whole variables loaded from what the replica holds.
+    Start,
+    /// Its exchange `j`: sent, its answer awaited.
+    Exchange(usize),
+    /// Its micro-batches, then the gradients scaled to a mean.
+    Compute,
+    /// The optimizer.
+    Update,
+}
+
+impl Cursor {
+    /// A step about to start.
+    pub const fn new() -> Self {
+        Self {
+            batch: 0,
+            at: At::Start,
+            work: 0,
+        }
     }
-    Ok(work)
+}
+
+impl Default for Cursor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How a leg of a step ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leg {
+    /// Exchange `round` of the step (counted from its first): elements `span` of the
+    /// scratch block combined by `op` across their groups. The step goes on once
+    /// [`advance`] is given the combination.
+    Exchange {
+        /// The exchange's number in the step.
+        round: u32,
+        /// How to combine.
+        op: ReduceOp,
+        /// Its elements in the scratch block.
+        span: Range<usize>,
+    },
+    /// The step is over, with this much work done (see the module documentation).
+    Done {
+        /// Multiply-adds.
+        work: u64,
+    },
+}
+
+/// Runs the step from `cursor` to its next exchange or its end; `answer`, when given, is
+/// the combination of the exchange `cursor` waits on, put in its place first. At an
+/// exchange it stops and says which: only an answer moves past one. A combination of
+/// another length than its exchange is refused ([`ErrorCode::UnexpectedReduced`]) and
+/// changes nothing.
+pub fn advance(
+    ctx: StepContext<'_, '_>,
+    cursor: &mut Cursor,
+    answer: Option<&[u8]>,
+) -> Result<Leg, ErrorCode> {
+    let mut step = Step::new(ctx)?;
+    let gathers = step.gather_exchanges();
+    let per_batch = step.prepared.exchanges.len();
+    if let Some(data) = answer {
+        let At::Exchange(j) = cursor.at else {
+            return Err(broken(Invariant::Round));
+        };
+        let Leg::Exchange { span, .. } = step.exchange(cursor.batch, j)? else {
+            return Err(broken(Invariant::Round));
+        };
+        let target = bytes(step.arena, step.block, span)?;
+        if target.len() != data.len() {
+            return Err(ErrorCode::UnexpectedReduced);
+        }
+        target.copy_from_slice(data);
+        cursor.at = if j + 1 == gathers {
+            At::Compute
+        } else if j + 1 == per_batch {
+            At::Update
+        } else {
+            At::Exchange(j + 1)
+        };
+    }
+    loop {
+        if cursor.batch >= step.prepared.program.batches_per_step {
+            return Ok(Leg::Done { work: cursor.work });
+        }
+        cursor.at = match cursor.at {
+            At::Start => {
+                step.load_wholes()?;
+                if gathers > 0 {
+                    At::Exchange(0)
+                } else {
+                    At::Compute
+                }
+            }
+            At::Exchange(j) => return step.exchange(cursor.batch, j),
+            At::Compute => {
+                step.zero_gradients()?;
+                for m in 0..step.prepared.program.accumulation {
+                    cursor.work += step.micro_batch(cursor.batch, m)?;
+                }
+                step.scale_gradients()?;
+                if gathers < per_batch {
+                    At::Exchange(gathers)
+                } else {
+                    At::Update
+                }
+            }
+            At::Update => {
+                cursor.work += step.update_variables()?;
+                cursor.batch += 1;
+                At::Start
+            }
+        };
+    }
 }
 
 /// The stream the loss layer reads its labels or targets from.
@@ -121,52 +221,79 @@ struct Step<'d, 'a> {
     optimizer: (f32, f32),
     /// The step's scratch block.
     block: Block,
-    /// The reduction rounds of one batch, in [`Program::reductions`] order.
-    ///
-    /// [`Program::reductions`]: tessera_core::program::Program::reductions
-    rounds: heapless::Vec<Reduction, { 2 * MAX_VARIABLES }>,
     /// The stream the loss layer reads.
     loss_stream: usize,
 }
 
-impl Step<'_, '_> {
-    /// Batch `b`: whole variables, its micro-batches, averaged gradients and the update;
-    /// returns the work.
-    fn batch(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<u64, ErrorCode> {
-        self.gather(b, reducer)?;
-        self.zero_gradients()?;
-        let mut work = 0u64;
-        for m in 0..self.prepared.program.accumulation {
-            work += self.micro_batch(b, m)?;
+impl<'d, 'a> Step<'d, 'a> {
+    /// The step's parts, with its scratch block and loss stream looked up.
+    fn new(ctx: StepContext<'d, 'a>) -> Result<Self, ErrorCode> {
+        let StepContext {
+            arena,
+            fifos,
+            rng,
+            prepared,
+            optimizer,
+        } = ctx;
+        let block = arena
+            .find(Owner::StepScratch)
+            .filter(|b| b.len == prepared.scratch.bytes())
+            .ok_or(broken(Invariant::StepScratch))?;
+        Ok(Self {
+            arena,
+            fifos,
+            rng,
+            prepared,
+            optimizer,
+            block,
+            loss_stream: loss_stream(prepared)?,
+        })
+    }
+
+    /// Exchanges of gathers at the start of each batch (core's rule puts a batch's gathers
+    /// before its gradients, and never both in one exchange).
+    fn gather_exchanges(&self) -> usize {
+        let (rounds, exchanges) = (&self.prepared.rounds, &self.prepared.exchanges);
+        exchanges
+            .iter()
+            .take_while(|e| matches!(rounds.get(e.rounds.start), Some(Reduction::Gather { .. })))
+            .count()
+    }
+
+    /// Exchange `j` of batch `b`: the one span of the block its rounds lie in (see
+    /// [`scratch`](super::scratch)), numbered from the step's first exchange.
+    fn exchange(&self, b: u32, j: usize) -> Result<Leg, ErrorCode> {
+        let exchanges = &self.prepared.exchanges;
+        let e = exchanges.get(j).ok_or(broken(Invariant::Round))?;
+        let rounds = self
+            .prepared
+            .rounds
+            .get(e.rounds.clone())
+            .unwrap_or_default();
+        let span = self.prepared.scratch.span(rounds).ok_or(MISSING)?;
+        if span.len().checked_mul(4) != Some(e.bytes) {
+            return Err(MISSING);
         }
-        self.average_gradients(b, reducer)?;
-        work += self.update_variables()?;
-        Ok(work)
+        let per_batch = exchanges.len() as u32; // At most 2·MAX_VARIABLES.
+        let round = b
+            .checked_mul(per_batch)
+            .and_then(|n| n.checked_add(j as u32))
+            .ok_or(broken(Invariant::Round))?;
+        // Core's rule keeps one kind per exchange.
+        let op = match rounds.first() {
+            Some(Reduction::Gather { .. }) => ReduceOp::Sum,
+            _ => ReduceOp::Mean,
+        };
+        Ok(Leg::Exchange { round, op, span })
     }
 
-    /// The number of round `i` of batch `b`, counting from the step's first round.
-    fn round(&self, b: u32, i: usize) -> Result<u32, ErrorCode> {
-        let per_batch = self.rounds.len() as u32; // At most 2·MAX_VARIABLES.
-        b.checked_mul(per_batch)
-            .and_then(|r| r.checked_add(i as u32))
-            .ok_or(broken(Invariant::Round))
-    }
-
-    /// Every trained variable made whole in the scratch block: loaded from what the replica
-    /// holds, then summed across its group where it is sharded (the gather rounds).
-    fn gather(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
+    /// Every trained variable made whole in the scratch block from what the replica holds
+    /// (a shard is completed by the gather exchanges that follow).
+    fn load_wholes(&mut self) -> Result<(), ErrorCode> {
         let s = &self.prepared.scratch;
         for (i, _) in self.prepared.program.variables.iter().enumerate() {
             if let Some(full) = s.full(i as u8) {
                 load_whole(self.arena, self.prepared, self.block, i as u8, full)?;
-            }
-        }
-        for (i, r) in self.rounds.iter().enumerate() {
-            if let Reduction::Gather { variable } = *r {
-                let full = s.full(variable).ok_or(broken(Invariant::ScratchLayout))?;
-                let round = self.round(b, i)?;
-                let data = bytes(self.arena, self.block, full)?;
-                reducer.reduce(round, ReduceOp::Sum, data)?;
             }
         }
         Ok(())
@@ -253,9 +380,9 @@ impl Step<'_, '_> {
         Ok(())
     }
 
-    /// The gradients divided by the accumulation factor, then averaged across each
-    /// variable's group (the gradient rounds).
-    fn average_gradients(&mut self, b: u32, reducer: &mut dyn Reducer) -> Result<(), ErrorCode> {
+    /// The gradients divided by the batch's samples (the gradient exchanges that follow
+    /// average them across each variable's group).
+    fn scale_gradients(&mut self) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
         // The mean over the batch's samples: `accumulation` micro-batches of `rows` each.
         let scale = 1.0 / (p.accumulation as f32 * s.rows() as f32);
@@ -264,14 +391,6 @@ impl Step<'_, '_> {
                 floats(self.arena, self.block)?[grad]
                     .iter_mut()
                     .for_each(|g| *g *= scale);
-            }
-        }
-        for (i, r) in self.rounds.iter().enumerate() {
-            if let Reduction::Gradient { variable } = *r {
-                let grad = s.grad(variable).ok_or(broken(Invariant::ScratchLayout))?;
-                let round = self.round(b, i)?;
-                let data = bytes(self.arena, self.block, grad)?;
-                reducer.reduce(round, ReduceOp::Mean, data)?;
             }
         }
         Ok(())

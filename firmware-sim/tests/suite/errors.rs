@@ -7,7 +7,6 @@ use tessera_core::program::{
     Layer, Optimizer, Program, ProgramFault, ProgramPart, RuleKind, Sharding,
 };
 use tessera_core::wire::{ErrorCode, Request, RequestKind, Response, PROTOCOL_VERSION};
-use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
 const LINK: LinkLimits = LinkLimits {
@@ -22,7 +21,7 @@ fn with_device(f: impl FnOnce(&mut Device<'_>)) {
 }
 
 fn refusal(device: &mut Device<'_>, request: &Request<'_>) -> (RequestKind, ErrorCode) {
-    match device.handle(request, &mut NoReduce) {
+    match device.handle(request.clone()) {
         Response::Error { request, code } => (request, code),
         other => panic!("{request:?} was answered {other:?}"),
     }

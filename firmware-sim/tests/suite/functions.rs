@@ -9,7 +9,6 @@ use tessera_core::wire::{
     Arg, Array, ErrorCode, Request, Response, Target, Value, ValueKind, MAX_SHAPE_RANK,
 };
 use tessera_firmware_sim::functions::{Args, Function, Output, TEST_KERNELS};
-use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::registers::MAX_REGISTERS;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
@@ -85,7 +84,7 @@ fn f32_array(shape: &[u32], values: &[f32]) -> Owned {
 
 /// Runs `request`: `Ok` for `Done`, the code for an error reply.
 fn run(device: &mut Device<'_>, request: &Request<'_>) -> Result<(), ErrorCode> {
-    match device.handle(request, &mut NoReduce) {
+    match device.handle(request.clone()) {
         Response::Done => Ok(()),
         Response::Error { code, .. } => Err(code),
         other => panic!("unexpected reply {other:?} to {request:?}"),
@@ -124,7 +123,7 @@ fn set(device: &mut Device<'_>, id: u16, value: &Owned) -> Result<(), ErrorCode>
 }
 
 fn get(device: &mut Device<'_>, id: u16) -> Result<Owned, ErrorCode> {
-    match device.handle(&Request::GetRegister { id }, &mut NoReduce) {
+    match device.handle(Request::GetRegister { id }) {
         Response::Register { value } => Ok(Owned::of(&value)),
         Response::Error { code, .. } => Err(code),
         other => panic!("unexpected reply {other:?}"),
@@ -132,14 +131,11 @@ fn get(device: &mut Device<'_>, id: u16) -> Result<Owned, ErrorCode> {
 }
 
 fn read(device: &mut Device<'_>, id: u16, offset: u32, len: u32) -> Result<Vec<u8>, ErrorCode> {
-    match device.handle(
-        &Request::Read {
-            target: Target::Register(id),
-            offset,
-            len,
-        },
-        &mut NoReduce,
-    ) {
+    match device.handle(Request::Read {
+        target: Target::Register(id),
+        offset,
+        len,
+    }) {
         Response::Data { data } => Ok(data.to_vec()),
         Response::Error { code, .. } => Err(code),
         other => panic!("unexpected reply {other:?}"),
@@ -174,7 +170,7 @@ fn free(device: &mut Device<'_>, id: u16) -> Result<(), ErrorCode> {
 /// The register's description, its place in memory left out (`at` is 0): where a value
 /// lands is the allocator's business, checked in `arena`'s own tests.
 fn describe(device: &mut Device<'_>, id: u16) -> Response<'static> {
-    match device.handle(&Request::DescribeRegister { id }, &mut NoReduce) {
+    match device.handle(Request::DescribeRegister { id }) {
         Response::Described {
             kind,
             dtype,

@@ -65,7 +65,6 @@ pub mod weights;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::program::{Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
@@ -82,6 +81,7 @@ use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
 use crate::transport::{Channel, Traffic};
+use step_driver::{plans, Plan};
 
 /// Most replicas one runtime drives (the splitter's capacity).
 pub const MAX_REPLICAS: usize = 64;
@@ -124,7 +124,8 @@ pub struct Runtime {
     instances: Arc<dyn Instances>,
     flow: DataFlow,
     /// The grouping each reduction round of a batch combines, in schedule order.
-    rounds: Vec<ReplicaGrouping>,
+    /// How each exchange of a batch combines.
+    rounds: Vec<Plan>,
     weights_in_sync: bool,
     /// What failed steps left to settle (see [`recovery`]).
     recovery: recovery::Recovery,
@@ -296,14 +297,7 @@ impl Runtime {
         let flow = program
             .data_flow()
             .map_err(|e| RuntimeError::Program(ProgramError::DataFlow(e)))?;
-        let rounds = program
-            .reductions(replicas)
-            .map(|r| {
-                program
-                    .settings(usize::from(r.variable()), replicas)
-                    .map(|s| *s.grouping())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let rounds = plans(&program, replicas, &channels)?;
         let prepare = Request::Prepare {
             replicas: replicas as u32, // At most MAX_REPLICAS.
             program: program.clone(),
@@ -363,6 +357,13 @@ impl Runtime {
     /// [`recovery`]); the steps after it run normally.
     pub fn inject_step_fault(&mut self, fault: StepFault) {
         self.fault = Some(fault);
+    }
+
+    /// Reduction rounds one step makes, as its devices count them: each batch's exchanges
+    /// (core's [`exchange`](tessera_core::program::exchange) rule, for these devices'
+    /// frames), batch after batch. [`StepFault::round`] counts the same.
+    pub fn rounds_per_step(&self) -> u32 {
+        (self.rounds.len() as u32).saturating_mul(self.program.batches_per_step)
     }
 
     /// True after weights to host, until the next training step.

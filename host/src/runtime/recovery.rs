@@ -54,8 +54,9 @@ use super::{Runtime, RuntimeError};
 use crate::transport::TransportError;
 
 /// One device failing a training step at a chosen reduction round, on any placement: the
-/// host answers `replica`'s contribution to round `round` of the step (rounds numbered
-/// across the step's batches, as the devices number them) one element short, which the
+/// host answers `replica`'s contribution to round `round` of the step (its exchanges,
+/// numbered across the step's batches as the devices number them:
+/// [`Runtime::rounds_per_step`]) one element short, which the
 /// device refuses ([`ErrorCode::UnexpectedReduced`]) and fails its step there, while its
 /// peers have the round's answer and go on.
 ///

@@ -1,21 +1,24 @@
 //! The step driver: runs a training step on this instance's devices at once and answers
-//! their reductions. Each round combines the replicas of one group, under the grouping the
-//! step's schedule names for that round (round `r` of a step uses grouping `r mod k` of the
-//! `k` it is given, as the program's reduction schedule orders them).
+//! their reductions. A device sends a batch's reduction rounds packed into exchanges (core's
+//! [`exchange`](tessera_core::program::exchange) rule): exchange `r` of a step follows plan
+//! `r mod k` of the `k` it is given, and each segment of it (one variable's round) combines
+//! the replicas of one group under that variable's grouping. Below, a *round* is one such
+//! exchange: the unit a device contributes and waits for.
 //!
 //! # Contract
 //!
 //! Every reduction has an identity: the step's sequence number on the device's channel
 //! (its envelope) and the round within the step. Contributions are collected per round;
-//! when every local device's is in, each group's contributions are summed in `f64` in
-//! replica order by the kernel the session's allreduce uses ([`crate::combine`]), the
-//! partial sums are summed across instances ([`Instances::allreduce_sum`]: every instance
-//! reaches every round, in order), and every member gets its group's combination under its
-//! own step sequence number and that round. A contribution that arrives again (the
+//! when every local device's is in, each segment's groups' contributions are summed in
+//! `f64` in replica order by the kernel the session's allreduce uses ([`crate::combine`]),
+//! the partial sums of the whole round are summed across instances in one collective
+//! ([`Instances::allreduce_sum`]: every instance reaches every round, in order), and every
+//! member gets its groups' combinations, segment after segment, under its own step sequence
+//! number and that round. A contribution that arrives again (the
 //! device re-sent it: its answer was late or lost) is answered again with the same round's
 //! combination, which the device applies only if it is still waiting for that round, so a
-//! duplicate can never stand in for a later round's answer. Contributions of one round that
-//! disagree in length, or are not whole `f32` elements, are an error, never truncated.
+//! duplicate can never stand in for a later round's answer. A contribution of another length
+//! than its round's plan, or of a partial `f32` element, is an error, never truncated.
 //!
 //! # What a device may claim
 //!
@@ -42,6 +45,7 @@
 use std::time::{Duration, Instant};
 
 use tessera_core::grouping::ReplicaGrouping;
+use tessera_core::program::Program;
 use tessera_core::wire::{Combined, Contribution, ReduceOp, Request, RequestKind, Response};
 
 use super::{RuntimeError, StepFault};
@@ -88,23 +92,69 @@ struct OpenRound {
     contributions: Vec<Share>,
 }
 
-/// The last combined round: each group's answer, for devices that ask again.
+/// The last combined round: each member's answer, for devices that ask again.
 struct Answered {
     round: u32,
-    by_group: Vec<Vec<u8>>,
+    by_member: Vec<Vec<u8>>,
+}
+
+/// One exchange of a batch: its segments, in the order they lie in its message.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Plan {
+    /// One per round it carries: the grouping it combines under and its bytes.
+    pub segments: Vec<(ReplicaGrouping, usize)>,
+}
+
+impl Plan {
+    /// Bytes of a contribution to it.
+    fn bytes(&self) -> usize {
+        self.segments.iter().map(|&(_, b)| b).sum()
+    }
+}
+
+/// The plan of each exchange of one batch of `program` on `replicas` replicas, cut as the
+/// devices of `channels` cut them: by core's rule for the smallest frame among them (they
+/// are of one placement, so of one frame).
+pub(super) fn plans(
+    program: &Program,
+    replicas: usize,
+    channels: &[Channel],
+) -> Result<Vec<Plan>, RuntimeError> {
+    let max = channels
+        .iter()
+        .map(|c| c.limits().max_chunk())
+        .min()
+        .unwrap_or(usize::MAX);
+    let exchanges = program.exchanges(replicas, max);
+    let rounds = exchanges.rounds().to_vec();
+    exchanges
+        .map(|e| {
+            let segments = rounds
+                .get(e.rounds)
+                .unwrap_or_default()
+                .iter()
+                .map(|r| {
+                    let v = r.variable();
+                    let grouping = *program.settings(usize::from(v), replicas)?.grouping();
+                    Ok((grouping, program.round_bytes(v)))
+                })
+                .collect::<Result<Vec<_>, RuntimeError>>()?;
+            Ok(Plan { segments })
+        })
+        .collect()
 }
 
 /// What the step's reduction schedule says.
 struct Schedule<'a> {
-    /// One grouping per round of a batch.
-    rounds: &'a [ReplicaGrouping],
+    /// One plan per exchange of a batch.
+    rounds: &'a [Plan],
     /// Rounds of the whole step.
     last: u32,
 }
 
 impl Schedule<'_> {
-    /// The grouping round `round` combines under, if the step has that round.
-    fn grouping(&self, round: u32) -> Option<&ReplicaGrouping> {
+    /// The plan round `round` follows, if the step has that round.
+    fn plan(&self, round: u32) -> Option<&Plan> {
         if round >= self.last {
             return None;
         }
@@ -113,12 +163,12 @@ impl Schedule<'_> {
     }
 }
 
-/// Runs one `RunStep` of `batches` batches on every channel; `rounds` (groupings over the
-/// channels' global replica ids, one per round of a batch) say which devices each round
-/// combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
+/// Runs one `RunStep` of `batches` batches on every channel; `rounds` (one plan per
+/// exchange of a batch, its groupings over the channels' global replica ids) say which
+/// devices each segment of each round combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
 pub(super) fn run_step(
     channels: &mut [Channel],
-    rounds: &[ReplicaGrouping],
+    rounds: &[Plan],
     batches: u32,
     instances: &dyn Instances,
     fault: Option<StepFault>,
@@ -205,14 +255,7 @@ impl Step<'_> {
             .answered
             .as_ref()
             .filter(|a| a.round == c.round)
-            .and_then(|a| {
-                let g = self
-                    .schedule
-                    .grouping(c.round)?
-                    .group_of(member.replica)
-                    .ok()?;
-                a.by_group.get(g)
-            });
+            .and_then(|a| a.by_member.get(i));
         if let Some(answer) = again {
             // A re-sent contribution: answer it again, under its identity.
             return Ok(channels[i].publish(&Combined {
@@ -241,10 +284,12 @@ impl Step<'_> {
         member.waiting = true;
         let replica = member.replica;
         let members = self.members.len();
+        // `judge` let in only rounds the step has.
+        let len = self.schedule.plan(c.round).map_or(0, Plan::bytes);
         let open = self.open.get_or_insert_with(|| OpenRound {
             round: c.round,
             op: c.op,
-            len: c.data.len(),
+            len,
             contributions: Vec::with_capacity(members),
         });
         collect(open, i, replica, c.round, c.op, c.data)?;
@@ -271,11 +316,11 @@ impl Step<'_> {
             round: round.round,
             expected: self.schedule.last,
         };
-        let grouping = self.schedule.grouping(round.round).ok_or(out_of_step)?;
-        let by_group = combine(&round, &self.members, grouping, self.instances)?;
+        let plan = self.schedule.plan(round.round).ok_or(out_of_step)?;
+        let by_member = combine(&round, &self.members, plan, self.instances)?;
         for c in &round.contributions {
             let m = &mut self.members[c.from];
-            let answer = group_answer(&by_group, grouping, m.replica, round.round)?;
+            let answer = by_member[c.from].as_slice();
             let faulty = StepFault {
                 replica: m.replica as u32,
                 round: round.round,
@@ -296,28 +341,10 @@ impl Step<'_> {
         // this round's can still be asked for again.
         self.answered = Some(Answered {
             round: round.round,
-            by_group,
+            by_member,
         });
         Ok(())
     }
-}
-
-/// The answer for `replica`'s group among `by_group`, `grouping`'s groups of `round`.
-fn group_answer<'a>(
-    by_group: &'a [Vec<u8>],
-    grouping: &ReplicaGrouping,
-    replica: usize,
-    round: u32,
-) -> Result<&'a [u8], RuntimeError> {
-    grouping
-        .group_of(replica)
-        .ok()
-        .and_then(|g| by_group.get(g))
-        .map(Vec::as_slice)
-        .ok_or(RuntimeError::ReductionGroup {
-            replica: replica as u32,
-            round,
-        })
 }
 
 /// The next message from `member`'s device within a poll, handling its silence (module
@@ -434,51 +461,69 @@ fn judge(round: u32, next: u32, waiting: bool, rounds: u32) -> Heard {
     }
 }
 
-/// Each group's combination of one round, by the rules of [`crate::combine`]: each
-/// group's local contributions summed in `f64` in replica order (not in the order their
-/// messages arrived, which races), the partial sums summed across instances (an instance
-/// with no member of a group adds −0.0, the empty sum), then divided by the group size
-/// for a mean and rounded once to `f32`; one buffer per group of `grouping`.
+/// Each member's answer to one round, by the rules of [`crate::combine`]: for each segment
+/// of `plan`, each group's local contributions summed in `f64` in replica order (not in
+/// the order their messages arrived, which races); the partial sums of every segment summed
+/// across instances in one collective (an instance with no member of a group adds −0.0, the
+/// empty sum); then each segment divided by its group size for a mean and rounded once to
+/// `f32`. A member's answer is its groups' segments one after another, indexed like
+/// `members`.
 fn combine(
     round: &OpenRound,
     members: &[Member],
-    grouping: &ReplicaGrouping,
+    plan: &Plan,
     instances: &dyn Instances,
 ) -> Result<Vec<Vec<u8>>, RuntimeError> {
-    let len = round.len / 4;
-    let groups = grouping.num_groups();
-    let mut shares: Vec<Vec<(usize, &[u8])>> = vec![Vec::new(); groups];
-    for c in &round.contributions {
-        let replica = members[c.from].replica;
-        let g = grouping
+    let group_of = |grouping: &ReplicaGrouping, replica: usize| {
+        grouping
             .group_of(replica)
             .map_err(|_| RuntimeError::ReductionGroup {
                 replica: replica as u32,
                 round: round.round,
-            })?;
-        shares[g].push((replica, &c.data));
-    }
-    let mut partial = vec![0f64; groups * len];
-    for (sums, mut group) in partial.chunks_mut(len.max(1)).zip(shares) {
-        group.sort_unstable_by_key(|&(replica, _)| replica);
-        let inputs: Vec<&[u8]> = group.iter().map(|&(_, data)| data).collect();
-        sum_f32(sums, &inputs).map_err(|e| length(e, &group, round))?;
+            })
+    };
+    // Every segment's groups' sums, one segment after another.
+    let mut partial = Vec::new();
+    let mut at = 0;
+    for (grouping, bytes) in &plan.segments {
+        let (len, groups) = (bytes / 4, grouping.num_groups());
+        let mut shares: Vec<Vec<(usize, &[u8])>> = vec![Vec::new(); groups];
+        for c in &round.contributions {
+            let replica = members[c.from].replica;
+            let data = c.data.get(at..at + bytes).unwrap_or_default();
+            shares[group_of(grouping, replica)?].push((replica, data));
+        }
+        let base = partial.len();
+        partial.resize(base + groups * len, 0f64);
+        for (sums, mut group) in partial[base..].chunks_mut(len.max(1)).zip(shares) {
+            group.sort_unstable_by_key(|&(replica, _)| replica);
+            let inputs: Vec<&[u8]> = group.iter().map(|&(_, data)| data).collect();
+            sum_f32(sums, &inputs).map_err(|e| length(e, &group, round))?;
+        }
+        at += bytes;
     }
     instances.allreduce_sum(&mut partial)?;
-    let divisor = match round.op {
-        ReduceOp::Mean => grouping.group_size() as f64,
-        ReduceOp::Sum => 1.0,
-    };
-    partial
-        .chunks(len.max(1))
-        .take(groups)
-        .map(|sums| {
+    let mut by_member = vec![Vec::with_capacity(at); members.len()];
+    let mut base = 0;
+    for (grouping, bytes) in &plan.segments {
+        let len = bytes / 4;
+        let divisor = match round.op {
+            ReduceOp::Mean => grouping.group_size() as f64,
+            ReduceOp::Sum => 1.0,
+        };
+        let mut by_group = Vec::with_capacity(grouping.num_groups());
+        for sums in partial[base..base + grouping.num_groups() * len].chunks(len.max(1)) {
             let mut out = vec![0u8; sums.len() * 4];
             // `out` holds what `sums` does: the kernel refuses nothing here.
             round_f32(sums, divisor, &mut out).map_err(|e| length(e, &[], round))?;
-            Ok(out)
-        })
-        .collect()
+            by_group.push(out);
+        }
+        for (answer, m) in by_member.iter_mut().zip(members) {
+            answer.extend_from_slice(&by_group[group_of(grouping, m.replica)?]);
+        }
+        base += grouping.num_groups() * len;
+    }
+    Ok(by_member)
 }
 
 /// A contribution the kernel refused: of another length than its round (`collect` checks
@@ -596,6 +641,13 @@ mod tests {
             .collect()
     }
 
+    /// A round of one segment.
+    fn one(grouping: ReplicaGrouping, bytes: usize) -> Plan {
+        Plan {
+            segments: vec![(grouping, bytes)],
+        }
+    }
+
     fn f32s(values: &[f32]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
@@ -620,10 +672,16 @@ mod tests {
                     })
                     .collect(),
             };
-            combine(&round, &members(3), &grouping, &crate::instance::Single).unwrap()
+            combine(
+                &round,
+                &members(3),
+                &one(grouping, 4),
+                &crate::instance::Single,
+            )
+            .unwrap()
         };
         let in_order = sum_arriving([0, 1, 2]);
-        assert_eq!(in_order, [f32s(&[1.0])]);
+        assert_eq!(in_order, vec![f32s(&[1.0]); 3]);
         for order in [[2, 0, 1], [1, 2, 0], [0, 2, 1]] {
             assert_eq!(sum_arriving(order), in_order, "arrival order {order:?}");
         }
@@ -645,8 +703,9 @@ mod tests {
                 .collect(),
         };
         let grouping = ReplicaGrouping::new(2, 1, 2).unwrap();
-        let by_group = combine(&round, &members(2), &grouping, &crate::instance::Single).unwrap();
-        assert_eq!(by_group, [f32s(&[-0.0])]);
+        let plan = one(grouping, 4);
+        let by_member = combine(&round, &members(2), &plan, &crate::instance::Single).unwrap();
+        assert_eq!(by_member, vec![f32s(&[-0.0]); 2]);
     }
 
     /// Catches a contribution of a partial element summed as if whole (its last bytes

@@ -5,9 +5,10 @@
 //! contribution for each retry, and the host answers every copy. Before reductions carried
 //! their round, the device took the duplicate answers to round 0 for the answers to later
 //! rounds, and the group's weights silently drifted from the reference. Each batch here
-//! makes three rounds ([`program`]): the sharded `w1` gathered in its pair, then the
-//! gradients of `w1` and of `b1` averaged in it — the first two of the same length, so an
-//! answer taken for the wrong round is no size error but a silent drift.
+//! makes two exchanges ([`program`]): the sharded `w1` gathered in its pair, then the
+//! gradients of `w1` and of `b1` averaged in it — and the two batches' gathers are of the
+//! same length, so an answer taken for the wrong round is no size error but a silent
+//! drift.
 
 use crate::common;
 
@@ -28,7 +29,8 @@ const MEMORY: usize = 1 << 16;
 
 /// A linear model of 3 inputs and 2 outputs trained on an MSE loss, two batches of one
 /// micro-batch per step: `w1` sharded across the pairs {0, 1} and {2, 3}, `b1` in them
-/// too. Rounds per batch: gather `w1`, average the gradients of `w1` and of `b1`.
+/// too. Per batch: gather `w1`, then average the gradients of `w1` and of `b1` (one
+/// exchange).
 fn program() -> Program {
     Model {
         first: Placed::comm(CommGroup::Consecutive(2)).sharded(Sharding::PaddedTail),

@@ -59,11 +59,6 @@ fn program(anchors: bool) -> Program {
     model.program()
 }
 
-/// Reduction rounds of one step (every batch's, numbered across the step).
-fn rounds(p: &Program) -> u32 {
-    (p.reductions(R).count() as u32) * p.batches_per_step
-}
-
 /// Every variable's velocity, zero, in its host shape.
 fn zero_velocity(weights: &WeightsIo) -> WeightsIo {
     weights
@@ -94,18 +89,16 @@ fn bytes(arrays: &std::collections::BTreeMap<String, HostArray>) -> Vec<(String,
         .collect()
 }
 
-/// Fails a step at each of `rounds_to_fail` (replica `round mod R` failing) and checks the
-/// rule after each; `what` names the case in messages.
-fn fail_and_recover(placement: &Placement, anchors: bool, rounds_to_fail: &[u32], what: &str) {
+/// Fails a step at each of its rounds in turn (replica `round mod R` failing) and checks
+/// the rule after each; `what` names the case in messages.
+fn fail_and_recover(placement: &Placement, anchors: bool, what: &str) {
     let p = program(anchors);
-    assert!(
-        rounds_to_fail.iter().all(|&k| k < rounds(&p)),
-        "{what}: the program has {} rounds",
-        rounds(&p)
-    );
     let mut failing = Runtime::prepare(p.clone(), R, placement, MEMORY).unwrap();
+    // Per batch, a gather and a gradient exchange at least.
+    let rounds = failing.rounds_per_step();
+    assert!(rounds >= 2 * p.batches_per_step, "{what}: {rounds} rounds");
     let weights = initial_weights(&p, R, 3);
-    for &round in rounds_to_fail {
+    for round in 0..rounds {
         let replica = round % R as u32;
         let case = format!("{what}: replica {replica} failing round {round}");
         let io = step_io(&p, R, 100 + u64::from(round));
@@ -168,30 +161,24 @@ fn fail_and_recover(placement: &Placement, anchors: bool, rounds_to_fail: &[u32]
 }
 
 /// Threads, with anchors: a failure at every round of the step (each batch's gather of
-/// `w1`, then its gradient rounds), each followed by the refusal and an exact step.
+/// `w1`, then its gradient exchange), each followed by the refusal and an exact step.
 #[test]
 fn threads_recover_from_a_failure_at_every_round() {
-    let p = program(true);
-    let all: Vec<u32> = (0..rounds(&p)).collect();
-    fail_and_recover(&Placement::Thread, true, &all, "threads, anchors");
+    fail_and_recover(&Placement::Thread, true, "threads, anchors");
 }
 
 /// Threads, no anchors: the case where a failure at the last gradient round used to go
 /// unnoticed (later steps returned `Ok` with the replicas apart).
 #[test]
 fn threads_without_anchors_refuse_steps_after_a_failure_at_every_round() {
-    let p = program(false);
-    let all: Vec<u32> = (0..rounds(&p)).collect();
-    fail_and_recover(&Placement::Thread, false, &all, "threads, no anchors");
+    fail_and_recover(&Placement::Thread, false, "threads, no anchors");
 }
 
 /// Child processes: every round, over the framed link and the shared window.
 #[test]
 fn child_processes_recover_from_a_failure_at_every_round() {
-    let p = program(true);
-    let all: Vec<u32> = (0..rounds(&p)).collect();
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_tessera"));
-    fail_and_recover(&Placement::Process(exe), true, &all, "processes");
+    fail_and_recover(&Placement::Process(exe), true, "processes");
 }
 
 /// The firmware under QEMU: every round too, over the UART and the host file.
@@ -199,10 +186,8 @@ fn child_processes_recover_from_a_failure_at_every_round() {
 #[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
 fn qemu_recovers_from_a_failure_at_every_round() {
     let _exclusive = common::exclusive();
-    let p = program(true);
-    let all: Vec<u32> = (0..rounds(&p)).collect();
     let placement = Placement::Qemu(common::firmware());
-    fail_and_recover(&placement, true, &all, "qemu");
+    fail_and_recover(&placement, true, "qemu");
 }
 
 /// A failed step with nothing injected afterwards leaves the runtime usable without a new

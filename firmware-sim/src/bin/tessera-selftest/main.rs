@@ -20,7 +20,6 @@ use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
     encode_frame, Arg, Array, Envelope, FrameDecoder, Request, Response, Target, Value,
 };
-use tessera_firmware_sim::program::NoReduce;
 use tessera_firmware_sim::{CycleCounter, Device};
 
 static MEMORY: ConstStaticCell<[u8; 8192]> = ConstStaticCell::new([0; 8192]);
@@ -28,7 +27,7 @@ static CYCLES: CycleCounter = CycleCounter::new();
 
 /// Runs `request` on `device`; it must succeed.
 fn ok(device: &mut Device<'_>, request: Request<'_>) {
-    let reply = device.handle(&request, &mut NoReduce);
+    let reply = device.handle(request.clone());
     assert!(matches!(reply, Response::Done), "request failed on target");
 }
 
@@ -69,14 +68,11 @@ fn check_slots(device: &mut Device<'_>) {
             data: &f32s(&[0.5]),
         },
     );
-    let reply = device.handle(
-        &Request::Write {
-            target: Target::Slot(1),
-            offset: 2,
-            data: &[0; 4],
-        },
-        &mut NoReduce,
-    );
+    let reply = device.handle(Request::Write {
+        target: Target::Slot(1),
+        offset: 2,
+        data: &[0; 4],
+    });
     assert!(
         matches!(reply, Response::Error { .. }),
         "an out-of-bounds write must fail"
@@ -149,7 +145,7 @@ fn check_training_step(device: &mut Device<'_>) {
         offset: 0,
         len: 4,
     };
-    let Response::Data { data } = device.handle(&pop, &mut NoReduce) else {
+    let Response::Data { data } = device.handle(pop) else {
         panic!("no loss")
     };
     assert_eq!(
@@ -157,14 +153,11 @@ fn check_training_step(device: &mut Device<'_>) {
         4.0,
         "loss"
     );
-    let Response::Data { data } = device.handle(
-        &Request::Read {
-            target: Target::Slot(1),
-            offset: 0,
-            len: 4,
-        },
-        &mut NoReduce,
-    ) else {
+    let Response::Data { data } = device.handle(Request::Read {
+        target: Target::Slot(1),
+        offset: 0,
+        len: 4,
+    }) else {
         panic!("no weights")
     };
     let w = f32::from_le_bytes([data[0], data[1], data[2], data[3]]);
@@ -198,7 +191,7 @@ fn check_registers(device: &mut Device<'_>) {
     );
     let Response::Register {
         value: Value::Float(sum),
-    } = device.handle(&Request::GetRegister { id: 2 }, &mut NoReduce)
+    } = device.handle(Request::GetRegister { id: 2 })
     else {
         panic!("no sum")
     };
