@@ -43,7 +43,7 @@ pub use arena::Memory;
 pub use clock::Clock;
 pub use device::{CycleCounter, Device};
 pub use link::{Framed, Framing, Incoming, Messages};
-pub use serve::{serve, serve_messages, LinkLimits, ServeError, Server};
+pub use serve::{serve, serve_messages, serve_pending, LinkLimits, ServeError, Server};
 
 #[cfg(feature = "std")]
 pub mod std_link;

@@ -74,6 +74,8 @@ pub struct Server<'b, const FRAME: usize, const WINDOW: usize> {
     request: [u8; FRAME],
     cache: ReplyCache<'b, FRAME, WINDOW>,
     framing: Framing<FRAME>,
+    /// A step between two legs, waiting for its combination.
+    waiting: Option<Waiting>,
     /// Frames dropped for a bad CRC, bad COBS or excess length.
     pub bad_frames: u32,
     /// Reduction answers discarded because they named another step or round.
@@ -101,6 +103,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
             request: [0; FRAME],
             cache: ReplyCache::new(replies),
             framing: Framing::new(),
+            waiting: None,
             bad_frames: 0,
             stale_answers: 0,
             dropped: 0,
@@ -126,6 +129,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
             request,
             cache,
             framing,
+            waiting,
             bad_frames,
             stale_answers,
             dropped,
@@ -133,6 +137,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
         let state = State {
             request,
             cache,
+            waiting,
             bad_frames,
             stale_answers,
             dropped,
@@ -207,6 +212,7 @@ where
 struct State<'s, 'b, const FRAME: usize, const WINDOW: usize> {
     request: &'s mut [u8; FRAME],
     cache: &'s mut ReplyCache<'b, FRAME, WINDOW>,
+    waiting: &'s mut Option<Waiting>,
     bad_frames: &'s mut u32,
     stale_answers: &'s mut u32,
     dropped: &'s mut u32,
@@ -224,17 +230,16 @@ where
     C: Clock,
     P: OutputPin,
 {
-    let mut waiting: Option<Waiting> = None;
     loop {
-        let heard = match waiting {
+        let heard = match state.waiting {
             None => link.receive(&mut state.request[..], true),
             Some(_) => listen(link, clock, &mut state.request[..]),
         };
         let len = match heard.map_err(ServeError::Link)? {
             Incoming::Closed => return Ok(()),
             Incoming::Idle => {
-                if let Some(w) = waiting.take() {
-                    waiting = w.on_silence(state.cache, device, link, clock)?;
+                if let Some(w) = state.waiting.take() {
+                    *state.waiting = w.on_silence(state.cache, device, link, clock)?;
                 }
                 continue;
             }
@@ -244,11 +249,63 @@ where
             }
             Incoming::Message(len) => len,
         };
-        let _ = busy.set_high();
-        let outcome = answer(state, len, device, link, clock, waiting.take());
-        let _ = busy.set_low();
-        waiting = outcome?;
+        handle_message(state, len, device, (link, clock, busy))?;
     }
+}
+
+/// Serves the messages `link` holds now, and returns once it is idle (`Ok(true)`) or
+/// closed (`Ok(false)`): for a host that runs many devices on few threads, and calls this
+/// when a device's link has mail. A step between two legs stays in `server`, waiting for
+/// its combination; only a message moves it on (between calls nobody watches the step's
+/// deadline: the host's retries stand in for it).
+pub fn serve_pending<M, C, P, const FRAME: usize, const WINDOW: usize>(
+    server: &mut Server<'_, FRAME, WINDOW>,
+    device: &mut Device<'_>,
+    link: &mut M,
+    clock: &mut C,
+    busy: &mut P,
+) -> Result<bool, ServeError<M::Error>>
+where
+    M: Messages,
+    C: Clock,
+    P: OutputPin,
+{
+    let (mut state, _) = server.split();
+    loop {
+        let len = match link
+            .receive(&mut state.request[..], false)
+            .map_err(ServeError::Link)?
+        {
+            Incoming::Closed => return Ok(false),
+            Incoming::Idle => return Ok(true),
+            Incoming::Damaged => {
+                *state.bad_frames = state.bad_frames.saturating_add(1);
+                continue;
+            }
+            Incoming::Message(len) => len,
+        };
+        handle_message(&mut state, len, device, (link, clock, busy))?;
+    }
+}
+
+/// [`answer`]s the message in `state.request[..len]` with the busy line high.
+fn handle_message<M, C, P, const FRAME: usize, const WINDOW: usize>(
+    state: &mut State<'_, '_, FRAME, WINDOW>,
+    len: usize,
+    device: &mut Device<'_>,
+    (link, clock, busy): (&mut M, &mut C, &mut P),
+) -> Result<(), ServeError<M::Error>>
+where
+    M: Messages,
+    C: Clock,
+    P: OutputPin,
+{
+    let _ = busy.set_high();
+    let waiting = state.waiting.take();
+    let outcome = answer(state, len, device, link, clock, waiting);
+    let _ = busy.set_low();
+    *state.waiting = outcome?;
+    Ok(())
 }
 
 /// The next message within a poll during a step: woken by its arrival where the link can

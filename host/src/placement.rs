@@ -40,11 +40,14 @@ pub fn open(
     memory: usize,
 ) -> Result<Vec<Channel>, TransportError> {
     check(placement)?;
-    replicas
-        .map(|replica| match placement {
-            Placement::Thread => Channel::in_process(replica, memory, None),
-            Placement::Process(exe) => Channel::child_process(exe, replica, memory),
-            Placement::Qemu(firmware) => Channel::qemu_checked(firmware, replica),
-        })
-        .collect()
+    match placement {
+        // Together: they share threads (at most one per core).
+        Placement::Thread => Channel::in_process_all(replicas, memory),
+        Placement::Process(exe) => replicas
+            .map(|replica| Channel::child_process(exe, replica, memory))
+            .collect(),
+        Placement::Qemu(firmware) => replicas
+            .map(|replica| Channel::qemu_checked(firmware, replica))
+            .collect(),
+    }
 }

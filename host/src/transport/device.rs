@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 
-use tessera_firmware_sim::std_link::{BusyLine, NoPin, Queue, StdClock, StdLink};
+use tessera_firmware_sim::std_link::{BusyLine, NoPin, StdClock, StdLink};
 use tessera_firmware_sim::{
     serve, serve_messages, CycleCounter, Device, Framed, Framing, Incoming, Memory, Messages,
     ServeError, Server,
@@ -160,19 +160,6 @@ impl<W: Write> Messages for Windowed<'_, W> {
         self.framed.send(body)?;
         Ok(true)
     }
-}
-
-/// Serves a device whose memory is `arena` on a message queue between threads until the
-/// host's end is dropped, driving `busy` high while a request runs.
-pub fn run_device_on_queue(
-    replica: u32,
-    arena: &mut dyn Memory,
-    mut queue: Queue,
-    busy: &mut BusyLine,
-) -> Result<(), io::Error> {
-    with_device(replica, arena, |server, device| {
-        serve_messages(server, device, &mut queue, &mut StdClock::new(), busy)
-    })
 }
 
 /// Builds a device on `arena` and its server on the heap, and runs `serve` on them.

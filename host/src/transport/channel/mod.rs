@@ -184,6 +184,12 @@ impl Channel {
         self.limits.replica
     }
 
+    /// What keeps the device running (a test looks at how devices share threads).
+    #[cfg(test)]
+    pub(in crate::transport) fn device_handle(&self) -> &DeviceHandle {
+        &self.handle
+    }
+
     /// How long the oldest unanswered request waits before it is sent again.
     pub fn deadline(&self) -> Duration {
         self.deadline
@@ -590,12 +596,12 @@ fn transmit(
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(closed),
             Err(e) => Err(e.into()),
         },
-        Outgoing::Messages(queue) => queue
+        Outgoing::Messages(mailbox) => mailbox
             .send(Message {
                 body: encoded.to_vec(),
                 bulk,
             })
-            .map_err(|_| closed),
+            .map_err(|()| closed),
     }
 }
 
@@ -608,9 +614,9 @@ fn send_queued(
     replica: u32,
 ) -> Result<(), TransportError> {
     match writer {
-        Outgoing::Messages(queue) => queue
+        Outgoing::Messages(mailbox) => mailbox
             .send(Message { body: frame, bulk })
-            .map_err(|_| TransportError::Closed { replica }),
+            .map_err(|()| TransportError::Closed { replica }),
         Outgoing::Bytes(_) => transmit(writer, &frame, bulk, replica),
     }
 }

@@ -42,6 +42,21 @@ impl Channel {
         Self::open(spawn::in_process(replica, memory, faults)?, replica)
     }
 
+    /// One device per replica of `replicas` in threads of this process, `memory` bytes of
+    /// arena each, served by at most as many threads as the machine has cores (see
+    /// [`spawn::pool`](super::super::spawn)); channels in replica order, each ready once its
+    /// device has answered its hello.
+    pub(crate) fn in_process_all(
+        replicas: std::ops::Range<u32>,
+        memory: usize,
+    ) -> Result<Vec<Self>, TransportError> {
+        spawn::in_process_pool(replicas.clone(), memory)?
+            .into_iter()
+            .zip(replicas)
+            .map(|(link, replica)| Self::open(link, replica))
+            .collect()
+    }
+
     /// A device in a child process (`tessera device`, `exe` being the `tessera` binary),
     /// speaking over its stdio.
     pub fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Self, TransportError> {

@@ -1,6 +1,7 @@
 use std::os::unix::net::UnixStream;
 use std::sync::{mpsc, Arc, Mutex};
 
+use crate::transport::spawn::Mailbox;
 use tessera_core::wire::FrameDecoder;
 use tessera_firmware_sim::std_link::SPIN;
 
@@ -58,7 +59,7 @@ fn channel(writer: Outgoing) -> Channel {
 #[test]
 fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
     let (to_device, device_in) = mpsc::channel();
-    let mut queue = channel(Outgoing::Messages(to_device));
+    let mut queue = channel(Outgoing::Messages(Mailbox::new(to_device, 0)));
     let kept = |c: &Channel| {
         c.in_flight
             .iter()

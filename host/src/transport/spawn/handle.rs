@@ -5,11 +5,13 @@ use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{ChildStdin, ExitStatus};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tessera_firmware_sim::std_link::BusyLine;
 
+use super::pool::Worker;
 use super::process::DEVICE_PROCESS;
 use super::qemu::QEMU;
 use crate::transport::children::Adopted;
@@ -23,6 +25,8 @@ pub(in crate::transport) enum DeviceHandle {
     /// device's loop even though the reader thread holds a duplicate of it (a queue ends
     /// when the channel drops its sender).
     Thread(Option<JoinHandle<()>>, Option<UnixStream>, BusyLine),
+    /// A device served by a thread of the pool ([`super::pool`]), with its siblings.
+    Pooled(Arc<Worker>),
     /// A `tessera device` process and its reaper (and the end of its stdin we hold).
     Child {
         child: Option<Adopted>,
@@ -42,7 +46,7 @@ impl DeviceHandle {
     /// The program running the device.
     pub fn program(&self) -> &'static str {
         match self {
-            Self::Thread(..) => "thread",
+            Self::Thread(..) | Self::Pooled(_) => "thread",
             Self::Child { .. } => DEVICE_PROCESS,
             Self::Qemu { .. } => QEMU,
         }
@@ -56,6 +60,9 @@ impl DeviceHandle {
                 _ if busy.is_high() => Liveness::Busy,
                 _ => Liveness::Idle,
             },
+            Self::Pooled(worker) if worker.has_ended() => Liveness::Ended,
+            Self::Pooled(worker) if worker.is_busy() => Liveness::Busy,
+            Self::Pooled(_) => Liveness::Idle,
             Self::Child {
                 child: Some(child), ..
             } => process_liveness(child.pid()),
@@ -88,6 +95,8 @@ impl DeviceHandle {
 impl Drop for DeviceHandle {
     fn drop(&mut self) {
         match self {
+            // The last device of its thread to go joins it (`Worker`'s drop).
+            Self::Pooled(_) => {}
             Self::Thread(handle, control, _) => {
                 // Shutting the socket down (every duplicate of it) ends the device's loop.
                 if let Some(control) = control {

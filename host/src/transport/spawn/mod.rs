@@ -16,7 +16,10 @@
 //!
 //! # Files
 //!
-//! - `thread`: a device thread of this process, on a socket pair or on message queues.
+//! - `thread`: a device thread of this process on a socket pair (faults injected), or a
+//!   pooled one.
+//! - `pool`: the thread placement's devices on at most as many threads as cores, on
+//!   message queues.
 //! - `process`: a `tessera device` child process on its stdio.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
 //! - `reaper`: the shell that kills a device process once tessera is gone.
@@ -26,6 +29,7 @@
 
 mod firmware;
 mod handle;
+mod pool;
 mod process;
 mod qemu;
 mod reaper;
@@ -33,12 +37,13 @@ mod thread;
 
 pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::{DeviceHandle, Liveness};
+pub(super) use pool::{in_process_pool, Mailbox};
 pub(super) use process::child_process;
 pub(super) use qemu::{qemu, QEMU};
 pub(super) use thread::in_process;
 
 use std::io::{Read, Write};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 
 use tessera_firmware_sim::std_link::Message;
 
@@ -79,5 +84,5 @@ pub(super) enum Outgoing {
     /// A byte link: frames.
     Bytes(Box<dyn Write + Send>),
     /// Whole messages (and bulk bytes) to a device thread.
-    Messages(Sender<Message>),
+    Messages(Mailbox),
 }

@@ -1,19 +1,16 @@
-//! A device in a thread of this process: on message queues, or on a socket pair when
-//! faults are injected.
+//! A device in a thread of this process: pooled on message queues ([`super::pool`]), or on
+//! a socket pair of its own when faults are injected.
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use tessera_firmware_sim::std_link::{BusyLine, Queue};
-use tessera_firmware_sim::Memory;
+use tessera_firmware_sim::std_link::BusyLine;
 
 use super::{DeviceHandle, Incoming, Link, Outgoing};
-use crate::transport::device::{run_device_on_queue, run_device_watched};
+use crate::transport::device::run_device_watched;
 use crate::transport::fault::{Delayed, FaultConfig, FaultInjector};
-use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
 
 /// A device in a thread of this process, `memory` bytes of arena, optionally with faults
@@ -24,7 +21,11 @@ pub(in crate::transport) fn in_process(
     faults: Option<FaultConfig>,
 ) -> Result<Link, TransportError> {
     if faults.is_none() {
-        return in_process_queue(replica, memory);
+        let pooled = super::in_process_pool(replica..replica.saturating_add(1), memory)?;
+        return pooled
+            .into_iter()
+            .next()
+            .ok_or(TransportError::Closed { replica });
     }
     let (host_end, device_end) = UnixStream::pair()?;
     let device_reader = device_end.try_clone()?;
@@ -62,49 +63,5 @@ pub(in crate::transport) fn in_process(
         handle: DeviceHandle::Thread(Some(thread), Some(control), busy),
         window: None,
         memory: None,
-    })
-}
-
-/// A device thread on message queues: no framing, no socket. (Faults need bytes to damage:
-/// with faults the device gets a socket instead.) Its memory is shared: the device maps it
-/// as its arena, the host maps it again (see `shared`).
-fn in_process_queue(replica: u32, memory: usize) -> Result<Link, TransportError> {
-    let (to_device, device_in) = mpsc::channel();
-    let (device_out, from_device) = mpsc::channel();
-    // Shared when the device can name every offset in it on the wire (32 bits) and there is
-    // a byte to map; otherwise the memory is the device's alone and the host copies.
-    let (host_memory, mut device_memory) = match u32::try_from(memory) {
-        Ok(1..) => {
-            let host = SharedMemory::create(memory, false)?;
-            let device = host.map_again()?;
-            (Some(host), Some(device))
-        }
-        _ => (None, None),
-    };
-    let busy = BusyLine::default();
-    let mut line = busy.clone();
-    let thread = thread::Builder::new()
-        .name(format!("tessera-device-{replica}"))
-        .spawn(move || {
-            let queue = Queue::new(device_in, device_out);
-            let mut own = Vec::new();
-            let arena: &mut dyn Memory = match device_memory.as_mut() {
-                Some(shared) => shared,
-                None => {
-                    own.resize(memory, 0u8);
-                    &mut own
-                }
-            };
-            if let Err(e) = run_device_on_queue(replica, arena, queue, &mut line) {
-                tracing::warn!(replica, error = %e, "device thread stopped");
-            }
-        })?;
-    Ok(Link {
-        incoming: Incoming::Messages(from_device),
-        outgoing: Outgoing::Messages(to_device),
-        // Dropping the channel's sender ends the device's loop.
-        handle: DeviceHandle::Thread(Some(thread), None, busy),
-        window: None,
-        memory: host_memory,
     })
 }
