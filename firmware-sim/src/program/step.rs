@@ -543,7 +543,8 @@ fn update(
         .grad(index)
         .ok_or(broken(Invariant::ScratchLayout))?;
     let mut fits = true;
-    let mut apply = |target: u16, step: &dyn Fn(&mut f32, &mut f32)| -> Result<(), ErrorCode> {
+    // One call per piece, not per element: the loops inside the steps run unhindered.
+    let mut apply = |target: u16, step: &dyn Fn(&mut [f32], &mut [f32])| -> Result<(), ErrorCode> {
         let held = arena
             .find(Owner::Variable(target))
             .ok_or(broken(Invariant::Variable))?;
@@ -560,7 +561,7 @@ fn update(
                 w.get_mut(piece.dst_offset..piece.dst_offset + piece.len()),
                 g.get_mut(piece.src_begin..piece.src_end),
             ) {
-                (Some(w), Some(g)) => w.iter_mut().zip(g).for_each(|(w, g)| step(w, g)),
+                (Some(w), Some(g)) if w.len() == g.len() => step(w, g),
                 _ => fits = false,
             }
         })
@@ -568,11 +569,17 @@ fn update(
     if prepared.program.optimizer.has_velocity() {
         // The velocity becomes the step direction, left in the gradient's place.
         apply(ids::velocity(index), &|v, g| {
-            *v = momentum * *v + *g;
-            *g = *v;
+            for (v, g) in v.iter_mut().zip(g) {
+                *v = momentum * *v + *g;
+                *g = *v;
+            }
         })?;
     }
-    apply(ids::variable(index), &|w, g| *w -= lr * *g)?;
+    apply(ids::variable(index), &|w, g| {
+        for (w, g) in w.iter_mut().zip(g) {
+            *w -= lr * *g;
+        }
+    })?;
     fits.then_some(grad.len() as u64)
         .ok_or(broken(Invariant::Piece))
 }
