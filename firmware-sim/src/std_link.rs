@@ -91,26 +91,6 @@ impl<W: io::Write> StdLink<W> {
     }
 }
 
-impl<W> StdLink<W> {
-    /// Waits up to `limit` for bytes to read, woken by their arrival (looking first, as
-    /// [`receive_spinning`] does); true when a read would not block (end of file
-    /// included).
-    pub fn wait_readable(&mut self, limit: Duration) -> bool {
-        if self.at < self.pending.len() {
-            return true;
-        }
-        match receive_spinning(&self.incoming, Some(limit), SPIN) {
-            Ok(chunk) => {
-                self.pending = chunk;
-                self.at = 0;
-                true
-            }
-            Err(RecvTimeoutError::Timeout) => false,
-            Err(RecvTimeoutError::Disconnected) => true,
-        }
-    }
-}
-
 impl<W> core::fmt::Debug for StdLink<W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StdLink")
