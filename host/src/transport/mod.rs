@@ -20,6 +20,7 @@ pub mod children;
 mod device;
 mod error;
 pub mod fault;
+mod frames;
 mod pipe_link;
 mod reader;
 mod reply;

@@ -17,7 +17,7 @@
 //! - Writes go straight to the writer.
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,38 +30,37 @@ use tessera_firmware_sim::std_link::SPIN;
 /// Bytes read from the pipe at once.
 const CHUNK: usize = 64 * 1024;
 
-/// A pipe read in place (see the module documentation), written through `W`.
-pub struct PipeLink<'p, W> {
-    pipe: BorrowedFd<'p>,
+/// A pipe (or socket) read in place, without blocking: what it has read and not yet
+/// handed out, and whether it ended.
+pub struct Pipe<F> {
+    fd: F,
     buf: Vec<u8>,
     /// Bytes `at..len` of `buf` are unread.
     at: usize,
     len: usize,
     ended: bool,
-    writer: W,
 }
 
-impl<'p, W: io::Write> PipeLink<'p, W> {
-    /// Reads `pipe` (made non-blocking), writes `writer`.
-    pub fn new(pipe: BorrowedFd<'p>, writer: W) -> io::Result<Self> {
-        let flags = fcntl_getfl(pipe)?;
-        fcntl_setfl(pipe, flags | OFlags::NONBLOCK)?;
+impl<F: AsFd> Pipe<F> {
+    /// Reads `fd`, made non-blocking.
+    pub fn new(fd: F) -> io::Result<Self> {
+        let flags = fcntl_getfl(&fd)?;
+        fcntl_setfl(&fd, flags | OFlags::NONBLOCK)?;
         Ok(Self {
-            pipe,
+            fd,
             buf: vec![0; CHUNK],
             at: 0,
             len: 0,
             ended: false,
-            writer,
         })
     }
 
     /// One read that does not block: true when bytes are buffered or the pipe ended.
-    fn fill(&mut self) -> io::Result<bool> {
+    pub fn fill(&mut self) -> io::Result<bool> {
         if self.at < self.len || self.ended {
             return Ok(true);
         }
-        match rustix::io::read(self.pipe, &mut self.buf[..]) {
+        match rustix::io::read(&self.fd, &mut self.buf[..]) {
             Ok(0) => self.ended = true,
             Ok(n) => (self.at, self.len) = (0, n),
             Err(Errno::AGAIN | Errno::INTR) => return Ok(false),
@@ -89,11 +88,48 @@ impl<'p, W: io::Write> PipeLink<'p, W> {
             return Ok(false);
         }
         let timeout = left.and_then(|l| Timespec::try_from(l).ok());
-        let mut fds = [PollFd::new(&self.pipe, PollFlags::IN)];
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
         match poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(Errno::INTR) => self.fill(),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The bytes read and not yet taken (empty at the end, or when none are buffered).
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.at..self.len]
+    }
+
+    /// Marks the first `n` buffered bytes taken.
+    pub fn consume(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.len);
+    }
+
+    /// True once the other end is gone and every byte was taken.
+    pub fn ended(&self) -> bool {
+        self.ended && self.at == self.len
+    }
+}
+
+/// The device's side of a `tessera device` process: its stdin read in place, its stdout
+/// written through `W`.
+pub struct PipeLink<'p, W> {
+    pipe: Pipe<BorrowedFd<'p>>,
+    writer: W,
+}
+
+impl<'p, W: io::Write> PipeLink<'p, W> {
+    /// Reads `pipe` (made non-blocking), writes `writer`.
+    pub fn new(pipe: BorrowedFd<'p>, writer: W) -> io::Result<Self> {
+        Ok(Self {
+            pipe: Pipe::new(pipe)?,
+            writer,
+        })
+    }
+
+    /// See [`Pipe::wait_readable`].
+    pub fn wait_readable(&mut self, limit: Option<Duration>) -> io::Result<bool> {
+        self.pipe.wait_readable(limit)
     }
 }
 
@@ -103,17 +139,18 @@ impl<W> ErrorType for PipeLink<'_, W> {
 
 impl<W: io::Write> Read for PipeLink<'_, W> {
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, io::Error> {
-        while !self.wait_readable(None)? {}
-        let n = buf.len().min(self.len - self.at);
-        buf[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
-        self.at += n;
+        while !self.pipe.wait_readable(None)? {}
+        let from = self.pipe.buffered();
+        let n = buf.len().min(from.len());
+        buf[..n].copy_from_slice(&from[..n]);
+        self.pipe.consume(n);
         Ok(n)
     }
 }
 
 impl<W: io::Write> ReadReady for PipeLink<'_, W> {
     fn read_ready(&mut self) -> Result<bool, io::Error> {
-        self.fill()
+        self.pipe.fill()
     }
 }
 
@@ -131,8 +168,6 @@ impl<W: io::Write> Write for PipeLink<'_, W> {
 mod tests {
     use std::io::Write as _;
     use std::os::unix::net::UnixStream;
-
-    use std::os::fd::AsFd;
 
     use super::*;
 

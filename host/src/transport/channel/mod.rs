@@ -32,11 +32,11 @@ mod receive;
 
 pub use data_path::{Reading, Sent, Span, Traffic};
 
+use super::frames::Frames;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::Write;
 use std::ops::Range;
-use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::{
@@ -112,7 +112,7 @@ struct InFlight {
 /// A link to one device. See the module documentation.
 pub struct Channel {
     writer: Outgoing,
-    frames: Receiver<Message>,
+    frames: Frames,
     next_seq: u32,
     deadline: Duration,
     busy_deadline: Duration,

@@ -4,15 +4,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::{max_frame_len, ErrorCode, Limits, RequestKind, PROTOCOL_VERSION};
-use tessera_firmware_sim::std_link::{Message, SPIN};
+use tessera_firmware_sim::std_link::SPIN;
 
 use super::super::fault::FaultConfig;
+use super::super::frames::Frames;
 use super::super::reader::{read_frames, MAX_FRAME};
 use super::super::spawn::{self, DeviceHandle, Incoming, Link};
 use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
@@ -170,16 +171,17 @@ impl Channel {
 }
 
 /// The messages from device `replica`'s link: a byte link gets a thread that decodes its
-/// frames.
-fn messages(incoming: Incoming, replica: u32) -> Result<Receiver<Message>, TransportError> {
+/// frames; a child's pipe is read in place.
+fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> {
     Ok(match incoming {
         Incoming::Bytes(reader) => {
             let (tx, frames) = mpsc::channel();
             thread::Builder::new()
                 .name(format!("tessera-link-{replica}"))
                 .spawn(move || read_frames(reader, tx, replica))?;
-            frames
+            Frames::Queue(frames)
         }
-        Incoming::Messages(frames) => frames,
+        Incoming::Messages(frames) => Frames::Queue(frames),
+        Incoming::Pipe(pipe) => Frames::pipe(pipe, replica)?,
     })
 }

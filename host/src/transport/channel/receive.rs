@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Envelope, FromDevice, Response};
-use tessera_firmware_sim::std_link::{receive_spinning, Bulk, Message};
+use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::{transmit, Channel, Silence, TransportError, ATTEMPTS};
 
@@ -26,11 +26,8 @@ impl Channel {
             Some(until) if !retransmit || until < resend_at => until,
             _ => resend_at,
         };
-        match receive_spinning(
-            &self.frames,
-            Some(wake.saturating_duration_since(Instant::now())),
-            self.spin,
-        ) {
+        let limit = Some(wake.saturating_duration_since(Instant::now()));
+        match self.frames.receive(limit, self.spin) {
             Ok(message) => {
                 self.accept(message);
                 Ok(())

@@ -27,7 +27,7 @@ fn channel(writer: Outgoing) -> Channel {
     let (ours, _theirs) = UnixStream::pair().unwrap();
     Channel {
         writer,
-        frames,
+        frames: Frames::Queue(frames),
         next_seq: 1,
         deadline: DEFAULT_DEADLINE,
         busy_deadline: BUSY_DEADLINE,

@@ -77,6 +77,8 @@ pub(super) enum Incoming {
     Bytes(Box<dyn Read + Send>),
     /// Whole messages (and bulk bytes) from a device thread.
     Messages(Receiver<Message>),
+    /// A child process's stdout: frames, read in place by the channel.
+    Pipe(std::os::fd::OwnedFd),
 }
 
 /// Where messages to the device go.

@@ -58,7 +58,7 @@ pub(in crate::transport) fn child_process(
     // Should the reaper not start, dropping `child` stops the device.
     let reaper = reaper(replica, &[pid])?;
     Ok(Link {
-        incoming: Incoming::Bytes(Box::new(stdout)),
+        incoming: Incoming::Pipe(stdout.into()),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
         handle: DeviceHandle::Child {
             child: Some(child),

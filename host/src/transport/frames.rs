@@ -1,0 +1,151 @@
+//! Where a channel's messages come from: a queue (a device thread's, or a byte link's
+//! decoded by a reader thread), or a child process's stdout read in place.
+//!
+//! A reader thread blocked on a child's pipe is woken by the kernel for every reply (tens
+//! of microseconds on a small virtual machine) before the channel sees it: reading the pipe
+//! in place, the channel's own thread looks for bytes as every wait does (yielding between
+//! looks for up to the channel's spin) and then sleeps in `poll` until they come.
+//! Damaged frames are dropped as the reader thread drops them (the request is retried).
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use tessera_core::wire::FrameDecoder;
+use tessera_firmware_sim::std_link::{receive_spinning, Message};
+
+use super::pipe_link::Pipe;
+use super::reader::MAX_FRAME;
+
+/// A channel's source of messages.
+pub(super) enum Frames {
+    /// Whole messages on a queue.
+    Queue(Receiver<Message>),
+    /// Frames read in place from a pipe.
+    Pipe(Box<PipeFrames>),
+}
+
+impl Frames {
+    /// The next message within `limit` (`None`: as long as it takes), looked for without
+    /// sleeping for up to `spin` first; `Disconnected` once the device's end is gone.
+    pub(super) fn receive(
+        &mut self,
+        limit: Option<Duration>,
+        spin: Duration,
+    ) -> Result<Message, RecvTimeoutError> {
+        match self {
+            Self::Queue(queue) => receive_spinning(queue, limit, spin),
+            Self::Pipe(pipe) => pipe.receive(limit),
+        }
+    }
+
+    /// Frames from device `replica` on `pipe`, read in place.
+    pub(super) fn pipe(pipe: OwnedFd, replica: u32) -> std::io::Result<Self> {
+        Ok(Self::Pipe(Box::new(PipeFrames {
+            pipe: Pipe::new(pipe)?,
+            decoder: Box::new(FrameDecoder::new()),
+            ready: VecDeque::new(),
+            replica,
+        })))
+    }
+}
+
+/// A pipe's bytes, the frame being decoded, and the messages decoded and not yet taken.
+pub(super) struct PipeFrames {
+    pipe: Pipe<OwnedFd>,
+    decoder: Box<FrameDecoder<MAX_FRAME>>,
+    ready: VecDeque<Message>,
+    replica: u32,
+}
+
+impl PipeFrames {
+    fn receive(&mut self, limit: Option<Duration>) -> Result<Message, RecvTimeoutError> {
+        let start = Instant::now();
+        loop {
+            if let Some(message) = self.ready.pop_front() {
+                return Ok(message);
+            }
+            if self.pipe.ended() {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            let left = limit.map(|l| l.saturating_sub(start.elapsed()));
+            match self.pipe.wait_readable(left) {
+                Ok(true) => self.decode(),
+                Ok(false) => return Err(RecvTimeoutError::Timeout),
+                Err(e) => {
+                    tracing::debug!(replica = self.replica, error = %e, "the device's pipe failed");
+                    return Err(RecvTimeoutError::Disconnected);
+                }
+            }
+        }
+    }
+
+    /// Decodes every byte read so far into `ready`.
+    fn decode(&mut self) {
+        let mut rest = self.pipe.buffered();
+        let total = rest.len();
+        while !rest.is_empty() {
+            let (used, frame) = self.decoder.feed(rest);
+            rest = &rest[used..];
+            match frame {
+                Some(Ok(body)) => self.ready.push_back(Message {
+                    body: body.to_vec(),
+                    bulk: None,
+                }),
+                Some(Err(e)) => {
+                    tracing::debug!(replica = self.replica, error = %e, "dropped a damaged frame")
+                }
+                None => {}
+            }
+        }
+        self.pipe.consume(total);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    use tessera_core::wire::frame::frame_body;
+
+    use super::*;
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; body.len() * 2 + 16];
+        let n = frame_body(body, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    /// Catches a pipe reader that loses a frame split across reads, keeps a damaged one,
+    /// or waits forever once the device is gone.
+    #[test]
+    fn frames_come_whole_in_order_and_the_end_is_seen() {
+        let (mut device, host) = UnixStream::pair().unwrap();
+        let mut frames = Frames::pipe(OwnedFd::from(host), 7).unwrap();
+        let limit = Some(Duration::from_millis(5));
+        let spin = Duration::ZERO;
+        assert!(matches!(
+            frames.receive(limit, spin),
+            Err(RecvTimeoutError::Timeout)
+        ));
+        let (one, two) = (framed(b"first"), framed(b"second"));
+        device.write_all(&one[..3]).unwrap();
+        assert!(frames.receive(limit, spin).is_err(), "a frame in part");
+        let mut damaged = framed(b"damaged");
+        damaged[2] ^= 0x55;
+        device.write_all(&one[3..]).unwrap();
+        device.write_all(&damaged).unwrap();
+        device.write_all(&two).unwrap();
+        let long = Some(Duration::from_secs(5));
+        assert_eq!(frames.receive(long, spin).unwrap().body, b"first");
+        assert_eq!(frames.receive(long, spin).unwrap().body, b"second");
+        drop(device);
+        assert!(matches!(
+            frames.receive(long, spin),
+            Err(RecvTimeoutError::Disconnected)
+        ));
+    }
+}
