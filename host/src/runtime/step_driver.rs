@@ -87,9 +87,12 @@ struct Share {
 struct OpenRound {
     round: u32,
     op: ReduceOp,
-    /// Bytes every contribution carries (the first one's).
+    /// Bytes every contribution carries (its plan's).
     len: usize,
     contributions: Vec<Share>,
+    /// Which members' contributions are in, by member index: a repeat is found in O(1),
+    /// so a round costs O(members), not O(members²).
+    present: Vec<bool>,
 }
 
 /// The last combined round: each member's answer, for devices that ask again.
@@ -199,7 +202,9 @@ pub(super) fn run_step(
         instances,
         fault,
     };
-    while step.members.iter().any(|m| !m.done) {
+    // Members still running: the loop ends when none is, without a scan per pass.
+    let mut running = step.members.len();
+    while running > 0 {
         for i in 0..step.members.len() {
             if step.members[i].done {
                 continue;
@@ -213,7 +218,10 @@ pub(super) fn run_step(
             }
             let member = &mut step.members[i];
             match reply.response() {
-                Response::Done => member.done = true,
+                Response::Done => {
+                    member.done = true;
+                    running -= 1;
+                }
                 Response::Error { request, code } => {
                     return Err(crate::transport::TransportError::Device {
                         replica: member.replica as u32,
@@ -291,6 +299,7 @@ impl Step<'_> {
             op: c.op,
             len,
             contributions: Vec::with_capacity(members),
+            present: vec![false; members],
         });
         collect(open, i, replica, c.round, c.op, c.data)?;
         if open.contributions.len() < members {
@@ -428,7 +437,8 @@ fn collect(
             actual: data.len(),
         });
     }
-    if !open.contributions.iter().any(|c| c.from == from) {
+    if let Some(present @ false) = open.present.get_mut(from) {
+        *present = true;
         open.contributions.push(Share {
             from,
             data: data.to_vec(),
@@ -604,6 +614,7 @@ mod tests {
             op: ReduceOp::Mean,
             len: 8,
             contributions: Vec::new(),
+            present: vec![false; 8],
         };
         collect(&mut open, 0, 0, 2, ReduceOp::Mean, &[0; 8]).unwrap();
         collect(&mut open, 0, 0, 2, ReduceOp::Mean, &[0; 8]).unwrap();
@@ -664,6 +675,7 @@ mod tests {
                 round: 0,
                 op: ReduceOp::Sum,
                 len: 4,
+                present: vec![true; 3],
                 contributions: order
                     .iter()
                     .map(|&from| Share {
@@ -695,6 +707,7 @@ mod tests {
             round: 0,
             op: ReduceOp::Mean,
             len: 4,
+            present: vec![true; 2],
             contributions: (0..2)
                 .map(|from| Share {
                     from,
@@ -717,6 +730,7 @@ mod tests {
             op: ReduceOp::Sum,
             len: 6,
             contributions: Vec::new(),
+            present: vec![false; 8],
         };
         assert!(matches!(
             collect(&mut open, 0, 5, 0, ReduceOp::Sum, &[0; 6]),

@@ -4,9 +4,14 @@
 //! - [`Channel`] (`channel`): the request protocol — sequence numbers, deadlines, retries
 //!   answered from the device's reply cache — and the one data path: spans of a register,
 //!   slot or FIFO written and read in place, in bulk or in chunks, as the placement allows.
-//! - `spawn`: starting and stopping a device in each placement; [`check_firmware`] checks
-//!   what the QEMU placement needs before anything starts.
-//! - `reader`: the thread that decodes the device's frames.
+//! - `spawn`: starting and stopping a device in each placement (device threads pooled, at
+//!   most one per core); [`check_firmware`] checks what the QEMU placement needs before
+//!   anything starts.
+//! - `reader`: the thread that decodes a byte link's frames (QEMU, a thread with faults);
+//!   `frames`: a channel's source of messages — that thread's queue, a device thread's, or
+//!   a child process's stdout read in place.
+//! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
+//!   side, its stdout on the host's).
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
 //! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
