@@ -56,6 +56,28 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Weights to host into arrays the caller holds (PopART's `weightsToHost` into the
+    /// user's buffers): every array in `into` names a variable and has its returned shape,
+    /// checked for all before the first byte moves; variables not named are not read. No
+    /// allocation: a loop that reads the weights every few steps reuses its buffers.
+    /// Refused while a failed step may have left the replicas apart.
+    pub fn weights_to_host_into(&mut self, into: &mut WeightsIo) -> Result<(), RuntimeError> {
+        self.check_converged(true, false)?;
+        let mut plan = Vec::with_capacity(into.len());
+        for (name, array) in into.iter() {
+            let index = self.variable(name)?;
+            self.check_returned(name, array)?;
+            plan.push(index);
+        }
+        for (index, array) in plan.iter().zip(into.values_mut()) {
+            self.store_one(*index, ids::variable, array.bytes_mut())?;
+        }
+        if plan.len() == self.program.variables.len() {
+            self.weights_in_sync = true;
+        }
+        Ok(())
+    }
+
     /// The optimizer's state from host: each variable's velocity, by the variable's name, in
     /// the variable's host shape. Refused when the program's optimizer keeps no state.
     pub fn optimizer_state_from_host(&mut self, state: &WeightsIo) -> Result<(), RuntimeError> {
@@ -121,32 +143,8 @@ impl Runtime {
         for index in 0..self.program.variables.len() {
             let name = self.program.variables[index].name.to_string();
             let layout = layout(&self.program, self.replicas, self.window, index)?;
-            let (mut bytes, held) = (vec![0u8; layout.to_host_bytes()], layout.slot_bytes());
-            let variable = source(index as u8);
-            let mut slots = ChannelSlots::variable(&mut self.channels, variable, held);
-            let collective = layout
-                .to_host(&mut slots, &mut bytes)
-                .map_err(|e| transfer_error(&name, e))?;
-            // What the other instances hold (see the `instance` module).
-            match collective {
-                Collective::None => {}
-                Collective::SumAllreduce => self.instances.allreduce_or(&mut bytes)?,
-                Collective::Allgather => {
-                    let row = layout.row_bytes();
-                    let mine = &bytes
-                        [row * self.window.offset..row * (self.window.offset + self.window.local)];
-                    let all = self.instances.allgather(mine)?;
-                    if all.len() != bytes.len() {
-                        return Err(RuntimeError::Bytes {
-                            name,
-                            expected: bytes.len(),
-                            actual: all.len(),
-                            what: "buffer gathered from the instances",
-                        });
-                    }
-                    bytes = all;
-                }
-            }
+            let mut bytes = vec![0u8; layout.to_host_bytes()];
+            self.store_one(index, source, &mut bytes)?;
             let shape: Vec<u32> = self
                 .host_shape(&name, true)?
                 .iter()
@@ -165,6 +163,53 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Variable `index` (what `source` names on the devices) into `bytes`, its returned
+    /// shape's size: every byte written (core's `to_host` zeroes what this instance does not
+    /// hold, whatever `bytes` held before), then the other instances' rows by the collective.
+    fn store_one(
+        &mut self,
+        index: usize,
+        source: fn(u8) -> u16,
+        bytes: &mut [u8],
+    ) -> Result<(), RuntimeError> {
+        let name = &self.program.variables[index].name;
+        let layout = layout(&self.program, self.replicas, self.window, index)?;
+        if bytes.len() != layout.to_host_bytes() {
+            return Err(RuntimeError::Bytes {
+                name: name.to_string(),
+                expected: layout.to_host_bytes(),
+                actual: bytes.len(),
+                what: "returned array",
+            });
+        }
+        let held = layout.slot_bytes();
+        let mut slots = ChannelSlots::variable(&mut self.channels, source(index as u8), held);
+        let collective = layout
+            .to_host(&mut slots, bytes)
+            .map_err(|e| transfer_error(name, e))?;
+        // What the other instances hold (see the `instance` module).
+        match collective {
+            Collective::None => {}
+            Collective::SumAllreduce => self.instances.allreduce_or(bytes)?,
+            Collective::Allgather => {
+                let row = layout.row_bytes();
+                let mine = &bytes
+                    [row * self.window.offset..row * (self.window.offset + self.window.local)];
+                let all = self.instances.allgather(mine)?;
+                if all.len() != bytes.len() {
+                    return Err(RuntimeError::Bytes {
+                        name: name.to_string(),
+                        expected: bytes.len(),
+                        actual: all.len(),
+                        what: "buffer gathered from the instances",
+                    });
+                }
+                bytes.copy_from_slice(&all);
+            }
+        }
+        Ok(())
+    }
+
     /// The index of variable `name`.
     fn variable(&self, name: &str) -> Result<usize, RuntimeError> {
         self.program
@@ -173,6 +218,26 @@ impl Runtime {
                 name: name.to_string(),
                 expected: "variable",
             })
+    }
+
+    /// `array` is `f32` and has variable `name`'s returned shape.
+    fn check_returned(&self, name: &str, array: &HostArray) -> Result<(), RuntimeError> {
+        let shape = self.host_shape(name, true)?;
+        self.check_array(name, array, &shape).map_err(|e| match e {
+            RuntimeError::Shape {
+                name,
+                expected,
+                actual,
+                ..
+            } => RuntimeError::Shape {
+                name,
+                expected,
+                actual,
+                rule: "a variable's returned shape: one row per group (or per replica, when \
+                       every replica's returns), the row dimension dropped when one returns",
+            },
+            other => other,
+        })
     }
 
     /// `array` is `f32` and shaped `shape`.

@@ -35,3 +35,4 @@ mod signals;
 mod step_copies;
 mod step_failure;
 mod train_cli;
+mod weights_into;
