@@ -176,6 +176,40 @@ impl Arena {
     }
 }
 
+/// What one thread's devices are built on and outlive: their memory, cycle counters,
+/// replicas and links, and the mail queue each link reads.
+struct Parts {
+    arenas: Vec<Arena>,
+    cycles: Vec<CycleCounter>,
+    replicas: Vec<u32>,
+    links: Vec<Queue>,
+    mail: Vec<Sender<Message>>,
+}
+
+impl Parts {
+    fn new(specs: Vec<Spec>) -> Self {
+        let n = specs.len();
+        let mut parts = Self {
+            arenas: Vec::with_capacity(n),
+            cycles: (0..n).map(|_| CycleCounter::new()).collect(),
+            replicas: Vec::with_capacity(n),
+            links: Vec::with_capacity(n),
+            mail: Vec::with_capacity(n),
+        };
+        for spec in specs {
+            parts.arenas.push(match spec.shared {
+                Some(shared) => Arena::Shared(shared),
+                None => Arena::Own(vec![0u8; spec.bytes]),
+            });
+            let (to_device, device_in) = mpsc::channel();
+            parts.links.push(Queue::new(device_in, spec.replies));
+            parts.mail.push(to_device);
+            parts.replicas.push(spec.replica);
+        }
+        parts
+    }
+}
+
 /// Builds `specs`' devices and serves them until every mailbox to them is gone, with
 /// `busy` (the line of every one of them) high while any of them runs a request.
 fn serve_devices(
@@ -184,21 +218,13 @@ fn serve_devices(
     mut busy: BusyLine,
 ) -> Result<(), io::Error> {
     let n = specs.len();
-    let cycles: Vec<CycleCounter> = (0..n).map(|_| CycleCounter::new()).collect();
-    let mut arenas = Vec::with_capacity(n);
-    let mut links = Vec::with_capacity(n);
-    let mut mail = Vec::with_capacity(n);
-    let mut replicas = Vec::with_capacity(n);
-    for spec in specs {
-        arenas.push(match spec.shared {
-            Some(shared) => Arena::Shared(shared),
-            None => Arena::Own(vec![0u8; spec.bytes]),
-        });
-        let (to_device, device_in) = mpsc::channel();
-        links.push(Queue::new(device_in, spec.replies));
-        mail.push(to_device);
-        replicas.push(spec.replica);
-    }
+    let Parts {
+        mut arenas,
+        cycles,
+        replicas,
+        mut links,
+        mail,
+    } = Parts::new(specs);
     // The kept replies (a megabyte per device) live on the heap.
     let mut storage: Vec<Vec<[u8; HOST_FRAME]>> = (0..n)
         .map(|_| vec![[0u8; HOST_FRAME]; HOST_WINDOW])
