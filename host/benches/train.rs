@@ -18,11 +18,9 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
 
-use tessera_core::grouping::{CommGroup, RetrievalMode};
-use tessera_core::program::Sharding;
+use tessera_core::grouping::CommGroup;
 use tessera_host::runtime::Placement;
 use tessera_host::train::data::Dataset;
-use tessera_host::train::model::default_anchors;
 use tessera_host::train::{train, DataSource, TrainJob};
 
 /// Runs of each measurement; the median is printed.
@@ -88,33 +86,8 @@ fn steps_from_args() -> usize {
 /// `tessera train`'s defaults, for `steps` steps, without progress bar.
 fn default_job(steps: usize) -> TrainJob {
     TrainJob {
-        replicas: 4,
-        comm: CommGroup::All,
-        output_comm: CommGroup::Consecutive(2),
-        sharding: Sharding::Balanced,
-        retrieval: RetrievalMode::OnePerGroup,
-        hidden: 24,
-        batches_per_step: 2,
-        accumulation: 32,
-        micro_batch_size: 1,
         steps,
-        learning_rate: 0.7,
-        momentum: 0.9,
-        dropout: 0.1,
-        anchors: default_anchors(),
-        data: DataSource::Spirals {
-            samples: 3000,
-            classes: 3,
-        },
-        seed: 42,
-        placement: Placement::Thread,
-        tolerance: 1e-3,
-        progress: false,
-        checkpoint: None,
-        every: 0,
-        resume: None,
-        save_executable: None,
-        executable: None,
+        ..TrainJob::default()
     }
 }
 

@@ -368,3 +368,28 @@ fn verdict(job: &TrainJob, report: &TrainReport, rank: usize) -> ExitCode {
     );
     ExitCode::FAILURE
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    /// Catches `TrainJob::default()` drifting from the command's defaults: benches and
+    /// tests that say they run "the default job" build it from `TrainJob::default()`.
+    #[test]
+    fn the_command_without_options_runs_the_default_job() {
+        let args = Command::parse_from(["train"]).train;
+        let job = TrainJob {
+            progress: false,
+            ..args.into_job().unwrap()
+        };
+        assert_eq!(job, TrainJob::default());
+    }
+}

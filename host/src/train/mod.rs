@@ -128,6 +128,44 @@ pub struct TrainJob {
     pub executable: Option<PathBuf>,
 }
 
+/// The job `tessera train` runs given no options (a test holds the command to it), on
+/// device threads and without a progress bar: 4 replicas, `w1` sharded across all of them
+/// and `w2` in pairs, 24 hidden units, 2 batches of 32 micro-batches of one sample per
+/// step, 40 steps, the embedded 3000 spiral samples of 3 classes.
+impl Default for TrainJob {
+    fn default() -> Self {
+        Self {
+            replicas: 4,
+            comm: CommGroup::All,
+            output_comm: CommGroup::Consecutive(2),
+            sharding: Sharding::Balanced,
+            retrieval: RetrievalMode::OnePerGroup,
+            hidden: 24,
+            batches_per_step: 2,
+            accumulation: 32,
+            micro_batch_size: 1,
+            steps: 40,
+            learning_rate: 0.7,
+            momentum: 0.9,
+            dropout: 0.1,
+            anchors: model::default_anchors(),
+            data: DataSource::Spirals {
+                samples: 3000,
+                classes: 3,
+            },
+            seed: 42,
+            placement: Placement::Thread,
+            tolerance: 1e-3,
+            progress: false,
+            checkpoint: None,
+            every: 0,
+            resume: None,
+            save_executable: None,
+            executable: None,
+        }
+    }
+}
+
 impl TrainJob {
     /// Checks every setting against its range, the groupings against the replicas and the
     /// size of one step's arrays; [`train`] runs this (and checks the data and the

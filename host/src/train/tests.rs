@@ -1,41 +1,25 @@
 //! The job's rules, checked before any device starts, and the report's pass rule.
 
-use tessera_core::grouping::{CommGroup, RetrievalMode};
-use tessera_core::program::Sharding;
+use tessera_core::grouping::CommGroup;
 
-use super::model::default_anchors;
 use super::*;
 use crate::runtime::check::CheckError;
 
+/// A small job: the default one with 16 hidden units, 4 batches of 2 micro-batches, 5
+/// steps on 300 samples.
 fn job() -> TrainJob {
     TrainJob {
-        replicas: 4,
-        comm: CommGroup::All,
-        output_comm: CommGroup::Consecutive(2),
-        sharding: Sharding::Balanced,
-        retrieval: RetrievalMode::OnePerGroup,
         hidden: 16,
         batches_per_step: 4,
         accumulation: 2,
-        micro_batch_size: 1,
         steps: 5,
         learning_rate: 0.1,
         momentum: 0.5,
-        dropout: 0.1,
-        anchors: default_anchors(),
         data: DataSource::Spirals {
             samples: 300,
             classes: 3,
         },
-        seed: 42,
-        placement: Placement::Thread,
-        tolerance: 1e-3,
-        progress: false,
-        checkpoint: None,
-        every: 0,
-        resume: None,
-        save_executable: None,
-        executable: None,
+        ..TrainJob::default()
     }
 }
 

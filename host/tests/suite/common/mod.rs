@@ -23,9 +23,8 @@ use tessera_core::program::{elements, AnchorTensor, Layer, Optimizer, Program, S
 use tessera_core::rng::Rng;
 use tessera_core::stream::AnchorReturnType;
 use tessera_host::runtime::check::max_relative_error;
-use tessera_host::runtime::{Placement, StepIo, WeightsIo};
+use tessera_host::runtime::{StepIo, WeightsIo};
 use tessera_host::session::HostArray;
-use tessera_host::train::model::default_anchors;
 use tessera_host::train::{DataSource, TrainJob};
 
 /// The firmware ELF: `$TESSERA_FIRMWARE`, or the release build in this workspace. A QEMU
@@ -242,33 +241,16 @@ impl Model {
 /// micro-batches per step, 300 spiral samples. Suites change what they test with `..`.
 pub fn small_train_job(steps: usize) -> TrainJob {
     TrainJob {
-        replicas: 4,
-        comm: CommGroup::All,
-        output_comm: CommGroup::Consecutive(2),
-        sharding: Sharding::Balanced,
-        retrieval: RetrievalMode::OnePerGroup,
         hidden: 8,
-        batches_per_step: 2,
         accumulation: 2,
-        micro_batch_size: 1,
         steps,
         learning_rate: 0.2,
-        momentum: 0.9,
-        dropout: 0.1,
-        anchors: default_anchors(),
         data: DataSource::Spirals {
             samples: 300,
             classes: 3,
         },
         seed: 7,
-        placement: Placement::Thread,
-        tolerance: 1e-3,
-        progress: false,
-        checkpoint: None,
-        every: 0,
-        resume: None,
-        save_executable: None,
-        executable: None,
+        ..TrainJob::default()
     }
 }
 
