@@ -25,6 +25,7 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
+use mpi::Threading;
 
 use super::{InstanceError, Instances};
 
@@ -63,6 +64,22 @@ impl Mpi {
     /// Initializes MPI and installs the panic hook that aborts the job.
     pub fn initialize() -> Result<(MpiGuard, Self), InstanceError> {
         let universe = mpi::initialize().ok_or(InstanceError::AlreadyInitialized)?;
+        Self::on(universe)
+    }
+
+    /// Like [`Mpi::initialize`], for a process that calls MPI from more than one thread (a
+    /// session across ranks: a post office thread beside the controller's); an MPI built
+    /// without thread support is an error.
+    pub fn initialize_for_threads() -> Result<(MpiGuard, Self), InstanceError> {
+        let (universe, provided) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or(InstanceError::AlreadyInitialized)?;
+        if provided != Threading::Multiple {
+            return Err(InstanceError::NoThreads);
+        }
+        Self::on(universe)
+    }
+
+    fn on(universe: Universe) -> Result<(MpiGuard, Self), InstanceError> {
         let world = universe.world();
         let deadline = match std::env::var(DEADLINE_VAR) {
             Err(_) => DEFAULT_DEADLINE,
@@ -84,7 +101,11 @@ impl Mpi {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
-            SimpleCommunicator::world().abort(101);
+            // After MPI_Finalize the job no longer waits on this rank (and aborting is not
+            // allowed): the panic ends the process as any other does.
+            if !mpi::environment::is_finalized() {
+                SimpleCommunicator::world().abort(101);
+            }
         }));
         Ok((
             MpiGuard {

@@ -77,6 +77,8 @@ mod direct;
 mod error;
 pub mod loader;
 mod pending;
+#[cfg(feature = "mpi")]
+pub mod ranks;
 mod state;
 mod value;
 
@@ -192,6 +194,15 @@ impl Session {
         memory: usize,
     ) -> Result<Self, SessionError> {
         check_groups(workers, num_groups)?;
+        match crate::instance::launched_by_mpirun() {
+            None => {}
+            #[cfg(feature = "mpi")]
+            Some(_) => return ranks::across(placement, workers, num_groups, memory),
+            #[cfg(not(feature = "mpi"))]
+            Some(variable) => {
+                return Err(crate::instance::InstanceError::MpiNotBuilt { variable }.into())
+            }
+        }
         let last = u32::try_from(workers).map_err(|_| SessionError::NoWorker {
             worker: workers,
             workers,
@@ -214,6 +225,8 @@ impl Session {
                 free_ids: Vec::new(),
                 num_groups,
                 shut_down: false,
+                #[cfg(feature = "mpi")]
+                across: None,
             })),
         })
     }
@@ -526,6 +539,11 @@ impl Session {
         state.workers.clear();
         state.pending.clear();
         state.parked.clear();
+        // With the channels gone, every link to another rank has ended.
+        #[cfg(feature = "mpi")]
+        if let Some(across) = state.across.take() {
+            across.finish();
+        }
     }
 }
 
