@@ -5,7 +5,7 @@
 //! replica on it, in replica order, for the runtime and the session alike; everything the
 //! placement needs (QEMU's firmware and tools) is checked once, before the first device
 //! starts, so a missing piece fails at once instead of after some devices are up.
-//! [`serve`] (feature `mpi`) starts one device on a byte link whose controller is on
+//! `serve` (feature `mpi`) starts one device on a byte link whose controller is on
 //! another rank.
 
 use std::ops::Range;

@@ -531,7 +531,7 @@ fn a_panic_on_a_serving_rank_aborts_the_session() {
         job,
         ranks,
         devices,
-    } = session_running("session-panic", &["1"]);
+    } = session_running("session-panic", &["0", "1"]);
     let stderr = fails_promptly(job, "rank 1 panicked");
     assert!(stderr.contains("rank 1 panics on purpose"), "{stderr}");
     assert_no_rank_left(&ranks);

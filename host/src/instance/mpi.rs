@@ -51,11 +51,14 @@ impl std::fmt::Debug for MpiGuard {
 }
 
 /// The world communicator's collectives. A handle: the communicator is looked up on each
-/// call, so the handle is `Send` and `Sync`; MPI is called from one thread at a time.
+/// call, so the handle is `Send` and `Sync`; MPI is called from one thread at a time, or
+/// from several when initialized for threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mpi {
     rank: usize,
     size: usize,
+    /// Initialized for calls from several threads at once.
+    threads: bool,
     /// How long a collective may wait for its peers (see the module documentation).
     deadline: Duration,
 }
@@ -64,7 +67,7 @@ impl Mpi {
     /// Initializes MPI and installs the panic hook that aborts the job.
     pub fn initialize() -> Result<(MpiGuard, Self), InstanceError> {
         let universe = mpi::initialize().ok_or(InstanceError::AlreadyInitialized)?;
-        Self::on(universe)
+        Self::on(universe, false)
     }
 
     /// Like [`Mpi::initialize`], for a process that calls MPI from more than one thread (a
@@ -76,10 +79,16 @@ impl Mpi {
         if provided != Threading::Multiple {
             return Err(InstanceError::NoThreads);
         }
-        Self::on(universe)
+        Self::on(universe, true)
     }
 
-    fn on(universe: Universe) -> Result<(MpiGuard, Self), InstanceError> {
+    /// True when initialized for calls from several threads at once
+    /// ([`Mpi::initialize_for_threads`]).
+    pub fn threads(&self) -> bool {
+        self.threads
+    }
+
+    fn on(universe: Universe, threads: bool) -> Result<(MpiGuard, Self), InstanceError> {
         let world = universe.world();
         let deadline = match std::env::var(DEADLINE_VAR) {
             Err(_) => DEFAULT_DEADLINE,
@@ -91,6 +100,7 @@ impl Mpi {
         let mpi = Self {
             rank: world.rank() as usize,
             size: world.size() as usize,
+            threads,
             deadline,
         };
         let rank = mpi.rank;

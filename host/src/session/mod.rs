@@ -42,6 +42,9 @@
 //!   in framed chunks.
 //! - **Shutdown** is idempotent and happens on drop too; the workers stop with it (a worker
 //!   whose controller vanished exits: its link closes).
+//! - **Across hosts** (feature `mpi`): under `mpirun`, rank 0 is the controller and every
+//!   rank hosts its share of the workers, with global worker ids; every operation above
+//!   holds across ranks (the `ranks` module's rules).
 //!
 //! ```
 //! use tessera_core::dtype::DataType;

@@ -11,7 +11,9 @@
 //! - **Every rank runs the same program.** On rank 0, `Session::new` returns the
 //!   controller. On every other rank it serves its workers until the controller shuts the
 //!   session down, then ends the process (status 0, or 1 with the reason on stderr) — it
-//!   never returns, so code written for one host runs under `mpirun` unchanged.
+//!   never returns, so code written for one host runs under `mpirun` unchanged. A program
+//!   that initializes MPI itself (to run its own collectives beside the session) calls
+//!   [`Session::across_ranks`] instead, which returns on every rank.
 //! - **Commands travel as on one host.** A remote worker is a byte link between rank 0 and
 //!   its rank (`transport::tunnel`), so the request protocol (sequence numbers, deadlines,
 //!   re-sends) runs end to end, and every session operation — calls, copies, syncs, debug
@@ -20,8 +22,9 @@
 //!   Bulk data of remote workers goes through rank 0.
 //! - **Shutdown.** Shutting the session down (or dropping it) ends every link; each rank
 //!   stops its devices, says it has finished and ends. Rank 0 waits up to
-//!   [`FINISH_LIMIT`] for them, then finalizes MPI: one session per job (MPI is
-//!   initialized once per process; a second session is refused with the reason).
+//!   [`FINISH_LIMIT`] for them, then finalizes MPI if the session initialized it: one
+//!   `Session::new` per job (MPI is initialized once per process; a second is refused with
+//!   the reason).
 //! - **Faults.** A rank that dies or panics ends the whole job (`mpirun` ends the other
 //!   ranks and names the rank that failed; tessera's panic hook calls `MPI_Abort`); a
 //!   controller that dies ends every rank the same way, and each rank's device processes
@@ -31,7 +34,7 @@
 use std::time::Duration;
 
 use super::{Session, SessionError};
-use crate::instance::{Instances, Mpi, MpiGuard};
+use crate::instance::{InstanceError, Instances, Mpi, MpiGuard};
 use crate::placement::{self, Placement};
 use crate::transport::tunnel::{LinkId, PostOffice};
 use crate::transport::{Channel, TransportError};
@@ -44,8 +47,8 @@ pub(super) struct Across {
     office: PostOffice,
     /// The ranks serving workers (all but 0).
     serving: Vec<usize>,
-    /// Keeps MPI initialized; finalized last.
-    mpi: MpiGuard,
+    /// Keeps MPI initialized when the session initialized it; finalized last.
+    mpi: Option<MpiGuard>,
 }
 
 impl std::fmt::Debug for Across {
@@ -58,7 +61,8 @@ impl std::fmt::Debug for Across {
 
 impl Across {
     /// Ends the session across ranks, once every channel (every link's writer) is dropped:
-    /// waits for the ranks to finish, stops the post office, finalizes MPI.
+    /// waits for the ranks to finish, stops the post office, finalizes MPI if the session
+    /// initialized it.
     pub(super) fn finish(self) {
         let Self {
             office,
@@ -74,30 +78,69 @@ impl Across {
     }
 }
 
-/// `Session::new` under `mpirun`: the controller on rank 0; on every other rank, its
-/// workers served until the controller is done, then the end of the process.
+/// `Session::new` under `mpirun`: MPI initialized here (and finalized when the session
+/// ends); the controller on rank 0; on every other rank, its workers served until the
+/// controller is done, then the end of the process.
 pub(super) fn across(
     placement: &Placement,
     workers: usize,
     num_groups: usize,
     memory: usize,
 ) -> Result<Session, SessionError> {
-    let (mpi_guard, mpi) = Mpi::initialize_for_threads()?;
+    let (guard, mpi) = Mpi::initialize_for_threads()?;
+    let rank = mpi.rank();
+    match start(&mpi, Some(guard), placement, workers, num_groups, memory) {
+        Ok(Some(session)) => Ok(session),
+        // A serving rank whose controller is done (its guard finalized MPI).
+        Ok(None) => std::process::exit(0),
+        Err(e) if rank != 0 => {
+            eprintln!("tessera: rank {rank}: {e}");
+            std::process::exit(1)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Session {
+    /// A session across the ranks of an MPI job whose MPI the caller initialized
+    /// ([`Mpi::initialize_for_threads`]) and finalizes: on rank 0 the controller
+    /// (`Some`), on every other rank `None` once its workers have served the controller
+    /// to its shutdown. The rules are the module's; [`Session::new`] under `mpirun` does
+    /// the same and keeps the serving ranks from returning at all.
+    pub fn across_ranks(
+        mpi: &Mpi,
+        placement: &Placement,
+        workers: usize,
+        num_groups: usize,
+        memory: usize,
+    ) -> Result<Option<Session>, SessionError> {
+        if !mpi.threads() {
+            return Err(InstanceError::NoThreads.into());
+        }
+        super::check_groups(workers, num_groups)?;
+        start(mpi, None, placement, workers, num_groups, memory)
+    }
+}
+
+/// Rank 0: the controller; any other rank: its workers served, then `None`. `guard`, if
+/// given, is finalized when the session ends (rank 0) or once served (other ranks).
+fn start(
+    mpi: &Mpi,
+    guard: Option<MpiGuard>,
+    placement: &Placement,
+    workers: usize,
+    num_groups: usize,
+    memory: usize,
+) -> Result<Option<Session>, SessionError> {
     let ranks = mpi.size();
     if !workers.is_multiple_of(ranks) {
         return Err(SessionError::Ranks { workers, ranks });
     }
     let per_rank = workers / ranks;
     if mpi.rank() != 0 {
-        let code = match serve(placement, mpi.rank(), per_rank, memory) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("tessera: rank {}: {e}", mpi.rank());
-                1
-            }
-        };
-        drop(mpi_guard);
-        std::process::exit(code);
+        serve(placement, mpi.rank(), per_rank, memory)?;
+        drop(guard);
+        return Ok(None);
     }
     let links: Vec<LinkId> = (per_rank..workers)
         .map(|worker| LinkId {
@@ -109,21 +152,17 @@ pub(super) fn across(
     let across = Across {
         office,
         serving: (1..ranks).collect(),
-        mpi: mpi_guard,
+        mpi: guard,
     };
-    // Any failure below drops the channels made so far (ending their links) before the
+    // A failure below drops the channels made so far (ending their links) before the
     // ranks are waited for.
-    match controller_channels(placement, per_rank, memory, &links, ends) {
-        Ok(channels) => match Session::on(channels, num_groups) {
-            Ok(session) => {
-                session.lock()?.across = Some(across);
-                Ok(session)
-            }
-            Err(e) => {
-                across.finish();
-                Err(e)
-            }
-        },
+    let session = controller_channels(placement, per_rank, memory, &links, ends)
+        .and_then(|channels| Session::on(channels, num_groups));
+    match session {
+        Ok(session) => {
+            session.lock()?.across = Some(across);
+            Ok(Some(session))
+        }
         Err(e) => {
             across.finish();
             Err(e)

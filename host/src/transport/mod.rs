@@ -12,7 +12,7 @@
 //!   a child process's stdout read in place.
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
 //!   side, its stdout on the host's).
-//! - [`tunnel`] (feature `mpi`): byte links between the ranks of an MPI job, for workers
+//! - `tunnel` (feature `mpi`): byte links between the ranks of an MPI job, for workers
 //!   whose controller is on another rank; `spawn`'s relay serves such a link.
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
 //! - [`fault`]: links that damage or delay bytes, for tests.
