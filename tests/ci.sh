@@ -55,8 +55,11 @@ TESSERA_FIRMWARE="$PWD/target/thumbv7m-none-eabi/firmware/tessera-firmware" carg
     --test suite --locked -- --include-ignored --exact runtime_parity::parity::qemu_matches_the_reference
 
 step "multi-instance suite: mpirun -np 2 and -np 4 against one process (feature mpi)"
-cargo build -p tessera-host --features mpi --example mpi_panic --locked
+cargo build -p tessera-host --features mpi --example mpi_panic --example session_across --locked
 cargo test -p tessera-host --features mpi --test mpi --locked
+
+step "the session scenarios across 2 and 4 MPI ranks (feature mpi)"
+cargo test -p tessera-host --features mpi --test suite --locked -- session_scenarios::across_ranks
 
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings

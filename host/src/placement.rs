@@ -5,6 +5,8 @@
 //! replica on it, in replica order, for the runtime and the session alike; everything the
 //! placement needs (QEMU's firmware and tools) is checked once, before the first device
 //! starts, so a missing piece fails at once instead of after some devices are up.
+//! `serve` (feature `mpi`) starts one device on a byte link whose controller is on
+//! another rank.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -49,5 +51,25 @@ pub fn open(
         Placement::Qemu(firmware) => replicas
             .map(|replica| Channel::qemu_checked(firmware, replica))
             .collect(),
+    }
+}
+
+/// Starts device `replica` on `placement` (`memory` bytes where the host places it),
+/// serving `reader` and `writer` (a link from a controller on another rank), after
+/// [`check`]; it stops when the link ends ([`Served::wait`](crate::transport::Served)).
+#[cfg(feature = "mpi")]
+pub(crate) fn serve(
+    placement: &Placement,
+    replica: u32,
+    memory: usize,
+    reader: impl std::io::Read + Send + 'static,
+    writer: impl std::io::Write + Send + 'static,
+) -> Result<crate::transport::Served, TransportError> {
+    use crate::transport::{child_on, qemu_on, thread_on};
+    check(placement)?;
+    match placement {
+        Placement::Thread => thread_on(replica, memory, reader, writer),
+        Placement::Process(exe) => child_on(exe, replica, memory, reader, writer),
+        Placement::Qemu(firmware) => qemu_on(firmware, replica, reader, writer),
     }
 }

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use tessera_host::checkpoint::Checkpoint;
 
+#[path = "mpirun/mod.rs"]
+mod mpirun;
+use mpirun::{mpirun, run};
+
 const TESSERA: &str = env!("CARGO_BIN_EXE_tessera");
 
 /// A scratch directory of its own for one test.
@@ -21,33 +25,6 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
-}
-
-/// `mpirun -np ranks` of `program args`, with the recipe's environment and `dir` as its
-/// `TMPDIR`.
-fn mpirun(ranks: usize, program: &Path, args: &[&str], dir: &Path) -> Command {
-    let tmp = dir.join(format!("tmp-{ranks}-{}", args.len()));
-    std::fs::create_dir_all(&tmp).expect("a TMPDIR");
-    let mut command = Command::new("mpirun");
-    command
-        .args(["-np", &ranks.to_string()])
-        .arg(program)
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_oob_tcp_if_include", "lo")
-        .env("OMPI_MCA_btl_tcp_if_include", "lo")
-        .env("MPIEXEC_TIMEOUT", "300")
-        .env("TMPDIR", &tmp);
-    command
-}
-
-fn run(mut command: Command) -> Output {
-    command
-        .output()
-        .expect("mpirun runs: install OpenMPI (tests/ci.sh does)")
 }
 
 fn success(out: &Output) -> String {
@@ -368,4 +345,195 @@ fn a_panic_on_one_rank_aborts_the_job() {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
     }
     assert!(stderr.contains("rank 1 panics on purpose"), "{stderr}");
+}
+
+// ---- a session across ranks --------------------------------------------------------
+
+/// The `session_across` example (built by `cargo test --features mpi`).
+fn session_across() -> PathBuf {
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/examples/session_across");
+    assert!(
+        example.exists(),
+        "{} is built by `cargo test -p tessera-host --features mpi`",
+        example.display()
+    );
+    example
+}
+
+/// A session job under way.
+struct Running {
+    job: Child,
+    /// Its ranks, as (pid, rank).
+    ranks: Vec<(u32, u32)>,
+    /// Each rank's device processes, as (rank, pids).
+    devices: Vec<(u32, Vec<u32>)>,
+}
+
+/// `session_across` under `mpirun -np 2` with 4 workers in child processes (`extra`
+/// appended), once rank 0 has run a round on every worker.
+fn session_running(name: &str, extra: &[&str]) -> Running {
+    let dir = scratch(name);
+    let mut args = vec!["4", TESSERA];
+    args.extend_from_slice(extra);
+    let mut job = mpirun(2, &session_across(), &args, &dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun runs: install OpenMPI (tests/ci.sh does)");
+    let mut line = String::new();
+    let stdout = job.stdout.as_mut().expect("piped");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .expect("rank 0's output");
+    assert_eq!(line.trim(), "running", "rank 0 ran a round on every worker");
+    let ranks: Vec<(u32, u32)> = children_of(job.id())
+        .into_iter()
+        .filter_map(|pid| Some((pid, rank_of(pid)?)))
+        .collect();
+    assert_eq!(ranks.len(), 2, "two ranks: {ranks:?}");
+    let devices = ranks
+        .iter()
+        .map(|&(pid, rank)| {
+            let devices: Vec<u32> = children_of(pid)
+                .into_iter()
+                .filter(|&child| {
+                    std::fs::read(format!("/proc/{child}/cmdline"))
+                        .unwrap_or_default()
+                        .split(|&b| b == 0)
+                        .any(|arg| arg == b"device")
+                })
+                .collect();
+            (rank, devices)
+        })
+        .collect();
+    Running {
+        job,
+        ranks,
+        devices,
+    }
+}
+
+/// `pid` is gone (or a zombie: ended, only its reaping left).
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+/// Waits up to 30 s for `job` to fail; its stderr.
+fn fails_promptly(mut job: Child, what: &str) -> String {
+    let Some(status) = wait_for(&mut job, Duration::from_secs(30)) else {
+        let _ = job.kill();
+        panic!("the job still runs 30 s after {what}");
+    };
+    assert!(!status.success(), "a job after {what} must fail");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = job.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    stderr
+}
+
+/// Every device process of every rank is gone (a device process's reaper kills it once its
+/// rank is gone, however it ended).
+fn assert_no_device_left(devices: &[(u32, Vec<u32>)]) {
+    let start = Instant::now();
+    for (rank, pids) in devices {
+        for &pid in pids {
+            while !gone(pid) && start.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(
+                gone(pid),
+                "device process {pid} of rank {rank} outlived the job"
+            );
+        }
+    }
+}
+
+/// A serving rank killed while the session runs ends the job within seconds (mpirun names
+/// the rank), and neither rank nor any device process is left. Catches a controller
+/// waiting forever on workers whose rank is gone.
+#[test]
+fn a_killed_serving_rank_ends_the_session() {
+    let Running {
+        job,
+        ranks,
+        devices,
+    } = session_running("session-kill-1", &[]);
+    assert_eq!(
+        devices.iter().map(|(_, d)| d.len()).sum::<usize>(),
+        4,
+        "{devices:?}"
+    );
+    let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 1).expect("rank 1");
+    assert!(Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    fails_promptly(job, "rank 1 was killed");
+    assert_no_rank_left(&ranks);
+    assert_no_device_left(&devices);
+}
+
+/// The controller killed ends every rank, and every rank's device processes: no orphans.
+#[test]
+fn a_killed_controller_ends_every_rank() {
+    let Running {
+        job,
+        ranks,
+        devices,
+    } = session_running("session-kill-0", &[]);
+    let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 0).expect("rank 0");
+    assert!(Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    fails_promptly(job, "rank 0 was killed");
+    assert_no_rank_left(&ranks);
+    assert_no_device_left(&devices);
+}
+
+/// A device process of rank 1 killed while its rank lives: the controller reports the
+/// failure naming the worker's global id (rank 1 hosts workers 2 and 3), and the job ends.
+/// Catches remote workers renumbered from 0 on their rank.
+#[test]
+fn a_remote_worker_failure_names_its_global_id() {
+    let Running {
+        job,
+        ranks,
+        devices,
+    } = session_running("session-kill-device", &[]);
+    let (_, on_rank_1) = devices.iter().find(|(rank, _)| *rank == 1).expect("rank 1");
+    let victim = on_rank_1.first().expect("a device process on rank 1");
+    assert!(Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let stderr = fails_promptly(job, "a device of rank 1 was killed");
+    assert!(
+        stderr.contains("worker 2") || stderr.contains("worker 3"),
+        "the failure names worker 2 or 3: {stderr}"
+    );
+    assert_no_rank_left(&ranks);
+    assert_no_device_left(&devices);
+}
+
+/// A rank that panics while it serves aborts the whole job (the panic hook's MPI_Abort),
+/// instead of leaving the controller waiting on its workers.
+#[test]
+fn a_panic_on_a_serving_rank_aborts_the_session() {
+    let Running {
+        job,
+        ranks,
+        devices,
+    } = session_running("session-panic", &["0", "1"]);
+    let stderr = fails_promptly(job, "rank 1 panicked");
+    assert!(stderr.contains("rank 1 panics on purpose"), "{stderr}");
+    assert_no_rank_left(&ranks);
+    assert_no_device_left(&devices);
 }

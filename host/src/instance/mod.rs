@@ -93,8 +93,12 @@ pub enum InstanceError {
         /// The environment variable that showed it.
         variable: &'static str,
     },
-    /// MPI was already initialized in this process.
+    /// MPI was already initialized in this process (a session across ranks initializes it
+    /// itself, once per job).
     AlreadyInitialized,
+    /// This MPI cannot be called from several threads (`MPI_THREAD_MULTIPLE`), which a
+    /// session across ranks needs.
+    NoThreads,
     /// A buffer longer than MPI counts (2³¹ − 1 elements).
     TooLarge {
         /// The rank that found it.
@@ -127,7 +131,14 @@ impl fmt::Display for InstanceError {
                 "this process was started by mpirun (${variable} is set) but tessera was built \
                  without MPI: rebuild with `--features mpi`"
             ),
-            Self::AlreadyInitialized => f.write_str("MPI is already initialized in this process"),
+            Self::AlreadyInitialized => f.write_str(
+                "MPI is already initialized in this process (it is initialized once per job: \
+                 one session across ranks, or the instances of one runtime)",
+            ),
+            Self::NoThreads => f.write_str(
+                "this MPI does not support calls from several threads (MPI_THREAD_MULTIPLE), \
+                 which a session across ranks needs",
+            ),
             Self::TooLarge { rank, elements } => write!(
                 f,
                 "rank {rank}: a collective of {elements} elements is larger than MPI counts"

@@ -25,6 +25,7 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
+use mpi::Threading;
 
 use super::{InstanceError, Instances};
 
@@ -50,11 +51,14 @@ impl std::fmt::Debug for MpiGuard {
 }
 
 /// The world communicator's collectives. A handle: the communicator is looked up on each
-/// call, so the handle is `Send` and `Sync`; MPI is called from one thread at a time.
+/// call, so the handle is `Send` and `Sync`; MPI is called from one thread at a time, or
+/// from several when initialized for threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mpi {
     rank: usize,
     size: usize,
+    /// Initialized for calls from several threads at once.
+    threads: bool,
     /// How long a collective may wait for its peers (see the module documentation).
     deadline: Duration,
 }
@@ -63,6 +67,28 @@ impl Mpi {
     /// Initializes MPI and installs the panic hook that aborts the job.
     pub fn initialize() -> Result<(MpiGuard, Self), InstanceError> {
         let universe = mpi::initialize().ok_or(InstanceError::AlreadyInitialized)?;
+        Self::on(universe, false)
+    }
+
+    /// Like [`Mpi::initialize`], for a process that calls MPI from more than one thread (a
+    /// session across ranks: a post office thread beside the controller's); an MPI built
+    /// without thread support is an error.
+    pub fn initialize_for_threads() -> Result<(MpiGuard, Self), InstanceError> {
+        let (universe, provided) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or(InstanceError::AlreadyInitialized)?;
+        if provided != Threading::Multiple {
+            return Err(InstanceError::NoThreads);
+        }
+        Self::on(universe, true)
+    }
+
+    /// True when initialized for calls from several threads at once
+    /// ([`Mpi::initialize_for_threads`]).
+    pub fn threads(&self) -> bool {
+        self.threads
+    }
+
+    fn on(universe: Universe, threads: bool) -> Result<(MpiGuard, Self), InstanceError> {
         let world = universe.world();
         let deadline = match std::env::var(DEADLINE_VAR) {
             Err(_) => DEFAULT_DEADLINE,
@@ -74,6 +100,7 @@ impl Mpi {
         let mpi = Self {
             rank: world.rank() as usize,
             size: world.size() as usize,
+            threads,
             deadline,
         };
         let rank = mpi.rank;
@@ -84,7 +111,11 @@ impl Mpi {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
-            SimpleCommunicator::world().abort(101);
+            // After MPI_Finalize the job no longer waits on this rank (and aborting is not
+            // allowed): the panic ends the process as any other does.
+            if !mpi::environment::is_finalized() {
+                SimpleCommunicator::world().abort(101);
+            }
         }));
         Ok((
             MpiGuard {

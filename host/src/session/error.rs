@@ -229,6 +229,15 @@ pub enum SessionError {
         /// The host array's.
         host: (DataType, usize),
     },
+    /// Under `mpirun`, the ranks do not divide the workers (each rank hosts as many).
+    Ranks {
+        /// Workers asked for.
+        workers: usize,
+        /// Ranks of the job.
+        ranks: usize,
+    },
+    /// Setting up the session across MPI ranks failed.
+    Instances(crate::instance::InstanceError),
     /// A host array too large to send with a call.
     InlineTooLarge {
         /// Its bytes.
@@ -368,6 +377,12 @@ impl fmt::Display for SessionError {
                 "an array of {bytes} bytes does not fit a call ({max} bytes at most): copy it \
                  into a register first"
             ),
+            Self::Ranks { workers, ranks } => write!(
+                f,
+                "{ranks} MPI ranks do not divide {workers} workers: every rank hosts as many \
+                 workers"
+            ),
+            Self::Instances(e) => write!(f, "the session across MPI ranks: {e}"),
         }
     }
 }
@@ -450,8 +465,15 @@ impl std::error::Error for SessionError {
                 .map(|f| f as &(dyn std::error::Error + 'static)),
             Self::Array(e) => Some(e),
             Self::Description(e) => Some(e),
+            Self::Instances(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl From<crate::instance::InstanceError> for SessionError {
+    fn from(e: crate::instance::InstanceError) -> Self {
+        Self::Instances(e)
     }
 }
 

@@ -42,6 +42,9 @@
 //!   in framed chunks.
 //! - **Shutdown** is idempotent and happens on drop too; the workers stop with it (a worker
 //!   whose controller vanished exits: its link closes).
+//! - **Across hosts** (feature `mpi`): under `mpirun`, rank 0 is the controller and every
+//!   rank hosts its share of the workers, with global worker ids; every operation above
+//!   holds across ranks (the `ranks` module's rules).
 //!
 //! ```
 //! use tessera_core::dtype::DataType;
@@ -77,6 +80,8 @@ mod direct;
 mod error;
 pub mod loader;
 mod pending;
+#[cfg(feature = "mpi")]
+pub mod ranks;
 mod state;
 mod value;
 
@@ -192,6 +197,15 @@ impl Session {
         memory: usize,
     ) -> Result<Self, SessionError> {
         check_groups(workers, num_groups)?;
+        match crate::instance::launched_by_mpirun() {
+            None => {}
+            #[cfg(feature = "mpi")]
+            Some(_) => return ranks::across(placement, workers, num_groups, memory),
+            #[cfg(not(feature = "mpi"))]
+            Some(variable) => {
+                return Err(crate::instance::InstanceError::MpiNotBuilt { variable }.into())
+            }
+        }
         let last = u32::try_from(workers).map_err(|_| SessionError::NoWorker {
             worker: workers,
             workers,
@@ -214,6 +228,8 @@ impl Session {
                 free_ids: Vec::new(),
                 num_groups,
                 shut_down: false,
+                #[cfg(feature = "mpi")]
+                across: None,
             })),
         })
     }
@@ -526,6 +542,11 @@ impl Session {
         state.workers.clear();
         state.pending.clear();
         state.parked.clear();
+        // With the channels gone, every link to another rank has ended.
+        #[cfg(feature = "mpi")]
+        if let Some(across) = state.across.take() {
+            across.finish();
+        }
     }
 }
 

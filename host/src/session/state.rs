@@ -29,6 +29,9 @@ pub(super) struct State {
     pub(super) free_ids: Vec<u16>,
     pub(super) num_groups: usize,
     pub(super) shut_down: bool,
+    /// The other ranks and MPI, when the session spans an MPI job's ranks.
+    #[cfg(feature = "mpi")]
+    pub(super) across: Option<super::ranks::Across>,
 }
 
 pub(super) fn alloc_request(

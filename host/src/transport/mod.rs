@@ -12,6 +12,8 @@
 //!   a child process's stdout read in place.
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
 //!   side, its stdout on the host's).
+//! - `tunnel` (feature `mpi`): byte links between the ranks of an MPI job, for workers
+//!   whose controller is on another rank; `spawn`'s relay serves such a link.
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
 //! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
@@ -32,6 +34,8 @@ mod reply;
 mod shared;
 mod slots;
 mod spawn;
+#[cfg(feature = "mpi")]
+pub mod tunnel;
 
 pub(crate) use channel::Silence;
 pub use channel::{
@@ -45,3 +49,5 @@ pub use reply::{Reply, Typed};
 pub(crate) use shared::{stream, SharedMemory, SplitError};
 pub use slots::ChannelSlots;
 pub use spawn::{check_firmware, FirmwareError};
+#[cfg(feature = "mpi")]
+pub(crate) use spawn::{child_on, qemu_on, thread_on, Served};

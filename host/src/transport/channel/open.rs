@@ -79,6 +79,25 @@ impl Channel {
         Self::open(spawn::qemu(firmware, replica)?, replica)
     }
 
+    /// Worker `worker`, served by another rank of an MPI job (which started it), over a
+    /// link between the ranks: a byte link like a socket's, so every rule of the request
+    /// protocol holds end to end.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn remote(
+        worker: u32,
+        reader: super::super::tunnel::LinkReader,
+        writer: super::super::tunnel::LinkWriter,
+    ) -> Result<Self, TransportError> {
+        let link = Link {
+            incoming: Incoming::Bytes(Box::new(reader)),
+            outgoing: spawn::Outgoing::Bytes(Box::new(writer)),
+            handle: DeviceHandle::Remote,
+            window: None,
+            memory: None,
+        };
+        Self::open(link, worker)
+    }
+
     /// A channel to replica `replica` over `link`, ready once the device has answered its
     /// hello.
     fn open(link: Link, replica: u32) -> Result<Self, TransportError> {

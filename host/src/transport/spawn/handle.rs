@@ -40,6 +40,10 @@ pub(in crate::transport) enum DeviceHandle {
         reaper: Option<(Adopted, ChildStdin)>,
         dir: PathBuf,
     },
+    /// A device on another rank of an MPI job, reached through a link between the ranks
+    /// (`transport::tunnel`); that rank keeps it running.
+    #[cfg(feature = "mpi")]
+    Remote,
 }
 
 impl DeviceHandle {
@@ -49,6 +53,8 @@ impl DeviceHandle {
             Self::Thread(..) | Self::Pooled(_) => "thread",
             Self::Child { .. } => DEVICE_PROCESS,
             Self::Qemu { .. } => QEMU,
+            #[cfg(feature = "mpi")]
+            Self::Remote => "another rank",
         }
     }
 
@@ -74,6 +80,9 @@ impl DeviceHandle {
                 Liveness::Busy => Liveness::Unknown,
                 other => other,
             },
+            // Its rank sees it; this one sees only the link.
+            #[cfg(feature = "mpi")]
+            Self::Remote => Liveness::Unknown,
             _ => Liveness::Ended,
         }
     }
@@ -97,6 +106,9 @@ impl Drop for DeviceHandle {
         match self {
             // The last device of its thread to go joins it (`Worker`'s drop).
             Self::Pooled(_) => {}
+            // Its rank stops it once the link ends (the channel's writer is dropped).
+            #[cfg(feature = "mpi")]
+            Self::Remote => {}
             Self::Thread(handle, control, _) => {
                 // Shutting the socket down (every duplicate of it) ends the device's loop.
                 if let Some(control) = control {

@@ -26,6 +26,8 @@
 //! - `handle`: what keeps a device running ([`DeviceHandle`]) and what it is doing
 //!   ([`Liveness`]).
 //! - `firmware`: what the QEMU placement needs ([`check_firmware`]).
+//! - `relay` (feature `mpi`): a device serving a byte link this process does not read (a
+//!   worker whose controller is on another rank).
 
 mod firmware;
 mod handle;
@@ -33,6 +35,8 @@ mod pool;
 mod process;
 mod qemu;
 mod reaper;
+#[cfg(feature = "mpi")]
+mod relay;
 mod thread;
 
 pub use firmware::{check_firmware, FirmwareError};
@@ -40,6 +44,8 @@ pub(super) use handle::{DeviceHandle, Liveness};
 pub(super) use pool::{in_process_pool, Mailbox};
 pub(super) use process::child_process;
 pub(super) use qemu::{qemu, QEMU};
+#[cfg(feature = "mpi")]
+pub(crate) use relay::{child_on, qemu_on, thread_on, Served};
 pub(super) use thread::in_process;
 
 use std::io::{Read, Write};

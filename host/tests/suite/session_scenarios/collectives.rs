@@ -258,9 +258,16 @@ fn gather(placement: Placement) {
         .unwrap();
     expect_on(&session, &dst, [0], &f32s(&[3, 4, 3], &values));
     expect_on(&session, &dst, [1], &zeros(&[3, 4, 3]));
-    drop(session);
+}
 
-    // In groups: each leader gets its own group's concatenation, the others nothing.
+scenario! {
+    /// Scenario 19: Gather: halves (3, 3, 2) on w0 and w1 give w0 arange(36) as (3, 4, 3) (w1's
+    /// destination untouched).
+    gather: gather_thread, gather_process
+}
+
+fn group_gather(placement: Placement) {
+    let values = arange(0.0, 36, 1.0);
     let other = arange(100.0, 36, 1.0);
     let session = open(&placement, 4, 2);
     let src = empty(&session, &[3, 3, 2]);
@@ -280,9 +287,9 @@ fn gather(placement: Placement) {
 }
 
 scenario! {
-    /// Scenario 19: Gather: halves (3, 3, 2) on w0 and w1 give w0 arange(36) as (3, 4, 3) (w1's
-    /// destination untouched); in 2 groups each leader gets its group's concatenation.
-    gather: gather_thread, gather_process
+    /// Scenario 19, in groups: in 2 groups of 2, each leader gets its own group's
+    /// concatenation, the others nothing.
+    group_gather: group_gather_thread, group_gather_process
 }
 
 fn next_group(placement: Placement) {

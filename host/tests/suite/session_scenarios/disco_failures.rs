@@ -213,8 +213,9 @@ fn double_shutdown(placement: Placement) {
         assert_eq!(pids.len(), 4, "the session's processes: {pids:?}");
         assert_no_devices_left(MEM, &pids);
     }
+}
 
-    // A handle that outlives its session.
+fn register_outlives_session(placement: Placement) {
     let session = open(&placement, 2, 1);
     let orphan = call(&session, "add_one", &[CallArg::Int(1)]);
     drop(session);
@@ -222,11 +223,17 @@ fn double_shutdown(placement: Placement) {
 }
 
 scenario! {
-    /// Scenario 29: Shutdown twice, a register handle dropped after shutdown, and one dropped after
-    /// its session: all no-ops (later commands are `ShutDown` errors; the workers are gone). Disco:
-    /// a second shutdown, or a DRef freed after shutdown, sends to workers that are gone and
-    /// crashes or hangs the controller at exit.
+    /// Scenario 29: Shutdown twice and a register handle dropped after shutdown: both
+    /// no-ops (later commands are `ShutDown` errors; the workers are gone). Disco: a second
+    /// shutdown, or a DRef freed after shutdown, sends to workers that are gone and crashes
+    /// or hangs the controller at exit.
     double_shutdown: double_shutdown_thread, double_shutdown_process
+}
+
+scenario! {
+    /// Scenario 29, the handle's side: a register handle dropped after its session was
+    /// dropped is a no-op.
+    register_outlives_session: register_outlives_session_thread, register_outlives_session_process
 }
 
 fn refused_collectives(placement: Placement) {

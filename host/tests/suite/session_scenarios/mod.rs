@@ -11,6 +11,8 @@
 //! worker killed mid-session) runs on the child-process placement only: a thread worker
 //! cannot die without its controller, which is scenario 30.
 
+mod across_ranks;
+
 use crate::common;
 
 use std::path::PathBuf;

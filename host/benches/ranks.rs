@@ -1,0 +1,113 @@
+//! The session across MPI ranks beside MPI itself and beside one host, in the same run. Run
+//! it under mpirun (the test command's environment), e.g.:
+//!
+//! ```sh
+//! cargo bench -p tessera-host --features mpi --bench ranks --no-run
+//! mpirun -np 2 target/release/deps/ranks-*[!.d] # (the file cargo printed)
+//! ```
+//!
+//! 4 workers in threads, 2 per rank on 2 ranks. Rank 0 prints: an allreduce (sum) of
+//! 16 MiB of f32 per worker across the ranks beside MPI's own allreduce of the same bytes
+//! between the ranks (target ≥ 0.8×), and call + sync of all workers across the ranks
+//! beside the same on one host (the 4 workers in threads of rank 0, after the cross-rank
+//! session has ended). Each figure is the median of several runs.
+
+use std::time::{Duration, Instant};
+
+use mpi::collective::SystemOperation;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use tessera_core::dtype::DataType;
+use tessera_host::instance::{Instances, Mpi};
+use tessera_host::placement;
+use tessera_host::runtime::Placement;
+use tessera_host::session::collective::{ReduceOp, Scope};
+use tessera_host::session::{CallArg, Session};
+
+const WORKERS: usize = 4;
+const ELEMENTS: usize = 4 << 20;
+const MEMORY: usize = 3 * ELEMENTS * 4 + (8 << 20);
+const RUNS: usize = 7;
+const CALLS: usize = 200;
+
+/// The median time of `RUNS` runs of `f`.
+fn median(mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..RUNS)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[RUNS / 2]
+}
+
+fn main() {
+    let (_guard, mpi) = Mpi::initialize_for_threads().expect("MPI for threads");
+    let leader = mpi.rank() == 0;
+    let raw = raw_allreduce();
+    let session = Session::across_ranks(&mpi, &Placement::Thread, WORKERS, 1, MEMORY)
+        .expect("a session across the ranks");
+    // Only rank 0 has the controller; the others have served it by now.
+    let Some(session) = session else {
+        return;
+    };
+    let (across, calls_across) = measure(&session);
+    drop(session);
+    let local = placement::open(&Placement::Thread, 0..WORKERS as u32, MEMORY).expect("workers");
+    let one_host = Session::on(local, 1).expect("a session on one host");
+    let (alone, calls_alone) = measure(&one_host);
+    let mb = (ELEMENTS * 4) as f64 / 1e6;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "session across {} ranks, {WORKERS} workers in threads ({} per rank), median of {RUNS}",
+        mpi.size(),
+        WORKERS / mpi.size()
+    );
+    println!(
+        "allreduce of {mb:.0} MB of f32: across ranks {:7.2} ms ({:.2}x of MPI)   MPI's own {:7.2} ms   one host {:7.2} ms",
+        ms(across),
+        raw.as_secs_f64() / across.as_secs_f64(),
+        ms(raw),
+        ms(alone),
+    );
+    println!(
+        "call + sync of all workers: across ranks {:7.1} us   one host {:7.1} us ({:.2}x)",
+        calls_across.as_secs_f64() * 1e6,
+        calls_alone.as_secs_f64() * 1e6,
+        calls_alone.as_secs_f64() / calls_across.as_secs_f64(),
+    );
+    assert!(leader);
+}
+
+/// MPI's allreduce (sum) of `ELEMENTS` f32 between the ranks, into a reused buffer.
+fn raw_allreduce() -> Duration {
+    let world = SimpleCommunicator::world();
+    let send = vec![1.0f32; ELEMENTS];
+    let mut receive = vec![0.0f32; ELEMENTS];
+    median(|| world.all_reduce_into(&send[..], &mut receive[..], SystemOperation::sum()))
+}
+
+/// On `session`: the median allreduce of `ELEMENTS` f32 per worker, and the mean call +
+/// sync of all workers.
+fn measure(session: &Session) -> (Duration, Duration) {
+    let src = session
+        .empty(DataType::F32, &[ELEMENTS as u32])
+        .expect("src");
+    let dst = session
+        .empty(DataType::F32, &[ELEMENTS as u32])
+        .expect("dst");
+    let allreduce = median(|| {
+        session
+            .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
+            .expect("allreduce")
+    });
+    let add_one = session.get_function("add_one").expect("add_one");
+    let start = Instant::now();
+    for _ in 0..CALLS {
+        let _out = session.call(&add_one, &[CallArg::Int(1)]).expect("call");
+        session.sync_all().expect("sync");
+    }
+    (allreduce, start.elapsed() / CALLS as u32)
+}

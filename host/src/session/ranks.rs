@@ -1,0 +1,223 @@
+//! A session across the ranks of an MPI job (feature `mpi`): what TVM Disco's socket
+//! session does for several nodes, on MPI.
+//!
+//! # Rules
+//!
+//! - **Who is who.** Under `mpirun -np R`, [`Session::new`] with `W` workers (`R` must
+//!   divide `W`) makes rank 0 the controller; rank `r` hosts workers `r·W/R ..
+//!   (r+1)·W/R` in its own placement (the one every rank names). Worker ids, groups and
+//!   every index the API takes are global: a group may cross ranks, and a failure names
+//!   the worker's global id.
+//! - **Every rank runs the same program.** On rank 0, `Session::new` returns the
+//!   controller. On every other rank it serves its workers until the controller shuts the
+//!   session down, then ends the process (status 0, or 1 with the reason on stderr) — it
+//!   never returns, so code written for one host runs under `mpirun` unchanged. A program
+//!   that initializes MPI itself (to run its own collectives beside the session) calls
+//!   [`Session::across_ranks`] instead, which returns on every rank.
+//! - **Commands travel as on one host.** A remote worker is a byte link between rank 0 and
+//!   its rank (`transport::tunnel`), so the request protocol (sequence numbers, deadlines,
+//!   re-sends) runs end to end, and every session operation — calls, copies, syncs, debug
+//!   reads and writes, frees, collectives — works on remote workers as on local ones,
+//!   with results combined by the controller in the same order: bit-identical to one host.
+//!   Bulk data of remote workers goes through rank 0.
+//! - **Shutdown.** Shutting the session down (or dropping it) ends every link; each rank
+//!   stops its devices, says it has finished and ends. Rank 0 waits up to
+//!   [`FINISH_LIMIT`] for them, then finalizes MPI if the session initialized it: one
+//!   `Session::new` per job (MPI is initialized once per process; a second is refused with
+//!   the reason).
+//! - **Faults.** A rank that dies or panics ends the whole job (`mpirun` ends the other
+//!   ranks and names the rank that failed; tessera's panic hook calls `MPI_Abort`); a
+//!   controller that dies ends every rank the same way, and each rank's device processes
+//!   with it (their reapers). A remote worker that stops answering while its rank lives is
+//!   reported like a local one, by its global id.
+
+use std::time::Duration;
+
+use super::{Session, SessionError};
+use crate::instance::{InstanceError, Instances, Mpi, MpiGuard};
+use crate::placement::{self, Placement};
+use crate::transport::tunnel::{LinkId, PostOffice};
+use crate::transport::{Channel, TransportError};
+
+/// How long rank 0, shutting down, waits for the other ranks to finish serving.
+pub const FINISH_LIMIT: Duration = Duration::from_secs(30);
+
+/// What rank 0 holds while the session spans ranks.
+pub(super) struct Across {
+    office: PostOffice,
+    /// The ranks serving workers (all but 0).
+    serving: Vec<usize>,
+    /// Keeps MPI initialized when the session initialized it; finalized last.
+    mpi: Option<MpiGuard>,
+}
+
+impl std::fmt::Debug for Across {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Across")
+            .field("serving", &self.serving)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Across {
+    /// Ends the session across ranks, once every channel (every link's writer) is dropped:
+    /// waits for the ranks to finish, stops the post office, finalizes MPI if the session
+    /// initialized it.
+    pub(super) fn finish(self) {
+        let Self {
+            office,
+            serving,
+            mpi,
+        } = self;
+        let left = office.wait_finished(&serving, FINISH_LIMIT);
+        if !left.is_empty() {
+            tracing::warn!(?left, "ranks still serving at shutdown");
+        }
+        office.stop();
+        drop(mpi);
+    }
+}
+
+/// `Session::new` under `mpirun`: MPI initialized here (and finalized when the session
+/// ends); the controller on rank 0; on every other rank, its workers served until the
+/// controller is done, then the end of the process.
+pub(super) fn across(
+    placement: &Placement,
+    workers: usize,
+    num_groups: usize,
+    memory: usize,
+) -> Result<Session, SessionError> {
+    let (guard, mpi) = Mpi::initialize_for_threads()?;
+    let rank = mpi.rank();
+    match start(&mpi, Some(guard), placement, workers, num_groups, memory) {
+        Ok(Some(session)) => Ok(session),
+        // A serving rank whose controller is done (its guard finalized MPI).
+        Ok(None) => std::process::exit(0),
+        Err(e) if rank != 0 => {
+            eprintln!("tessera: rank {rank}: {e}");
+            std::process::exit(1)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Session {
+    /// A session across the ranks of an MPI job whose MPI the caller initialized
+    /// ([`Mpi::initialize_for_threads`]) and finalizes: on rank 0 the controller
+    /// (`Some`), on every other rank `None` once its workers have served the controller
+    /// to its shutdown. The rules are the module's; [`Session::new`] under `mpirun` does
+    /// the same and keeps the serving ranks from returning at all.
+    pub fn across_ranks(
+        mpi: &Mpi,
+        placement: &Placement,
+        workers: usize,
+        num_groups: usize,
+        memory: usize,
+    ) -> Result<Option<Session>, SessionError> {
+        if !mpi.threads() {
+            return Err(InstanceError::NoThreads.into());
+        }
+        super::check_groups(workers, num_groups)?;
+        start(mpi, None, placement, workers, num_groups, memory)
+    }
+}
+
+/// Rank 0: the controller; any other rank: its workers served, then `None`. `guard`, if
+/// given, is finalized when the session ends (rank 0) or once served (other ranks).
+fn start(
+    mpi: &Mpi,
+    guard: Option<MpiGuard>,
+    placement: &Placement,
+    workers: usize,
+    num_groups: usize,
+    memory: usize,
+) -> Result<Option<Session>, SessionError> {
+    let ranks = mpi.size();
+    if !workers.is_multiple_of(ranks) {
+        return Err(SessionError::Ranks { workers, ranks });
+    }
+    let per_rank = workers / ranks;
+    if mpi.rank() != 0 {
+        serve(placement, mpi.rank(), per_rank, memory)?;
+        drop(guard);
+        return Ok(None);
+    }
+    let links: Vec<LinkId> = (per_rank..workers)
+        .map(|worker| LinkId {
+            peer: worker / per_rank,
+            worker: worker as u32,
+        })
+        .collect();
+    let (office, ends) = PostOffice::open(&links).map_err(TransportError::from)?;
+    let across = Across {
+        office,
+        serving: (1..ranks).collect(),
+        mpi: guard,
+    };
+    // A failure below drops the channels made so far (ending their links) before the
+    // ranks are waited for.
+    let session = controller_channels(placement, per_rank, memory, &links, ends)
+        .and_then(|channels| Session::on(channels, num_groups));
+    match session {
+        Ok(session) => {
+            session.lock()?.across = Some(across);
+            Ok(Some(session))
+        }
+        Err(e) => {
+            across.finish();
+            Err(e)
+        }
+    }
+}
+
+/// Rank 0's channels: its own workers on `placement`, then every remote worker's link.
+fn controller_channels(
+    placement: &Placement,
+    per_rank: usize,
+    memory: usize,
+    links: &[LinkId],
+    ends: Vec<(
+        crate::transport::tunnel::LinkReader,
+        crate::transport::tunnel::LinkWriter,
+    )>,
+) -> Result<Vec<Channel>, SessionError> {
+    let mut channels = placement::open(placement, 0..per_rank as u32, memory)?;
+    for (link, (reader, writer)) in links.iter().zip(ends) {
+        channels.push(Channel::remote(link.worker, reader, writer)?);
+    }
+    Ok(channels)
+}
+
+/// Rank `rank`'s part: its workers on `placement`, each serving its link to rank 0, until
+/// every link has ended; then rank 0 is told.
+fn serve(
+    placement: &Placement,
+    rank: usize,
+    per_rank: usize,
+    memory: usize,
+) -> Result<(), SessionError> {
+    let first = rank * per_rank;
+    let links: Vec<LinkId> = (first..first + per_rank)
+        .map(|worker| LinkId {
+            peer: 0,
+            worker: worker as u32,
+        })
+        .collect();
+    let (office, ends) = PostOffice::open(&links).map_err(TransportError::from)?;
+    let mut served = Vec::with_capacity(links.len());
+    for (link, (reader, writer)) in links.iter().zip(ends) {
+        served.push(placement::serve(
+            placement,
+            link.worker,
+            memory,
+            reader,
+            writer,
+        )?);
+    }
+    for device in served {
+        device.wait();
+    }
+    office.announce_finished(0).map_err(TransportError::from)?;
+    office.stop();
+    Ok(())
+}

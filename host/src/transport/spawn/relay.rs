@@ -1,0 +1,153 @@
+//! A device served for a byte link whose other end is not a channel of this process (a
+//! worker of a session whose controller is on another MPI rank): the link's bytes go to
+//! the device and the device's bytes go back, unread here.
+//!
+//! - On threads, the device reads and writes the link itself (a device thread on a byte
+//!   link, as with faults injected).
+//! - In a child process or under QEMU, two threads relay the bytes: the link to the
+//!   device's input, the device's output to the link.
+//!
+//! The device stops when the link ends: a device thread's loop ends with its input; a
+//! device process is stopped (QEMU would serve its socket forever). The end of its output
+//! ends the link the other way. [`Served::wait`] returns once all of that is done.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::thread::{self, JoinHandle};
+
+use tessera_firmware_sim::std_link::BusyLine;
+
+use super::{DeviceHandle, Incoming, Link, Outgoing};
+use crate::transport::device::run_device_watched;
+use crate::transport::TransportError;
+
+/// A device serving a link, and what keeps it running.
+pub struct Served {
+    /// The device thread, or the relay of the link's bytes to the device.
+    inward: JoinHandle<()>,
+    /// The relay of the device's bytes to the link (a device process only).
+    outward: Option<JoinHandle<()>>,
+    /// The device process.
+    handle: Option<DeviceHandle>,
+}
+
+impl Served {
+    /// Waits until the link has ended, stops the device (QEMU never stops by itself), and
+    /// waits for the device's last bytes to be relayed.
+    pub fn wait(mut self) {
+        let _ = self.inward.join();
+        drop(self.handle.take());
+        if let Some(outward) = self.outward.take() {
+            let _ = outward.join();
+        }
+    }
+}
+
+/// Device `replica` in a thread of this process, `memory` bytes of arena, on `reader` and
+/// `writer`.
+pub(crate) fn thread_on(
+    replica: u32,
+    memory: usize,
+    reader: impl Read + Send + 'static,
+    writer: impl Write + Send + 'static,
+) -> Result<Served, TransportError> {
+    let thread = thread::Builder::new()
+        .name(format!("tessera-device-{replica}"))
+        .spawn(move || {
+            let mut busy = BusyLine::default();
+            if let Err(e) = run_device_watched(replica, memory, reader, writer, &mut busy) {
+                tracing::warn!(replica, error = %e, "device thread stopped");
+            }
+        })?;
+    Ok(Served {
+        inward: thread,
+        outward: None,
+        handle: None,
+    })
+}
+
+/// The device of `link` (a child process or QEMU) relayed to and from `reader` and
+/// `writer`.
+fn relayed(
+    link: Link,
+    replica: u32,
+    reader: impl Read + Send + 'static,
+    writer: impl Write + Send + 'static,
+) -> Result<Served, TransportError> {
+    let Link {
+        incoming,
+        outgoing,
+        handle,
+        ..
+    } = link;
+    let from_device: Box<dyn Read + Send> = match incoming {
+        Incoming::Bytes(reader) => reader,
+        Incoming::Pipe(fd) => Box::new(File::from(fd)),
+        Incoming::Messages(_) => return Err(not_bytes(replica)),
+    };
+    let Outgoing::Bytes(to_device) = outgoing else {
+        return Err(not_bytes(replica));
+    };
+    let inward = spawn_copy(format!("tessera-relay-in-{replica}"), reader, to_device)?;
+    let outward = spawn_copy(format!("tessera-relay-out-{replica}"), from_device, writer)?;
+    Ok(Served {
+        inward,
+        outward: Some(outward),
+        handle: Some(handle),
+    })
+}
+
+/// A thread copying `from` to `to` until `from` ends (or `to` fails); `to` is dropped
+/// then, which ends what reads it.
+fn spawn_copy(
+    name: String,
+    mut from: impl Read + Send + 'static,
+    mut to: impl Write + Send + 'static,
+) -> io::Result<JoinHandle<()>> {
+    thread::Builder::new().name(name).spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).and_then(|()| to.flush()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn not_bytes(replica: u32) -> TransportError {
+    TransportError::Io(io::Error::other(format!(
+        "replica {replica}: only a byte link can be relayed"
+    )))
+}
+
+/// Device `replica` in a child process (`exe device`) relayed to and from the link.
+pub(crate) fn child_on(
+    exe: &Path,
+    replica: u32,
+    memory: usize,
+    reader: impl Read + Send + 'static,
+    writer: impl Write + Send + 'static,
+) -> Result<Served, TransportError> {
+    relayed(
+        super::child_process(exe, replica, memory)?,
+        replica,
+        reader,
+        writer,
+    )
+}
+
+/// Device `replica` as the firmware under QEMU relayed to and from the link.
+pub(crate) fn qemu_on(
+    firmware: &Path,
+    replica: u32,
+    reader: impl Read + Send + 'static,
+    writer: impl Write + Send + 'static,
+) -> Result<Served, TransportError> {
+    relayed(super::qemu(firmware, replica)?, replica, reader, writer)
+}

@@ -1,0 +1,371 @@
+//! Byte links between the ranks of an MPI job, one per worker that lives on another rank
+//! than its controller: what a socket would carry (the channel's frames one way, the
+//! device's the other), so the request protocol — sequence numbers, deadlines, re-sends,
+//! the device's reply cache — runs end to end over them unchanged.
+//!
+//! # Rules
+//!
+//! - **One post office per rank.** A thread of its own makes every point-to-point MPI call
+//!   of the rank; links hand it their bytes through a queue and read what it routes to
+//!   them. (MPI is initialized for threads: the controller's thread may run collectives
+//!   meanwhile.)
+//! - **A link is its worker's global id**, which is the MPI tag of its messages, between
+//!   the controller's rank and the worker's. MPI does not reorder messages of one tag
+//!   between two ranks, so a link's bytes arrive as they were written, whole or not at all.
+//! - **A message is a kind byte and its payload**: bytes of the link, or its end (the
+//!   writer was dropped: the reader at the other end reads the end of the stream). A
+//!   rank's control messages (a served rank saying it has finished) travel on
+//!   [`CONTROL_TAG`], which no worker id reaches.
+//! - **A send never waits without receiving.** A message is sent without blocking and the
+//!   office keeps receiving until it is delivered: two ranks sending large messages to
+//!   each other at once (MPI delivers those only once the receiver takes them) would
+//!   otherwise each wait for the other forever.
+//! - **Waiting.** While traffic flows the office looks for work without sleeping, yielding
+//!   its core between looks, for [`LOOK`]; after a quiet spell it sleeps on its queue in
+//!   steps of [`IDLE`], looking for incoming messages between steps — so the first message
+//!   after a quiet spell waits at most that long, and an idle rank costs a wake-up per step.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+/// The tag of control messages between ranks (worker ids stay below it).
+pub const CONTROL_TAG: i32 = 32_767;
+/// How long a quiet office sleeps before it looks for incoming messages again.
+pub const IDLE: Duration = Duration::from_millis(1);
+/// How long after its last message the office keeps looking without sleeping (yielding its
+/// core between looks). An incoming message cannot wake a sleeping office (MPI has no
+/// descriptor to wait on), so a reply arriving while it sleeps waits for the end of the
+/// step. Measured with the `ranks` bench (2-core VM, 2026-12-02, call + sync of 4 workers
+/// on 2 ranks): looking for 200 µs, 3,392 µs per call + sync (every reply waited for a
+/// sleep step); for 5 ms, 42 µs; for 50 ms, 43 µs.
+pub const LOOK: Duration = Duration::from_millis(5);
+
+/// The kind byte of a message carrying bytes of a link.
+const BYTES: u8 = 0;
+/// The kind byte of a message ending a link.
+const END: u8 = 1;
+/// The kind byte of a control message: the sending rank has finished serving.
+const FINISHED: u8 = 2;
+
+/// What the office is asked to do.
+enum Post {
+    /// Send `bytes` (kind byte first) to rank `to` under `tag`.
+    Send { to: i32, tag: i32, bytes: Vec<u8> },
+    /// Send what is queued before this, then stop.
+    Stop,
+}
+
+/// One end of a link: the rank at the other end and the worker it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinkId {
+    /// The rank at the other end.
+    pub peer: usize,
+    /// The worker's global id (the messages' tag).
+    pub worker: u32,
+}
+
+/// This rank's post office: the thread making its point-to-point MPI calls.
+#[derive(Debug)]
+pub struct PostOffice {
+    posts: Sender<Post>,
+    /// Ranks that said they have finished serving.
+    finished: Receiver<usize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PostOffice {
+    /// Opens `links` (whose tags must be below [`CONTROL_TAG`]) and starts the office; each
+    /// link's reader and writer, in the order given.
+    pub fn open(links: &[LinkId]) -> io::Result<(Self, Vec<(LinkReader, LinkWriter)>)> {
+        let (posts, queue) = mpsc::channel();
+        let (finished_tx, finished) = mpsc::channel();
+        let mut routes = HashMap::new();
+        let mut ends = Vec::with_capacity(links.len());
+        for &link in links {
+            let tag = tag_of(link.worker)?;
+            let peer = rank_of(link.peer)?;
+            let (tx, rx) = mpsc::channel();
+            routes.insert((peer, tag), tx);
+            ends.push((
+                LinkReader {
+                    incoming: rx,
+                    pending: Vec::new(),
+                    at: 0,
+                },
+                LinkWriter {
+                    to: peer,
+                    tag,
+                    posts: posts.clone(),
+                },
+            ));
+        }
+        let office = Office {
+            routes,
+            finished: finished_tx,
+        };
+        let thread = thread::Builder::new()
+            .name("tessera-post-office".into())
+            .spawn(move || office.run(queue))?;
+        Ok((
+            Self {
+                posts,
+                finished,
+                thread: Some(thread),
+            },
+            ends,
+        ))
+    }
+
+    /// Tells rank `to` that this rank has finished serving (after everything posted
+    /// before).
+    pub fn announce_finished(&self, to: usize) -> io::Result<()> {
+        let to = rank_of(to)?;
+        self.posts
+            .send(Post::Send {
+                to,
+                tag: CONTROL_TAG,
+                bytes: vec![FINISHED],
+            })
+            .map_err(|_| gone())
+    }
+
+    /// Waits until every rank of `ranks` has said it has finished, up to `limit`; the
+    /// ranks still serving when it passes, if any.
+    pub fn wait_finished(&self, ranks: &[usize], limit: Duration) -> Vec<usize> {
+        let until = Instant::now() + limit;
+        let mut waiting: Vec<usize> = ranks.to_vec();
+        while !waiting.is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.finished.recv_timeout(left) {
+                Ok(rank) => waiting.retain(|&r| r != rank),
+                Err(_) => break,
+            }
+        }
+        waiting
+    }
+
+    /// Sends everything posted so far, then stops the office and waits for its thread.
+    pub fn stop(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        let _ = self.posts.send(Post::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for PostOffice {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// The office's side: where incoming messages go. (The world communicator is looked up
+/// where it is used, on the office's thread.)
+struct Office {
+    /// Each link's reader, by (the rank at the other end, tag).
+    routes: HashMap<(i32, i32), Sender<Vec<u8>>>,
+    finished: Sender<usize>,
+}
+
+impl Office {
+    fn run(mut self, queue: Receiver<Post>) {
+        let mut last_traffic = Instant::now();
+        loop {
+            let mut worked = self.receive_all();
+            let quiet = !worked && last_traffic.elapsed() >= LOOK;
+            let post = if quiet {
+                match queue.recv_timeout(IDLE) {
+                    Ok(post) => Some(post),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match queue.try_recv() {
+                    Ok(post) => Some(post),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            };
+            match post {
+                Some(Post::Send { to, tag, bytes }) => {
+                    self.send(to, tag, &bytes);
+                    worked = true;
+                }
+                Some(Post::Stop) => return,
+                None => {}
+            }
+            if worked {
+                last_traffic = Instant::now();
+            } else if !quiet {
+                thread::yield_now();
+            }
+        }
+    }
+
+    /// Sends `bytes` to rank `to` under `tag`, receiving meanwhile (module doc).
+    fn send(&mut self, to: i32, tag: i32, bytes: &[u8]) {
+        let world = SimpleCommunicator::world();
+        mpi::request::scope(|scope| {
+            let mut request = world
+                .process_at_rank(to)
+                .immediate_send_with_tag(scope, bytes, tag);
+            loop {
+                match request.test() {
+                    Ok(_) => break,
+                    Err(pending) => request = pending,
+                }
+                if !self.receive_all() {
+                    thread::yield_now();
+                }
+            }
+        });
+    }
+
+    /// Takes every message that has arrived and routes it; true if there was one.
+    fn receive_all(&mut self) -> bool {
+        let mut any = false;
+        let world = SimpleCommunicator::world();
+        while let Some(probed) = world.any_process().immediate_matched_probe() {
+            any = true;
+            let (bytes, status) = probed.matched_receive_vec::<u8>();
+            self.route(status.source_rank(), status.tag(), bytes);
+        }
+        any
+    }
+
+    fn route(&mut self, from: i32, tag: i32, mut bytes: Vec<u8>) {
+        let Some(&kind) = bytes.first() else {
+            tracing::warn!(from, tag, "an empty message between ranks, dropped");
+            return;
+        };
+        match (tag, kind) {
+            (CONTROL_TAG, FINISHED) => {
+                let _ = self.finished.send(from as usize);
+            }
+            (CONTROL_TAG, _) => tracing::warn!(from, kind, "an unknown control message, dropped"),
+            (_, END) => {
+                // Dropping the sender ends the reader's stream.
+                self.routes.remove(&(from, tag));
+            }
+            (_, BYTES) => {
+                let Some(route) = self.routes.get(&(from, tag)) else {
+                    // A link already ended here (its reader gone): nobody reads it.
+                    return;
+                };
+                bytes.remove(0);
+                if route.send(bytes).is_err() {
+                    self.routes.remove(&(from, tag));
+                }
+            }
+            _ => tracing::warn!(from, tag, kind, "a message of an unknown kind, dropped"),
+        }
+    }
+}
+
+/// The reading end of a link: the bytes the other rank wrote, in order; the end of the
+/// stream once it dropped its writer (or this rank's office stopped).
+#[derive(Debug)]
+pub struct LinkReader {
+    incoming: Receiver<Vec<u8>>,
+    pending: Vec<u8>,
+    at: usize,
+}
+
+impl Read for LinkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.at >= self.pending.len() {
+            match self.incoming.recv() {
+                Ok(bytes) => {
+                    self.pending = bytes;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.pending.len() - self.at);
+        buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The writing end of a link: each write is one message to the other rank. Dropping it
+/// ends the link there.
+#[derive(Debug)]
+pub struct LinkWriter {
+    to: i32,
+    tag: i32,
+    posts: Sender<Post>,
+}
+
+impl LinkWriter {
+    fn post(&self, kind: u8, payload: &[u8]) -> io::Result<()> {
+        let mut bytes = Vec::with_capacity(1 + payload.len());
+        bytes.push(kind);
+        bytes.extend_from_slice(payload);
+        self.posts
+            .send(Post::Send {
+                to: self.to,
+                tag: self.tag,
+                bytes,
+            })
+            .map_err(|_| gone())
+    }
+}
+
+impl Write for LinkWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.post(BYTES, buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LinkWriter {
+    fn drop(&mut self) {
+        let _ = self.post(END, &[]);
+    }
+}
+
+/// The link's office has stopped: the link is closed.
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the rank's post office has stopped",
+    )
+}
+
+fn tag_of(worker: u32) -> io::Result<i32> {
+    match i32::try_from(worker) {
+        Ok(tag) if tag < CONTROL_TAG => Ok(tag),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("worker {worker}: ids across ranks stay below {CONTROL_TAG} (MPI tags)"),
+        )),
+    }
+}
+
+fn rank_of(rank: usize) -> io::Result<i32> {
+    i32::try_from(rank).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("rank {rank} is not an MPI rank"),
+        )
+    })
+}
