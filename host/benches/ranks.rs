@@ -58,7 +58,7 @@ fn main() {
     let local = placement::open(&Placement::Thread, 0..WORKERS as u32, MEMORY).expect("workers");
     let one_host = Session::on(local, 1).expect("a session on one host");
     let (alone, calls_alone) = measure(&one_host);
-    let mb = (ELEMENTS * 4) as f64 / 1e6;
+    let mib = (ELEMENTS * 4) >> 20;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "session across {} ranks, {WORKERS} workers in threads ({} per rank), median of {RUNS}",
@@ -66,7 +66,7 @@ fn main() {
         WORKERS / mpi.size()
     );
     println!(
-        "allreduce of {mb:.0} MB of f32: across ranks {:7.2} ms ({:.2}x of MPI)   MPI's own {:7.2} ms   one host {:7.2} ms",
+        "allreduce of {mib} MiB of f32 per worker: across ranks {:7.2} ms ({:.2}x of MPI)   MPI's own {:7.2} ms   one host {:7.2} ms",
         ms(across),
         raw.as_secs_f64() / across.as_secs_f64(),
         ms(raw),

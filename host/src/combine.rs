@@ -34,7 +34,7 @@ pub const BLOCK: usize = 4096;
 pub const NOTHING: f64 = -0.0;
 
 /// How an allreduce combines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReduceOp {
     /// Element-wise sum.
     Sum,

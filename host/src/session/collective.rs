@@ -75,6 +75,22 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        // Across MPI ranks, by MPI between them where it can (see `ranks`).
+        #[cfg(feature = "mpi")]
+        if scope == Scope::Global {
+            let mut across = false;
+            self.collective_in(scope, "allreduce", |state, _| {
+                across = state.allreduce_across(src, dst, op)?;
+                if across {
+                    let workers = state.workers.len();
+                    state.confirm(0..workers, dst, "allreduce")?;
+                }
+                Ok(Vec::new())
+            })?;
+            if across {
+                return Ok(());
+            }
+        }
         // In place in the workers' memory where every group can be (see `direct`).
         let mut in_place = true;
         self.collective_in(scope, "allreduce", |state, groups| {

@@ -34,10 +34,10 @@ const OPERATION: &str = "allreduce";
 const PASS: usize = 4 * BLOCK;
 
 /// Where one member's source and destination bytes are in its memory.
-struct Member {
-    worker: usize,
-    src: usize,
-    dst: usize,
+pub(super) struct Member {
+    pub(super) worker: usize,
+    pub(super) src: usize,
+    pub(super) dst: usize,
 }
 
 /// One group's allreduce, checked and ready to run in place.
@@ -272,7 +272,7 @@ impl State {
     /// arrays, a destination that is not an array yet, ranges that overlap without being the
     /// same). Every rule of the copying path is checked here, in its order (every source,
     /// then every destination), before anything is written.
-    fn locate(
+    pub(super) fn locate(
         &mut self,
         group: Range<usize>,
         src: u16,

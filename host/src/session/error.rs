@@ -238,6 +238,16 @@ pub enum SessionError {
     },
     /// Setting up the session across MPI ranks failed.
     Instances(crate::instance::InstanceError),
+    /// A rank of a session across MPI ranks failed its part of an operation (or did not
+    /// answer).
+    Rank {
+        /// The rank.
+        rank: usize,
+        /// The operation.
+        operation: &'static str,
+        /// What went wrong there.
+        reason: String,
+    },
     /// A host array too large to send with a call.
     InlineTooLarge {
         /// Its bytes.
@@ -383,6 +393,11 @@ impl fmt::Display for SessionError {
                  workers"
             ),
             Self::Instances(e) => write!(f, "the session across MPI ranks: {e}"),
+            Self::Rank {
+                rank,
+                operation,
+                reason,
+            } => write!(f, "rank {rank}: its part of the {operation} failed: {reason}"),
         }
     }
 }

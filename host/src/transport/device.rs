@@ -40,9 +40,20 @@ pub(super) fn run_device_watched(
     writer: impl Write,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
-    let mut link = StdLink::new(reader, writer);
     let mut arena = vec![0u8; memory];
-    with_device(replica, &mut arena, |server, device| {
+    run_device_on(replica, &mut arena, reader, writer, busy)
+}
+
+/// Like [`run_device_watched`], on `arena` (memory the host may map too).
+pub(super) fn run_device_on(
+    replica: u32,
+    arena: &mut dyn Memory,
+    reader: impl Read + Send + 'static,
+    writer: impl Write,
+    busy: &mut BusyLine,
+) -> Result<(), io::Error> {
+    let mut link = StdLink::new(reader, writer);
+    with_device(replica, arena, |server, device| {
         serve(server, device, &mut link, &mut StdClock::new(), busy)
     })
 }

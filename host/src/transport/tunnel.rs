@@ -13,9 +13,10 @@
 //!   the controller's rank and the worker's. MPI does not reorder messages of one tag
 //!   between two ranks, so a link's bytes arrive as they were written, whole or not at all.
 //! - **A message is a kind byte and its payload**: bytes of the link, or its end (the
-//!   writer was dropped: the reader at the other end reads the end of the stream). A
-//!   rank's control messages (a served rank saying it has finished) travel on
-//!   [`CONTROL_TAG`], which no worker id reaches.
+//!   writer was dropped: the reader at the other end reads the end of the stream). Control
+//!   messages between the ranks (what the session asks of a rank, and its answers) travel
+//!   whole on [`CONTROL_TAG`], which no worker id reaches; the office hands them on
+//!   unread.
 //! - **A send never waits without receiving.** A message is sent without blocking and the
 //!   office keeps receiving until it is delivered: two ranks sending large messages to
 //!   each other at once (MPI delivers those only once the receiver takes them) would
@@ -50,8 +51,6 @@ pub const LOOK: Duration = Duration::from_millis(5);
 const BYTES: u8 = 0;
 /// The kind byte of a message ending a link.
 const END: u8 = 1;
-/// The kind byte of a control message: the sending rank has finished serving.
-const FINISHED: u8 = 2;
 
 /// What the office is asked to do.
 enum Post {
@@ -74,8 +73,8 @@ pub struct LinkId {
 #[derive(Debug)]
 pub struct PostOffice {
     posts: Sender<Post>,
-    /// Ranks that said they have finished serving.
-    finished: Receiver<usize>,
+    /// Control messages that arrived, with the rank that sent each.
+    control: Receiver<(usize, Vec<u8>)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -84,7 +83,7 @@ impl PostOffice {
     /// link's reader and writer, in the order given.
     pub fn open(links: &[LinkId]) -> io::Result<(Self, Vec<(LinkReader, LinkWriter)>)> {
         let (posts, queue) = mpsc::channel();
-        let (finished_tx, finished) = mpsc::channel();
+        let (control_tx, control) = mpsc::channel();
         let mut routes = HashMap::new();
         let mut ends = Vec::with_capacity(links.len());
         for &link in links {
@@ -107,7 +106,7 @@ impl PostOffice {
         }
         let office = Office {
             routes,
-            finished: finished_tx,
+            control: control_tx,
         };
         let thread = thread::Builder::new()
             .name("tessera-post-office".into())
@@ -115,39 +114,29 @@ impl PostOffice {
         Ok((
             Self {
                 posts,
-                finished,
+                control,
                 thread: Some(thread),
             },
             ends,
         ))
     }
 
-    /// Tells rank `to` that this rank has finished serving (after everything posted
-    /// before).
-    pub fn announce_finished(&self, to: usize) -> io::Result<()> {
+    /// Sends control message `message` to rank `to` (after everything posted before).
+    pub fn send_control(&self, to: usize, message: Vec<u8>) -> io::Result<()> {
         let to = rank_of(to)?;
         self.posts
             .send(Post::Send {
                 to,
                 tag: CONTROL_TAG,
-                bytes: vec![FINISHED],
+                bytes: message,
             })
             .map_err(|_| gone())
     }
 
-    /// Waits until every rank of `ranks` has said it has finished, up to `limit`; the
-    /// ranks still serving when it passes, if any.
-    pub fn wait_finished(&self, ranks: &[usize], limit: Duration) -> Vec<usize> {
-        let until = Instant::now() + limit;
-        let mut waiting: Vec<usize> = ranks.to_vec();
-        while !waiting.is_empty() {
-            let left = until.saturating_duration_since(Instant::now());
-            match self.finished.recv_timeout(left) {
-                Ok(rank) => waiting.retain(|&r| r != rank),
-                Err(_) => break,
-            }
-        }
-        waiting
+    /// The next control message and the rank that sent it, waiting up to `limit`; `None`
+    /// when none came (or the office has stopped).
+    pub fn next_control(&self, limit: Duration) -> Option<(usize, Vec<u8>)> {
+        self.control.recv_timeout(limit).ok()
     }
 
     /// Sends everything posted so far, then stops the office and waits for its thread.
@@ -174,7 +163,7 @@ impl Drop for PostOffice {
 struct Office {
     /// Each link's reader, by (the rank at the other end, tag).
     routes: HashMap<(i32, i32), Sender<Vec<u8>>>,
-    finished: Sender<usize>,
+    control: Sender<(usize, Vec<u8>)>,
 }
 
 impl Office {
@@ -244,20 +233,20 @@ impl Office {
     }
 
     fn route(&mut self, from: i32, tag: i32, mut bytes: Vec<u8>) {
+        if tag == CONTROL_TAG {
+            let _ = self.control.send((from as usize, bytes));
+            return;
+        }
         let Some(&kind) = bytes.first() else {
             tracing::warn!(from, tag, "an empty message between ranks, dropped");
             return;
         };
-        match (tag, kind) {
-            (CONTROL_TAG, FINISHED) => {
-                let _ = self.finished.send(from as usize);
-            }
-            (CONTROL_TAG, _) => tracing::warn!(from, kind, "an unknown control message, dropped"),
-            (_, END) => {
+        match kind {
+            END => {
                 // Dropping the sender ends the reader's stream.
                 self.routes.remove(&(from, tag));
             }
-            (_, BYTES) => {
+            BYTES => {
                 let Some(route) = self.routes.get(&(from, tag)) else {
                     // A link already ended here (its reader gone): nobody reads it.
                     return;

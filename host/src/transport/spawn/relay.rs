@@ -7,6 +7,9 @@
 //! - In a child process or under QEMU, two threads relay the bytes: the link to the
 //!   device's input, the device's output to the link.
 //!
+//! The host maps the device's memory where the placement shares it (threads and child
+//! processes: [`Served::memory`]), for the rank's own work on it while the device is idle.
+//!
 //! The device stops when the link ends: a device thread's loop ends with its input; a
 //! device process is stopped (QEMU would serve its socket forever). The end of its output
 //! ends the link the other way. [`Served::wait`] returns once all of that is done.
@@ -19,23 +22,33 @@ use std::thread::{self, JoinHandle};
 use tessera_firmware_sim::std_link::BusyLine;
 
 use super::{DeviceHandle, Incoming, Link, Outgoing};
-use crate::transport::device::run_device_watched;
+use crate::transport::device::{run_device_on, run_device_watched};
+use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
 
 /// A device serving a link, and what keeps it running.
-pub struct Served {
+pub(crate) struct Served {
     /// The device thread, or the relay of the link's bytes to the device.
     inward: JoinHandle<()>,
     /// The relay of the device's bytes to the link (a device process only).
     outward: Option<JoinHandle<()>>,
     /// The device process.
     handle: Option<DeviceHandle>,
+    /// The host's mapping of the device's memory, where the placement shares it.
+    memory: Option<SharedMemory>,
 }
 
 impl Served {
+    /// The host's mapping of the device's memory (threads and child processes; `None`
+    /// under QEMU). Read and write it only while the device is idle (its controller has
+    /// every reply and sends nothing meanwhile).
+    pub(crate) fn memory(&mut self) -> Option<&mut SharedMemory> {
+        self.memory.as_mut()
+    }
+
     /// Waits until the link has ended, stops the device (QEMU never stops by itself), and
     /// waits for the device's last bytes to be relayed.
-    pub fn wait(mut self) {
+    pub(crate) fn wait(mut self) {
         let _ = self.inward.join();
         drop(self.handle.take());
         if let Some(outward) = self.outward.take() {
@@ -52,11 +65,20 @@ pub(crate) fn thread_on(
     reader: impl Read + Send + 'static,
     writer: impl Write + Send + 'static,
 ) -> Result<Served, TransportError> {
+    let host = match u32::try_from(memory) {
+        Ok(1..) => Some(SharedMemory::create(memory, false)?),
+        _ => None,
+    };
+    let device = host.as_ref().map(SharedMemory::map_again).transpose()?;
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
             let mut busy = BusyLine::default();
-            if let Err(e) = run_device_watched(replica, memory, reader, writer, &mut busy) {
+            let served = match device {
+                Some(mut shared) => run_device_on(replica, &mut shared, reader, writer, &mut busy),
+                None => run_device_watched(replica, memory, reader, writer, &mut busy),
+            };
+            if let Err(e) = served {
                 tracing::warn!(replica, error = %e, "device thread stopped");
             }
         })?;
@@ -64,6 +86,7 @@ pub(crate) fn thread_on(
         inward: thread,
         outward: None,
         handle: None,
+        memory: host,
     })
 }
 
@@ -79,6 +102,7 @@ fn relayed(
         incoming,
         outgoing,
         handle,
+        memory,
         ..
     } = link;
     let from_device: Box<dyn Read + Send> = match incoming {
@@ -95,6 +119,7 @@ fn relayed(
         inward,
         outward: Some(outward),
         handle: Some(handle),
+        memory,
     })
 }
 

@@ -18,6 +18,7 @@ mod mpirun;
 /// Each scenario test and its workers.
 const SCENARIOS: &[(&str, usize)] = &[
     ("collectives::allreduce", 2),
+    ("collectives::allreduce_in_worker_order", 4),
     ("collectives::group_allreduce", 4),
     ("collectives::allgather", 2),
     ("collectives::group_allgather", 4),
@@ -47,6 +48,7 @@ const SCENARIOS: &[(&str, usize)] = &[
 
 /// Scenarios also run with their workers in child processes on every rank.
 const ON_PROCESSES: &[&str] = &[
+    "collectives::allreduce_in_worker_order",
     "collectives::group_allreduce",
     "collectives::tensor_parallel_mlp",
     "control_plane::register_reuse",
@@ -58,7 +60,10 @@ const ON_PROCESSES: &[&str] = &[
 fn across(test: &str, ranks: usize, dir: &std::path::Path) -> Result<(), String> {
     let exe = std::env::current_exe().expect("the suite's binary");
     let args = ["--exact", test, "--test-threads=1"];
-    let out = mpirun::run(mpirun::mpirun(ranks, &exe, &args, dir));
+    let mut command = mpirun::mpirun(ranks, &exe, &args, dir);
+    // A scenario takes a second or two: a hung one fails in a minute, not in five.
+    command.env("MPIEXEC_TIMEOUT", "60");
+    let out = mpirun::run(command);
     let stdout = String::from_utf8_lossy(&out.stdout);
     // Only rank 0 finishes the test (the others end once served): one result line.
     if out.status.success() && stdout.matches("1 passed").count() == 1 {

@@ -73,6 +73,70 @@ scenario! {
     allreduce: allreduce_thread, allreduce_process
 }
 
+fn allreduce_in_worker_order(placement: Placement) {
+    const N: usize = 64;
+    let session = open(&placement, 4, 1);
+    let mut state = 5;
+    // Worker 0 holds huge values, worker 2 their negations, workers 1 and 3 small ones: the
+    // f64 sum's rounding depends on the order of its terms, for every element — ((w0 + w1)
+    // + w2) + w3 keeps w3 exactly, (w0 + w1) + (w2 + w3) rounds it.
+    let huge: Vec<f32> = uniform(&mut state, N, 1.0)
+        .iter()
+        .map(|v| (1.5 + v) * 1e20)
+        .collect();
+    let small = |state: &mut u64| -> Vec<f32> {
+        let raw = uniform(state, N, 1.0);
+        raw.iter()
+            .enumerate()
+            .map(|(i, v)| v * 10f32.powi(3 + (i % 4) as i32))
+            .collect()
+    };
+    let (w1, w3) = (small(&mut state), small(&mut state));
+    let values = [huge.clone(), w1, negated(&huge), w3];
+    let src = empty(&session, &[N as u32]);
+    for (worker, v) in values.iter().enumerate() {
+        set(&session, &src, worker, &f32s(&[N as u32], v));
+    }
+    let dst = empty(&session, &[N as u32]);
+    for op in [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ] {
+        session.allreduce(&src, &dst, op, Scope::Global).unwrap();
+        // The kernel's rule: read into f64, folded in worker order, rounded once.
+        let expected: Vec<f32> = (0..N)
+            .map(|i| {
+                let mut acc = f64::from(values[0][i]);
+                for v in &values[1..] {
+                    let x = f64::from(v[i]);
+                    acc = match op {
+                        ReduceOp::Sum | ReduceOp::Avg => acc + x,
+                        ReduceOp::Prod => acc * x,
+                        ReduceOp::Min => acc.min(x),
+                        ReduceOp::Max => acc.max(x),
+                    };
+                }
+                if op == ReduceOp::Avg {
+                    acc /= 4.0;
+                }
+                acc as f32
+            })
+            .collect();
+        expect_on(&session, &dst, 0..4, &f32s(&[N as u32], &expected));
+    }
+}
+
+scenario! {
+    /// An allreduce of f32 values whose sums depend on the order of their terms (±1e20
+    /// beside 1e3–1e6) gives, bit for bit, the f64 fold in worker order rounded once, on
+    /// every worker and for every op. Catches a combination in another order (partial sums
+    /// per host, or per rank across MPI ranks).
+    allreduce_in_worker_order: allreduce_in_worker_order_thread, allreduce_in_worker_order_process
+}
+
 fn group_allreduce(placement: Placement) {
     let session = open(&placement, 4, 2);
     // A distinct array per worker; group 1's have another shape, so reading across groups

@@ -19,9 +19,13 @@
 //!   re-sends) runs end to end, and every session operation — calls, copies, syncs, debug
 //!   reads and writes, frees, collectives — works on remote workers as on local ones,
 //!   with results combined by the controller in the same order: bit-identical to one host.
-//!   Bulk data of remote workers goes through rank 0.
-//! - **Shutdown.** Shutting the session down (or dropping it) ends every link; each rank
-//!   stops its devices, says it has finished and ends. Rank 0 waits up to
+//!   Bulk data of remote workers goes through rank 0, except a global float allreduce,
+//!   which moves between the ranks by MPI (`allreduce`).
+//! - **Rank 0 asks, the others answer.** Besides the links, rank 0 sends a serving rank
+//!   control messages (`control`): take part in an allreduce, or finish. Each is answered
+//!   once, in order; rank 0 waits for an answer up to the MPI collectives' deadline.
+//! - **Shutdown.** Shutting the session down (or dropping it) ends every link and tells
+//!   every rank to finish; each rank stops its devices, says it has finished and ends. Rank 0 waits up to
 //!   [`FINISH_LIMIT`] for them, then finalizes MPI if the session initialized it: one
 //!   `Session::new` per job (MPI is initialized once per process; a second is refused with
 //!   the reason).
@@ -31,13 +35,17 @@
 //!   with it (their reapers). A remote worker that stops answering while its rank lives is
 //!   reported like a local one, by its global id.
 
-use std::time::Duration;
+mod allreduce;
+mod control;
+
+use std::time::{Duration, Instant};
 
 use super::{Session, SessionError};
 use crate::instance::{InstanceError, Instances, Mpi, MpiGuard};
 use crate::placement::{self, Placement};
 use crate::transport::tunnel::{LinkId, PostOffice};
-use crate::transport::{Channel, TransportError};
+use crate::transport::{Channel, SharedMemory, TransportError};
+use control::{decode, encode, FromRank, ToRank};
 
 /// How long rank 0, shutting down, waits for the other ranks to finish serving.
 pub const FINISH_LIMIT: Duration = Duration::from_secs(30);
@@ -47,34 +55,91 @@ pub(super) struct Across {
     office: PostOffice,
     /// The ranks serving workers (all but 0).
     serving: Vec<usize>,
+    mpi: Mpi,
+    /// Workers each rank hosts.
+    per_rank: usize,
+    /// Every rank's host maps its workers' memory (not QEMU).
+    maps_memory: bool,
+    /// Buffers the allreduce across ranks reuses.
+    scratch: allreduce::Scratch,
     /// Keeps MPI initialized when the session initialized it; finalized last.
-    mpi: Option<MpiGuard>,
+    guard: Option<MpiGuard>,
 }
 
 impl std::fmt::Debug for Across {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Across")
             .field("serving", &self.serving)
+            .field("per_rank", &self.per_rank)
             .finish_non_exhaustive()
     }
 }
 
 impl Across {
-    /// Ends the session across ranks, once every channel (every link's writer) is dropped:
-    /// waits for the ranks to finish, stops the post office, finalizes MPI if the session
-    /// initialized it.
-    pub(super) fn finish(self) {
-        let Self {
-            office,
-            serving,
-            mpi,
-        } = self;
-        let left = office.wait_finished(&serving, FINISH_LIMIT);
-        if !left.is_empty() {
-            tracing::warn!(?left, "ranks still serving at shutdown");
+    /// Sends `message` to serving rank `rank`.
+    fn tell(&self, rank: usize, message: &ToRank) -> Result<(), SessionError> {
+        self.office
+            .send_control(rank, encode(message))
+            .map_err(|e| SessionError::Transport(e.into()))
+    }
+
+    /// Every serving rank's answer to the last message, in rank order (they arrive in any
+    /// order), each waited for up to the MPI deadline.
+    fn answers(&self) -> Result<Vec<FromRank>, SessionError> {
+        let deadline = self.mpi.deadline();
+        let until = Instant::now() + deadline;
+        let mut answers: Vec<Option<FromRank>> = self.serving.iter().map(|_| None).collect();
+        while let Some(waiting) = answers.iter().position(Option::is_none) {
+            let left = until.saturating_duration_since(Instant::now());
+            let Some((from, bytes)) = self.office.next_control(left) else {
+                return Err(SessionError::Rank {
+                    rank: self.serving[waiting],
+                    operation: "answer",
+                    reason: format!("no answer within {} s", deadline.as_secs()),
+                });
+            };
+            let slot = self.serving.iter().position(|&r| r == from);
+            match (slot, decode::<FromRank>(&bytes)) {
+                (Some(slot), Some(answer)) if answers[slot].is_none() => {
+                    answers[slot] = Some(answer)
+                }
+                // Each command is answered once by each rank asked: anything else is a
+                // stale or foreign message.
+                (_, other) => {
+                    tracing::warn!(from, ?other, "an unexpected control message, dropped")
+                }
+            }
         }
+        Ok(answers.into_iter().flatten().collect())
+    }
+
+    /// Ends the session across ranks, once every channel (every link's writer) is dropped:
+    /// tells every rank to finish and waits for it (up to [`FINISH_LIMIT`]), stops the post
+    /// office, finalizes MPI if the session initialized it.
+    pub(super) fn finish(self) {
+        for &rank in &self.serving {
+            if let Err(e) = self.tell(rank, &ToRank::Finish) {
+                tracing::warn!(rank, error = %e, "cannot tell a rank to finish");
+            }
+        }
+        let until = Instant::now() + FINISH_LIMIT;
+        let mut waiting = self.serving.clone();
+        while !waiting.is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.office.next_control(left) {
+                Some((from, bytes)) if matches!(decode(&bytes), Some(FromRank::Finished)) => {
+                    waiting.retain(|&r| r != from);
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        if !waiting.is_empty() {
+            tracing::warn!(?waiting, "ranks still serving at shutdown");
+        }
+        let Self { office, guard, .. } = self;
         office.stop();
-        drop(mpi);
+        drop(guard);
     }
 }
 
@@ -138,7 +203,7 @@ fn start(
     }
     let per_rank = workers / ranks;
     if mpi.rank() != 0 {
-        serve(placement, mpi.rank(), per_rank, memory)?;
+        serve(mpi, placement, per_rank, memory)?;
         drop(guard);
         return Ok(None);
     }
@@ -152,7 +217,11 @@ fn start(
     let across = Across {
         office,
         serving: (1..ranks).collect(),
-        mpi: guard,
+        mpi: *mpi,
+        per_rank,
+        maps_memory: !matches!(placement, Placement::Qemu(_)),
+        scratch: allreduce::Scratch::default(),
+        guard,
     };
     // A failure below drops the channels made so far (ending their links) before the
     // ranks are waited for.
@@ -188,15 +257,16 @@ fn controller_channels(
     Ok(channels)
 }
 
-/// Rank `rank`'s part: its workers on `placement`, each serving its link to rank 0, until
-/// every link has ended; then rank 0 is told.
+/// This rank's part: its workers on `placement`, each serving its link to rank 0, and rank
+/// 0's control messages answered until it says to finish; then the devices are stopped and
+/// rank 0 is told.
 fn serve(
+    mpi: &Mpi,
     placement: &Placement,
-    rank: usize,
     per_rank: usize,
     memory: usize,
 ) -> Result<(), SessionError> {
-    let first = rank * per_rank;
+    let first = mpi.rank() * per_rank;
     let links: Vec<LinkId> = (first..first + per_rank)
         .map(|worker| LinkId {
             peer: 0,
@@ -214,10 +284,35 @@ fn serve(
             writer,
         )?);
     }
+    let answer = |message: &FromRank| {
+        office
+            .send_control(0, encode(message))
+            .map_err(TransportError::from)
+    };
+    let mut scratch = allreduce::Scratch::default();
+    loop {
+        // Rank 0 going away ends the job (mpirun): waiting here has no deadline.
+        let Some((from, bytes)) = office.next_control(Duration::from_secs(1)) else {
+            continue;
+        };
+        match decode::<ToRank>(&bytes) {
+            Some(ToRank::Allreduce(part)) => {
+                let mut memories: Vec<Option<&mut SharedMemory>> =
+                    served.iter_mut().map(|device| device.memory()).collect();
+                let outcome = match allreduce::run(mpi, &part, &mut memories, &mut scratch) {
+                    Ok(()) => FromRank::Done,
+                    Err(reason) => FromRank::Failed(reason),
+                };
+                answer(&outcome)?;
+            }
+            Some(ToRank::Finish) => break,
+            None => tracing::warn!(from, "an unknown control message, dropped"),
+        }
+    }
     for device in served {
         device.wait();
     }
-    office.announce_finished(0).map_err(TransportError::from)?;
+    answer(&FromRank::Finished)?;
     office.stop();
     Ok(())
 }

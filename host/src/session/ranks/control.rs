@@ -1,0 +1,59 @@
+//! What rank 0 asks of a serving rank, and its answers: control messages through the post
+//! offices (JSON: a few per collective, never bulk data).
+
+use serde::{Deserialize, Serialize};
+
+use super::allreduce::Part;
+
+/// From rank 0 to a serving rank.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum ToRank {
+    /// Take part in an allreduce across the ranks (rank 0 takes part too); answer
+    /// [`FromRank::Done`] or [`FromRank::Failed`].
+    Allreduce(Part),
+    /// The controller has dropped every link: stop the devices, answer
+    /// [`FromRank::Finished`] and end.
+    Finish,
+}
+
+/// From a serving rank to rank 0.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum FromRank {
+    /// The last command is done.
+    Done,
+    /// The last command failed on this rank, and why (every collective of it was still
+    /// taken part in, so no rank waits).
+    Failed(String),
+    /// Every device of this rank has stopped.
+    Finished,
+}
+
+/// `message` as sent.
+pub(super) fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    // Plain enums and numbers always serialize.
+    serde_json::to_vec(message).unwrap_or_default()
+}
+
+/// A message as received, if it is one.
+pub(super) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    serde_json::from_slice(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches an answer that does not survive the trip, and garbage taken for a message.
+    #[test]
+    fn messages_survive_the_trip_and_garbage_is_none() {
+        let failed = FromRank::Failed("worker 1: its source is not readable".into());
+        let back: Option<FromRank> = decode(&encode(&failed));
+        assert!(matches!(back, Some(FromRank::Failed(r)) if r.contains("worker 1")));
+        assert!(matches!(
+            decode(&encode(&ToRank::Finish)),
+            Some(ToRank::Finish)
+        ));
+        assert!(decode::<FromRank>(b"\xff\x00not json").is_none());
+        assert!(decode::<ToRank>(&encode(&FromRank::Done)).is_none());
+    }
+}
