@@ -8,9 +8,10 @@
 //!
 //! 4 workers in threads, 2 per rank on 2 ranks. Rank 0 prints: an allreduce (sum) of
 //! 16 MiB of f32 per worker across the ranks beside MPI's own allreduce of the same bytes
-//! between the ranks (target ≥ 0.8×), and call + sync of all workers across the ranks
-//! beside the same on one host (the 4 workers in threads of rank 0, after the cross-rank
-//! session has ended). Each figure is the median of several runs.
+//! between the ranks (target ≥ 0.8×); a broadcast of 16 MiB from worker 0 beside MPI's
+//! broadcast of the bytes; and call + sync of all workers across the ranks beside the same
+//! on one host (the 4 workers in threads of rank 0, after the cross-rank session has
+//! ended). Each figure is the median of several runs.
 
 use std::time::{Duration, Instant};
 
@@ -46,18 +47,18 @@ fn median(mut f: impl FnMut()) -> Duration {
 fn main() {
     let (_guard, mpi) = Mpi::initialize_for_threads().expect("MPI for threads");
     let leader = mpi.rank() == 0;
-    let raw = raw_allreduce();
+    let (raw, raw_broadcast) = (raw_allreduce(), raw_broadcast());
     let session = Session::across_ranks(&mpi, &Placement::Thread, WORKERS, 1, MEMORY)
         .expect("a session across the ranks");
     // Only rank 0 has the controller; the others have served it by now.
     let Some(session) = session else {
         return;
     };
-    let (across, calls_across) = measure(&session);
+    let across = measure(&session);
     drop(session);
     let local = placement::open(&Placement::Thread, 0..WORKERS as u32, MEMORY).expect("workers");
     let one_host = Session::on(local, 1).expect("a session on one host");
-    let (alone, calls_alone) = measure(&one_host);
+    let alone = measure(&one_host);
     let mib = (ELEMENTS * 4) >> 20;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
@@ -67,16 +68,23 @@ fn main() {
     );
     println!(
         "allreduce of {mib} MiB of f32 per worker: across ranks {:7.2} ms ({:.2}x of MPI)   MPI's own {:7.2} ms   one host {:7.2} ms",
-        ms(across),
-        raw.as_secs_f64() / across.as_secs_f64(),
+        ms(across.allreduce),
+        raw.as_secs_f64() / across.allreduce.as_secs_f64(),
         ms(raw),
-        ms(alone),
+        ms(alone.allreduce),
+    );
+    println!(
+        "broadcast of {mib} MiB from worker 0: across ranks {:7.2} ms ({:.2}x of MPI)   MPI's own {:7.2} ms   one host {:7.2} ms",
+        ms(across.broadcast),
+        raw_broadcast.as_secs_f64() / across.broadcast.as_secs_f64(),
+        ms(raw_broadcast),
+        ms(alone.broadcast),
     );
     println!(
         "call + sync of all workers: across ranks {:7.1} us   one host {:7.1} us ({:.2}x)",
-        calls_across.as_secs_f64() * 1e6,
-        calls_alone.as_secs_f64() * 1e6,
-        calls_alone.as_secs_f64() / calls_across.as_secs_f64(),
+        across.call.as_secs_f64() * 1e6,
+        alone.call.as_secs_f64() * 1e6,
+        alone.call.as_secs_f64() / across.call.as_secs_f64(),
     );
     assert!(leader);
 }
@@ -89,9 +97,23 @@ fn raw_allreduce() -> Duration {
     median(|| world.all_reduce_into(&send[..], &mut receive[..], SystemOperation::sum()))
 }
 
-/// On `session`: the median allreduce of `ELEMENTS` f32 per worker, and the mean call +
-/// sync of all workers.
-fn measure(session: &Session) -> (Duration, Duration) {
+/// MPI's broadcast of `ELEMENTS` f32 from rank 0, into a reused buffer.
+fn raw_broadcast() -> Duration {
+    let world = SimpleCommunicator::world();
+    let mut buffer = vec![1.0f32; ELEMENTS];
+    median(|| world.process_at_rank(0).broadcast_into(&mut buffer[..]))
+}
+
+/// What [`measure`] times.
+struct Figures {
+    allreduce: Duration,
+    broadcast: Duration,
+    call: Duration,
+}
+
+/// On `session`: the median allreduce of `ELEMENTS` f32 per worker and broadcast of as
+/// many from worker 0, and the mean call + sync of all workers.
+fn measure(session: &Session) -> Figures {
     let src = session
         .empty(DataType::F32, &[ELEMENTS as u32])
         .expect("src");
@@ -103,11 +125,20 @@ fn measure(session: &Session) -> (Duration, Duration) {
             .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
             .expect("allreduce")
     });
+    let broadcast = median(|| {
+        session
+            .broadcast_from_worker0(&src, &dst, Scope::Global)
+            .expect("broadcast")
+    });
     let add_one = session.get_function("add_one").expect("add_one");
     let start = Instant::now();
     for _ in 0..CALLS {
         let _out = session.call(&add_one, &[CallArg::Int(1)]).expect("call");
         session.sync_all().expect("sync");
     }
-    (allreduce, start.elapsed() / CALLS as u32)
+    Figures {
+        allreduce,
+        broadcast,
+        call: start.elapsed() / CALLS as u32,
+    }
 }

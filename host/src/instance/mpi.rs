@@ -207,6 +207,16 @@ impl Mpi {
         Ok(())
     }
 
+    /// Rank 0's `data` into every rank's `data` (the lengths must agree: they come from one
+    /// plan every rank shares).
+    pub fn broadcast_from_first(&self, data: &mut [u8]) -> Result<(), InstanceError> {
+        self.count(data.len())?;
+        self.guarded("a broadcast", || {
+            self.world().process_at_rank(0).broadcast_into(data)
+        });
+        Ok(())
+    }
+
     /// Every rank's `data` concatenated in rank order into `out`, whose length must be the
     /// sum of theirs (checked on every rank before anything is received).
     pub fn all_gather_into(&self, data: &[u8], out: &mut [u8]) -> Result<(), InstanceError> {

@@ -27,6 +27,8 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, Description};
 use tessera_core::wire::ValueKind;
 
+#[cfg(feature = "mpi")]
+use super::ranks::Kind;
 use super::{Command, Register, Session, SessionError, State, WorkerFailure};
 use crate::array::HostArray;
 use crate::combine;
@@ -75,21 +77,9 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
-        // Across MPI ranks, by MPI between them where it can (see `ranks`).
         #[cfg(feature = "mpi")]
-        if scope == Scope::Global {
-            let mut across = false;
-            self.collective_in(scope, "allreduce", |state, _| {
-                across = state.allreduce_across(src, dst, op)?;
-                if across {
-                    let workers = state.workers.len();
-                    state.confirm(0..workers, dst, "allreduce")?;
-                }
-                Ok(Vec::new())
-            })?;
-            if across {
-                return Ok(());
-            }
+        if self.by_mpi(scope, Kind::Allreduce(op), src, dst)? {
+            return Ok(());
         }
         // In place in the workers' memory where every group can be (see `direct`).
         let mut in_place = true;
@@ -132,6 +122,10 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_mpi(scope, Kind::Allgather, src, dst)? {
+            return Ok(());
+        }
         self.to_every_member(scope, dst, "allgather", |state, group| {
             let arrays = state.read_all(group.clone(), src)?;
             concat(&arrays, "allgather", group.start)
@@ -146,6 +140,10 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_mpi(scope, Kind::Broadcast, src, dst)? {
+            return Ok(());
+        }
         self.to_every_member(scope, dst, "broadcast", |state, group| {
             state.read_array(group.start, src)
         })
@@ -244,6 +242,29 @@ impl Session {
             }
             Ok(out)
         })
+    }
+
+    /// Collective `kind` of `src` into `dst` across MPI ranks, its data moving between the
+    /// ranks by MPI (see `ranks`), if the session spans ranks and it can run so; `false`
+    /// when the data must go through rank 0 instead (nothing was sent).
+    #[cfg(feature = "mpi")]
+    fn by_mpi(&self, scope: Scope, kind: Kind, src: u16, dst: u16) -> Result<bool, SessionError> {
+        if scope != Scope::Global {
+            return Ok(false);
+        }
+        let operation = kind.operation();
+        let mut done = false;
+        self.collective_in(scope, operation, |state, _| {
+            done = state.collective_across(kind, src, dst)?;
+            if done {
+                // Nothing was sent to a worker: only a round trip tells a worker lost
+                // meanwhile from one that is there to use the result.
+                let workers = state.workers.len();
+                state.confirm(0..workers, dst, operation)?;
+            }
+            Ok(Vec::new())
+        })?;
+        Ok(done)
     }
 
     /// One result per group (`compute`), written into `dst` on every member of the group.

@@ -3,14 +3,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::allreduce::Part;
+use super::collectives::Part;
 
 /// From rank 0 to a serving rank.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) enum ToRank {
-    /// Take part in an allreduce across the ranks (rank 0 takes part too); answer
+    /// Take part in a collective across the ranks (rank 0 takes part too); answer
     /// [`FromRank::Done`] or [`FromRank::Failed`].
-    Allreduce(Part),
+    Collective(Part),
     /// The controller has dropped every link: stop the devices, answer
     /// [`FromRank::Finished`] and end.
     Finish,

@@ -19,10 +19,10 @@
 //!   re-sends) runs end to end, and every session operation — calls, copies, syncs, debug
 //!   reads and writes, frees, collectives — works on remote workers as on local ones,
 //!   with results combined by the controller in the same order: bit-identical to one host.
-//!   Bulk data of remote workers goes through rank 0, except a global float allreduce,
-//!   which moves between the ranks by MPI (`allreduce`).
+//!   Bulk data of remote workers goes through rank 0, except that of a global allreduce,
+//!   allgather or broadcast, which moves between the ranks by MPI (`collectives`).
 //! - **Rank 0 asks, the others answer.** Besides the links, rank 0 sends a serving rank
-//!   control messages (`control`): take part in an allreduce, or finish. Each is answered
+//!   control messages (`control`): take part in a collective, or finish. Each is answered
 //!   once, in order; rank 0 waits for an answer up to the MPI collectives' deadline.
 //! - **Shutdown.** Shutting the session down (or dropping it) ends every link and tells
 //!   every rank to finish; each rank stops its devices, says it has finished and ends. Rank 0 waits up to
@@ -35,7 +35,7 @@
 //!   with it (their reapers). A remote worker that stops answering while its rank lives is
 //!   reported like a local one, by its global id.
 
-mod allreduce;
+mod collectives;
 mod control;
 
 use std::time::{Duration, Instant};
@@ -46,6 +46,8 @@ use crate::placement::{self, Placement};
 use crate::transport::tunnel::{LinkId, PostOffice};
 use crate::transport::{Channel, SharedMemory, TransportError};
 use control::{decode, encode, FromRank, ToRank};
+
+pub(in crate::session) use collectives::Kind;
 
 /// How long rank 0, shutting down, waits for the other ranks to finish serving.
 pub const FINISH_LIMIT: Duration = Duration::from_secs(30);
@@ -61,7 +63,7 @@ pub(super) struct Across {
     /// Every rank's host maps its workers' memory (not QEMU).
     maps_memory: bool,
     /// Buffers the allreduce across ranks reuses.
-    scratch: allreduce::Scratch,
+    scratch: collectives::Scratch,
     /// Keeps MPI initialized when the session initialized it; finalized last.
     guard: Option<MpiGuard>,
 }
@@ -220,7 +222,7 @@ fn start(
         mpi: *mpi,
         per_rank,
         maps_memory: !matches!(placement, Placement::Qemu(_)),
-        scratch: allreduce::Scratch::default(),
+        scratch: collectives::Scratch::default(),
         guard,
     };
     // A failure below drops the channels made so far (ending their links) before the
@@ -289,17 +291,17 @@ fn serve(
             .send_control(0, encode(message))
             .map_err(TransportError::from)
     };
-    let mut scratch = allreduce::Scratch::default();
+    let mut scratch = collectives::Scratch::default();
     loop {
         // Rank 0 going away ends the job (mpirun): waiting here has no deadline.
         let Some((from, bytes)) = office.next_control(Duration::from_secs(1)) else {
             continue;
         };
         match decode::<ToRank>(&bytes) {
-            Some(ToRank::Allreduce(part)) => {
+            Some(ToRank::Collective(part)) => {
                 let mut memories: Vec<Option<&mut SharedMemory>> =
                     served.iter_mut().map(|device| device.memory()).collect();
-                let outcome = match allreduce::run(mpi, &part, &mut memories, &mut scratch) {
+                let outcome = match collectives::run(mpi, &part, &mut memories, &mut scratch) {
                     Ok(()) => FromRank::Done,
                     Err(reason) => FromRank::Failed(reason),
                 };

@@ -1,0 +1,495 @@
+//! Global collectives across ranks whose bulk data moves between the ranks by MPI, each
+//! rank reading and writing its own workers in place, in the memory its host maps: an
+//! allreduce of floats, an allgather and a broadcast.
+//!
+//! # Rules
+//!
+//! - **When.** A global collective into array destinations of the right type and size,
+//!   when every rank's host maps its workers' memory (threads and child processes, not
+//!   QEMU); for an allreduce, of `f32` or `f64`; for an allgather, of sources of one size.
+//!   Otherwise (groups, integer allreduces, a destination not an array yet, QEMU) the data
+//!   goes through rank 0 as for any other operation, which also reports every refusal.
+//! - **Checked before it starts.** Rank 0 checks every type, size and range (against each
+//!   worker's memory, as its hello announced it) before any rank is asked. A rank that still
+//!   cannot read or write a worker's memory takes part in every collective of the command
+//!   (with zeros) and reports the failure after, so no rank is left waiting in one.
+//! - **Allreduce: bit for bit one host's result.** The elements are split among the ranks
+//!   (rank `k` of `R` takes elements `k·E/R .. (k+1)·E/R`). Each rank sends every other
+//!   rank that rank's slice of each of its workers' sources (one all-to-all), combines its
+//!   own slice of every worker's source in global worker order with the kernel one host
+//!   uses (element by element, so slicing changes no result), and the combined slices are
+//!   gathered to every rank (one allgather), which writes the result into each of its
+//!   workers' destinations.
+//! - **Allgather**: each rank's workers' sources, in worker order, gathered to every rank
+//!   (one allgather) straight into its first worker's destination, then copied to the
+//!   others'. **Broadcast**: worker 0's source, on rank 0, broadcast (one MPI broadcast)
+//!   into every rank's first worker's destination, then copied to the others'.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::dtype::DataType;
+use tessera_core::wire::endpoint::Description;
+use tessera_core::wire::ValueKind;
+
+use super::super::direct::Member;
+use super::super::{SessionError, State};
+use super::control::{FromRank, ToRank};
+use crate::combine::{self, ReduceOp};
+use crate::instance::{Instances, Mpi};
+use crate::transport::SharedMemory;
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(in crate::session) enum Kind {
+    /// Element-wise combination, to every worker.
+    Allreduce(ReduceOp),
+    /// Every worker's source concatenated in worker order, to every worker.
+    Allgather,
+    /// Worker 0's source, to every worker.
+    Broadcast,
+}
+
+impl Kind {
+    /// The operation's name, as errors give it.
+    pub(in crate::session) fn operation(self) -> &'static str {
+        match self {
+            Self::Allreduce(_) => "allreduce",
+            Self::Allgather => "allgather",
+            Self::Broadcast => "broadcast",
+        }
+    }
+}
+
+/// One rank's part of a collective across ranks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Part {
+    kind: Kind,
+    dtype: DataType,
+    /// Bytes of each worker's source (worker 0's, for a broadcast).
+    src_bytes: usize,
+    /// Workers each rank hosts.
+    per_rank: usize,
+    /// Where this rank's workers' source and destination bytes start in their memory, in
+    /// worker order.
+    members: Vec<(usize, usize)>,
+}
+
+impl Part {
+    /// Bytes of each destination.
+    fn dst_bytes(&self, ranks: usize) -> usize {
+        match self.kind {
+            Kind::Allgather => self.src_bytes * self.per_rank * ranks,
+            Kind::Allreduce(_) | Kind::Broadcast => self.src_bytes,
+        }
+    }
+}
+
+/// The elements rank `k` of `ranks` combines.
+fn slice(elements: usize, ranks: usize, k: usize) -> Range<usize> {
+    elements * k / ranks..elements * (k + 1) / ranks
+}
+
+impl State {
+    /// Collective `kind` of register `src` into `dst` over every worker across the ranks,
+    /// by the module's rules; `false` when it cannot run so (nothing was sent: the copying
+    /// path runs). The workers are synced.
+    pub(in crate::session) fn collective_across(
+        &mut self,
+        kind: Kind,
+        src: u16,
+        dst: u16,
+    ) -> Result<bool, SessionError> {
+        let Some((mpi, per_rank, maps)) = self
+            .across
+            .as_ref()
+            .map(|a| (a.mpi, a.per_rank, a.maps_memory))
+        else {
+            return Ok(false);
+        };
+        let workers = self.workers.len();
+        let local = 0..per_rank.min(workers);
+        if !maps
+            || !self.workers[local.clone()]
+                .iter()
+                .all(|w| w.shares_memory())
+        {
+            return Ok(false);
+        }
+        let planned = match kind {
+            Kind::Allreduce(_) => self.locate(0..workers, src, dst)?,
+            Kind::Allgather | Kind::Broadcast => self.locate_spread(kind, src, dst)?,
+        };
+        let Some((dtype, src_bytes, members)) = planned else {
+            return Ok(false);
+        };
+        let ranks = workers / per_rank.max(1);
+        let part = |rank: usize| Part {
+            kind,
+            dtype,
+            src_bytes,
+            per_rank,
+            members: members[rank * per_rank..(rank + 1) * per_rank]
+                .iter()
+                .map(|m| (m.src, m.dst))
+                .collect(),
+        };
+        let dst_bytes = part(0).dst_bytes(ranks);
+        self.check_ranges(kind, &members, (src, dst), (src_bytes, dst_bytes))?;
+        if let Some(across) = &self.across {
+            for rank in 1..ranks {
+                across.tell(rank, &ToRank::Collective(part(rank)))?;
+            }
+        }
+        // Rank 0's own part, on the memory of its workers (idle: every reply is in).
+        let mut memories = Vec::with_capacity(per_rank);
+        for channel in &mut self.workers[local] {
+            memories.push(channel.device_memory()?);
+        }
+        // Taken out of the state while the workers' memory is borrowed from it.
+        let mut scratch = self
+            .across
+            .as_mut()
+            .map(|a| std::mem::take(&mut a.scratch))
+            .unwrap_or_default();
+        let mine = run(&mpi, &part(0), &mut memories, &mut scratch);
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        if let Err(reason) = mine {
+            failures.push((0, reason));
+        }
+        if let Some(across) = &mut self.across {
+            across.scratch = scratch;
+            for (rank, answer) in (1..ranks).zip(across.answers()?) {
+                match answer {
+                    FromRank::Done => {}
+                    FromRank::Failed(reason) => failures.push((rank, reason)),
+                    FromRank::Finished => failures.push((rank, "it has finished".into())),
+                }
+            }
+        }
+        if let Some((rank, reason)) = failures.into_iter().next() {
+            return Err(SessionError::Rank {
+                rank,
+                operation: kind.operation(),
+                reason,
+            });
+        }
+        Ok(true)
+    }
+
+    /// For an allgather or a broadcast: the type, the source's bytes and where every
+    /// worker's source and destination are, if it can run across the ranks (module doc).
+    fn locate_spread(
+        &mut self,
+        kind: Kind,
+        src: u16,
+        dst: u16,
+    ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
+        let workers = self.workers.len();
+        let sources = self.describe_all(0..workers, src)?;
+        let targets = self.describe_all(0..workers, dst)?;
+        let is_array = |d: &Description| d.kind == ValueKind::Array && d.dtype.is_some();
+        let Some(leader) = sources.first().filter(|d| is_array(d)) else {
+            return Ok(None);
+        };
+        let (dtype, bytes) = (leader.dtype, leader.bytes as usize);
+        // A broadcast reads worker 0's source only.
+        let read = match kind {
+            Kind::Broadcast => &sources[..1],
+            _ => &sources[..],
+        };
+        let same = |d: &Description| is_array(d) && d.dtype == dtype && d.bytes as usize == bytes;
+        if !read.iter().all(same) {
+            return Ok(None);
+        }
+        let dst_bytes = match kind {
+            Kind::Allgather => bytes * workers,
+            _ => bytes,
+        };
+        let fits =
+            |d: &Description| is_array(d) && d.dtype == dtype && d.bytes as usize == dst_bytes;
+        if !targets.iter().all(fits) {
+            return Ok(None);
+        }
+        let members = sources
+            .iter()
+            .zip(&targets)
+            .enumerate()
+            .map(|(worker, (s, t))| Member {
+                worker,
+                src: s.at as usize,
+                dst: t.at as usize,
+            })
+            .collect();
+        Ok(dtype.map(|dtype| (dtype, bytes, members)))
+    }
+
+    /// Every source read and every destination lies inside its worker's memory, as its
+    /// hello said.
+    fn check_ranges(
+        &self,
+        kind: Kind,
+        members: &[Member],
+        registers: (u16, u16),
+        (src_bytes, dst_bytes): (usize, usize),
+    ) -> Result<(), SessionError> {
+        for member in members {
+            let memory = self.workers[member.worker].limits().memory as usize;
+            let reads = kind != Kind::Broadcast || member.worker == 0;
+            let ranges = [
+                (member.src, registers.0, src_bytes, reads),
+                (member.dst, registers.1, dst_bytes, true),
+            ];
+            for (at, register, bytes, used) in ranges {
+                if used && at.checked_add(bytes).is_none_or(|end| end > memory) {
+                    return Err(SessionError::OutsideMemory {
+                        worker: member.worker,
+                        register,
+                        at,
+                        bytes,
+                        memory,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Buffers a collective across ranks reuses from one to the next: their pages are touched
+/// once, not on every call.
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    send: Vec<u8>,
+    receive: Vec<u8>,
+    combined: Vec<u8>,
+    spare: Vec<u8>,
+}
+
+/// The first failure of a rank's part, kept to be reported after the collectives.
+#[derive(Default)]
+struct Failure(Option<String>);
+
+impl Failure {
+    fn note(&mut self, reason: impl FnOnce() -> String) {
+        if self.0.is_none() {
+            self.0 = Some(reason());
+        }
+    }
+}
+
+/// This rank's part of a collective (module doc), on `memories`, its workers' memory in
+/// worker order (`None` where it is not mapped). A failure here is reported after every
+/// collective of the part is done.
+pub(super) fn run(
+    mpi: &Mpi,
+    part: &Part,
+    memories: &mut [Option<&mut SharedMemory>],
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    let mut failure = Failure::default();
+    if memories.len() != part.members.len() || part.members.len() != part.per_rank {
+        failure.note(|| {
+            format!(
+                "{} workers' memory for {} members ({} per rank)",
+                memories.len(),
+                part.members.len(),
+                part.per_rank
+            )
+        });
+    }
+    let dst_bytes = part.dst_bytes(mpi.size());
+    match part.kind {
+        Kind::Allreduce(op) => allreduce(mpi, part, op, memories, scratch, &mut failure)?,
+        Kind::Allgather => {
+            scratch.send.clear();
+            for (j, &(src, _)) in part.members.iter().enumerate() {
+                read_into(
+                    &mut scratch.send,
+                    memories,
+                    j,
+                    src,
+                    part.src_bytes,
+                    &mut failure,
+                );
+            }
+            let send = std::mem::take(&mut scratch.send);
+            let gathered = fan_out(memories, part, dst_bytes, scratch, &mut failure, |target| {
+                mpi.all_gather_into(&send, target)
+            });
+            scratch.send = send;
+            gathered?;
+        }
+        Kind::Broadcast => {
+            let root = mpi.rank() == 0;
+            let mut leader = Vec::new();
+            if root {
+                let src = part.members.first().map_or(0, |&(src, _)| src);
+                read_into(&mut leader, memories, 0, src, part.src_bytes, &mut failure);
+            }
+            fan_out(memories, part, dst_bytes, scratch, &mut failure, |target| {
+                if root {
+                    target.copy_from_slice(&leader);
+                }
+                mpi.broadcast_from_first(target)
+            })?;
+        }
+    }
+    match failure.0 {
+        None => Ok(()),
+        Some(reason) => Err(reason),
+    }
+}
+
+/// Appends worker `j`'s `bytes` at `at` to `out` (zeros, noted, where they cannot be read).
+fn read_into(
+    out: &mut Vec<u8>,
+    memories: &[Option<&mut SharedMemory>],
+    j: usize,
+    at: usize,
+    bytes: usize,
+    failure: &mut Failure,
+) {
+    let source = memories
+        .get(j)
+        .and_then(|m| m.as_ref())
+        .and_then(|m| m.range(at, bytes));
+    match source {
+        Some(source) => out.extend_from_slice(source),
+        None => {
+            failure.note(|| {
+                format!(
+                    "worker {j} of this rank: its source is not readable at {at} ({bytes} bytes)"
+                )
+            });
+            out.resize(out.len() + bytes, 0);
+        }
+    }
+}
+
+/// Fills the first worker's destination by `fill` (or a spare buffer, noted, where it
+/// cannot be written: `fill` runs whatever happens, since it takes part in a collective),
+/// then copies it into every other worker's destination.
+fn fan_out(
+    memories: &mut [Option<&mut SharedMemory>],
+    part: &Part,
+    bytes: usize,
+    scratch: &mut Scratch,
+    failure: &mut Failure,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), crate::instance::InstanceError>,
+) -> Result<(), String> {
+    let (first, others) = match memories.split_first_mut() {
+        Some((first, others)) => (first.as_mut(), others),
+        None => (None, &mut [][..]),
+    };
+    let first_dst = part.members.first().map_or(0, |&(_, dst)| dst);
+    let target = match first.and_then(|m| m.range_mut(first_dst, bytes)) {
+        Some(target) => target,
+        None => {
+            failure.note(|| {
+                format!(
+                    "worker 0 of this rank: its destination is not writable at {first_dst} \
+                     ({bytes} bytes)"
+                )
+            });
+            scratch.spare.resize(bytes, 0);
+            &mut scratch.spare[..]
+        }
+    };
+    fill(target).map_err(|e| e.to_string())?;
+    let dsts = part.members.iter().skip(1).map(|&(_, dst)| dst);
+    for ((j, memory), dst) in others.iter_mut().enumerate().zip(dsts) {
+        match memory.as_mut().and_then(|m| m.range_mut(dst, bytes)) {
+            Some(out) => out.copy_from_slice(target),
+            None => failure.note(|| {
+                format!(
+                    "worker {} of this rank: its destination is not writable at {dst} \
+                     ({bytes} bytes)",
+                    j + 1
+                )
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// An allreduce's part on this rank (module doc).
+fn allreduce(
+    mpi: &Mpi,
+    part: &Part,
+    op: ReduceOp,
+    memories: &mut [Option<&mut SharedMemory>],
+    scratch: &mut Scratch,
+    failure: &mut Failure,
+) -> Result<(), String> {
+    let size = part.dtype.size().max(1);
+    let (ranks, me) = (mpi.size(), mpi.rank());
+    let elements = part.src_bytes / size;
+    let local = part.members.len();
+    // Rank k's slice of every local source, rank after rank, in worker order.
+    let slice_bytes = |k: usize| slice(elements, ranks, k).len() * size;
+    let send_counts: Vec<usize> = (0..ranks).map(|k| slice_bytes(k) * local).collect();
+    scratch.send.clear();
+    for k in 0..ranks {
+        let range = slice(elements, ranks, k);
+        for (j, &(src, _)) in part.members.iter().enumerate() {
+            let at = src + range.start * size;
+            read_into(
+                &mut scratch.send,
+                memories,
+                j,
+                at,
+                range.len() * size,
+                failure,
+            );
+        }
+    }
+    // This rank's slice of every worker's source, in global worker order.
+    let n = slice_bytes(me);
+    let receive_counts = vec![n * part.per_rank; ranks];
+    scratch.receive.resize(n * part.per_rank * ranks, 0);
+    mpi.all_to_all_into(
+        &scratch.send,
+        &send_counts,
+        &mut scratch.receive,
+        &receive_counts,
+    )
+    .map_err(|e| e.to_string())?;
+    let inputs: Vec<&[u8]> = match n {
+        0 => vec![&[]; ranks * part.per_rank],
+        n => scratch.receive.chunks_exact(n).collect(),
+    };
+    let mut combined = std::mem::take(&mut scratch.combined);
+    combined.resize(n, 0);
+    if let Err(e) = combine::combine(part.dtype, op, &inputs, &mut combined) {
+        failure.note(|| format!("combining: {e:?}"));
+    }
+    // Gathered straight into the first worker's destination, then copied to the others'.
+    let gathered = fan_out(memories, part, part.src_bytes, scratch, failure, |target| {
+        mpi.all_gather_into(&combined, target)
+    });
+    scratch.combined = combined;
+    gathered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches slices that skip or repeat elements at the seams, or panic when there are
+    /// fewer elements than ranks.
+    #[test]
+    fn the_slices_cover_every_element_once() {
+        for elements in [0, 1, 3, 7, 64, 1000] {
+            for ranks in 1..=5 {
+                let mut next = 0;
+                for k in 0..ranks {
+                    let range = slice(elements, ranks, k);
+                    assert_eq!(range.start, next, "{elements} over {ranks}, rank {k}");
+                    next = range.end;
+                }
+                assert_eq!(next, elements);
+            }
+        }
+    }
+}
