@@ -58,7 +58,7 @@ step "multi-instance suite: mpirun -np 2 and -np 4 against one process (feature 
 cargo build -p tessera-host --features mpi --example mpi_panic --example session_across --locked
 cargo test -p tessera-host --features mpi --test mpi --locked
 
-step "the session scenarios across 2 and 4 MPI ranks (feature mpi)"
+step "the session scenarios and the sharded loader across 2 and 4 MPI ranks (feature mpi)"
 cargo test -p tessera-host --features mpi --test suite --locked -- session_scenarios::across_ranks
 
 step "clippy (warnings are errors), host and firmware"

@@ -22,6 +22,8 @@
 //! - **All or nothing.** A load waits for its workers. If one fails (out of memory, a
 //!   full register table, a broken link) the error names the tensor and the worker, the
 //!   load's registers are freed, and the session stays usable.
+//! - **Across MPI ranks** (feature `mpi`), each rank reads only its own workers' parts of
+//!   the file, straight into their memory, after rank 0 has checked the header (`across`).
 //! - **Errors name the cause.** A [`LoadError`] names the file, the tensor, its shape and
 //!   the rule. A truncated or corrupt file is a [`LoadError::Format`], never a panic.
 //!
@@ -64,6 +66,8 @@ use super::collective::Scope;
 use super::{Command, Register, Session, SessionError, State};
 use crate::array::{byte_len, ArrayError, HostArray};
 
+#[cfg(feature = "mpi")]
+pub(in crate::session) mod across;
 mod error;
 
 pub use error::LoadError;
@@ -173,8 +177,24 @@ impl Session {
         rules: &ShardRules,
     ) -> Result<HashMap<String, Register>, LoadError> {
         let file = path.as_ref();
+        // Across MPI ranks, each rank reads its own workers' parts (see `across`).
+        #[cfg(feature = "mpi")]
+        if let Some(loaded) = self.load_across_ranks(file, rules)? {
+            return Ok(loaded);
+        }
         let bytes = read(file)?;
-        let tensors = parse(file, &bytes)?;
+        let planned = self.plan_file(file, parse(file, &bytes)?, rules)?;
+        self.write_planned(&[file], planned, Writing::FromHost)
+    }
+
+    /// Every tensor of `file` (`tensors`) checked under `rules` and planned: the rules
+    /// name only tensors the file has, and each rule fits its tensor.
+    fn plan_file<'a>(
+        &self,
+        file: &Path,
+        tensors: Vec<(String, safetensors::tensor::TensorView<'a>)>,
+        rules: &ShardRules,
+    ) -> Result<Vec<Planned<'a>>, LoadError> {
         for (name, &rule) in &rules.named {
             if !tensors.iter().any(|(n, _)| n == name) {
                 return Err(LoadError::UnknownTensor {
@@ -195,7 +215,7 @@ impl Session {
             let rule = rules.rule(&name);
             planned.push(plan_split(file, name, &view, rule, span)?);
         }
-        self.write_planned(&[file], planned)
+        Ok(planned)
     }
 
     /// Loads presharded files, `paths[i]` holding worker *i*'s part of every tensor; returns
@@ -266,7 +286,7 @@ impl Session {
                 });
             }
         }
-        self.write_planned(&files, planned)
+        self.write_planned(&files, planned, Writing::FromHost)
     }
 
     /// Copies `arrays[i]` from the host to worker *i*, all into one new register (the
@@ -310,6 +330,7 @@ impl Session {
         &self,
         files: &[&Path],
         planned: Vec<Planned<'_>>,
+        writing: Writing,
     ) -> Result<HashMap<String, Register>, LoadError> {
         let file_of = |worker: usize| files[worker % files.len()].to_path_buf();
         let session_error = |source| LoadError::Session {
@@ -321,7 +342,8 @@ impl Session {
         // Earlier failures are reported now, not blamed on this load.
         state.sync_each(0..workers).map_err(session_error)?;
         let mut ids: Vec<u16> = Vec::with_capacity(planned.len());
-        let bytes = match send(&mut state, &planned, &mut ids) {
+        let with_data = matches!(writing, Writing::FromHost);
+        let bytes = match send(&mut state, &planned, &mut ids, with_data) {
             Ok(bytes) => bytes,
             Err(source) => {
                 // What was sent is claimed (its outcome overshadowed), so no later sync
@@ -355,6 +377,13 @@ impl Session {
                 None => session_error(source),
             });
         }
+        #[cfg(feature = "mpi")]
+        if let Writing::ByRanks(offsets) = &writing {
+            if let Err(source) = state.fill_by_ranks(files[0], &planned, offsets, &ids) {
+                release(&mut state, &ids);
+                return Err(session_error(source));
+            }
+        }
         drop(state);
         tracing::debug!(
             file = %file_of(0).display(),
@@ -371,18 +400,34 @@ impl Session {
     }
 }
 
+/// How a load's bytes reach the workers.
+enum Writing {
+    /// From the host, which read the files.
+    FromHost,
+    /// Each rank of a session across MPI ranks reads its workers' parts from the file
+    /// itself, into their memory; the tensors' data start at these offsets of the file.
+    #[cfg(feature = "mpi")]
+    ByRanks(Vec<u64>),
+}
+
 /// Allocates a register per planned tensor (its id pushed to `ids` at once, so a failure
-/// can free it) and sends every worker its part; returns the bytes sent.
+/// can free it) on every worker, with its part when `with_data`; returns the bytes sent.
 fn send(
     state: &mut State,
     planned: &[Planned<'_>],
     ids: &mut Vec<u16>,
+    with_data: bool,
 ) -> Result<usize, SessionError> {
     let mut bytes = 0usize;
     for tensor in planned {
         let id = state.allocate_id()?;
         ids.push(id);
         for worker in 0..state.workers.len() {
+            if !with_data {
+                let alloc = super::state::alloc_request(id, tensor.dtype, &tensor.shape)?;
+                state.submit(worker, &alloc, Command::Alloc(id))?;
+                continue;
+            }
             let data = tensor.part(worker);
             bytes = bytes.saturating_add(data.len());
             state.write_array(worker, id, tensor.dtype, &tensor.shape, &data)?;

@@ -63,7 +63,7 @@ impl Kind {
 
 /// One rank's part of a collective across ranks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Part {
+pub(in crate::session) struct Part {
     kind: Kind,
     dtype: DataType,
     /// Bytes of each worker's source (worker 0's, for a broadcast).

@@ -4,13 +4,17 @@
 use serde::{Deserialize, Serialize};
 
 use super::collectives::Part;
+use crate::session::loader::across::LoadParts;
 
 /// From rank 0 to a serving rank.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) enum ToRank {
+pub(in crate::session) enum ToRank {
     /// Take part in a collective across the ranks (rank 0 takes part too); answer
     /// [`FromRank::Done`] or [`FromRank::Failed`].
     Collective(Part),
+    /// Read these parts of a file into this rank's workers (a sharded load); answer
+    /// [`FromRank::Done`] or [`FromRank::Failed`].
+    Load(LoadParts),
     /// The controller has dropped every link: stop the devices, answer
     /// [`FromRank::Finished`] and end.
     Finish,
@@ -18,7 +22,7 @@ pub(super) enum ToRank {
 
 /// From a serving rank to rank 0.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) enum FromRank {
+pub(in crate::session) enum FromRank {
     /// The last command is done.
     Done,
     /// The last command failed on this rank, and why (every collective of it was still

@@ -22,7 +22,8 @@
 //!   Bulk data of remote workers goes through rank 0, except that of a global allreduce,
 //!   allgather or broadcast, which moves between the ranks by MPI (`collectives`).
 //! - **Rank 0 asks, the others answer.** Besides the links, rank 0 sends a serving rank
-//!   control messages (`control`): take part in a collective, or finish. Each is answered
+//!   control messages (`control`): take part in a collective, read parts of a file into
+//!   its workers (a sharded load: `loader`), or finish. Each is answered
 //!   once, in order; rank 0 waits for an answer up to the MPI collectives' deadline.
 //! - **Shutdown.** Shutting the session down (or dropping it) ends every link and tells
 //!   every rank to finish; each rank stops its devices, says it has finished and ends. Rank 0 waits up to
@@ -45,7 +46,8 @@ use crate::instance::{InstanceError, Instances, Mpi, MpiGuard};
 use crate::placement::{self, Placement};
 use crate::transport::tunnel::{LinkId, PostOffice};
 use crate::transport::{Channel, SharedMemory, TransportError};
-use control::{decode, encode, FromRank, ToRank};
+use control::{decode, encode};
+pub(in crate::session) use control::{FromRank, ToRank};
 
 pub(in crate::session) use collectives::Kind;
 
@@ -78,8 +80,22 @@ impl std::fmt::Debug for Across {
 }
 
 impl Across {
+    /// Workers each rank hosts.
+    pub(in crate::session) fn per_rank(&self) -> usize {
+        self.per_rank
+    }
+
+    /// True when every rank's host maps its workers' memory.
+    pub(in crate::session) fn maps_memory(&self) -> bool {
+        self.maps_memory
+    }
+
     /// Sends `message` to serving rank `rank`.
-    fn tell(&self, rank: usize, message: &ToRank) -> Result<(), SessionError> {
+    pub(in crate::session) fn tell(
+        &self,
+        rank: usize,
+        message: &ToRank,
+    ) -> Result<(), SessionError> {
         self.office
             .send_control(rank, encode(message))
             .map_err(|e| SessionError::Transport(e.into()))
@@ -87,7 +103,7 @@ impl Across {
 
     /// Every serving rank's answer to the last message, in rank order (they arrive in any
     /// order), each waited for up to the MPI deadline.
-    fn answers(&self) -> Result<Vec<FromRank>, SessionError> {
+    pub(in crate::session) fn answers(&self) -> Result<Vec<FromRank>, SessionError> {
         let deadline = self.mpi.deadline();
         let until = Instant::now() + deadline;
         let mut answers: Vec<Option<FromRank>> = self.serving.iter().map(|_| None).collect();
@@ -302,6 +318,15 @@ fn serve(
                 let mut memories: Vec<Option<&mut SharedMemory>> =
                     served.iter_mut().map(|device| device.memory()).collect();
                 let outcome = match collectives::run(mpi, &part, &mut memories, &mut scratch) {
+                    Ok(()) => FromRank::Done,
+                    Err(reason) => FromRank::Failed(reason),
+                };
+                answer(&outcome)?;
+            }
+            Some(ToRank::Load(load)) => {
+                let mut memories: Vec<Option<&mut SharedMemory>> =
+                    served.iter_mut().map(|device| device.memory()).collect();
+                let outcome = match super::loader::across::read_parts(&load, &mut memories) {
                     Ok(()) => FromRank::Done,
                     Err(reason) => FromRank::Failed(reason),
                 };

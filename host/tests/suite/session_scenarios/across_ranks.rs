@@ -1,6 +1,6 @@
-//! The scenarios above with the session spread over MPI ranks (feature `mpi`): this test
-//! starts the suite's own binary under `mpirun -np 2` and `-np 4` for one scenario at a
-//! time; rank 0 runs the scenario as the controller, the other ranks serve their share of
+//! The scenarios above, and the sharded loader's tests, with the session spread over MPI
+//! ranks (feature `mpi`): these tests start the suite's own binary under `mpirun -np 2`
+//! and `-np 4` for one test at a time; rank 0 runs the scenario as the controller, the other ranks serve their share of
 //! the workers (`Session::new` never returns there). A scenario asserts exact values
 //! computed on the host, so passing across ranks is giving one host's results bit for bit.
 //!
@@ -44,6 +44,47 @@ const SCENARIOS: &[(&str, usize)] = &[
     ("disco_failures::unknown_function", 4),
     ("disco_failures::refused_collectives", 4),
     ("disco_failures::register_outlives_session", 2),
+];
+
+/// The sharded loader's tests (each rank reads its own workers' parts) and their workers,
+/// by full name.
+const LOADER: &[(&str, usize)] = &[
+    ("session_loader::scenario_23_split_in_threads", 2),
+    ("session_loader::scenario_23_split_in_child_processes", 2),
+    ("session_loader::scenario_24_replicated_in_threads", 2),
+    (
+        "session_loader::scenario_24_replicated_in_child_processes",
+        2,
+    ),
+    ("session_loader::scenario_25_presharded_in_threads", 2),
+    (
+        "session_loader::a_split_that_does_not_divide_names_the_tensor",
+        2,
+    ),
+    (
+        "session_loader::a_split_on_a_missing_dimension_or_tensor_is_refused",
+        2,
+    ),
+    (
+        "session_loader::a_truncated_corrupt_or_missing_file_is_an_error_not_a_panic",
+        2,
+    ),
+    (
+        "session_loader::an_unsupported_dtype_is_an_error_naming_it",
+        2,
+    ),
+    (
+        "session_loader::a_worker_that_runs_out_of_memory_names_the_tensor_and_frees_the_load",
+        2,
+    ),
+    (
+        "session_loader::in_group_splits_give_each_group_the_whole_tensor",
+        4,
+    ),
+    (
+        "session_loader::presharded_files_that_disagree_are_refused",
+        2,
+    ),
 ];
 
 /// Scenarios also run with their workers in child processes on every rank.
@@ -95,6 +136,26 @@ fn scenarios_across_two_and_four_ranks() {
                 if let Err(e) = across(&test, ranks, &dir) {
                     failures.push(e);
                 }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Catches a sharded load across ranks that reads the wrong bytes for a rank's workers
+/// (another part, another row's run), reports a refusal differently from one host, or
+/// leaves registers behind.
+#[test]
+fn the_sharded_loader_across_two_and_four_ranks() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("tessera-ranks-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let mut failures = Vec::new();
+    for &(test, workers) in LOADER {
+        for ranks in [2, 4].into_iter().filter(|r| workers % r == 0) {
+            if let Err(e) = across(test, ranks, &dir) {
+                failures.push(e);
             }
         }
     }
