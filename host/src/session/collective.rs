@@ -157,6 +157,10 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_mpi(scope, Kind::Scatter, src, dst)? {
+            return Ok(());
+        }
         self.collective_in(scope, "scatter", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
@@ -189,6 +193,10 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_mpi(scope, Kind::Gather, src, dst)? {
+            return Ok(());
+        }
         self.collective_in(scope, "gather", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
