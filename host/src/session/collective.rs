@@ -249,13 +249,16 @@ impl Session {
     /// when the data must go through rank 0 instead (nothing was sent).
     #[cfg(feature = "mpi")]
     fn by_mpi(&self, scope: Scope, kind: Kind, src: u16, dst: u16) -> Result<bool, SessionError> {
-        if scope != Scope::Global {
-            return Ok(false);
-        }
         let operation = kind.operation();
         let mut done = false;
-        self.collective_in(scope, operation, |state, _| {
-            done = state.collective_across(kind, src, dst)?;
+        self.collective_in(scope, operation, |state, groups| {
+            done = match scope {
+                Scope::Global => state.collective_across(kind, src, dst)?,
+                Scope::InGroup => {
+                    let size = groups.first().map_or(0, Range::len);
+                    state.collective_in_groups(kind, src, dst, size)?
+                }
+            };
             if done {
                 // Nothing was sent to a worker: only a round trip tells a worker lost
                 // meanwhile from one that is there to use the result.

@@ -116,11 +116,7 @@ impl State {
         {
             return Ok(false);
         }
-        let planned = match kind {
-            Kind::Allreduce(_) => self.locate(0..workers, src, dst)?,
-            Kind::Allgather | Kind::Broadcast => self.locate_spread(kind, src, dst)?,
-        };
-        let Some((dtype, src_bytes, members)) = planned else {
+        let Some((dtype, src_bytes, members)) = self.plan_group(kind, 0..workers, src, dst)? else {
             return Ok(false);
         };
         let ranks = workers / per_rank.max(1);
@@ -134,8 +130,6 @@ impl State {
                 .map(|m| (m.src, m.dst))
                 .collect(),
         };
-        let dst_bytes = part(0).dst_bytes(ranks);
-        self.check_ranges(kind, &members, (src, dst), (src_bytes, dst_bytes))?;
         if let Some(across) = &self.across {
             for rank in 1..ranks {
                 across.tell(rank, &ToRank::Collective(part(rank)))?;
@@ -177,23 +171,57 @@ impl State {
         Ok(true)
     }
 
-    /// For an allgather or a broadcast: the type, the source's bytes and where every
-    /// worker's source and destination are, if it can run across the ranks (module doc).
-    fn locate_spread(
+    /// Collective `kind` of `src` into `dst` over the workers of `group`, checked: the type,
+    /// the bytes of a source and where every member's source and destination are, if it can
+    /// run in the workers' memory (module doc); `None` when it must take the copying path.
+    pub(super) fn plan_group(
         &mut self,
         kind: Kind,
+        group: Range<usize>,
         src: u16,
         dst: u16,
     ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
-        let workers = self.workers.len();
-        let sources = self.describe_all(0..workers, src)?;
-        let targets = self.describe_all(0..workers, dst)?;
+        let planned = match kind {
+            Kind::Allreduce(_) => self.locate(group.clone(), src, dst)?,
+            Kind::Allgather | Kind::Broadcast => {
+                self.locate_spread(kind, group.clone(), src, dst)?
+            }
+        };
+        let Some((dtype, src_bytes, members)) = planned else {
+            return Ok(None);
+        };
+        let dst_bytes = match kind {
+            Kind::Allgather => src_bytes * group.len(),
+            Kind::Allreduce(_) | Kind::Broadcast => src_bytes,
+        };
+        self.check_ranges(
+            kind,
+            group.start,
+            &members,
+            (src, dst),
+            (src_bytes, dst_bytes),
+        )?;
+        Ok(Some((dtype, src_bytes, members)))
+    }
+
+    /// For an allgather or a broadcast over `group`: the type, the source's bytes and where
+    /// every member's source and destination are, if it can run in the workers' memory
+    /// (module doc).
+    fn locate_spread(
+        &mut self,
+        kind: Kind,
+        group: Range<usize>,
+        src: u16,
+        dst: u16,
+    ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
+        let sources = self.describe_all(group.clone(), src)?;
+        let targets = self.describe_all(group.clone(), dst)?;
         let is_array = |d: &Description| d.kind == ValueKind::Array && d.dtype.is_some();
         let Some(leader) = sources.first().filter(|d| is_array(d)) else {
             return Ok(None);
         };
         let (dtype, bytes) = (leader.dtype, leader.bytes as usize);
-        // A broadcast reads worker 0's source only.
+        // A broadcast reads the leader's source only.
         let read = match kind {
             Kind::Broadcast => &sources[..1],
             _ => &sources[..],
@@ -203,7 +231,7 @@ impl State {
             return Ok(None);
         }
         let dst_bytes = match kind {
-            Kind::Allgather => bytes * workers,
+            Kind::Allgather => bytes * group.len(),
             _ => bytes,
         };
         let fits =
@@ -211,10 +239,8 @@ impl State {
         if !targets.iter().all(fits) {
             return Ok(None);
         }
-        let members = sources
-            .iter()
-            .zip(&targets)
-            .enumerate()
+        let members = group
+            .zip(sources.iter().zip(&targets))
             .map(|(worker, (s, t))| Member {
                 worker,
                 src: s.at as usize,
@@ -225,17 +251,18 @@ impl State {
     }
 
     /// Every source read and every destination lies inside its worker's memory, as its
-    /// hello said.
+    /// hello said (a broadcast reads `leader`'s source only).
     fn check_ranges(
         &self,
         kind: Kind,
+        leader: usize,
         members: &[Member],
         registers: (u16, u16),
         (src_bytes, dst_bytes): (usize, usize),
     ) -> Result<(), SessionError> {
         for member in members {
             let memory = self.workers[member.worker].limits().memory as usize;
-            let reads = kind != Kind::Broadcast || member.worker == 0;
+            let reads = kind != Kind::Broadcast || member.worker == leader;
             let ranges = [
                 (member.src, registers.0, src_bytes, reads),
                 (member.dst, registers.1, dst_bytes, true),

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::collectives::Part;
+use super::local::LocalPart;
 use crate::session::loader::across::LoadParts;
 
 /// From rank 0 to a serving rank.
@@ -12,6 +13,9 @@ pub(in crate::session) enum ToRank {
     /// Take part in a collective across the ranks (rank 0 takes part too); answer
     /// [`FromRank::Done`] or [`FromRank::Failed`].
     Collective(Part),
+    /// Run a collective in this rank's groups, each of which lies wholly on it; answer
+    /// [`FromRank::Done`] or [`FromRank::Failed`].
+    InGroups(LocalPart),
     /// Read these parts of a file into this rank's workers (a sharded load); answer
     /// [`FromRank::Done`] or [`FromRank::Failed`].
     Load(LoadParts),

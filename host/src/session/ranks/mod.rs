@@ -20,7 +20,9 @@
 //!   reads and writes, frees, collectives — works on remote workers as on local ones,
 //!   with results combined by the controller in the same order: bit-identical to one host.
 //!   Bulk data of remote workers goes through rank 0, except that of a global allreduce,
-//!   allgather or broadcast, which moves between the ranks by MPI (`collectives`).
+//!   allgather or broadcast, which moves between the ranks by MPI (`collectives`), and
+//!   that of the same in groups that each lie on one rank, which never leaves the rank
+//!   (`local`).
 //! - **Rank 0 asks, the others answer.** Besides the links, rank 0 sends a serving rank
 //!   control messages (`control`): take part in a collective, read parts of a file into
 //!   its workers (a sharded load: `loader`), or finish. Each is answered
@@ -38,6 +40,7 @@
 
 mod collectives;
 mod control;
+mod local;
 
 use std::time::{Duration, Instant};
 
@@ -318,6 +321,15 @@ fn serve(
                 let mut memories: Vec<Option<&mut SharedMemory>> =
                     served.iter_mut().map(|device| device.memory()).collect();
                 let outcome = match collectives::run(mpi, &part, &mut memories, &mut scratch) {
+                    Ok(()) => FromRank::Done,
+                    Err(reason) => FromRank::Failed(reason),
+                };
+                answer(&outcome)?;
+            }
+            Some(ToRank::InGroups(part)) => {
+                let mut memories: Vec<Option<&mut SharedMemory>> =
+                    served.iter_mut().map(|device| device.memory()).collect();
+                let outcome = match local::run(&part, &mut memories) {
                     Ok(()) => FromRank::Done,
                     Err(reason) => FromRank::Failed(reason),
                 };

@@ -1,0 +1,210 @@
+//! Collectives in groups that each lie wholly on one rank (tensor parallelism within a
+//! host, say), run by each rank on its own workers' memory: their data never leave the
+//! rank, and none goes through rank 0.
+//!
+//! # Rules
+//!
+//! - **When.** An allreduce (of floats), allgather or broadcast in groups, when the group
+//!   size divides the workers per rank (so no group crosses a rank) and every rank's host
+//!   maps its workers' memory. Otherwise the collective takes the path of groups that
+//!   cross ranks: through rank 0.
+//! - **Checked before it starts**, group by group, by rank 0, as one host checks (every
+//!   type, size and range); a group whose registers the in-place path cannot take (an
+//!   integer allreduce, a destination not an array yet) sends the whole collective down the
+//!   copying path, which reports every refusal.
+//! - **One host's result.** Each group is computed as one host computes it: the allreduce
+//!   folds the members' sources in worker order with the one kernel; the allgather
+//!   concatenates them in worker order; the broadcast copies the leader's. The result is
+//!   built aside, then written into every member's destination (a source that is also the
+//!   destination is safe).
+
+use serde::{Deserialize, Serialize};
+use tessera_core::dtype::DataType;
+
+use super::collectives::Kind;
+use super::control::{FromRank, ToRank};
+use crate::combine;
+use crate::session::{SessionError, State};
+use crate::transport::SharedMemory;
+
+/// One group on a rank: its type, the bytes of a member's source, and each member's
+/// index on the rank with where its source and destination are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(in crate::session) struct LocalGroup {
+    dtype: DataType,
+    src_bytes: usize,
+    members: Vec<(usize, usize, usize)>,
+}
+
+/// A rank's groups of one collective.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(in crate::session) struct LocalPart {
+    kind: Kind,
+    groups: Vec<LocalGroup>,
+}
+
+impl State {
+    /// Collective `kind` of `src` into `dst` in every group (of `group_size` workers), each
+    /// group run by the rank that hosts it, by the module's rules; `false` when it cannot
+    /// run so (nothing was sent). The workers are synced.
+    pub(in crate::session) fn collective_in_groups(
+        &mut self,
+        kind: Kind,
+        src: u16,
+        dst: u16,
+        group_size: usize,
+    ) -> Result<bool, SessionError> {
+        let Some((per_rank, maps)) = self
+            .across
+            .as_ref()
+            .map(|a| (a.per_rank(), a.maps_memory()))
+        else {
+            return Ok(false);
+        };
+        let workers = self.workers.len();
+        let local = per_rank.min(workers);
+        if !maps
+            || group_size == 0
+            || !per_rank.is_multiple_of(group_size)
+            || !self.workers[..local].iter().all(|w| w.shares_memory())
+        {
+            return Ok(false);
+        }
+        let ranks = workers / per_rank.max(1);
+        let mut parts: Vec<LocalPart> = (0..ranks)
+            .map(|_| LocalPart {
+                kind,
+                groups: Vec::new(),
+            })
+            .collect();
+        for start in (0..workers).step_by(group_size) {
+            let group = start..start + group_size;
+            let Some((dtype, src_bytes, members)) = self.plan_group(kind, group, src, dst)? else {
+                return Ok(false);
+            };
+            let rank = start / per_rank;
+            parts[rank].groups.push(LocalGroup {
+                dtype,
+                src_bytes,
+                members: members
+                    .iter()
+                    .map(|m| (m.worker - rank * per_rank, m.src, m.dst))
+                    .collect(),
+            });
+        }
+        let Some(across) = &self.across else {
+            return Ok(false);
+        };
+        for (rank, part) in parts.iter().enumerate().skip(1) {
+            across.tell(rank, &ToRank::InGroups(part.clone()))?;
+        }
+        let mut memories = Vec::with_capacity(local);
+        for channel in &mut self.workers[..local] {
+            memories.push(channel.device_memory()?);
+        }
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        if let Err(reason) = run(&parts[0], &mut memories) {
+            failures.push((0, reason));
+        }
+        if let Some(across) = &self.across {
+            for (rank, answer) in (1..ranks).zip(across.answers()?) {
+                match answer {
+                    FromRank::Done => {}
+                    FromRank::Failed(reason) => failures.push((rank, reason)),
+                    FromRank::Finished => failures.push((rank, "it has finished".into())),
+                }
+            }
+        }
+        match failures.into_iter().next() {
+            None => Ok(true),
+            Some((rank, reason)) => Err(SessionError::Rank {
+                rank,
+                operation: kind.operation(),
+                reason,
+            }),
+        }
+    }
+}
+
+/// This rank's groups of `part`, on `memories` (its workers' memory in order; `None` where
+/// it is not mapped). Every group is run; the first failure is the answer.
+pub(in crate::session) fn run(
+    part: &LocalPart,
+    memories: &mut [Option<&mut SharedMemory>],
+) -> Result<(), String> {
+    let mut first = None;
+    for group in &part.groups {
+        if let Err(reason) = run_group(part.kind, group, memories) {
+            first.get_or_insert(reason);
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(reason) => Err(reason),
+    }
+}
+
+/// One group: its result built from the members' sources, then written into each
+/// member's destination.
+fn run_group(
+    kind: Kind,
+    group: &LocalGroup,
+    memories: &mut [Option<&mut SharedMemory>],
+) -> Result<(), String> {
+    let bytes = group.src_bytes;
+    let source =
+        |memories: &[Option<&mut SharedMemory>], j: usize, at: usize| -> Result<Vec<u8>, String> {
+            memories
+                .get(j)
+                .and_then(|m| m.as_ref())
+                .and_then(|m| m.range(at, bytes))
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| {
+                    format!(
+                    "worker {j} of this rank: its source is not readable at {at} ({bytes} bytes)"
+                )
+                })
+        };
+    let result = match kind {
+        Kind::Allreduce(op) => {
+            let sources = group
+                .members
+                .iter()
+                .map(|&(j, src, _)| source(memories, j, src))
+                .collect::<Result<Vec<_>, _>>()?;
+            let inputs: Vec<&[u8]> = sources.iter().map(Vec::as_slice).collect();
+            let mut out = vec![0u8; bytes];
+            combine::combine(group.dtype, op, &inputs, &mut out)
+                .map_err(|e| format!("combining: {e:?}"))?;
+            out
+        }
+        Kind::Allgather => {
+            let mut out = Vec::with_capacity(bytes * group.members.len());
+            for &(j, src, _) in &group.members {
+                out.extend_from_slice(&source(memories, j, src)?);
+            }
+            out
+        }
+        Kind::Broadcast => {
+            let &(j, src, _) = group
+                .members
+                .first()
+                .ok_or_else(|| "a group without members".to_string())?;
+            source(memories, j, src)?
+        }
+    };
+    for &(j, _, dst) in &group.members {
+        let target = memories
+            .get_mut(j)
+            .and_then(|m| m.as_mut())
+            .and_then(|m| m.range_mut(dst, result.len()))
+            .ok_or_else(|| {
+                format!(
+                    "worker {j} of this rank: its destination is not writable at {dst} ({} bytes)",
+                    result.len()
+                )
+            })?;
+        target.copy_from_slice(&result);
+    }
+    Ok(())
+}
