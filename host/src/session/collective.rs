@@ -157,6 +157,10 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_mpi(scope, Kind::Scatter, src, dst)? {
+            return Ok(());
+        }
         self.collective_in(scope, "scatter", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
@@ -189,6 +193,10 @@ impl Session {
         scope: Scope,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_mpi(scope, Kind::Gather, src, dst)? {
+            return Ok(());
+        }
         self.collective_in(scope, "gather", |state, groups| {
             let mut out = Vec::new();
             for group in groups.iter().cloned() {
@@ -209,6 +217,14 @@ impl Session {
         dst: &Register,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_moves(Scope::Global, "send", src, dst, |state, _| {
+            state.check_worker(from)?;
+            state.check_worker(to)?;
+            Ok(vec![(from, to)])
+        })? {
+            return Ok(());
+        }
         self.collective_in(Scope::Global, "send", |state, _| {
             state.check_worker(from)?;
             state.check_worker(to)?;
@@ -226,6 +242,28 @@ impl Session {
         group: usize,
     ) -> Result<(), SessionError> {
         let (src, dst) = (self.own(src)?, self.own(dst)?);
+        #[cfg(feature = "mpi")]
+        if self.by_moves(
+            Scope::InGroup,
+            "send to next group",
+            src,
+            dst,
+            |_, groups| {
+                let count = groups.len();
+                if group.checked_add(1).is_none_or(|next| next >= count) {
+                    return Err(SessionError::NoNextGroup {
+                        group,
+                        groups: count,
+                    });
+                }
+                Ok(groups[group]
+                    .clone()
+                    .zip(groups[group + 1].clone())
+                    .collect())
+            },
+        )? {
+            return Ok(());
+        }
         self.collective_in(Scope::InGroup, "send to next group", |state, groups| {
             let count = groups.len();
             if group.checked_add(1).is_none_or(|next| next >= count) {
@@ -249,6 +287,9 @@ impl Session {
     /// when the data must go through rank 0 instead (nothing was sent).
     #[cfg(feature = "mpi")]
     fn by_mpi(&self, scope: Scope, kind: Kind, src: u16, dst: u16) -> Result<bool, SessionError> {
+        if !self.spans_ranks()? {
+            return Ok(false);
+        }
         let operation = kind.operation();
         let mut done = false;
         self.collective_in(scope, operation, |state, groups| {
@@ -262,6 +303,41 @@ impl Session {
             if done {
                 // Nothing was sent to a worker: only a round trip tells a worker lost
                 // meanwhile from one that is there to use the result.
+                let workers = state.workers.len();
+                state.confirm(0..workers, dst, operation)?;
+            }
+            Ok(Vec::new())
+        })?;
+        Ok(done)
+    }
+
+    /// True when the session spans MPI ranks (nothing is sent).
+    #[cfg(feature = "mpi")]
+    fn spans_ranks(&self) -> Result<bool, SessionError> {
+        Ok(self.lock()?.across.is_some())
+    }
+
+    /// Sends from worker to worker (`pairs`: given the workers' groups under `scope`, each
+    /// sender and its receiver) across MPI ranks, straight from rank to rank (see `ranks`),
+    /// if the session spans ranks and they can run so; `false` when the data must go
+    /// through rank 0 instead (nothing was sent).
+    #[cfg(feature = "mpi")]
+    fn by_moves(
+        &self,
+        scope: Scope,
+        operation: &'static str,
+        src: u16,
+        dst: u16,
+        pairs: impl FnOnce(&State, &[Range<usize>]) -> Result<Vec<(usize, usize)>, SessionError>,
+    ) -> Result<bool, SessionError> {
+        if !self.spans_ranks()? {
+            return Ok(false);
+        }
+        let mut done = false;
+        self.collective_in(scope, operation, |state, groups| {
+            let pairs = pairs(state, groups)?;
+            done = state.moves_across(&pairs, src, dst, operation)?;
+            if done {
                 let workers = state.workers.len();
                 state.confirm(0..workers, dst, operation)?;
             }

@@ -15,8 +15,9 @@
 //! - **A message is a kind byte and its payload**: bytes of the link, or its end (the
 //!   writer was dropped: the reader at the other end reads the end of the stream). Control
 //!   messages between the ranks (what the session asks of a rank, and its answers) travel
-//!   whole on [`CONTROL_TAG`], which no worker id reaches; the office hands them on
-//!   unread.
+//!   whole on [`CONTROL_TAG`], and bulk bytes one rank sends another for the session
+//!   (a worker's array on its way to a worker of another rank) on [`BULK_TAG`]; no worker
+//!   id reaches either, and the office hands them on unread, each on a queue of its own.
 //! - **A send never waits without receiving.** A message is sent without blocking and the
 //!   office keeps receiving until it is delivered: two ranks sending large messages to
 //!   each other at once (MPI delivers those only once the receiver takes them) would
@@ -37,6 +38,8 @@ use mpi::traits::*;
 
 /// The tag of control messages between ranks (worker ids stay below it).
 pub const CONTROL_TAG: i32 = 32_767;
+/// The tag of bulk bytes between ranks (worker ids stay below it).
+pub const BULK_TAG: i32 = 32_766;
 /// How long a quiet office sleeps before it looks for incoming messages again.
 pub const IDLE: Duration = Duration::from_millis(1);
 /// How long after its last message the office keeps looking without sleeping (yielding its
@@ -75,15 +78,18 @@ pub struct PostOffice {
     posts: Sender<Post>,
     /// Control messages that arrived, with the rank that sent each.
     control: Receiver<(usize, Vec<u8>)>,
+    /// Bulk messages that arrived, with the rank that sent each.
+    bulk: Receiver<(usize, Vec<u8>)>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl PostOffice {
-    /// Opens `links` (whose tags must be below [`CONTROL_TAG`]) and starts the office; each
+    /// Opens `links` (whose tags must be below [`BULK_TAG`]) and starts the office; each
     /// link's reader and writer, in the order given.
     pub fn open(links: &[LinkId]) -> io::Result<(Self, Vec<(LinkReader, LinkWriter)>)> {
         let (posts, queue) = mpsc::channel();
         let (control_tx, control) = mpsc::channel();
+        let (bulk_tx, bulk) = mpsc::channel();
         let mut routes = HashMap::new();
         let mut ends = Vec::with_capacity(links.len());
         for &link in links {
@@ -107,6 +113,7 @@ impl PostOffice {
         let office = Office {
             routes,
             control: control_tx,
+            bulk: bulk_tx,
         };
         let thread = thread::Builder::new()
             .name("tessera-post-office".into())
@@ -115,6 +122,7 @@ impl PostOffice {
             Self {
                 posts,
                 control,
+                bulk,
                 thread: Some(thread),
             },
             ends,
@@ -137,6 +145,24 @@ impl PostOffice {
     /// when none came (or the office has stopped).
     pub fn next_control(&self, limit: Duration) -> Option<(usize, Vec<u8>)> {
         self.control.recv_timeout(limit).ok()
+    }
+
+    /// Sends bulk message `message` to rank `to` (after everything posted before).
+    pub fn send_bulk(&self, to: usize, message: Vec<u8>) -> io::Result<()> {
+        let to = rank_of(to)?;
+        self.posts
+            .send(Post::Send {
+                to,
+                tag: BULK_TAG,
+                bytes: message,
+            })
+            .map_err(|_| gone())
+    }
+
+    /// The next bulk message and the rank that sent it, waiting up to `limit`; `None` when
+    /// none came (or the office has stopped).
+    pub fn next_bulk(&self, limit: Duration) -> Option<(usize, Vec<u8>)> {
+        self.bulk.recv_timeout(limit).ok()
     }
 
     /// Sends everything posted so far, then stops the office and waits for its thread.
@@ -164,6 +190,7 @@ struct Office {
     /// Each link's reader, by (the rank at the other end, tag).
     routes: HashMap<(i32, i32), Sender<Vec<u8>>>,
     control: Sender<(usize, Vec<u8>)>,
+    bulk: Sender<(usize, Vec<u8>)>,
 }
 
 impl Office {
@@ -233,9 +260,16 @@ impl Office {
     }
 
     fn route(&mut self, from: i32, tag: i32, mut bytes: Vec<u8>) {
-        if tag == CONTROL_TAG {
-            let _ = self.control.send((from as usize, bytes));
-            return;
+        match tag {
+            CONTROL_TAG => {
+                let _ = self.control.send((from as usize, bytes));
+                return;
+            }
+            BULK_TAG => {
+                let _ = self.bulk.send((from as usize, bytes));
+                return;
+            }
+            _ => {}
         }
         let Some(&kind) = bytes.first() else {
             tracing::warn!(from, tag, "an empty message between ranks, dropped");
@@ -342,10 +376,10 @@ fn gone() -> io::Error {
 
 fn tag_of(worker: u32) -> io::Result<i32> {
     match i32::try_from(worker) {
-        Ok(tag) if tag < CONTROL_TAG => Ok(tag),
+        Ok(tag) if tag < BULK_TAG => Ok(tag),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("worker {worker}: ids across ranks stay below {CONTROL_TAG} (MPI tags)"),
+            format!("worker {worker}: ids across ranks stay below {BULK_TAG} (MPI tags)"),
         )),
     }
 }

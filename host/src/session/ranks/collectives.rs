@@ -20,6 +20,8 @@
 //!   uses (element by element, so slicing changes no result), and the combined slices are
 //!   gathered to every rank (one allgather), which writes the result into each of its
 //!   workers' destinations.
+//! - A global scatter or gather moves worker 0's data, so it goes through rank 0; in groups
+//!   on one rank it stays there (`local`).
 //! - **Allgather**: each rank's workers' sources, in worker order, gathered to every rank
 //!   (one allgather) straight into its first worker's destination, then copied to the
 //!   others'. **Broadcast**: worker 0's source, on rank 0, broadcast (one MPI broadcast)
@@ -48,6 +50,12 @@ pub(in crate::session) enum Kind {
     Allgather,
     /// Worker 0's source, to every worker.
     Broadcast,
+    /// The leader's source cut into equal parts by flat element count, part `i` to member
+    /// `i` (in groups on one rank only: see `local`).
+    Scatter,
+    /// The members' sources concatenated in worker order, to the leader (in groups on one
+    /// rank only).
+    Gather,
 }
 
 impl Kind {
@@ -57,6 +65,8 @@ impl Kind {
             Self::Allreduce(_) => "allreduce",
             Self::Allgather => "allgather",
             Self::Broadcast => "broadcast",
+            Self::Scatter => "scatter",
+            Self::Gather => "gather",
         }
     }
 }
@@ -79,9 +89,19 @@ impl Part {
     /// Bytes of each destination.
     fn dst_bytes(&self, ranks: usize) -> usize {
         match self.kind {
-            Kind::Allgather => self.src_bytes * self.per_rank * ranks,
+            Kind::Allgather | Kind::Gather => self.src_bytes * self.per_rank * ranks,
+            Kind::Scatter => self.src_bytes / (self.per_rank * ranks).max(1),
             Kind::Allreduce(_) | Kind::Broadcast => self.src_bytes,
         }
+    }
+}
+
+/// Bytes of a destination of `kind` over `members` workers whose sources hold `bytes`.
+fn spread_bytes(kind: Kind, bytes: usize, members: usize) -> usize {
+    match kind {
+        Kind::Allgather | Kind::Gather => bytes * members,
+        Kind::Scatter => bytes / members.max(1),
+        Kind::Allreduce(_) | Kind::Broadcast => bytes,
     }
 }
 
@@ -107,6 +127,10 @@ impl State {
         else {
             return Ok(false);
         };
+        // A global scatter or gather moves worker 0's data: through rank 0 is its way.
+        if matches!(kind, Kind::Scatter | Kind::Gather) {
+            return Ok(false);
+        }
         let workers = self.workers.len();
         let local = 0..per_rank.min(workers);
         if !maps
@@ -183,17 +207,14 @@ impl State {
     ) -> Result<Option<(DataType, usize, Vec<Member>)>, SessionError> {
         let planned = match kind {
             Kind::Allreduce(_) => self.locate(group.clone(), src, dst)?,
-            Kind::Allgather | Kind::Broadcast => {
+            Kind::Allgather | Kind::Broadcast | Kind::Scatter | Kind::Gather => {
                 self.locate_spread(kind, group.clone(), src, dst)?
             }
         };
         let Some((dtype, src_bytes, members)) = planned else {
             return Ok(None);
         };
-        let dst_bytes = match kind {
-            Kind::Allgather => src_bytes * group.len(),
-            Kind::Allreduce(_) | Kind::Broadcast => src_bytes,
-        };
+        let dst_bytes = spread_bytes(kind, src_bytes, group.len());
         self.check_ranges(
             kind,
             group.start,
@@ -221,22 +242,29 @@ impl State {
             return Ok(None);
         };
         let (dtype, bytes) = (leader.dtype, leader.bytes as usize);
-        // A broadcast reads the leader's source only.
+        // A broadcast and a scatter read the leader's source only; a gather writes the
+        // leader's destination only.
         let read = match kind {
-            Kind::Broadcast => &sources[..1],
+            Kind::Broadcast | Kind::Scatter => &sources[..1],
             _ => &sources[..],
+        };
+        let written = match kind {
+            Kind::Gather => &targets[..1],
+            _ => &targets[..],
         };
         let same = |d: &Description| is_array(d) && d.dtype == dtype && d.bytes as usize == bytes;
         if !read.iter().all(same) {
             return Ok(None);
         }
-        let dst_bytes = match kind {
-            Kind::Allgather => bytes * group.len(),
-            _ => bytes,
-        };
+        let size = dtype.map_or(1, |t| t.size().max(1));
+        if kind == Kind::Scatter && !(bytes / size).is_multiple_of(group.len()) {
+            // Refused by the copying path, which names the rule.
+            return Ok(None);
+        }
+        let dst_bytes = spread_bytes(kind, bytes, group.len());
         let fits =
             |d: &Description| is_array(d) && d.dtype == dtype && d.bytes as usize == dst_bytes;
-        if !targets.iter().all(fits) {
+        if !written.iter().all(fits) {
             return Ok(None);
         }
         let members = group
@@ -262,10 +290,12 @@ impl State {
     ) -> Result<(), SessionError> {
         for member in members {
             let memory = self.workers[member.worker].limits().memory as usize;
-            let reads = kind != Kind::Broadcast || member.worker == leader;
+            let is_leader = member.worker == leader;
+            let reads = !matches!(kind, Kind::Broadcast | Kind::Scatter) || is_leader;
+            let writes = kind != Kind::Gather || is_leader;
             let ranges = [
                 (member.src, registers.0, src_bytes, reads),
-                (member.dst, registers.1, dst_bytes, true),
+                (member.dst, registers.1, dst_bytes, writes),
             ];
             for (at, register, bytes, used) in ranges {
                 if used && at.checked_add(bytes).is_none_or(|end| end > memory) {
@@ -346,6 +376,10 @@ pub(super) fn run(
             });
             scratch.send = send;
             gathered?;
+        }
+        // Never asked for across ranks (`collective_across` refuses them).
+        Kind::Scatter | Kind::Gather => {
+            failure.note(|| "a scatter or gather is not run across ranks".into());
         }
         Kind::Broadcast => {
             let root = mpi.rank() == 0;

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::collectives::Part;
 use super::local::LocalPart;
+use super::moves::Moves;
 use crate::session::loader::across::LoadParts;
 
 /// From rank 0 to a serving rank.
@@ -16,6 +17,9 @@ pub(in crate::session) enum ToRank {
     /// Run a collective in this rank's groups, each of which lies wholly on it; answer
     /// [`FromRank::Done`] or [`FromRank::Failed`].
     InGroups(LocalPart),
+    /// Take part in sends from worker to worker; answer [`FromRank::Done`] or
+    /// [`FromRank::Failed`].
+    Moves(Moves),
     /// Read these parts of a file into this rank's workers (a sharded load); answer
     /// [`FromRank::Done`] or [`FromRank::Failed`].
     Load(LoadParts),

@@ -4,7 +4,8 @@
 //!
 //! # Rules
 //!
-//! - **When.** An allreduce (of floats), allgather or broadcast in groups, when the group
+//! - **When.** An allreduce (of floats), allgather, broadcast, scatter or gather in groups,
+//!   when the group
 //!   size divides the workers per rank (so no group crosses a rank) and every rank's host
 //!   maps its workers' memory. Otherwise the collective takes the path of groups that
 //!   cross ranks: through rank 0.
@@ -14,9 +15,10 @@
 //!   copying path, which reports every refusal.
 //! - **One host's result.** Each group is computed as one host computes it: the allreduce
 //!   folds the members' sources in worker order with the one kernel; the allgather
-//!   concatenates them in worker order; the broadcast copies the leader's. The result is
-//!   built aside, then written into every member's destination (a source that is also the
-//!   destination is safe).
+//!   concatenates them in worker order (the gather too, for the leader only); the broadcast
+//!   copies the leader's; the scatter cuts the leader's into equal parts by flat element
+//!   count, part `i` to member `i`. The result is built aside, then written into the
+//!   destinations (a source that is also the destination is safe).
 
 use serde::{Deserialize, Serialize};
 use tessera_core::dtype::DataType;
@@ -185,26 +187,41 @@ fn run_group(
             }
             out
         }
-        Kind::Broadcast => {
+        Kind::Broadcast | Kind::Scatter => {
             let &(j, src, _) = group
                 .members
                 .first()
                 .ok_or_else(|| "a group without members".to_string())?;
             source(memories, j, src)?
         }
+        Kind::Gather => {
+            let mut out = Vec::with_capacity(bytes * group.members.len());
+            for &(j, src, _) in &group.members {
+                out.extend_from_slice(&source(memories, j, src)?);
+            }
+            out
+        }
     };
-    for &(j, _, dst) in &group.members {
+    // What each member's destination gets: the whole result, its part of a scatter, and
+    // for a gather the leader only.
+    let part = result.len() / group.members.len().max(1);
+    for (i, &(j, _, dst)) in group.members.iter().enumerate() {
+        let mine = match kind {
+            Kind::Scatter => &result[i * part..(i + 1) * part],
+            Kind::Gather if i > 0 => continue,
+            _ => &result[..],
+        };
         let target = memories
             .get_mut(j)
             .and_then(|m| m.as_mut())
-            .and_then(|m| m.range_mut(dst, result.len()))
+            .and_then(|m| m.range_mut(dst, mine.len()))
             .ok_or_else(|| {
                 format!(
                     "worker {j} of this rank: its destination is not writable at {dst} ({} bytes)",
-                    result.len()
+                    mine.len()
                 )
             })?;
-        target.copy_from_slice(&result);
+        target.copy_from_slice(mine);
     }
     Ok(())
 }

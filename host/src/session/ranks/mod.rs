@@ -22,7 +22,8 @@
 //!   Bulk data of remote workers goes through rank 0, except that of a global allreduce,
 //!   allgather or broadcast, which moves between the ranks by MPI (`collectives`), and
 //!   that of the same in groups that each lie on one rank, which never leaves the rank
-//!   (`local`).
+//!   (`local`), and sends from worker to worker, which go straight from rank to rank
+//!   (`moves`).
 //! - **Rank 0 asks, the others answer.** Besides the links, rank 0 sends a serving rank
 //!   control messages (`control`): take part in a collective, read parts of a file into
 //!   its workers (a sharded load: `loader`), or finish. Each is answered
@@ -41,6 +42,7 @@
 mod collectives;
 mod control;
 mod local;
+mod moves;
 
 use std::time::{Duration, Instant};
 
@@ -330,6 +332,16 @@ fn serve(
                 let mut memories: Vec<Option<&mut SharedMemory>> =
                     served.iter_mut().map(|device| device.memory()).collect();
                 let outcome = match local::run(&part, &mut memories) {
+                    Ok(()) => FromRank::Done,
+                    Err(reason) => FromRank::Failed(reason),
+                };
+                answer(&outcome)?;
+            }
+            Some(ToRank::Moves(list)) => {
+                let mut memories: Vec<Option<&mut SharedMemory>> =
+                    served.iter_mut().map(|device| device.memory()).collect();
+                let ran = moves::run(mpi.rank(), &office, &list, &mut memories, mpi.deadline());
+                let outcome = match ran {
                     Ok(()) => FromRank::Done,
                     Err(reason) => FromRank::Failed(reason),
                 };

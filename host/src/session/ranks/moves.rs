@@ -1,0 +1,234 @@
+//! Sends from worker to worker (`send_to_worker`, `send_to_next_group`) in a session across
+//! ranks, without going through rank 0 unless a worker of the send is on it.
+//!
+//! # Rules
+//!
+//! - **When.** Every destination already holds an array of its source's type and size, and
+//!   every rank's host maps its workers' memory; otherwise the send takes the path through
+//!   rank 0, which also reports every refusal.
+//! - **Where the bytes go.** Both workers on one rank: a copy in that rank's memory. On two
+//!   ranks: the sending rank reads the source and its post office sends it to the
+//!   receiving rank's (on the bulk tag), which writes it into the destination.
+//! - **In one order.** Every rank gets the whole list of moves, numbered; it runs those that
+//!   concern it in that order. Sends never wait (the office queues them), and a receiving
+//!   rank takes each move's message by its sender and number, keeping any that came early:
+//!   no order of arrival can deadlock or misplace bytes. A sender that cannot read its
+//!   source still sends (zeros) and reports the failure, so no receiver waits in vain.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::wire::ValueKind;
+
+use super::control::{FromRank, ToRank};
+use crate::session::{SessionError, State};
+use crate::transport::tunnel::PostOffice;
+use crate::transport::SharedMemory;
+
+/// Where one end of a move is: the rank, the worker's index on it, the offset in its
+/// memory.
+type End = (usize, usize, usize);
+
+/// One array from a worker's source to a worker's destination.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(in crate::session) struct Move {
+    index: u32,
+    from: End,
+    to: End,
+    bytes: usize,
+}
+
+/// Every move of one send, in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(in crate::session) struct Moves {
+    moves: Vec<Move>,
+}
+
+impl State {
+    /// Worker `from`'s `src` into worker `to`'s `dst` for each pair of `pairs`, by the
+    /// module's rules; `false` when it cannot run so (nothing was sent). The workers are
+    /// synced.
+    pub(in crate::session) fn moves_across(
+        &mut self,
+        pairs: &[(usize, usize)],
+        src: u16,
+        dst: u16,
+        operation: &'static str,
+    ) -> Result<bool, SessionError> {
+        let Some((per_rank, maps)) = self
+            .across
+            .as_ref()
+            .map(|a| (a.per_rank(), a.maps_memory()))
+        else {
+            return Ok(false);
+        };
+        let workers = self.workers.len();
+        let local = per_rank.min(workers);
+        if !maps || !self.workers[..local].iter().all(|w| w.shares_memory()) {
+            return Ok(false);
+        }
+        let mut moves = Vec::with_capacity(pairs.len());
+        for (index, &(from, to)) in pairs.iter().enumerate() {
+            let source = self.describe(from, src)?;
+            let target = self.describe(to, dst)?;
+            let fits = source.kind == ValueKind::Array
+                && target.kind == ValueKind::Array
+                && source.dtype.is_some()
+                && source.dtype == target.dtype
+                && source.bytes == target.bytes;
+            if !fits {
+                return Ok(false);
+            }
+            let bytes = source.bytes as usize;
+            for (worker, at, register) in [(from, source.at, src), (to, target.at, dst)] {
+                let memory = self.workers[worker].limits().memory as usize;
+                let at = at as usize;
+                if at.checked_add(bytes).is_none_or(|end| end > memory) {
+                    return Err(SessionError::OutsideMemory {
+                        worker,
+                        register,
+                        at,
+                        bytes,
+                        memory,
+                    });
+                }
+            }
+            let end = |worker: usize, at: u32| (worker / per_rank, worker % per_rank, at as usize);
+            moves.push(Move {
+                index: index as u32,
+                from: end(from, source.at),
+                to: end(to, target.at),
+                bytes,
+            });
+        }
+        let moves = Moves { moves };
+        let Some(across) = &self.across else {
+            return Ok(false);
+        };
+        let ranks = workers / per_rank.max(1);
+        for rank in 1..ranks {
+            across.tell(rank, &ToRank::Moves(moves.clone()))?;
+        }
+        let mut memories = Vec::with_capacity(local);
+        for channel in &mut self.workers[..local] {
+            memories.push(channel.device_memory()?);
+        }
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        if let Some(across) = &self.across {
+            let deadline = across.mpi.deadline();
+            if let Err(reason) = run(0, &across.office, &moves, &mut memories, deadline) {
+                failures.push((0, reason));
+            }
+            for (rank, answer) in (1..ranks).zip(across.answers()?) {
+                match answer {
+                    FromRank::Done => {}
+                    FromRank::Failed(reason) => failures.push((rank, reason)),
+                    FromRank::Finished => failures.push((rank, "it has finished".into())),
+                }
+            }
+        }
+        match failures.into_iter().next() {
+            None => Ok(true),
+            Some((rank, reason)) => Err(SessionError::Rank {
+                rank,
+                operation,
+                reason,
+            }),
+        }
+    }
+}
+
+/// Rank `me`'s share of `moves` (module doc), its workers' memory in `memories`, its
+/// bulk messages through `office`, each waited for up to `limit`.
+pub(in crate::session) fn run(
+    me: usize,
+    office: &PostOffice,
+    moves: &Moves,
+    memories: &mut [Option<&mut SharedMemory>],
+    limit: Duration,
+) -> Result<(), String> {
+    let mut first: Option<String> = None;
+    let mut early: HashMap<(usize, u32), Vec<u8>> = HashMap::new();
+    for m in &moves.moves {
+        let ((from_rank, from_j, src), (to_rank, to_j, dst)) = (m.from, m.to);
+        let data = if from_rank == me {
+            let read = memories
+                .get(from_j)
+                .and_then(|memory| memory.as_ref())
+                .and_then(|memory| memory.range(src, m.bytes));
+            let data = match read {
+                Some(bytes) => bytes.to_vec(),
+                None => {
+                    first.get_or_insert(format!(
+                        "worker {from_j} of this rank: its source is not readable at {src} ({} \
+                         bytes)",
+                        m.bytes
+                    ));
+                    vec![0; m.bytes]
+                }
+            };
+            if to_rank != me {
+                let mut message = m.index.to_le_bytes().to_vec();
+                message.extend_from_slice(&data);
+                office
+                    .send_bulk(to_rank, message)
+                    .map_err(|e| format!("sending to rank {to_rank}: {e}"))?;
+                continue;
+            }
+            data
+        } else if to_rank == me {
+            receive(office, &mut early, from_rank, m.index, limit)?
+        } else {
+            continue;
+        };
+        let target = memories
+            .get_mut(to_j)
+            .and_then(|memory| memory.as_mut())
+            .and_then(|memory| memory.range_mut(dst, m.bytes));
+        match target {
+            Some(target) if data.len() == m.bytes => target.copy_from_slice(&data),
+            _ => {
+                first.get_or_insert(format!(
+                    "worker {to_j} of this rank: {} bytes do not fit its destination at {dst} ({} \
+                     bytes)",
+                    data.len(),
+                    m.bytes
+                ));
+            }
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(reason) => Err(reason),
+    }
+}
+
+/// Move `index`'s bytes from rank `from`, kept aside if they came early or taken from the
+/// office, stashing others that come meanwhile.
+fn receive(
+    office: &PostOffice,
+    early: &mut HashMap<(usize, u32), Vec<u8>>,
+    from: usize,
+    index: u32,
+    limit: Duration,
+) -> Result<Vec<u8>, String> {
+    loop {
+        if let Some(data) = early.remove(&(from, index)) {
+            return Ok(data);
+        }
+        let Some((sender, message)) = office.next_bulk(limit) else {
+            return Err(format!(
+                "no bytes from rank {from} for move {index} within {} s",
+                limit.as_secs()
+            ));
+        };
+        let Some((number, data)) = message.split_first_chunk::<4>() else {
+            return Err(format!(
+                "a bulk message of {} bytes from rank {sender}",
+                message.len()
+            ));
+        };
+        early.insert((sender, u32::from_le_bytes(*number)), data.to_vec());
+    }
+}
