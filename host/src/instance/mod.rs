@@ -32,11 +32,15 @@
 
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "mpi")]
+mod peers;
 
 use std::fmt;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::{Mpi, MpiGuard};
+#[cfg(feature = "mpi")]
+pub use self::peers::Peers;
 
 /// The collectives between a job's instances. See the module documentation.
 pub trait Instances: fmt::Debug + Send + Sync {

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
-use mpi::datatype::{Partition, PartitionMut};
+use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -131,7 +131,7 @@ impl Mpi {
     }
 
     /// Runs the collective `what` under the deadline.
-    fn guarded<T>(&self, what: &'static str, collective: impl FnOnce() -> T) -> T {
+    pub(super) fn guarded<T>(&self, what: &'static str, collective: impl FnOnce() -> T) -> T {
         let set = |value| *UNDER_WAY.lock().unwrap_or_else(|e| e.into_inner()) = value;
         set(Some((Instant::now() + self.deadline, what)));
         let out = collective();
@@ -143,7 +143,7 @@ impl Mpi {
         SimpleCommunicator::world()
     }
 
-    fn count(&self, elements: usize) -> Result<Count, InstanceError> {
+    pub(super) fn count(&self, elements: usize) -> Result<Count, InstanceError> {
         Count::try_from(elements).map_err(|_| InstanceError::TooLarge {
             rank: self.rank,
             elements,
@@ -163,95 +163,6 @@ impl Mpi {
         }
         Ok(())
     }
-}
-
-impl Mpi {
-    /// MPI's all-to-all with counts, in bytes: `send` holds this rank's part for each rank
-    /// end to end (`send_counts[r]` bytes for rank `r`), and `receive` gets each rank's
-    /// part for this one end to end (`receive_counts[r]` from rank `r`). The counts come
-    /// from one plan every rank shares (a rank sending another count than its peer expects
-    /// is an MPI error, which ends the job); the lengths are checked here.
-    pub fn all_to_all_into(
-        &self,
-        send: &[u8],
-        send_counts: &[usize],
-        receive: &mut [u8],
-        receive_counts: &[usize],
-    ) -> Result<(), InstanceError> {
-        let mismatch = |what| InstanceError::Mismatch {
-            rank: self.rank,
-            what,
-        };
-        if send_counts.len() != self.size || receive_counts.len() != self.size {
-            return Err(mismatch("the parts of an all-to-all (one per rank)"));
-        }
-        if send_counts.iter().sum::<usize>() != send.len()
-            || receive_counts.iter().sum::<usize>() != receive.len()
-        {
-            return Err(mismatch("an all-to-all's buffers and counts"));
-        }
-        let counts = |c: &[usize]| {
-            c.iter()
-                .map(|&n| self.count(n))
-                .collect::<Result<Vec<Count>, _>>()
-        };
-        let (send_counts, receive_counts) = (counts(send_counts)?, counts(receive_counts)?);
-        let send_displs = displacements(&send_counts, self)?;
-        let receive_displs = displacements(&receive_counts, self)?;
-        let outgoing = Partition::new(send, &send_counts[..], &send_displs[..]);
-        let mut incoming = PartitionMut::new(receive, &receive_counts[..], &receive_displs[..]);
-        self.guarded("an all-to-all", || {
-            self.world()
-                .all_to_all_varcount_into(&outgoing, &mut incoming)
-        });
-        Ok(())
-    }
-
-    /// Rank 0's `data` into every rank's `data` (the lengths must agree: they come from one
-    /// plan every rank shares).
-    pub fn broadcast_from_first(&self, data: &mut [u8]) -> Result<(), InstanceError> {
-        self.count(data.len())?;
-        self.guarded("a broadcast", || {
-            self.world().process_at_rank(0).broadcast_into(data)
-        });
-        Ok(())
-    }
-
-    /// Every rank's `data` concatenated in rank order into `out`, whose length must be the
-    /// sum of theirs (checked on every rank before anything is received).
-    pub fn all_gather_into(&self, data: &[u8], out: &mut [u8]) -> Result<(), InstanceError> {
-        let world = self.world();
-        let mine = self.count(data.len())?;
-        let mut counts: Vec<Count> = vec![0; self.size];
-        self.guarded("an allgather's lengths", || {
-            world.all_gather_into(&mine, &mut counts[..])
-        });
-        let total: usize = counts.iter().map(|&c| c as usize).sum();
-        // Every rank sees every count: they all refuse together, before the data moves.
-        if total != out.len() {
-            return Err(InstanceError::Mismatch {
-                rank: self.rank,
-                what: "the length of an allgather's result",
-            });
-        }
-        let displs = displacements(&counts, self)?;
-        let mut partition = PartitionMut::new(out, &counts[..], &displs[..]);
-        self.guarded("an allgather", || {
-            world.all_gather_varcount_into(data, &mut partition)
-        });
-        Ok(())
-    }
-}
-
-/// Where each part starts when parts of `counts` lie end to end.
-fn displacements(counts: &[Count], mpi: &Mpi) -> Result<Vec<Count>, InstanceError> {
-    let mut displs = Vec::with_capacity(counts.len());
-    let mut at: usize = 0;
-    for &count in counts {
-        displs.push(mpi.count(at)?);
-        at += count as usize;
-    }
-    Ok(displs)
 }
 
 impl Instances for Mpi {

@@ -293,13 +293,11 @@ impl Session {
         let operation = kind.operation();
         let mut done = false;
         self.collective_in(scope, operation, |state, groups| {
-            done = match scope {
-                Scope::Global => state.collective_across(kind, src, dst)?,
-                Scope::InGroup => {
-                    let size = groups.first().map_or(0, Range::len);
-                    state.collective_in_groups(kind, src, dst, size)?
-                }
-            };
+            // Groups on one rank each run there; groups of whole ranks, and all the workers,
+            // across their ranks.
+            let size = groups.first().map_or(0, Range::len);
+            done = state.collective_in_groups(kind, src, dst, size)?
+                || state.collective_across(kind, src, dst, size)?;
             if done {
                 // Nothing was sent to a worker: only a round trip tells a worker lost
                 // meanwhile from one that is there to use the result.

@@ -4,11 +4,13 @@
 //!
 //! # Rules
 //!
-//! - **When.** A global collective into array destinations of the right type and size,
-//!   when every rank's host maps its workers' memory (threads and child processes, not
-//!   QEMU); for an allreduce, of `f32` or `f64`; for an allgather, of sources of one size.
-//!   Otherwise (groups, integer allreduces, a destination not an array yet, QEMU) the data
-//!   goes through rank 0 as for any other operation, which also reports every refusal.
+//! - **When.** A collective over every worker, or in groups that each span whole ranks
+//!   (each group's ranks are split off the others for it: what follows holds among them),
+//!   into array destinations of the right type and size, when every rank's host maps its
+//!   workers' memory (threads and child processes, not QEMU); for an allreduce, of `f32`
+//!   or `f64`; for an allgather, of sources of one size. Otherwise (groups that cut a
+//!   rank's workers, integer allreduces, a destination not an array yet, QEMU) the data go
+//!   through rank 0 as for any other operation, which also reports every refusal.
 //! - **Checked before it starts.** Rank 0 checks every type, size and range (against each
 //!   worker's memory, as its hello announced it) before any rank is asked. A rank that still
 //!   cannot read or write a worker's memory takes part in every collective of the command
@@ -38,7 +40,7 @@ use super::super::direct::Member;
 use super::super::{SessionError, State};
 use super::control::{FromRank, ToRank};
 use crate::combine::{self, ReduceOp};
-use crate::instance::{Instances, Mpi};
+use crate::instance::{Mpi, Peers};
 use crate::transport::SharedMemory;
 
 /// Which collective.
@@ -83,10 +85,13 @@ pub(in crate::session) struct Part {
     /// Where this rank's workers' source and destination bytes start in their memory, in
     /// worker order.
     members: Vec<(usize, usize)>,
+    /// The group this rank's workers belong to, when the collective runs in groups that
+    /// span whole ranks (its ranks are split off the others for it); `None`: every rank.
+    color: Option<u32>,
 }
 
 impl Part {
-    /// Bytes of each destination.
+    /// Bytes of each destination, `ranks` taking part.
     fn dst_bytes(&self, ranks: usize) -> usize {
         match self.kind {
             Kind::Allgather | Kind::Gather => self.src_bytes * self.per_rank * ranks,
@@ -111,7 +116,8 @@ fn slice(elements: usize, ranks: usize, k: usize) -> Range<usize> {
 }
 
 impl State {
-    /// Collective `kind` of register `src` into `dst` over every worker across the ranks,
+    /// Collective `kind` of register `src` into `dst` across the ranks, over every worker
+    /// (`group_size` = the workers) or in groups of `group_size` that each span whole ranks,
     /// by the module's rules; `false` when it cannot run so (nothing was sent: the copying
     /// path runs). The workers are synced.
     pub(in crate::session) fn collective_across(
@@ -119,6 +125,7 @@ impl State {
         kind: Kind,
         src: u16,
         dst: u16,
+        group_size: usize,
     ) -> Result<bool, SessionError> {
         let Some((mpi, per_rank, maps)) = self
             .across
@@ -127,36 +134,48 @@ impl State {
         else {
             return Ok(false);
         };
-        // A global scatter or gather moves worker 0's data: through rank 0 is its way.
+        // A scatter or gather moves its leader's data: across ranks, its way is through
+        // rank 0 (within a rank it stays there: `local`).
         if matches!(kind, Kind::Scatter | Kind::Gather) {
             return Ok(false);
         }
+        let global = group_size == self.workers.len();
         let workers = self.workers.len();
         let local = 0..per_rank.min(workers);
         if !maps
+            || per_rank == 0
+            || group_size == 0
+            || !group_size.is_multiple_of(per_rank)
             || !self.workers[local.clone()]
                 .iter()
                 .all(|w| w.shares_memory())
         {
             return Ok(false);
         }
-        let Some((dtype, src_bytes, members)) = self.plan_group(kind, 0..workers, src, dst)? else {
-            return Ok(false);
-        };
-        let ranks = workers / per_rank.max(1);
-        let part = |rank: usize| Part {
-            kind,
-            dtype,
-            src_bytes,
-            per_rank,
-            members: members[rank * per_rank..(rank + 1) * per_rank]
-                .iter()
-                .map(|m| (m.src, m.dst))
-                .collect(),
-        };
+        // Each rank's part, in rank order.
+        let mut parts = Vec::with_capacity(workers / per_rank);
+        for (index, start) in (0..workers).step_by(group_size).enumerate() {
+            let group = start..start + group_size;
+            let Some((dtype, src_bytes, members)) = self.plan_group(kind, group, src, dst)? else {
+                return Ok(false);
+            };
+            for first in (0..group_size).step_by(per_rank) {
+                parts.push(Part {
+                    kind,
+                    dtype,
+                    src_bytes,
+                    per_rank,
+                    members: members[first..first + per_rank]
+                        .iter()
+                        .map(|m| (m.src, m.dst))
+                        .collect(),
+                    color: (!global).then_some(index as u32),
+                });
+            }
+        }
         if let Some(across) = &self.across {
-            for rank in 1..ranks {
-                across.tell(rank, &ToRank::Collective(part(rank)))?;
+            for (rank, part) in parts.iter().enumerate().skip(1) {
+                across.tell(rank, &ToRank::Collective(part.clone()))?;
             }
         }
         // Rank 0's own part, on the memory of its workers (idle: every reply is in).
@@ -170,14 +189,14 @@ impl State {
             .as_mut()
             .map(|a| std::mem::take(&mut a.scratch))
             .unwrap_or_default();
-        let mine = run(&mpi, &part(0), &mut memories, &mut scratch);
+        let mine = run(&mpi, &parts[0], &mut memories, &mut scratch);
         let mut failures: Vec<(usize, String)> = Vec::new();
         if let Err(reason) = mine {
             failures.push((0, reason));
         }
         if let Some(across) = &mut self.across {
             across.scratch = scratch;
-            for (rank, answer) in (1..ranks).zip(across.answers()?) {
+            for (rank, answer) in (1..parts.len()).zip(across.answers()?) {
                 match answer {
                     FromRank::Done => {}
                     FromRank::Failed(reason) => failures.push((rank, reason)),
@@ -344,6 +363,11 @@ pub(super) fn run(
     memories: &mut [Option<&mut SharedMemory>],
     scratch: &mut Scratch,
 ) -> Result<(), String> {
+    // Every rank splits off its group's ranks, or takes all of them.
+    let peers = match part.color {
+        None => mpi.peers(),
+        Some(color) => mpi.split(color).map_err(|e| e.to_string())?,
+    };
     let mut failure = Failure::default();
     if memories.len() != part.members.len() || part.members.len() != part.per_rank {
         failure.note(|| {
@@ -355,9 +379,9 @@ pub(super) fn run(
             )
         });
     }
-    let dst_bytes = part.dst_bytes(mpi.size());
+    let dst_bytes = part.dst_bytes(peers.size());
     match part.kind {
-        Kind::Allreduce(op) => allreduce(mpi, part, op, memories, scratch, &mut failure)?,
+        Kind::Allreduce(op) => allreduce(&peers, part, op, memories, scratch, &mut failure)?,
         Kind::Allgather => {
             scratch.send.clear();
             for (j, &(src, _)) in part.members.iter().enumerate() {
@@ -372,7 +396,7 @@ pub(super) fn run(
             }
             let send = std::mem::take(&mut scratch.send);
             let gathered = fan_out(memories, part, dst_bytes, scratch, &mut failure, |target| {
-                mpi.all_gather_into(&send, target)
+                peers.all_gather_into(&send, target)
             });
             scratch.send = send;
             gathered?;
@@ -382,7 +406,7 @@ pub(super) fn run(
             failure.note(|| "a scatter or gather is not run across ranks".into());
         }
         Kind::Broadcast => {
-            let root = mpi.rank() == 0;
+            let root = peers.rank() == 0;
             let mut leader = Vec::new();
             if root {
                 let src = part.members.first().map_or(0, |&(src, _)| src);
@@ -392,7 +416,7 @@ pub(super) fn run(
                 if root {
                     target.copy_from_slice(&leader);
                 }
-                mpi.broadcast_from_first(target)
+                peers.broadcast_from_first(target)
             })?;
         }
     }
@@ -476,7 +500,7 @@ fn fan_out(
 
 /// An allreduce's part on this rank (module doc).
 fn allreduce(
-    mpi: &Mpi,
+    peers: &Peers,
     part: &Part,
     op: ReduceOp,
     memories: &mut [Option<&mut SharedMemory>],
@@ -484,7 +508,7 @@ fn allreduce(
     failure: &mut Failure,
 ) -> Result<(), String> {
     let size = part.dtype.size().max(1);
-    let (ranks, me) = (mpi.size(), mpi.rank());
+    let (ranks, me) = (peers.size(), peers.rank());
     let elements = part.src_bytes / size;
     let local = part.members.len();
     // Rank k's slice of every local source, rank after rank, in worker order.
@@ -509,13 +533,14 @@ fn allreduce(
     let n = slice_bytes(me);
     let receive_counts = vec![n * part.per_rank; ranks];
     scratch.receive.resize(n * part.per_rank * ranks, 0);
-    mpi.all_to_all_into(
-        &scratch.send,
-        &send_counts,
-        &mut scratch.receive,
-        &receive_counts,
-    )
-    .map_err(|e| e.to_string())?;
+    peers
+        .all_to_all_into(
+            &scratch.send,
+            &send_counts,
+            &mut scratch.receive,
+            &receive_counts,
+        )
+        .map_err(|e| e.to_string())?;
     let inputs: Vec<&[u8]> = match n {
         0 => vec![&[]; ranks * part.per_rank],
         n => scratch.receive.chunks_exact(n).collect(),
@@ -527,7 +552,7 @@ fn allreduce(
     }
     // Gathered straight into the first worker's destination, then copied to the others'.
     let gathered = fan_out(memories, part, part.src_bytes, scratch, failure, |target| {
-        mpi.all_gather_into(&combined, target)
+        peers.all_gather_into(&combined, target)
     });
     scratch.combined = combined;
     gathered
