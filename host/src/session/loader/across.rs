@@ -29,7 +29,7 @@ use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
 
 use super::{parse, LoadError, Planned, ShardRules, Source, Writing};
-use crate::session::ranks::{FromRank, ToRank};
+use crate::session::ranks::ToRank;
 use crate::session::{Register, Session, SessionError, State};
 use crate::transport::SharedMemory;
 
@@ -69,15 +69,13 @@ impl Session {
             file: file.to_path_buf(),
             source,
         };
+        if self
+            .lock()
+            .map_err(session_error)?
+            .ranks_in_place()
+            .is_none()
         {
-            let state = self.lock().map_err(session_error)?;
-            let Some(across) = &state.across else {
-                return Ok(None);
-            };
-            let local = across.per_rank().min(state.workers.len());
-            if !across.maps_memory() || !state.workers[..local].iter().all(|w| w.shares_memory()) {
-                return Ok(None);
-            }
+            return Ok(None);
         }
         let (zeros, starts) = header_only(file)?;
         let tensors = parse(file, &zeros)?;
@@ -200,26 +198,9 @@ impl State {
             memories.push(channel.device_memory()?);
         }
         let mine = read_parts(&load(0), &mut memories);
-        let mut failures = Vec::new();
-        if let Err(reason) = mine {
-            failures.push((0, reason));
-        }
-        if let Some(across) = &self.across {
-            for (rank, answer) in (1..ranks).zip(across.answers()?) {
-                match answer {
-                    FromRank::Done => {}
-                    FromRank::Failed(reason) => failures.push((rank, reason)),
-                    FromRank::Finished => failures.push((rank, "it has finished".into())),
-                }
-            }
-        }
-        match failures.into_iter().next() {
+        match &self.across {
+            Some(across) => across.outcome(mine, "load"),
             None => Ok(()),
-            Some((rank, reason)) => Err(SessionError::Rank {
-                rank,
-                operation: "load",
-                reason,
-            }),
         }
     }
 }

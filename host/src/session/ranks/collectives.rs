@@ -38,7 +38,7 @@ use tessera_core::wire::ValueKind;
 
 use super::super::direct::Member;
 use super::super::{SessionError, State};
-use super::control::{FromRank, ToRank};
+use super::control::ToRank;
 use crate::combine::{self, ReduceOp};
 use crate::instance::{Mpi, Peers};
 use crate::transport::SharedMemory;
@@ -127,10 +127,8 @@ impl State {
         dst: u16,
         group_size: usize,
     ) -> Result<bool, SessionError> {
-        let Some((mpi, per_rank, maps)) = self
-            .across
-            .as_ref()
-            .map(|a| (a.mpi, a.per_rank, a.maps_memory))
+        let (Some(per_rank), Some(mpi)) =
+            (self.ranks_in_place(), self.across.as_ref().map(|a| a.mpi))
         else {
             return Ok(false);
         };
@@ -142,14 +140,7 @@ impl State {
         let global = group_size == self.workers.len();
         let workers = self.workers.len();
         let local = 0..per_rank.min(workers);
-        if !maps
-            || per_rank == 0
-            || group_size == 0
-            || !group_size.is_multiple_of(per_rank)
-            || !self.workers[local.clone()]
-                .iter()
-                .all(|w| w.shares_memory())
-        {
+        if group_size == 0 || !group_size.is_multiple_of(per_rank) {
             return Ok(false);
         }
         // Each rank's part, in rank order.
@@ -190,26 +181,9 @@ impl State {
             .map(|a| std::mem::take(&mut a.scratch))
             .unwrap_or_default();
         let mine = run(&mpi, &parts[0], &mut memories, &mut scratch);
-        let mut failures: Vec<(usize, String)> = Vec::new();
-        if let Err(reason) = mine {
-            failures.push((0, reason));
-        }
         if let Some(across) = &mut self.across {
             across.scratch = scratch;
-            for (rank, answer) in (1..parts.len()).zip(across.answers()?) {
-                match answer {
-                    FromRank::Done => {}
-                    FromRank::Failed(reason) => failures.push((rank, reason)),
-                    FromRank::Finished => failures.push((rank, "it has finished".into())),
-                }
-            }
-        }
-        if let Some((rank, reason)) = failures.into_iter().next() {
-            return Err(SessionError::Rank {
-                rank,
-                operation: kind.operation(),
-                reason,
-            });
+            across.outcome(mine, kind.operation())?;
         }
         Ok(true)
     }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::dtype::DataType;
 
 use super::collectives::Kind;
-use super::control::{FromRank, ToRank};
+use super::control::ToRank;
 use crate::combine;
 use crate::session::{SessionError, State};
 use crate::transport::SharedMemory;
@@ -56,20 +56,12 @@ impl State {
         dst: u16,
         group_size: usize,
     ) -> Result<bool, SessionError> {
-        let Some((per_rank, maps)) = self
-            .across
-            .as_ref()
-            .map(|a| (a.per_rank(), a.maps_memory()))
-        else {
+        let Some(per_rank) = self.ranks_in_place() else {
             return Ok(false);
         };
         let workers = self.workers.len();
         let local = per_rank.min(workers);
-        if !maps
-            || group_size == 0
-            || !per_rank.is_multiple_of(group_size)
-            || !self.workers[..local].iter().all(|w| w.shares_memory())
-        {
+        if group_size == 0 || !per_rank.is_multiple_of(group_size) {
             return Ok(false);
         }
         let ranks = workers / per_rank.max(1);
@@ -104,27 +96,11 @@ impl State {
         for channel in &mut self.workers[..local] {
             memories.push(channel.device_memory()?);
         }
-        let mut failures: Vec<(usize, String)> = Vec::new();
-        if let Err(reason) = run(&parts[0], &mut memories) {
-            failures.push((0, reason));
-        }
+        let mine = run(&parts[0], &mut memories);
         if let Some(across) = &self.across {
-            for (rank, answer) in (1..ranks).zip(across.answers()?) {
-                match answer {
-                    FromRank::Done => {}
-                    FromRank::Failed(reason) => failures.push((rank, reason)),
-                    FromRank::Finished => failures.push((rank, "it has finished".into())),
-                }
-            }
+            across.outcome(mine, kind.operation())?;
         }
-        match failures.into_iter().next() {
-            None => Ok(true),
-            Some((rank, reason)) => Err(SessionError::Rank {
-                rank,
-                operation: kind.operation(),
-                reason,
-            }),
-        }
+        Ok(true)
     }
 }
 

@@ -90,11 +90,6 @@ impl Across {
         self.per_rank
     }
 
-    /// True when every rank's host maps its workers' memory.
-    pub(in crate::session) fn maps_memory(&self) -> bool {
-        self.maps_memory
-    }
-
     /// Sends `message` to serving rank `rank`.
     pub(in crate::session) fn tell(
         &self,
@@ -108,7 +103,7 @@ impl Across {
 
     /// Every serving rank's answer to the last message, in rank order (they arrive in any
     /// order), each waited for up to the MPI deadline.
-    pub(in crate::session) fn answers(&self) -> Result<Vec<FromRank>, SessionError> {
+    fn answers(&self) -> Result<Vec<FromRank>, SessionError> {
         let deadline = self.mpi.deadline();
         let until = Instant::now() + deadline;
         let mut answers: Vec<Option<FromRank>> = self.serving.iter().map(|_| None).collect();
@@ -134,6 +129,34 @@ impl Across {
             }
         }
         Ok(answers.into_iter().flatten().collect())
+    }
+
+    /// The outcome of the last command: rank 0's own (`mine`), then every serving rank's
+    /// answer; the first failure, in rank order, names its rank and `operation`.
+    pub(in crate::session) fn outcome(
+        &self,
+        mine: Result<(), String>,
+        operation: &'static str,
+    ) -> Result<(), SessionError> {
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        if let Err(reason) = mine {
+            failures.push((0, reason));
+        }
+        for (&rank, answer) in self.serving.iter().zip(self.answers()?) {
+            match answer {
+                FromRank::Done => {}
+                FromRank::Failed(reason) => failures.push((rank, reason)),
+                FromRank::Finished => failures.push((rank, "it has finished".into())),
+            }
+        }
+        match failures.into_iter().next() {
+            None => Ok(()),
+            Some((rank, reason)) => Err(SessionError::Rank {
+                rank,
+                operation,
+                reason,
+            }),
+        }
     }
 
     /// Ends the session across ranks, once every channel (every link's writer) is dropped:
@@ -163,6 +186,18 @@ impl Across {
         let Self { office, guard, .. } = self;
         office.stop();
         drop(guard);
+    }
+}
+
+impl super::State {
+    /// The workers each rank hosts, when the session spans ranks whose hosts all map their
+    /// workers' memory (rank 0's included), so that each rank can work on its own workers
+    /// in place; `None` otherwise.
+    pub(in crate::session) fn ranks_in_place(&self) -> Option<usize> {
+        let across = self.across.as_ref()?;
+        let local = across.per_rank.min(self.workers.len());
+        let mapped = self.workers[..local].iter().all(|w| w.shares_memory());
+        (across.maps_memory && across.per_rank > 0 && mapped).then_some(across.per_rank)
     }
 }
 
@@ -318,47 +353,32 @@ fn serve(
         let Some((from, bytes)) = office.next_control(Duration::from_secs(1)) else {
             continue;
         };
-        match decode::<ToRank>(&bytes) {
-            Some(ToRank::Collective(part)) => {
-                let mut memories: Vec<Option<&mut SharedMemory>> =
-                    served.iter_mut().map(|device| device.memory()).collect();
-                let outcome = match collectives::run(mpi, &part, &mut memories, &mut scratch) {
-                    Ok(()) => FromRank::Done,
-                    Err(reason) => FromRank::Failed(reason),
-                };
-                answer(&outcome)?;
-            }
-            Some(ToRank::InGroups(part)) => {
-                let mut memories: Vec<Option<&mut SharedMemory>> =
-                    served.iter_mut().map(|device| device.memory()).collect();
-                let outcome = match local::run(&part, &mut memories) {
-                    Ok(()) => FromRank::Done,
-                    Err(reason) => FromRank::Failed(reason),
-                };
-                answer(&outcome)?;
-            }
-            Some(ToRank::Moves(list)) => {
-                let mut memories: Vec<Option<&mut SharedMemory>> =
-                    served.iter_mut().map(|device| device.memory()).collect();
-                let ran = moves::run(mpi.rank(), &office, &list, &mut memories, mpi.deadline());
-                let outcome = match ran {
-                    Ok(()) => FromRank::Done,
-                    Err(reason) => FromRank::Failed(reason),
-                };
-                answer(&outcome)?;
-            }
-            Some(ToRank::Load(load)) => {
-                let mut memories: Vec<Option<&mut SharedMemory>> =
-                    served.iter_mut().map(|device| device.memory()).collect();
-                let outcome = match super::loader::across::read_parts(&load, &mut memories) {
-                    Ok(()) => FromRank::Done,
-                    Err(reason) => FromRank::Failed(reason),
-                };
-                answer(&outcome)?;
-            }
+        let command = match decode::<ToRank>(&bytes) {
             Some(ToRank::Finish) => break,
-            None => tracing::warn!(from, "an unknown control message, dropped"),
-        }
+            Some(command) => command,
+            None => {
+                tracing::warn!(from, "an unknown control message, dropped");
+                continue;
+            }
+        };
+        // Every command works on this rank's workers' memory (they are idle: rank 0 holds
+        // every reply) and is answered once.
+        let mut memories: Vec<Option<&mut SharedMemory>> =
+            served.iter_mut().map(|device| device.memory()).collect();
+        let outcome = match command {
+            ToRank::Collective(part) => collectives::run(mpi, &part, &mut memories, &mut scratch),
+            ToRank::InGroups(part) => local::run(&part, &mut memories),
+            ToRank::Moves(list) => {
+                moves::run(mpi.rank(), &office, &list, &mut memories, mpi.deadline())
+            }
+            ToRank::Load(load) => super::loader::across::read_parts(&load, &mut memories),
+            // Taken above, before the memory is borrowed.
+            ToRank::Finish => Ok(()),
+        };
+        answer(&match outcome {
+            Ok(()) => FromRank::Done,
+            Err(reason) => FromRank::Failed(reason),
+        })?;
     }
     for device in served {
         device.wait();

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tessera_core::wire::ValueKind;
 
-use super::control::{FromRank, ToRank};
+use super::control::ToRank;
 use crate::session::{SessionError, State};
 use crate::transport::tunnel::PostOffice;
 use crate::transport::SharedMemory;
@@ -56,18 +56,11 @@ impl State {
         dst: u16,
         operation: &'static str,
     ) -> Result<bool, SessionError> {
-        let Some((per_rank, maps)) = self
-            .across
-            .as_ref()
-            .map(|a| (a.per_rank(), a.maps_memory()))
-        else {
+        let Some(per_rank) = self.ranks_in_place() else {
             return Ok(false);
         };
         let workers = self.workers.len();
         let local = per_rank.min(workers);
-        if !maps || !self.workers[..local].iter().all(|w| w.shares_memory()) {
-            return Ok(false);
-        }
         let mut moves = Vec::with_capacity(pairs.len());
         for (index, &(from, to)) in pairs.iter().enumerate() {
             let source = self.describe(from, src)?;
@@ -114,28 +107,18 @@ impl State {
         for channel in &mut self.workers[..local] {
             memories.push(channel.device_memory()?);
         }
-        let mut failures: Vec<(usize, String)> = Vec::new();
-        if let Some(across) = &self.across {
-            let deadline = across.mpi.deadline();
-            if let Err(reason) = run(0, &across.office, &moves, &mut memories, deadline) {
-                failures.push((0, reason));
-            }
-            for (rank, answer) in (1..ranks).zip(across.answers()?) {
-                match answer {
-                    FromRank::Done => {}
-                    FromRank::Failed(reason) => failures.push((rank, reason)),
-                    FromRank::Finished => failures.push((rank, "it has finished".into())),
-                }
-            }
-        }
-        match failures.into_iter().next() {
-            None => Ok(true),
-            Some((rank, reason)) => Err(SessionError::Rank {
-                rank,
-                operation,
-                reason,
-            }),
-        }
+        let Some(across) = &self.across else {
+            return Ok(false);
+        };
+        let mine = run(
+            0,
+            &across.office,
+            &moves,
+            &mut memories,
+            across.mpi.deadline(),
+        );
+        across.outcome(mine, operation)?;
+        Ok(true)
     }
 }
 
