@@ -48,6 +48,6 @@ pub use fault::{FaultConfig, FaultInjector};
 pub use reply::{Reply, Typed};
 pub(crate) use shared::{stream, SharedMemory, SplitError};
 pub use slots::ChannelSlots;
-pub use spawn::{check_firmware, FirmwareError};
+pub use spawn::{check_firmware, FirmwareError, Liveness};
 #[cfg(feature = "mpi")]
 pub(crate) use spawn::{child_on, qemu_on, thread_on, Served};

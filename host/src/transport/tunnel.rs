@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -76,10 +77,11 @@ pub struct LinkId {
 #[derive(Debug)]
 pub struct PostOffice {
     posts: Sender<Post>,
-    /// Control messages that arrived, with the rank that sent each.
-    control: Receiver<(usize, Vec<u8>)>,
+    /// Control messages that arrived, with the rank that sent each (behind a lock: the
+    /// office is shared between threads).
+    control: Mutex<Receiver<(usize, Vec<u8>)>>,
     /// Bulk messages that arrived, with the rank that sent each.
-    bulk: Receiver<(usize, Vec<u8>)>,
+    bulk: Mutex<Receiver<(usize, Vec<u8>)>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -121,8 +123,8 @@ impl PostOffice {
         Ok((
             Self {
                 posts,
-                control,
-                bulk,
+                control: Mutex::new(control),
+                bulk: Mutex::new(bulk),
                 thread: Some(thread),
             },
             ends,
@@ -144,7 +146,8 @@ impl PostOffice {
     /// The next control message and the rank that sent it, waiting up to `limit`; `None`
     /// when none came (or the office has stopped).
     pub fn next_control(&self, limit: Duration) -> Option<(usize, Vec<u8>)> {
-        self.control.recv_timeout(limit).ok()
+        let control = self.control.lock().unwrap_or_else(PoisonError::into_inner);
+        control.recv_timeout(limit).ok()
     }
 
     /// Sends bulk message `message` to rank `to` (after everything posted before).
@@ -162,7 +165,8 @@ impl PostOffice {
     /// The next bulk message and the rank that sent it, waiting up to `limit`; `None` when
     /// none came (or the office has stopped).
     pub fn next_bulk(&self, limit: Duration) -> Option<(usize, Vec<u8>)> {
-        self.bulk.recv_timeout(limit).ok()
+        let bulk = self.bulk.lock().unwrap_or_else(PoisonError::into_inner);
+        bulk.recv_timeout(limit).ok()
     }
 
     /// Sends everything posted so far, then stops the office and waits for its thread.

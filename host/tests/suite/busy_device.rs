@@ -116,3 +116,37 @@ fn a_stopped_device_process_is_reported_stopped() {
         other => panic!("expected stopped, got {other}"),
     }
 }
+
+/// Past the busy deadline, a long kernel on each of two workers fails as busy on each,
+/// naming it. Run across two MPI ranks too (`session_scenarios::across_ranks`), where
+/// worker 1's channel asks rank 1 what its silent worker does: a remote worker reported as
+/// timed out, or not reported, would be one that cannot tell a long kernel from a dead link.
+#[test]
+fn a_kernel_past_the_busy_deadline_is_reported_busy_on_every_worker() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let session = Session::new(&Placement::Thread, 2, 1, MEMORY).unwrap();
+    let ones = HostArray::from_f32(&[N, N], &vec![1.0; (N * N) as usize]).unwrap();
+    let a = session.copy_to_worker0(&ones).unwrap();
+    let b = session
+        .empty(tessera_core::dtype::DataType::F32, &[N, N])
+        .unwrap();
+    session.sync_all().unwrap();
+    session.set_deadline(Duration::from_millis(1)).unwrap();
+    session.set_busy_deadline(Duration::from_millis(5)).unwrap();
+    let matmul = session.get_function("matmul").unwrap();
+    let _product = session
+        .call(&matmul, &[CallArg::Register(&a), CallArg::Register(&b)])
+        .unwrap();
+    let error = session
+        .sync_all()
+        .expect_err("both kernels outlive the busy deadline");
+    let failures = error.worker_failures();
+    for worker in 0..2 {
+        match failures.iter().find(|(w, _, _)| *w == worker) {
+            Some((_, _, TransportError::Busy { replica, .. })) => {
+                assert_eq!(*replica, worker as u32)
+            }
+            other => panic!("worker {worker}: expected busy, got {other:?} in {error}"),
+        }
+    }
+}

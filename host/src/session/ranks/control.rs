@@ -26,6 +26,9 @@ pub(in crate::session) enum ToRank {
     /// The controller has dropped every link: stop the devices, answer
     /// [`FromRank::Finished`] and end.
     Finish,
+    /// What this rank's worker (by its index on the rank) is doing: it has been silent to
+    /// its controller. Answer [`FromRank::Liveness`].
+    Liveness(usize),
 }
 
 /// From a serving rank to rank 0.
@@ -38,6 +41,8 @@ pub(in crate::session) enum FromRank {
     Failed(String),
     /// Every device of this rank has stopped.
     Finished,
+    /// What the worker asked about is doing, as this rank sees it.
+    Liveness(crate::transport::Liveness),
 }
 
 /// `message` as sent.

@@ -37,20 +37,23 @@
 //!   ranks and names the rank that failed; tessera's panic hook calls `MPI_Abort`); a
 //!   controller that dies ends every rank the same way, and each rank's device processes
 //!   with it (their reapers). A remote worker that stops answering while its rank lives is
-//!   reported like a local one, by its global id.
+//!   treated like a local one: its channel asks its rank what it is doing (busy with a long
+//!   kernel: waited for up to the busy deadline; stopped, ended, idle: reported by its
+//!   global id).
 
 mod collectives;
 mod control;
 mod local;
 mod moves;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Session, SessionError};
 use crate::instance::{InstanceError, Instances, Mpi, MpiGuard};
 use crate::placement::{self, Placement};
 use crate::transport::tunnel::{LinkId, PostOffice};
-use crate::transport::{Channel, SharedMemory, TransportError};
+use crate::transport::{Channel, Liveness, Served, SharedMemory, TransportError};
 use control::{decode, encode};
 pub(in crate::session) use control::{FromRank, ToRank};
 
@@ -58,10 +61,13 @@ pub(in crate::session) use collectives::Kind;
 
 /// How long rank 0, shutting down, waits for the other ranks to finish serving.
 pub const FINISH_LIMIT: Duration = Duration::from_secs(30);
+/// How long rank 0 waits for a rank to say what a silent worker is doing.
+const LIVENESS_LIMIT: Duration = Duration::from_secs(1);
 
 /// What rank 0 holds while the session spans ranks.
 pub(super) struct Across {
-    office: PostOffice,
+    /// Shared with each remote worker's channel, which asks its rank what the worker does.
+    office: Arc<PostOffice>,
     /// The ranks serving workers (all but 0).
     serving: Vec<usize>,
     mpi: Mpi,
@@ -118,6 +124,8 @@ impl Across {
             };
             let slot = self.serving.iter().position(|&r| r == from);
             match (slot, decode::<FromRank>(&bytes)) {
+                // A late answer about a silent worker is no answer to a command.
+                (_, Some(FromRank::Liveness(_))) => {}
                 (Some(slot), Some(answer)) if answers[slot].is_none() => {
                     answers[slot] = Some(answer)
                 }
@@ -147,6 +155,8 @@ impl Across {
                 FromRank::Done => {}
                 FromRank::Failed(reason) => failures.push((rank, reason)),
                 FromRank::Finished => failures.push((rank, "it has finished".into())),
+                // Never an answer: `answers` drops them.
+                FromRank::Liveness(_) => {}
             }
         }
         match failures.into_iter().next() {
@@ -184,7 +194,11 @@ impl Across {
             tracing::warn!(?waiting, "ranks still serving at shutdown");
         }
         let Self { office, guard, .. } = self;
-        office.stop();
+        // The channels (which shared the office) are gone: this is its last holder.
+        match Arc::try_unwrap(office) {
+            Ok(office) => office.stop(),
+            Err(shared) => drop(shared),
+        }
         drop(guard);
     }
 }
@@ -272,8 +286,9 @@ fn start(
         })
         .collect();
     let (office, ends) = PostOffice::open(&links).map_err(TransportError::from)?;
+    let office = Arc::new(office);
     let across = Across {
-        office,
+        office: office.clone(),
         serving: (1..ranks).collect(),
         mpi: *mpi,
         per_rank,
@@ -283,7 +298,7 @@ fn start(
     };
     // A failure below drops the channels made so far (ending their links) before the
     // ranks are waited for.
-    let session = controller_channels(placement, per_rank, memory, &links, ends)
+    let session = controller_channels(placement, per_rank, memory, &links, ends, office)
         .and_then(|channels| Session::on(channels, num_groups));
     match session {
         Ok(session) => {
@@ -307,12 +322,38 @@ fn controller_channels(
         crate::transport::tunnel::LinkReader,
         crate::transport::tunnel::LinkWriter,
     )>,
+    office: Arc<PostOffice>,
 ) -> Result<Vec<Channel>, SessionError> {
     let mut channels = placement::open(placement, 0..per_rank as u32, memory)?;
     for (link, (reader, writer)) in links.iter().zip(ends) {
-        channels.push(Channel::remote(link.worker, reader, writer)?);
+        let (office, rank) = (office.clone(), link.peer);
+        let index = link.worker as usize % per_rank.max(1);
+        let liveness = Box::new(move || ask_liveness(&office, rank, index));
+        channels.push(Channel::remote(link.worker, reader, writer, liveness)?);
     }
     Ok(channels)
+}
+
+/// What worker `index` of rank `rank` is doing, as its rank sees it; `Unknown` when the
+/// rank does not say within [`LIVENESS_LIMIT`].
+fn ask_liveness(office: &PostOffice, rank: usize, index: usize) -> Liveness {
+    if office
+        .send_control(rank, encode(&ToRank::Liveness(index)))
+        .is_err()
+    {
+        return Liveness::Unknown;
+    }
+    let until = Instant::now() + LIVENESS_LIMIT;
+    while let Some((from, bytes)) =
+        office.next_control(until.saturating_duration_since(Instant::now()))
+    {
+        // Only this answer can be under way: every command is answered before the session
+        // sends anything else.
+        if let (true, Some(FromRank::Liveness(liveness))) = (from == rank, decode(&bytes)) {
+            return liveness;
+        }
+    }
+    Liveness::Unknown
 }
 
 /// This rank's part: its workers on `placement`, each serving its link to rank 0, and rank
@@ -355,6 +396,11 @@ fn serve(
         };
         let command = match decode::<ToRank>(&bytes) {
             Some(ToRank::Finish) => break,
+            Some(ToRank::Liveness(index)) => {
+                let liveness = served.get(index).map_or(Liveness::Ended, Served::liveness);
+                answer(&FromRank::Liveness(liveness))?;
+                continue;
+            }
             Some(command) => command,
             None => {
                 tracing::warn!(from, "an unknown control message, dropped");
@@ -373,7 +419,7 @@ fn serve(
             }
             ToRank::Load(load) => super::loader::across::read_parts(&load, &mut memories),
             // Taken above, before the memory is borrowed.
-            ToRank::Finish => Ok(()),
+            ToRank::Finish | ToRank::Liveness(_) => Ok(()),
         };
         answer(&match outcome {
             Ok(()) => FromRank::Done,

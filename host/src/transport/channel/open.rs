@@ -82,16 +82,18 @@ impl Channel {
     /// Worker `worker`, served by another rank of an MPI job (which started it), over a
     /// link between the ranks: a byte link like a socket's, so every rule of the request
     /// protocol holds end to end.
+    /// `liveness` asks the serving rank what the device is doing while it is silent.
     #[cfg(feature = "mpi")]
     pub(crate) fn remote(
         worker: u32,
         reader: super::super::tunnel::LinkReader,
         writer: super::super::tunnel::LinkWriter,
+        liveness: Box<dyn Fn() -> spawn::Liveness + Send>,
     ) -> Result<Self, TransportError> {
         let link = Link {
             incoming: Incoming::Bytes(Box::new(reader)),
             outgoing: spawn::Outgoing::Bytes(Box::new(writer)),
-            handle: DeviceHandle::Remote,
+            handle: DeviceHandle::Remote(liveness),
             window: None,
             memory: None,
         };

@@ -42,8 +42,9 @@ pub(in crate::transport) enum DeviceHandle {
     },
     /// A device on another rank of an MPI job, reached through a link between the ranks
     /// (`transport::tunnel`); that rank keeps it running.
+    /// Asks the serving rank what the device is doing.
     #[cfg(feature = "mpi")]
-    Remote,
+    Remote(Box<dyn Fn() -> Liveness + Send>),
 }
 
 impl DeviceHandle {
@@ -54,7 +55,7 @@ impl DeviceHandle {
             Self::Child { .. } => DEVICE_PROCESS,
             Self::Qemu { .. } => QEMU,
             #[cfg(feature = "mpi")]
-            Self::Remote => "another rank",
+            Self::Remote(_) => "another rank",
         }
     }
 
@@ -80,9 +81,9 @@ impl DeviceHandle {
                 Liveness::Busy => Liveness::Unknown,
                 other => other,
             },
-            // Its rank sees it; this one sees only the link.
+            // Its rank sees it: asked.
             #[cfg(feature = "mpi")]
-            Self::Remote => Liveness::Unknown,
+            Self::Remote(ask) => ask(),
             _ => Liveness::Ended,
         }
     }
@@ -108,7 +109,7 @@ impl Drop for DeviceHandle {
             Self::Pooled(_) => {}
             // Its rank stops it once the link ends (the channel's writer is dropped).
             #[cfg(feature = "mpi")]
-            Self::Remote => {}
+            Self::Remote(_) => {}
             Self::Thread(handle, control, _) => {
                 // Shutting the socket down (every duplicate of it) ends the device's loop.
                 if let Some(control) = control {
@@ -145,7 +146,7 @@ impl Drop for DeviceHandle {
 }
 
 /// What a device that does not answer is doing, as far as the host can see without it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Liveness {
     /// It is running a request: a device thread's busy line is high, or a device process
     /// is on a core (its state is R: computing, where a device waiting for its link

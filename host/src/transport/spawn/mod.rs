@@ -40,7 +40,8 @@ mod relay;
 mod thread;
 
 pub use firmware::{check_firmware, FirmwareError};
-pub(super) use handle::{DeviceHandle, Liveness};
+pub(super) use handle::DeviceHandle;
+pub use handle::Liveness;
 pub(super) use pool::{in_process_pool, Mailbox};
 pub(super) use process::child_process;
 pub(super) use qemu::{qemu, QEMU};

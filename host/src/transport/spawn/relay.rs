@@ -21,7 +21,7 @@ use std::thread::{self, JoinHandle};
 
 use tessera_firmware_sim::std_link::BusyLine;
 
-use super::{DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Incoming, Link, Liveness, Outgoing};
 use crate::transport::device::{run_device_on, run_device_watched};
 use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
@@ -36,9 +36,22 @@ pub(crate) struct Served {
     handle: Option<DeviceHandle>,
     /// The host's mapping of the device's memory, where the placement shares it.
     memory: Option<SharedMemory>,
+    /// A device thread's busy line.
+    busy: Option<BusyLine>,
 }
 
 impl Served {
+    /// What the device is doing, as this host sees it (its controller, on another rank,
+    /// asks while the device is silent).
+    pub(crate) fn liveness(&self) -> Liveness {
+        match (&self.handle, &self.busy) {
+            (Some(handle), _) => handle.liveness(),
+            (None, _) if self.inward.is_finished() => Liveness::Ended,
+            (None, Some(busy)) if busy.is_high() => Liveness::Busy,
+            (None, _) => Liveness::Idle,
+        }
+    }
+
     /// The host's mapping of the device's memory (threads and child processes; `None`
     /// under QEMU). Read and write it only while the device is idle (its controller has
     /// every reply and sends nothing meanwhile).
@@ -70,13 +83,14 @@ pub(crate) fn thread_on(
         _ => None,
     };
     let device = host.as_ref().map(SharedMemory::map_again).transpose()?;
+    let busy = BusyLine::default();
+    let mut line = busy.clone();
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
-            let mut busy = BusyLine::default();
             let served = match device {
-                Some(mut shared) => run_device_on(replica, &mut shared, reader, writer, &mut busy),
-                None => run_device_watched(replica, memory, reader, writer, &mut busy),
+                Some(mut shared) => run_device_on(replica, &mut shared, reader, writer, &mut line),
+                None => run_device_watched(replica, memory, reader, writer, &mut line),
             };
             if let Err(e) = served {
                 tracing::warn!(replica, error = %e, "device thread stopped");
@@ -87,6 +101,7 @@ pub(crate) fn thread_on(
         outward: None,
         handle: None,
         memory: host,
+        busy: Some(busy),
     })
 }
 
@@ -120,6 +135,7 @@ fn relayed(
         outward: Some(outward),
         handle: Some(handle),
         memory,
+        busy: None,
     })
 }
 

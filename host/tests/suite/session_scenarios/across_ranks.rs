@@ -46,8 +46,8 @@ const SCENARIOS: &[(&str, usize)] = &[
     ("disco_failures::register_outlives_session", 2),
 ];
 
-/// The sharded loader's tests (each rank reads its own workers' parts) and their workers,
-/// by full name.
+/// The sharded loader's tests (each rank reads its own workers' parts), and a silent
+/// remote worker's, with their workers, by full name.
 const LOADER: &[(&str, usize)] = &[
     ("session_loader::scenario_23_split_in_threads", 2),
     ("session_loader::scenario_23_split_in_child_processes", 2),
