@@ -58,8 +58,9 @@ step "multi-instance suite: mpirun -np 2 and -np 4 against one process (feature 
 cargo build -p tessera-host --features mpi --example mpi_panic --example session_across --locked
 cargo test -p tessera-host --features mpi --test mpi --locked
 
-step "the session scenarios and the sharded loader across 2 and 4 MPI ranks (feature mpi)"
-cargo test -p tessera-host --features mpi --test suite --locked -- session_scenarios::across_ranks
+step "the session scenarios (QEMU ones too) and the sharded loader across 2 and 4 MPI ranks (feature mpi)"
+TESSERA_FIRMWARE="$PWD/$firmware" cargo test -p tessera-host --features mpi --test suite --locked -- \
+    --include-ignored session_scenarios::across_ranks
 
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings

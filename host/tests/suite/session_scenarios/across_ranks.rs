@@ -99,8 +99,19 @@ const ON_PROCESSES: &[&str] = &[
 /// Runs scenario test `test` (its full name) under `mpirun -np ranks`; its output on
 /// failure.
 fn across(test: &str, ranks: usize, dir: &std::path::Path) -> Result<(), String> {
+    across_with(test, ranks, dir, &[])
+}
+
+/// [`across`] with `extra` arguments for the test binary.
+fn across_with(
+    test: &str,
+    ranks: usize,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Result<(), String> {
     let exe = std::env::current_exe().expect("the suite's binary");
-    let args = ["--exact", test, "--test-threads=1"];
+    let mut args = vec!["--exact", test, "--test-threads=1"];
+    args.extend_from_slice(extra);
     let mut command = mpirun::mpirun(ranks, &exe, &args, dir);
     // A scenario takes a second or two: a hung one fails in a minute, not in five.
     command.env("MPIEXEC_TIMEOUT", "60");
@@ -157,6 +168,29 @@ fn the_sharded_loader_across_two_and_four_ranks() {
             if let Err(e) = across(test, ranks, &dir) {
                 failures.push(e);
             }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The QEMU scenarios with one QEMU per rank (each rank relays its worker's UART bytes):
+/// catches a relay that loses or reorders bytes, or that leaves QEMU running when the
+/// link ends (the job would not end).
+#[test]
+#[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
+fn qemu_scenarios_across_two_ranks() {
+    let _exclusive = crate::common::exclusive();
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("tessera-ranks-qemu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let mut failures = Vec::new();
+    for test in [
+        "session_scenarios::control_plane::integer_round_trip_qemu",
+        "session_scenarios::control_plane::tensor_through_worker0_qemu",
+    ] {
+        if let Err(e) = across_with(test, 2, &dir, &["--include-ignored"]) {
+            failures.push(e);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
