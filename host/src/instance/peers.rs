@@ -3,8 +3,10 @@
 //! (feature `mpi`). Every collective runs under the MPI deadline, as the runtime's do.
 //!
 //! The counts of a collective come from one plan every rank shares: a rank sending another
-//! count than its peer expects is an MPI error, which ends the job; each length is checked
-//! against its counts here, before anything moves.
+//! count than its peer expects is an MPI error, which ends the job. Each length is checked
+//! against its counts here, before anything moves; a rank that refuses alone (its lengths
+//! disagree with its peers') leaves them in the collective until the MPI deadline ends the
+//! job, so the callers derive every length from the shared plan.
 
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Color, SimpleCommunicator};
@@ -143,8 +145,8 @@ impl Peers {
     }
 
     /// Every peer's `data` concatenated in peer order into `out`, whose length must be the
-    /// sum of theirs (checked on every peer before anything is received: they all refuse
-    /// together).
+    /// sum of theirs (checked on every peer, after the lengths are exchanged, before any
+    /// data move).
     pub fn all_gather_into(&self, data: &[u8], out: &mut [u8]) -> Result<(), InstanceError> {
         let mine = self.mpi.count(data.len())?;
         let mut counts: Vec<Count> = vec![0; self.size];

@@ -7,10 +7,10 @@
 //!   their workers' memory (threads and child processes). The file must be readable at the
 //!   same path on every rank (a shared file system); presharded loads and QEMU workers
 //!   take the path through rank 0.
-//! - **Rank 0 reads the header only.** It checks every tensor under the rules as a load
-//!   on one host does (names, types, shapes, dimensions that divide) from the header, in a
-//!   buffer as long as the file whose data part is never touched, then allocates every
-//!   register on every worker and asks where each part lies.
+//! - **Rank 0 reads the header only.** It checks the header as the safetensors crate
+//!   checks a whole file, and every tensor under the rules as a load on one host does
+//!   (names, types, shapes, dimensions that divide), without reading the data; then it
+//!   allocates every register on every worker and asks where each part lies.
 //! - **Each rank reads its parts.** Rank 0 tells each rank, for each of its workers and
 //!   tensors, where the tensor's data start in the file, how it is cut and where the part
 //!   goes; the rank reads exactly that part — a contiguous range, or one run per row for a
@@ -25,10 +25,14 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use safetensors::SafeTensors;
+use safetensors::tensor::Metadata;
+use safetensors::SafeTensorError;
 use serde::{Deserialize, Serialize};
 
-use super::{parse, LoadError, Planned, ShardRules, Source, Writing};
+use super::{Described, LoadError, Planned, ShardRules, Source, Writing};
+
+/// The largest header the safetensors crate reads (its own limit).
+const MAX_HEADER: usize = 100_000_000;
 use crate::session::ranks::ToRank;
 use crate::session::{Register, Session, SessionError, State};
 use crate::transport::SharedMemory;
@@ -77,12 +81,7 @@ impl Session {
         {
             return Ok(None);
         }
-        let (zeros, starts) = header_only(file)?;
-        let tensors = parse(file, &zeros)?;
-        let offsets = tensors
-            .iter()
-            .map(|(name, _)| starts.get(name).copied().unwrap_or(0))
-            .collect();
+        let (tensors, offsets) = header_only(file)?;
         let planned = self.plan_file(file, tensors, rules)?;
         let file = std::path::absolute(file).map_err(|source| LoadError::Read {
             file: file.to_path_buf(),
@@ -93,10 +92,14 @@ impl Session {
     }
 }
 
-/// The file's header in a buffer as long as the file (zeros after the header: the data
-/// part is never read, and its pages never touched), and where each tensor's data start
-/// in the file.
-fn header_only(file: &Path) -> Result<(Vec<u8>, HashMap<String, u64>), LoadError> {
+/// A tensor's name and what its header says of it.
+type Named = (String, Described<'static>);
+
+/// The tensors of `file` (sorted by name) as its header describes them, their data left in
+/// the file, and where each one's data start in it. The header is checked as the
+/// safetensors crate checks a whole file (sizes, offsets, every tensor's bytes), and the
+/// data part's length against the file's, without reading the data.
+fn header_only(file: &Path) -> Result<(Vec<Named>, Vec<u64>), LoadError> {
     let read_error = |source| LoadError::Read {
         file: file.to_path_buf(),
         source,
@@ -109,31 +112,46 @@ fn header_only(file: &Path) -> Result<(Vec<u8>, HashMap<String, u64>), LoadError
     let len = opened.metadata().map_err(read_error)?.len();
     // The same refusals as parsing the whole file: a file too short is a format error.
     if len < 8 {
-        return Err(format_error(safetensors::SafeTensorError::HeaderTooSmall));
+        return Err(format_error(SafeTensorError::HeaderTooSmall));
     }
     let mut prefix = [0u8; 8];
     opened.read_exact(&mut prefix).map_err(read_error)?;
     let header = u64::from_le_bytes(prefix);
-    let too_long = || format_error(safetensors::SafeTensorError::InvalidHeaderLength);
-    let end = header
-        .checked_add(8)
-        .filter(|&end| end <= len)
-        .ok_or_else(too_long)?;
-    let (len, end) = (
-        usize::try_from(len).map_err(|_| too_long())?,
-        usize::try_from(end).map_err(|_| too_long())?,
-    );
-    // Zeroed by the allocator: untouched pages cost nothing.
-    let mut zeros = vec![0u8; len];
-    zeros[..8].copy_from_slice(&prefix);
-    opened.read_exact(&mut zeros[8..end]).map_err(read_error)?;
-    let (_, metadata) = SafeTensors::read_metadata(&zeros).map_err(format_error)?;
-    let starts = metadata
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| (name, (end + info.data_offsets.0) as u64))
+    if header > MAX_HEADER as u64 {
+        return Err(format_error(SafeTensorError::HeaderTooLarge));
+    }
+    let end = header + 8;
+    if end > len {
+        return Err(format_error(SafeTensorError::InvalidHeaderLength));
+    }
+    let mut text = vec![0u8; header as usize];
+    opened.read_exact(&mut text).map_err(read_error)?;
+    let text =
+        std::str::from_utf8(&text).map_err(|e| format_error(SafeTensorError::InvalidHeader(e)))?;
+    let metadata: Metadata = serde_json::from_str(text)
+        .map_err(|e| format_error(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+    if metadata.data_len() as u64 + end != len {
+        return Err(format_error(SafeTensorError::MetadataIncompleteBuffer));
+    }
+    let mut tensors: Vec<_> = metadata.tensors().into_iter().collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let offsets = tensors
+        .iter()
+        .map(|(_, info)| end + info.data_offsets.0 as u64)
         .collect();
-    Ok((zeros, starts))
+    let described = tensors
+        .into_iter()
+        .map(|(name, info)| {
+            let described = Described {
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                data: &[],
+                data_len: info.data_offsets.1 - info.data_offsets.0,
+            };
+            (name, described)
+        })
+        .collect();
+    Ok((described, offsets))
 }
 
 impl State {
@@ -181,21 +199,19 @@ impl State {
                 })
                 .collect()
         };
-        let ranks = workers / per_rank.max(1);
         let load = |rank: usize| LoadParts {
             file: file.to_path_buf(),
             workers: (rank * per_rank..(rank + 1) * per_rank)
                 .map(parts_of)
                 .collect(),
         };
-        if let Some(across) = &self.across {
-            for rank in 1..ranks {
-                across.tell(rank, &ToRank::Load(load(rank)))?;
-            }
-        }
+        // Taken before any rank is told: past this point, nothing stops rank 0 taking part.
         let mut memories = Vec::with_capacity(per_rank);
         for channel in &mut self.workers[..per_rank.min(workers)] {
             memories.push(channel.device_memory()?);
+        }
+        if let Some(across) = &self.across {
+            across.tell_all(|rank| ToRank::Load(load(rank)))?;
         }
         let mine = read_parts(&load(0), &mut memories);
         match &self.across {

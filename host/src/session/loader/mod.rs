@@ -183,7 +183,11 @@ impl Session {
             return Ok(loaded);
         }
         let bytes = read(file)?;
-        let planned = self.plan_file(file, parse(file, &bytes)?, rules)?;
+        let tensors = parse(file, &bytes)?
+            .into_iter()
+            .map(|(name, view)| (name, Described::from(&view)))
+            .collect();
+        let planned = self.plan_file(file, tensors, rules)?;
         self.write_planned(&[file], planned, Writing::FromHost)
     }
 
@@ -192,7 +196,7 @@ impl Session {
     fn plan_file<'a>(
         &self,
         file: &Path,
-        tensors: Vec<(String, safetensors::tensor::TensorView<'a>)>,
+        tensors: Vec<(String, Described<'a>)>,
         rules: &ShardRules,
     ) -> Result<Vec<Planned<'a>>, LoadError> {
         for (name, &rule) in &rules.named {
@@ -242,7 +246,9 @@ impl Session {
         }
         let mut planned = Vec::new();
         for (name, view) in &parsed[0] {
-            let mut first = plan_split(files[0], name.clone(), view, ShardRule::Replicate, 1)?;
+            let described = Described::from(view);
+            let mut first =
+                plan_split(files[0], name.clone(), &described, ShardRule::Replicate, 1)?;
             let mut parts = Vec::with_capacity(workers);
             for (worker, tensors) in parsed.iter().enumerate() {
                 let found = tensors.binary_search_by(|(n, _)| n.as_str().cmp(name));
@@ -561,16 +567,37 @@ fn element_type(file: &Path, tensor: &str, dtype: Dtype) -> Result<DataType, Loa
     })
 }
 
+/// What planning needs of a tensor: its type, its shape, and its data — empty where they
+/// stay in the file (a load across ranks reads them there), `data_len` saying how long
+/// they are.
+struct Described<'a> {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: &'a [u8],
+    data_len: usize,
+}
+
+impl<'a> From<&safetensors::tensor::TensorView<'a>> for Described<'a> {
+    fn from(view: &safetensors::tensor::TensorView<'a>) -> Self {
+        Self {
+            dtype: view.dtype(),
+            shape: view.shape().to_vec(),
+            data: view.data(),
+            data_len: view.data().len(),
+        }
+    }
+}
+
 /// Checks tensor `name` under `rule` across `span` workers and plans its parts.
 fn plan_split<'a>(
     file: &Path,
     name: String,
-    view: &safetensors::tensor::TensorView<'a>,
+    view: &Described<'a>,
     rule: ShardRule,
     span: usize,
 ) -> Result<Planned<'a>, LoadError> {
-    let dtype = element_type(file, &name, view.dtype())?;
-    let shape = view.shape().to_vec();
+    let dtype = element_type(file, &name, view.dtype)?;
+    let shape = view.shape.clone();
     let (dim, parts) = match rule {
         ShardRule::Replicate => (0, 1),
         ShardRule::Split { dim } => {
@@ -594,17 +621,17 @@ fn plan_split<'a>(
             (dim, span)
         }
     };
-    let data = view.data();
+    let data = view.data;
     let checked = shape
         .iter()
         .map(|&d| u32::try_from(d).map_err(|_| ArrayError::Overflow))
         .collect::<Result<Vec<u32>, _>>()
         .and_then(|whole| {
             let expected = byte_len(dtype, &whole)?;
-            if data.len() != expected {
+            if view.data_len != expected {
                 return Err(ArrayError::Length {
                     expected,
-                    actual: data.len(),
+                    actual: view.data_len,
                 });
             }
             Ok(whole)

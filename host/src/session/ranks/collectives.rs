@@ -150,6 +150,13 @@ impl State {
             let Some((dtype, src_bytes, members)) = self.plan_group(kind, group, src, dst)? else {
                 return Ok(false);
             };
+            // Every buffer of the collective (an allreduce's sends and receives hold about
+            // a source per local worker) within what one MPI call moves.
+            let largest = (src_bytes.saturating_mul(per_rank).saturating_mul(2))
+                .max(spread_bytes(kind, src_bytes, group_size));
+            if largest > super::MPI_BYTES {
+                return Ok(false);
+            }
             for first in (0..group_size).step_by(per_rank) {
                 parts.push(Part {
                     kind,
@@ -164,15 +171,14 @@ impl State {
                 });
             }
         }
-        if let Some(across) = &self.across {
-            for (rank, part) in parts.iter().enumerate().skip(1) {
-                across.tell(rank, &ToRank::Collective(part.clone()))?;
-            }
-        }
-        // Rank 0's own part, on the memory of its workers (idle: every reply is in).
+        // Rank 0's own part, on the memory of its workers (idle: every reply is in), taken
+        // before any rank is told: past this point, nothing stops rank 0 taking part.
         let mut memories = Vec::with_capacity(per_rank);
         for channel in &mut self.workers[local] {
             memories.push(channel.device_memory()?);
+        }
+        if let Some(across) = &self.across {
+            across.tell_all(|rank| ToRank::Collective(parts[rank].clone()))?;
         }
         // Taken out of the state while the workers' memory is borrowed from it.
         let mut scratch = self

@@ -1,5 +1,11 @@
 //! What rank 0 asks of a serving rank, and its answers: control messages through the post
-//! offices (JSON: a few per collective, never bulk data).
+//! offices (JSON: a few per command, never bulk data).
+//!
+//! Every message carries a number. A command's number comes back with each rank's answer,
+//! and rank 0 takes only answers with the number of the command under way: an answer that
+//! comes after its command was given up (a rank past the deadline) is dropped, never taken
+//! for the next command's. A question about a silent worker has a number of its own, from
+//! the same count.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,10 +40,10 @@ pub(in crate::session) enum ToRank {
 /// From a serving rank to rank 0.
 #[derive(Debug, Serialize, Deserialize)]
 pub(in crate::session) enum FromRank {
-    /// The last command is done.
+    /// The command is done.
     Done,
-    /// The last command failed on this rank, and why (every collective of it was still
-    /// taken part in, so no rank waits).
+    /// The command failed on this rank, and why (every collective of it was still taken
+    /// part in, so no rank waits).
     Failed(String),
     /// Every device of this rank has stopped.
     Finished,
@@ -45,32 +51,52 @@ pub(in crate::session) enum FromRank {
     Liveness(crate::transport::Liveness),
 }
 
-/// `message` as sent.
-pub(super) fn encode<T: Serialize>(message: &T) -> Vec<u8> {
-    // Plain enums and numbers always serialize.
-    serde_json::to_vec(message).unwrap_or_default()
+/// A message with its number, as sent.
+#[derive(Serialize)]
+struct Outgoing<'a, T> {
+    number: u64,
+    body: &'a T,
 }
 
-/// A message as received, if it is one.
-pub(super) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
-    serde_json::from_slice(bytes).ok()
+/// A message with its number, as received.
+#[derive(Deserialize)]
+struct Incoming<T> {
+    number: u64,
+    body: T,
+}
+
+/// `message`, numbered `number`, as sent.
+pub(super) fn encode<T: Serialize>(number: u64, message: &T) -> Vec<u8> {
+    // Plain enums and numbers always serialize.
+    serde_json::to_vec(&Outgoing {
+        number,
+        body: message,
+    })
+    .unwrap_or_default()
+}
+
+/// A message as received and its number, if it is one.
+pub(super) fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<(u64, T)> {
+    let Incoming { number, body } = serde_json::from_slice(bytes).ok()?;
+    Some((number, body))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Catches an answer that does not survive the trip, and garbage taken for a message.
+    /// Catches an answer that does not survive the trip (or loses its number), and garbage
+    /// or another kind of message taken for one.
     #[test]
     fn messages_survive_the_trip_and_garbage_is_none() {
         let failed = FromRank::Failed("worker 1: its source is not readable".into());
-        let back: Option<FromRank> = decode(&encode(&failed));
-        assert!(matches!(back, Some(FromRank::Failed(r)) if r.contains("worker 1")));
+        let back: Option<(u64, FromRank)> = decode(&encode(7, &failed));
+        assert!(matches!(back, Some((7, FromRank::Failed(r))) if r.contains("worker 1")));
         assert!(matches!(
-            decode(&encode(&ToRank::Finish)),
-            Some(ToRank::Finish)
+            decode(&encode(8, &ToRank::Finish)),
+            Some((8, ToRank::Finish))
         ));
         assert!(decode::<FromRank>(b"\xff\x00not json").is_none());
-        assert!(decode::<ToRank>(&encode(&FromRank::Done)).is_none());
+        assert!(decode::<ToRank>(&encode(1, &FromRank::Done)).is_none());
     }
 }

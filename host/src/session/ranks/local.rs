@@ -86,15 +86,13 @@ impl State {
                     .collect(),
             });
         }
-        let Some(across) = &self.across else {
-            return Ok(false);
-        };
-        for (rank, part) in parts.iter().enumerate().skip(1) {
-            across.tell(rank, &ToRank::InGroups(part.clone()))?;
-        }
+        // Taken before any rank is told: past this point, nothing stops rank 0 taking part.
         let mut memories = Vec::with_capacity(local);
         for channel in &mut self.workers[..local] {
             memories.push(channel.device_memory()?);
+        }
+        if let Some(across) = &self.across {
+            across.tell_all(|rank| ToRank::InGroups(parts[rank].clone()))?;
         }
         let mine = run(&parts[0], &mut memories);
         if let Some(across) = &self.across {

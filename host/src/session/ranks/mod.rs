@@ -11,9 +11,12 @@
 //! - **Every rank runs the same program.** On rank 0, `Session::new` returns the
 //!   controller. On every other rank it serves its workers until the controller shuts the
 //!   session down, then ends the process (status 0, or 1 with the reason on stderr) — it
-//!   never returns, so code written for one host runs under `mpirun` unchanged. A program
-//!   that initializes MPI itself (to run its own collectives beside the session) calls
-//!   [`Session::across_ranks`] instead, which returns on every rank.
+//!   never returns, so code written for one host runs under `mpirun` unchanged (under
+//!   `mpirun`, `Session::new` always spans the ranks). A program that initializes MPI
+//!   itself (to run its own MPI before and after the session) calls
+//!   [`Session::across_ranks`] instead, which returns on every rank. While the session
+//!   runs, the other ranks serve it and each rank's post office takes every point-to-point
+//!   message of the world communicator: the program's own MPI waits until it has ended.
 //! - **Commands travel as on one host.** A remote worker is a byte link between rank 0 and
 //!   its rank (`transport::tunnel`), so the request protocol (sequence numbers, deadlines,
 //!   re-sends) runs end to end, and every session operation — calls, copies, syncs, debug
@@ -46,6 +49,7 @@ mod control;
 mod local;
 mod moves;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +65,9 @@ pub(in crate::session) use collectives::Kind;
 
 /// How long rank 0, shutting down, waits for the other ranks to finish serving.
 pub const FINISH_LIMIT: Duration = Duration::from_secs(30);
+/// The most bytes one MPI call moves here (MPI counts are 32-bit): larger data take the
+/// path through rank 0, which moves them in chunks.
+const MPI_BYTES: usize = i32::MAX as usize - 64;
 /// How long rank 0 waits for a rank to say what a silent worker is doing.
 const LIVENESS_LIMIT: Duration = Duration::from_secs(1);
 
@@ -68,6 +75,10 @@ const LIVENESS_LIMIT: Duration = Duration::from_secs(1);
 pub(super) struct Across {
     /// Shared with each remote worker's channel, which asks its rank what the worker does.
     office: Arc<PostOffice>,
+    /// The count control messages are numbered by (shared with the channels' questions),
+    /// and the number of the command under way.
+    numbers: Arc<AtomicU64>,
+    current: AtomicU64,
     /// The ranks serving workers (all but 0).
     serving: Vec<usize>,
     mpi: Mpi,
@@ -96,20 +107,26 @@ impl Across {
         self.per_rank
     }
 
-    /// Sends `message` to serving rank `rank`.
-    pub(in crate::session) fn tell(
+    /// Sends every serving rank its share of a new command (`message` for each rank),
+    /// under a number of its own: only answers with that number are taken for it.
+    pub(in crate::session) fn tell_all(
         &self,
-        rank: usize,
-        message: &ToRank,
+        message: impl Fn(usize) -> ToRank,
     ) -> Result<(), SessionError> {
-        self.office
-            .send_control(rank, encode(message))
-            .map_err(|e| SessionError::Transport(e.into()))
+        let number = self.numbers.fetch_add(1, Ordering::Relaxed) + 1;
+        self.current.store(number, Ordering::Relaxed);
+        for &rank in &self.serving {
+            self.office
+                .send_control(rank, encode(number, &message(rank)))
+                .map_err(|e| SessionError::Transport(e.into()))?;
+        }
+        Ok(())
     }
 
-    /// Every serving rank's answer to the last message, in rank order (they arrive in any
-    /// order), each waited for up to the MPI deadline.
-    fn answers(&self) -> Result<Vec<FromRank>, SessionError> {
+    /// Every serving rank's answer to the command under way, in rank order (they arrive in
+    /// any order), each waited for up to the MPI deadline; `operation` names the command.
+    fn answers(&self, operation: &'static str) -> Result<Vec<FromRank>, SessionError> {
+        let number = self.current.load(Ordering::Relaxed);
         let deadline = self.mpi.deadline();
         let until = Instant::now() + deadline;
         let mut answers: Vec<Option<FromRank>> = self.serving.iter().map(|_| None).collect();
@@ -118,21 +135,19 @@ impl Across {
             let Some((from, bytes)) = self.office.next_control(left) else {
                 return Err(SessionError::Rank {
                     rank: self.serving[waiting],
-                    operation: "answer",
+                    operation,
                     reason: format!("no answer within {} s", deadline.as_secs()),
                 });
             };
             let slot = self.serving.iter().position(|&r| r == from);
             match (slot, decode::<FromRank>(&bytes)) {
-                // A late answer about a silent worker is no answer to a command.
-                (_, Some(FromRank::Liveness(_))) => {}
-                (Some(slot), Some(answer)) if answers[slot].is_none() => {
+                (Some(slot), Some((n, answer))) if n == number && answers[slot].is_none() => {
                     answers[slot] = Some(answer)
                 }
-                // Each command is answered once by each rank asked: anything else is a
-                // stale or foreign message.
+                // An answer to a command given up, or to a question about a silent
+                // worker that came too late: not this command's.
                 (_, other) => {
-                    tracing::warn!(from, ?other, "an unexpected control message, dropped")
+                    tracing::warn!(from, ?other, "a stale control message, dropped")
                 }
             }
         }
@@ -150,7 +165,7 @@ impl Across {
         if let Err(reason) = mine {
             failures.push((0, reason));
         }
-        for (&rank, answer) in self.serving.iter().zip(self.answers()?) {
+        for (&rank, answer) in self.serving.iter().zip(self.answers(operation)?) {
             match answer {
                 FromRank::Done => {}
                 FromRank::Failed(reason) => failures.push((rank, reason)),
@@ -173,20 +188,22 @@ impl Across {
     /// tells every rank to finish and waits for it (up to [`FINISH_LIMIT`]), stops the post
     /// office, finalizes MPI if the session initialized it.
     pub(super) fn finish(self) {
-        for &rank in &self.serving {
-            if let Err(e) = self.tell(rank, &ToRank::Finish) {
-                tracing::warn!(rank, error = %e, "cannot tell a rank to finish");
-            }
+        if let Err(e) = self.tell_all(|_| ToRank::Finish) {
+            tracing::warn!(error = %e, "cannot tell the ranks to finish");
         }
+        let number = self.current.load(Ordering::Relaxed);
         let until = Instant::now() + FINISH_LIMIT;
         let mut waiting = self.serving.clone();
         while !waiting.is_empty() {
             let left = until.saturating_duration_since(Instant::now());
             match self.office.next_control(left) {
-                Some((from, bytes)) if matches!(decode(&bytes), Some(FromRank::Finished)) => {
-                    waiting.retain(|&r| r != from);
+                Some((from, bytes)) => {
+                    if let Some((n, FromRank::Finished)) = decode(&bytes) {
+                        if n == number {
+                            waiting.retain(|&r| r != from);
+                        }
+                    }
                 }
-                Some(_) => {}
                 None => break,
             }
         }
@@ -275,7 +292,12 @@ fn start(
     }
     let per_rank = workers / ranks;
     if mpi.rank() != 0 {
-        serve(mpi, placement, per_rank, memory)?;
+        // A rank that cannot serve ends the job at once, saying why: its workers' links
+        // would never answer, and rank 0 would report only their silence.
+        if let Err(e) = serve(mpi, placement, per_rank, memory) {
+            eprintln!("tessera: rank {}: {e}", mpi.rank());
+            mpi.abort(1);
+        }
         drop(guard);
         return Ok(None);
     }
@@ -287,8 +309,11 @@ fn start(
         .collect();
     let (office, ends) = PostOffice::open(&links).map_err(TransportError::from)?;
     let office = Arc::new(office);
+    let numbers = Arc::new(AtomicU64::new(0));
     let across = Across {
         office: office.clone(),
+        numbers: numbers.clone(),
+        current: AtomicU64::new(0),
         serving: (1..ranks).collect(),
         mpi: *mpi,
         per_rank,
@@ -298,7 +323,7 @@ fn start(
     };
     // A failure below drops the channels made so far (ending their links) before the
     // ranks are waited for.
-    let session = controller_channels(placement, per_rank, memory, &links, ends, office)
+    let session = controller_channels(placement, per_rank, memory, &links, ends, (office, numbers))
         .and_then(|channels| Session::on(channels, num_groups));
     match session {
         Ok(session) => {
@@ -322,23 +347,25 @@ fn controller_channels(
         crate::transport::tunnel::LinkReader,
         crate::transport::tunnel::LinkWriter,
     )>,
-    office: Arc<PostOffice>,
+    (office, numbers): (Arc<PostOffice>, Arc<AtomicU64>),
 ) -> Result<Vec<Channel>, SessionError> {
     let mut channels = placement::open(placement, 0..per_rank as u32, memory)?;
     for (link, (reader, writer)) in links.iter().zip(ends) {
-        let (office, rank) = (office.clone(), link.peer);
+        let (office, numbers, rank) = (office.clone(), numbers.clone(), link.peer);
         let index = link.worker as usize % per_rank.max(1);
-        let liveness = Box::new(move || ask_liveness(&office, rank, index));
+        let liveness = Box::new(move || ask_liveness(&office, &numbers, rank, index));
         channels.push(Channel::remote(link.worker, reader, writer, liveness)?);
     }
     Ok(channels)
 }
 
 /// What worker `index` of rank `rank` is doing, as its rank sees it; `Unknown` when the
-/// rank does not say within [`LIVENESS_LIMIT`].
-fn ask_liveness(office: &PostOffice, rank: usize, index: usize) -> Liveness {
+/// rank does not say within [`LIVENESS_LIMIT`]. The question has a number of its own
+/// (from `numbers`), so a late answer to an earlier one is never taken for it.
+fn ask_liveness(office: &PostOffice, numbers: &AtomicU64, rank: usize, index: usize) -> Liveness {
+    let number = numbers.fetch_add(1, Ordering::Relaxed) + 1;
     if office
-        .send_control(rank, encode(&ToRank::Liveness(index)))
+        .send_control(rank, encode(number, &ToRank::Liveness(index)))
         .is_err()
     {
         return Liveness::Unknown;
@@ -347,10 +374,10 @@ fn ask_liveness(office: &PostOffice, rank: usize, index: usize) -> Liveness {
     while let Some((from, bytes)) =
         office.next_control(until.saturating_duration_since(Instant::now()))
     {
-        // Only this answer can be under way: every command is answered before the session
-        // sends anything else.
-        if let (true, Some(FromRank::Liveness(liveness))) = (from == rank, decode(&bytes)) {
-            return liveness;
+        if let (true, Some((n, FromRank::Liveness(liveness)))) = (from == rank, decode(&bytes)) {
+            if n == number {
+                return liveness;
+            }
         }
     }
     Liveness::Unknown
@@ -383,53 +410,64 @@ fn serve(
             writer,
         )?);
     }
-    let answer = |message: &FromRank| {
+    let answer = |number: u64, message: &FromRank| {
         office
-            .send_control(0, encode(message))
+            .send_control(0, encode(number, message))
             .map_err(TransportError::from)
     };
     let mut scratch = collectives::Scratch::default();
-    loop {
+    let finished = loop {
         // Rank 0 going away ends the job (mpirun): waiting here has no deadline.
         let Some((from, bytes)) = office.next_control(Duration::from_secs(1)) else {
             continue;
         };
-        let command = match decode::<ToRank>(&bytes) {
-            Some(ToRank::Finish) => break,
-            Some(ToRank::Liveness(index)) => {
+        let (number, command) = match decode::<ToRank>(&bytes) {
+            Some((number, ToRank::Finish)) => break number,
+            Some((number, ToRank::Liveness(index))) => {
                 let liveness = served.get(index).map_or(Liveness::Ended, Served::liveness);
-                answer(&FromRank::Liveness(liveness))?;
+                answer(number, &FromRank::Liveness(liveness))?;
                 continue;
             }
-            Some(command) => command,
+            Some(numbered) => numbered,
             None => {
-                tracing::warn!(from, "an unknown control message, dropped");
+                // Answered, so that rank 0 does not wait for it (it cannot be matched to a
+                // number: rank 0 drops it as stale and times out on the command).
+                tracing::warn!(from, "an unknown control message");
+                answer(0, &FromRank::Failed("an unknown control message".into()))?;
                 continue;
             }
         };
         // Every command works on this rank's workers' memory (they are idle: rank 0 holds
-        // every reply) and is answered once.
+        // every reply) and is answered once, under its number.
         let mut memories: Vec<Option<&mut SharedMemory>> =
             served.iter_mut().map(|device| device.memory()).collect();
         let outcome = match command {
             ToRank::Collective(part) => collectives::run(mpi, &part, &mut memories, &mut scratch),
             ToRank::InGroups(part) => local::run(&part, &mut memories),
-            ToRank::Moves(list) => {
-                moves::run(mpi.rank(), &office, &list, &mut memories, mpi.deadline())
-            }
+            ToRank::Moves(list) => moves::run(
+                mpi.rank(),
+                &office,
+                number,
+                &list,
+                &mut memories,
+                mpi.deadline(),
+            ),
             ToRank::Load(load) => super::loader::across::read_parts(&load, &mut memories),
             // Taken above, before the memory is borrowed.
             ToRank::Finish | ToRank::Liveness(_) => Ok(()),
         };
-        answer(&match outcome {
-            Ok(()) => FromRank::Done,
-            Err(reason) => FromRank::Failed(reason),
-        })?;
-    }
+        answer(
+            number,
+            &match outcome {
+                Ok(()) => FromRank::Done,
+                Err(reason) => FromRank::Failed(reason),
+            },
+        )?;
+    };
     for device in served {
         device.wait();
     }
-    answer(&FromRank::Finished)?;
+    answer(finished, &FromRank::Finished)?;
     office.stop();
     Ok(())
 }

@@ -74,6 +74,10 @@ impl State {
                 return Ok(false);
             }
             let bytes = source.bytes as usize;
+            if bytes > super::MPI_BYTES {
+                // One message could not carry it: the path through rank 0 moves it in chunks.
+                return Ok(false);
+            }
             for (worker, at, register) in [(from, source.at, src), (to, target.at, dst)] {
                 let memory = self.workers[worker].limits().memory as usize;
                 let at = at as usize;
@@ -96,13 +100,7 @@ impl State {
             });
         }
         let moves = Moves { moves };
-        let Some(across) = &self.across else {
-            return Ok(false);
-        };
-        let ranks = workers / per_rank.max(1);
-        for rank in 1..ranks {
-            across.tell(rank, &ToRank::Moves(moves.clone()))?;
-        }
+        // Taken before any rank is told: past this point, nothing stops rank 0 taking part.
         let mut memories = Vec::with_capacity(local);
         for channel in &mut self.workers[..local] {
             memories.push(channel.device_memory()?);
@@ -110,9 +108,12 @@ impl State {
         let Some(across) = &self.across else {
             return Ok(false);
         };
+        across.tell_all(|_| ToRank::Moves(moves.clone()))?;
+        let number = across.current.load(std::sync::atomic::Ordering::Relaxed);
         let mine = run(
             0,
             &across.office,
+            number,
             &moves,
             &mut memories,
             across.mpi.deadline(),
@@ -122,16 +123,22 @@ impl State {
     }
 }
 
-/// Rank `me`'s share of `moves` (module doc), its workers' memory in `memories`, its
-/// bulk messages through `office`, each waited for up to `limit`.
+/// Rank `me`'s share of `moves` (module doc), command `number`: its workers' memory in
+/// `memories`, its bulk messages through `office`, each waited for up to `limit`. Every
+/// move is tried (a sender that fails still sends, a receiver that gives up still sends
+/// what it owes later); the first failure is the answer.
 pub(in crate::session) fn run(
     me: usize,
     office: &PostOffice,
+    number: u64,
     moves: &Moves,
     memories: &mut [Option<&mut SharedMemory>],
     limit: Duration,
 ) -> Result<(), String> {
     let mut first: Option<String> = None;
+    let mut note = |reason: String| {
+        first.get_or_insert(reason);
+    };
     let mut early: HashMap<(usize, u32), Vec<u8>> = HashMap::new();
     for m in &moves.moves {
         let ((from_rank, from_j, src), (to_rank, to_j, dst)) = (m.from, m.to);
@@ -143,7 +150,7 @@ pub(in crate::session) fn run(
             let data = match read {
                 Some(bytes) => bytes.to_vec(),
                 None => {
-                    first.get_or_insert(format!(
+                    note(format!(
                         "worker {from_j} of this rank: its source is not readable at {src} ({} \
                          bytes)",
                         m.bytes
@@ -152,16 +159,23 @@ pub(in crate::session) fn run(
                 }
             };
             if to_rank != me {
-                let mut message = m.index.to_le_bytes().to_vec();
+                let mut message = number.to_le_bytes().to_vec();
+                message.extend_from_slice(&m.index.to_le_bytes());
                 message.extend_from_slice(&data);
-                office
-                    .send_bulk(to_rank, message)
-                    .map_err(|e| format!("sending to rank {to_rank}: {e}"))?;
+                if let Err(e) = office.send_bulk(to_rank, message) {
+                    note(format!("sending to rank {to_rank}: {e}"));
+                }
                 continue;
             }
             data
         } else if to_rank == me {
-            receive(office, &mut early, from_rank, m.index, limit)?
+            match receive(office, &mut early, (number, from_rank, m.index), limit) {
+                Ok(data) => data,
+                Err(reason) => {
+                    note(reason);
+                    continue;
+                }
+            }
         } else {
             continue;
         };
@@ -171,14 +185,12 @@ pub(in crate::session) fn run(
             .and_then(|memory| memory.range_mut(dst, m.bytes));
         match target {
             Some(target) if data.len() == m.bytes => target.copy_from_slice(&data),
-            _ => {
-                first.get_or_insert(format!(
-                    "worker {to_j} of this rank: {} bytes do not fit its destination at {dst} ({} \
-                     bytes)",
-                    data.len(),
-                    m.bytes
-                ));
-            }
+            _ => note(format!(
+                "worker {to_j} of this rank: {} bytes do not fit its destination at {dst} ({} \
+                 bytes)",
+                data.len(),
+                m.bytes
+            )),
         }
     }
     match first {
@@ -187,31 +199,42 @@ pub(in crate::session) fn run(
     }
 }
 
-/// Move `index`'s bytes from rank `from`, kept aside if they came early or taken from the
-/// office, stashing others that come meanwhile.
+/// The bytes of move `index` of command `number` from rank `from`, kept aside if they came
+/// early or taken from the office; others of this command that come meanwhile are kept,
+/// and any of an earlier command (one given up) dropped.
 fn receive(
     office: &PostOffice,
     early: &mut HashMap<(usize, u32), Vec<u8>>,
-    from: usize,
-    index: u32,
+    (number, from, index): (u64, usize, u32),
     limit: Duration,
 ) -> Result<Vec<u8>, String> {
+    let until = std::time::Instant::now() + limit;
     loop {
         if let Some(data) = early.remove(&(from, index)) {
             return Ok(data);
         }
-        let Some((sender, message)) = office.next_bulk(limit) else {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let Some((sender, message)) = office.next_bulk(left) else {
             return Err(format!(
                 "no bytes from rank {from} for move {index} within {} s",
                 limit.as_secs()
             ));
         };
-        let Some((number, data)) = message.split_first_chunk::<4>() else {
-            return Err(format!(
-                "a bulk message of {} bytes from rank {sender}",
-                message.len()
-            ));
+        let Some((head, data)) = message.split_first_chunk::<12>() else {
+            tracing::warn!(
+                sender,
+                bytes = message.len(),
+                "a bulk message too short, dropped"
+            );
+            continue;
         };
-        early.insert((sender, u32::from_le_bytes(*number)), data.to_vec());
+        let (n, i) = head.split_at(8);
+        let n = u64::from_le_bytes(n.try_into().unwrap_or([0; 8]));
+        let i = u32::from_le_bytes(i.try_into().unwrap_or([0; 4]));
+        if n == number {
+            early.insert((sender, i), data.to_vec());
+        } else {
+            tracing::warn!(sender, n, "a bulk message of another command, dropped");
+        }
     }
 }

@@ -9,6 +9,7 @@
 //!
 //! The host maps the device's memory where the placement shares it (threads and child
 //! processes: [`Served::memory`]), for the rank's own work on it while the device is idle.
+//! [`Served::wait`] is called once the link has ended.
 //!
 //! The device stops when the link ends: a device thread's loop ends with its input; a
 //! device process is stopped (QEMU would serve its socket forever). The end of its output
@@ -59,11 +60,13 @@ impl Served {
         self.memory.as_mut()
     }
 
-    /// Waits until the link has ended, stops the device (QEMU never stops by itself), and
-    /// waits for the device's last bytes to be relayed.
+    /// Stops the device once its link has ended (its controller has dropped it): a device
+    /// process is stopped first (QEMU never stops by itself, and a stopped or stuck device
+    /// would keep a relay blocked on its input), then every thread is waited for; a device
+    /// thread ends with its link.
     pub(crate) fn wait(mut self) {
-        let _ = self.inward.join();
         drop(self.handle.take());
+        let _ = self.inward.join();
         if let Some(outward) = self.outward.take() {
             let _ = outward.join();
         }
