@@ -6,8 +6,9 @@
 //! # Rules
 //!
 //! - **One post office per rank.** A thread of its own makes every point-to-point MPI call
-//!   of the rank; links hand it their bytes through a queue and read what it routes to
-//!   them. (MPI is initialized for threads: the controller's thread may run collectives
+//!   of the session, on a communicator of the offices' own (a duplicate of the world's, so
+//!   the program's own messages are never taken); links hand it their bytes through a
+//!   queue and read what it routes to them. (MPI is initialized for threads: the controller's thread may run collectives
 //!   meanwhile.)
 //! - **A link is its worker's global id**, which is the MPI tag of its messages, between
 //!   the controller's rank and the worker's. MPI does not reorder messages of one tag
@@ -199,9 +200,13 @@ struct Office {
 
 impl Office {
     fn run(mut self, queue: Receiver<Post>) {
+        // A communicator of the offices' own (every rank's office makes it, first thing):
+        // the program's own point-to-point messages on the world communicator are not
+        // theirs to take.
+        let comm = SimpleCommunicator::world().duplicate();
         let mut last_traffic = Instant::now();
         loop {
-            let mut worked = self.receive_all();
+            let mut worked = self.receive_all(&comm);
             let quiet = !worked && last_traffic.elapsed() >= LOOK;
             let post = if quiet {
                 match queue.recv_timeout(IDLE) {
@@ -218,7 +223,7 @@ impl Office {
             };
             match post {
                 Some(Post::Send { to, tag, bytes }) => {
-                    self.send(to, tag, &bytes);
+                    self.send(&comm, to, tag, &bytes);
                     worked = true;
                 }
                 Some(Post::Stop) => return,
@@ -233,10 +238,9 @@ impl Office {
     }
 
     /// Sends `bytes` to rank `to` under `tag`, receiving meanwhile (module doc).
-    fn send(&mut self, to: i32, tag: i32, bytes: &[u8]) {
-        let world = SimpleCommunicator::world();
+    fn send(&mut self, comm: &SimpleCommunicator, to: i32, tag: i32, bytes: &[u8]) {
         mpi::request::scope(|scope| {
-            let mut request = world
+            let mut request = comm
                 .process_at_rank(to)
                 .immediate_send_with_tag(scope, bytes, tag);
             loop {
@@ -244,7 +248,7 @@ impl Office {
                     Ok(_) => break,
                     Err(pending) => request = pending,
                 }
-                if !self.receive_all() {
+                if !self.receive_all(comm) {
                     thread::yield_now();
                 }
             }
@@ -252,10 +256,9 @@ impl Office {
     }
 
     /// Takes every message that has arrived and routes it; true if there was one.
-    fn receive_all(&mut self) -> bool {
+    fn receive_all(&mut self, comm: &SimpleCommunicator) -> bool {
         let mut any = false;
-        let world = SimpleCommunicator::world();
-        while let Some(probed) = world.any_process().immediate_matched_probe() {
+        while let Some(probed) = comm.any_process().immediate_matched_probe() {
             any = true;
             let (bytes, status) = probed.matched_receive_vec::<u8>();
             self.route(status.source_rank(), status.tag(), bytes);

@@ -15,8 +15,9 @@
 //!   `mpirun`, `Session::new` always spans the ranks). A program that initializes MPI
 //!   itself (to run its own MPI before and after the session) calls
 //!   [`Session::across_ranks`] instead, which returns on every rank. While the session
-//!   runs, the other ranks serve it and each rank's post office takes every point-to-point
-//!   message of the world communicator: the program's own MPI waits until it has ended.
+//!   runs, the other ranks serve it: the program's own collectives wait until it has
+//!   ended (its point-to-point messages are its own: the post offices use a communicator
+//!   of their own).
 //! - **Commands travel as on one host.** A remote worker is a byte link between rank 0 and
 //!   its rank (`transport::tunnel`), so the request protocol (sequence numbers, deadlines,
 //!   re-sends) runs end to end, and every session operation — calls, copies, syncs, debug
