@@ -29,6 +29,11 @@
 //!   order;
 //! - [`Instances::barrier`] and [`Instances::abort`] (a failed rank ends the whole job
 //!   instead of leaving its peers waiting in a collective).
+//!
+//! A session across ranks (feature `mpi`) moves its workers' arrays between ranks with the
+//! byte collectives of `Peers` (all-to-all, allgather, broadcast, among every rank or among
+//! a group's ranks split off them): bytes, not sums, because its results must be one host's
+//! bit for bit whatever the ranks (`session::ranks`).
 
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -120,62 +120,14 @@ pub(in crate::session) fn run(
     }
 }
 
-/// One group: its result built from the members' sources, then written into each
-/// member's destination.
+/// One group: its result built from the members' sources ([`group_result`]), then written
+/// into the members' destinations.
 fn run_group(
     kind: Kind,
     group: &LocalGroup,
     memories: &mut [Option<&mut SharedMemory>],
 ) -> Result<(), String> {
-    let bytes = group.src_bytes;
-    let source =
-        |memories: &[Option<&mut SharedMemory>], j: usize, at: usize| -> Result<Vec<u8>, String> {
-            memories
-                .get(j)
-                .and_then(|m| m.as_ref())
-                .and_then(|m| m.range(at, bytes))
-                .map(<[u8]>::to_vec)
-                .ok_or_else(|| {
-                    format!(
-                    "worker {j} of this rank: its source is not readable at {at} ({bytes} bytes)"
-                )
-                })
-        };
-    let result = match kind {
-        Kind::Allreduce(op) => {
-            let sources = group
-                .members
-                .iter()
-                .map(|&(j, src, _)| source(memories, j, src))
-                .collect::<Result<Vec<_>, _>>()?;
-            let inputs: Vec<&[u8]> = sources.iter().map(Vec::as_slice).collect();
-            let mut out = vec![0u8; bytes];
-            combine::combine(group.dtype, op, &inputs, &mut out)
-                .map_err(|e| format!("combining: {e:?}"))?;
-            out
-        }
-        Kind::Allgather => {
-            let mut out = Vec::with_capacity(bytes * group.members.len());
-            for &(j, src, _) in &group.members {
-                out.extend_from_slice(&source(memories, j, src)?);
-            }
-            out
-        }
-        Kind::Broadcast | Kind::Scatter => {
-            let &(j, src, _) = group
-                .members
-                .first()
-                .ok_or_else(|| "a group without members".to_string())?;
-            source(memories, j, src)?
-        }
-        Kind::Gather => {
-            let mut out = Vec::with_capacity(bytes * group.members.len());
-            for &(j, src, _) in &group.members {
-                out.extend_from_slice(&source(memories, j, src)?);
-            }
-            out
-        }
-    };
+    let result = group_result(kind, group, memories)?;
     // What each member's destination gets: the whole result, its part of a scatter, and
     // for a gather the leader only.
     let part = result.len() / group.members.len().max(1);
@@ -198,4 +150,58 @@ fn run_group(
         target.copy_from_slice(mine);
     }
     Ok(())
+}
+
+/// What one group's collective makes of its members' sources: the allreduce's
+/// combination, the concatenation (allgather, gather), or the leader's (broadcast,
+/// scatter), built aside.
+fn group_result(
+    kind: Kind,
+    group: &LocalGroup,
+    memories: &[Option<&mut SharedMemory>],
+) -> Result<Vec<u8>, String> {
+    let bytes = group.src_bytes;
+    let source =
+        |j: usize, at: usize| -> Result<Vec<u8>, String> {
+            let found = memories.get(j).and_then(|m| m.as_ref());
+            found.and_then(|m| m.range(at, bytes)).map(<[u8]>::to_vec).ok_or_else(|| {
+            format!("worker {j} of this rank: its source is not readable at {at} ({bytes} bytes)")
+        })
+        };
+    let result = match kind {
+        Kind::Allreduce(op) => {
+            let sources = group
+                .members
+                .iter()
+                .map(|&(j, src, _)| source(j, src))
+                .collect::<Result<Vec<_>, _>>()?;
+            let inputs: Vec<&[u8]> = sources.iter().map(Vec::as_slice).collect();
+            let mut out = vec![0u8; bytes];
+            combine::combine(group.dtype, op, &inputs, &mut out)
+                .map_err(|e| format!("combining: {e:?}"))?;
+            out
+        }
+        Kind::Allgather => {
+            let mut out = Vec::with_capacity(bytes * group.members.len());
+            for &(j, src, _) in &group.members {
+                out.extend_from_slice(&source(j, src)?);
+            }
+            out
+        }
+        Kind::Broadcast | Kind::Scatter => {
+            let &(j, src, _) = group
+                .members
+                .first()
+                .ok_or_else(|| "a group without members".to_string())?;
+            source(j, src)?
+        }
+        Kind::Gather => {
+            let mut out = Vec::with_capacity(bytes * group.members.len());
+            for &(j, src, _) in &group.members {
+                out.extend_from_slice(&source(j, src)?);
+            }
+            out
+        }
+    };
+    Ok(result)
 }

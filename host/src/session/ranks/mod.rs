@@ -411,19 +411,37 @@ fn serve(
             writer,
         )?);
     }
+    let finished = answer_commands(mpi, &office, &mut served)?;
+    for device in served {
+        device.wait();
+    }
+    office
+        .send_control(0, encode(finished, &FromRank::Finished))
+        .map_err(TransportError::from)?;
+    office.stop();
+    Ok(())
+}
+
+/// Rank 0's commands run on `served` (this rank's workers) and answered, each under its
+/// number, until rank 0 says to finish; the number of that message.
+fn answer_commands(
+    mpi: &Mpi,
+    office: &PostOffice,
+    served: &mut [Served],
+) -> Result<u64, SessionError> {
     let answer = |number: u64, message: &FromRank| {
         office
             .send_control(0, encode(number, message))
             .map_err(TransportError::from)
     };
     let mut scratch = collectives::Scratch::default();
-    let finished = loop {
+    loop {
         // Rank 0 going away ends the job (mpirun): waiting here has no deadline.
         let Some((from, bytes)) = office.next_control(Duration::from_secs(1)) else {
             continue;
         };
         let (number, command) = match decode::<ToRank>(&bytes) {
-            Some((number, ToRank::Finish)) => break number,
+            Some((number, ToRank::Finish)) => return Ok(number),
             Some((number, ToRank::Liveness(index))) => {
                 let liveness = served.get(index).map_or(Liveness::Ended, Served::liveness);
                 answer(number, &FromRank::Liveness(liveness))?;
@@ -447,7 +465,7 @@ fn serve(
             ToRank::InGroups(part) => local::run(&part, &mut memories),
             ToRank::Moves(list) => moves::run(
                 mpi.rank(),
-                &office,
+                office,
                 number,
                 &list,
                 &mut memories,
@@ -464,11 +482,5 @@ fn serve(
                 Err(reason) => FromRank::Failed(reason),
             },
         )?;
-    };
-    for device in served {
-        device.wait();
     }
-    answer(finished, &FromRank::Finished)?;
-    office.stop();
-    Ok(())
 }
