@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use mpi::traits::*;
+
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{Layer, Optimizer, Program, Sharding};
@@ -174,10 +176,12 @@ fn raw_collective(instances: &dyn Instances, retrieval: RetrievalMode, returned:
             best(|| instances.allreduce_or(&mut buffer).expect("allreduce"))
         }
         RetrievalMode::AllReplicas => {
+            // MPI's own allgather into a buffer reused from run to run, as the arrays of
+            // weights to host into the caller's are.
             let mine = vec![0u8; returned / instances.size()];
-            best(|| {
-                instances.allgather(&mine).expect("allgather");
-            })
+            let mut all = vec![0u8; returned];
+            let world = mpi::topology::SimpleCommunicator::world();
+            best(|| world.all_gather_into(&mine[..], &mut all[..]))
         }
     }
 }

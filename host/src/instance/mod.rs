@@ -26,7 +26,8 @@
 //!   zero bytes elsewhere: the OR of one value and zeros is that value, bit for bit (a sum
 //!   would turn `-0.0` into `+0.0`);
 //! - [`Instances::allgather`]: every instance's bytes (any lengths) concatenated in rank
-//!   order;
+//!   order; [`Instances::allgather_in_place`] the same into a buffer that already holds
+//!   this instance's part at its place (weights to host: no second buffer of the whole);
 //! - [`Instances::barrier`] and [`Instances::abort`] (a failed rank ends the whole job
 //!   instead of leaving its peers waiting in a collective).
 //!
@@ -61,6 +62,29 @@ pub trait Instances: fmt::Debug + Send + Sync {
     fn allreduce_or(&self, data: &mut [u8]) -> Result<(), InstanceError>;
     /// Every instance's `data`, concatenated in rank order.
     fn allgather(&self, data: &[u8]) -> Result<Vec<u8>, InstanceError>;
+    /// Every instance's part of `out` gathered into `out` in rank order, parts end to end;
+    /// this instance's part is `out[mine]`, already in place (weights to host into the
+    /// caller's arrays: no buffer as large as `out` is made). A length that disagrees with
+    /// the instances' parts is an error, and nothing is received.
+    fn allgather_in_place(
+        &self,
+        out: &mut [u8],
+        mine: std::ops::Range<usize>,
+    ) -> Result<(), InstanceError> {
+        let part = out.get(mine).ok_or(InstanceError::Mismatch {
+            rank: self.rank(),
+            what: "this instance's part of an allgather",
+        })?;
+        let all = self.allgather(part)?;
+        if all.len() != out.len() {
+            return Err(InstanceError::Mismatch {
+                rank: self.rank(),
+                what: "the length of an allgather's result",
+            });
+        }
+        out.copy_from_slice(&all);
+        Ok(())
+    }
     /// Ends the whole job with `code`.
     fn abort(&self, code: i32) -> !;
 }
@@ -87,6 +111,20 @@ impl Instances for Single {
     }
     fn allgather(&self, data: &[u8]) -> Result<Vec<u8>, InstanceError> {
         Ok(data.to_vec())
+    }
+    fn allgather_in_place(
+        &self,
+        out: &mut [u8],
+        mine: std::ops::Range<usize>,
+    ) -> Result<(), InstanceError> {
+        // The only part is all of it, already in place.
+        if mine != (0..out.len()) {
+            return Err(InstanceError::Mismatch {
+                rank: 0,
+                what: "the parts of an allgather in place",
+            });
+        }
+        Ok(())
     }
     fn abort(&self, code: i32) -> ! {
         std::process::exit(code)
@@ -224,6 +262,18 @@ mod tests {
         s.allreduce_or(&mut bytes).unwrap();
         assert_eq!(bytes, [1, 2, 3]);
         assert_eq!(s.allgather(&[9, 8]).unwrap(), [9, 8]);
+        let mut whole = [4, 5];
+        s.allgather_in_place(&mut whole, 0..2).unwrap();
+        assert_eq!(whole, [4, 5]);
         s.barrier().unwrap();
+    }
+
+    /// Catches an allgather in place that takes a part for the whole (a single instance
+    /// holds every part: anything less is a window split wrongly).
+    #[test]
+    fn a_single_instance_refuses_a_part_in_place() {
+        let mut whole = [4, 5, 6];
+        assert!(Single.allgather_in_place(&mut whole, 1..3).is_err());
+        assert_eq!(whole, [4, 5, 6], "nothing moved");
     }
 }

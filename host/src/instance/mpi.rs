@@ -224,6 +224,48 @@ impl Instances for Mpi {
         Ok(out)
     }
 
+    fn allgather_in_place(
+        &self,
+        out: &mut [u8],
+        mine: std::ops::Range<usize>,
+    ) -> Result<(), InstanceError> {
+        let mismatch = |what| InstanceError::Mismatch {
+            rank: self.rank,
+            what,
+        };
+        // MPI_IN_PLACE is not in the `mpi` crate's safe interface: this part, the smaller
+        // one, is sent from a copy.
+        let part = out
+            .get(mine.clone())
+            .ok_or(mismatch("this instance's part of an allgather"))?
+            .to_vec();
+        let world = self.world();
+        let counted = self.count(part.len())?;
+        let mut counts: Vec<Count> = vec![0; self.size];
+        self.guarded("an allgather's lengths", || {
+            world.all_gather_into(&counted, &mut counts[..])
+        });
+        let mut displs = Vec::with_capacity(self.size);
+        let mut total: usize = 0;
+        for &c in &counts {
+            displs.push(self.count(total)?);
+            total += c as usize;
+        }
+        // Every instance sees every count, so a wrong total is refused by all of them
+        // together; a part elsewhere than the counts put it (windows that disagree) is
+        // refused by its instance before the data move (its peers then wait for the
+        // deadline: the windows come from one split, so this is a bug, not an input).
+        let at = displs.get(self.rank).map(|&d| d as usize);
+        if total != out.len() || at != Some(mine.start) {
+            return Err(mismatch("the parts of an allgather in place"));
+        }
+        let mut partition = PartitionMut::new(out, counts, &displs[..]);
+        self.guarded("an allgather", || {
+            world.all_gather_varcount_into(&part[..], &mut partition)
+        });
+        Ok(())
+    }
+
     fn abort(&self, code: i32) -> ! {
         self.world().abort(code)
     }

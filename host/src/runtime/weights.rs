@@ -193,18 +193,8 @@ impl Runtime {
             Collective::SumAllreduce => self.instances.allreduce_or(bytes)?,
             Collective::Allgather => {
                 let row = layout.row_bytes();
-                let mine = &bytes
-                    [row * self.window.offset..row * (self.window.offset + self.window.local)];
-                let all = self.instances.allgather(mine)?;
-                if all.len() != bytes.len() {
-                    return Err(RuntimeError::Bytes {
-                        name: name.to_string(),
-                        expected: bytes.len(),
-                        actual: all.len(),
-                        what: "buffer gathered from the instances",
-                    });
-                }
-                bytes.copy_from_slice(&all);
+                let mine = row * self.window.offset..row * (self.window.offset + self.window.local);
+                self.instances.allgather_in_place(bytes, mine)?;
             }
         }
         Ok(())
