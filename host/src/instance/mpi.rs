@@ -36,6 +36,10 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// How often the watchdog looks at the collective under way.
 const WATCH: Duration = Duration::from_millis(100);
 
+/// The tag of an allgather in place's messages (the only point-to-point messages the
+/// instances send one another on the world communicator).
+const GATHER_TAG: i32 = 7;
+
 /// The collective under way on this rank, if any: when its deadline passes and its name.
 static UNDER_WAY: Mutex<Option<(Instant, &'static str)>> = Mutex::new(None);
 
@@ -233,35 +237,60 @@ impl Instances for Mpi {
             rank: self.rank,
             what,
         };
-        // MPI_IN_PLACE is not in the `mpi` crate's safe interface: this part, the smaller
-        // one, is sent from a copy.
-        let part = out
-            .get(mine.clone())
-            .ok_or(mismatch("this instance's part of an allgather"))?
-            .to_vec();
+        if mine.start > mine.end || mine.end > out.len() {
+            return Err(mismatch("this instance's part of an allgather"));
+        }
         let world = self.world();
-        let counted = self.count(part.len())?;
+        let counted = self.count(mine.len())?;
         let mut counts: Vec<Count> = vec![0; self.size];
         self.guarded("an allgather's lengths", || {
             world.all_gather_into(&counted, &mut counts[..])
         });
-        let mut displs = Vec::with_capacity(self.size);
+        let mut starts = Vec::with_capacity(self.size);
         let mut total: usize = 0;
         for &c in &counts {
-            displs.push(self.count(total)?);
+            starts.push(total);
             total += c as usize;
         }
         // Every instance sees every count, so a wrong total is refused by all of them
         // together; a part elsewhere than the counts put it (windows that disagree) is
         // refused by its instance before the data move (its peers then wait for the
         // deadline: the windows come from one split, so this is a bug, not an input).
-        let at = displs.get(self.rank).map(|&d| d as usize);
-        if total != out.len() || at != Some(mine.start) {
+        if total != out.len() || starts.get(self.rank) != Some(&mine.start) {
             return Err(mismatch("the parts of an allgather in place"));
         }
-        let mut partition = PartitionMut::new(out, counts, &displs[..]);
-        self.guarded("an allgather", || {
-            world.all_gather_varcount_into(&part[..], &mut partition)
+        // This part is sent to every other instance from where it lies, and theirs are
+        // received around it (the `mpi` crate has no MPI_IN_PLACE, and a copy of this part
+        // would cost a buffer as large as it): every send is posted first, so no order of
+        // the receives can deadlock.
+        let (before, rest) = out.split_at_mut(mine.start);
+        let (part, after) = rest.split_at_mut(mine.len());
+        let part: &[u8] = part;
+        self.guarded("an allgather in place", || {
+            mpi::request::scope(|scope| {
+                let sends: Vec<_> = (0..self.size)
+                    .filter(|&r| r != self.rank)
+                    .map(|r| {
+                        world
+                            .process_at_rank(r as i32)
+                            .immediate_send_with_tag(scope, part, GATHER_TAG)
+                    })
+                    .collect();
+                for r in (0..self.size).filter(|&r| r != self.rank) {
+                    let (at, len) = (starts[r], counts[r] as usize);
+                    let region = if at < mine.start {
+                        &mut before[at..at + len]
+                    } else {
+                        &mut after[at - mine.end..at - mine.end + len]
+                    };
+                    world
+                        .process_at_rank(r as i32)
+                        .receive_into_with_tag(region, GATHER_TAG);
+                }
+                for send in sends {
+                    send.wait();
+                }
+            })
         });
         Ok(())
     }
