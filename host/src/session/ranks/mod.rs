@@ -29,16 +29,19 @@
 //!   (`local`), and sends from worker to worker, which go straight from rank to rank
 //!   (`moves`).
 //! - **Rank 0 asks, the others answer.** Besides the links, rank 0 sends a serving rank
-//!   control messages (`control`): take part in a collective, read parts of a file into
-//!   its workers (a sharded load: `loader`), or finish. Each is answered
-//!   once, in order; rank 0 waits for an answer up to the MPI collectives' deadline.
+//!   control messages (`control`): take part in a collective or in sends from worker to
+//!   worker, read parts of a file into its workers (a sharded load: `loader`), say what a
+//!   silent worker is doing, or finish. Each is answered once under its number; rank 0
+//!   waits for an answer up to the MPI collectives' deadline and drops any answer to a
+//!   command it gave up.
 //! - **Shutdown.** Shutting the session down (or dropping it) ends every link and tells
-//!   every rank to finish; each rank stops its devices, says it has finished and ends. Rank 0 waits up to
-//!   [`FINISH_LIMIT`] for them, then finalizes MPI if the session initialized it: one
-//!   `Session::new` per job (MPI is initialized once per process; a second is refused with
-//!   the reason).
+//!   every rank to finish; each rank stops its devices, says it has finished and ends.
+//!   Rank 0 waits up to [`FINISH_LIMIT`] for them, then finalizes MPI if the session
+//!   initialized it: one `Session::new` per job (MPI is initialized once per process; a
+//!   second is refused with the reason).
 //! - **Faults.** A rank that dies or panics ends the whole job (`mpirun` ends the other
-//!   ranks and names the rank that failed; tessera's panic hook calls `MPI_Abort`); a
+//!   ranks and names the rank that failed; tessera's panic hook calls `MPI_Abort`), and so
+//!   does a rank that cannot start its workers (it says why, then `MPI_Abort`); a
 //!   controller that dies ends every rank the same way, and each rank's device processes
 //!   with it (their reapers). A remote worker that stops answering while its rank lives is
 //!   treated like a local one: its channel asks its rank what it is doing (busy with a long
