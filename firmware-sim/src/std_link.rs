@@ -82,6 +82,12 @@ impl<W: io::Write> StdLink<W> {
                 }
             }
         });
+        Self::on_chunks(incoming, writer)
+    }
+
+    /// A link whose bytes arrive already in chunks on `incoming` (a queue another thread
+    /// feeds): no reader thread of its own between them and the device.
+    pub fn on_chunks(incoming: Receiver<Vec<u8>>, writer: W) -> Self {
         Self {
             incoming,
             pending: Vec::new(),

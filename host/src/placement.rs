@@ -62,13 +62,13 @@ pub(crate) fn serve(
     placement: &Placement,
     replica: u32,
     memory: usize,
-    reader: impl std::io::Read + Send + 'static,
-    writer: impl std::io::Write + Send + 'static,
+    reader: crate::transport::tunnel::LinkReader,
+    writer: crate::transport::tunnel::LinkWriter,
 ) -> Result<crate::transport::Served, TransportError> {
     use crate::transport::{child_on, qemu_on, thread_on};
     check(placement)?;
     match placement {
-        Placement::Thread => thread_on(replica, memory, reader, writer),
+        Placement::Thread => thread_on(replica, memory, reader.into_chunks(), writer),
         Placement::Process(exe) => child_on(exe, replica, memory, reader, writer),
         Placement::Qemu(firmware) => qemu_on(firmware, replica, reader, writer),
     }

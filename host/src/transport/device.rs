@@ -52,7 +52,16 @@ pub(super) fn run_device_on(
     writer: impl Write,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
-    let mut link = StdLink::new(reader, writer);
+    run_device_on_link(replica, arena, StdLink::new(reader, writer), busy)
+}
+
+/// Like [`run_device_on`], on a link made already.
+pub(super) fn run_device_on_link<W: Write>(
+    replica: u32,
+    arena: &mut dyn Memory,
+    mut link: StdLink<W>,
+    busy: &mut BusyLine,
+) -> Result<(), io::Error> {
     with_device(replica, arena, |server, device| {
         serve(server, device, &mut link, &mut StdClock::new(), busy)
     })

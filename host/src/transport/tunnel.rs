@@ -311,6 +311,18 @@ pub struct LinkReader {
     at: usize,
 }
 
+impl LinkReader {
+    /// The queue the link's bytes arrive on, in chunks as the other rank wrote them, for a
+    /// reader that takes them whole (a device's link) rather than through [`Read`].
+    pub fn into_chunks(self) -> Receiver<Vec<u8>> {
+        debug_assert!(
+            self.at >= self.pending.len(),
+            "bytes already taken are not lost"
+        );
+        self.incoming
+    }
+}
+
 impl Read for LinkReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.at >= self.pending.len() {

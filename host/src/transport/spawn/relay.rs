@@ -20,10 +20,13 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::thread::{self, JoinHandle};
 
-use tessera_firmware_sim::std_link::BusyLine;
+use std::sync::mpsc::Receiver;
+
+use tessera_firmware_sim::std_link::{BusyLine, StdLink};
+use tessera_firmware_sim::Memory;
 
 use super::{DeviceHandle, Incoming, Link, Liveness, Outgoing};
-use crate::transport::device::{run_device_on, run_device_watched};
+use crate::transport::device::run_device_on_link;
 use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
 
@@ -73,12 +76,12 @@ impl Served {
     }
 }
 
-/// Device `replica` in a thread of this process, `memory` bytes of arena, on `reader` and
-/// `writer`.
+/// Device `replica` in a thread of this process, `memory` bytes of arena, reading the
+/// link's `chunks` as they come and writing to `writer`.
 pub(crate) fn thread_on(
     replica: u32,
     memory: usize,
-    reader: impl Read + Send + 'static,
+    chunks: Receiver<Vec<u8>>,
     writer: impl Write + Send + 'static,
 ) -> Result<Served, TransportError> {
     let host = match u32::try_from(memory) {
@@ -91,10 +94,17 @@ pub(crate) fn thread_on(
     let thread = thread::Builder::new()
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
-            let served = match device {
-                Some(mut shared) => run_device_on(replica, &mut shared, reader, writer, &mut line),
-                None => run_device_watched(replica, memory, reader, writer, &mut line),
+            // The link's chunks go straight to the device: no reader thread between.
+            let link = StdLink::on_chunks(chunks, writer);
+            let (mut device, mut own) = (device, Vec::new());
+            let arena: &mut dyn Memory = match device {
+                Some(ref mut shared) => shared,
+                None => {
+                    own.resize(memory, 0u8);
+                    &mut own
+                }
             };
+            let served = run_device_on_link(replica, arena, link, &mut line);
             if let Err(e) = served {
                 tracing::warn!(replica, error = %e, "device thread stopped");
             }
