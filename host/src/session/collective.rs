@@ -287,32 +287,13 @@ impl Session {
     /// when the data must go through rank 0 instead (nothing was sent).
     #[cfg(feature = "mpi")]
     fn by_mpi(&self, scope: Scope, kind: Kind, src: u16, dst: u16) -> Result<bool, SessionError> {
-        if !self.spans_ranks()? {
-            return Ok(false);
-        }
-        let operation = kind.operation();
-        let mut done = false;
-        self.collective_in(scope, operation, |state, groups| {
+        self.by_ranks(scope, kind.operation(), dst, |state, groups| {
             // Groups on one rank each run there; groups of whole ranks, and all the workers,
             // across their ranks.
             let size = groups.first().map_or(0, Range::len);
-            done = state.collective_in_groups(kind, src, dst, size)?
-                || state.collective_across(kind, src, dst, size)?;
-            if done {
-                // Nothing was sent to a worker: only a round trip tells a worker lost
-                // meanwhile from one that is there to use the result.
-                let workers = state.workers.len();
-                state.confirm(0..workers, dst, operation)?;
-            }
-            Ok(Vec::new())
-        })?;
-        Ok(done)
-    }
-
-    /// True when the session spans MPI ranks (nothing is sent).
-    #[cfg(feature = "mpi")]
-    fn spans_ranks(&self) -> Result<bool, SessionError> {
-        Ok(self.lock()?.across.is_some())
+            Ok(state.collective_in_groups(kind, src, dst, size)?
+                || state.collective_across(kind, src, dst, size)?)
+        })
     }
 
     /// Sends from worker to worker (`pairs`: given the workers' groups under `scope`, each
@@ -328,13 +309,31 @@ impl Session {
         dst: u16,
         pairs: impl FnOnce(&State, &[Range<usize>]) -> Result<Vec<(usize, usize)>, SessionError>,
     ) -> Result<bool, SessionError> {
-        if !self.spans_ranks()? {
+        self.by_ranks(scope, operation, dst, |state, groups| {
+            let pairs = pairs(state, groups)?;
+            state.moves_across(&pairs, src, dst, operation)
+        })
+    }
+
+    /// `run` (which says whether it ran the operation across the ranks) on the synced
+    /// workers of a session that spans MPI ranks; `false` on any other session, where
+    /// nothing is synced or sent. Once it ran, one round trip to every worker confirms
+    /// `dst`: nothing was sent to a worker, and only a round trip tells a worker lost
+    /// meanwhile from one that is there to use the result.
+    #[cfg(feature = "mpi")]
+    fn by_ranks(
+        &self,
+        scope: Scope,
+        operation: &'static str,
+        dst: u16,
+        run: impl FnOnce(&mut State, &[Range<usize>]) -> Result<bool, SessionError>,
+    ) -> Result<bool, SessionError> {
+        if self.lock()?.across.is_none() {
             return Ok(false);
         }
         let mut done = false;
         self.collective_in(scope, operation, |state, groups| {
-            let pairs = pairs(state, groups)?;
-            done = state.moves_across(&pairs, src, dst, operation)?;
+            done = run(state, groups)?;
             if done {
                 let workers = state.workers.len();
                 state.confirm(0..workers, dst, operation)?;

@@ -33,6 +33,27 @@ const OPERATION: &str = "allreduce";
 /// L2 cache while the next pass streams in.
 const PASS: usize = 4 * BLOCK;
 
+/// `bytes` of register `register` at `at` lie inside worker `worker`'s `memory` bytes: the
+/// rule every read or write of a worker's memory in place is checked by, first.
+pub(super) fn inside_memory(
+    worker: usize,
+    register: u16,
+    at: usize,
+    bytes: usize,
+    memory: usize,
+) -> Result<(), SessionError> {
+    if at.checked_add(bytes).is_none_or(|end| end > memory) {
+        return Err(SessionError::OutsideMemory {
+            worker,
+            register,
+            at,
+            bytes,
+            memory,
+        });
+    }
+    Ok(())
+}
+
 /// Where one member's source and destination bytes are in its memory.
 pub(super) struct Member {
     pub(super) worker: usize,
@@ -74,15 +95,7 @@ impl State {
                 let memory = self
                     .with_memory(worker, |memory| memory.len())?
                     .unwrap_or(0);
-                if at.checked_add(bytes).is_none_or(|end| end > memory) {
-                    return Err(SessionError::OutsideMemory {
-                        worker,
-                        register,
-                        at,
-                        bytes,
-                        memory,
-                    });
-                }
+                inside_memory(worker, register, at, bytes, memory)?;
             }
         }
         Ok(Some(InPlace {

@@ -36,7 +36,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::Description;
 use tessera_core::wire::ValueKind;
 
-use super::super::direct::Member;
+use super::super::direct::{inside_memory, Member};
 use super::super::{SessionError, State};
 use super::control::ToRank;
 use crate::combine::{self, ReduceOp};
@@ -297,14 +297,8 @@ impl State {
                 (member.dst, registers.1, dst_bytes, writes),
             ];
             for (at, register, bytes, used) in ranges {
-                if used && at.checked_add(bytes).is_none_or(|end| end > memory) {
-                    return Err(SessionError::OutsideMemory {
-                        worker: member.worker,
-                        register,
-                        at,
-                        bytes,
-                        memory,
-                    });
+                if used {
+                    inside_memory(member.worker, register, at, bytes, memory)?;
                 }
             }
         }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tessera_core::wire::ValueKind;
 
+use super::super::direct::inside_memory;
 use super::control::ToRank;
 use crate::session::{SessionError, State};
 use crate::transport::tunnel::PostOffice;
@@ -80,16 +81,7 @@ impl State {
             }
             for (worker, at, register) in [(from, source.at, src), (to, target.at, dst)] {
                 let memory = self.workers[worker].limits().memory as usize;
-                let at = at as usize;
-                if at.checked_add(bytes).is_none_or(|end| end > memory) {
-                    return Err(SessionError::OutsideMemory {
-                        worker,
-                        register,
-                        at,
-                        bytes,
-                        memory,
-                    });
-                }
+                inside_memory(worker, register, at as usize, bytes, memory)?;
             }
             let end = |worker: usize, at: u32| (worker / per_rank, worker % per_rank, at as usize);
             moves.push(Move {
