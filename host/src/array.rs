@@ -193,6 +193,11 @@ impl HostArray {
     pub fn share(&self) -> Arc<Vec<u8>> {
         Arc::clone(&self.data)
     }
+
+    /// The bytes themselves: taken without a copy when no other array shares them.
+    pub fn into_bytes(self) -> Vec<u8> {
+        Arc::try_unwrap(self.data).unwrap_or_else(|shared| shared.as_ref().clone())
+    }
 }
 
 /// An array borrowed from its owner (a `HostArray`, a NumPy array, a memory map): element

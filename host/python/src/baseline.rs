@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use pyo3::prelude::*;
-use tessera_host::array::HostArray;
+use tessera_host::array::{ArrayView, HostArray};
 use tessera_host::session::CallArg;
 
 use crate::error::OrRaise;
@@ -30,17 +30,20 @@ pub(crate) fn _baseline_round_trip(
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         let mut out = array.clone();
         out.bytes_mut(); // its own bytes, not the source's
-        let register = session.copy_to_worker0(&array).or_raise()?;
+                         // Borrowed, as Python's arrays are: the same data path, not a shared buffer.
+        let view = ArrayView::new(array.dtype(), array.shape(), array.bytes())
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        let register = session.copy_to_worker0(view).or_raise()?;
         let mut best = f64::INFINITY;
         for _ in 0..repeats {
             let start = Instant::now();
             if in_place {
-                session.copy_to_worker0_into(&array, &register).or_raise()?;
+                session.copy_to_worker0_into(view, &register).or_raise()?;
                 session
                     .copy_from_worker0_into(&register, &mut out)
                     .or_raise()?;
             } else {
-                let fresh = session.copy_to_worker0(&array).or_raise()?;
+                let fresh = session.copy_to_worker0(view).or_raise()?;
                 out = session.copy_from_worker0(&fresh).or_raise()?;
             }
             best = best.min(start.elapsed().as_secs_f64());

@@ -8,8 +8,10 @@
 //!   Rust error's own (it names the tensor, the sizes and the rule), and the attribute
 //!   `kind` names the Rust variant (`"ForeignRegister"`, `"Worker"`, …), so a program can
 //!   tell failures apart without parsing messages.
-//! - A session failure on workers carries `workers`: the worker of each failure, in the
-//!   order the failures were reported (empty when no worker was involved).
+//! - A `SessionError` carries `workers`: the worker of each failure, in the order the
+//!   failures were reported (empty when no worker was involved). A failed load's kind and
+//!   workers are those of the session error under it, if one is; a register freed from
+//!   Python and used again is `kind == "Freed"`.
 //! - What Python passed in wrong is a Python error, raised before anything reaches a
 //!   device: a dtype tessera has no element type for is a `TypeError`; an array that is
 //!   not C-contiguous, not aligned, not writable where it is written, or of the wrong
@@ -89,13 +91,51 @@ pub(crate) trait Raise {
 
 impl Raise for tessera_host::session::SessionError {
     fn raise(self) -> PyErr {
-        let err = raise::<SessionError>(&self);
         let workers: Vec<usize> = self.worker_failures().iter().map(|f| f.0).collect();
+        with_workers(raise::<SessionError>(&self), workers)
+    }
+}
+
+/// A load's failure: its own message (naming the file and the tensor), and where a session
+/// error lies under it, that error's kind and workers.
+impl Raise for tessera_host::session::loader::LoadError {
+    fn raise(self) -> PyErr {
+        use tessera_host::session::loader::LoadError;
+        let inner = match &self {
+            LoadError::Session { source, .. } => Some(source),
+            LoadError::Worker { source, .. } => Some(source.as_ref()),
+            _ => None,
+        };
+        let Some(inner) = inner else {
+            return with_workers(raise::<SessionError>(&self), Vec::new());
+        };
+        let workers = inner.worker_failures().iter().map(|f| f.0).collect();
+        let err = with_workers(PyErr::new::<SessionError, _>(self.to_string()), workers);
         Python::attach(|py| {
-            let _ = err.value(py).setattr("workers", workers);
+            let _ = err.value(py).setattr("kind", kind(inner));
         });
         err
     }
+}
+
+/// `err` with the attribute `workers`.
+fn with_workers(err: PyErr, workers: Vec<usize>) -> PyErr {
+    Python::attach(|py| {
+        let _ = err.value(py).setattr("workers", workers);
+    });
+    err
+}
+
+/// The exception for a register freed from Python and used again (kind `"Freed"`).
+pub(crate) fn freed() -> PyErr {
+    let err = with_workers(
+        PyErr::new::<SessionError, _>("this register was freed: it names nothing on the workers"),
+        Vec::new(),
+    );
+    Python::attach(|py| {
+        let _ = err.value(py).setattr("kind", "Freed");
+    });
+    err
 }
 
 macro_rules! raise_as {
@@ -114,7 +154,6 @@ raise_as! {
     tessera_host::executable::ExecutableError => ExecutableError,
     tessera_core::program::ProgramError => ProgramError,
     tessera_core::program::CapacityError => ProgramError,
-    tessera_host::session::loader::LoadError => SessionError,
 }
 
 /// `Result::map_err(raise)` for every error above.

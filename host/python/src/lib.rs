@@ -25,8 +25,10 @@ mod session;
 
 use pyo3::prelude::*;
 
-/// Runs the `tessera` command on `sys.argv` and returns its exit status (the package's
-/// `tessera` script calls it; the Rust binary runs the same code).
+/// Runs the `tessera` command on `sys.argv` and returns its exit status: the entry point
+/// of the package's `tessera` script (the Rust binary runs the same code). Not for a
+/// Python program's own use: `tessera train` then handles signals as the command does,
+/// ending the process on Ctrl-C after stopping its devices.
 #[pyfunction]
 fn main(py: Python<'_>) -> PyResult<u8> {
     let argv: Vec<String> = py.import("sys")?.getattr("argv")?.extract()?;
@@ -50,6 +52,9 @@ fn exit_status(code: std::process::ExitCode) -> u8 {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // Retries, timeouts and device errors reach stderr as they do from the command, at the
+    // level TESSERA_LOG names.
+    tessera_host::cli::init_logging();
     m.add_class::<session::PySession>()?;
     m.add_class::<session::PyRegister>()?;
     m.add_class::<session::PyFunction>()?;

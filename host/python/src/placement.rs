@@ -8,6 +8,10 @@
 //!   the first `tessera` on `PATH`).
 //! - `"qemu"`: the firmware under `qemu-system-arm` (the `firmware` argument, else
 //!   `TESSERA_FIRMWARE`).
+//!
+//! A host-placed device's memory is 4 KiB to 1 GiB, the bounds of `tessera device
+//! --memory`: checked here for every placement, so that an absurd size is a `ValueError`
+//! rather than a device thread failing to allocate it (which would abort the process).
 
 use std::path::PathBuf;
 
@@ -38,6 +42,20 @@ pub(crate) fn placement(
         other => Err(PyValueError::new_err(format!(
             "placement {other:?} is none of \"thread\", \"process\", \"qemu\""
         ))),
+    }
+}
+
+/// Bounds of a host-placed device's memory (see the module doc).
+const MEMORY: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
+
+/// `memory` once it is within [`MEMORY`].
+pub(crate) fn device_memory(memory: usize) -> PyResult<usize> {
+    if MEMORY.contains(&memory) {
+        Ok(memory)
+    } else {
+        Err(PyValueError::new_err(format!(
+            "a device's memory is 4096 to 1073741824 bytes, not {memory}"
+        )))
     }
 }
 

@@ -333,7 +333,7 @@ pub(crate) fn spirals<'py>(
     let (inputs, labels) = data
         .batch(0, samples)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok((to_numpy(py, &inputs)?, to_numpy(py, &labels)?))
+    Ok((to_numpy(py, inputs)?, to_numpy(py, labels)?))
 }
 
 /// `tessera train`'s starting weights for `program` on `replicas` replicas, from `seed`:
@@ -345,18 +345,20 @@ pub(crate) fn initial_weights<'py>(
     replicas: usize,
     seed: u64,
 ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
+    // Checked first: the draws are sized by the program's shapes and groupings.
+    program.program.check(replicas).or_raise()?;
     let weights =
         tessera_host::train::model::initial_weights(&program.program, replicas, seed).or_raise()?;
-    named_to_numpy(py, &weights)
+    named_to_numpy(py, weights)
 }
 
-/// Named host arrays as named NumPy arrays (copies).
-pub(crate) fn named_to_numpy<'py>(
-    py: Python<'py>,
-    named: &std::collections::BTreeMap<String, HostArray>,
-) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
+/// Named host arrays as named NumPy arrays (over the same bytes).
+pub(crate) fn named_to_numpy(
+    py: Python<'_>,
+    named: std::collections::BTreeMap<String, HostArray>,
+) -> PyResult<HashMap<String, Bound<'_, PyUntypedArray>>> {
     named
-        .iter()
-        .map(|(name, array)| Ok((name.clone(), to_numpy(py, array)?)))
+        .into_iter()
+        .map(|(name, array)| Ok((name, to_numpy(py, array)?)))
         .collect()
 }

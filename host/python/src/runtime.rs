@@ -33,7 +33,7 @@ use tessera_host::train::Dataset;
 
 use crate::arrays::to_host;
 use crate::error::OrRaise;
-use crate::placement::placement;
+use crate::placement::{device_memory, placement};
 use crate::program::{named_to_numpy, PyProgram};
 
 /// A program prepared on its replicas (see the module documentation).
@@ -80,6 +80,7 @@ impl PyRuntime {
         firmware: Option<PathBuf>,
     ) -> PyResult<Self> {
         let placement = self::placement(py, placement, exe, firmware)?;
+        let memory = device_memory(memory)?;
         let program = program.program.clone();
         let runtime = py
             .detach(|| Runtime::prepare(program, replicas, &placement, memory))
@@ -102,10 +103,11 @@ impl PyRuntime {
         firmware: Option<PathBuf>,
     ) -> PyResult<Self> {
         let placement = self::placement(py, placement, exe, firmware)?;
-        let runtime = py.detach(|| -> PyResult<Runtime> {
-            let executable = Executable::load(&path).or_raise()?;
-            Runtime::load_executable(&executable, &placement, memory).or_raise()
-        })?;
+        let memory = device_memory(memory)?;
+        let executable = py.detach(|| Executable::load(&path)).or_raise()?;
+        let runtime = py
+            .detach(|| Runtime::load_executable(&executable, &placement, memory))
+            .or_raise()?;
         Ok(Self {
             runtime: Mutex::new(runtime),
         })
@@ -162,7 +164,7 @@ impl PyRuntime {
         py: Python<'py>,
     ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
         let weights = self.with(py, |r| r.weights_to_host()).or_raise()?;
-        named_to_numpy(py, &weights)
+        named_to_numpy(py, weights)
     }
 
     /// Loads the optimizer's state (velocities), by variable name.
@@ -182,7 +184,7 @@ impl PyRuntime {
         py: Python<'py>,
     ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
         let state = self.with(py, |r| r.optimizer_state_to_host()).or_raise()?;
-        named_to_numpy(py, &state)
+        named_to_numpy(py, state)
     }
 
     /// Runs one step on `inputs` (one array per stream, by name) and returns every anchor,
@@ -194,7 +196,7 @@ impl PyRuntime {
     ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
         let io = named(inputs, "stream")?;
         let anchors = self.with(py, |r| r.run(&io)).or_raise()?;
-        named_to_numpy(py, &anchors)
+        named_to_numpy(py, anchors)
     }
 
     /// Sets the optimizer's values (its kind is the program's): SGD's learning rate, and
@@ -206,21 +208,20 @@ impl PyRuntime {
         learning_rate: f32,
         momentum: Option<f32>,
     ) -> PyResult<()> {
-        self.with(py, |r| {
-            let optimizer = match (r.program().optimizer, momentum) {
-                (Optimizer::Sgd { .. }, None) => Optimizer::Sgd { learning_rate },
-                (Optimizer::SgdMomentum { momentum: kept, .. }, m) => Optimizer::SgdMomentum {
-                    learning_rate,
-                    momentum: m.unwrap_or(kept),
-                },
-                (Optimizer::Sgd { .. }, Some(_)) => {
-                    return Err(PyValueError::new_err(
-                        "the program trains by plain SGD: it has no momentum to set",
-                    ))
-                }
-            };
-            r.set_optimizer(optimizer).or_raise()
-        })
+        let kind = self.with(py, |r| r.program().optimizer);
+        let optimizer = match (kind, momentum) {
+            (Optimizer::Sgd { .. }, None) => Optimizer::Sgd { learning_rate },
+            (Optimizer::SgdMomentum { momentum: kept, .. }, m) => Optimizer::SgdMomentum {
+                learning_rate,
+                momentum: m.unwrap_or(kept),
+            },
+            (Optimizer::Sgd { .. }, Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "the program trains by plain SGD: it has no momentum to set",
+                ))
+            }
+        };
+        self.with(py, |r| r.set_optimizer(optimizer)).or_raise()
     }
 
     /// Sends the random seed to every replica.
@@ -264,21 +265,25 @@ impl PyRuntime {
         let record = data
             .map(|(inputs, labels)| record(&inputs, &labels))
             .transpose()?;
-        self.with(py, |r| -> PyResult<()> {
-            let mut checkpoint = Checkpoint::capture(r, step, seed).or_raise()?;
-            checkpoint.data = record;
-            checkpoint.save(&path).or_raise()
-        })
+        let captured = self
+            .with(py, |r| Checkpoint::capture(r, step, seed))
+            .or_raise()?;
+        let checkpoint = Checkpoint {
+            data: record,
+            ..captured
+        };
+        py.detach(|| checkpoint.save(&path)).or_raise()
     }
 
     /// Restores a checkpoint made for this program and replica count; returns its
     /// `(step, seed)`.
     fn resume(&self, py: Python<'_>, path: PathBuf) -> PyResult<(u64, u64)> {
-        self.with(py, |r| -> PyResult<(u64, u64)> {
-            let checkpoint = Checkpoint::load_for(&path, r.program(), r.replicas()).or_raise()?;
-            checkpoint.restore(r).or_raise()?;
-            Ok((checkpoint.step, checkpoint.seed))
-        })
+        let (program, replicas) = self.with(py, |r| (r.program().clone(), r.replicas()));
+        let checkpoint = py
+            .detach(|| Checkpoint::load_for(&path, &program, replicas))
+            .or_raise()?;
+        self.with(py, |r| checkpoint.restore(r)).or_raise()?;
+        Ok((checkpoint.step, checkpoint.seed))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

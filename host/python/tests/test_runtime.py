@@ -147,3 +147,53 @@ def test_a_step_of_the_wrong_size_is_refused_naming_the_stream():
     assert "stream `x` needs 512 elements" in str(refused.value) and "not 20" in str(refused.value)
     # Refused before anything moved: the next step is the first step of a fresh runtime.
     assert train(runtime, 0, 1, data) == train(start("thread"), 0, 1, data)
+
+
+def test_a_learning_rate_of_zero_set_between_steps_leaves_the_weights():
+    runtime = start("thread")
+    data = tessera.spirals(SAMPLES, 3, SEED)
+    runtime.set_optimizer(0.0, momentum=0.0)
+    before = runtime.weights_to_host()
+    train(runtime, 0, 2, data)
+    for name, w in runtime.weights_to_host().items():
+        np.testing.assert_array_equal(w, before[name])
+    runtime.set_optimizer(0.7, momentum=0.9)
+    train(runtime, 2, 3, data)
+    assert not np.array_equal(runtime.weights_to_host()["w1"], before["w1"])
+
+
+def test_every_grouping_retrieval_sharding_anchor_and_loss_from_python():
+    # Plain SGD, mean squared error, all-replica rows, padded tails, a strided grouping and
+    # the three other anchor return types: each reaches core and comes back as it says.
+    p = tessera.Program(batches_per_step=2, accumulation=2, learning_rate=0.05)
+    w = p.add_variable("w", (3, 5), ("strided", 1, 2), "all_replicas", "padded_tail")
+    b = p.add_variable("b", (3,), ("orthogonal", 2), "one_per_group")
+    p.add_stream("x", "float32", (5,), input=True)
+    t = p.add_stream("t", "float32", (3,))
+    p.linear(w)
+    p.bias(b)
+    p.mean_squared_error(t)
+    p.add_anchor("loss", ("every", 2))
+    p.add_anchor("output", "final")
+    p.check(4)
+    runtime = tessera.Runtime(p, 4, "thread")
+    weights = runtime.weights_to_host()
+    assert weights["w"].shape == (4, 3, 5)  # one row per replica
+    assert weights["b"].shape == (2, 3)  # one row per group of two
+    items = 2 * 2 * 4
+    rng = np.random.default_rng(0)
+    io = {"x": rng.standard_normal((items, 5)).astype(np.float32), "t": np.zeros((items, 3), np.float32)}
+    anchors = runtime.run(io)
+    assert anchors["loss"].size == 2 * 4  # every 2nd of 4 micro-batches, 4 replicas
+    assert anchors["output"].size == 4 * 3  # the last micro-batch's outputs
+    s = tessera.Program(batches_per_step=1, accumulation=2, learning_rate=0.05)
+    v = s.add_variable("v", (1, 2))
+    s.add_stream("x", "float32", (2,), input=True)
+    y = s.add_stream("y", "float32", (1,))
+    s.linear(v)
+    s.mean_squared_error(y)
+    s.add_anchor("loss", "sum")
+    summed = tessera.Runtime(s, 2, "thread").run(
+        {"x": np.ones((4, 2), np.float32), "y": np.zeros((4, 1), np.float32)}
+    )
+    assert summed["loss"].size == 2  # one sum per replica

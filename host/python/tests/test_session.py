@@ -230,3 +230,81 @@ def test_shutdown_is_idempotent_and_ends_every_method(session):
     assert gone.value.kind == "ShutDown"
     reg.free()  # after shutdown, freeing does nothing
     assert not reg.alive
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2)], ids=["0-d", "empty", "zero-dim"])
+def test_0d_and_empty_arrays_cross_as_such(session, shape):
+    a = np.full(shape, 2.5, np.float64)
+    reg = session.copy_to_worker0(a)
+    back = session.copy_from_worker0(reg)
+    assert back.shape == a.shape and back.dtype == a.dtype
+    np.testing.assert_array_equal(back, a)
+
+
+def test_an_unaligned_array_crosses_by_its_bytes(session):
+    storage = np.zeros(4 * 16 + 1, np.uint8)
+    unaligned = storage[1:].view(np.float32)  # C-contiguous, writable, not aligned
+    assert not unaligned.flags.aligned
+    unaligned[:] = np.arange(16)
+    reg = session.copy_to_worker0(unaligned)
+    np.testing.assert_array_equal(session.copy_from_worker0(reg), np.arange(16))
+    unaligned[:] = 0
+    session.copy_from_worker0_into(reg, unaligned)
+    np.testing.assert_array_equal(unaligned, np.arange(16))
+
+
+def test_bfloat16_and_8_bit_floats_come_back_as_their_bits_without_ml_dtypes(session):
+    try:
+        import ml_dtypes  # noqa: F401
+
+        pytest.skip("ml_dtypes is installed: these come back as its types")
+    except ImportError:
+        pass
+    for dtype, bits in [("bfloat16", np.uint16), ("float8_e4m3fn", np.uint8), ("float8_e5m2", np.uint8)]:
+        reg = session.empty((3,), dtype)
+        back = session.copy_from_worker0(reg)
+        assert back.dtype == bits and back.shape == (3,) and not back.any()
+        out = np.full(3, 1, bits)
+        session.copy_from_worker0_into(reg, out)  # raw bits of the same width: accepted
+        assert not out.any()
+        assert session.debug_get(reg, 1).dtype == bits
+    with pytest.raises(tessera.SessionError):
+        session.copy_from_worker0_into(session.empty((3,), "bfloat16"), np.zeros(6, np.uint8))
+
+
+def test_numpy_scalars_are_arguments_like_pythons(session):
+    assert session.debug_get(session.call("add", np.int64(2), np.int32(40)), 0) == 42
+    assert session.debug_get(session.call("add", np.float32(0.5), 0.25), 0) == 0.75
+    reg = session.call("add", np.bool_(True), 1)
+    assert session.debug_get(reg, 3) == 2
+    session.debug_set(reg, 3, np.uint8(9))
+    assert session.debug_get(reg, 3) == 9
+
+
+def test_presharded_files_and_a_default_split(session, tmp_path):
+    paths = [
+        write_safetensors(tmp_path / f"part{w}.safetensors", {"w": np.full((2, 2), w, np.float32)})
+        for w in range(4)
+    ]
+    loaded = session.load_presharded(paths)
+    for w in range(4):
+        np.testing.assert_array_equal(session.debug_get(loaded["w"], w), np.full((2, 2), w))
+    whole = np.arange(8, dtype=np.float32).reshape(4, 2)
+    path = write_safetensors(tmp_path / "whole.safetensors", {"a": whole, "b": whole + 1})
+    rows = session.load_safetensors(path, default_split=0)
+    for w in range(4):
+        np.testing.assert_array_equal(session.debug_get(rows["b"], w), whole[w : w + 1] + 1)
+
+
+def test_sync_worker_and_deadlines(session):
+    session.set_deadline(2.0)
+    session.set_busy_deadline(30.0)
+    reg = session.call("add_one", "not a number")
+    with pytest.raises(tessera.SessionError) as failed:
+        session.sync_worker(2)
+    assert failed.value.workers == [2]  # only worker 2's failure is claimed there
+    with pytest.raises(tessera.SessionError) as rest:
+        session.sync_all()
+    assert rest.value.workers == [0, 1, 3]
+    del reg
+    session.sync_all()

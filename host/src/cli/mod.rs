@@ -69,7 +69,8 @@ enum Command {
 
 /// Logs (retries, timeouts, device errors, processes started) go to stderr at the level
 /// `TESSERA_LOG` names (error, warn, info, debug, trace; warn when unset or unreadable).
-fn init_logging() {
+/// The command sets this up itself; a host program (the Python package) calls it once.
+pub fn init_logging() {
     let level = std::env::var("TESSERA_LOG")
         .ok()
         .and_then(|text| text.parse().ok())

@@ -33,7 +33,6 @@ from tessera._native import (
     TesseraError,
     __version__,
     initial_weights,
-    main,
     spirals,
 )
 
@@ -41,6 +40,7 @@ from tessera._native import (
 # outlives the interpreter all the same: each device process and QEMU has a watcher
 # that stops it once this process is gone, however it ends.
 
+# `tessera.RuntimeError` stays out of `import *`, which would hide Python's own.
 __all__ = [
     "MAX_REGISTERS",
     "CheckpointError",
@@ -50,12 +50,10 @@ __all__ = [
     "ProgramError",
     "Register",
     "Runtime",
-    "RuntimeError",
     "Session",
     "SessionError",
     "TesseraError",
     "__version__",
     "initial_weights",
-    "main",
     "spirals",
 ]

@@ -61,7 +61,9 @@ class Function:
 
 class Session:
     """A controller and its workers (TVM Disco's session), on threads, child processes or
-    QEMU. Every method releases the GIL while the workers work."""
+    QEMU. Every method releases the GIL while the workers work. Arrays are read and
+    written in place and must be C-contiguous (else ValueError); registers are freed on
+    the workers when collected."""
 
     def __init__(
         self,
@@ -217,4 +219,5 @@ def initial_weights(program: Program, replicas: int, seed: int) -> dict[str, npt
     """`tessera train`'s starting weights for `program`, by variable name."""
 
 def main() -> int:
-    """Runs the `tessera` command on sys.argv; returns its exit status."""
+    """The `tessera` script's entry point: runs the command on sys.argv (signals then end
+    the process, as the command's do); returns its exit status."""
