@@ -62,6 +62,15 @@ step "the session scenarios (QEMU ones too) and the sharded loader across 2 and 
 TESSERA_FIRMWARE="$PWD/$firmware" cargo test -p tessera-host --features mpi --test suite --locked -- \
     --include-ignored session_scenarios::across_ranks
 
+step "the Python package: built into a virtual environment with maturin, then its pytest suite"
+# The package's build and test tools from PyPI, at the versions this suite was last run
+# with; the extension is built in release (the training tests run the main job).
+venv="$PWD/target/python-venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 numpy==2.4.6 pytest==9.2.0
+(cd host/python && VIRTUAL_ENV="$venv" "$venv/bin/maturin" develop --release --locked)
+"$venv/bin/python" -m pytest -q host/python/tests
+
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p tessera-host --all-targets --features mpi --locked -- -D warnings

@@ -193,6 +193,123 @@ impl HostArray {
     pub fn share(&self) -> Arc<Vec<u8>> {
         Arc::clone(&self.data)
     }
+
+    /// The bytes themselves: taken without a copy when no other array shares them.
+    pub fn into_bytes(self) -> Vec<u8> {
+        Arc::try_unwrap(self.data).unwrap_or_else(|shared| shared.as_ref().clone())
+    }
+}
+
+/// An array borrowed from its owner (a `HostArray`, a NumPy array, a memory map): element
+/// type, shape and little-endian bytes, which a copy to a device reads in place.
+#[derive(Debug, Clone, Copy)]
+pub struct ArrayView<'a> {
+    dtype: DataType,
+    shape: &'a [u32],
+    bytes: &'a [u8],
+    /// The same bytes held shared, when the owner is a `HostArray`: a device thread's queue
+    /// takes them without a copy.
+    shared: Option<&'a Arc<Vec<u8>>>,
+}
+
+impl<'a> ArrayView<'a> {
+    /// A view of `bytes` as an array of `dtype` and `shape`; their length must match.
+    ///
+    /// ```
+    /// use tessera_core::dtype::DataType;
+    /// use tessera_host::array::{ArrayError, ArrayView};
+    ///
+    /// let bytes = [0u8; 24];
+    /// let view = ArrayView::new(DataType::F32, &[2, 3], &bytes)?;
+    /// assert_eq!((view.dtype(), view.shape(), view.bytes().len()), (DataType::F32, &[2, 3][..], 24));
+    /// let short = ArrayView::new(DataType::F32, &[2, 4], &bytes);
+    /// assert_eq!(short.err(), Some(ArrayError::Length { expected: 32, actual: 24 }));
+    /// # Ok::<(), ArrayError>(())
+    /// ```
+    pub fn new(dtype: DataType, shape: &'a [u32], bytes: &'a [u8]) -> Result<Self, ArrayError> {
+        let expected = byte_len(dtype, shape)?;
+        if bytes.len() != expected {
+            return Err(ArrayError::Length {
+                expected,
+                actual: bytes.len(),
+            });
+        }
+        Ok(Self {
+            dtype,
+            shape,
+            bytes,
+            shared: None,
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &'a [u32] {
+        self.shape
+    }
+
+    /// The little-endian bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The bytes held shared, if the owner shares them.
+    pub(crate) fn shared(&self) -> Option<&'a Arc<Vec<u8>>> {
+        self.shared
+    }
+}
+
+impl<'a> From<&'a HostArray> for ArrayView<'a> {
+    fn from(array: &'a HostArray) -> Self {
+        Self {
+            dtype: array.dtype,
+            shape: &array.shape,
+            bytes: &array.data,
+            shared: Some(&array.data),
+        }
+    }
+}
+
+/// Bytes borrowed from their owner (a NumPy array, say) to receive an array of `dtype`
+/// read from a device: a copy from a device checks the type and the length, then writes
+/// them in place (the owner keeps its own shape).
+#[derive(Debug)]
+pub struct ArrayViewMut<'a> {
+    dtype: DataType,
+    bytes: &'a mut [u8],
+}
+
+impl<'a> ArrayViewMut<'a> {
+    /// `bytes` as room for elements of `dtype` (a whole number of them, else an error).
+    pub fn new(dtype: DataType, bytes: &'a mut [u8]) -> Result<Self, ArrayError> {
+        let size = dtype.size().max(1);
+        if !bytes.len().is_multiple_of(size) {
+            return Err(ArrayError::Length {
+                expected: bytes.len() / size * size,
+                actual: bytes.len(),
+            });
+        }
+        Ok(Self { dtype, bytes })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        self.bytes.len() / self.dtype.size().max(1)
+    }
+
+    /// The bytes, to fill in place.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
 }
 
 /// Little-endian values of `N` bytes each.

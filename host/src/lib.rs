@@ -4,6 +4,8 @@
 //!   which the runtime and the session both speak.
 //! - [`checkpoint`]: a training run's state in one safetensors file, saved atomically and
 //!   restored bit for bit.
+//! - [`cli`]: the `tessera` command (train, inspect, layout, and the hidden `device` that
+//!   serves one child-process device), run by the binary and by the Python package.
 //! - `combine` (crate-private): the one element-wise combination kernel, for the session's
 //!   allreduce and the training step's reduction rounds.
 //! - [`executable`]: a prepared program and the device limits it was prepared for, in one
@@ -32,6 +34,7 @@
 pub mod array;
 pub mod atomic;
 pub mod checkpoint;
+pub mod cli;
 mod combine;
 pub mod executable;
 pub mod input;

@@ -13,12 +13,12 @@ pub(crate) struct InspectArgs {
 }
 
 pub(crate) fn run(args: InspectArgs) -> ExitCode {
-    let report = match tessera_host::inspect::inspect(&args.path) {
+    let report = match crate::inspect::inspect(&args.path) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("error: {}: {e}", args.path.display());
             return ExitCode::from(2);
         }
     };
-    super::print_report(&report, args.json, tessera_host::inspect::render)
+    super::print_report(&report, args.json, crate::inspect::render)
 }

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::layout::{svg, table, Report, Request, MAX_ELEMENTS, MAX_REPLICAS};
 use clap::ValueEnum;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::shard::LayoutKind;
-use tessera_host::layout::{svg, table, Report, Request, MAX_ELEMENTS, MAX_REPLICAS};
 
 use super::parse::{count, parse_stride_size};
 use super::Retrieval;

@@ -3,10 +3,10 @@
 //! constants; `TrainJob::validate` and `Report::build` check the same bounds for library
 //! callers.
 
+use crate::layout::MAX_REPLICAS;
+use crate::train::{MAX_LEARNING_RATE, MAX_TOLERANCE};
 use tessera_core::program::AnchorTensor;
 use tessera_core::stream::AnchorReturnType;
-use tessera_host::layout::MAX_REPLICAS;
-use tessera_host::train::{MAX_LEARNING_RATE, MAX_TOLERANCE};
 
 /// A whole number in `MIN..=MAX`.
 pub(crate) fn count<const MIN: usize, const MAX: usize>(text: &str) -> Result<usize, String> {

@@ -3,16 +3,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::runtime::Placement;
+use crate::train::model::default_anchors;
+use crate::train::{
+    DataSource, TrainJob, TrainReport, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_CLASSES,
+    MAX_HIDDEN, MAX_SAMPLES, MAX_STEPS, MAX_TRAIN_REPLICAS,
+};
 use clap::ValueEnum;
 use tessera_core::grouping::{CommGroup, RetrievalMode};
 use tessera_core::program::{AnchorTensor, Sharding, MAX_MICRO_BATCH};
 use tessera_core::stream::AnchorReturnType;
-use tessera_host::runtime::Placement;
-use tessera_host::train::model::default_anchors;
-use tessera_host::train::{
-    DataSource, TrainJob, TrainReport, MAX_ACCUMULATION, MAX_BATCHES_PER_STEP, MAX_CLASSES,
-    MAX_HIDDEN, MAX_SAMPLES, MAX_STEPS, MAX_TRAIN_REPLICAS,
-};
 
 use super::parse::{anchor, count, dropout, learning_rate, momentum, tolerance};
 use super::Retrieval;
@@ -210,7 +210,7 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
     // starts. The QEMU placement's firmware and tools are checked before anything is
     // printed or started (the runtime checks again for library users).
     if let Placement::Qemu(firmware) = &job.placement {
-        if let Err(e) = tessera_host::transport::check_firmware(firmware) {
+        if let Err(e) = crate::transport::check_firmware(firmware) {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
@@ -221,7 +221,7 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
     }
     // Under mpirun this process is one instance of the job (MPI must be built in); the
     // guard keeps MPI up until the job ends.
-    let (instances, _mpi) = match tessera_host::instance::from_environment() {
+    let (instances, _mpi) = match crate::instance::from_environment() {
         Ok(found) => found,
         Err(e) => {
             eprintln!("error: {e}");
@@ -232,7 +232,7 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
     if rank == 0 {
         println!("{}", headline(&job, instances.size()));
     }
-    match tessera_host::train::train_in(&job, instances.clone()) {
+    match crate::train::train_in(&job, instances.clone()) {
         Ok(report) => verdict(&job, &report, rank),
         Err(e) => {
             match rank {

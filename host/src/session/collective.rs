@@ -486,8 +486,8 @@ impl State {
         Fitted { array, dst, write }: &Fitted,
     ) -> Result<(), SessionError> {
         match write {
-            Write::Anew => self.write_host_array(worker, *dst, array),
-            Write::Overwrite => self.overwrite_array(worker, *dst, array),
+            Write::Anew => self.write_host_array(worker, *dst, array.into()),
+            Write::Overwrite => self.overwrite_array(worker, *dst, array.into()),
         }
     }
 }

@@ -92,7 +92,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
 
-pub use crate::array::{byte_len, ArrayError, HostArray, HostValue};
+pub use crate::array::{byte_len, ArrayError, ArrayView, ArrayViewMut, HostArray, HostValue};
 pub use claims::BadDescription;
 pub use error::{Command, SessionError, WorkerFailure};
 pub use value::CallArg;
@@ -390,10 +390,15 @@ impl Session {
         Ok(register)
     }
 
-    /// Copies `array` from the host into a new register: worker 0 holds `array`, every
-    /// other worker a zeroed array of the same type and shape (so a call on the register
-    /// runs everywhere, as in Disco, where the register exists on every worker).
-    pub fn copy_to_worker0(&self, array: &HostArray) -> Result<Register, SessionError> {
+    /// Copies `array` (a [`HostArray`], or an [`ArrayView`] of bytes borrowed from their
+    /// owner) from the host into a new register: worker 0 holds `array`, every other worker
+    /// a zeroed array of the same type and shape (so a call on the register runs
+    /// everywhere, as in Disco, where the register exists on every worker).
+    pub fn copy_to_worker0<'a>(
+        &self,
+        array: impl Into<ArrayView<'a>>,
+    ) -> Result<Register, SessionError> {
+        let array = array.into();
         let register = self.new_register()?;
         let mut state = self.lock()?;
         let id = register.id;
@@ -409,11 +414,12 @@ impl Session {
     /// copy does: in place when `dst` already holds an array of its type and shape (nothing
     /// allocated or zeroed; in the worker's memory itself where the host maps it), else
     /// replacing what `dst` held. Failures are reported at the next sync, as for a call.
-    pub fn copy_to_worker0_into(
+    pub fn copy_to_worker0_into<'a>(
         &self,
-        array: &HostArray,
+        array: impl Into<ArrayView<'a>>,
         dst: &Register,
     ) -> Result<(), SessionError> {
+        let array = array.into();
         let id = self.own(dst)?;
         let mut state = self.lock()?;
         // Asked after worker 0's earlier commands, which it runs first.
@@ -443,6 +449,20 @@ impl Session {
         on_worker(0, Command::Read(id), state.read_array(0, id))
     }
 
+    /// The element type and shape of `register`'s array on worker 0 (after worker 0's
+    /// earlier commands: their failures are reported first): the room a copy from worker 0
+    /// needs, for a caller that makes it itself (a NumPy array, say).
+    pub fn array_on_worker0(
+        &self,
+        register: &Register,
+    ) -> Result<(DataType, Vec<u32>), SessionError> {
+        let id = self.own(register)?;
+        let mut state = self.lock()?;
+        state.sync(0)?;
+        let held = on_worker(0, Command::Read(id), state.array_of(0, id))?;
+        Ok((held.0, held.1))
+    }
+
     /// Copies `register`'s array from worker 0 into `into`, as Disco's destination-passing
     /// copy does: `into` must have the register's element type and element count (it takes
     /// on its shape), and its bytes are overwritten in place (copied first only if another
@@ -452,6 +472,21 @@ impl Session {
         register: &Register,
         into: &mut HostArray,
     ) -> Result<(), SessionError> {
+        let dtype = into.dtype();
+        let shape =
+            self.copy_from_worker0_to(register, ArrayViewMut::new(dtype, into.bytes_mut())?)?;
+        Ok(into.set_shape(&shape)?)
+    }
+
+    /// Copies `register`'s array from worker 0 into bytes borrowed from their owner (a
+    /// NumPy array, say), which must have room for exactly the register's elements, of its
+    /// type; returns the register's shape (the owner keeps its own). Worker 0's earlier
+    /// failures are reported first.
+    pub fn copy_from_worker0_to(
+        &self,
+        register: &Register,
+        into: ArrayViewMut<'_>,
+    ) -> Result<Vec<u32>, SessionError> {
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;
@@ -494,7 +529,7 @@ impl Session {
         let mut state = self.lock()?;
         state.check_worker(worker)?;
         let set = match value {
-            HostValue::Array(array) => state.write_host_array(worker, id, array),
+            HostValue::Array(array) => state.write_host_array(worker, id, array.into()),
             HostValue::Int(v) => state.set_value(worker, id, Value::Int(*v)),
             HostValue::Float(v) => state.set_value(worker, id, Value::Float(*v)),
             HostValue::Str(text) => state.set_value(worker, id, Value::Str(text)),

@@ -13,6 +13,7 @@ use tessera_core::wire::{Request, Target, Value, ValueKind};
 use super::claims;
 use super::pending::{Parked, Pending};
 use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
+use crate::array::{ArrayView, ArrayViewMut};
 use crate::transport::{Channel, SharedMemory, Span};
 
 /// Everything the controller holds; register handles reach it through a weak reference.
@@ -275,26 +276,26 @@ impl State {
     }
 
     /// Register `id`'s array on `worker` into `into`, which must have its element type and
-    /// element count (and takes on its shape). The caller has synced the worker.
+    /// element count; returns the register's shape. The caller has synced the worker.
     pub(super) fn read_array_into(
         &mut self,
         worker: usize,
         id: u16,
-        into: &mut HostArray,
-    ) -> Result<(), SessionError> {
+        mut into: ArrayViewMut<'_>,
+    ) -> Result<Vec<u32>, SessionError> {
         let (dtype, shape, described) = self.array_of(worker, id)?;
         let len = described.bytes as usize;
-        if dtype != into.dtype() || len != into.bytes().len() {
-            let elements = |dtype: DataType, bytes: usize| bytes / dtype.size().max(1);
+        let elements = |dtype: DataType, bytes: usize| bytes / dtype.size().max(1);
+        if dtype != into.dtype() || elements(dtype, len) != into.elements() {
             return Err(SessionError::HostMismatch {
                 operation: "copy from worker 0",
                 register: id,
                 held: (dtype, elements(dtype, len)),
-                host: (into.dtype(), elements(into.dtype(), into.bytes().len())),
+                host: (into.dtype(), into.elements()),
             });
         }
         self.workers[worker].read(Target::Register(id), 0, into.bytes_mut())?;
-        Ok(into.set_shape(&shape)?)
+        Ok(shape)
     }
 
     /// Runs `f` on the memory `worker` shares with the host, once every request sent to it
@@ -313,7 +314,7 @@ impl State {
         &mut self,
         worker: usize,
         id: u16,
-        array: &HostArray,
+        array: ArrayView<'_>,
     ) -> Result<(), SessionError> {
         self.submit(
             worker,
@@ -329,10 +330,9 @@ impl State {
         &mut self,
         worker: usize,
         id: u16,
-        array: &HostArray,
+        array: ArrayView<'_>,
     ) -> Result<(), SessionError> {
-        let shared = array.share();
-        self.write_bytes(worker, id, array.bytes(), Some(&shared))
+        self.write_bytes(worker, id, array.bytes(), array.shared())
     }
 
     /// `len` bytes of register `id` on `worker`.

@@ -311,7 +311,7 @@ impl Session {
         }
         let id = state.allocate_id()?;
         for (worker, array) in arrays.iter().enumerate() {
-            let sent = state.write_host_array(worker, id, array);
+            let sent = state.write_host_array(worker, id, array.into());
             if let Err(e) = sent {
                 release(&mut state, &[id]);
                 return Err(e);

@@ -1,0 +1,169 @@
+//! Rust errors as Python exceptions.
+//!
+//! # Rules
+//!
+//! - Every failure of tessera itself is a [`TesseraError`]; its subclass names the part that
+//!   failed ([`SessionError`], [`RuntimeError`] for the device runtime, [`CheckpointError`],
+//!   [`ExecutableError`], [`ProgramError`] for core's program rules). The message is the
+//!   Rust error's own (it names the tensor, the sizes and the rule), and the attribute
+//!   `kind` names the Rust variant (`"ForeignRegister"`, `"Worker"`, …), so a program can
+//!   tell failures apart without parsing messages.
+//! - A `SessionError` carries `workers`: the worker of each failure, in the order the
+//!   failures were reported (empty when no worker was involved). A failed load's kind and
+//!   workers are those of the session error under it, if one is; a register freed from
+//!   Python and used again is `kind == "Freed"`.
+//! - What Python passed in wrong is a Python error, raised before anything reaches a
+//!   device: a dtype tessera has no element type for is a `TypeError`; an array that is
+//!   not C-contiguous, not aligned, not writable where it is written, or of the wrong
+//!   shape is a `ValueError`.
+//! - Nothing panics across the boundary: the bindings return errors, and PyO3 turns a
+//!   panic that slipped through into `pyo3_runtime.PanicException` instead of unwinding
+//!   into the interpreter.
+
+use std::fmt::{Debug, Display};
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::{create_exception, PyTypeInfo};
+
+create_exception!(
+    tessera,
+    TesseraError,
+    PyException,
+    "A failure of tessera: the message is the Rust error's, `kind` names its variant."
+);
+create_exception!(
+    tessera,
+    SessionError,
+    TesseraError,
+    "A session command failed; `workers` lists the worker of each failure."
+);
+create_exception!(
+    tessera,
+    RuntimeError,
+    TesseraError,
+    "The device runtime refused or failed: preparing, weights, a step, seeds, RNG state."
+);
+create_exception!(
+    tessera,
+    CheckpointError,
+    TesseraError,
+    "A checkpoint could not be saved, read, or restored into this runtime."
+);
+create_exception!(
+    tessera,
+    ExecutableError,
+    TesseraError,
+    "A saved executable could not be written or read."
+);
+create_exception!(
+    tessera,
+    ProgramError,
+    TesseraError,
+    "A program breaks one of core's rules (capacity, shapes, groupings, streams)."
+);
+
+/// A Rust error raised as Python exception `E`, with its message and `kind`.
+fn raise<E: PyTypeInfo>(error: &(impl Display + Debug)) -> PyErr {
+    let err = PyErr::new::<E, _>(error.to_string());
+    Python::attach(|py| {
+        // Setting an attribute on a fresh exception object cannot fail but for memory.
+        let _ = err.value(py).setattr("kind", kind(error));
+    });
+    err
+}
+
+/// The variant's name: what `Debug` prints before its fields.
+fn kind(error: &impl Debug) -> String {
+    let debug = format!("{error:?}");
+    debug
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A Rust error that becomes a Python exception.
+pub(crate) trait Raise {
+    /// The exception, with the error's message and kind.
+    fn raise(self) -> PyErr;
+}
+
+impl Raise for tessera_host::session::SessionError {
+    fn raise(self) -> PyErr {
+        let workers: Vec<usize> = self.worker_failures().iter().map(|f| f.0).collect();
+        with_workers(raise::<SessionError>(&self), workers)
+    }
+}
+
+/// A load's failure: its own message (naming the file and the tensor), and where a session
+/// error lies under it, that error's kind and workers.
+impl Raise for tessera_host::session::loader::LoadError {
+    fn raise(self) -> PyErr {
+        use tessera_host::session::loader::LoadError;
+        let inner = match &self {
+            LoadError::Session { source, .. } => Some(source),
+            LoadError::Worker { source, .. } => Some(source.as_ref()),
+            _ => None,
+        };
+        let Some(inner) = inner else {
+            return with_workers(raise::<SessionError>(&self), Vec::new());
+        };
+        let workers = inner.worker_failures().iter().map(|f| f.0).collect();
+        let err = with_workers(PyErr::new::<SessionError, _>(self.to_string()), workers);
+        Python::attach(|py| {
+            let _ = err.value(py).setattr("kind", kind(inner));
+        });
+        err
+    }
+}
+
+/// `err` with the attribute `workers`.
+fn with_workers(err: PyErr, workers: Vec<usize>) -> PyErr {
+    Python::attach(|py| {
+        let _ = err.value(py).setattr("workers", workers);
+    });
+    err
+}
+
+/// The exception for a register freed from Python and used again (kind `"Freed"`).
+pub(crate) fn freed() -> PyErr {
+    let err = with_workers(
+        PyErr::new::<SessionError, _>("this register was freed: it names nothing on the workers"),
+        Vec::new(),
+    );
+    Python::attach(|py| {
+        let _ = err.value(py).setattr("kind", "Freed");
+    });
+    err
+}
+
+macro_rules! raise_as {
+    ($($rust:ty => $python:ty),* $(,)?) => {$(
+        impl Raise for $rust {
+            fn raise(self) -> PyErr {
+                raise::<$python>(&self)
+            }
+        }
+    )*};
+}
+
+raise_as! {
+    tessera_host::runtime::RuntimeError => RuntimeError,
+    tessera_host::checkpoint::CheckpointError => CheckpointError,
+    tessera_host::executable::ExecutableError => ExecutableError,
+    tessera_core::program::ProgramError => ProgramError,
+    tessera_core::program::CapacityError => ProgramError,
+}
+
+/// `Result::map_err(raise)` for every error above.
+pub(crate) trait OrRaise<T> {
+    /// The value, or the error raised as its exception.
+    fn or_raise(self) -> PyResult<T>;
+}
+
+impl<T, E: Raise> OrRaise<T> for Result<T, E> {
+    fn or_raise(self) -> PyResult<T> {
+        self.map_err(Raise::raise)
+    }
+}

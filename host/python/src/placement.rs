@@ -1,0 +1,83 @@
+//! Where a Python program's devices run: `"thread"`, `"process"` or `"qemu"`, and what each
+//! needs.
+//!
+//! - `"thread"`: device threads of the Python process.
+//! - `"process"`: one child process per device, each running `tessera device` — the
+//!   `tessera` command this package installs beside the interpreter (the `exe` argument,
+//!   else `TESSERA_EXE`, else the `tessera` script in `sys.executable`'s directory, else
+//!   the first `tessera` on `PATH`).
+//! - `"qemu"`: the firmware under `qemu-system-arm` (the `firmware` argument, else
+//!   `TESSERA_FIRMWARE`).
+//!
+//! A host-placed device's memory is 4 KiB to 1 GiB, the bounds of `tessera device
+//! --memory`: checked here for every placement, so that an absurd size is a `ValueError`
+//! rather than a device thread failing to allocate it (which would abort the process).
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tessera_host::placement::Placement;
+
+/// The placement Python names, with what it needs found.
+pub(crate) fn placement(
+    py: Python<'_>,
+    name: &str,
+    exe: Option<PathBuf>,
+    firmware: Option<PathBuf>,
+) -> PyResult<Placement> {
+    match name {
+        "thread" => Ok(Placement::Thread),
+        "process" => Ok(Placement::Process(match exe {
+            Some(exe) => exe,
+            None => tessera_command(py)?,
+        })),
+        "qemu" => match firmware.or_else(|| std::env::var_os("TESSERA_FIRMWARE").map(PathBuf::from))
+        {
+            Some(firmware) => Ok(Placement::Qemu(firmware)),
+            None => Err(PyValueError::new_err(
+                "placement \"qemu\" needs the firmware: pass firmware=PATH or set TESSERA_FIRMWARE",
+            )),
+        },
+        other => Err(PyValueError::new_err(format!(
+            "placement {other:?} is none of \"thread\", \"process\", \"qemu\""
+        ))),
+    }
+}
+
+/// Bounds of a host-placed device's memory (see the module doc).
+const MEMORY: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
+
+/// `memory` once it is within [`MEMORY`].
+pub(crate) fn device_memory(memory: usize) -> PyResult<usize> {
+    if MEMORY.contains(&memory) {
+        Ok(memory)
+    } else {
+        Err(PyValueError::new_err(format!(
+            "a device's memory is 4096 to 1073741824 bytes, not {memory}"
+        )))
+    }
+}
+
+/// The `tessera` command that serves a child-process device (see the module doc).
+fn tessera_command(py: Python<'_>) -> PyResult<PathBuf> {
+    if let Some(exe) = std::env::var_os("TESSERA_EXE") {
+        return Ok(exe.into());
+    }
+    let interpreter: PathBuf = py.import("sys")?.getattr("executable")?.extract()?;
+    if let Some(beside) = interpreter.parent().map(|dir| dir.join("tessera")) {
+        if beside.is_file() {
+            return Ok(beside);
+        }
+    }
+    let found: Option<PathBuf> = py
+        .import("shutil")?
+        .call_method1("which", ("tessera",))?
+        .extract()?;
+    found.ok_or_else(|| {
+        PyValueError::new_err(
+            "placement \"process\" needs the tessera command (installed with this package): \
+             pass exe=PATH or set TESSERA_EXE",
+        )
+    })
+}

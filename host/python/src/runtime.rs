@@ -1,0 +1,334 @@
+//! `tessera.Runtime`: the device runtime (PopART's `Devicex`) from Python — a program
+//! prepared on its replicas, weights to and from the host by name, training steps from
+//! named NumPy arrays, anchors back as NumPy arrays, optimizer values, seeds, RNG state,
+//! checkpoints and executables.
+//!
+//! # Contract
+//!
+//! - Every method is the Rust [`Runtime`]'s, with its rules (sizes checked on every call,
+//!   a failed step leaving a defined state: see `tessera_host::runtime::recovery`).
+//! - **Named arrays are copied once** into the runtime's host arrays (the runtime keeps
+//!   them by name while it splits them into shards and streams); anchors and weights come
+//!   back as new NumPy arrays. Arrays must be C-contiguous (see `arrays`).
+//! - **The GIL is released** while the devices work. One runtime runs one call at a time:
+//!   a second Python thread calling into it waits for the first.
+//! - A checkpoint saved here is the file `tessera train --checkpoint` writes (with the
+//!   training data's record when `data` is given, which `tessera train --resume` checks),
+//!   and `resume` restores one `tessera train` wrote.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+
+use numpy::{PyArrayMethods, PyUntypedArray};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tessera_core::dtype::DataType;
+use tessera_core::program::Optimizer;
+use tessera_host::array::HostArray;
+use tessera_host::checkpoint::Checkpoint;
+use tessera_host::executable::Executable;
+use tessera_host::runtime::Runtime;
+use tessera_host::train::Dataset;
+
+use crate::arrays::to_host;
+use crate::error::OrRaise;
+use crate::placement::{device_memory, placement};
+use crate::program::{named_to_numpy, PyProgram};
+
+/// A program prepared on its replicas (see the module documentation).
+#[pyclass(name = "Runtime", module = "tessera", frozen)]
+pub(crate) struct PyRuntime {
+    runtime: Mutex<Runtime>,
+}
+
+/// Named NumPy arrays as the runtime's named host arrays (one copy each).
+fn named(
+    arrays: HashMap<String, Bound<'_, PyUntypedArray>>,
+    what: &str,
+) -> PyResult<BTreeMap<String, HostArray>> {
+    arrays
+        .into_iter()
+        .map(|(name, array)| {
+            let host = to_host(&array, &format!("{what} {name:?}"))?;
+            Ok((name, host))
+        })
+        .collect()
+}
+
+impl PyRuntime {
+    /// Runs `f` on the runtime with the GIL released.
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Runtime) -> R + Send) -> R {
+        py.detach(|| f(&mut self.runtime.lock().unwrap_or_else(PoisonError::into_inner)))
+    }
+}
+
+#[pymethods]
+impl PyRuntime {
+    /// Checks `program` with core's rules, starts `replicas` devices on `placement`
+    /// ("thread", "process", "qemu"; `memory` bytes each where the host places them) and
+    /// prepares the program on every one.
+    #[new]
+    #[pyo3(signature = (program, replicas, placement = "thread", memory = 16 << 20, *, exe = None, firmware = None))]
+    fn new(
+        py: Python<'_>,
+        program: &PyProgram,
+        replicas: usize,
+        placement: &str,
+        memory: usize,
+        exe: Option<PathBuf>,
+        firmware: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let placement = self::placement(py, placement, exe, firmware)?;
+        let memory = device_memory(memory)?;
+        let program = program.program.clone();
+        let runtime = py
+            .detach(|| Runtime::prepare(program, replicas, &placement, memory))
+            .or_raise()?;
+        Ok(Self {
+            runtime: Mutex::new(runtime),
+        })
+    }
+
+    /// Starts the devices a saved executable was prepared for and places its program as
+    /// saved (not built again).
+    #[staticmethod]
+    #[pyo3(signature = (path, placement = "thread", memory = 16 << 20, *, exe = None, firmware = None))]
+    fn load_executable(
+        py: Python<'_>,
+        path: PathBuf,
+        placement: &str,
+        memory: usize,
+        exe: Option<PathBuf>,
+        firmware: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let placement = self::placement(py, placement, exe, firmware)?;
+        let memory = device_memory(memory)?;
+        let executable = py.detach(|| Executable::load(&path)).or_raise()?;
+        let runtime = py
+            .detach(|| Runtime::load_executable(&executable, &placement, memory))
+            .or_raise()?;
+        Ok(Self {
+            runtime: Mutex::new(runtime),
+        })
+    }
+
+    /// Saves the prepared program and the device limits it was prepared for.
+    fn save_executable(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.with(py, |r| r.executable().save(&path)).or_raise()
+    }
+
+    /// Number of replicas.
+    #[getter]
+    fn replicas(&self, py: Python<'_>) -> usize {
+        self.with(py, |r| r.replicas())
+    }
+
+    /// The program the replicas run (a copy).
+    #[getter]
+    fn program(&self, py: Python<'_>) -> PyProgram {
+        PyProgram {
+            program: self.with(py, |r| r.program().clone()),
+        }
+    }
+
+    /// Reduction exchanges of one step.
+    #[getter]
+    fn rounds_per_step(&self, py: Python<'_>) -> u32 {
+        self.with(py, |r| r.rounds_per_step())
+    }
+
+    /// True after `weights_to_host`, until the next step (PopART's `weightsInSync`: the
+    /// host's copy is the replicas' weights). A step that failed after some replicas
+    /// applied updates is another matter: steps and weights to host then raise
+    /// `RuntimeError(kind="Diverged")` until `weights_from_host` (or `resume`) loads every
+    /// variable again.
+    #[getter]
+    fn weights_in_sync(&self, py: Python<'_>) -> bool {
+        self.with(py, |r| r.weights_in_sync())
+    }
+
+    /// Loads every variable from `weights` (by name, in its host shape).
+    fn weights_from_host(
+        &self,
+        py: Python<'_>,
+        weights: HashMap<String, Bound<'_, PyUntypedArray>>,
+    ) -> PyResult<()> {
+        let weights = named(weights, "weight")?;
+        self.with(py, |r| r.weights_from_host(&weights)).or_raise()
+    }
+
+    /// Every variable, by name, in its returned shape.
+    fn weights_to_host<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
+        let weights = self.with(py, |r| r.weights_to_host()).or_raise()?;
+        named_to_numpy(py, weights)
+    }
+
+    /// Loads the optimizer's state (velocities), by variable name.
+    fn optimizer_state_from_host(
+        &self,
+        py: Python<'_>,
+        state: HashMap<String, Bound<'_, PyUntypedArray>>,
+    ) -> PyResult<()> {
+        let state = named(state, "optimizer state")?;
+        self.with(py, |r| r.optimizer_state_from_host(&state))
+            .or_raise()
+    }
+
+    /// The optimizer's state (velocities), by variable name.
+    fn optimizer_state_to_host<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
+        let state = self.with(py, |r| r.optimizer_state_to_host()).or_raise()?;
+        named_to_numpy(py, state)
+    }
+
+    /// Runs one step on `inputs` (one array per stream, by name) and returns every anchor,
+    /// by name.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: HashMap<String, Bound<'_, PyUntypedArray>>,
+    ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
+        let io = named(inputs, "stream")?;
+        let anchors = self.with(py, |r| r.run(&io)).or_raise()?;
+        named_to_numpy(py, anchors)
+    }
+
+    /// Sets the optimizer's values (its kind is the program's): SGD's learning rate, and
+    /// the momentum of SGD with momentum.
+    #[pyo3(signature = (learning_rate, momentum = None))]
+    fn set_optimizer(
+        &self,
+        py: Python<'_>,
+        learning_rate: f32,
+        momentum: Option<f32>,
+    ) -> PyResult<()> {
+        let kind = self.with(py, |r| r.program().optimizer);
+        let optimizer = match (kind, momentum) {
+            (Optimizer::Sgd { .. }, None) => Optimizer::Sgd { learning_rate },
+            (Optimizer::SgdMomentum { momentum: kept, .. }, m) => Optimizer::SgdMomentum {
+                learning_rate,
+                momentum: m.unwrap_or(kept),
+            },
+            (Optimizer::Sgd { .. }, Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "the program trains by plain SGD: it has no momentum to set",
+                ))
+            }
+        };
+        self.with(py, |r| r.set_optimizer(optimizer)).or_raise()
+    }
+
+    /// Sends the random seed to every replica.
+    fn set_random_seed(&self, py: Python<'_>, seed: u64) -> PyResult<()> {
+        self.with(py, |r| r.set_random_seed(seed)).or_raise()
+    }
+
+    /// The random seed, as the first replica holds it.
+    fn random_seed(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |r| r.random_seed()).or_raise()
+    }
+
+    /// Every replica's RNG state, concatenated in replica order (uint32).
+    fn rng_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyUntypedArray>> {
+        let words = self.with(py, |r| r.rng_state()).or_raise()?;
+        Ok(numpy::PyArray1::from_vec(py, words).as_untyped().clone())
+    }
+
+    /// Sets every replica's RNG state from exactly 4 words per replica.
+    fn set_rng_state(&self, py: Python<'_>, words: Vec<u32>) -> PyResult<()> {
+        self.with(py, |r| r.set_rng_state(&words)).or_raise()
+    }
+
+    /// The work each replica counted, in multiply-adds (an instrumented program only).
+    fn cycle_counts(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with(py, |r| r.cycle_counts()).or_raise()
+    }
+
+    /// Saves the whole training state (weights, optimizer state, RNG state, `step`, `seed`)
+    /// to `path` atomically; with `data=(inputs, labels)`, records them as
+    /// `tessera train` does, so that `tessera train --resume` accepts the file.
+    #[pyo3(signature = (path, step, seed, data = None))]
+    fn save_checkpoint(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        step: u64,
+        seed: u64,
+        data: Option<(Bound<'_, PyUntypedArray>, Bound<'_, PyUntypedArray>)>,
+    ) -> PyResult<()> {
+        let record = data
+            .map(|(inputs, labels)| record(&inputs, &labels))
+            .transpose()?;
+        let captured = self
+            .with(py, |r| Checkpoint::capture(r, step, seed))
+            .or_raise()?;
+        let checkpoint = Checkpoint {
+            data: record,
+            ..captured
+        };
+        py.detach(|| checkpoint.save(&path)).or_raise()
+    }
+
+    /// Restores a checkpoint made for this program and replica count; returns its
+    /// `(step, seed)`.
+    fn resume(&self, py: Python<'_>, path: PathBuf) -> PyResult<(u64, u64)> {
+        let (program, replicas) = self.with(py, |r| (r.program().clone(), r.replicas()));
+        let checkpoint = py
+            .detach(|| Checkpoint::load_for(&path, &program, replicas))
+            .or_raise()?;
+        self.with(py, |r| checkpoint.restore(r)).or_raise()?;
+        Ok((checkpoint.step, checkpoint.seed))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        self.with(py, |r| {
+            format!("<tessera.Runtime replicas={}>", r.replicas())
+        })
+    }
+}
+
+/// The data record `tessera train` keeps in a checkpoint, of `inputs [n, features]`
+/// float32 and `labels [n]` int32 or int64.
+fn record(
+    inputs: &Bound<'_, PyUntypedArray>,
+    labels: &Bound<'_, PyUntypedArray>,
+) -> PyResult<tessera_host::checkpoint::DataRecord> {
+    let bad = |what: &str| PyValueError::new_err(format!("data: {what}"));
+    let (inputs, labels) = (to_host(inputs, "inputs")?, to_host(labels, "labels")?);
+    let [n, features] = inputs.shape() else {
+        return Err(bad("inputs are [samples, features]"));
+    };
+    let values = inputs.to_f32().ok_or_else(|| bad("inputs are float32"))?;
+    let label_values: Vec<i64> = match labels.dtype() {
+        DataType::I32 => labels
+            .to_i32()
+            .unwrap_or_default()
+            .into_iter()
+            .map(i64::from)
+            .collect(),
+        DataType::I64 => labels.to_i64().unwrap_or_default(),
+        _ => return Err(bad("labels are int32 or int64")),
+    };
+    if label_values.len() != *n as usize {
+        return Err(bad("one label per sample"));
+    }
+    let classes = label_values
+        .iter()
+        .copied()
+        .max()
+        .map_or(0, |m| m.max(0) as usize + 1);
+    let dataset = Dataset {
+        inputs: values,
+        labels: label_values,
+        features: *features as usize,
+        classes,
+        label_type: labels.dtype(),
+    };
+    Ok(dataset.record())
+}
