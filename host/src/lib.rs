@@ -16,6 +16,7 @@
 //!   them; one instance by default.
 //! - [`layout`]: inspect a variable's grouping and shard layout before running anything
 //!   (`tessera layout`).
+//! - [`pages`]: large host buffers backed by huge pages (faulted in 2 MiB at a time).
 //! - [`placement`]: where devices run (threads, child processes, QEMU), and the one place
 //!   that starts them there.
 //! - [`runtime`]: the device runtime, generic over a core program: prepare replicas, weights
@@ -26,8 +27,9 @@
 //! - [`train`]: the main job (`tessera train`): a model trained on the simulated accelerator
 //!   and checked against the host reference.
 //! - [`transport`]: channels to devices in every placement, with deadlines and retries.
-// `unsafe` lives in one module, `transport::shared` (the shared-memory mapping), which
-// allows it item by item with a SAFETY note each.
+// `unsafe` lives in two modules, `transport::shared` (the shared-memory mapping) and
+// `pages` (advice to back large buffers by huge pages), which allow it item by item with
+// a SAFETY note each.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -41,6 +43,7 @@ pub mod input;
 pub mod inspect;
 pub mod instance;
 pub mod layout;
+pub mod pages;
 pub mod placement;
 #[cfg(test)]
 mod readme;

@@ -218,7 +218,7 @@ impl Instances for Mpi {
             displs.push(self.count(total)?);
             total += c as usize;
         }
-        let mut out = vec![0u8; total];
+        let mut out = crate::pages::zeroed(total);
         {
             let mut partition = PartitionMut::new(&mut out[..], counts, &displs[..]);
             self.guarded("an allgather", || {

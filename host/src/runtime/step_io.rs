@@ -146,7 +146,7 @@ impl Runtime {
         let replicas = self.window.local;
         let items = self.flow.outputs_per_replica(Some(return_type));
         let item_bytes = width * 4;
-        let mut out = vec![0u8; items * replicas * item_bytes];
+        let mut out = crate::pages::zeroed(items * replicas * item_bytes);
         // Where each replica's items go, in the order the replica wrote them.
         let mut rows = vec![Vec::with_capacity(items); replicas];
         for _ in 0..items {

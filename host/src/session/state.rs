@@ -248,7 +248,7 @@ impl State {
         let described = self.describe_all(workers.clone(), id)?;
         let mut bytes: Vec<Vec<u8>> = described
             .iter()
-            .map(|held| vec![0u8; held.bytes as usize])
+            .map(|held| crate::pages::zeroed(held.bytes as usize))
             .collect();
         let mut readings = Vec::with_capacity(described.len());
         for (worker, out) in workers.clone().zip(bytes.iter_mut()) {
@@ -342,7 +342,7 @@ impl State {
         id: u16,
         len: usize,
     ) -> Result<Vec<u8>, SessionError> {
-        let mut data = vec![0u8; len];
+        let mut data = crate::pages::zeroed(len);
         self.workers[worker].read(Target::Register(id), 0, &mut data)?;
         Ok(data)
     }
