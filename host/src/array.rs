@@ -257,6 +257,11 @@ impl<'a> ArrayView<'a> {
         self.bytes
     }
 
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        self.bytes.len() / self.dtype.size().max(1)
+    }
+
     /// The bytes held shared, if the owner shares them.
     pub(crate) fn shared(&self) -> Option<&'a Arc<Vec<u8>>> {
         self.shared
@@ -271,6 +276,27 @@ impl<'a> From<&'a HostArray> for ArrayView<'a> {
             bytes: &array.data,
             shared: Some(&array.data),
         }
+    }
+}
+
+/// An array the runtime reads where it lies: a [`HostArray`], or an [`ArrayView`] of bytes
+/// borrowed from their owner. The runtime's inputs (a step's streams, weights and optimizer
+/// state from the host) take either, so a caller whose arrays live elsewhere (NumPy's)
+/// lends them instead of copying them into host arrays first.
+pub trait AsView {
+    /// The array, viewed.
+    fn view(&self) -> ArrayView<'_>;
+}
+
+impl AsView for HostArray {
+    fn view(&self) -> ArrayView<'_> {
+        self.into()
+    }
+}
+
+impl AsView for ArrayView<'_> {
+    fn view(&self) -> ArrayView<'_> {
+        *self
     }
 }
 

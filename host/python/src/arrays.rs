@@ -13,9 +13,10 @@
 //!   and an array filled from a device (the `_into` forms) is written where NumPy keeps
 //!   it, as bytes: the only copy is the transfer itself. An array the runtime returns
 //!   (weights, anchors) or a register's value becomes a NumPy array without a copy (NumPy
-//!   takes the host's buffer). Copied once, as the Rust API takes them by value: `call`'s
-//!   array arguments (at most one frame), `debug_set`'s value, `copy_to_workers`' arrays
-//!   and the runtime's named inputs (which it splits into per-replica streams).
+//!   takes the host's buffer); the runtime's named inputs (a step's streams, weights,
+//!   optimizer state) are lent to it as views, each sample copied once, into its device.
+//!   Copied once, as the Rust API takes them by value: `call`'s array arguments (at most
+//!   one frame), `debug_set`'s value and `copy_to_workers`' arrays.
 //! - **C order only.** An array that is not C-contiguous (a slice with steps, a transpose,
 //!   Fortran order) is refused with a `ValueError` that says so, before anything moves:
 //!   `numpy.ascontiguousarray` makes one that is. A silent copy would hide a cost the
@@ -24,7 +25,7 @@
 //!   (`ValueError` otherwise); 0-d arrays and arrays with a zero dimension cross as such.
 //! - An array written into must be writable and not borrowed elsewhere (`ValueError`).
 
-use numpy::{PyArray1, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -160,19 +161,47 @@ fn refused<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> PyErr + '_ {
     move |e| PyValueError::new_err(format!("{what}: {e}"))
 }
 
+/// A NumPy array lent for reading: NumPy refuses it to writers through Rust until this is
+/// dropped. Its [`ArrayView`] can cross into code that runs without the GIL.
+pub(crate) struct Borrowed<'py> {
+    dtype: DataType,
+    shape: Vec<u32>,
+    bytes: PyReadonlyArray1<'py, u8>,
+    what: String,
+}
+
+impl<'py> Borrowed<'py> {
+    /// `array`, named `what` in errors, checked by the module's rules.
+    pub(crate) fn new(array: &Bound<'py, PyUntypedArray>, what: &str) -> PyResult<Self> {
+        let dtype = data_type(array)?;
+        let shape = shape_of(array)?;
+        let bytes = bytes_of(array, what)?
+            .try_readonly()
+            .map_err(refused(what))?;
+        Ok(Self {
+            dtype,
+            shape,
+            bytes,
+            what: what.to_string(),
+        })
+    }
+
+    /// The array's own bytes, viewed.
+    pub(crate) fn view(&self) -> PyResult<ArrayView<'_>> {
+        let what = self.what.as_str();
+        let slice = self.bytes.as_slice().map_err(refused(what))?;
+        ArrayView::new(self.dtype, &self.shape, slice).map_err(refused(what))
+    }
+}
+
 /// Runs `f` on `array` (named `what` in errors) as an [`ArrayView`] of its own bytes.
 pub(crate) fn with_view<R>(
     array: &Bound<'_, PyUntypedArray>,
     what: &str,
     f: impl FnOnce(ArrayView<'_>) -> R,
 ) -> PyResult<R> {
-    let dtype = data_type(array)?;
-    let shape = shape_of(array)?;
-    let bytes = bytes_of(array, what)?;
-    let borrowed = bytes.try_readonly().map_err(refused(what))?;
-    let slice = borrowed.as_slice().map_err(refused(what))?;
-    let view = ArrayView::new(dtype, &shape, slice).map_err(refused(what))?;
-    Ok(f(view))
+    let borrowed = Borrowed::new(array, what)?;
+    Ok(f(borrowed.view()?))
 }
 
 /// Runs `f` on `array`'s own bytes (named `what` in errors) as room for elements of

@@ -7,9 +7,10 @@
 //!
 //! - Every method is the Rust [`Runtime`]'s, with its rules (sizes checked on every call,
 //!   a failed step leaving a defined state: see `tessera_host::runtime::recovery`).
-//! - **Named arrays are copied once** into the runtime's host arrays (the runtime keeps
-//!   them by name while it splits them into shards and streams); anchors and weights come
-//!   back as new NumPy arrays. Arrays must be C-contiguous (see `arrays`).
+//! - **Named arrays are lent**, not copied: the runtime reads a step's streams, weights and
+//!   optimizer state where NumPy keeps them (each sample copied once, into its device);
+//!   anchors and weights come back as NumPy arrays over the host's buffers. Arrays must be
+//!   C-contiguous (see `arrays`).
 //! - **The GIL is released** while the devices work. One runtime runs one call at a time:
 //!   a second Python thread calling into it waits for the first.
 //! - A checkpoint saved here is the file `tessera train --checkpoint` writes (with the
@@ -25,13 +26,13 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::program::Optimizer;
-use tessera_host::array::HostArray;
+use tessera_host::array::ArrayView;
 use tessera_host::checkpoint::Checkpoint;
 use tessera_host::executable::Executable;
 use tessera_host::runtime::Runtime;
 use tessera_host::train::Dataset;
 
-use crate::arrays::to_host;
+use crate::arrays::{to_host, Borrowed};
 use crate::error::OrRaise;
 use crate::placement::{device_memory, placement};
 use crate::program::{named_to_numpy, PyProgram};
@@ -42,17 +43,27 @@ pub(crate) struct PyRuntime {
     runtime: Mutex<Runtime>,
 }
 
-/// Named NumPy arrays as the runtime's named host arrays (one copy each).
-fn named(
-    arrays: HashMap<String, Bound<'_, PyUntypedArray>>,
+/// Named NumPy arrays lent to the runtime (see `arrays`): the borrows, held while the
+/// runtime reads them.
+fn lend<'py>(
+    arrays: &HashMap<String, Bound<'py, PyUntypedArray>>,
     what: &str,
-) -> PyResult<BTreeMap<String, HostArray>> {
+) -> PyResult<Vec<(String, Borrowed<'py>)>> {
     arrays
-        .into_iter()
+        .iter()
         .map(|(name, array)| {
-            let host = to_host(&array, &format!("{what} {name:?}"))?;
-            Ok((name, host))
+            Ok((
+                name.clone(),
+                Borrowed::new(array, &format!("{what} {name:?}"))?,
+            ))
         })
+        .collect()
+}
+
+/// The views of `lent`, by name.
+fn views<'a>(lent: &'a [(String, Borrowed<'_>)]) -> PyResult<BTreeMap<String, ArrayView<'a>>> {
+    lent.iter()
+        .map(|(name, borrowed)| Ok((name.clone(), borrowed.view()?)))
         .collect()
 }
 
@@ -154,7 +165,8 @@ impl PyRuntime {
         py: Python<'_>,
         weights: HashMap<String, Bound<'_, PyUntypedArray>>,
     ) -> PyResult<()> {
-        let weights = named(weights, "weight")?;
+        let lent = lend(&weights, "weight")?;
+        let weights = views(&lent)?;
         self.with(py, |r| r.weights_from_host(&weights)).or_raise()
     }
 
@@ -173,7 +185,8 @@ impl PyRuntime {
         py: Python<'_>,
         state: HashMap<String, Bound<'_, PyUntypedArray>>,
     ) -> PyResult<()> {
-        let state = named(state, "optimizer state")?;
+        let lent = lend(&state, "optimizer state")?;
+        let state = views(&lent)?;
         self.with(py, |r| r.optimizer_state_from_host(&state))
             .or_raise()
     }
@@ -194,7 +207,8 @@ impl PyRuntime {
         py: Python<'py>,
         inputs: HashMap<String, Bound<'_, PyUntypedArray>>,
     ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
-        let io = named(inputs, "stream")?;
+        let lent = lend(&inputs, "stream")?;
+        let io = views(&lent)?;
         let anchors = self.with(py, |r| r.run(&io)).or_raise()?;
         named_to_numpy(py, anchors)
     }

@@ -36,8 +36,8 @@ use tessera_core::stream::{
 use tessera_core::wire::Target;
 
 use super::step_driver;
-use super::{Runtime, RuntimeError, StepIo, StepPhase, MAX_REPLICAS};
-use crate::array::HostArray;
+use super::{Runtime, RuntimeError, StepPhase, MAX_REPLICAS};
+use crate::array::{AsView, HostArray};
 use crate::transport::Span;
 
 /// Anchored tensors by name.
@@ -66,7 +66,9 @@ type StepSplitter = Splitter<usize, TENSORS, MAX_REPLICAS, 1>;
 
 impl Runtime {
     /// Runs one training step on `io` (see the module's contract); returns the anchors.
-    pub fn run(&mut self, io: &StepIo) -> Result<Anchors, RuntimeError> {
+    /// The arrays may be host arrays ([`StepIo`](super::StepIo)) or views of bytes the caller lends
+    /// ([`AsView`]): each sample is copied once, from them into its device.
+    pub fn run<A: AsView>(&mut self, io: &BTreeMap<String, A>) -> Result<Anchors, RuntimeError> {
         self.ready_for_step()?;
         let streams = self.device_streams(io)?;
         // This instance's replicas: its arrays feed only them.
@@ -308,9 +310,9 @@ impl Runtime {
 
     /// Checks `io` and gives each array's bytes in its stream's type, in stream order: an
     /// array already of that type as it is (no copy), any other converted.
-    fn device_streams<'io>(
+    fn device_streams<'io, A: AsView>(
         &mut self,
-        io: &'io StepIo,
+        io: &'io BTreeMap<String, A>,
     ) -> Result<Vec<Cow<'io, [u8]>>, RuntimeError> {
         let p = &self.program;
         let specs: Vec<StreamSpec<'_>> = p
@@ -327,7 +329,7 @@ impl Runtime {
             .collect();
         let provided: Vec<(&str, usize)> = io
             .iter()
-            .map(|(name, array)| (name.as_str(), array.elements()))
+            .map(|(name, array)| (name.as_str(), array.view().elements()))
             .collect();
         self.flow
             .check_sizes(self.window.local, &specs, &provided)
@@ -340,7 +342,7 @@ impl Runtime {
         let mut out = Vec::with_capacity(p.streams.len());
         for (i, s) in p.streams.iter().enumerate() {
             let name = s.name.as_str();
-            let Some(array) = io.get(name) else {
+            let Some(array) = io.get(name).map(AsView::view) else {
                 return Err(RuntimeError::MissingStream {
                     name: name.to_string(),
                 });

@@ -18,7 +18,9 @@ use tessera_core::wire::Request;
 
 use super::recovery::Recovery;
 use super::{Runtime, RuntimeError, WeightsIo};
-use crate::array::HostArray;
+use std::collections::BTreeMap;
+
+use crate::array::{ArrayView, AsView, HostArray};
 use crate::transport::{ChannelSlots, TransportError};
 
 impl Runtime {
@@ -42,7 +44,12 @@ impl Runtime {
     /// Weights from host: every array in `weights` names a variable and has its host
     /// shape; variables not named keep their values.
     /// Loading a variable settles it after a failed step (see [`recovery`](super::recovery)).
-    pub fn weights_from_host(&mut self, weights: &WeightsIo) -> Result<(), RuntimeError> {
+    /// The arrays may be host arrays ([`WeightsIo`]) or views of bytes the caller lends
+    /// ([`AsView`]).
+    pub fn weights_from_host<A: AsView>(
+        &mut self,
+        weights: &BTreeMap<String, A>,
+    ) -> Result<(), RuntimeError> {
         self.load(weights, ids::variable, Recovery::weights_loaded)
     }
 
@@ -66,7 +73,7 @@ impl Runtime {
         let mut plan = Vec::with_capacity(into.len());
         for (name, array) in into.iter() {
             let index = self.variable(name)?;
-            self.check_returned(name, array)?;
+            self.check_returned(name, array.view())?;
             plan.push(index);
         }
         for (index, array) in plan.iter().zip(into.values_mut()) {
@@ -80,7 +87,10 @@ impl Runtime {
 
     /// The optimizer's state from host: each variable's velocity, by the variable's name, in
     /// the variable's host shape. Refused when the program's optimizer keeps no state.
-    pub fn optimizer_state_from_host(&mut self, state: &WeightsIo) -> Result<(), RuntimeError> {
+    pub fn optimizer_state_from_host<A: AsView>(
+        &mut self,
+        state: &BTreeMap<String, A>,
+    ) -> Result<(), RuntimeError> {
         self.check_optimizer_state()?;
         self.load(state, ids::velocity, Recovery::velocity_loaded)
     }
@@ -106,15 +116,16 @@ impl Runtime {
     /// Host arrays (host shapes) into the on-device variables `target` names, through each
     /// variable's slot; every array is checked before the first one moves.
     /// `loaded` records each variable as settled once every replica holds it.
-    fn load(
+    fn load<A: AsView>(
         &mut self,
-        arrays: &WeightsIo,
+        arrays: &BTreeMap<String, A>,
         target: fn(u8) -> u16,
         loaded: fn(&mut Recovery, usize),
     ) -> Result<(), RuntimeError> {
         let mut plan = Vec::with_capacity(arrays.len());
         for (name, array) in arrays {
             let index = self.variable(name)?;
+            let array = array.view();
             self.check_array(name, array, &self.host_shape(name, false)?)?;
             plan.push((index, array));
         }
@@ -211,7 +222,7 @@ impl Runtime {
     }
 
     /// `array` is `f32` and has variable `name`'s returned shape.
-    fn check_returned(&self, name: &str, array: &HostArray) -> Result<(), RuntimeError> {
+    fn check_returned(&self, name: &str, array: ArrayView<'_>) -> Result<(), RuntimeError> {
         let shape = self.host_shape(name, true)?;
         self.check_array(name, array, &shape).map_err(|e| match e {
             RuntimeError::Shape {
@@ -234,7 +245,7 @@ impl Runtime {
     fn check_array(
         &self,
         name: &str,
-        array: &HostArray,
+        array: ArrayView<'_>,
         shape: &[usize],
     ) -> Result<(), RuntimeError> {
         if array.dtype() != DataType::F32 {
