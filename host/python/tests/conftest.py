@@ -121,3 +121,16 @@ def alive(pid):
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+@pytest.fixture
+def firmware():
+    """The QEMU firmware (`TESSERA_FIRMWARE`). Missing, the QEMU tests skip — unless
+    `TESSERA_PYTHON_QEMU=required` (the test command sets it), where they fail."""
+    path = os.environ.get("TESSERA_FIRMWARE")
+    if path and Path(path).is_file():
+        return path
+    reason = f"TESSERA_FIRMWARE ({path!r}) names no firmware"
+    if os.environ.get("TESSERA_PYTHON_QEMU") == "required":
+        pytest.fail(reason)
+    pytest.skip(reason)
