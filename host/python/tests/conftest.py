@@ -14,7 +14,7 @@ import pytest
 import tessera
 
 # The session and the runtime run on both host placements in every test that takes
-# `placement`; QEMU's placement is the Rust suites' (it needs the firmware).
+# `placement`; QEMU's tests (test_qemu.py) take the `firmware` fixture instead.
 PLACEMENTS = ["thread", "process"]
 
 REPO = Path(__file__).resolve().parents[3]

@@ -4,7 +4,7 @@ board): the same results as on threads."""
 import numpy as np
 
 import tessera
-from test_runtime import SAMPLES, SEED, main_job_program, start, train
+from test_runtime import REPLICAS, SAMPLES, SEED, main_job_program, start, train
 
 
 def test_a_session_on_qemu_copies_calls_and_reduces(firmware):
@@ -24,9 +24,12 @@ def test_the_main_job_on_qemu_trains_as_on_threads(firmware):
     data = tessera.spirals(SAMPLES, 3, SEED)
     on_threads = train(start("thread"), 0, 2, data)
     program = main_job_program()
-    runtime = tessera.Runtime(program, 4, "qemu", firmware=firmware)
-    runtime.set_random_seed(SEED)
-    runtime.weights_from_host(tessera.initial_weights(program, 4, SEED))
-    on_qemu = train(runtime, 0, 2, data)
+    runtime = tessera.Runtime(program, REPLICAS, "qemu", firmware=firmware)
+    try:
+        runtime.set_random_seed(SEED)
+        runtime.weights_from_host(tessera.initial_weights(program, REPLICAS, SEED))
+        on_qemu = train(runtime, 0, 2, data)
+    finally:
+        del runtime  # its QEMUs stop now, not when a failure's traceback lets go of them
     # f32 on both, the same operations in the same order: the same losses to 5 digits.
     assert [f"{l:.5f}" for l in on_qemu] == [f"{l:.5f}" for l in on_threads]
