@@ -69,7 +69,8 @@ venv="$PWD/target/python-venv"
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 numpy==2.4.6 pytest==9.2.0
 (cd host/python && VIRTUAL_ENV="$venv" "$venv/bin/maturin" develop --release --locked)
-"$venv/bin/python" -m pytest -q host/python/tests
+# The QEMU tests run the Cortex-M4F firmware built above, and fail if they cannot.
+TESSERA_FIRMWARE="$PWD/$firmware" TESSERA_PYTHON_QEMU=required "$venv/bin/python" -m pytest -q host/python/tests
 
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings

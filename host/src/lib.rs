@@ -16,7 +16,7 @@
 //!   them; one instance by default.
 //! - [`layout`]: inspect a variable's grouping and shard layout before running anything
 //!   (`tessera layout`).
-//! - [`pages`]: large host buffers backed by huge pages (faulted in 2 MiB at a time).
+//! - [`pages`]: large host buffers advised onto huge pages, where the kernel allows.
 //! - [`placement`]: where devices run (threads, child processes, QEMU), and the one place
 //!   that starts them there.
 //! - [`runtime`]: the device runtime, generic over a core program: prepare replicas, weights

@@ -13,10 +13,13 @@
 //! # Rule
 //!
 //! [`zeroed`] returns a zeroed `Vec<u8>` like `vec![0; len]`; when it is at least
-//! [`HUGE`] long, the whole 2 MiB-aligned part of it is advised `MADV_HUGEPAGE` before any
-//! byte of it is touched. The advice changes how the kernel backs the pages, never their
-//! contents: where it is refused (huge pages disabled, another kernel), the buffer is the
-//! same, only faulted in small pages.
+//! [`HUGE`] long, the whole 2 MiB-aligned part of it is advised `MADV_HUGEPAGE`, best
+//! effort: a large buffer is usually a fresh mapping not touched yet (the advice then
+//! decides how it is faulted in), but the allocator may hand out reused, already-faulted
+//! memory (then the advice changes nothing now). The advice changes how the kernel backs
+//! the pages, never their contents: where it is ignored (huge pages off) or refused (a
+//! kernel without them, another system), the buffer is the same, only faulted in small
+//! pages.
 
 /// The size of a huge page (x86-64 and AArch64 with 4 KiB base pages), and the smallest
 /// buffer advised: below it no huge page fits inside.
@@ -48,9 +51,9 @@ fn advise_huge(buffer: &[u8]) {
     // SAFETY: `first..first + len` lies inside `buffer`'s allocation (it starts at or
     // after its start and ends at or before its end) and is page-aligned, as madvise
     // requires. MADV_HUGEPAGE is advice about how to back the range: it changes neither
-    // the bytes (still zero, untouched) nor the mapping's validity or ownership, and a
-    // refusal (EINVAL where huge pages are off) leaves everything as it was, so its
-    // result is ignored.
+    // the bytes nor the mapping's validity or ownership, and a refusal (EINVAL from a
+    // kernel built without huge pages) leaves everything as it was, so its result is
+    // ignored.
     unsafe {
         libc::madvise(first as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
     }

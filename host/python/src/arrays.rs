@@ -14,7 +14,8 @@
 //!   it, as bytes: the only copy is the transfer itself. An array the runtime returns
 //!   (weights, anchors) or a register's value becomes a NumPy array without a copy (NumPy
 //!   takes the host's buffer); the runtime's named inputs (a step's streams, weights,
-//!   optimizer state) are lent to it as views, each sample copied once, into its device.
+//!   optimizer state) are lent to it as views, each sample copied once, into its device
+//!   (converted first when its type differs from the stream's).
 //!   Copied once, as the Rust API takes them by value: `call`'s array arguments (at most
 //!   one frame), `debug_set`'s value and `copy_to_workers`' arrays.
 //! - **C order only.** An array that is not C-contiguous (a slice with steps, a transpose,

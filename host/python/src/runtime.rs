@@ -8,7 +8,9 @@
 //! - Every method is the Rust [`Runtime`]'s, with its rules (sizes checked on every call,
 //!   a failed step leaving a defined state: see `tessera_host::runtime::recovery`).
 //! - **Named arrays are lent**, not copied: the runtime reads a step's streams, weights and
-//!   optimizer state where NumPy keeps them (each sample copied once, into its device);
+//!   optimizer state where NumPy keeps them (each sample copied once, into its device;
+//!   converted first when its type differs from the stream's), with the GIL released — a
+//!   Python thread writing into one of them meanwhile races, as with any native library;
 //!   anchors and weights come back as NumPy arrays over the host's buffers. Arrays must be
 //!   C-contiguous (see `arrays`).
 //! - **The GIL is released** while the devices work. One runtime runs one call at a time:

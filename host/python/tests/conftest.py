@@ -14,7 +14,7 @@ import pytest
 import tessera
 
 # The session and the runtime run on both host placements in every test that takes
-# `placement`; QEMU's placement is the Rust suites' (it needs the firmware).
+# `placement`; QEMU's tests (test_qemu.py) take the `firmware` fixture instead.
 PLACEMENTS = ["thread", "process"]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -121,3 +121,16 @@ def alive(pid):
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+@pytest.fixture
+def firmware():
+    """The QEMU firmware (`TESSERA_FIRMWARE`). Missing, the QEMU tests skip — unless
+    `TESSERA_PYTHON_QEMU=required` (the test command sets it), where they fail."""
+    path = os.environ.get("TESSERA_FIRMWARE")
+    if path and Path(path).is_file():
+        return path
+    reason = f"TESSERA_FIRMWARE ({path!r}) names no firmware"
+    if os.environ.get("TESSERA_PYTHON_QEMU") == "required":
+        pytest.fail(reason)
+    pytest.skip(reason)

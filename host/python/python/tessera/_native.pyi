@@ -160,7 +160,9 @@ class Program:
     def micro_batch_size(self) -> int: ...
 
 class Runtime:
-    """A program prepared on its replicas (PopART's Devicex)."""
+    """A program prepared on its replicas (PopART's Devicex). Named arrays are read where
+    NumPy keeps them, with the GIL released (C-contiguous, else ValueError); a Python
+    thread writing into one during the call races."""
 
     def __init__(
         self,
