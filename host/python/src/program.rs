@@ -9,8 +9,9 @@
 //!   starts.
 //! - Groupings are written as strings and tuples: `"all"`, `"none"`,
 //!   `("consecutive", k)`, `("orthogonal", k)`, `("strided", stride, group_size)`;
-//!   retrieval `"one_per_group"` or `"all_replicas"`; sharding `"none"`, `"balanced"` or
-//!   `"padded_tail"`; anchor return types `"all"`, `"final"`, `"sum"` or `("every", n)`.
+//!   retrieval `"one_per_group"` or `"all_replicas"`; sharding `"none"`, `"balanced"`,
+//!   `"padded_tail"` or `("explicit", per_replica, [(begin, end), ...])` (shards of
+//!   `per_replica` elements, and where the tensor's elements lie in the gathered buffer); anchor return types `"all"`, `"final"`, `"sum"` or `("every", n)`.
 //!   Anything else is a `ValueError` naming the choices.
 
 use std::collections::HashMap;
@@ -19,7 +20,8 @@ use numpy::PyUntypedArray;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding};
+use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding, MAX_INTERVALS};
+use tessera_core::shard::Interval;
 use tessera_core::stream::AnchorReturnType;
 use tessera_host::array::HostArray;
 use tessera_host::train::Dataset;
@@ -80,15 +82,36 @@ fn retrieval(name: &str) -> PyResult<RetrievalMode> {
     }
 }
 
-fn sharding(name: &str) -> PyResult<Sharding> {
-    match name {
-        "none" => Ok(Sharding::None),
-        "balanced" => Ok(Sharding::Balanced),
-        "padded_tail" => Ok(Sharding::PaddedTail),
-        _ => Err(PyValueError::new_err(format!(
-            "sharding {name:?} is none of \"none\", \"balanced\", \"padded_tail\""
-        ))),
+fn sharding(spec: &Bound<'_, PyAny>) -> PyResult<Sharding> {
+    let choices = "a sharding is \"none\", \"balanced\", \"padded_tail\" or (\"explicit\", \
+                   per_replica, [(begin, end), ...])";
+    if let Ok(name) = spec.extract::<String>() {
+        return match name.as_str() {
+            "none" => Ok(Sharding::None),
+            "balanced" => Ok(Sharding::Balanced),
+            "padded_tail" => Ok(Sharding::PaddedTail),
+            _ => Err(PyValueError::new_err(format!("{name:?}: {choices}"))),
+        };
     }
+    let Ok((name, per_replica, spans)) = spec.extract::<(String, u32, Vec<(usize, usize)>)>()
+    else {
+        return Err(PyValueError::new_err(choices));
+    };
+    if name != "explicit" {
+        return Err(PyValueError::new_err(format!("{name:?}: {choices}")));
+    }
+    let mut intervals = heapless::Vec::new();
+    for (begin, end) in spans {
+        intervals.push(Interval { begin, end }).map_err(|_| {
+            PyValueError::new_err(format!(
+                "an explicit sharding has at most {MAX_INTERVALS} intervals"
+            ))
+        })?;
+    }
+    Ok(Sharding::Explicit {
+        per_replica,
+        intervals,
+    })
 }
 
 fn return_type(spec: &Bound<'_, PyAny>) -> PyResult<AnchorReturnType> {
@@ -153,14 +176,14 @@ impl PyProgram {
     }
 
     /// Adds an f32 variable; returns its index.
-    #[pyo3(signature = (name, shape, group = None, retrieval = "one_per_group", sharding = "none"))]
+    #[pyo3(signature = (name, shape, group = None, retrieval = "one_per_group", sharding = None))]
     fn add_variable(
         &mut self,
         name: &str,
         shape: Vec<usize>,
         group: Option<&Bound<'_, PyAny>>,
         retrieval: &str,
-        sharding: &str,
+        sharding: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u8> {
         let grouping = match group {
             Some(spec) => grouping(spec)?,
@@ -173,7 +196,10 @@ impl PyProgram {
                 &shape,
                 grouping,
                 self::retrieval(retrieval)?,
-                self::sharding(sharding)?,
+                match sharding {
+                    Some(spec) => self::sharding(spec)?,
+                    None => Sharding::None,
+                },
             )
             .or_raise()
     }

@@ -197,3 +197,29 @@ def test_every_grouping_retrieval_sharding_anchor_and_loss_from_python():
         {"x": np.ones((4, 2), np.float32), "y": np.zeros((4, 1), np.float32)}
     )
     assert summed["loss"].size == 2  # one sum per replica
+
+
+def test_an_explicit_sharding_places_each_element_where_it_says():
+    # Four elements over groups of two replicas, shards of 3: elements 0-1 in the first
+    # shard's first two places, 2-3 in the second shard's first two (the rest padding).
+    p = tessera.Program(batches_per_step=1, accumulation=1, learning_rate=0.0)
+    w = p.add_variable("w", (1, 4), ("consecutive", 2), "one_per_group", ("explicit", 3, [(0, 2), (3, 5)]))
+    p.add_stream("x", "float32", (4,), input=True)
+    y = p.add_stream("y", "float32", (1,))
+    p.linear(w)
+    p.mean_squared_error(y)
+    p.check(4)
+    runtime = tessera.Runtime(p, 4, "thread")
+    values = np.arange(8, dtype=np.float32).reshape(2, 1, 4)  # one row per group
+    runtime.weights_from_host({"w": values})
+    np.testing.assert_array_equal(runtime.weights_to_host()["w"], values)
+    with pytest.raises(ValueError):
+        p.add_variable("v", (4,), "all", "one_per_group", ("explicit", 3, [(0, 1)] * 9))
+    with pytest.raises(tessera.RuntimeError):  # intervals that do not cover the tensor
+        q = tessera.Program()
+        q.add_variable("w", (1, 4), "all", "one_per_group", ("explicit", 1, [(0, 1)]))
+        q.add_stream("x", "float32", (4,), input=True)
+        t = q.add_stream("y", "float32", (1,))
+        q.linear(0)
+        q.mean_squared_error(t)
+        tessera.Runtime(q, 4, "thread")

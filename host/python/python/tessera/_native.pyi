@@ -19,6 +19,10 @@ Grouping = Union[
     Tuple[Literal["consecutive", "orthogonal"], int],
     Tuple[Literal["strided"], int, int],
 ]
+Sharding = Union[
+    Literal["none", "balanced", "padded_tail"],
+    Tuple[Literal["explicit"], int, Sequence[Tuple[int, int]]],
+]
 ReturnType = Union[Literal["all", "final", "sum"], Tuple[Literal["every"], int]]
 
 class TesseraError(Exception):
@@ -135,7 +139,7 @@ class Program:
         shape: Shape,
         group: Optional[Grouping] = None,
         retrieval: Literal["one_per_group", "all_replicas"] = "one_per_group",
-        sharding: Literal["none", "balanced", "padded_tail"] = "none",
+        sharding: Optional[Sharding] = None,
     ) -> int: ...
     def add_stream(
         self, name: str, dtype: str, sample: Shape, broadcast: bool = False, input: bool = False
