@@ -62,13 +62,17 @@ step "the session scenarios (QEMU ones too) and the sharded loader across 2 and 
 TESSERA_FIRMWARE="$PWD/$firmware" cargo test -p tessera-host --features mpi --test suite --locked -- \
     --include-ignored session_scenarios::across_ranks
 
-step "the Python package: built into a virtual environment with maturin, then its pytest suite"
+step "the Python package: installed into a virtual environment as the README says, then its pytest suite"
 # The package's build and test tools from PyPI, at the versions this suite was last run
-# with; the extension is built in release (the training tests run the main job).
+# with; then the README's install command (a release build by maturin, the same tool
+# without a second download: no build isolation), so the suite tests what users install.
 venv="$PWD/target/python-venv"
+rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 numpy==2.4.6 pytest==9.2.0
-(cd host/python && VIRTUAL_ENV="$venv" "$venv/bin/maturin" develop --release --locked)
+# (maturin's build backend runs the `maturin` it finds on PATH: the venv's.)
+PATH="$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    --no-build-isolation ./host/python
 # The QEMU tests run the Cortex-M4F firmware built above, and fail if they cannot.
 TESSERA_FIRMWARE="$PWD/$firmware" TESSERA_PYTHON_QEMU=required "$venv/bin/python" -m pytest -q host/python/tests
 
