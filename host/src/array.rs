@@ -300,6 +300,32 @@ impl AsView for ArrayView<'_> {
     }
 }
 
+/// An array the runtime writes where it lies (weights to host into the caller's arrays):
+/// a [`HostArray`], or any other owner of bytes with an element type and a shape (a NumPy
+/// array, lent).
+pub trait AsViewMut {
+    /// The element type.
+    fn dtype(&self) -> DataType;
+    /// The shape.
+    fn shape(&self) -> &[u32];
+    /// The bytes, to fill in place.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl AsViewMut for HostArray {
+    fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    fn shape(&self) -> &[u32] {
+        &self.shape
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        HostArray::bytes_mut(self)
+    }
+}
+
 /// Bytes borrowed from their owner (a NumPy array, say) to receive an array of `dtype`
 /// read from a device: a copy from a device checks the type and the length, then writes
 /// them in place (the owner keeps its own shape).

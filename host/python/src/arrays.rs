@@ -26,13 +26,16 @@
 //!   (`ValueError` otherwise); 0-d arrays and arrays with a zero dimension cross as such.
 //! - An array written into must be writable and not borrowed elsewhere (`ValueError`).
 
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::MAX_SHAPE_RANK;
-use tessera_host::array::{ArrayView, ArrayViewMut, HostArray};
+use tessera_host::array::{ArrayView, ArrayViewMut, AsViewMut, HostArray};
 
 /// The tessera element type of `array`'s dtype (see the module's rules).
 pub(crate) fn data_type(array: &Bound<'_, PyUntypedArray>) -> PyResult<DataType> {
@@ -192,6 +195,63 @@ impl<'py> Borrowed<'py> {
         let what = self.what.as_str();
         let slice = self.bytes.as_slice().map_err(refused(what))?;
         ArrayView::new(self.dtype, &self.shape, slice).map_err(refused(what))
+    }
+}
+
+/// A NumPy array lent for writing, with its type and shape: the runtime fills it in place
+/// (weights to host into the caller's arrays).
+pub(crate) struct BorrowedMut<'py> {
+    dtype: DataType,
+    shape: Vec<u32>,
+    bytes: PyReadwriteArray1<'py, u8>,
+    what: String,
+}
+
+/// A [`BorrowedMut`]'s bytes, typed and shaped, for code that runs without the GIL.
+pub(crate) struct Filled<'a> {
+    dtype: DataType,
+    shape: &'a [u32],
+    bytes: &'a mut [u8],
+}
+
+impl AsViewMut for Filled<'_> {
+    fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    fn shape(&self) -> &[u32] {
+        self.shape
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+}
+
+impl<'py> BorrowedMut<'py> {
+    /// `array`, named `what` in errors, checked by the module's rules (writable too).
+    pub(crate) fn new(array: &Bound<'py, PyUntypedArray>, what: &str) -> PyResult<Self> {
+        let dtype = data_type(array)?;
+        let shape = shape_of(array)?;
+        let bytes = bytes_of(array, what)?
+            .try_readwrite()
+            .map_err(refused(what))?;
+        Ok(Self {
+            dtype,
+            shape,
+            bytes,
+            what: what.to_string(),
+        })
+    }
+
+    /// The array's own bytes, to fill.
+    pub(crate) fn filled(&mut self) -> PyResult<Filled<'_>> {
+        let bytes = self.bytes.as_slice_mut().map_err(refused(&self.what))?;
+        Ok(Filled {
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes,
+        })
     }
 }
 

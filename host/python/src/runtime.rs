@@ -34,7 +34,7 @@ use tessera_host::executable::Executable;
 use tessera_host::runtime::Runtime;
 use tessera_host::train::Dataset;
 
-use crate::arrays::{to_host, Borrowed};
+use crate::arrays::{to_host, Borrowed, BorrowedMut};
 use crate::error::OrRaise;
 use crate::placement::{device_memory, placement};
 use crate::program::{named_to_numpy, PyProgram};
@@ -179,6 +179,30 @@ impl PyRuntime {
     ) -> PyResult<HashMap<String, Bound<'py, PyUntypedArray>>> {
         let weights = self.with(py, |r| r.weights_to_host()).or_raise()?;
         named_to_numpy(py, weights)
+    }
+
+    /// Every variable named in `out` into its NumPy array, in place (PopART's
+    /// `weightsToHost` into the user's buffers): each must be float32, C-contiguous,
+    /// writable and of the variable's returned shape, all checked before the first byte
+    /// moves; variables not named are not read. Nothing is allocated.
+    fn weights_to_host_into(
+        &self,
+        py: Python<'_>,
+        out: HashMap<String, Bound<'_, PyUntypedArray>>,
+    ) -> PyResult<()> {
+        let mut lent = out
+            .iter()
+            .map(|(name, array)| {
+                let borrowed = BorrowedMut::new(array, &format!("weight {name:?}"))?;
+                Ok((name.clone(), borrowed))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut into = BTreeMap::new();
+        for (name, borrowed) in &mut lent {
+            into.insert(name.clone(), borrowed.filled()?);
+        }
+        self.with(py, |r| r.weights_to_host_into(&mut into))
+            .or_raise()
     }
 
     /// Loads the optimizer's state (velocities), by variable name.

@@ -223,3 +223,27 @@ def test_an_explicit_sharding_places_each_element_where_it_says():
         q.linear(0)
         q.mean_squared_error(t)
         tessera.Runtime(q, 4, "thread")
+
+
+def test_weights_to_host_into_numpy_arrays_in_place():
+    runtime = start("thread")
+    expected = runtime.weights_to_host()
+    out = {name: np.full_like(w, 7.0) for name, w in expected.items() if name != "b2"}
+    ids = {name: id(a) for name, a in out.items()}
+    runtime.weights_to_host_into(out)
+    for name, array in out.items():
+        assert id(array) == ids[name]  # the caller's own arrays, filled
+        np.testing.assert_array_equal(array, expected[name])
+    # Checked for all before the first byte moves: one wrong array, nothing written.
+    sentinel = {"w1": np.full_like(expected["w1"], 7.0), "w2": np.zeros((3, 24), np.float32)}
+    with pytest.raises(tessera.RuntimeError) as refused:
+        runtime.weights_to_host_into(sentinel)
+    assert refused.value.kind == "Shape" and "w2" in str(refused.value)
+    assert (sentinel["w1"] == 7.0).all()
+    with pytest.raises(tessera.RuntimeError) as typed:
+        runtime.weights_to_host_into({"b1": np.zeros(24, np.float64)})
+    assert typed.value.kind == "Type"
+    readonly = np.zeros_like(expected["b1"])
+    readonly.setflags(write=False)
+    with pytest.raises(ValueError):
+        runtime.weights_to_host_into({"b1": readonly})

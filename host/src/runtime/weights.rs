@@ -20,7 +20,7 @@ use super::recovery::Recovery;
 use super::{Runtime, RuntimeError, WeightsIo};
 use std::collections::BTreeMap;
 
-use crate::array::{ArrayView, AsView, HostArray};
+use crate::array::{AsView, AsViewMut, HostArray};
 use crate::transport::{ChannelSlots, TransportError};
 
 impl Runtime {
@@ -68,12 +68,17 @@ impl Runtime {
     /// checked for all before the first byte moves; variables not named are not read. No
     /// allocation: a loop that reads the weights every few steps reuses its buffers.
     /// Refused while a failed step may have left the replicas apart.
-    pub fn weights_to_host_into(&mut self, into: &mut WeightsIo) -> Result<(), RuntimeError> {
+    /// The arrays may be host arrays ([`WeightsIo`]) or any other owner of bytes with a
+    /// type and a shape ([`AsViewMut`]).
+    pub fn weights_to_host_into<A: AsViewMut>(
+        &mut self,
+        into: &mut BTreeMap<String, A>,
+    ) -> Result<(), RuntimeError> {
         self.check_converged(true, false)?;
         let mut plan = Vec::with_capacity(into.len());
         for (name, array) in into.iter() {
             let index = self.variable(name)?;
-            self.check_returned(name, array.view())?;
+            self.check_returned(name, array.dtype(), array.shape())?;
             plan.push(index);
         }
         for (index, array) in plan.iter().zip(into.values_mut()) {
@@ -126,7 +131,12 @@ impl Runtime {
         for (name, array) in arrays {
             let index = self.variable(name)?;
             let array = array.view();
-            self.check_array(name, array, &self.host_shape(name, false)?)?;
+            self.check_array(
+                name,
+                array.dtype(),
+                array.shape(),
+                &self.host_shape(name, false)?,
+            )?;
             plan.push((index, array));
         }
         for (index, array) in plan {
@@ -221,41 +231,49 @@ impl Runtime {
             })
     }
 
-    /// `array` is `f32` and has variable `name`'s returned shape.
-    fn check_returned(&self, name: &str, array: ArrayView<'_>) -> Result<(), RuntimeError> {
+    /// An array of `dtype` and `actual` shape is `f32` and has variable `name`'s returned
+    /// shape.
+    fn check_returned(
+        &self,
+        name: &str,
+        dtype: DataType,
+        actual: &[u32],
+    ) -> Result<(), RuntimeError> {
         let shape = self.host_shape(name, true)?;
-        self.check_array(name, array, &shape).map_err(|e| match e {
-            RuntimeError::Shape {
-                name,
-                expected,
-                actual,
-                ..
-            } => RuntimeError::Shape {
-                name,
-                expected,
-                actual,
-                rule: "a variable's returned shape: one row per group (or per replica, when \
+        self.check_array(name, dtype, actual, &shape)
+            .map_err(|e| match e {
+                RuntimeError::Shape {
+                    name,
+                    expected,
+                    actual,
+                    ..
+                } => RuntimeError::Shape {
+                    name,
+                    expected,
+                    actual,
+                    rule: "a variable's returned shape: one row per group (or per replica, when \
                        every replica's returns), the row dimension dropped when one returns",
-            },
-            other => other,
-        })
+                },
+                other => other,
+            })
     }
 
-    /// `array` is `f32` and shaped `shape`.
+    /// An array of `dtype` and `actual` shape is `f32` and shaped `shape`.
     fn check_array(
         &self,
         name: &str,
-        array: ArrayView<'_>,
+        dtype: DataType,
+        actual: &[u32],
         shape: &[usize],
     ) -> Result<(), RuntimeError> {
-        if array.dtype() != DataType::F32 {
+        if dtype != DataType::F32 {
             return Err(RuntimeError::Type {
                 name: name.to_string(),
                 expected: DataType::F32,
-                actual: array.dtype(),
+                actual: dtype,
             });
         }
-        let actual: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
+        let actual: Vec<usize> = actual.iter().map(|&d| d as usize).collect();
         if actual != shape {
             return Err(RuntimeError::Shape {
                 name: name.to_string(),
