@@ -7,7 +7,7 @@
 //! advice" (`madvise`, the default of many distributions, and this project's CI machines),
 //! the kernel backs a range with 2 MiB pages only when the program asks before touching it.
 //! NumPy asks for its large arrays; a Rust `Vec` does not, which made a 64 MiB copy from
-//! worker 0 into a new array 2.1–2.8× faster from Python than from Rust (measured by
+//! worker 0 into a new array 2.1–3.0× faster from Python than from Rust (measured by
 //! `host/python/bench/roundtrip.py`; with NumPy's advice turned off, the two were level).
 //!
 //! # Rule

@@ -165,6 +165,15 @@ fn refused<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> PyErr + '_ {
     move |e| PyValueError::new_err(format!("{what}: {e}"))
 }
 
+/// `array`'s element type, shape and bytes, each checked by the module's rules (`what`
+/// names it in errors).
+fn checked<'py>(
+    array: &Bound<'py, PyUntypedArray>,
+    what: &str,
+) -> PyResult<(DataType, Vec<u32>, Bound<'py, PyArray1<u8>>)> {
+    Ok((data_type(array)?, shape_of(array)?, bytes_of(array, what)?))
+}
+
 /// A NumPy array lent for reading: NumPy refuses it to writers through Rust until this is
 /// dropped. Its [`ArrayView`] can cross into code that runs without the GIL.
 pub(crate) struct Borrowed<'py> {
@@ -177,11 +186,8 @@ pub(crate) struct Borrowed<'py> {
 impl<'py> Borrowed<'py> {
     /// `array`, named `what` in errors, checked by the module's rules.
     pub(crate) fn new(array: &Bound<'py, PyUntypedArray>, what: &str) -> PyResult<Self> {
-        let dtype = data_type(array)?;
-        let shape = shape_of(array)?;
-        let bytes = bytes_of(array, what)?
-            .try_readonly()
-            .map_err(refused(what))?;
+        let (dtype, shape, bytes) = checked(array, what)?;
+        let bytes = bytes.try_readonly().map_err(refused(what))?;
         Ok(Self {
             dtype,
             shape,
@@ -231,11 +237,8 @@ impl AsViewMut for Filled<'_> {
 impl<'py> BorrowedMut<'py> {
     /// `array`, named `what` in errors, checked by the module's rules (writable too).
     pub(crate) fn new(array: &Bound<'py, PyUntypedArray>, what: &str) -> PyResult<Self> {
-        let dtype = data_type(array)?;
-        let shape = shape_of(array)?;
-        let bytes = bytes_of(array, what)?
-            .try_readwrite()
-            .map_err(refused(what))?;
+        let (dtype, shape, bytes) = checked(array, what)?;
+        let bytes = bytes.try_readwrite().map_err(refused(what))?;
         Ok(Self {
             dtype,
             shape,

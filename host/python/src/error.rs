@@ -63,14 +63,28 @@ create_exception!(
     "A program breaks one of core's rules (capacity, shapes, groupings, streams)."
 );
 
-/// A Rust error raised as Python exception `E`, with its message and `kind`.
-fn raise<E: PyTypeInfo>(error: &(impl Display + Debug)) -> PyErr {
-    let err = PyErr::new::<E, _>(error.to_string());
+/// Exception `E` with `message` and the attributes `kind` and, for session errors,
+/// `workers`. (Setting an attribute on a fresh exception cannot fail but for memory.)
+fn exception<E: PyTypeInfo>(message: String, kind: &str, workers: Option<Vec<usize>>) -> PyErr {
+    let err = PyErr::new::<E, _>(message);
     Python::attach(|py| {
-        // Setting an attribute on a fresh exception object cannot fail but for memory.
-        let _ = err.value(py).setattr("kind", kind(error));
+        let value = err.value(py);
+        let _ = value.setattr("kind", kind);
+        if let Some(workers) = workers {
+            let _ = value.setattr("workers", workers);
+        }
     });
     err
+}
+
+/// A Rust error raised as Python exception `E`, with its message and `kind`.
+fn raise<E: PyTypeInfo>(error: &(impl Display + Debug)) -> PyErr {
+    exception::<E>(error.to_string(), &kind(error), None)
+}
+
+/// The workers of a session error's failures, in the order they were reported.
+fn workers(error: &tessera_host::session::SessionError) -> Vec<usize> {
+    error.worker_failures().iter().map(|f| f.0).collect()
 }
 
 /// The variant's name: what `Debug` prints before its fields.
@@ -91,8 +105,7 @@ pub(crate) trait Raise {
 
 impl Raise for tessera_host::session::SessionError {
     fn raise(self) -> PyErr {
-        let workers: Vec<usize> = self.worker_failures().iter().map(|f| f.0).collect();
-        with_workers(raise::<SessionError>(&self), workers)
+        exception::<SessionError>(self.to_string(), &kind(&self), Some(workers(&self)))
     }
 }
 
@@ -101,41 +114,22 @@ impl Raise for tessera_host::session::SessionError {
 impl Raise for tessera_host::session::loader::LoadError {
     fn raise(self) -> PyErr {
         use tessera_host::session::loader::LoadError;
-        let inner = match &self {
-            LoadError::Session { source, .. } => Some(source),
-            LoadError::Worker { source, .. } => Some(source.as_ref()),
-            _ => None,
+        let (kind, workers) = match &self {
+            LoadError::Session { source, .. } => (kind(source), workers(source)),
+            LoadError::Worker { source, .. } => (kind(source.as_ref()), workers(source)),
+            other => (kind(other), Vec::new()),
         };
-        let Some(inner) = inner else {
-            return with_workers(raise::<SessionError>(&self), Vec::new());
-        };
-        let workers = inner.worker_failures().iter().map(|f| f.0).collect();
-        let err = with_workers(PyErr::new::<SessionError, _>(self.to_string()), workers);
-        Python::attach(|py| {
-            let _ = err.value(py).setattr("kind", kind(inner));
-        });
-        err
+        exception::<SessionError>(self.to_string(), &kind, Some(workers))
     }
-}
-
-/// `err` with the attribute `workers`.
-fn with_workers(err: PyErr, workers: Vec<usize>) -> PyErr {
-    Python::attach(|py| {
-        let _ = err.value(py).setattr("workers", workers);
-    });
-    err
 }
 
 /// The exception for a register freed from Python and used again (kind `"Freed"`).
 pub(crate) fn freed() -> PyErr {
-    let err = with_workers(
-        PyErr::new::<SessionError, _>("this register was freed: it names nothing on the workers"),
-        Vec::new(),
-    );
-    Python::attach(|py| {
-        let _ = err.value(py).setattr("kind", "Freed");
-    });
-    err
+    exception::<SessionError>(
+        "this register was freed: it names nothing on the workers".into(),
+        "Freed",
+        Some(Vec::new()),
+    )
 }
 
 macro_rules! raise_as {

@@ -168,7 +168,6 @@ def test_programs_and_runtimes_refuse_bad_input():
     bad[0] = 1 << 20
     with pytest.raises(tessera.RuntimeError):
         runtime.run({"x": inputs[:per_step], "label": bad})
-    assert main_job_program().variables == ["w1", "b1", "w2", "b2"]
 
 
 def test_a_register_freed_by_one_thread_while_another_calls_with_it(sess):

@@ -154,6 +154,17 @@ impl Mpi {
         })
     }
 
+    /// Every rank's part of an allgather, `len` bytes being this one's (the lengths an
+    /// allgather of varying parts exchanges first).
+    fn counts(&self, len: usize) -> Result<Vec<Count>, InstanceError> {
+        let mine = self.count(len)?;
+        let mut counts: Vec<Count> = vec![0; self.size];
+        self.guarded("an allgather's lengths", || {
+            self.world().all_gather_into(&mine, &mut counts[..])
+        });
+        Ok(counts)
+    }
+
     /// Every rank's length of a buffer, checked equal.
     fn same_length(&self, len: usize, what: &'static str) -> Result<(), InstanceError> {
         let mine = len as u64;
@@ -207,11 +218,7 @@ impl Instances for Mpi {
 
     fn allgather(&self, data: &[u8]) -> Result<Vec<u8>, InstanceError> {
         let world = self.world();
-        let mine = self.count(data.len())?;
-        let mut counts: Vec<Count> = vec![0; self.size];
-        self.guarded("an allgather's lengths", || {
-            world.all_gather_into(&mine, &mut counts[..])
-        });
+        let counts = self.counts(data.len())?;
         let mut displs = Vec::with_capacity(self.size);
         let mut total: usize = 0;
         for &c in &counts {
@@ -241,11 +248,7 @@ impl Instances for Mpi {
             return Err(mismatch("this instance's part of an allgather"));
         }
         let world = self.world();
-        let counted = self.count(mine.len())?;
-        let mut counts: Vec<Count> = vec![0; self.size];
-        self.guarded("an allgather's lengths", || {
-            world.all_gather_into(&counted, &mut counts[..])
-        });
+        let counts = self.counts(mine.len())?;
         let mut starts = Vec::with_capacity(self.size);
         let mut total: usize = 0;
         for &c in &counts {

@@ -134,13 +134,14 @@ impl PostOffice {
 
     /// Sends control message `message` to rank `to` (after everything posted before).
     pub fn send_control(&self, to: usize, message: Vec<u8>) -> io::Result<()> {
+        self.post(to, CONTROL_TAG, message)
+    }
+
+    /// Posts `bytes` for rank `to` under `tag`.
+    fn post(&self, to: usize, tag: i32, bytes: Vec<u8>) -> io::Result<()> {
         let to = rank_of(to)?;
         self.posts
-            .send(Post::Send {
-                to,
-                tag: CONTROL_TAG,
-                bytes: message,
-            })
+            .send(Post::Send { to, tag, bytes })
             .map_err(|_| gone())
     }
 
@@ -153,14 +154,7 @@ impl PostOffice {
 
     /// Sends bulk message `message` to rank `to` (after everything posted before).
     pub fn send_bulk(&self, to: usize, message: Vec<u8>) -> io::Result<()> {
-        let to = rank_of(to)?;
-        self.posts
-            .send(Post::Send {
-                to,
-                tag: BULK_TAG,
-                bytes: message,
-            })
-            .map_err(|_| gone())
+        self.post(to, BULK_TAG, message)
     }
 
     /// The next bulk message and the rank that sent it, waiting up to `limit`; `None` when
