@@ -101,6 +101,8 @@ pub fn prepare(
         release(arena, fifos, &old.program);
     }
     release(arena, fifos, &program);
+    #[cfg(not(feature = "firmware"))]
+    let scratch = wider(arena, fifos, &program, replicas).unwrap_or(scratch);
     place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
         release(arena, fifos, &program);
     })?;
@@ -112,6 +114,27 @@ pub fn prepare(
         rounds,
         exchanges,
     })
+}
+
+/// The layout of the widest pass of several micro-batches whose placement fits the arena
+/// ([`scratch`]'s rule), if one does; nothing stays placed. Not in the firmware binary:
+/// its 64 KiB flash budget has no room for the search, so it computes one micro-batch a
+/// pass (the same numbers, more slowly).
+#[cfg(not(feature = "firmware"))]
+fn wider(
+    arena: &mut Arena<'_>,
+    fifos: &mut Fifos,
+    program: &Program,
+    replicas: usize,
+) -> Option<Scratch> {
+    Scratch::passes(program)
+        .take_while(|&chunk| chunk > 1)
+        .filter_map(|chunk| Scratch::passing(program, replicas, chunk))
+        .find(|scratch| {
+            let fits = place(arena, fifos, program, replicas, scratch).is_ok();
+            release(arena, fifos, program);
+            fits
+        })
 }
 
 /// Allocates everything the module documentation lists.
