@@ -5,9 +5,11 @@
 //! 1. every variable a layer trains is made whole in the scratch block: copied from the
 //!    replica's variable, or, when it is sharded, its shard's pieces placed in a zeroed
 //!    tensor and summed across the group (a *gather* round);
-//! 2. each micro-batch pops one sample of every stream, runs the layers forward, computes
+//! 2. each micro-batch pops one item of every stream, runs the layers forward, computes
 //!    the loss, runs the layers backward adding to each variable's gradient, and writes its
-//!    anchors by their return type's rule ([`AnchorReturnType::action`]);
+//!    anchors by their return type's rule ([`AnchorReturnType::action`]) — a pass of
+//!    several micro-batches at a time, every row alone and in order, which gives the same
+//!    bits ([`scratch`](super::scratch)'s rule);
 //! 3. the gradients are divided by the accumulation factor and averaged across each
 //!    variable's group (a *gradient* round, when the group has several members);
 //! 4. the optimizer updates only what the replica holds: its own shard's elements (padding
@@ -683,7 +685,7 @@ fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<(), 
     Ok(())
 }
 
-/// `x` as `n` rows (the samples of a micro-batch).
+/// `x` as `n` rows (the samples of a pass).
 fn rows(x: &[f32], n: usize) -> core::slice::ChunksExact<'_, f32> {
     x.chunks_exact((x.len() / n.max(1)).max(1))
 }
