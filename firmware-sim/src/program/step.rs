@@ -42,7 +42,7 @@ use core::ops::Range;
 use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
-use tessera_core::stream::AnchorAction;
+use tessera_core::stream::{AnchorAction, AnchorReturnType};
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
 use super::{math, Prepared};
@@ -320,45 +320,50 @@ impl<'d, 'a> Step<'d, 'a> {
     /// work.
     fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         let chunk = self.prepared.scratch.chunk();
-        for i in 0..chunk {
-            self.pop_samples(i)?;
-        }
+        self.pop_samples(chunk)?;
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
         let mut work = forward(arena, block, prepared, self.rng)?;
         loss(arena, block, prepared)?;
         work += backward(arena, block, prepared)?;
-        for i in 0..chunk {
-            for (j, anchor) in prepared.program.anchors.iter().enumerate() {
+        // Each anchor's FIFO gets its micro-batches' values in order (anchors are apart).
+        for (j, anchor) in prepared.program.anchors.iter().enumerate() {
+            if anchor.return_type == AnchorReturnType::All {
+                // Every micro-batch's values, in order: one push of the pass's rows.
+                let s = &prepared.scratch;
+                let rows = match anchor.tensor {
+                    AnchorTensor::Loss => Some(s.losses()),
+                    AnchorTensor::Output => s.act(s.last()),
+                };
+                let rows = rows.ok_or(MISSING)?;
+                let fifo = ids::anchor_fifo(j as u8);
+                self.fifos
+                    .push_from(self.arena, fifo, block, rows.start * 4..rows.end * 4)?;
+                continue;
+            }
+            for i in 0..chunk {
                 self.write_anchor(j, anchor, (b, m + i as u32), i)?;
             }
         }
         Ok(work)
     }
 
-    /// One item popped from every stream: the input and the loss's labels or targets into
-    /// the rows of the pass's micro-batch `i` in the scratch block.
-    fn pop_samples(&mut self, i: usize) -> Result<(), ErrorCode> {
+    /// The pass's `items` items (one per micro-batch) popped from every stream at once:
+    /// the inputs and the loss's labels or targets into their rows in the scratch block.
+    /// (A FIFO holds one step's items from its start, and a pass's micro-batches divide a
+    /// batch's, so a pass's items never straddle the ring's end.)
+    fn pop_samples(&mut self, items: usize) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
-        let part = |region: Option<Range<usize>>| {
-            region
-                .and_then(|r| s.part(r, i))
-                .ok_or(broken(Invariant::ScratchLayout))
-        };
         for (k, _) in p.streams.iter().enumerate() {
             let fifo = ids::stream_fifo(k as u8);
             if k == usize::from(p.input) {
-                pop_into(self.arena, self.fifos, fifo, self.block, part(s.act(0))?)?;
+                let at = s.act(0).ok_or(broken(Invariant::ScratchLayout))?;
+                pop_into(self.arena, self.fifos, fifo, self.block, (at, items))?;
             } else if k == self.loss_stream {
-                pop_into(
-                    self.arena,
-                    self.fifos,
-                    fifo,
-                    self.block,
-                    part(Some(s.target()))?,
-                )?;
+                let at = s.target();
+                pop_into(self.arena, self.fifos, fifo, self.block, (at, items))?;
             } else {
                 // A stream no layer reads still moves on with the step.
-                self.fifos.pop(self.arena, fifo, 1)?;
+                self.fifos.pop(self.arena, fifo, items)?;
             }
         }
         Ok(())
@@ -746,15 +751,15 @@ fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<
     Ok(work)
 }
 
-/// Pops one item of FIFO `fifo` into elements `at` of the scratch block.
+/// Pops `items` items of FIFO `fifo` into elements `at` of the scratch block.
 fn pop_into(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
     fifo: u16,
     block: Block,
-    at: Range<usize>,
+    (at, items): (Range<usize>, usize),
 ) -> Result<(), ErrorCode> {
-    let (from, range) = fifos.pop(arena, fifo, 1)?;
+    let (from, range) = fifos.pop(arena, fifo, items)?;
     let (source, x) = arena
         .pair_mut(from, block)
         .ok_or(broken(Invariant::BlockPair))?;
