@@ -4,11 +4,11 @@
 //! variable a layer trains, its whole value (gathered from the group when it is sharded),
 //! then for each its gradient (in both lists the variables that take a round of that kind
 //! come first, in round order: the rounds of an exchange are then one span, sent as it
-//! lies); the activations `a₀ … a_L` (`a₀` the input micro-batch, `a_{k+1}` the
-//! output of layer `k`, `a_L` the loss layer's input) and a gradient region of the same
-//! size for each; a dropout mask per dropout layer; the labels or targets of the
-//! micro-batch (a label is stored as the bits of its `i32`); the loss of each of its
-//! samples; and a running sum per anchor for
+//! lies); the activations `a₀ … a_L` (`a₀` the pass's inputs, `a_{k+1}` the output of
+//! layer `k`, `a_L` the loss layer's input) and a gradient region of the same size for
+//! each; a dropout mask per dropout layer; the labels or targets of the pass (a label is
+//! stored as the bits of its `i32`); the loss of each of its samples; and a running sum
+//! per anchor for
 //! [`Sum`](tessera_core::stream::AnchorReturnType::Sum) anchors.
 //!
 //! Activations, their gradients, masks, targets and losses hold one *pass*: `chunk`
@@ -21,13 +21,21 @@
 //! the pass's rows, so the cost of walking the program (its layers, regions and FIFOs)
 //! is paid once per pass, not once per micro-batch. The result is the same to the bit as
 //! one micro-batch at a time: every row is computed alone, in order (a linear layer's
-//! gradient adds row after row, dropout draws element after element, the loss is per
-//! sample), and a micro-batch's anchors are its own rows. A pass is the largest divisor
-//! of the accumulation whose rows stay within [`PASS_ROWS`] and whose placement fits the
-//! arena ([`Scratch::passes`] lists them, largest first; a device takes the first that
-//! fits, one micro-batch a pass if none does, so a program that fitted before still
-//! fits). The firmware binary computes one micro-batch a pass: its flash budget has no
-//! room for the search.
+//! gradient adds row after row, the loss is per sample), and a micro-batch's anchors are
+//! its own rows. The generator is the one thing shared across rows: one dropout layer
+//! draws element after element over the pass, in the order single micro-batches would;
+//! two or more would draw layer by layer instead of micro-batch by micro-batch, so a
+//! program with more than one dropout layer computes one micro-batch a pass. (A step
+//! that fails part-way may have drawn for the rest of its pass: the generator's state
+//! after a failed step is whatever the step left, as the host's recovery rule says.)
+//!
+//! A pass is the largest divisor of the accumulation whose rows stay within
+//! [`PASS_ROWS`] ([`Scratch::passes`] lists them, largest first) and whose block takes at
+//! most a quarter of the memory the program leaves free with one micro-batch a pass (so
+//! the memory later requests need — slots, registers, function calls — shrinks by at
+//! most a quarter); a device takes the first that fits, else one micro-batch a pass, so
+//! a program that fitted before still fits. The firmware binary computes one micro-batch
+//! a pass: its flash budget has no room for the search.
 
 use core::ops::Range;
 
@@ -87,7 +95,14 @@ impl Scratch {
     /// divisor of its accumulation, the last 1.
     pub fn passes(program: &Program) -> impl Iterator<Item = usize> {
         let a = program.accumulation as usize;
-        let most = PASS_ROWS / (program.micro_batch_size as usize).max(1);
+        let dropouts = (program.layers.iter())
+            .filter(|l| matches!(l, Layer::Dropout { .. }))
+            .count();
+        let most = match dropouts {
+            0 | 1 => PASS_ROWS / (program.micro_batch_size as usize).max(1),
+            // Their draws would interleave otherwise (module doc).
+            _ => 1,
+        };
         (1..=a.min(most).max(1))
             .rev()
             .filter(move |c| a.is_multiple_of(*c))
@@ -248,7 +263,8 @@ impl Scratch {
     pub fn part(&self, region: Range<usize>, i: usize) -> Option<Range<usize>> {
         let len = region.len() / self.chunk.max(1);
         let start = region.start.checked_add(len.checked_mul(i)?)?;
-        (i < self.chunk).then_some(start..start + len)
+        let end = start.checked_add(len)?;
+        (i < self.chunk).then_some(start..end)
     }
 
     /// Anchor `j`'s running sum.

@@ -320,7 +320,11 @@ impl<'d, 'a> Step<'d, 'a> {
     /// work.
     fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         let chunk = self.prepared.scratch.chunk();
-        self.pop_samples(chunk)?;
+        // Item by item: a host may have read a stream FIFO, so its items need not start
+        // where a pass's would (one pop of the whole pass could straddle the ring's end).
+        for i in 0..chunk {
+            self.pop_samples(i)?;
+        }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
         let mut work = forward(arena, block, prepared, self.rng)?;
         loss(arena, block, prepared)?;
@@ -347,23 +351,30 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(work)
     }
 
-    /// The pass's `items` items (one per micro-batch) popped from every stream at once:
-    /// the inputs and the loss's labels or targets into their rows in the scratch block.
-    /// (A FIFO holds one step's items from its start, and a pass's micro-batches divide a
-    /// batch's, so a pass's items never straddle the ring's end.)
-    fn pop_samples(&mut self, items: usize) -> Result<(), ErrorCode> {
+    /// One item popped from every stream: the input and the loss's labels or targets into
+    /// the rows of the pass's micro-batch `i` in the scratch block.
+    fn pop_samples(&mut self, i: usize) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
+        let part = |region: Option<Range<usize>>| {
+            region
+                .and_then(|r| s.part(r, i))
+                .ok_or(broken(Invariant::ScratchLayout))
+        };
         for (k, _) in p.streams.iter().enumerate() {
             let fifo = ids::stream_fifo(k as u8);
             if k == usize::from(p.input) {
-                let at = s.act(0).ok_or(broken(Invariant::ScratchLayout))?;
-                pop_into(self.arena, self.fifos, fifo, self.block, (at, items))?;
+                pop_into(self.arena, self.fifos, fifo, self.block, part(s.act(0))?)?;
             } else if k == self.loss_stream {
-                let at = s.target();
-                pop_into(self.arena, self.fifos, fifo, self.block, (at, items))?;
+                pop_into(
+                    self.arena,
+                    self.fifos,
+                    fifo,
+                    self.block,
+                    part(Some(s.target()))?,
+                )?;
             } else {
                 // A stream no layer reads still moves on with the step.
-                self.fifos.pop(self.arena, fifo, items)?;
+                self.fifos.pop(self.arena, fifo, 1)?;
             }
         }
         Ok(())
@@ -751,15 +762,15 @@ fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<
     Ok(work)
 }
 
-/// Pops `items` items of FIFO `fifo` into elements `at` of the scratch block.
+/// Pops one item of FIFO `fifo` into elements `at` of the scratch block.
 fn pop_into(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
     fifo: u16,
     block: Block,
-    (at, items): (Range<usize>, usize),
+    at: Range<usize>,
 ) -> Result<(), ErrorCode> {
-    let (from, range) = fifos.pop(arena, fifo, items)?;
+    let (from, range) = fifos.pop(arena, fifo, 1)?;
     let (source, x) = arena
         .pair_mut(from, block)
         .ok_or(broken(Invariant::BlockPair))?;

@@ -31,9 +31,16 @@ const ANCHORS: [[(AnchorTensor, AnchorReturnType); 2]; 2] = [
     ],
 ];
 
-/// `x[3] → w1[6, 3] → +b1 → ReLU → dropout → w2[4, 6] → +b2 → softmax cross-entropy`,
-/// on one replica, with anchors set `set` of [`ANCHORS`].
-fn program(set: usize) -> Program {
+/// What a case trains: the anchors (a set of [`ANCHORS`]), the loss, and dropout layers.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    anchors: usize,
+    squared_error: bool,
+    dropouts: usize,
+}
+
+/// `x[3] → w1[6, 3] → +b1 → ReLU → dropout(s) → w2[4, 6] → +b2 → loss`, on one replica.
+fn program(case: Case) -> Program {
     let momentum = Optimizer::SgdMomentum {
         learning_rate: 0.3,
         momentum: 0.9,
@@ -53,19 +60,24 @@ fn program(set: usize) -> Program {
         var("b2", &[4]),
     );
     p.input = p.add_stream("x", DataType::F32, &[3], false).unwrap();
-    let labels = p.add_stream("label", DataType::I32, &[1], false).unwrap();
-    for layer in [
+    let last = if case.squared_error {
+        let targets = p.add_stream("t", DataType::F32, &[4], false).unwrap();
+        Layer::MeanSquaredError { targets }
+    } else {
+        let labels = p.add_stream("label", DataType::I32, &[1], false).unwrap();
+        Layer::SoftmaxCrossEntropy { labels }
+    };
+    let mut layers = vec![
         Layer::Linear { weight: w1 },
         Layer::Bias { bias: b1 },
         Layer::Relu,
-        Layer::Dropout { rate: 0.25 },
-        Layer::Linear { weight: w2 },
-        Layer::Bias { bias: b2 },
-        Layer::SoftmaxCrossEntropy { labels },
-    ] {
+    ];
+    layers.extend((0..case.dropouts).map(|_| Layer::Dropout { rate: 0.25 }));
+    layers.extend([Layer::Linear { weight: w2 }, Layer::Bias { bias: b2 }, last]);
+    for layer in layers {
         p.add_layer(layer).unwrap();
     }
-    for (tensor, return_type) in ANCHORS[set] {
+    for (tensor, return_type) in ANCHORS[case.anchors] {
         p.add_anchor(tensor, return_type).unwrap();
     }
     p
@@ -90,13 +102,14 @@ fn read(device: &mut Device<'_>, target: Target, len: usize) -> Vec<u8> {
     }
 }
 
-/// Three steps of `program(set)` on a device of `memory` bytes (`None` if it cannot be
-/// prepared there for lack of memory): every anchor's bytes, then every variable's and velocity's.
-fn train(set: usize, memory: usize) -> Option<Vec<Vec<u8>>> {
+/// Three steps of `program(case)` on a device of `memory` bytes (`None` if it cannot be
+/// prepared there for lack of memory): the pass it chose, then every anchor's bytes, then
+/// every variable's and velocity's.
+fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
     let (mut arena, cycles) = (vec![0u8; memory], CycleCounter::new());
     let mut arena = &mut arena[..];
     let mut device = Device::new(0, &mut arena, LINK, &cycles);
-    let program = program(set);
+    let program = program(case);
     let prepare = Request::Prepare {
         replicas: 1,
         program: program.clone(),
@@ -136,9 +149,15 @@ fn train(set: usize, memory: usize) -> Option<Vec<Vec<u8>>> {
         let x: Vec<u8> = (0..items * 3)
             .flat_map(|i| ((i as f32 * 0.37 + step as f32).sin()).to_le_bytes())
             .collect();
-        let labels: Vec<u8> = (0..items)
-            .flat_map(|i| ((i % 4) as i32).to_le_bytes())
-            .collect();
+        let labels: Vec<u8> = if case.squared_error {
+            (0..items * 4)
+                .flat_map(|i| ((i as f32 * 0.11).cos()).to_le_bytes())
+                .collect()
+        } else {
+            (0..items)
+                .flat_map(|i| ((i % 4) as i32).to_le_bytes())
+                .collect()
+        };
         for (k, data) in [(0u8, &x), (1, &labels)] {
             let target = Target::Fifo(ids::stream_fifo(k));
             ok(
@@ -170,15 +189,16 @@ fn train(set: usize, memory: usize) -> Option<Vec<Vec<u8>>> {
             out.push(read(&mut device, Target::Slot(slot), len));
         }
     }
-    Some(out)
+    let pass = device.pass().expect("a prepared program");
+    Some((pass, out))
 }
 
-/// The smallest arena `program(set)` can be prepared and trained in (within 16 bytes).
-fn smallest_arena(set: usize) -> usize {
+/// The smallest arena `program(case)` can be prepared and trained in (within 16 bytes).
+fn smallest_arena(case: Case) -> usize {
     let (mut fits, mut fails) = (1usize << 20, 0usize);
     while fits - fails > 16 {
         let mid = (fits + fails) / 2;
-        if train(set, mid).is_some() {
+        if train(case, mid).is_some() {
             fits = mid;
         } else {
             fails = mid;
@@ -190,51 +210,68 @@ fn smallest_arena(set: usize) -> usize {
 /// Catches a pass of several micro-batches that computes other numbers than one
 /// micro-batch at a time: a dropout mask drawn in another order, a gradient added in
 /// another order, an anchor given another micro-batch's rows, a `Sum` anchor summed over
-/// the pass instead of micro-batch by micro-batch. A device with room for the widest pass
-/// and one with room for a single micro-batch (the smallest arena the program fits) must
-/// end with the same bytes.
+/// the pass instead of micro-batch by micro-batch, a squared error's targets misplaced. A
+/// device with room for the widest pass and one with room for a single micro-batch (the
+/// smallest arena the program fits) must end with the same bytes.
 #[test]
 fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
-    for set in 0..ANCHORS.len() {
-        let p = program(set);
-        assert_eq!(
-            Scratch::passes(&p).next(),
-            Some(8),
-            "a pass takes the batch"
-        );
-        let (wide, single) = (
-            Scratch::passing(&p, 1, 8).unwrap().bytes(),
-            Scratch::new(&p, 1).unwrap().bytes(),
-        );
-        let roomy = train(set, 1 << 20).expect("the program fits a megabyte");
-        // The smallest arena has room for one micro-batch a pass and not for the wide
-        // one, whose block is larger by more than the search's resolution.
-        assert!(wide > single + 64);
-        let tight = train(set, smallest_arena(set)).unwrap();
-        assert_eq!(roomy.len(), tight.len());
-        for (i, (a, b)) in roomy.iter().zip(&tight).enumerate() {
-            assert_eq!(a, b, "anchors {set}: output {i} differs between the passes");
+    for anchors in 0..ANCHORS.len() {
+        for squared_error in [false, true] {
+            let case = Case {
+                anchors,
+                squared_error,
+                dropouts: 1,
+            };
+            let (roomy_pass, roomy) = train(case, 1 << 20).expect("the program fits a megabyte");
+            let (tight_pass, tight) = train(case, smallest_arena(case)).unwrap();
+            assert_eq!(
+                (roomy_pass, tight_pass),
+                (8, 1),
+                "{case:?}: the passes compared"
+            );
+            assert_eq!(roomy.len(), tight.len());
+            for (i, (a, b)) in roomy.iter().zip(&tight).enumerate() {
+                assert_eq!(a, b, "{case:?}: output {i} differs between the passes");
+            }
         }
     }
 }
 
-/// Catches a search for the widest pass that leaves blocks placed by a pass it gave up
-/// on: a device with just enough memory, prepared twice, must take the program twice.
+/// Catches passes over a program with two dropout layers: a pass would draw the first
+/// layer's masks for all its micro-batches before the second's, where single micro-batches
+/// draw both for one micro-batch, then both for the next.
 #[test]
-fn the_search_for_a_pass_leaves_nothing_behind() {
-    let memory = smallest_arena(0);
-    let (mut arena, cycles) = (vec![0u8; memory], CycleCounter::new());
-    let mut arena = &mut arena[..];
-    let mut device = Device::new(0, &mut arena, LINK, &cycles);
-    for attempt in 0..2 {
-        let prepare = Request::Prepare {
-            replicas: 1,
-            program: program(0),
-        };
-        let reply = device.handle(prepare);
-        assert!(
-            !matches!(reply, Response::Error { .. }),
-            "attempt {attempt}: {reply:?}"
-        );
-    }
+fn two_dropout_layers_compute_one_micro_batch_a_pass() {
+    let case = Case {
+        anchors: 0,
+        squared_error: false,
+        dropouts: 2,
+    };
+    assert_eq!(Scratch::passes(&program(case)).next(), Some(1));
+    let (pass, _) = train(case, 1 << 20).unwrap();
+    assert_eq!(pass, 1);
+}
+
+/// Catches a wide pass that takes memory later requests need: its block may grow the
+/// single pass's by at most a quarter of what the program leaves free.
+#[test]
+fn a_wide_pass_leaves_three_quarters_of_the_free_memory() {
+    let case = Case {
+        anchors: 0,
+        squared_error: false,
+        dropouts: 1,
+    };
+    let p = program(case);
+    let extra = Scratch::passing(&p, 1, 8).unwrap().bytes() - Scratch::new(&p, 1).unwrap().bytes();
+    let smallest = smallest_arena(case);
+    assert_eq!(
+        train(case, smallest).unwrap().0,
+        1,
+        "no room to spare: one a pass"
+    );
+    // Room for the pass of 8, but not for four times its extra bytes: a narrower one.
+    let (pass, _) = train(case, smallest + 2 * extra).unwrap();
+    assert!((2..8).contains(&pass), "a pass of {pass}");
+    let (pass, _) = train(case, smallest + 5 * extra).unwrap();
+    assert_eq!(pass, 8);
 }
