@@ -56,6 +56,13 @@ impl Device<'_> {
         self.leg(Cursor::new(), None)
     }
 
+    /// Micro-batches the prepared program computes a pass ([`scratch`](crate::program::scratch)'s
+    /// rule), if one is prepared: for a host that checks the pass a device chose.
+    #[cfg(not(feature = "firmware"))]
+    pub fn pass(&self) -> Option<usize> {
+        self.prepared.as_ref().map(|p| p.scratch.chunk())
+    }
+
     /// The exchange the step under way waits on, if one is.
     pub fn awaited_round(&self) -> Option<u32> {
         self.stepping.as_ref().map(|s| s.round)

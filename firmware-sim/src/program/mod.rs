@@ -101,6 +101,8 @@ pub fn prepare(
         release(arena, fifos, &old.program);
     }
     release(arena, fifos, &program);
+    #[cfg(not(feature = "firmware"))]
+    let scratch = wider(arena, fifos, &program, replicas, &scratch).unwrap_or(scratch);
     place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
         release(arena, fifos, &program);
     })?;
@@ -112,6 +114,37 @@ pub fn prepare(
         rounds,
         exchanges,
     })
+}
+
+/// The layout of the widest pass of several micro-batches whose block grows `single`'s
+/// (one micro-batch a pass) by at most a quarter of the memory `single`'s placement leaves
+/// free ([`scratch`]'s rule), if one does; nothing stays placed. Not in the firmware
+/// binary: its 64 KiB flash budget has no room for the search, so it computes one
+/// micro-batch a pass (the same numbers, more slowly).
+#[cfg(not(feature = "firmware"))]
+fn wider(
+    arena: &mut Arena<'_>,
+    fifos: &mut Fifos,
+    program: &Program,
+    replicas: usize,
+    single: &Scratch,
+) -> Option<Scratch> {
+    let placed = place(arena, fifos, program, replicas, single).is_ok();
+    let free = arena.free();
+    release(arena, fifos, program);
+    if !placed {
+        return None;
+    }
+    Scratch::passes(program)
+        .take_while(|&chunk| chunk > 1)
+        .filter_map(|chunk| Scratch::passing(program, replicas, chunk))
+        .filter(|wide| wide.bytes().saturating_sub(single.bytes()) <= free / 4)
+        .find(|wide| {
+            // Free bytes may lie in pieces: the block must fit where placing puts it.
+            let fits = place(arena, fifos, program, replicas, wide).is_ok();
+            release(arena, fifos, program);
+            fits
+        })
 }
 
 /// Allocates everything the module documentation lists.

@@ -4,21 +4,49 @@
 //! variable a layer trains, its whole value (gathered from the group when it is sharded),
 //! then for each its gradient (in both lists the variables that take a round of that kind
 //! come first, in round order: the rounds of an exchange are then one span, sent as it
-//! lies); the activations `a₀ … a_L` (`a₀` the input micro-batch, `a_{k+1}` the
-//! output of layer `k`, `a_L` the loss layer's input) and a gradient region of the same
-//! size for each; a dropout mask per dropout layer; the labels or targets of the
-//! micro-batch (a label is stored as the bits of its `i32`); the loss of each of its
-//! samples; and a running sum per anchor for
+//! lies); the activations `a₀ … a_L` (`a₀` the pass's inputs, `a_{k+1}` the output of
+//! layer `k`, `a_L` the loss layer's input) and a gradient region of the same size for
+//! each; a dropout mask per dropout layer; the labels or targets of the pass (a label is
+//! stored as the bits of its `i32`); the loss of each of its samples; and a running sum
+//! per anchor for
 //! [`Sum`](tessera_core::stream::AnchorReturnType::Sum) anchors.
 //!
-//! Activations, their gradients, masks, targets and losses hold a whole micro-batch:
-//! `rows` (the program's micro-batch size) rows of their width, sample after sample.
+//! Activations, their gradients, masks, targets and losses hold one *pass*: `chunk`
+//! consecutive micro-batches of one batch, `rows` = `chunk` × the program's micro-batch
+//! size rows of their width, sample after sample.
+//!
+//! # Passes
+//!
+//! A step computes a batch's micro-batches a pass at a time: every layer runs once over
+//! the pass's rows, so the cost of walking the program (its layers, regions and FIFOs)
+//! is paid once per pass, not once per micro-batch. The result is the same to the bit as
+//! one micro-batch at a time: every row is computed alone, in order (a linear layer's
+//! gradient adds row after row, the loss is per sample), and a micro-batch's anchors are
+//! its own rows. The generator is the one thing shared across rows: one dropout layer
+//! draws element after element over the pass, in the order single micro-batches would;
+//! two or more would draw layer by layer instead of micro-batch by micro-batch, so a
+//! program with more than one dropout layer computes one micro-batch a pass. (A step
+//! that fails part-way may have drawn for the rest of its pass: the generator's state
+//! after a failed step is whatever the step left, as the host's recovery rule says.)
+//!
+//! A pass is the largest divisor of the accumulation whose rows stay within
+//! [`PASS_ROWS`] ([`Scratch::passes`] lists them, largest first) and whose block takes at
+//! most a quarter of the memory the program leaves free with one micro-batch a pass (so
+//! the memory later requests need — slots, registers, function calls — shrinks by at
+//! most a quarter); a device takes the first that fits, else one micro-batch a pass, so
+//! a program that fitted before still fits. The firmware binary computes one micro-batch
+//! a pass: its flash budget has no room for the search.
 
 use core::ops::Range;
 
 use tessera_core::program::{
     elements, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
 };
+
+/// Most rows a pass of several micro-batches computes: enough to amortise the walk over
+/// the program (32 single samples run as fast as one micro-batch of 32), few enough that
+/// the block stays small.
+pub const PASS_ROWS: usize = 32;
 
 /// A range of the scratch block, in elements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,16 +77,45 @@ pub struct Scratch {
     target: Region,
     losses: Region,
     sums: [Region; MAX_ANCHORS],
-    /// Samples per micro-batch.
+    /// Samples per pass.
     rows: usize,
+    /// Micro-batches per pass.
+    chunk: usize,
     total: usize,
 }
 
 impl Scratch {
-    /// The layout for `program` on `replicas` replicas; `None` when the program does not
-    /// pass [`Program::check`] or its size overflows.
+    /// The layout for `program` on `replicas` replicas, one micro-batch per pass; `None`
+    /// when the program does not pass [`Program::check`] or its size overflows.
     pub fn new(program: &Program, replicas: usize) -> Option<Self> {
+        Self::passing(program, replicas, 1)
+    }
+
+    /// The micro-batches per pass `program` allows, largest first (module doc): each a
+    /// divisor of its accumulation, the last 1.
+    pub fn passes(program: &Program) -> impl Iterator<Item = usize> {
+        let a = program.accumulation as usize;
+        let dropouts = (program.layers.iter())
+            .filter(|l| matches!(l, Layer::Dropout { .. }))
+            .count();
+        let most = match dropouts {
+            0 | 1 => PASS_ROWS / (program.micro_batch_size as usize).max(1),
+            // Their draws would interleave otherwise (module doc).
+            _ => 1,
+        };
+        (1..=a.min(most).max(1))
+            .rev()
+            .filter(move |c| a.is_multiple_of(*c))
+    }
+
+    /// The layout for `program` on `replicas` replicas, `chunk` micro-batches per pass;
+    /// `None` when the program does not pass [`Program::check`], `chunk` does not divide
+    /// its accumulation, or the size overflows.
+    pub fn passing(program: &Program, replicas: usize, chunk: usize) -> Option<Self> {
         program.check(replicas).ok()?;
+        if chunk == 0 || !(program.accumulation as usize).is_multiple_of(chunk) {
+            return None;
+        }
         let mut next = 0usize;
         let mut take = |len: usize| -> Option<Region> {
             let region = Region { at: next, len };
@@ -82,7 +139,7 @@ impl Scratch {
                 }
             }
         }
-        let rows = program.micro_batch_size as usize;
+        let rows = (program.micro_batch_size as usize).checked_mul(chunk)?;
         // A region of `rows` rows of `width`.
         let batch = |width: usize| width.checked_mul(rows);
         let input = program.streams.get(usize::from(program.input))?;
@@ -99,7 +156,7 @@ impl Scratch {
                 Layer::Dropout { .. } => masks[k] = Some(take(batch(width)?)?),
                 Layer::SoftmaxCrossEntropy { labels: s }
                 | Layer::MeanSquaredError { targets: s } => {
-                    target = take(program.item_elements(usize::from(s))?)?;
+                    target = take(program.item_elements(usize::from(s))?.checked_mul(chunk)?)?;
                     continue;
                 }
                 Layer::Bias { .. } | Layer::Relu => {}
@@ -128,6 +185,7 @@ impl Scratch {
             losses,
             sums,
             rows,
+            chunk,
             total,
         })
     }
@@ -180,19 +238,33 @@ impl Scratch {
         self.masks.get(k).copied().flatten().map(Region::range)
     }
 
-    /// The micro-batch's labels or targets.
+    /// The pass's labels or targets.
     pub fn target(&self) -> Range<usize> {
         self.target.range()
     }
 
-    /// The loss of each sample of the micro-batch.
+    /// The loss of each sample of the pass.
     pub fn losses(&self) -> Range<usize> {
         self.losses.range()
     }
 
-    /// Samples per micro-batch: the rows of every activation.
+    /// Samples per pass: the rows of every activation.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Micro-batches per pass.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// The part of `region` (one of the pass's: an activation, the targets, the losses)
+    /// that holds the pass's micro-batch `i`: its rows.
+    pub fn part(&self, region: Range<usize>, i: usize) -> Option<Range<usize>> {
+        let len = region.len() / self.chunk.max(1);
+        let start = region.start.checked_add(len.checked_mul(i)?)?;
+        let end = start.checked_add(len)?;
+        (i < self.chunk).then_some(start..end)
     }
 
     /// Anchor `j`'s running sum.
@@ -205,9 +277,9 @@ impl Scratch {
         self.acts.len().saturating_sub(1)
     }
 
-    /// Elements of the loss layer's input: the model's output of the whole micro-batch.
+    /// Elements of the loss layer's input for one micro-batch: the model's output of it.
     pub fn output_elements(&self) -> usize {
-        self.acts.last().map_or(0, |r| r.len)
+        self.acts.last().map_or(0, |r| r.len / self.chunk.max(1))
     }
 }
 

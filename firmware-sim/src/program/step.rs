@@ -5,9 +5,11 @@
 //! 1. every variable a layer trains is made whole in the scratch block: copied from the
 //!    replica's variable, or, when it is sharded, its shard's pieces placed in a zeroed
 //!    tensor and summed across the group (a *gather* round);
-//! 2. each micro-batch pops one sample of every stream, runs the layers forward, computes
+//! 2. each micro-batch pops one item of every stream, runs the layers forward, computes
 //!    the loss, runs the layers backward adding to each variable's gradient, and writes its
-//!    anchors by their return type's rule ([`AnchorReturnType::action`]);
+//!    anchors by their return type's rule ([`AnchorReturnType::action`]) — a pass of
+//!    several micro-batches at a time, every row alone and in order, which gives the same
+//!    bits ([`scratch`](super::scratch)'s rule);
 //! 3. the gradients are divided by the accumulation factor and averaged across each
 //!    variable's group (a *gradient* round, when the group has several members);
 //! 4. the optimizer updates only what the replica holds: its own shard's elements (padding
@@ -40,7 +42,7 @@ use core::ops::Range;
 use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
-use tessera_core::stream::AnchorAction;
+use tessera_core::stream::{AnchorAction, AnchorReturnType};
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
 use super::{math, Prepared};
@@ -177,8 +179,10 @@ pub fn advance(
             At::Exchange(j) => return step.exchange(cursor.batch, j),
             At::Compute => {
                 step.zero_gradients()?;
-                for m in 0..step.prepared.program.accumulation {
-                    cursor.work += step.micro_batch(cursor.batch, m)?;
+                // A pass at a time (see `scratch`): the chunk divides the accumulation.
+                let chunk = step.prepared.scratch.chunk() as u32;
+                for m in (0..step.prepared.program.accumulation).step_by(chunk.max(1) as usize) {
+                    cursor.work += step.pass(cursor.batch, m)?;
                 }
                 step.scale_gradients()?;
                 if gathers < per_batch {
@@ -310,32 +314,64 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(())
     }
 
-    /// Micro-batch `m` of batch `b`: one item (a micro-batch of samples) of every stream,
-    /// the layers forward, the losses, the layers backward, then the anchors; returns the
+    /// The pass of micro-batches `m…` of batch `b` (see `scratch`): one item (a
+    /// micro-batch of samples) of every stream for each, the layers forward over all their
+    /// rows, the losses, the layers backward, then each one's anchors in turn; returns the
     /// work.
-    fn micro_batch(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
-        self.pop_samples()?;
+    fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
+        let chunk = self.prepared.scratch.chunk();
+        // Item by item: a host may have read a stream FIFO, so its items need not start
+        // where a pass's would (one pop of the whole pass could straddle the ring's end).
+        for i in 0..chunk {
+            self.pop_samples(i)?;
+        }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
         let mut work = forward(arena, block, prepared, self.rng)?;
         loss(arena, block, prepared)?;
         work += backward(arena, block, prepared)?;
+        // Each anchor's FIFO gets its micro-batches' values in order (anchors are apart).
         for (j, anchor) in prepared.program.anchors.iter().enumerate() {
-            self.write_anchor(j, anchor, (b, m))?;
+            if anchor.return_type == AnchorReturnType::All {
+                // Every micro-batch's values, in order: one push of the pass's rows.
+                let s = &prepared.scratch;
+                let rows = match anchor.tensor {
+                    AnchorTensor::Loss => Some(s.losses()),
+                    AnchorTensor::Output => s.act(s.last()),
+                };
+                let rows = rows.ok_or(MISSING)?;
+                let fifo = ids::anchor_fifo(j as u8);
+                self.fifos
+                    .push_from(self.arena, fifo, block, rows.start * 4..rows.end * 4)?;
+                continue;
+            }
+            for i in 0..chunk {
+                self.write_anchor(j, anchor, (b, m + i as u32), i)?;
+            }
         }
         Ok(work)
     }
 
-    /// One sample popped from every stream: the input and the loss's labels or targets into
-    /// their places in the scratch block.
-    fn pop_samples(&mut self) -> Result<(), ErrorCode> {
+    /// One item popped from every stream: the input and the loss's labels or targets into
+    /// the rows of the pass's micro-batch `i` in the scratch block.
+    fn pop_samples(&mut self, i: usize) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
-        for (i, _) in p.streams.iter().enumerate() {
-            let fifo = ids::stream_fifo(i as u8);
-            if i == usize::from(p.input) {
-                let at = s.act(0).ok_or(broken(Invariant::ScratchLayout))?;
-                pop_into(self.arena, self.fifos, fifo, self.block, at)?;
-            } else if i == self.loss_stream {
-                pop_into(self.arena, self.fifos, fifo, self.block, s.target())?;
+        let part = |region: Option<Range<usize>>| {
+            region
+                .and_then(|r| s.part(r, i))
+                .ok_or(broken(Invariant::ScratchLayout))
+        };
+        for (k, _) in p.streams.iter().enumerate() {
+            let fifo = ids::stream_fifo(k as u8);
+            if k == usize::from(p.input) {
+                pop_into(self.arena, self.fifos, fifo, self.block, part(s.act(0))?)?;
+            } else if k == self.loss_stream {
+                pop_into(
+                    self.arena,
+                    self.fifos,
+                    fifo,
+                    self.block,
+                    part(Some(s.target()))?,
+                )?;
             } else {
                 // A stream no layer reads still moves on with the step.
                 self.fifos.pop(self.arena, fifo, 1)?;
@@ -344,9 +380,15 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(())
     }
 
-    /// Anchor `j`, `a`, after micro-batch `m` of batch `b`, whose loss was `loss`: skipped,
+    /// Anchor `j`, `a`, after micro-batch `m` of batch `b` (the pass's `i`-th): skipped,
     /// written, or added to its sum (emitted and cleared when its rule says so).
-    fn write_anchor(&mut self, j: usize, a: &Anchor, (b, m): (u32, u32)) -> Result<(), ErrorCode> {
+    fn write_anchor(
+        &mut self,
+        j: usize,
+        a: &Anchor,
+        (b, m): (u32, u32),
+        i: usize,
+    ) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
         let (arena, fifos, block) = (&mut *self.arena, &mut *self.fifos, self.block);
         let action = a.return_type.action(
@@ -356,9 +398,10 @@ impl<'d, 'a> Step<'d, 'a> {
             p.accumulation as usize,
         );
         let value = match a.tensor {
-            AnchorTensor::Loss => s.losses(),
-            AnchorTensor::Output => s.act(s.last()).ok_or(MISSING)?,
+            AnchorTensor::Loss => Some(s.losses()),
+            AnchorTensor::Output => s.act(s.last()),
         };
+        let value = value.and_then(|v| s.part(v, i)).ok_or(MISSING)?;
         let fifo = ids::anchor_fifo(j as u8);
         match action {
             AnchorAction::Skip => {}
@@ -384,8 +427,9 @@ impl<'d, 'a> Step<'d, 'a> {
     /// average them across each variable's group).
     fn scale_gradients(&mut self) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
-        // The mean over the batch's samples: `accumulation` micro-batches of `rows` each.
-        let scale = 1.0 / (p.accumulation as f32 * s.rows() as f32);
+        // The mean over the batch's samples: `accumulation` micro-batches of
+        // `micro_batch_size` each.
+        let scale = 1.0 / (p.accumulation as f32 * p.micro_batch_size as f32);
         for (i, _) in p.variables.iter().enumerate() {
             if let Some(grad) = s.grad(i as u8) {
                 floats(self.arena, self.block)?[grad]
@@ -657,7 +701,7 @@ fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<(), 
     Ok(())
 }
 
-/// `x` as `n` rows (the samples of a micro-batch).
+/// `x` as `n` rows (the samples of a pass).
 fn rows(x: &[f32], n: usize) -> core::slice::ChunksExact<'_, f32> {
     x.chunks_exact((x.len() / n.max(1)).max(1))
 }

@@ -8,3 +8,4 @@ mod device_props;
 mod errors;
 mod functions;
 mod link;
+mod passes;
