@@ -30,11 +30,11 @@
 //! after a failed step is whatever the step left, as the host's recovery rule says.)
 //!
 //! A pass is the largest divisor of the accumulation whose rows stay within
-//! [`PASS_ROWS`] ([`Scratch::passes`] lists them, largest first) and whose block takes at
-//! most a quarter of the memory the program leaves free with one micro-batch a pass (so
-//! the memory later requests need — slots, registers, function calls — shrinks by at
-//! most a quarter); a device takes the first that fits, else one micro-batch a pass, so
-//! a program that fitted before still fits. The firmware binary computes one micro-batch
+//! [`PASS_ROWS`] ([`Scratch::passes`] lists them, largest first) and whose block is
+//! larger than one micro-batch's by at most a quarter of the memory the program leaves
+//! free with one micro-batch a pass (so the memory later requests need — slots,
+//! registers, function calls — shrinks by at most a quarter); a device takes the first
+//! that fits, else one micro-batch a pass, so a program that fitted before still fits. The firmware binary computes one micro-batch
 //! a pass: its flash budget has no room for the search.
 
 use core::ops::Range;
