@@ -40,7 +40,7 @@
 use core::ops::Range;
 
 use tessera_core::program::{
-    elements, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
+    elements, AnchorTensor, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
 };
 
 /// Most rows a pass of several micro-batches computes: enough to amortise the walk over
@@ -265,6 +265,14 @@ impl Scratch {
         let start = region.start.checked_add(len.checked_mul(i)?)?;
         let end = start.checked_add(len)?;
         (i < self.chunk).then_some(start..end)
+    }
+
+    /// The pass's values of an anchored tensor: the losses, or the loss layer's input.
+    pub fn anchored(&self, tensor: AnchorTensor) -> Option<Range<usize>> {
+        match tensor {
+            AnchorTensor::Loss => Some(self.losses()),
+            AnchorTensor::Output => self.act(self.last()),
+        }
     }
 
     /// Anchor `j`'s running sum.

@@ -39,7 +39,7 @@
 
 use core::ops::Range;
 
-use tessera_core::program::{ids, Anchor, AnchorTensor, Layer, Reduction};
+use tessera_core::program::{ids, Anchor, Layer, Reduction};
 use tessera_core::rng::Rng;
 use tessera_core::shard::Piece;
 use tessera_core::stream::{AnchorAction, AnchorReturnType};
@@ -180,8 +180,8 @@ pub fn advance(
             At::Compute => {
                 step.zero_gradients()?;
                 // A pass at a time (see `scratch`): the chunk divides the accumulation.
-                let chunk = step.prepared.scratch.chunk() as u32;
-                for m in (0..step.prepared.program.accumulation).step_by(chunk.max(1) as usize) {
+                let chunk = step.prepared.scratch.chunk().max(1);
+                for m in (0..step.prepared.program.accumulation).step_by(chunk) {
                     cursor.work += step.pass(cursor.batch, m)?;
                 }
                 step.scale_gradients()?;
@@ -333,12 +333,7 @@ impl<'d, 'a> Step<'d, 'a> {
         for (j, anchor) in prepared.program.anchors.iter().enumerate() {
             if anchor.return_type == AnchorReturnType::All {
                 // Every micro-batch's values, in order: one push of the pass's rows.
-                let s = &prepared.scratch;
-                let rows = match anchor.tensor {
-                    AnchorTensor::Loss => Some(s.losses()),
-                    AnchorTensor::Output => s.act(s.last()),
-                };
-                let rows = rows.ok_or(MISSING)?;
+                let rows = prepared.scratch.anchored(anchor.tensor).ok_or(MISSING)?;
                 let fifo = ids::anchor_fifo(j as u8);
                 self.fifos
                     .push_from(self.arena, fifo, block, rows.start * 4..rows.end * 4)?;
@@ -397,11 +392,9 @@ impl<'d, 'a> Step<'d, 'a> {
             p.batches_per_step as usize,
             p.accumulation as usize,
         );
-        let value = match a.tensor {
-            AnchorTensor::Loss => Some(s.losses()),
-            AnchorTensor::Output => s.act(s.last()),
-        };
-        let value = value.and_then(|v| s.part(v, i)).ok_or(MISSING)?;
+        let value = (s.anchored(a.tensor))
+            .and_then(|v| s.part(v, i))
+            .ok_or(MISSING)?;
         let fifo = ids::anchor_fifo(j as u8);
         match action {
             AnchorAction::Skip => {}
