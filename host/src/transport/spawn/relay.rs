@@ -97,7 +97,7 @@ pub(crate) fn thread_on(
             // The link's chunks go straight to the device: no reader thread between.
             let link = StdLink::on_chunks(chunks, writer);
             let (mut device, mut own) = (device, Vec::new());
-            let arena: &mut dyn Memory = match device {
+            let arena: &mut (dyn Memory + Send) = match device {
                 Some(ref mut shared) => shared,
                 None => {
                     own.resize(memory, 0u8);
