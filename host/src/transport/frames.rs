@@ -56,7 +56,6 @@ impl Frames {
     }
 }
 
-/// A pipe's bytes, the frame being decoded, and the messages decoded and not yet taken.
 /// The longest the host sleeps on one queue, past its spin, before serving its share again:
 /// a share's device has mail only from the host itself, so a nap is never what it waits
 /// for; the bound only keeps a wait that outlives the spin from holding the share long.
@@ -101,6 +100,7 @@ fn receive_serving(
     }
 }
 
+/// A pipe's bytes, the frame being decoded, and the messages decoded and not yet taken.
 pub(super) struct PipeFrames {
     pipe: Pipe<OwnedFd>,
     decoder: Box<FrameDecoder<MAX_FRAME>>,

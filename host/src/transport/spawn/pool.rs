@@ -167,26 +167,24 @@ pub(in crate::transport) fn in_process_pool(
             busy,
         })));
     }
-    let mut built = Vec::with_capacity(n);
-    for (w, from_device, mailbox, memory) in links {
-        let handle = match (&workers[w], &host_share) {
-            (Some(worker), _) => DeviceHandle::Pooled(Arc::clone(worker)),
-            (None, Some(_)) => DeviceHandle::Hosted,
-            (None, None) => return Err(TransportError::Closed { replica: 0 }),
-        };
-        built.push(Link {
+    Ok(links
+        .into_iter()
+        .map(|(w, from_device, mailbox, memory)| Link {
             incoming: match &host_share {
                 // Every wait of the host on any of the pool's channels serves its share.
                 Some(share) => Incoming::Served(from_device, Arc::clone(share)),
                 None => Incoming::Messages(from_device),
             },
             outgoing: Outgoing::Messages(mailbox),
-            handle,
+            handle: match &workers[w] {
+                Some(worker) => DeviceHandle::Pooled(Arc::clone(worker)),
+                // Only the host's share has no thread.
+                None => DeviceHandle::Hosted,
+            },
             window: None,
             memory,
-        });
-    }
-    Ok(built)
+        })
+        .collect())
 }
 
 /// What a share needs to build one device.
