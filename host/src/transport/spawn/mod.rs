@@ -18,8 +18,8 @@
 //!
 //! - `thread`: a device thread of this process on a socket pair (faults injected), or a
 //!   pooled one.
-//! - `pool`: the thread placement's devices on at most as many threads as cores, on
-//!   message queues.
+//! - `pool`: the thread placement's devices on at most as many threads as cores (one of
+//!   them, for a training step, the host's own), on message queues.
 //! - `process`: a `tessera device` child process on its stdio.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
 //! - `reaper`: the shell that kills a device process once tessera is gone.
