@@ -66,7 +66,9 @@ pub struct Block {
 /// The bytes a device computes in, lent one access at a time (module doc).
 ///
 /// Both methods must return the same bytes — same address, same length — at every call:
-/// block offsets are remembered between calls.
+/// block offsets are remembered between calls. A device's memory is `Send`, so that a host
+/// may move a device to the thread that serves it or keep it among its own parts (see
+/// [`crate::lent`]).
 pub trait Memory {
     /// The bytes, to read.
     fn view(&self) -> &[u8];

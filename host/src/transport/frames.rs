@@ -1,5 +1,6 @@
 //! Where a channel's messages come from: a queue (a device thread's, or a byte link's
-//! decoded by a reader thread), or a child process's stdout read in place.
+//! decoded by a reader thread), a pooled device's queue read while the host serves the
+//! pool's host share (see `spawn::pool`), or a child process's stdout read in place.
 //!
 //! A reader thread blocked on a child's pipe is woken by the kernel for every reply (tens
 //! of microseconds on a small virtual machine) before the channel sees it: reading the pipe

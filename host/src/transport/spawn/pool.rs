@@ -25,7 +25,10 @@
 //!   them: a device of another share may be waiting for a round the host share's devices
 //!   contribute to), never in the background: a session, whose workers compute while the
 //!   controller goes on, keeps a thread for every share
-//!   ([`Serving`](crate::placement::Serving)).
+//!   ([`Serving`](crate::placement::Serving)). A request of a hosted device runs inside
+//!   that wait to its end: no busy deadline applies to it (a step's legs are bounded).
+//! - A panic in a hosted device closes the host share (as it ends a pool thread): its
+//!   channels find their queues closed; the host's call does not panic.
 //! - A device's messages are served in the order they were sent; its replies go on a queue
 //!   of its own.
 //! - A thread's busy line is every one of its devices' line: a device whose mail waits
@@ -120,6 +123,11 @@ pub(in crate::transport) fn in_process_pool(
         queues.push(mpsc::channel::<(usize, Message)>());
         busy_lines.push(BusyLine::default());
     }
+    // Declared before the links so that, should a thread fail to start, the links (the
+    // mailboxes: the threads' only senders) drop first and the started threads end
+    // before their workers join them.
+    let mut host_share = None;
+    let mut workers = Vec::with_capacity(k);
     let mut links = Vec::with_capacity(n);
     for (i, replica) in replicas.enumerate() {
         let (host_memory, shared) = match u32::try_from(memory) {
@@ -141,8 +149,6 @@ pub(in crate::transport) fn in_process_pool(
         });
         links.push((i % k, from_device, mailbox, host_memory));
     }
-    let mut host_share = None;
-    let mut workers = Vec::with_capacity(k);
     for (w, ((specs, (sender, inbox)), busy)) in
         specs.into_iter().zip(queues).zip(busy_lines).enumerate()
     {
@@ -150,7 +156,7 @@ pub(in crate::transport) fn in_process_pool(
         drop(sender);
         if host_serves && w == 0 {
             let share = Share::new(specs, inbox, busy)?;
-            host_share = Some(Arc::new(HostShare(Mutex::new(share))));
+            host_share = Some(Arc::new(HostShare(Mutex::new(Some(share)))));
             workers.push(None);
             continue;
         }
@@ -198,7 +204,7 @@ struct Spec {
 
 /// The share of the host's own thread: served whenever that thread waits on any channel of
 /// the pool (see the module's rules), never by a thread of its own.
-pub(in crate::transport) struct HostShare(Mutex<Share>);
+pub(in crate::transport) struct HostShare(Mutex<Option<Share>>);
 
 impl std::fmt::Debug for HostShare {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -207,10 +213,23 @@ impl std::fmt::Debug for HostShare {
 }
 
 impl HostShare {
-    /// Serves every message its devices have waiting; true if there was any. A share whose
-    /// lock a panic poisoned serves nothing more (its devices' channels then see silence).
+    /// Serves every message its devices have waiting; true if there was any. A panic
+    /// while serving (a device's bug) ends the share as it ends a pool thread: it is
+    /// caught here, the share's devices are dropped, and their channels find their
+    /// queues closed — the host's own call goes on.
     pub(in crate::transport) fn serve(&self) -> bool {
-        self.0.lock().is_ok_and(|mut share| share.serve(None))
+        let Ok(mut share) = self.0.lock() else {
+            return false;
+        };
+        let Some(devices) = share.as_mut() else {
+            return false;
+        };
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| devices.serve(None)));
+        served.unwrap_or_else(|_| {
+            tracing::warn!("a device of the host's share panicked: the share is closed");
+            *share = None;
+            true
+        })
     }
 }
 
