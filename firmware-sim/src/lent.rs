@@ -4,9 +4,8 @@
 //! cycle counter and its server's reply storage for as long as it lives. A host that keeps
 //! devices in a struct of its own — the share of a thread placement's devices its own
 //! thread serves while it waits — cannot lend from that struct to itself, so with `std`
-//! each part may be owned instead (`Device::owning`,
-//! `Server::owning`). Without `std` there is one variant, and
-//! every access compiles to the plain reference it was before.
+//! each part may be owned instead (`Device::owning`, `Server::owning`). Without `std`
+//! there is one variant, and every access compiles to the plain reference it was before.
 
 use core::ops::{Deref, DerefMut};
 
