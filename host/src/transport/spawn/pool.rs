@@ -372,15 +372,21 @@ mod tests {
         workers.sort();
         workers.dedup();
         assert_eq!(workers.len(), 8.min(cores));
-        for (i, c) in channels.iter_mut().enumerate() {
-            assert_eq!(seed_round_trip(c, 100 + i as u64).unwrap(), 100 + i as u64);
-        }
+        each_keeps_its_seed(&mut channels, 100);
+    }
+
+    /// Gives device `i` of `channels` the seed `base + i`, then reads every seed back once
+    /// all are set: a device that answered for another, or lost its state, shows.
+    fn each_keeps_its_seed(channels: &mut [Channel], base: u64) {
         for (i, c) in channels.iter_mut().enumerate() {
             assert_eq!(
-                c.call(&GetSeed).unwrap().get(),
-                100 + i as u64,
-                "device {i}"
+                seed_round_trip(c, base + i as u64).unwrap(),
+                base + i as u64
             );
+        }
+        for (i, c) in channels.iter_mut().enumerate() {
+            let seed = c.call(&GetSeed).unwrap().get();
+            assert_eq!(seed, base + i as u64, "device {i}");
         }
     }
 
@@ -411,16 +417,7 @@ mod tests {
             (0..8).step_by(k).collect::<Vec<_>>(),
             "the host's share"
         );
-        for (i, c) in channels.iter_mut().enumerate() {
-            assert_eq!(seed_round_trip(c, 200 + i as u64).unwrap(), 200 + i as u64);
-        }
-        for (i, c) in channels.iter_mut().enumerate() {
-            assert_eq!(
-                c.call(&GetSeed).unwrap().get(),
-                200 + i as u64,
-                "device {i}"
-            );
-        }
+        each_keeps_its_seed(&mut channels, 200);
         // One device: the host's alone, no thread at all.
         let mut one = Channel::in_process_all(5..6, 4096, true).unwrap();
         assert!(matches!(
