@@ -17,6 +17,8 @@
 
 use tessera_core::wire::ErrorCode;
 
+use crate::lent::Lent;
+
 /// Objects a device can hold at once, all kinds together: one block for every register's
 /// bytes ([`MAX_REGISTERS`](crate::registers::MAX_REGISTERS)), and 64 more for every FIFO
 /// ([`MAX_FIFOS`](crate::fifo::MAX_FIFOS)), a call's scratch, the step's, slots and
@@ -64,7 +66,9 @@ pub struct Block {
 /// The bytes a device computes in, lent one access at a time (module doc).
 ///
 /// Both methods must return the same bytes — same address, same length — at every call:
-/// block offsets are remembered between calls.
+/// block offsets are remembered between calls. A device's memory is `Send`, so that a host
+/// may move a device to the thread that serves it or keep it among its own parts (see
+/// [`crate::lent`]).
 pub trait Memory {
     /// The bytes, to read.
     fn view(&self) -> &[u8];
@@ -102,7 +106,7 @@ impl Memory for std::vec::Vec<u8> {
 
 /// The arena: its block table, and the memory that lends it bytes.
 pub struct Arena<'a> {
-    memory: &'a mut dyn Memory,
+    memory: Lent<'a, dyn Memory + Send + 'a>,
     /// Bytes skipped at the start of `memory` to align it: block offsets count from after
     /// them.
     skip: usize,
@@ -124,7 +128,12 @@ impl core::fmt::Debug for Arena<'_> {
 
 impl<'a> Arena<'a> {
     /// Takes `memory`, skipping the few bytes before its first aligned address.
-    pub fn new(memory: &'a mut dyn Memory) -> Self {
+    pub fn new(memory: &'a mut (dyn Memory + Send)) -> Self {
+        Self::on(Lent::Borrowed(memory))
+    }
+
+    /// The arena on `memory`, lent or owned.
+    pub(crate) fn on(memory: Lent<'a, dyn Memory + Send + 'a>) -> Self {
         let bytes = memory.view();
         let skip = bytes.as_ptr().align_offset(ALIGN).min(bytes.len());
         let capacity = bytes.len() - skip;
@@ -325,6 +334,8 @@ mod tests {
         arena.bytes_mut(block).copy_from_slice(b"tsra");
         let at = arena.address(block);
         assert_eq!(at, 7 + 8);
+        // The arena may own its memory on a host (`lent`): it lends it back when dropped.
+        drop(arena);
         assert_eq!(&memory[start + 1 + at..][..4], b"tsra");
     }
 

@@ -33,6 +33,7 @@ pub mod clock;
 pub mod device;
 pub mod fifo;
 pub mod functions;
+pub mod lent;
 pub mod link;
 pub mod program;
 pub mod registers;

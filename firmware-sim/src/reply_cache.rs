@@ -30,6 +30,8 @@
 //! `WINDOW` replies of at most `FRAME` bytes each, in storage the caller provides (a
 //! static on bare metal, the heap on a host): no allocation, nothing large on a stack.
 
+use crate::lent::Lent;
+
 /// What to do with a request, by its sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -52,7 +54,7 @@ pub const fn after(seq: u32) -> u32 {
 
 /// Replies kept for retries, and the number of the request that runs next.
 pub struct ReplyCache<'b, const FRAME: usize, const WINDOW: usize> {
-    replies: &'b mut [[u8; FRAME]; WINDOW],
+    replies: Lent<'b, [[u8; FRAME]; WINDOW]>,
     lens: [usize; WINDOW],
     seqs: [Option<u32>; WINDOW],
     next: Option<u32>,
@@ -74,6 +76,11 @@ impl<const FRAME: usize, const WINDOW: usize> core::fmt::Debug for ReplyCache<'_
 impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> {
     /// Nothing kept, in `replies`; the first request sets the numbering.
     pub fn new(replies: &'b mut [[u8; FRAME]; WINDOW]) -> Self {
+        Self::in_storage(Lent::Borrowed(replies))
+    }
+
+    /// Nothing kept, in `replies` (lent or owned).
+    pub(crate) fn in_storage(replies: Lent<'b, [[u8; FRAME]; WINDOW]>) -> Self {
         Self {
             replies,
             lens: [0; WINDOW],

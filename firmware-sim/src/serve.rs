@@ -99,9 +99,23 @@ impl<const FRAME: usize, const WINDOW: usize> core::fmt::Debug for Server<'_, FR
 impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     /// Empty buffers; replies are kept in `replies`.
     pub fn new(replies: &'b mut [[u8; FRAME]; WINDOW]) -> Self {
+        Self::keeping(crate::lent::Lent::Borrowed(replies))
+    }
+
+    /// Empty buffers, owning the storage its replies are kept in (see [`crate::lent`]): a
+    /// server a host can keep in a struct of its own.
+    #[cfg(feature = "std")]
+    pub fn owning(
+        replies: std::boxed::Box<[[u8; FRAME]; WINDOW]>,
+    ) -> Server<'static, FRAME, WINDOW> {
+        Server::keeping(crate::lent::Lent::Owned(replies))
+    }
+
+    /// Empty buffers; replies kept in `replies`, lent or owned.
+    fn keeping(replies: crate::lent::Lent<'b, [[u8; FRAME]; WINDOW]>) -> Self {
         Self {
             request: [0; FRAME],
-            cache: ReplyCache::new(replies),
+            cache: ReplyCache::in_storage(replies),
             framing: Framing::new(),
             waiting: None,
             bad_frames: 0,

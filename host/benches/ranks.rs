@@ -56,7 +56,13 @@ fn main() {
     };
     let across = measure(&session);
     drop(session);
-    let local = placement::open(&Placement::Thread, 0..WORKERS as u32, MEMORY).expect("workers");
+    let local = placement::open(
+        &Placement::Thread,
+        0..WORKERS as u32,
+        MEMORY,
+        placement::Serving::Threads,
+    )
+    .expect("workers");
     let one_host = Session::on(local, 1).expect("a session on one host");
     let alone = measure(&one_host);
     let mib = (ELEMENTS * 4) >> 20;

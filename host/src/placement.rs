@@ -24,6 +24,18 @@ pub enum Placement {
     Qemu(PathBuf),
 }
 
+/// Who serves the thread placement's devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    /// Threads of their own (at most one per core), working while the host does anything
+    /// else: a session's workers, whose kernels run while the controller goes on.
+    Threads,
+    /// One share fewer threads, the host's own thread serving that share whenever it waits
+    /// on any of them: a training step, where the host only waits — three threads on two
+    /// cores made every wait a context switch.
+    AlsoByTheHost,
+}
+
 /// Everything `placement` needs before any device starts: for QEMU, its firmware and
 /// tools.
 pub fn check(placement: &Placement) -> Result<(), TransportError> {
@@ -40,11 +52,14 @@ pub fn open(
     placement: &Placement,
     replicas: Range<u32>,
     memory: usize,
+    serving: Serving,
 ) -> Result<Vec<Channel>, TransportError> {
     check(placement)?;
     match placement {
         // Together: they share threads (at most one per core).
-        Placement::Thread => Channel::in_process_all(replicas, memory),
+        Placement::Thread => {
+            Channel::in_process_all(replicas, memory, serving == Serving::AlsoByTheHost)
+        }
         Placement::Process(exe) => replicas
             .map(|replica| Channel::child_process(exe, replica, memory))
             .collect(),

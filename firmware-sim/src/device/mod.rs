@@ -38,6 +38,7 @@ use tessera_core::wire::{ErrorCode, Limits, Request, Response, PROTOCOL_VERSION}
 use crate::arena::{saturate, Arena, Memory};
 use crate::fifo::Fifos;
 use crate::functions::Function;
+use crate::lent::Shared;
 use crate::program::Prepared;
 use crate::registers::Registers;
 use crate::serve::LinkLimits;
@@ -93,7 +94,7 @@ pub struct Device<'a> {
     prepared: Option<Prepared>,
     /// The step under way between two legs, if one is.
     stepping: Option<Stepping>,
-    cycles: &'a CycleCounter,
+    cycles: Shared<'a, CycleCounter>,
     functions: &'a [(&'static str, Function)],
 }
 
@@ -130,11 +131,20 @@ impl<'a> Device<'a> {
     /// ```
     pub fn new(
         replica: u32,
-        memory: &'a mut dyn Memory,
+        memory: &'a mut (dyn Memory + Send),
         link: LinkLimits,
         cycles: &'a CycleCounter,
     ) -> Self {
-        let arena = Arena::new(memory);
+        Self::built(replica, Arena::new(memory), link, Shared::Borrowed(cycles))
+    }
+
+    /// Replica `replica` on `arena`, counting in `cycles`.
+    fn built(
+        replica: u32,
+        arena: Arena<'a>,
+        link: LinkLimits,
+        cycles: Shared<'a, CycleCounter>,
+    ) -> Self {
         let limits = Limits {
             memory: saturate(arena.capacity()),
             max_frame: saturate(link.max_frame),
@@ -155,6 +165,18 @@ impl<'a> Device<'a> {
             cycles,
             functions: &[],
         }
+    }
+
+    /// Replica `replica` owning its `memory` and cycle counter (see [`crate::lent`]): a
+    /// device a host can keep in a struct of its own.
+    #[cfg(feature = "std")]
+    pub fn owning(
+        replica: u32,
+        memory: std::boxed::Box<dyn Memory + Send>,
+        link: LinkLimits,
+    ) -> Device<'static> {
+        let arena = Arena::on(crate::lent::Lent::Owned(memory));
+        Device::built(replica, arena, link, Shared::Owned(CycleCounter::new()))
     }
 
     /// This device with `functions` callable by name besides the built-ins, and searched

@@ -19,6 +19,7 @@
 //! [`shard`]: tessera_core::shard
 
 pub mod math;
+pub mod narrow;
 pub mod scratch;
 pub mod step;
 

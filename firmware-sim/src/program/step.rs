@@ -45,7 +45,7 @@ use tessera_core::shard::Piece;
 use tessera_core::stream::{AnchorAction, AnchorReturnType};
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
-use super::{math, Prepared};
+use super::{math, narrow, Prepared};
 use crate::arena::{Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
@@ -637,9 +637,7 @@ fn forward(
         match *layer {
             Layer::Linear { weight } => {
                 let [w, a, y] = regions(x, [s.full(weight).ok_or(MISSING)?, a, y])?;
-                for (a, y) in rows(a, s.rows()).zip(rows_mut(y, s.rows())) {
-                    math::linear(w, a, y);
-                }
+                narrow::linear(w, a, y, s.rows());
                 work += (w.len() * s.rows()) as u64;
             }
             Layer::Bias { bias } => {
@@ -724,13 +722,9 @@ fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<
                 let passes = if k > 0 { 2 } else { 1 };
                 work += (w.len() * passes * n) as u64;
                 // Sample by sample, in order: the gradient sums as it would one sample per
-                // micro-batch.
-                let mut dx = rows_mut(dx, n);
-                for (a, dy) in rows(a, n).zip(rows(dy, n)) {
-                    // The input's gradient is needed only below the first layer.
-                    let dx = dx.next().filter(|_| k > 0);
-                    math::linear_backward(w, a, dy, g, dx);
-                }
+                // micro-batch. The input's gradient is needed only below the first layer.
+                let dx = Some(dx).filter(|_| k > 0);
+                narrow::linear_backward(w, a, dy, g, dx, n);
             }
             Layer::Bias { bias } => {
                 let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(MISSING)?, dy, dx])?;

@@ -111,7 +111,12 @@ fn start(
 ) -> Result<Vec<Channel>, RuntimeError> {
     // At most MAX_REPLICAS: the window's bounds fit 32 bits.
     let replicas = window.offset as u32..(window.offset + window.local) as u32;
-    Ok(placement::open(placement, replicas, device_memory)?)
+    Ok(placement::open(
+        placement,
+        replicas,
+        device_memory,
+        placement::Serving::AlsoByTheHost,
+    )?)
 }
 
 /// A program prepared on its replicas.

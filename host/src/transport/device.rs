@@ -47,7 +47,7 @@ pub(super) fn run_device_watched(
 /// Like [`run_device_watched`], on `arena` (memory the host may map too).
 pub(super) fn run_device_on(
     replica: u32,
-    arena: &mut dyn Memory,
+    arena: &mut (dyn Memory + Send),
     reader: impl Read + Send + 'static,
     writer: impl Write,
     busy: &mut BusyLine,
@@ -58,7 +58,7 @@ pub(super) fn run_device_on(
 /// Like [`run_device_on`], on a link made already.
 pub(super) fn run_device_on_link<W: Write>(
     replica: u32,
-    arena: &mut dyn Memory,
+    arena: &mut (dyn Memory + Send),
     mut link: StdLink<W>,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
@@ -102,7 +102,7 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
     };
     let mut window = SharedMemory::open(open(fd)?, bytes)?;
     let (mut shared, mut own) = (None, Vec::new());
-    let arena: &mut dyn Memory = match inherited.memory {
+    let arena: &mut (dyn Memory + Send) = match inherited.memory {
         Some(fd) => shared.insert(SharedMemory::open(open(fd)?, memory)?),
         None => {
             own.resize(memory, 0u8);
@@ -118,7 +118,7 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
 /// host maps too (the child-process placement).
 fn run_device_with_window(
     replica: u32,
-    arena: &mut dyn Memory,
+    arena: &mut (dyn Memory + Send),
     pipe: BorrowedFd<'_>,
     writer: impl Write,
     window: &mut SharedMemory,
@@ -203,7 +203,7 @@ impl<W: Write> Messages for Windowed<'_, '_, W> {
 /// Builds a device on `arena` and its server on the heap, and runs `serve` on them.
 fn with_device(
     replica: u32,
-    arena: &mut dyn Memory,
+    arena: &mut (dyn Memory + Send),
     serve: impl FnOnce(&mut HostServer<'_>, &mut Device<'_>) -> Result<(), ServeError<io::Error>>,
 ) -> Result<(), io::Error> {
     let cycles = CycleCounter::new();

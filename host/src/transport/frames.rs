@@ -1,5 +1,6 @@
 //! Where a channel's messages come from: a queue (a device thread's, or a byte link's
-//! decoded by a reader thread), or a child process's stdout read in place.
+//! decoded by a reader thread), a pooled device's queue read while the host serves the
+//! pool's host share (see `spawn::pool`), or a child process's stdout read in place.
 //!
 //! A reader thread blocked on a child's pipe is woken by the kernel for every reply (tens
 //! of microseconds on a small virtual machine) before the channel sees it: reading the pipe
@@ -9,7 +10,8 @@
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::FrameDecoder;
@@ -17,11 +19,14 @@ use tessera_firmware_sim::std_link::{receive_spinning, Message};
 
 use super::pipe_link::Pipe;
 use super::reader::MAX_FRAME;
+use super::spawn::HostShare;
 
 /// A channel's source of messages.
 pub(super) enum Frames {
     /// Whole messages on a queue.
     Queue(Receiver<Message>),
+    /// A pooled device's queue, the pool's host share served while waiting on it.
+    Served(Receiver<Message>, Arc<HostShare>),
     /// Frames read in place from a pipe.
     Pipe(Box<PipeFrames>),
 }
@@ -36,6 +41,7 @@ impl Frames {
     ) -> Result<Message, RecvTimeoutError> {
         match self {
             Self::Queue(queue) => receive_spinning(queue, limit, spin),
+            Self::Served(queue, share) => receive_serving(queue, share, limit, spin),
             Self::Pipe(pipe) => pipe.receive(limit),
         }
     }
@@ -48,6 +54,50 @@ impl Frames {
             ready: VecDeque::new(),
             replica,
         })))
+    }
+}
+
+/// The longest the host sleeps on one queue, past its spin, before serving its share again:
+/// a share's device has mail only from the host itself, so a nap is never what it waits
+/// for; the bound only keeps a wait that outlives the spin from holding the share long.
+const NAP: Duration = Duration::from_millis(1);
+
+/// The next message on `queue` within `limit` (`None`: as long as it takes), serving
+/// `share` (the pool's devices the host's thread serves) at every look: the message may
+/// be one of the share's devices' replies, or a device of another thread's, whose work is
+/// done meanwhile. Looks without sleeping (yielding between looks) for up to `spin`, then
+/// naps on the queue at most [`NAP`] at a time.
+fn receive_serving(
+    queue: &Receiver<Message>,
+    share: &HostShare,
+    limit: Option<Duration>,
+    spin: Duration,
+) -> Result<Message, RecvTimeoutError> {
+    let start = Instant::now();
+    loop {
+        match queue.try_recv() {
+            Ok(message) => return Ok(message),
+            Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+            Err(TryRecvError::Empty) => {}
+        }
+        if share.serve() {
+            // The share's devices replied or moved on: look again at once.
+            continue;
+        }
+        let waited = start.elapsed();
+        let left = limit.map(|l| l.saturating_sub(waited));
+        if left == Some(Duration::ZERO) {
+            return Err(RecvTimeoutError::Timeout);
+        }
+        if waited < spin {
+            std::thread::yield_now();
+            continue;
+        }
+        match queue.recv_timeout(left.map_or(NAP, |l| l.min(NAP))) {
+            Ok(message) => return Ok(message),
+            Err(RecvTimeoutError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
     }
 }
 

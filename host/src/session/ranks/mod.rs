@@ -353,7 +353,12 @@ fn controller_channels(
     )>,
     (office, numbers): (Arc<PostOffice>, Arc<AtomicU64>),
 ) -> Result<Vec<Channel>, SessionError> {
-    let mut channels = placement::open(placement, 0..per_rank as u32, memory)?;
+    let mut channels = placement::open(
+        placement,
+        0..per_rank as u32,
+        memory,
+        placement::Serving::Threads,
+    )?;
     for (link, (reader, writer)) in links.iter().zip(ends) {
         let (office, numbers, rank) = (office.clone(), numbers.clone(), link.peer);
         let index = link.worker as usize % per_rank.max(1);

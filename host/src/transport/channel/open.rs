@@ -45,13 +45,15 @@ impl Channel {
 
     /// One device per replica of `replicas` in threads of this process, `memory` bytes of
     /// arena each, served by at most as many threads as the machine has cores (see
-    /// [`spawn::pool`](super::super::spawn)); channels in replica order, each ready once its
-    /// device has answered its hello.
+    /// [`spawn::pool`](super::super::spawn)) — with `host_serves`, the calling thread being
+    /// one of them; channels in replica order, each ready once its device has answered its
+    /// hello.
     pub(crate) fn in_process_all(
         replicas: std::ops::Range<u32>,
         memory: usize,
+        host_serves: bool,
     ) -> Result<Vec<Self>, TransportError> {
-        spawn::in_process_pool(replicas.clone(), memory)?
+        spawn::in_process_pool(replicas.clone(), memory, host_serves)?
             .into_iter()
             .zip(replicas)
             .map(|(link, replica)| Self::open(link, replica))
@@ -203,6 +205,7 @@ fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> 
             Frames::Queue(frames)
         }
         Incoming::Messages(frames) => Frames::Queue(frames),
+        Incoming::Served(frames, share) => Frames::Served(frames, share),
         Incoming::Pipe(pipe) => Frames::pipe(pipe, replica)?,
     })
 }

@@ -27,6 +27,9 @@ pub(in crate::transport) enum DeviceHandle {
     Thread(Option<JoinHandle<()>>, Option<UnixStream>, BusyLine),
     /// A device served by a thread of the pool ([`super::pool`]), with its siblings.
     Pooled(Arc<Worker>),
+    /// A device of the pool's host share: served by the host's own thread while it waits
+    /// on the pool's channels ([`super::pool`]).
+    Hosted,
     /// A `tessera device` process and its reaper (and the end of its stdin we hold).
     Child {
         child: Option<Adopted>,
@@ -51,7 +54,7 @@ impl DeviceHandle {
     /// The program running the device.
     pub fn program(&self) -> &'static str {
         match self {
-            Self::Thread(..) | Self::Pooled(_) => "thread",
+            Self::Thread(..) | Self::Pooled(_) | Self::Hosted => "thread",
             Self::Child { .. } => DEVICE_PROCESS,
             Self::Qemu { .. } => QEMU,
             #[cfg(feature = "mpi")]
@@ -70,6 +73,8 @@ impl DeviceHandle {
             Self::Pooled(worker) if worker.has_ended() => Liveness::Ended,
             Self::Pooled(worker) if worker.is_busy() => Liveness::Busy,
             Self::Pooled(_) => Liveness::Idle,
+            // It works only inside the host's own waits: between them it is idle.
+            Self::Hosted => Liveness::Idle,
             Self::Child {
                 child: Some(child), ..
             } => process_liveness(child.pid()),
@@ -105,8 +110,9 @@ impl DeviceHandle {
 impl Drop for DeviceHandle {
     fn drop(&mut self) {
         match self {
-            // The last device of its thread to go joins it (`Worker`'s drop).
-            Self::Pooled(_) => {}
+            // The last device of its thread to go joins it (`Worker`'s drop); the last
+            // channel of a host share drops it.
+            Self::Pooled(_) | Self::Hosted => {}
             // Its rank stops it once the link ends (the channel's writer is dropped).
             #[cfg(feature = "mpi")]
             Self::Remote(_) => {}

@@ -18,8 +18,8 @@
 //!
 //! - `thread`: a device thread of this process on a socket pair (faults injected), or a
 //!   pooled one.
-//! - `pool`: the thread placement's devices on at most as many threads as cores, on
-//!   message queues.
+//! - `pool`: the thread placement's devices on at most as many threads as cores (one of
+//!   them, for a training step, the host's own), on message queues.
 //! - `process`: a `tessera device` child process on its stdio.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
 //! - `reaper`: the shell that kills a device process once tessera is gone.
@@ -42,7 +42,7 @@ mod thread;
 pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;
-pub(super) use pool::{in_process_pool, Mailbox};
+pub(super) use pool::{in_process_pool, HostShare, Mailbox};
 pub(super) use process::child_process;
 pub(super) use qemu::{qemu, QEMU};
 #[cfg(feature = "mpi")]
@@ -84,6 +84,9 @@ pub(super) enum Incoming {
     Bytes(Box<dyn Read + Send>),
     /// Whole messages (and bulk bytes) from a device thread.
     Messages(Receiver<Message>),
+    /// Whole messages from a pooled device, the pool's host share served while waiting
+    /// for them (the device may be in that share or on a thread of the pool).
+    Served(Receiver<Message>, std::sync::Arc<HostShare>),
     /// A child process's stdout: frames, read in place by the channel.
     Pipe(std::os::fd::OwnedFd),
 }

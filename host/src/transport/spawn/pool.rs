@@ -8,15 +8,34 @@
 //! single queue carrying every message for its devices, each tagged with its device, and
 //! serves each device's mail in turn ([`serve_pending`]).
 //!
+//! A training step made that three threads on two cores: the host, waiting for the
+//! devices' contributions, took a core's turn at every look, and the scheduler put both
+//! device threads on the other core (`perf sched`: one core running the host's waits, the
+//! other switching between the two devices' legs). So a pool may give one share of its
+//! devices to the host's own thread instead of a thread of their own (the *host share*):
+//! every wait of the host on any channel of the pool serves that share's mail, so the host
+//! computes one share's legs while the pool's threads compute the others, with as many
+//! threads as cores and none of them waiting on another for a core.
+//!
 //! # Rules
 //!
-//! - Device `i` of `n` opened together runs on thread `i mod k`, `k = min(n, cores)`.
+//! - Device `i` of `n` opened together is in share `i mod k`, `k = min(n, cores)`; each
+//!   share has a thread, except share 0 when the host serves it.
+//! - The host share is served only inside the host's waits on the pool's channels (any of
+//!   them: a device of another share may be waiting for a round the host share's devices
+//!   contribute to), never in the background: a session, whose workers compute while the
+//!   controller goes on, keeps a thread for every share
+//!   ([`Serving`](crate::placement::Serving)). A request of a hosted device runs inside
+//!   that wait to its end: no busy deadline applies to it (a step's legs are bounded).
+//! - A panic in a hosted device closes the host share (as it ends a pool thread): its
+//!   channels find their queues closed; the host's call does not panic.
 //! - A device's messages are served in the order they were sent; its replies go on a queue
 //!   of its own.
 //! - A thread's busy line is every one of its devices' line: a device whose mail waits
 //!   behind a sibling's long request is busy, not silent.
 //! - A thread ends once every channel to its devices is gone (their mailboxes hold its
-//!   only senders); the last of them to drop joins it.
+//!   only senders); the last of them to drop joins it. The host share goes with the last
+//!   channel of the pool.
 //! - A device whose reply queue is gone (its channel dropped) is served no more; the other
 //!   devices of its thread go on.
 
@@ -27,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
 use tessera_firmware_sim::std_link::{receive_spinning, BusyLine, Message, Queue, StdClock, SPIN};
-use tessera_firmware_sim::{serve_pending, CycleCounter, Device, Memory, Server};
+use tessera_firmware_sim::{serve_pending, Device, Memory, Server};
 
 use super::{DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::device::{HOST_FRAME, HOST_WINDOW};
@@ -84,33 +103,32 @@ impl Drop for Worker {
     }
 }
 
-/// What a thread needs to build one device.
-struct Spec {
-    replica: u32,
-    /// The device's mapping of memory the host maps too; `None`: `bytes` of its own.
-    shared: Option<SharedMemory>,
-    bytes: usize,
-    replies: Sender<Message>,
-}
-
 /// One device per replica of `replicas`, each with `memory` bytes of arena (shared with
-/// the host when the device can name every offset of it on the wire), on at most as many
-/// threads as the machine has cores; links in replica order.
+/// the host when the device can name every offset of it on the wire), in `k = min(n,
+/// cores)` shares; links in replica order. With `host_serves`, share 0 is the calling
+/// thread's ([`HostShare`]) and the others get a thread each; without, every share gets a
+/// thread.
 pub(in crate::transport) fn in_process_pool(
     replicas: Range<u32>,
     memory: usize,
+    host_serves: bool,
 ) -> Result<Vec<Link>, TransportError> {
     let n = replicas.len();
     let cores = thread::available_parallelism().map_or(1, |c| c.get());
     let k = n.min(cores).max(1);
     let mut specs: Vec<Vec<Spec>> = (0..k).map(|_| Vec::new()).collect();
     let mut queues = Vec::with_capacity(k);
-    let mut links = Vec::with_capacity(n);
     let mut busy_lines = Vec::with_capacity(k);
     for _ in 0..k {
         queues.push(mpsc::channel::<(usize, Message)>());
         busy_lines.push(BusyLine::default());
     }
+    // Declared before the links so that, should a thread fail to start, the links (the
+    // mailboxes: the threads' only senders) drop first and the started threads end
+    // before their workers join them.
+    let mut host_share = None;
+    let mut workers = Vec::with_capacity(k);
+    let mut links = Vec::with_capacity(n);
     for (i, replica) in replicas.enumerate() {
         let (host_memory, shared) = match u32::try_from(memory) {
             Ok(1..) => {
@@ -121,9 +139,9 @@ pub(in crate::transport) fn in_process_pool(
             _ => (None, None),
         };
         let (replies, from_device) = mpsc::channel();
-        let thread_specs = &mut specs[i % k];
-        let mailbox = Mailbox::new(queues[i % k].0.clone(), thread_specs.len());
-        thread_specs.push(Spec {
+        let share_specs = &mut specs[i % k];
+        let mailbox = Mailbox::new(queues[i % k].0.clone(), share_specs.len());
+        share_specs.push(Spec {
             replica,
             shared,
             bytes: memory,
@@ -131,155 +149,197 @@ pub(in crate::transport) fn in_process_pool(
         });
         links.push((i % k, from_device, mailbox, host_memory));
     }
-    let mut workers = Vec::with_capacity(k);
-    for ((specs, (sender, inbox)), busy) in specs.into_iter().zip(queues).zip(busy_lines) {
-        // The mailboxes hold the only senders: the thread ends when they are all gone.
+    for (w, ((specs, (sender, inbox)), busy)) in
+        specs.into_iter().zip(queues).zip(busy_lines).enumerate()
+    {
+        // The mailboxes hold the only senders: a share ends when they are all gone.
         drop(sender);
+        if host_serves && w == 0 {
+            let share = Share::new(specs, inbox, busy)?;
+            host_share = Some(Arc::new(HostShare(Mutex::new(Some(share)))));
+            workers.push(None);
+            continue;
+        }
         let line = busy.clone();
         let first = specs.first().map_or(0, |s| s.replica);
         let thread = thread::Builder::new()
             .name(format!("tessera-devices-{first}"))
-            .spawn(move || {
-                if let Err(e) = serve_devices(specs, &inbox, line) {
-                    tracing::warn!(error = %e, "device thread stopped");
-                }
+            .spawn(move || match Share::new(specs, inbox, line) {
+                Ok(share) => share.serve_until_closed(),
+                Err(e) => tracing::warn!(error = %e, "device thread stopped"),
             })?;
-        workers.push(Arc::new(Worker {
+        workers.push(Some(Arc::new(Worker {
             thread: Mutex::new(Some(thread)),
             busy,
-        }));
+        })));
     }
     Ok(links
         .into_iter()
         .map(|(w, from_device, mailbox, memory)| Link {
-            incoming: Incoming::Messages(from_device),
+            incoming: match &host_share {
+                // Every wait of the host on any of the pool's channels serves its share.
+                Some(share) => Incoming::Served(from_device, Arc::clone(share)),
+                None => Incoming::Messages(from_device),
+            },
             outgoing: Outgoing::Messages(mailbox),
-            handle: DeviceHandle::Pooled(Arc::clone(&workers[w])),
+            handle: match &workers[w] {
+                Some(worker) => DeviceHandle::Pooled(Arc::clone(worker)),
+                // Only the host's share has no thread.
+                None => DeviceHandle::Hosted,
+            },
             window: None,
             memory,
         })
         .collect())
 }
 
-/// A thread's devices' memory: shared with the host, or its own.
-enum Arena {
-    Shared(SharedMemory),
-    Own(Vec<u8>),
+/// What a share needs to build one device.
+struct Spec {
+    replica: u32,
+    /// The device's mapping of memory the host maps too; `None`: `bytes` of its own.
+    shared: Option<SharedMemory>,
+    bytes: usize,
+    replies: Sender<Message>,
 }
 
-impl Arena {
-    fn memory(&mut self) -> &mut dyn Memory {
-        match self {
-            Self::Shared(m) => m,
-            Self::Own(v) => v,
-        }
+/// The share of the host's own thread: served whenever that thread waits on any channel of
+/// the pool (see the module's rules), never by a thread of its own.
+pub(in crate::transport) struct HostShare(Mutex<Option<Share>>);
+
+impl std::fmt::Debug for HostShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostShare").finish_non_exhaustive()
     }
 }
 
-/// What one thread's devices are built on and outlive: their memory, cycle counters,
-/// replicas and links, and the mail queue each link reads.
-struct Parts {
-    arenas: Vec<Arena>,
-    cycles: Vec<CycleCounter>,
-    replicas: Vec<u32>,
+impl HostShare {
+    /// Serves every message its devices have waiting; true if there was any. A panic
+    /// while serving (a device's bug) ends the share as it ends a pool thread: it is
+    /// caught here, the share's devices are dropped, and their channels find their
+    /// queues closed — the host's own call goes on.
+    pub(in crate::transport) fn serve(&self) -> bool {
+        let Ok(mut share) = self.0.lock() else {
+            return false;
+        };
+        let Some(devices) = share.as_mut() else {
+            return false;
+        };
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| devices.serve(None)));
+        served.unwrap_or_else(|_| {
+            tracing::warn!("a device of the host's share panicked: the share is closed");
+            *share = None;
+            true
+        })
+    }
+}
+
+/// One share of a pool's devices, owned with everything serving them takes: their memory,
+/// their servers (and kept replies), the queue of every message to them, each device's own
+/// queue of mail and replies.
+struct Share {
+    inbox: Receiver<(usize, Message)>,
+    devices: Vec<Device<'static>>,
+    servers: Vec<Box<HostServer>>,
     links: Vec<Queue>,
     mail: Vec<Sender<Message>>,
+    replicas: Vec<u32>,
+    /// A device whose channel is gone (or that failed) is served no more.
+    open: Vec<bool>,
+    clock: StdClock,
+    busy: BusyLine,
 }
 
-impl Parts {
-    fn new(specs: Vec<Spec>) -> Self {
+/// A pooled device's server: frames and kept replies as the host's links have them.
+type HostServer = Server<'static, HOST_FRAME, HOST_WINDOW>;
+
+impl Share {
+    /// Builds `specs`' devices, served from `inbox`, with `busy` high while any of them
+    /// runs a request.
+    fn new(
+        specs: Vec<Spec>,
+        inbox: Receiver<(usize, Message)>,
+        busy: BusyLine,
+    ) -> Result<Self, io::Error> {
         let n = specs.len();
-        let mut parts = Self {
-            arenas: Vec::with_capacity(n),
-            cycles: (0..n).map(|_| CycleCounter::new()).collect(),
-            replicas: Vec::with_capacity(n),
+        let mut share = Self {
+            inbox,
+            devices: Vec::with_capacity(n),
+            servers: Vec::with_capacity(n),
             links: Vec::with_capacity(n),
             mail: Vec::with_capacity(n),
+            replicas: Vec::with_capacity(n),
+            open: vec![true; n],
+            clock: StdClock::new(),
+            busy,
         };
         for spec in specs {
-            parts.arenas.push(match spec.shared {
-                Some(shared) => Arena::Shared(shared),
-                None => Arena::Own(vec![0u8; spec.bytes]),
-            });
+            // The kept replies (a megabyte per device) live on the heap.
+            let replies: Box<[[u8; HOST_FRAME]; HOST_WINDOW]> =
+                vec![[0u8; HOST_FRAME]; HOST_WINDOW]
+                    .into_boxed_slice()
+                    .try_into()
+                    .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
+            let server = Box::new(Server::owning(replies));
+            let memory: Box<dyn Memory + Send> = match spec.shared {
+                Some(shared) => Box::new(shared),
+                None => Box::new(vec![0u8; spec.bytes]),
+            };
+            share
+                .devices
+                .push(Device::owning(spec.replica, memory, server.link()));
+            share.servers.push(server);
             let (to_device, device_in) = mpsc::channel();
-            parts.links.push(Queue::new(device_in, spec.replies));
-            parts.mail.push(to_device);
-            parts.replicas.push(spec.replica);
+            share.links.push(Queue::new(device_in, spec.replies));
+            share.mail.push(to_device);
+            share.replicas.push(spec.replica);
         }
-        parts
+        Ok(share)
     }
-}
 
-/// Builds `specs`' devices and serves them until every mailbox to them is gone, with
-/// `busy` (the line of every one of them) high while any of them runs a request.
-fn serve_devices(
-    specs: Vec<Spec>,
-    inbox: &Receiver<(usize, Message)>,
-    mut busy: BusyLine,
-) -> Result<(), io::Error> {
-    let n = specs.len();
-    let Parts {
-        mut arenas,
-        cycles,
-        replicas,
-        mut links,
-        mail,
-    } = Parts::new(specs);
-    // The kept replies (a megabyte per device) live on the heap.
-    let mut storage: Vec<Vec<[u8; HOST_FRAME]>> = (0..n)
-        .map(|_| vec![[0u8; HOST_FRAME]; HOST_WINDOW])
-        .collect();
-    let mut servers = Vec::with_capacity(n);
-    for replies in &mut storage {
-        let replies: &mut [[u8; HOST_FRAME]; HOST_WINDOW] = replies
-            .as_mut_slice()
-            .try_into()
-            .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
-        servers.push(Box::new(Server::new(replies)));
-    }
-    let mut devices: Vec<Device<'_>> = arenas
-        .iter_mut()
-        .zip(&cycles)
-        .zip(&replicas)
-        .zip(&servers)
-        .map(|(((arena, cycles), &replica), server)| {
-            Device::new(replica, arena.memory(), server.link(), cycles)
-        })
-        .collect();
-    let mut open = vec![true; n];
-    let mut clock = StdClock::new();
-    // Waits for mail as every device wait does (looking, then asleep: `SPIN`); then files
-    // every message already queued before serving.
-    while let Ok(first) = receive_spinning(inbox, None, SPIN) {
-        let mut has_mail = vec![false; n];
-        for (i, message) in std::iter::once(first).chain(inbox.try_iter()) {
-            if let (Some(to), Some(flag)) = (mail.get(i), has_mail.get_mut(i)) {
+    /// Files `first` and every message already queued, each to its device's mail, then
+    /// serves each device that has mail; true if any had.
+    fn serve(&mut self, first: Option<(usize, Message)>) -> bool {
+        // The host looks here at every turn of its waits: nothing queued costs one look.
+        let Some(first) = first.or_else(|| self.inbox.try_recv().ok()) else {
+            return false;
+        };
+        let mut has_mail = vec![false; self.devices.len()];
+        for (i, message) in std::iter::once(first).chain(self.inbox.try_iter()) {
+            if let (Some(to), Some(flag)) = (self.mail.get(i), has_mail.get_mut(i)) {
                 *flag = to.send(message).is_ok();
             }
         }
-        for i in 0..n {
-            if !(has_mail[i] && open[i]) {
+        for (i, &mail) in has_mail.iter().enumerate() {
+            if !(mail && self.open[i]) {
                 continue;
             }
             let served = serve_pending(
-                &mut servers[i],
-                &mut devices[i],
-                &mut links[i],
-                &mut clock,
-                &mut busy,
+                &mut self.servers[i],
+                &mut self.devices[i],
+                &mut self.links[i],
+                &mut self.clock,
+                &mut self.busy,
             );
             match served {
                 Ok(true) => {}
                 // Its channel is gone: nobody reads its replies any more.
-                Ok(false) => open[i] = false,
+                Ok(false) => self.open[i] = false,
                 Err(e) => {
-                    tracing::debug!(replica = replicas[i], error = %e, "device stopped");
-                    open[i] = false;
+                    tracing::debug!(replica = self.replicas[i], error = %e, "device stopped");
+                    self.open[i] = false;
                 }
             }
         }
+        true
     }
-    Ok(())
+
+    /// Serves until every mailbox to the share is gone, waiting for mail as every device
+    /// wait does (looking, then asleep: `SPIN`).
+    fn serve_until_closed(mut self) {
+        while let Ok(first) = receive_spinning(&self.inbox, None, SPIN) {
+            self.serve(Some(first));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -300,7 +360,7 @@ mod tests {
     /// or that mixes up which device a message is for.
     #[test]
     fn many_devices_share_at_most_one_thread_per_core_and_keep_their_state() {
-        let mut channels = Channel::in_process_all(0..8, 4096).unwrap();
+        let mut channels = Channel::in_process_all(0..8, 4096, false).unwrap();
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let mut workers: Vec<*const super::Worker> = channels
             .iter()
@@ -312,16 +372,59 @@ mod tests {
         workers.sort();
         workers.dedup();
         assert_eq!(workers.len(), 8.min(cores));
-        for (i, c) in channels.iter_mut().enumerate() {
-            assert_eq!(seed_round_trip(c, 100 + i as u64).unwrap(), 100 + i as u64);
-        }
+        each_keeps_its_seed(&mut channels, 100);
+    }
+
+    /// Gives device `i` of `channels` the seed `base + i`, then reads every seed back once
+    /// all are set: a device that answered for another, or lost its state, shows.
+    fn each_keeps_its_seed(channels: &mut [Channel], base: u64) {
         for (i, c) in channels.iter_mut().enumerate() {
             assert_eq!(
-                c.call(&GetSeed).unwrap().get(),
-                100 + i as u64,
-                "device {i}"
+                seed_round_trip(c, base + i as u64).unwrap(),
+                base + i as u64
             );
         }
+        for (i, c) in channels.iter_mut().enumerate() {
+            let seed = c.call(&GetSeed).unwrap().get();
+            assert_eq!(seed, base + i as u64, "device {i}");
+        }
+    }
+
+    /// Catches a host share that is not served while the host waits (a call to one of its
+    /// devices, or to another thread's, would hang until its deadline), a share given a
+    /// thread after all, or devices that mix up their state: eight devices on
+    /// `k = min(8, cores)` shares, share 0 the host's — `k − 1` threads, one device in `k`
+    /// hosted.
+    #[test]
+    fn the_host_serves_one_share_and_its_devices_keep_their_state() {
+        let mut channels = Channel::in_process_all(0..8, 4096, true).unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let k = 8.min(cores);
+        let mut workers = Vec::new();
+        let mut hosted = Vec::new();
+        for (i, c) in channels.iter().enumerate() {
+            match c.device_handle() {
+                super::DeviceHandle::Pooled(w) => workers.push(std::sync::Arc::as_ptr(w)),
+                super::DeviceHandle::Hosted => hosted.push(i),
+                _ => panic!("a thread device is pooled or hosted"),
+            }
+        }
+        workers.sort();
+        workers.dedup();
+        assert_eq!(workers.len(), k - 1, "threads besides the host's");
+        assert_eq!(
+            hosted,
+            (0..8).step_by(k).collect::<Vec<_>>(),
+            "the host's share"
+        );
+        each_keeps_its_seed(&mut channels, 200);
+        // One device: the host's alone, no thread at all.
+        let mut one = Channel::in_process_all(5..6, 4096, true).unwrap();
+        assert!(matches!(
+            one[0].device_handle(),
+            super::DeviceHandle::Hosted
+        ));
+        assert_eq!(seed_round_trip(&mut one[0], 3).unwrap(), 3);
     }
 
     /// Catches a thread that stops serving its devices once one of them is gone (its
@@ -330,7 +433,7 @@ mod tests {
     /// serves one of those requests after the drop: likely with eight queued, not certain.)
     #[test]
     fn a_dropped_device_leaves_its_siblings_running() {
-        let mut channels = Channel::in_process_all(0..4, 4096).unwrap();
+        let mut channels = Channel::in_process_all(0..4, 4096, false).unwrap();
         let mut gone = channels.remove(0);
         for _ in 0..8 {
             gone.submit(&Request::GetSeed).unwrap();

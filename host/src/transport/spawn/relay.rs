@@ -97,7 +97,7 @@ pub(crate) fn thread_on(
             // The link's chunks go straight to the device: no reader thread between.
             let link = StdLink::on_chunks(chunks, writer);
             let (mut device, mut own) = (device, Vec::new());
-            let arena: &mut dyn Memory = match device {
+            let arena: &mut (dyn Memory + Send) = match device {
                 Some(ref mut shared) => shared,
                 None => {
                     own.resize(memory, 0u8);
@@ -136,7 +136,7 @@ fn relayed(
     let from_device: Box<dyn Read + Send> = match incoming {
         Incoming::Bytes(reader) => reader,
         Incoming::Pipe(fd) => Box::new(File::from(fd)),
-        Incoming::Messages(_) => return Err(not_bytes(replica)),
+        Incoming::Messages(_) | Incoming::Served(..) => return Err(not_bytes(replica)),
     };
     let Outgoing::Bytes(to_device) = outgoing else {
         return Err(not_bytes(replica));
