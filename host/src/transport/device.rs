@@ -1,6 +1,7 @@
 //! A simulated device served from this host: the whole of a device thread and of the
 //! `tessera device` child process, on a byte link or on a message queue.
 
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -93,17 +94,12 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
         }
         return run_device(replica, memory, io::stdin(), stdout);
     };
-    // Inherited descriptors, opened anew by their /proc names.
-    let open = |fd: u32| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/self/fd/{fd}"))
-    };
-    let mut window = SharedMemory::open(open(fd)?, bytes)?;
+    let mut both = OpenOptions::new();
+    both.read(true).write(true);
+    let mut window = SharedMemory::open(open_inherited(fd, &both)?, bytes)?;
     let (mut shared, mut own) = (None, Vec::new());
     let arena: &mut (dyn Memory + Send) = match inherited.memory {
-        Some(fd) => shared.insert(SharedMemory::open(open(fd)?, memory)?),
+        Some(fd) => shared.insert(SharedMemory::open(open_inherited(fd, &both)?, memory)?),
         None => {
             own.resize(memory, 0u8);
             &mut own
@@ -111,6 +107,13 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
     };
     let stdin = io::stdin();
     run_device_with_window(replica, arena, stdin.as_fd(), stdout, &mut window)
+}
+
+/// Descriptor `fd`, inherited from the host, opened anew by its `/proc` name with
+/// `options` (no `unsafe` taking over a raw descriptor). A pipe opened so is the same pipe:
+/// open only the end the device uses, or its other end never sees the end of it.
+pub(super) fn open_inherited(fd: u32, options: &OpenOptions) -> io::Result<File> {
+    options.open(format!("/proc/self/fd/{fd}"))
 }
 
 /// Like [`run_device`], with `arena` as the device's memory (the host's shared memory, or
@@ -145,12 +148,12 @@ fn run_device_with_window(
 }
 
 /// A framed byte link whose bulk bytes pass through a shared window.
-struct Windowed<'a, 'p, W> {
-    framed: Framed<'a, PipeLink<'p, W>, HOST_FRAME>,
-    window: &'a mut SharedMemory,
+pub(super) struct Windowed<'a, F, W> {
+    pub framed: Framed<'a, PipeLink<F, W>, HOST_FRAME>,
+    pub window: &'a mut SharedMemory,
 }
 
-impl<W: Write> Messages for Windowed<'_, '_, W> {
+impl<F: AsFd, W: Write> Messages for Windowed<'_, F, W> {
     type Error = io::Error;
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {

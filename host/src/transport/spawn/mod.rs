@@ -20,7 +20,8 @@
 //!   pooled one.
 //! - `pool`: the thread placement's devices on at most as many threads as cores (one of
 //!   them, for a training step, the host's own), on message queues.
-//! - `process`: a `tessera device` child process on its stdio.
+//! - `process`: a `tessera device` child process on its stdio, or a share of a training
+//!   runtime's devices in one `tessera devices` process.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
 //! - `reaper`: the shell that kills a device process once tessera is gone.
 //! - `handle`: what keeps a device running ([`DeviceHandle`]) and what it is doing
@@ -43,7 +44,7 @@ pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;
 pub(super) use pool::{in_process_pool, HostShare, Mailbox};
-pub(super) use process::child_process;
+pub(super) use process::{child_process, device_processes};
 pub(super) use qemu::{qemu, QEMU};
 #[cfg(feature = "mpi")]
 pub(crate) use relay::{child_on, qemu_on, thread_on, Served};

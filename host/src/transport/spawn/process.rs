@@ -1,18 +1,62 @@
-//! A device in a child process: `tessera device`, speaking over its stdio, its memory
-//! and its bulk window shared with the host.
+//! Devices in child processes: one device per process (`tessera device`, speaking over its
+//! stdio), or a share of a training runtime's devices per process (`tessera devices`, each
+//! device on pipes of its own); every device's memory and bulk window shared with the host.
+//!
+//! # Rules
+//!
+//! - A session gets a process per device: its workers compute while the controller goes
+//!   on, and each can fail (or be stopped) alone.
+//! - A training runtime's host only waits while its devices compute, handling every
+//!   message of every device: its `n` devices go into `k = min(n, max(cores − 1, 1))`
+//!   processes, device `i` into process `i mod k`, so the host keeps a core of its own
+//!   (the reason: `transport::process_share`). A device process's failure is every one of
+//!   its devices' failure.
+//! - The descriptors a device process inherits are inheritable only while it starts
+//!   (every start of a device process holds one lock); the host's ends of its pipes
+//!   never are, so a device sees the end of its input once its channel drops.
 
+use std::fs::File;
 use std::io;
+use std::ops::Range;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::Arc;
+
+use rustix::io::{fcntl_setfd, FdFlags};
+use rustix::pipe::{pipe_with, PipeFlags};
 
 use super::reaper::reaper;
 use super::{spawning, DeviceHandle, Incoming, Link, Outgoing};
-use crate::transport::children;
+use crate::transport::children::{self, Adopted};
 use crate::transport::shared::{SharedMemory, Window};
 use crate::transport::TransportError;
 
 /// The program that runs a device in a child process.
 pub(super) const DEVICE_PROCESS: &str = "tessera device";
+
+/// A device process and its reaper (and the end of its stdin we hold); dropping the last
+/// handle to it stops it, the reaper first, so that it never kills a process id that was
+/// reused.
+#[derive(Debug)]
+pub(in crate::transport) struct DeviceProcess {
+    child: Option<Adopted>,
+    reaper: Option<(Adopted, ChildStdin)>,
+}
+
+impl DeviceProcess {
+    /// The process, while it is ours.
+    pub(in crate::transport) fn child(&self) -> Option<&Adopted> {
+        self.child.as_ref()
+    }
+}
+
+impl Drop for DeviceProcess {
+    fn drop(&mut self) {
+        drop(self.reaper.take());
+        drop(self.child.take());
+    }
+}
 
 /// Bytes of the shared window of a child-process device: the largest array that moves in
 /// one bulk request (the session sends larger ones in framed chunks). Pages are only
@@ -60,11 +104,142 @@ pub(in crate::transport) fn child_process(
     Ok(Link {
         incoming: Incoming::Pipe(stdout.into()),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
-        handle: DeviceHandle::Child {
+        handle: DeviceHandle::Child(Arc::new(DeviceProcess {
             child: Some(child),
             reaper: Some(reaper),
-        },
+        })),
         window: Some(Window::Shared(window)),
         memory: Some(shared),
     })
+}
+
+/// One device per replica of `replicas` for a training runtime, `memory` bytes each, in
+/// as many `tessera devices` processes as the module's rules say; links in replica order.
+pub(in crate::transport) fn device_processes(
+    exe: &Path,
+    replicas: Range<u32>,
+    memory: usize,
+) -> Result<Vec<Link>, TransportError> {
+    let n = replicas.len();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let k = n.min(cores.saturating_sub(1).max(1)).max(1);
+    let mut links: Vec<Option<Link>> = (0..n).map(|_| None).collect();
+    for share in 0..k {
+        let members: Vec<(usize, u32)> = replicas
+            .clone()
+            .enumerate()
+            .skip(share)
+            .step_by(k)
+            .collect();
+        for (i, link) in process_share(exe, &members, memory)? {
+            links[i] = Some(link);
+        }
+    }
+    Ok(links.into_iter().flatten().collect())
+}
+
+/// What the host keeps of one device of a process share, and what the process inherits.
+struct Member {
+    replica: u32,
+    window: SharedMemory,
+    memory: SharedMemory,
+    /// The host's ends: it writes `to_device`, reads `from_device`.
+    to_device: OwnedFd,
+    from_device: OwnedFd,
+    /// The process's ends, inheritable until it has them.
+    input: OwnedFd,
+    output: OwnedFd,
+}
+
+impl Member {
+    fn new(replica: u32, memory: usize) -> Result<Self, TransportError> {
+        let (input, to_device) = pipe_with(PipeFlags::CLOEXEC).map_err(io::Error::from)?;
+        let (from_device, output) = pipe_with(PipeFlags::CLOEXEC).map_err(io::Error::from)?;
+        for end in [&input, &output] {
+            fcntl_setfd(end, FdFlags::empty()).map_err(io::Error::from)?;
+        }
+        Ok(Self {
+            replica,
+            window: SharedMemory::create(WINDOW_BYTES, true)?,
+            memory: SharedMemory::create(memory, true)?,
+            to_device,
+            from_device,
+            input,
+            output,
+        })
+    }
+
+    /// `REPLICA:INPUT:OUTPUT:MEMORY:WINDOW`, as `tessera devices --device` reads it.
+    fn argument(&self) -> String {
+        format!(
+            "{}:{}:{}:{}:{}",
+            self.replica,
+            self.input.as_raw_fd(),
+            self.output.as_raw_fd(),
+            self.memory.fd(),
+            self.window.fd()
+        )
+    }
+}
+
+/// Devices `members` (index among the runtime's devices, replica) in one `tessera devices`
+/// process (`exe devices`), `memory` bytes each: their links, by index.
+fn process_share(
+    exe: &Path,
+    members: &[(usize, u32)],
+    memory: usize,
+) -> Result<Vec<(usize, Link)>, TransportError> {
+    let first = members.first().map_or(0, |&(_, r)| r);
+    // Nothing inheritable of one device process reaches another started meanwhile.
+    let guard = spawning();
+    let made = members
+        .iter()
+        .map(|&(_, replica)| Member::new(replica, memory))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut command = Command::new(exe);
+    command
+        .args(["devices", "--memory", &memory.to_string()])
+        .args(["--window-bytes", &WINDOW_BYTES.to_string()])
+        .args(
+            made.iter()
+                .flat_map(|m| ["--device".to_string(), m.argument()]),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let spawned = children::spawn(&mut command, DEVICE_PROCESS);
+    let mut kept = Vec::with_capacity(made.len());
+    for m in made {
+        m.window.seal_from_children()?;
+        m.memory.seal_from_children()?;
+        // The process's ends close here: its input ends when the host's end drops.
+        drop((m.input, m.output));
+        kept.push((m.window, m.memory, m.to_device, m.from_device));
+    }
+    drop(guard);
+    let (child, _) = spawned.map_err(|source| TransportError::Spawn {
+        replica: first,
+        program: exe.to_path_buf(),
+        source,
+    })?;
+    // Should the reaper not start, dropping `child` stops the process.
+    let reaper = reaper(first, &[child.pid()])?;
+    let process = Arc::new(DeviceProcess {
+        child: Some(child),
+        reaper: Some(reaper),
+    });
+    Ok(members
+        .iter()
+        .zip(kept)
+        .map(|(&(i, _), (window, memory, to_device, from_device))| {
+            let link = Link {
+                incoming: Incoming::Pipe(from_device),
+                outgoing: Outgoing::Bytes(Box::new(File::from(to_device))),
+                handle: DeviceHandle::Child(Arc::clone(&process)),
+                window: Some(Window::Shared(window)),
+                memory: Some(memory),
+            };
+            (i, link)
+        })
+        .collect())
 }
