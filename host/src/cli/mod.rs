@@ -81,8 +81,11 @@ enum Command {
         /// Bytes of each device's bulk window.
         #[arg(long)]
         window_bytes: usize,
-        /// One device, by the descriptors it inherits: REPLICA:INPUT:OUTPUT:MEMORY:WINDOW
-        /// (its replica, the pipes it reads and writes, its memory and its window).
+        /// The shared memory holding every device's message rings, by descriptor number.
+        #[arg(long)]
+        rings: u32,
+        /// One device, by the descriptors it inherits: REPLICA:MEMORY:WINDOW (its replica,
+        /// its memory and its window); its rings are the n-th of `--rings`.
         #[arg(long = "device", required = true)]
         devices: Vec<InheritedDevice>,
     },
@@ -170,8 +173,9 @@ where
         Command::Devices {
             memory,
             window_bytes,
+            rings,
             devices,
-        } => match crate::transport::run_process_share(memory, window_bytes, &devices) {
+        } => match crate::transport::run_process_share(memory, window_bytes, rings, &devices) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 let replicas: Vec<u32> = devices.iter().map(|d| d.replica).collect();

@@ -130,10 +130,10 @@ fn run_device_with_window(
     let mut link = PipeLink::new(pipe, writer)?;
     let mut framing = Box::new(Framing::<HOST_FRAME>::new());
     let mut windowed = Windowed {
-        framed: Framed {
+        link: FramedPipe(Framed {
             link: &mut link,
             framing: &mut framing,
-        },
+        }),
         window,
     };
     with_device(replica, arena, |server, device| {
@@ -147,35 +147,54 @@ fn run_device_with_window(
     })
 }
 
-/// A framed byte link whose bulk bytes pass through a shared window.
-pub(super) struct Windowed<'a, F, W> {
-    pub framed: Framed<'a, PipeLink<F, W>, HOST_FRAME>,
-    pub window: &'a mut SharedMemory,
-}
+/// A device's framed pipe, whose waits during a step are woken by the host's bytes.
+struct FramedPipe<'a, 'p, W>(Framed<'a, PipeLink<'p, W>, HOST_FRAME>);
 
-impl<F: AsFd, W: Write> Messages for Windowed<'_, F, W> {
+impl<W: Write> Messages for FramedPipe<'_, '_, W> {
     type Error = io::Error;
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
-        self.framed.receive(into, wait)
+        self.0.receive(into, wait)
     }
 
     /// Woken by the host's bytes: without it, a step waiting for its combination slept
     /// between looks (50 µs asked, 60–110 µs slept), once per exchange.
     fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
-        match self.framed.receive(into, false)? {
+        match self.0.receive(into, false)? {
             Incoming::Idle => {}
             heard => return Ok(Some(heard)),
         }
         let limit = std::time::Duration::from_micros(u64::from(us));
-        if !self.framed.link.wait_readable(Some(limit))? {
+        if !self.0.link.wait_readable(Some(limit))? {
             return Ok(Some(Incoming::Idle));
         }
-        self.framed.receive(into, false).map(Some)
+        self.0.receive(into, false).map(Some)
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
-        self.framed.send(body)
+        self.0.send(body)
+    }
+}
+
+/// A device's link `M` whose bulk bytes pass through a shared window.
+pub(super) struct Windowed<'w, M> {
+    pub link: M,
+    pub window: &'w mut SharedMemory,
+}
+
+impl<M: Messages<Error = io::Error>> Messages for Windowed<'_, M> {
+    type Error = io::Error;
+
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
+        self.link.receive(into, wait)
+    }
+
+    fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
+        self.link.receive_within(into, us)
+    }
+
+    fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
+        self.link.send(body)
     }
 
     fn bulk_capacity(&self) -> usize {
@@ -198,7 +217,7 @@ impl<F: AsFd, W: Write> Messages for Windowed<'_, F, W> {
         if !self.window.write(bulk) {
             return Ok(false);
         }
-        self.framed.send(body)?;
+        self.link.send(body)?;
         Ok(true)
     }
 }

@@ -13,7 +13,8 @@
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
 //!   side, its stdout on the host's).
 //! - `process_share`: the device side of `tessera devices`, one process serving a share of
-//!   a training runtime's devices, each on pipes of its own.
+//!   a training runtime's devices; `ring`: the message rings in shared memory they and the
+//!   host speak on.
 //! - `tunnel` (feature `mpi`): byte links between the ranks of an MPI job, for workers
 //!   whose controller is on another rank; `spawn`'s relay serves such a link.
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
@@ -34,6 +35,7 @@ mod pipe_link;
 mod process_share;
 mod reader;
 mod reply;
+mod ring;
 mod shared;
 mod slots;
 mod spawn;

@@ -111,16 +111,16 @@ impl<F: AsFd> Pipe<F> {
     }
 }
 
-/// The device's side of a device process's link: a pipe `F` read in place (its stdin, or
-/// a pipe it inherited), replies written through `W`.
-pub struct PipeLink<F, W> {
-    pipe: Pipe<F>,
+/// The device's side of a `tessera device` process: its stdin read in place, its stdout
+/// written through `W`.
+pub struct PipeLink<'p, W> {
+    pipe: Pipe<BorrowedFd<'p>>,
     writer: W,
 }
 
-impl<F: AsFd, W: io::Write> PipeLink<F, W> {
+impl<'p, W: io::Write> PipeLink<'p, W> {
     /// Reads `pipe` (made non-blocking), writes `writer`.
-    pub fn new(pipe: F, writer: W) -> io::Result<Self> {
+    pub fn new(pipe: BorrowedFd<'p>, writer: W) -> io::Result<Self> {
         Ok(Self {
             pipe: Pipe::new(pipe)?,
             writer,
@@ -131,18 +131,13 @@ impl<F: AsFd, W: io::Write> PipeLink<F, W> {
     pub fn wait_readable(&mut self, limit: Option<Duration>) -> io::Result<bool> {
         self.pipe.wait_readable(limit)
     }
-
-    /// The pipe read, for a wait on several links at once.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.pipe.fd.as_fd()
-    }
 }
 
-impl<F, W> ErrorType for PipeLink<F, W> {
+impl<W> ErrorType for PipeLink<'_, W> {
     type Error = io::Error;
 }
 
-impl<F: AsFd, W: io::Write> Read for PipeLink<F, W> {
+impl<W: io::Write> Read for PipeLink<'_, W> {
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, io::Error> {
         while !self.pipe.wait_readable(None)? {}
         let from = self.pipe.buffered();
@@ -153,13 +148,13 @@ impl<F: AsFd, W: io::Write> Read for PipeLink<F, W> {
     }
 }
 
-impl<F: AsFd, W: io::Write> ReadReady for PipeLink<F, W> {
+impl<W: io::Write> ReadReady for PipeLink<'_, W> {
     fn read_ready(&mut self) -> Result<bool, io::Error> {
         self.pipe.fill()
     }
 }
 
-impl<F, W: io::Write> Write for PipeLink<F, W> {
+impl<W: io::Write> Write for PipeLink<'_, W> {
     fn write(&mut self, buf: &[u8]) -> Result<usize, io::Error> {
         self.writer.write(buf)
     }

@@ -1,6 +1,7 @@
 //! A device process that serves a share of a training runtime's devices (`tessera
-//! devices`): several devices, each on pipes, memory and a bulk window of its own, all
-//! inherited from the host, served in turn by the process's one thread.
+//! devices`): several devices, each with a message ring each way in memory shared with the
+//! host (`transport::ring`), its own memory and its own bulk window, all inherited from
+//! the host, served in turn by the process's one thread.
 //!
 //! A process per device put four device processes and the host on two cores: each
 //! process looked for its mail by yielding its core, and the host — which handles every
@@ -8,45 +9,44 @@
 //! device processes 70 %, mostly `sched_yield` and the switches between address spaces).
 //! A step ran at 0.3× the same step on device threads. One process serving every device
 //! of a share leaves the host a core of its own and each device process another
-//! ([`shares`](super::spawn) decides how many).
+//! (`spawn::process` decides how many).
 //!
 //! # Rules
 //!
 //! - A device never waits inside a request (a step runs in legs, each ending at an
-//!   exchange), so one thread serves many: it serves each device whose pipe has bytes
-//!   ([`serve_pending`]), and when none has, looks again, yielding its core between
-//!   looks for up to [`SPIN`], then sleeps in `poll` on every pipe still open.
-//! - A device's requests are served in the order they came, on its own link: its
+//!   exchange), so one thread serves many: it serves each device whose ring has mail
+//!   ([`serve_pending`]), and when none has, looks again (a load per ring), yielding its
+//!   core between looks for up to [`SPIN`], then sleeps on the share's doorbell, which
+//!   the host rings when it writes to a sleeping share.
+//! - A device's requests are served in the order they came, on its own rings: its
 //!   replies, kept replies and memory are its own.
-//! - A device whose pipe ends (its channel dropped), or whose link fails, is served no
-//!   more; the others go on. The process ends once every device's pipe has ended.
+//! - A device whose ring from the host ends (its channel dropped), or whose link fails,
+//!   is served no more; the others go on. The process ends once every device's ring has
+//!   ended, or when its host has gone (checked every [`HOST_CHECK`] asleep, should the
+//!   reaper not have stopped it).
 //! - Between two calls nobody watches a waiting step's deadline (as in the thread
 //!   pool): the host's retries stand in for it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter};
+use std::fs::OpenOptions;
+use std::io;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use embedded_io::ReadReady;
-use rustix::event::{poll, PollFd, PollFlags};
-use rustix::io::Errno;
 use tessera_firmware_sim::std_link::{NoPin, StdClock, SPIN};
-use tessera_firmware_sim::{serve_pending, Device, Framed, Framing, Memory, Server};
+use tessera_firmware_sim::{serve_pending, Device, Incoming, Memory, Messages, Server};
 
 use super::device::{open_inherited, Windowed, HOST_FRAME, HOST_WINDOW};
-use super::pipe_link::PipeLink;
+use super::ring::{self, Bell, Received, RingError, RingReceiver, RingSender};
 use super::shared::SharedMemory;
+
+/// How often a sleeping device process checks that its host is still there.
+const HOST_CHECK: Duration = Duration::from_millis(100);
 
 /// One device of a device process, by the descriptors it inherited from the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InheritedDevice {
     /// The replica the device is.
     pub replica: u32,
-    /// The pipe the host's frames come on (read).
-    pub input: u32,
-    /// The pipe the device's frames go on (write).
-    pub output: u32,
     /// The device's memory, shared with the host.
     pub memory: u32,
     /// The window bulk bytes pass through.
@@ -56,7 +56,7 @@ pub struct InheritedDevice {
 impl std::str::FromStr for InheritedDevice {
     type Err = String;
 
-    /// `REPLICA:INPUT:OUTPUT:MEMORY:WINDOW`, five numbers.
+    /// `REPLICA:MEMORY:WINDOW`, three numbers.
     fn from_str(text: &str) -> Result<Self, String> {
         let numbers: Vec<u32> = text
             .split(':')
@@ -64,15 +64,13 @@ impl std::str::FromStr for InheritedDevice {
             .collect::<Result<_, _>>()
             .map_err(|e| format!("{text:?}: {e}"))?;
         match numbers[..] {
-            [replica, input, output, memory, window] => Ok(Self {
+            [replica, memory, window] => Ok(Self {
                 replica,
-                input,
-                output,
                 memory,
                 window,
             }),
             _ => Err(format!(
-                "{text:?}: expected REPLICA:INPUT:OUTPUT:MEMORY:WINDOW, five numbers"
+                "{text:?}: expected REPLICA:MEMORY:WINDOW, three numbers"
             )),
         }
     }
@@ -81,29 +79,33 @@ impl std::str::FromStr for InheritedDevice {
 /// A device of the share, with everything serving it takes.
 struct Member {
     replica: u32,
-    link: PipeLink<File, BufWriter<File>>,
-    framing: Box<Framing<HOST_FRAME>>,
+    inbox: RingReceiver,
+    outbox: RingSender,
     window: SharedMemory,
     device: Device<'static>,
     server: Box<Server<'static, HOST_FRAME, HOST_WINDOW>>,
-    /// Served until its pipe ends or its link fails.
+    /// Served until its ring from the host ends or its link fails.
     open: bool,
 }
 
 impl Member {
-    /// Device `inherited` with `memory` bytes of memory and a window of `window_bytes`.
-    fn open(inherited: &InheritedDevice, memory: usize, window_bytes: usize) -> io::Result<Self> {
+    /// Device `index` of the share, `inherited`, with `memory` bytes of memory, a window
+    /// of `window_bytes` and its rings in `rings`.
+    fn open(
+        index: usize,
+        inherited: &InheritedDevice,
+        rings: &SharedMemory,
+        memory: usize,
+        window_bytes: usize,
+    ) -> io::Result<Self> {
         let mut both = OpenOptions::new();
         both.read(true).write(true);
-        let input = open_inherited(inherited.input, OpenOptions::new().read(true))?;
-        // Every frame is flushed whole: a buffer makes each frame one write.
-        let output = open_inherited(inherited.output, OpenOptions::new().write(true))?;
-        let output = BufWriter::with_capacity(128 << 10, output);
         let window = SharedMemory::open(open_inherited(inherited.window, &both)?, window_bytes)?;
         let shared: Box<dyn Memory + Send> = Box::new(SharedMemory::open(
             open_inherited(inherited.memory, &both)?,
             memory,
         )?);
+        let (to_device, from_device) = ring::share_rings(index);
         // The kept replies (a megabyte per device) live on the heap.
         let replies: Box<[[u8; HOST_FRAME]; HOST_WINDOW]> = vec![[0u8; HOST_FRAME]; HOST_WINDOW]
             .into_boxed_slice()
@@ -112,8 +114,12 @@ impl Member {
         let server = Box::new(Server::owning(replies));
         Ok(Self {
             replica: inherited.replica,
-            link: PipeLink::new(input, output)?,
-            framing: Box::new(Framing::new()),
+            inbox: RingReceiver::new(rings.map_again()?, to_device, ring::DOORBELL)?,
+            outbox: RingSender::new(
+                rings.map_again()?,
+                from_device,
+                from_device + ring::OWN_BELL,
+            )?,
             window,
             device: Device::owning(inherited.replica, shared, server.link()),
             server,
@@ -121,13 +127,18 @@ impl Member {
         })
     }
 
-    /// Serves every message its pipe holds now; closes the member at the pipe's end or
+    /// True when it is open and its ring from the host has mail.
+    fn has_mail(&self) -> bool {
+        self.open && self.inbox.has_mail()
+    }
+
+    /// Serves every message its ring holds now; closes the member at the ring's end or
     /// on a link error.
     fn serve(&mut self, clock: &mut StdClock) {
         let mut link = Windowed {
-            framed: Framed {
-                link: &mut self.link,
-                framing: &mut self.framing,
+            link: RingLink {
+                inbox: &mut self.inbox,
+                outbox: &mut self.outbox,
             },
             window: &mut self.window,
         };
@@ -149,54 +160,94 @@ impl Member {
     }
 }
 
+/// A device's two rings as the serve loop's link.
+struct RingLink<'r> {
+    inbox: &'r mut RingReceiver,
+    outbox: &'r mut RingSender,
+}
+
+impl Messages for RingLink<'_> {
+    type Error = io::Error;
+
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
+        loop {
+            return Ok(match self.inbox.receive(into) {
+                Ok(Received::Message(n)) => Incoming::Message(n),
+                Ok(Received::Closed) => Incoming::Closed,
+                Ok(Received::Empty) if wait => {
+                    self.inbox.sleep(None);
+                    continue;
+                }
+                Ok(Received::Empty) => Incoming::Idle,
+                // Skipped, like a damaged frame: the host's retry gets an answer.
+                Err(RingError::TooLong { .. }) => Incoming::Damaged,
+                Err(e) => return Err(e.into()),
+            });
+        }
+    }
+
+    fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
+        Ok(self.outbox.send(body)?)
+    }
+}
+
 /// The whole of `tessera devices`: `devices`, each with `memory` bytes of shared memory
-/// and a window of `window_bytes`, served until every one's pipe has ended.
+/// and a window of `window_bytes`, their rings in the shared memory `rings` (an inherited
+/// descriptor), served until every one's ring from the host has ended.
 pub fn run_process_share(
     memory: usize,
     window_bytes: usize,
+    rings: u32,
     devices: &[InheritedDevice],
 ) -> io::Result<()> {
+    let mut both = OpenOptions::new();
+    both.read(true).write(true);
+    let shared = SharedMemory::open(
+        open_inherited(rings, &both)?,
+        ring::share_bytes(devices.len()),
+    )?;
+    let doorbell = Bell::at(&shared, ring::DOORBELL)
+        .ok_or_else(|| io::Error::other("the share's doorbell is not in its memory"))?;
     let mut members = devices
         .iter()
-        .map(|d| Member::open(d, memory, window_bytes))
+        .enumerate()
+        .map(|(i, d)| Member::open(i, d, &shared, memory, window_bytes))
         .collect::<io::Result<Vec<_>>>()?;
+    let host = std::os::unix::process::parent_id();
     let mut clock = StdClock::new();
     loop {
         let mut heard = false;
-        for member in members.iter_mut().filter(|m| m.open) {
-            if member.link.read_ready()? {
-                heard = true;
-                member.serve(&mut clock);
-            }
+        for member in members.iter_mut().filter(|m| m.has_mail()) {
+            heard = true;
+            member.serve(&mut clock);
         }
         if !members.iter().any(|m| m.open) {
             return Ok(());
         }
         if !heard {
-            wait_for_any(&mut members)?;
+            wait_for_any(&members, &doorbell, host)?;
         }
     }
 }
 
-/// Waits until an open member's pipe has bytes (or has ended): looking, yielding the
-/// core between looks, for up to [`SPIN`], then asleep in `poll`.
-fn wait_for_any(members: &mut [Member]) -> io::Result<()> {
+/// Waits until an open member's ring has mail: looking, yielding the core between looks,
+/// for up to [`SPIN`], then asleep on the doorbell; an error once the host has gone.
+fn wait_for_any(members: &[Member], doorbell: &Bell<'_>, host: u32) -> io::Result<()> {
+    let any = || members.iter().any(Member::has_mail);
     let start = Instant::now();
     while start.elapsed() < SPIN {
-        for member in members.iter_mut().filter(|m| m.open) {
-            if member.link.read_ready()? {
-                return Ok(());
-            }
+        if any() {
+            return Ok(());
         }
         thread::yield_now();
     }
-    let mut fds: Vec<PollFd<'_>> = members
-        .iter()
-        .filter(|m| m.open)
-        .map(|m| PollFd::from_borrowed_fd(m.link.fd(), PollFlags::IN))
-        .collect();
-    match poll(&mut fds, None) {
-        Ok(_) | Err(Errno::INTR) => Ok(()),
-        Err(e) => Err(e.into()),
+    loop {
+        doorbell.sleep(Some(HOST_CHECK), any);
+        if any() {
+            return Ok(());
+        }
+        if std::os::unix::process::parent_id() != host {
+            return Err(io::Error::other("the host has gone"));
+        }
     }
 }

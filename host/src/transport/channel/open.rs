@@ -223,5 +223,6 @@ fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> 
         Incoming::Messages(frames) => Frames::Queue(frames),
         Incoming::Served(frames, share) => Frames::Served(frames, share),
         Incoming::Pipe(pipe) => Frames::pipe(pipe, replica)?,
+        Incoming::Ring(ring, process) => Frames::ring(ring, process, replica)?,
     })
 }

@@ -90,6 +90,9 @@ pub(super) enum Incoming {
     Served(Receiver<Message>, std::sync::Arc<HostShare>),
     /// A child process's stdout: frames, read in place by the channel.
     Pipe(std::os::fd::OwnedFd),
+    /// A message ring from a device of a process share, and that process's stdout, whose
+    /// end says the process has gone.
+    Ring(crate::transport::ring::RingReceiver, std::os::fd::OwnedFd),
 }
 
 /// Where messages to the device go.
@@ -98,4 +101,7 @@ pub(super) enum Outgoing {
     Bytes(Box<dyn Write + Send>),
     /// Whole messages (and bulk bytes) to a device thread.
     Messages(Mailbox),
+    /// Whole messages on a ring to a device of a process share (bulk bytes through its
+    /// window).
+    Ring(crate::transport::ring::RingSender),
 }

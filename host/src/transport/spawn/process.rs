@@ -1,6 +1,7 @@
 //! Devices in child processes: one device per process (`tessera device`, speaking over its
 //! stdio), or a share of a training runtime's devices per process (`tessera devices`, each
-//! device on pipes of its own); every device's memory and bulk window shared with the host.
+//! device on message rings in memory shared with the host); every device's memory and
+//! bulk window shared with the host.
 //!
 //! # Rules
 //!
@@ -12,23 +13,21 @@
 //!   (the reason: `transport::process_share`). A device process's failure is every one of
 //!   its devices' failure.
 //! - The descriptors a device process inherits are inheritable only while it starts
-//!   (every start of a device process holds one lock); the host's ends of its pipes
-//!   never are, so a device sees the end of its input once its channel drops.
+//!   (every start of a device process holds one lock). A `tessera devices` process's
+//!   stdout carries nothing: its end tells each of its channels the process has gone
+//!   (a killed process never closes its rings).
 
-use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Arc;
 
-use rustix::io::{fcntl_setfd, FdFlags};
-use rustix::pipe::{pipe_with, PipeFlags};
-
 use super::reaper::reaper;
 use super::{spawning, DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::children::{self, Adopted};
+use crate::transport::ring::{self, RingReceiver, RingSender};
 use crate::transport::shared::{SharedMemory, Window};
 use crate::transport::TransportError;
 
@@ -138,52 +137,9 @@ pub(in crate::transport) fn device_processes(
     Ok(links.into_iter().flatten().collect())
 }
 
-/// What the host keeps of one device of a process share, and what the process inherits.
-struct Member {
-    replica: u32,
-    window: SharedMemory,
-    memory: SharedMemory,
-    /// The host's ends: it writes `to_device`, reads `from_device`.
-    to_device: OwnedFd,
-    from_device: OwnedFd,
-    /// The process's ends, inheritable until it has them.
-    input: OwnedFd,
-    output: OwnedFd,
-}
-
-impl Member {
-    fn new(replica: u32, memory: usize) -> Result<Self, TransportError> {
-        let (input, to_device) = pipe_with(PipeFlags::CLOEXEC).map_err(io::Error::from)?;
-        let (from_device, output) = pipe_with(PipeFlags::CLOEXEC).map_err(io::Error::from)?;
-        for end in [&input, &output] {
-            fcntl_setfd(end, FdFlags::empty()).map_err(io::Error::from)?;
-        }
-        Ok(Self {
-            replica,
-            window: SharedMemory::create(WINDOW_BYTES, true)?,
-            memory: SharedMemory::create(memory, true)?,
-            to_device,
-            from_device,
-            input,
-            output,
-        })
-    }
-
-    /// `REPLICA:INPUT:OUTPUT:MEMORY:WINDOW`, as `tessera devices --device` reads it.
-    fn argument(&self) -> String {
-        format!(
-            "{}:{}:{}:{}:{}",
-            self.replica,
-            self.input.as_raw_fd(),
-            self.output.as_raw_fd(),
-            self.memory.fd(),
-            self.window.fd()
-        )
-    }
-}
-
 /// Devices `members` (index among the runtime's devices, replica) in one `tessera devices`
-/// process (`exe devices`), `memory` bytes each: their links, by index.
+/// process (`exe devices`), `memory` bytes each, with their rings in memory shared with
+/// it: their links, by index.
 fn process_share(
     exe: &Path,
     members: &[(usize, u32)],
@@ -192,54 +148,70 @@ fn process_share(
     let first = members.first().map_or(0, |&(_, r)| r);
     // Nothing inheritable of one device process reaches another started meanwhile.
     let guard = spawning();
-    let made = members
-        .iter()
-        .map(|&(_, replica)| Member::new(replica, memory))
-        .collect::<Result<Vec<_>, _>>()?;
+    let rings = SharedMemory::create(ring::share_bytes(members.len()), true)?;
+    let mut shared = Vec::with_capacity(members.len());
+    for _ in members {
+        let window = SharedMemory::create(WINDOW_BYTES, true)?;
+        shared.push((window, SharedMemory::create(memory, true)?));
+    }
     let mut command = Command::new(exe);
     command
         .args(["devices", "--memory", &memory.to_string()])
         .args(["--window-bytes", &WINDOW_BYTES.to_string()])
-        .args(
-            made.iter()
-                .flat_map(|m| ["--device".to_string(), m.argument()]),
-        )
+        .args(["--rings", &rings.fd().to_string()]);
+    for (&(_, replica), (window, memory)) in members.iter().zip(&shared) {
+        let device = format!("{replica}:{}:{}", memory.fd(), window.fd());
+        command.args(["--device", &device]);
+    }
+    // Its stdout carries nothing: its end tells the host the process has gone.
+    command
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let spawned = children::spawn(&mut command, DEVICE_PROCESS);
-    let mut kept = Vec::with_capacity(made.len());
-    for m in made {
-        m.window.seal_from_children()?;
-        m.memory.seal_from_children()?;
-        // The process's ends close here: its input ends when the host's end drops.
-        drop((m.input, m.output));
-        kept.push((m.window, m.memory, m.to_device, m.from_device));
+    rings.seal_from_children()?;
+    for (window, memory) in &shared {
+        window.seal_from_children()?;
+        memory.seal_from_children()?;
     }
     drop(guard);
-    let (child, _) = spawned.map_err(|source| TransportError::Spawn {
+    let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
         replica: first,
         program: exe.to_path_buf(),
         source,
     })?;
+    let Some(stdout) = pipes.stdout else {
+        return Err(io::Error::other("the device process has no stdout pipe").into());
+    };
+    let stdout = OwnedFd::from(stdout);
     // Should the reaper not start, dropping `child` stops the process.
     let reaper = reaper(first, &[child.pid()])?;
     let process = Arc::new(DeviceProcess {
         child: Some(child),
         reaper: Some(reaper),
     });
-    Ok(members
-        .iter()
-        .zip(kept)
-        .map(|(&(i, _), (window, memory, to_device, from_device))| {
-            let link = Link {
-                incoming: Incoming::Pipe(from_device),
-                outgoing: Outgoing::Bytes(Box::new(File::from(to_device))),
-                handle: DeviceHandle::Child(Arc::clone(&process)),
-                window: Some(Window::Shared(window)),
-                memory: Some(memory),
-            };
-            (i, link)
-        })
-        .collect())
+    let mut links = Vec::with_capacity(members.len());
+    for (j, (&(i, _), (window, memory))) in members.iter().zip(shared).enumerate() {
+        let (to_device, from_device) = ring::share_rings(j);
+        let link = Link {
+            incoming: Incoming::Ring(
+                RingReceiver::new(
+                    rings.map_again()?,
+                    from_device,
+                    from_device + ring::OWN_BELL,
+                )?,
+                stdout.try_clone()?,
+            ),
+            outgoing: Outgoing::Ring(RingSender::new(
+                rings.map_again()?,
+                to_device,
+                ring::DOORBELL,
+            )?),
+            handle: DeviceHandle::Child(Arc::clone(&process)),
+            window: Some(Window::Shared(window)),
+            memory: Some(memory),
+        };
+        links.push((i, link));
+    }
+    Ok(links)
 }
