@@ -164,7 +164,7 @@ impl Ring {
         let fits = at
             .checked_add(RING_BYTES)
             .is_some_and(|end| end <= ring.mem.len())
-            && at % 64 == 0
+            && at.is_multiple_of(64)
             && ring.words().is_ok();
         if !fits {
             return Err(io::Error::other(format!(
