@@ -60,7 +60,7 @@ fn main() {
         &Placement::Thread,
         0..WORKERS as u32,
         MEMORY,
-        placement::Serving::Threads,
+        placement::Serving::Alongside,
     )
     .expect("workers");
     let one_host = Session::on(local, 1).expect("a session on one host");

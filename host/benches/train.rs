@@ -10,7 +10,8 @@
 //! replicas, 2 features → 24 hidden → 3 classes), a 64 → 64 → 10 job on generated data,
 //! both again with the batch's 32 samples per replica as one micro-batch of 32
 //! (`--micro-batch-size 32 --accumulation 1`: the same math), the default job on one
-//! replica, and the default job in child processes; last, a fixed step of 256 samples on
+//! replica, and the default job in child processes — beside the loop, then beside the same
+//! job on device threads, trained in alternation; last, a fixed step of 256 samples on
 //! 64 replicas beside the same step on one (the runtime's cost per replica). Each figure is
 //! the median of three runs.
 
@@ -69,6 +70,7 @@ fn main() {
         ..default_job(steps)
     };
     compare("default in child processes", &processes, &spirals);
+    versus("child processes vs threads", &processes, &default);
     scaling(steps);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -105,6 +107,25 @@ fn compare(name: &str, job: &TrainJob, data: &Dataset) {
         "{name:<34} {:>14} {:>14} {:>7.2}×",
         format!("{:.0}", ours),
         format!("{:.0}", theirs),
+        ours / theirs
+    );
+}
+
+/// Trains `job` and `baseline` (another placement of it) in alternation and prints their
+/// medians.
+fn versus(name: &str, job: &TrainJob, baseline: &TrainJob) {
+    let speed = |job: &TrainJob| train(job).expect("the job trains").samples_per_second;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..RUNS {
+        ours.push(speed(job));
+        theirs.push(speed(baseline));
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    println!(
+        "{name:<34} {:>14} {:>14} {:>7.2}×",
+        format!("{ours:.0}"),
+        format!("{theirs:.0}"),
         ours / theirs
     );
 }

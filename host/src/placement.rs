@@ -24,16 +24,20 @@ pub enum Placement {
     Qemu(PathBuf),
 }
 
-/// Who serves the thread placement's devices.
+/// How the devices share the machine's cores with the host's thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Serving {
-    /// Threads of their own (at most one per core), working while the host does anything
-    /// else: a session's workers, whose kernels run while the controller goes on.
-    Threads,
-    /// One share fewer threads, the host's own thread serving that share whenever it waits
-    /// on any of them: a training step, where the host only waits — three threads on two
-    /// cores made every wait a context switch.
-    AlsoByTheHost,
+    /// The devices work while the host does anything else (a session's workers, whose
+    /// kernels run while the controller goes on): threads of their own (at most one per
+    /// core), a child process per device.
+    Alongside,
+    /// The host only waits while the devices work, handling every message of every device
+    /// (a training step): on threads, the host's own thread serves one share of the devices
+    /// whenever it waits on any of them (three threads on two cores made every wait a
+    /// context switch); in child processes, each process serves a share of the devices and
+    /// the host keeps a core of its own (a process per device left the host a third of a
+    /// core).
+    HostWaits,
 }
 
 /// Everything `placement` needs before any device starts: for QEMU, its firmware and
@@ -58,11 +62,14 @@ pub fn open(
     match placement {
         // Together: they share threads (at most one per core).
         Placement::Thread => {
-            Channel::in_process_all(replicas, memory, serving == Serving::AlsoByTheHost)
+            Channel::in_process_all(replicas, memory, serving == Serving::HostWaits)
         }
-        Placement::Process(exe) => replicas
-            .map(|replica| Channel::child_process(exe, replica, memory))
-            .collect(),
+        Placement::Process(exe) => match serving {
+            Serving::Alongside => replicas
+                .map(|replica| Channel::child_process(exe, replica, memory))
+                .collect(),
+            Serving::HostWaits => Channel::device_processes(exe, replicas, memory),
+        },
         Placement::Qemu(firmware) => replicas
             .map(|replica| Channel::qemu_checked(firmware, replica))
             .collect(),

@@ -15,6 +15,8 @@ use layout::LayoutArgs;
 use parse::count;
 use train::TrainArgs;
 
+use crate::transport::InheritedDevice;
+
 /// Bounds of the hidden `device` subcommand's `--memory`: 4 KiB to 1 GiB.
 const MIN_DEVICE_MEMORY: usize = 4 << 10;
 const MAX_DEVICE_MEMORY: usize = 1 << 30;
@@ -64,6 +66,28 @@ enum Command {
         /// The window's size in bytes.
         #[arg(long, requires = "window_fd")]
         window_bytes: Option<usize>,
+    },
+    /// Serve a share of a training runtime's simulated devices, each on descriptors
+    /// inherited from the host (the child-process placement of a training runtime).
+    #[command(hide = true)]
+    Devices {
+        /// Bytes of each device's memory (4096–1073741824).
+        #[arg(
+            long,
+            value_parser = count::<MIN_DEVICE_MEMORY, MAX_DEVICE_MEMORY>,
+            allow_negative_numbers = true
+        )]
+        memory: usize,
+        /// Bytes of each device's bulk window.
+        #[arg(long)]
+        window_bytes: usize,
+        /// The shared memory holding every device's message rings, by descriptor number.
+        #[arg(long)]
+        rings: u32,
+        /// One device, by the descriptors it inherits: REPLICA:MEMORY:WINDOW (its replica,
+        /// its memory and its window); its rings are the n-th of `--rings`.
+        #[arg(long = "device", required = true)]
+        devices: Vec<InheritedDevice>,
     },
 }
 
@@ -143,6 +167,19 @@ where
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tessera device {replica}: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Devices {
+            memory,
+            window_bytes,
+            rings,
+            devices,
+        } => match crate::transport::run_process_share(memory, window_bytes, rings, &devices) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                let replicas: Vec<u32> = devices.iter().map(|d| d.replica).collect();
+                eprintln!("tessera devices {replicas:?}: {e}");
                 ExitCode::FAILURE
             }
         },

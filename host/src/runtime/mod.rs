@@ -115,7 +115,7 @@ fn start(
         placement,
         replicas,
         device_memory,
-        placement::Serving::AlsoByTheHost,
+        placement::Serving::HostWaits,
     )?)
 }
 

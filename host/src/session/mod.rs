@@ -210,7 +210,7 @@ impl Session {
             worker: workers,
             workers,
         })?;
-        let channels = placement::open(placement, 0..last, memory, placement::Serving::Threads)?;
+        let channels = placement::open(placement, 0..last, memory, placement::Serving::Alongside)?;
         Self::on(channels, num_groups)
     }
 

@@ -1,6 +1,7 @@
 //! A simulated device served from this host: the whole of a device thread and of the
 //! `tessera device` child process, on a byte link or on a message queue.
 
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -93,17 +94,12 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
         }
         return run_device(replica, memory, io::stdin(), stdout);
     };
-    // Inherited descriptors, opened anew by their /proc names.
-    let open = |fd: u32| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/self/fd/{fd}"))
-    };
-    let mut window = SharedMemory::open(open(fd)?, bytes)?;
+    let mut both = OpenOptions::new();
+    both.read(true).write(true);
+    let mut window = SharedMemory::open(open_inherited(fd, &both)?, bytes)?;
     let (mut shared, mut own) = (None, Vec::new());
     let arena: &mut (dyn Memory + Send) = match inherited.memory {
-        Some(fd) => shared.insert(SharedMemory::open(open(fd)?, memory)?),
+        Some(fd) => shared.insert(SharedMemory::open(open_inherited(fd, &both)?, memory)?),
         None => {
             own.resize(memory, 0u8);
             &mut own
@@ -111,6 +107,13 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
     };
     let stdin = io::stdin();
     run_device_with_window(replica, arena, stdin.as_fd(), stdout, &mut window)
+}
+
+/// Descriptor `fd`, inherited from the host, opened anew by its `/proc` name with
+/// `options` (no `unsafe` taking over a raw descriptor). A pipe opened so is the same pipe:
+/// open only the end the device uses, or its other end never sees the end of it.
+pub(super) fn open_inherited(fd: u32, options: &OpenOptions) -> io::Result<File> {
+    options.open(format!("/proc/self/fd/{fd}"))
 }
 
 /// Like [`run_device`], with `arena` as the device's memory (the host's shared memory, or
@@ -127,10 +130,10 @@ fn run_device_with_window(
     let mut link = PipeLink::new(pipe, writer)?;
     let mut framing = Box::new(Framing::<HOST_FRAME>::new());
     let mut windowed = Windowed {
-        framed: Framed {
+        link: FramedPipe(Framed {
             link: &mut link,
             framing: &mut framing,
-        },
+        }),
         window,
     };
     with_device(replica, arena, |server, device| {
@@ -144,35 +147,54 @@ fn run_device_with_window(
     })
 }
 
-/// A framed byte link whose bulk bytes pass through a shared window.
-struct Windowed<'a, 'p, W> {
-    framed: Framed<'a, PipeLink<'p, W>, HOST_FRAME>,
-    window: &'a mut SharedMemory,
-}
+/// A device's framed pipe, whose waits during a step are woken by the host's bytes.
+struct FramedPipe<'a, 'p, W>(Framed<'a, PipeLink<'p, W>, HOST_FRAME>);
 
-impl<W: Write> Messages for Windowed<'_, '_, W> {
+impl<W: Write> Messages for FramedPipe<'_, '_, W> {
     type Error = io::Error;
 
     fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
-        self.framed.receive(into, wait)
+        self.0.receive(into, wait)
     }
 
     /// Woken by the host's bytes: without it, a step waiting for its combination slept
     /// between looks (50 µs asked, 60–110 µs slept), once per exchange.
     fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
-        match self.framed.receive(into, false)? {
+        match self.0.receive(into, false)? {
             Incoming::Idle => {}
             heard => return Ok(Some(heard)),
         }
         let limit = std::time::Duration::from_micros(u64::from(us));
-        if !self.framed.link.wait_readable(Some(limit))? {
+        if !self.0.link.wait_readable(Some(limit))? {
             return Ok(Some(Incoming::Idle));
         }
-        self.framed.receive(into, false).map(Some)
+        self.0.receive(into, false).map(Some)
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
-        self.framed.send(body)
+        self.0.send(body)
+    }
+}
+
+/// A device's link `M` whose bulk bytes pass through a shared window.
+pub(super) struct Windowed<'w, M> {
+    pub link: M,
+    pub window: &'w mut SharedMemory,
+}
+
+impl<M: Messages<Error = io::Error>> Messages for Windowed<'_, M> {
+    type Error = io::Error;
+
+    fn receive(&mut self, into: &mut [u8], wait: bool) -> Result<Incoming, io::Error> {
+        self.link.receive(into, wait)
+    }
+
+    fn receive_within(&mut self, into: &mut [u8], us: u32) -> Result<Option<Incoming>, io::Error> {
+        self.link.receive_within(into, us)
+    }
+
+    fn send(&mut self, body: &[u8]) -> Result<(), io::Error> {
+        self.link.send(body)
     }
 
     fn bulk_capacity(&self) -> usize {
@@ -195,7 +217,7 @@ impl<W: Write> Messages for Windowed<'_, '_, W> {
         if !self.window.write(bulk) {
             return Ok(false);
         }
-        self.framed.send(body)?;
+        self.link.send(body)?;
         Ok(true)
     }
 }

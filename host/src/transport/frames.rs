@@ -7,6 +7,8 @@
 //! in place, the channel's own thread looks for bytes as every wait does (yielding between
 //! looks for up to the channel's spin) and then sleeps in `poll` until they come.
 //! Damaged frames are dropped as the reader thread drops them (the request is retried).
+//! A device of a process share speaks on a message ring in shared memory instead: looked
+//! at by a load, slept on by a futex (`transport::ring`).
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -19,6 +21,7 @@ use tessera_firmware_sim::std_link::{receive_spinning, Message};
 
 use super::pipe_link::Pipe;
 use super::reader::MAX_FRAME;
+use super::ring::{Received, RingError, RingReceiver};
 use super::spawn::HostShare;
 
 /// A channel's source of messages.
@@ -29,6 +32,8 @@ pub(super) enum Frames {
     Served(Receiver<Message>, Arc<HostShare>),
     /// Frames read in place from a pipe.
     Pipe(Box<PipeFrames>),
+    /// Messages on a ring from a device of a process share.
+    Ring(Box<RingFrames>),
 }
 
 impl Frames {
@@ -43,7 +48,23 @@ impl Frames {
             Self::Queue(queue) => receive_spinning(queue, limit, spin),
             Self::Served(queue, share) => receive_serving(queue, share, limit, spin),
             Self::Pipe(pipe) => pipe.receive(limit),
+            Self::Ring(ring) => ring.receive(limit, spin),
         }
+    }
+
+    /// Messages from device `replica` on `ring`; `process` is its process's stdout, which
+    /// ends when the process does.
+    pub(super) fn ring(
+        ring: RingReceiver,
+        process: OwnedFd,
+        replica: u32,
+    ) -> std::io::Result<Self> {
+        Ok(Self::Ring(Box::new(RingFrames {
+            ring,
+            process: Pipe::new(process)?,
+            scratch: vec![0; MAX_FRAME],
+            replica,
+        })))
     }
 
     /// Frames from device `replica` on `pipe`, read in place.
@@ -97,6 +118,80 @@ fn receive_serving(
             Ok(message) => return Ok(message),
             Err(RecvTimeoutError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// How long a channel sleeps on a ring before it looks whether the device's process is
+/// still there (a killed process never closes its rings).
+const PROCESS_CHECK: Duration = Duration::from_millis(10);
+
+/// A ring from a device of a process share, its process's stdout, and a message's room.
+pub(super) struct RingFrames {
+    ring: RingReceiver,
+    process: Pipe<OwnedFd>,
+    scratch: Vec<u8>,
+    replica: u32,
+}
+
+impl RingFrames {
+    /// The next message within `limit` (`None`: as long as it takes): looked for without
+    /// sleeping for up to `spin` (a load a look), then asleep on the ring's bell, waking at
+    /// least every [`PROCESS_CHECK`] to see whether the device's process has gone.
+    fn receive(
+        &mut self,
+        limit: Option<Duration>,
+        spin: Duration,
+    ) -> Result<Message, RecvTimeoutError> {
+        let start = Instant::now();
+        loop {
+            match self.ring.receive(&mut self.scratch) {
+                Ok(Received::Message(n)) => {
+                    return Ok(Message {
+                        body: self.scratch[..n].to_vec(),
+                        bulk: None,
+                    })
+                }
+                Ok(Received::Closed) => return Err(RecvTimeoutError::Disconnected),
+                Ok(Received::Empty) => {}
+                // Dropped as a damaged frame is: the request is retried.
+                Err(e @ RingError::TooLong { .. }) => {
+                    tracing::debug!(replica = self.replica, error = %e, "dropped a message");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(replica = self.replica, error = %e, "the device's ring broke");
+                    return Err(RecvTimeoutError::Disconnected);
+                }
+            }
+            let waited = start.elapsed();
+            let left = limit.map(|l| l.saturating_sub(waited));
+            if left == Some(Duration::ZERO) {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            if waited < spin {
+                std::thread::yield_now();
+                continue;
+            }
+            if self.process_gone() {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            self.ring
+                .sleep(Some(left.map_or(PROCESS_CHECK, |l| l.min(PROCESS_CHECK))));
+        }
+    }
+
+    /// True once the device's process has gone (its stdout has ended); what it may have
+    /// written there is dropped.
+    fn process_gone(&mut self) -> bool {
+        match self.process.fill() {
+            Ok(true) => {
+                let n = self.process.buffered().len();
+                self.process.consume(n);
+                self.process.ended()
+            }
+            Ok(false) => false,
+            Err(_) => true,
         }
     }
 }

@@ -12,6 +12,9 @@
 //!   a child process's stdout read in place.
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
 //!   side, its stdout on the host's).
+//! - `process_share`: the device side of `tessera devices`, one process serving a share of
+//!   a training runtime's devices; `ring`: the message rings in shared memory they and the
+//!   host speak on.
 //! - `tunnel` (feature `mpi`): byte links between the ranks of an MPI job, for workers
 //!   whose controller is on another rank; `spawn`'s relay serves such a link.
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
@@ -29,8 +32,10 @@ mod error;
 pub mod fault;
 mod frames;
 mod pipe_link;
+mod process_share;
 mod reader;
 mod reply;
+mod ring;
 mod shared;
 mod slots;
 mod spawn;
@@ -45,6 +50,7 @@ pub use channel::{
 pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
+pub use process_share::{run_process_share, InheritedDevice};
 pub use reply::{Reply, Typed};
 pub(crate) use shared::{stream, SharedMemory, SplitError};
 pub use slots::ChannelSlots;

@@ -49,6 +49,11 @@
 //!   runs that bulk write and writes it only while it runs that bulk read, before it
 //!   replies (a repeated request is answered from the reply cache and never touches the
 //!   window). The host keeps at most one bulk request in flight per window.
+//! - **A message ring** (`transport::ring`) is used by both sides at once: its counters
+//!   are reached only as atomics ([`SharedMemory::atomic_u64`], [`SharedMemory::atomic_u32`]),
+//!   never by a copy or a view, and its bytes only by copies of exactly the range its
+//!   counters give one side ([`SharedMemory::copy_in`], [`SharedMemory::copy_out`]): the
+//!   counters' release and acquire order each copy before the other side's.
 
 use std::fmt;
 use std::fs::File;
@@ -56,6 +61,7 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use tessera_firmware_sim::Memory;
 
@@ -74,9 +80,10 @@ pub(crate) struct SharedMemory {
 // moving it to another thread moves that ownership whole.
 #[allow(unsafe_code)]
 unsafe impl Send for SharedMemory {}
-// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `range`); every
-// write takes `&mut self` (module doc), so shared references on several threads only ever
-// read at once, as with `&[u8]`.
+// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `range`, `copy_out`)
+// or reached as atomics (`atomic_u64`, `atomic_u32`, words reached in no other way); every
+// other write takes `&mut self` (module doc), so shared references on several threads only
+// ever read at once, as with `&[u8]`, or use atomics, which are `Sync`.
 #[allow(unsafe_code)]
 unsafe impl Sync for SharedMemory {}
 
@@ -274,6 +281,68 @@ impl SharedMemory {
         unsafe {
             std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
         }
+    }
+
+    /// The 8 bytes at `at` as an atomic; `None` unless they are all in the mapping and
+    /// 8-aligned. For memory both sides use at once (module doc): those bytes must be
+    /// reached in no other way.
+    pub(crate) fn atomic_u64(&self, at: usize) -> Option<&AtomicU64> {
+        let ptr = self.aligned(at, size_of::<u64>())?;
+        // SAFETY: `aligned` checked that the 8 bytes lie in the mapping, which is valid
+        // while the returned borrow of `self` lives, and are 8-aligned; by the module doc
+        // they are accessed only atomically, here and in the other mapping.
+        #[allow(unsafe_code)]
+        Some(unsafe { AtomicU64::from_ptr(ptr.cast()) })
+    }
+
+    /// The 4 bytes at `at` as an atomic, as [`SharedMemory::atomic_u64`] (a futex word).
+    pub(crate) fn atomic_u32(&self, at: usize) -> Option<&AtomicU32> {
+        let ptr = self.aligned(at, size_of::<u32>())?;
+        // SAFETY: as in `atomic_u64`, for 4 bytes 4-aligned.
+        #[allow(unsafe_code)]
+        Some(unsafe { AtomicU32::from_ptr(ptr.cast()) })
+    }
+
+    /// A pointer to `size` bytes at `at`, when they are all in the mapping and aligned to
+    /// `size`.
+    fn aligned(&self, at: usize, size: usize) -> Option<*mut u8> {
+        let end = at.checked_add(size)?;
+        let ptr = self.ptr.as_ptr().wrapping_add(at);
+        (end <= self.len && ptr.align_offset(size) == 0).then_some(ptr)
+    }
+
+    /// Copies `data` to `at` without making a view of anything else (a ring's bytes,
+    /// beside counters the other side changes meanwhile); `false`, nothing copied, if it
+    /// does not fit.
+    pub(crate) fn copy_in(&mut self, at: usize, data: &[u8]) -> bool {
+        if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: `[at, at + data.len())` lies in the mapping (checked above), which
+        // `&mut self` keeps from every other access through this mapping; `data` is a
+        // borrow of other memory. The other mapping's side leaves this range alone by the
+        // ring's protocol (module doc).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(at), data.len());
+        }
+        true
+    }
+
+    /// Copies the bytes at `at` into `into`, as [`SharedMemory::copy_in`] the other way;
+    /// `false`, nothing copied, if they are not all in the mapping.
+    pub(crate) fn copy_out(&self, at: usize, into: &mut [u8]) -> bool {
+        if at.checked_add(into.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: as in `copy_in`: the range lies in the mapping, `into` is exclusively
+        // borrowed other memory, and nothing writes the range meanwhile by the ring's
+        // protocol (every write through this mapping takes `&mut self`).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), into.as_mut_ptr(), into.len());
+        }
+        true
     }
 
     /// The first `len` bytes of the window, copied out; `None` if `len` exceeds it.

@@ -25,6 +25,7 @@ mod device_session;
 mod file_trust;
 mod layout_cli;
 mod loss_line;
+mod process_share;
 mod runtime_parity;
 mod session_errors;
 mod session_in_place;

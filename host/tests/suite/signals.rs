@@ -29,9 +29,9 @@ fn has_arg(pid: u32, arg: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// True when process `pid` runs `tessera device`.
+/// True when process `pid` runs `tessera device` or `tessera devices`.
 fn is_device(pid: u32) -> bool {
-    has_arg(pid, "device")
+    has_arg(pid, "device") || has_arg(pid, "devices")
 }
 
 /// True when process `pid` is a reaper (`sh -c … tessera-reaper`).
@@ -104,12 +104,20 @@ fn devices_end_when_the_controller_is_killed(args: &[&str], count: usize, stop_o
     }
 }
 
-/// Each replica: a device process and its reaper.
-const PROCESS_CHILDREN: usize = 8;
+/// `tessera train`'s children on the process placement: its 4 replicas in
+/// `min(4, max(cores − 1, 1))` device processes, each with its reaper.
+fn process_children() -> usize {
+    let cores = thread::available_parallelism().map_or(1, |c| c.get());
+    2 * 4.min(cores.saturating_sub(1).max(1))
+}
 
 #[test]
 fn device_processes_end_when_the_controller_is_killed() {
-    devices_end_when_the_controller_is_killed(&["--placement", "process"], PROCESS_CHILDREN, false);
+    devices_end_when_the_controller_is_killed(
+        &["--placement", "process"],
+        process_children(),
+        false,
+    );
 }
 
 /// A device process that is stopped (SIGSTOP, a debugger) never reads the end of its link:
@@ -117,7 +125,7 @@ fn device_processes_end_when_the_controller_is_killed() {
 #[test]
 fn a_stopped_device_process_ends_when_the_controller_is_killed() {
     let args = ["--placement", "process"];
-    devices_end_when_the_controller_is_killed(&args, PROCESS_CHILDREN, true);
+    devices_end_when_the_controller_is_killed(&args, process_children(), true);
 }
 
 #[test]
@@ -177,12 +185,17 @@ fn stops_its_children_on(args: &[&str], count: usize, name: &str, expected_statu
 
 #[test]
 fn sigterm_stops_and_reaps_every_device_process() {
-    stops_its_children_on(&["--placement", "process"], PROCESS_CHILDREN, "-TERM", 143);
+    stops_its_children_on(
+        &["--placement", "process"],
+        process_children(),
+        "-TERM",
+        143,
+    );
 }
 
 #[test]
 fn sigint_stops_and_reaps_every_device_process() {
-    stops_its_children_on(&["--placement", "process"], PROCESS_CHILDREN, "-INT", 130);
+    stops_its_children_on(&["--placement", "process"], process_children(), "-INT", 130);
 }
 
 /// QEMU serves its socket forever: only tessera can stop it (and its defmt-print).

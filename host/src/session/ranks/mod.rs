@@ -357,7 +357,7 @@ fn controller_channels(
         placement,
         0..per_rank as u32,
         memory,
-        placement::Serving::Threads,
+        placement::Serving::Alongside,
     )?;
     for (link, (reader, writer)) in links.iter().zip(ends) {
         let (office, numbers, rank) = (office.clone(), numbers.clone(), link.peer);

@@ -14,7 +14,8 @@
 //!   [`ATTEMPTS`] sends the device is declared dead: an error, never a hang.
 //! - **Copies kept only where they can be needed.** A byte link can lose or damage a
 //!   frame, so each unanswered frame is kept to be sent again. A queue to a device thread
-//!   loses nothing: its frames are moved into the queue and no copy is kept — except
+//!   (or a ring in memory shared with a device process, `transport::ring`) loses nothing:
+//!   its messages are moved into the queue and no copy is kept — except
 //!   while a step is in flight, because a device inside a step drops the next request it
 //!   gets (it takes it as the host giving the step up) and that request must be sent
 //!   again. On a queue, a deadline without a reply only counts an attempt: the device is
@@ -526,7 +527,8 @@ impl Channel {
                 }
                 n + 1
             }
-            Outgoing::Messages(_) => {
+            // Links that carry whole messages: no framing.
+            Outgoing::Messages(_) | Outgoing::Ring(_) => {
                 let n = encode_body(message, &mut self.out).map_err(|_| too_large(MAX_FRAME))?;
                 if n > self.limits.max_frame as usize {
                     return Err(too_large(n));
@@ -602,6 +604,10 @@ fn transmit(
                 bulk,
             })
             .map_err(|()| closed),
+        // A full ring breaks the window's bound (`transport::ring`): reported, not waited.
+        Outgoing::Ring(ring) => ring
+            .send(encoded)
+            .map_err(|e| std::io::Error::other(format!("replica {replica}: {e}")).into()),
     }
 }
 
@@ -617,7 +623,7 @@ fn send_queued(
         Outgoing::Messages(mailbox) => mailbox
             .send(Message { body: frame, bulk })
             .map_err(|()| TransportError::Closed { replica }),
-        Outgoing::Bytes(_) => transmit(writer, &frame, bulk, replica),
+        Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit(writer, &frame, bulk, replica),
     }
 }
 

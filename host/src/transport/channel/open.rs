@@ -66,6 +66,22 @@ impl Channel {
         Self::open(spawn::child_process(exe, replica, memory)?, replica)
     }
 
+    /// One device per replica of `replicas` for a training runtime, `memory` bytes each, in
+    /// child processes that each serve a share of them (`tessera devices`, `exe` being the
+    /// `tessera` binary; how many: `spawn::process`); channels in replica order, each ready
+    /// once its device has answered its hello.
+    pub fn device_processes(
+        exe: &Path,
+        replicas: std::ops::Range<u32>,
+        memory: usize,
+    ) -> Result<Vec<Self>, TransportError> {
+        spawn::device_processes(exe, replicas.clone(), memory)?
+            .into_iter()
+            .zip(replicas)
+            .map(|(link, replica)| Self::open(link, replica))
+            .collect()
+    }
+
     /// The bare-metal firmware (`firmware`, an ELF for mps2-an386 or mps2-an385) under
     /// `qemu-system-arm`, its UART0 on a Unix socket. The firmware's defmt logs go through
     /// `defmt-print` to stderr. Dropping the channel kills QEMU. The firmware and the tools
@@ -207,5 +223,6 @@ fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> 
         Incoming::Messages(frames) => Frames::Queue(frames),
         Incoming::Served(frames, share) => Frames::Served(frames, share),
         Incoming::Pipe(pipe) => Frames::pipe(pipe, replica)?,
+        Incoming::Ring(ring, process) => Frames::ring(ring, process, replica)?,
     })
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tessera_firmware_sim::std_link::BusyLine;
 
 use super::pool::Worker;
-use super::process::DEVICE_PROCESS;
+use super::process::{DeviceProcess, DEVICE_PROCESS};
 use super::qemu::QEMU;
 use crate::transport::children::Adopted;
 
@@ -30,11 +30,9 @@ pub(in crate::transport) enum DeviceHandle {
     /// A device of the pool's host share: served by the host's own thread while it waits
     /// on the pool's channels ([`super::pool`]).
     Hosted,
-    /// A `tessera device` process and its reaper (and the end of its stdin we hold).
-    Child {
-        child: Option<Adopted>,
-        reaper: Option<(Adopted, ChildStdin)>,
-    },
+    /// A device process (`tessera device`, or `tessera devices` with its siblings),
+    /// stopped when its last device's handle drops.
+    Child(Arc<DeviceProcess>),
     /// The emulator, the defmt decoder reading its stdout, their reaper (and the end of
     /// its stdin we hold), and the folder of the UART socket.
     Qemu {
@@ -55,7 +53,7 @@ impl DeviceHandle {
     pub fn program(&self) -> &'static str {
         match self {
             Self::Thread(..) | Self::Pooled(_) | Self::Hosted => "thread",
-            Self::Child { .. } => DEVICE_PROCESS,
+            Self::Child(_) => DEVICE_PROCESS,
             Self::Qemu { .. } => QEMU,
             #[cfg(feature = "mpi")]
             Self::Remote(_) => "another rank",
@@ -75,9 +73,10 @@ impl DeviceHandle {
             Self::Pooled(_) => Liveness::Idle,
             // It works only inside the host's own waits: between them it is idle.
             Self::Hosted => Liveness::Idle,
-            Self::Child {
-                child: Some(child), ..
-            } => process_liveness(child.pid()),
+            Self::Child(process) => match process.child() {
+                Some(child) => process_liveness(child.pid()),
+                None => Liveness::Ended,
+            },
             // An emulator is always on a core, working or not: only its end and a stop
             // tell anything.
             Self::Qemu {
@@ -95,15 +94,12 @@ impl DeviceHandle {
 
     /// How the device's process ended, if it has (waiting up to `limit` for it).
     pub fn exit_status(&self, limit: Duration) -> Option<ExitStatus> {
-        match self {
-            Self::Child {
-                child: Some(child), ..
-            }
-            | Self::Qemu {
-                qemu: Some(child), ..
-            } => child.wait_timeout(limit).ok().flatten(),
+        let child = match self {
+            Self::Child(process) => process.child(),
+            Self::Qemu { qemu, .. } => qemu.as_ref(),
             _ => None,
-        }
+        };
+        child.and_then(|child| child.wait_timeout(limit).ok().flatten())
     }
 }
 
@@ -125,12 +121,8 @@ impl Drop for DeviceHandle {
                     let _ = handle.join();
                 }
             }
-            // Dropping the adopted child kills and reaps it; the reaper goes first, so it
-            // never kills a process id that was reused.
-            Self::Child { child, reaper } => {
-                drop(reaper.take());
-                drop(child.take());
-            }
+            // The last device of its process to go stops it (`DeviceProcess`'s drop).
+            Self::Child(_) => {}
             Self::Qemu {
                 qemu,
                 decoder,

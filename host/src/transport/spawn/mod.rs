@@ -20,7 +20,8 @@
 //!   pooled one.
 //! - `pool`: the thread placement's devices on at most as many threads as cores (one of
 //!   them, for a training step, the host's own), on message queues.
-//! - `process`: a `tessera device` child process on its stdio.
+//! - `process`: a `tessera device` child process on its stdio, or a share of a training
+//!   runtime's devices in one `tessera devices` process.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
 //! - `reaper`: the shell that kills a device process once tessera is gone.
 //! - `handle`: what keeps a device running ([`DeviceHandle`]) and what it is doing
@@ -43,7 +44,7 @@ pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;
 pub(super) use pool::{in_process_pool, HostShare, Mailbox};
-pub(super) use process::child_process;
+pub(super) use process::{child_process, device_processes};
 pub(super) use qemu::{qemu, QEMU};
 #[cfg(feature = "mpi")]
 pub(crate) use relay::{child_on, qemu_on, thread_on, Served};
@@ -89,6 +90,9 @@ pub(super) enum Incoming {
     Served(Receiver<Message>, std::sync::Arc<HostShare>),
     /// A child process's stdout: frames, read in place by the channel.
     Pipe(std::os::fd::OwnedFd),
+    /// A message ring from a device of a process share, and that process's stdout, whose
+    /// end says the process has gone.
+    Ring(crate::transport::ring::RingReceiver, std::os::fd::OwnedFd),
 }
 
 /// Where messages to the device go.
@@ -97,4 +101,7 @@ pub(super) enum Outgoing {
     Bytes(Box<dyn Write + Send>),
     /// Whole messages (and bulk bytes) to a device thread.
     Messages(Mailbox),
+    /// Whole messages on a ring to a device of a process share (bulk bytes through its
+    /// window).
+    Ring(crate::transport::ring::RingSender),
 }

@@ -1,18 +1,61 @@
-//! A device in a child process: `tessera device`, speaking over its stdio, its memory
-//! and its bulk window shared with the host.
+//! Devices in child processes: one device per process (`tessera device`, speaking over its
+//! stdio), or a share of a training runtime's devices per process (`tessera devices`, each
+//! device on message rings in memory shared with the host); every device's memory and
+//! bulk window shared with the host.
+//!
+//! # Rules
+//!
+//! - A session gets a process per device: its workers compute while the controller goes
+//!   on, and each can fail (or be stopped) alone.
+//! - A training runtime's host only waits while its devices compute, handling every
+//!   message of every device: its `n` devices go into `k = min(n, max(cores − 1, 1))`
+//!   processes, device `i` into process `i mod k`, so the host keeps a core of its own
+//!   (the reason: `transport::process_share`). A device process's failure is every one of
+//!   its devices' failure.
+//! - The descriptors a device process inherits are inheritable only while it starts
+//!   (every start of a device process holds one lock). A `tessera devices` process's
+//!   stdout carries nothing: its end tells each of its channels the process has gone
+//!   (a killed process never closes its rings).
 
 use std::io;
+use std::ops::Range;
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::Arc;
 
 use super::reaper::reaper;
 use super::{spawning, DeviceHandle, Incoming, Link, Outgoing};
-use crate::transport::children;
+use crate::transport::children::{self, Adopted};
+use crate::transport::ring::{self, RingReceiver, RingSender};
 use crate::transport::shared::{SharedMemory, Window};
 use crate::transport::TransportError;
 
 /// The program that runs a device in a child process.
 pub(super) const DEVICE_PROCESS: &str = "tessera device";
+
+/// A device process and its reaper (and the end of its stdin we hold); dropping the last
+/// handle to it stops it, the reaper first, so that it never kills a process id that was
+/// reused.
+#[derive(Debug)]
+pub(in crate::transport) struct DeviceProcess {
+    child: Option<Adopted>,
+    reaper: Option<(Adopted, ChildStdin)>,
+}
+
+impl DeviceProcess {
+    /// The process, while it is ours.
+    pub(in crate::transport) fn child(&self) -> Option<&Adopted> {
+        self.child.as_ref()
+    }
+}
+
+impl Drop for DeviceProcess {
+    fn drop(&mut self) {
+        drop(self.reaper.take());
+        drop(self.child.take());
+    }
+}
 
 /// Bytes of the shared window of a child-process device: the largest array that moves in
 /// one bulk request (the session sends larger ones in framed chunks). Pages are only
@@ -60,11 +103,115 @@ pub(in crate::transport) fn child_process(
     Ok(Link {
         incoming: Incoming::Pipe(stdout.into()),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
-        handle: DeviceHandle::Child {
+        handle: DeviceHandle::Child(Arc::new(DeviceProcess {
             child: Some(child),
             reaper: Some(reaper),
-        },
+        })),
         window: Some(Window::Shared(window)),
         memory: Some(shared),
     })
+}
+
+/// One device per replica of `replicas` for a training runtime, `memory` bytes each, in
+/// as many `tessera devices` processes as the module's rules say; links in replica order.
+pub(in crate::transport) fn device_processes(
+    exe: &Path,
+    replicas: Range<u32>,
+    memory: usize,
+) -> Result<Vec<Link>, TransportError> {
+    let n = replicas.len();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let k = n.min(cores.saturating_sub(1).max(1)).max(1);
+    let mut links: Vec<Option<Link>> = (0..n).map(|_| None).collect();
+    for share in 0..k {
+        let members: Vec<(usize, u32)> = replicas
+            .clone()
+            .enumerate()
+            .skip(share)
+            .step_by(k)
+            .collect();
+        for (i, link) in process_share(exe, &members, memory)? {
+            links[i] = Some(link);
+        }
+    }
+    Ok(links.into_iter().flatten().collect())
+}
+
+/// Devices `members` (index among the runtime's devices, replica) in one `tessera devices`
+/// process (`exe devices`), `memory` bytes each, with their rings in memory shared with
+/// it: their links, by index.
+fn process_share(
+    exe: &Path,
+    members: &[(usize, u32)],
+    memory: usize,
+) -> Result<Vec<(usize, Link)>, TransportError> {
+    let first = members.first().map_or(0, |&(_, r)| r);
+    // Nothing inheritable of one device process reaches another started meanwhile.
+    let guard = spawning();
+    let rings = SharedMemory::create(ring::share_bytes(members.len()), true)?;
+    let mut shared = Vec::with_capacity(members.len());
+    for _ in members {
+        let window = SharedMemory::create(WINDOW_BYTES, true)?;
+        shared.push((window, SharedMemory::create(memory, true)?));
+    }
+    let mut command = Command::new(exe);
+    command
+        .args(["devices", "--memory", &memory.to_string()])
+        .args(["--window-bytes", &WINDOW_BYTES.to_string()])
+        .args(["--rings", &rings.fd().to_string()]);
+    for (&(_, replica), (window, memory)) in members.iter().zip(&shared) {
+        let device = format!("{replica}:{}:{}", memory.fd(), window.fd());
+        command.args(["--device", &device]);
+    }
+    // Its stdout carries nothing: its end tells the host the process has gone.
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let spawned = children::spawn(&mut command, DEVICE_PROCESS);
+    rings.seal_from_children()?;
+    for (window, memory) in &shared {
+        window.seal_from_children()?;
+        memory.seal_from_children()?;
+    }
+    drop(guard);
+    let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
+        replica: first,
+        program: exe.to_path_buf(),
+        source,
+    })?;
+    let Some(stdout) = pipes.stdout else {
+        return Err(io::Error::other("the device process has no stdout pipe").into());
+    };
+    let stdout = OwnedFd::from(stdout);
+    // Should the reaper not start, dropping `child` stops the process.
+    let reaper = reaper(first, &[child.pid()])?;
+    let process = Arc::new(DeviceProcess {
+        child: Some(child),
+        reaper: Some(reaper),
+    });
+    let mut links = Vec::with_capacity(members.len());
+    for (j, (&(i, _), (window, memory))) in members.iter().zip(shared).enumerate() {
+        let (to_device, from_device) = ring::share_rings(j);
+        let link = Link {
+            incoming: Incoming::Ring(
+                RingReceiver::new(
+                    rings.map_again()?,
+                    from_device,
+                    from_device + ring::OWN_BELL,
+                )?,
+                stdout.try_clone()?,
+            ),
+            outgoing: Outgoing::Ring(RingSender::new(
+                rings.map_again()?,
+                to_device,
+                ring::DOORBELL,
+            )?),
+            handle: DeviceHandle::Child(Arc::clone(&process)),
+            window: Some(Window::Shared(window)),
+            memory: Some(memory),
+        };
+        links.push((i, link));
+    }
+    Ok(links)
 }

@@ -136,7 +136,9 @@ fn relayed(
     let from_device: Box<dyn Read + Send> = match incoming {
         Incoming::Bytes(reader) => reader,
         Incoming::Pipe(fd) => Box::new(File::from(fd)),
-        Incoming::Messages(_) | Incoming::Served(..) => return Err(not_bytes(replica)),
+        Incoming::Messages(_) | Incoming::Served(..) | Incoming::Ring(..) => {
+            return Err(not_bytes(replica))
+        }
     };
     let Outgoing::Bytes(to_device) = outgoing else {
         return Err(not_bytes(replica));

@@ -1,0 +1,98 @@
+//! A training runtime's devices in child processes, a share of them per process (`tessera
+//! devices`): each device keeps its own state, a device whose channel drops leaves its
+//! siblings running, and a killed process is every one of its devices' failure.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tessera_core::wire::endpoint::{Command as DeviceCommand, GetSeed};
+use tessera_core::wire::Request;
+use tessera_host::transport::{Channel, TransportError};
+
+/// Device memory sizes no other test of the suite gives its devices, so that the process
+/// count finds this test's processes among the suite's (every suite runs in this one
+/// process, in parallel).
+const SHARED_MEMORY: usize = (1 << 16) + 4096 * 51;
+const KILLED_MEMORY: usize = (1 << 16) + 4096 * 53;
+
+/// This test process's `tessera devices` processes started with `memory` bytes a device.
+fn share_processes(memory: usize) -> Vec<u32> {
+    common::children_matching(&format!("tessera devices --memory {memory} "))
+}
+
+/// Sets device `c`'s seed to `seed` and reads it back.
+fn seed_round_trip(c: &mut Channel, seed: u64) -> Result<u64, TransportError> {
+    let set = DeviceCommand::new(Request::SetSeed { seed }).expect("a command");
+    c.call(&set)?;
+    Ok(c.call(&GetSeed)?.get())
+}
+
+/// Catches a process per device (the host left a third of a core), a device answering
+/// for a sibling or losing its state between its siblings' requests, and a process that
+/// stops serving the others once one device's channel is gone: eight devices in
+/// `min(8, max(cores − 1, 1))` processes, every seed set, then read back, then read again
+/// after device 0's channel dropped with requests in flight.
+#[test]
+fn a_process_serves_a_share_and_each_device_keeps_its_state() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
+    let mut channels = Channel::device_processes(exe, 0..8, SHARED_MEMORY).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let processes = share_processes(SHARED_MEMORY);
+    assert_eq!(
+        processes.len(),
+        8.min(cores.saturating_sub(1).max(1)),
+        "device processes: {processes:?}"
+    );
+    for (i, c) in channels.iter_mut().enumerate() {
+        assert_eq!(c.replica(), i as u32, "channels in replica order");
+        assert_eq!(seed_round_trip(c, 100 + i as u64).unwrap(), 100 + i as u64);
+    }
+    for (i, c) in channels.iter_mut().enumerate() {
+        assert_eq!(
+            c.call(&GetSeed).unwrap().get(),
+            100 + i as u64,
+            "device {i}"
+        );
+    }
+    let mut gone = channels.remove(0);
+    for _ in 0..8 {
+        gone.submit(&Request::GetSeed).unwrap();
+    }
+    drop(gone);
+    for c in &mut channels {
+        assert_eq!(seed_round_trip(c, 9).unwrap(), 9, "replica {}", c.replica());
+    }
+}
+
+/// Catches a device of a killed share process that is waited on instead of reported:
+/// every one of its devices fails promptly.
+#[test]
+fn a_killed_share_process_fails_each_of_its_devices() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
+    let mut channels = Channel::device_processes(exe, 0..2, KILLED_MEMORY).unwrap();
+    for c in &mut channels {
+        assert_eq!(seed_round_trip(c, 5).unwrap(), 5);
+    }
+    for pid in share_processes(KILLED_MEMORY) {
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    for c in &mut channels {
+        let start = Instant::now();
+        let err = c.call(&GetSeed).unwrap_err();
+        assert!(
+            matches!(err, TransportError::Closed { .. } | TransportError::Io(_)),
+            "replica {}: a dead device is an error: {err}",
+            c.replica()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "reported promptly, not after a hang"
+        );
+    }
+}
