@@ -37,7 +37,7 @@ use tessera_firmware_sim::{serve_pending, Device, Incoming, Memory, Messages, Se
 
 use super::device::{open_inherited, Windowed, HOST_FRAME, HOST_WINDOW};
 use super::ring::{self, Bell, Received, RingError, RingReceiver, RingSender};
-use super::shared::SharedMemory;
+use super::shared::{RingMemory, SharedMemory};
 
 /// How often a sleeping device process checks that its host is still there.
 const HOST_CHECK: Duration = Duration::from_millis(100);
@@ -79,13 +79,12 @@ impl std::str::FromStr for InheritedDevice {
 /// A device of the share, with everything serving it takes.
 struct Member {
     replica: u32,
-    inbox: RingReceiver,
-    outbox: RingSender,
+    /// Its rings from and to the host, until its ring from the host ends or its link
+    /// fails: dropping the ring to the host then tells the host at once.
+    rings: Option<(RingReceiver, RingSender)>,
     window: SharedMemory,
     device: Device<'static>,
     server: Box<Server<'static, HOST_FRAME, HOST_WINDOW>>,
-    /// Served until its ring from the host ends or its link fails.
-    open: bool,
 }
 
 impl Member {
@@ -112,33 +111,44 @@ impl Member {
             .try_into()
             .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
         let server = Box::new(Server::owning(replies));
+        let inbox = RingReceiver::new(rings.map_again()?, to_device, ring::DOORBELL)?;
+        let outbox = RingSender::new(
+            rings.map_again()?,
+            from_device,
+            from_device + ring::OWN_BELL,
+        )?;
         Ok(Self {
             replica: inherited.replica,
-            inbox: RingReceiver::new(rings.map_again()?, to_device, ring::DOORBELL)?,
-            outbox: RingSender::new(
-                rings.map_again()?,
-                from_device,
-                from_device + ring::OWN_BELL,
-            )?,
+            rings: Some((inbox, outbox)),
             window,
             device: Device::owning(inherited.replica, shared, server.link()),
             server,
-            open: true,
         })
     }
 
-    /// True when it is open and its ring from the host has mail.
+    /// True while it is served.
+    fn is_open(&self) -> bool {
+        self.rings.is_some()
+    }
+
+    /// True when it is served and its ring from the host has mail.
     fn has_mail(&self) -> bool {
-        self.open && self.inbox.has_mail()
+        self.rings
+            .as_ref()
+            .is_some_and(|(inbox, _)| inbox.has_mail())
     }
 
     /// Serves every message its ring holds now; closes the member at the ring's end or
     /// on a link error.
-    fn serve(&mut self, clock: &mut StdClock) {
+    fn serve(&mut self, clock: &mut StdClock, host: u32) {
+        let Some((inbox, outbox)) = self.rings.as_mut() else {
+            return;
+        };
         let mut link = Windowed {
             link: RingLink {
-                inbox: &mut self.inbox,
-                outbox: &mut self.outbox,
+                inbox,
+                outbox,
+                host,
             },
             window: &mut self.window,
         };
@@ -151,19 +161,20 @@ impl Member {
         ) {
             Ok(true) => {}
             // Its channel is gone.
-            Ok(false) => self.open = false,
+            Ok(false) => self.rings = None,
             Err(e) => {
                 tracing::debug!(replica = self.replica, error = %e, "device stopped");
-                self.open = false;
+                self.rings = None;
             }
         }
     }
 }
 
-/// A device's two rings as the serve loop's link.
+/// A device's two rings as the serve loop's link, and the host's process id.
 struct RingLink<'r> {
     inbox: &'r mut RingReceiver,
     outbox: &'r mut RingSender,
+    host: u32,
 }
 
 impl Messages for RingLink<'_> {
@@ -175,7 +186,10 @@ impl Messages for RingLink<'_> {
                 Ok(Received::Message(n)) => Incoming::Message(n),
                 Ok(Received::Closed) => Incoming::Closed,
                 Ok(Received::Empty) if wait => {
-                    self.inbox.sleep(None);
+                    if std::os::unix::process::parent_id() != self.host {
+                        return Err(io::Error::other("the host has gone"));
+                    }
+                    self.inbox.sleep(Some(HOST_CHECK));
                     continue;
                 }
                 Ok(Received::Empty) => Incoming::Idle,
@@ -200,28 +214,32 @@ pub fn run_process_share(
     rings: u32,
     devices: &[InheritedDevice],
 ) -> io::Result<()> {
+    // Its host, first of all: should the host die while the process starts, the process
+    // is an orphan already and ends at its first check.
+    let host = std::os::unix::process::parent_id();
     let mut both = OpenOptions::new();
     both.read(true).write(true);
+    // Mapped again for each ring; this mapping itself is never read.
     let shared = SharedMemory::open(
         open_inherited(rings, &both)?,
         ring::share_bytes(devices.len()),
     )?;
-    let doorbell = Bell::at(&shared, ring::DOORBELL)
+    let doorbell_memory = RingMemory::new(shared.map_again()?);
+    let doorbell = Bell::at(&doorbell_memory, ring::DOORBELL)
         .ok_or_else(|| io::Error::other("the share's doorbell is not in its memory"))?;
     let mut members = devices
         .iter()
         .enumerate()
         .map(|(i, d)| Member::open(i, d, &shared, memory, window_bytes))
         .collect::<io::Result<Vec<_>>>()?;
-    let host = std::os::unix::process::parent_id();
     let mut clock = StdClock::new();
     loop {
         let mut heard = false;
         for member in members.iter_mut().filter(|m| m.has_mail()) {
             heard = true;
-            member.serve(&mut clock);
+            member.serve(&mut clock, host);
         }
-        if !members.iter().any(|m| m.open) {
+        if !members.iter().any(Member::is_open) {
             return Ok(());
         }
         if !heard {

@@ -17,8 +17,9 @@
 //!   by the consumer only; each side stores its counter after its copy and loads the
 //!   other's before its copy, so it copies only bytes the other has finished with.
 //! - A message that does not fit the free space is refused ([`RingError::Full`]), never
-//!   waited for: a device link's window keeps what is in flight under [`CAPACITY`], so a
-//!   full ring is a broken rule, reported.
+//!   waited for: a device link's window keeps what is in flight under [`CAPACITY`] (and
+//!   its channel sends nothing again while the ring holds unread bytes), so a full ring is
+//!   a broken rule, reported.
 //! - A consumer about to sleep raises its `asleep` word, reads its `bell`, and looks once
 //!   more before it sleeps on the bell (a futex); a producer that has written and finds
 //!   `asleep` raised adds one to the bell and wakes it. Every one of these accesses is
@@ -36,7 +37,7 @@ use std::time::Duration;
 use rustix::thread::futex;
 
 use super::device::{HOST_FRAME, HOST_WINDOW};
-use super::shared::SharedMemory;
+use super::shared::{RingMemory, SharedMemory};
 
 /// Bytes of a ring's header: its counters, its end, and its consumer's own bell.
 const HEADER: usize = 64;
@@ -129,7 +130,7 @@ pub(crate) enum Received {
 
 /// A ring at `at` of a mapping, and where its consumer's bell is.
 struct Ring {
-    mem: SharedMemory,
+    mem: RingMemory,
     at: usize,
     bell: usize,
 }
@@ -160,7 +161,11 @@ impl Ring {
     /// The ring at `at` of `mem`, whose consumer sleeps on the bell at `bell`; an error
     /// unless both lie in the mapping, aligned.
     fn new(mem: SharedMemory, at: usize, bell: usize) -> io::Result<Self> {
-        let ring = Self { mem, at, bell };
+        let ring = Self {
+            mem: RingMemory::new(mem),
+            at,
+            bell,
+        };
         let fits = at
             .checked_add(RING_BYTES)
             .is_some_and(|end| end <= ring.mem.len())
@@ -218,7 +223,7 @@ pub(crate) struct Bell<'m> {
 impl<'m> Bell<'m> {
     /// The bell at `at` of `mem` (a share's doorbell); `None` unless it lies in `mem`,
     /// aligned.
-    pub(crate) fn at(mem: &'m SharedMemory, at: usize) -> Option<Self> {
+    pub(crate) fn at(mem: &'m RingMemory, at: usize) -> Option<Self> {
         Some(Self {
             rung: mem.atomic_u32(at)?,
             asleep: mem.atomic_u32(at.checked_add(ASLEEP)?)?,
@@ -279,6 +284,11 @@ impl RingSender {
         words.bell.ring(false);
         Ok(())
     }
+
+    /// True while the consumer has not read everything sent (or the ring is broken).
+    pub(crate) fn holds_unread(&self) -> bool {
+        self.0.words().map_or(true, |w| w.pending() != Ok(0))
+    }
 }
 
 impl Drop for RingSender {
@@ -326,6 +336,12 @@ impl RingReceiver {
             }
             (words.tail.load(SeqCst), available)
         };
+        if available < 4 {
+            return Err(RingError::Corrupt {
+                length: 0,
+                available,
+            });
+        }
         let mut word = [0u8; 4];
         self.0.copy_out(tail, &mut word)?;
         let length = u32::from_le_bytes(word) as usize;
@@ -413,7 +429,9 @@ mod tests {
             );
             assert!(into.iter().all(|&b| b == 0xA5));
         }
+        assert!(!tx.holds_unread(), "all read");
         tx.send(b"last").unwrap();
+        assert!(tx.holds_unread(), "one unread");
         drop(tx);
         assert!(rx.has_mail());
         assert_eq!(rx.receive(&mut into).unwrap(), Received::Message(4));
@@ -469,6 +487,22 @@ mod tests {
                 "no mail: it slept"
             );
         }
+    }
+
+    /// Catches a ring that reads a length word the other side has not finished writing:
+    /// fewer than its 4 bytes written is corrupt.
+    #[test]
+    fn a_length_word_not_all_written_is_corrupt() {
+        let (tx, mut rx) = pair();
+        tx.0.words().unwrap().head.store(2, SeqCst);
+        let mut into = [0u8; 8];
+        assert_eq!(
+            rx.receive(&mut into),
+            Err(RingError::Corrupt {
+                length: 0,
+                available: 2
+            })
+        );
     }
 
     /// Catches a ring that trusts a length word the other side wrote wrong (reading past

@@ -49,15 +49,18 @@
 //!   runs that bulk write and writes it only while it runs that bulk read, before it
 //!   replies (a repeated request is answered from the reply cache and never touches the
 //!   window). The host keeps at most one bulk request in flight per window.
-//! - **A message ring** (`transport::ring`) is used by both sides at once: its counters
-//!   are reached only as atomics ([`SharedMemory::atomic_u64`], [`SharedMemory::atomic_u32`]),
-//!   never by a copy or a view, and its bytes only by copies of exactly the range its
-//!   counters give one side ([`SharedMemory::copy_in`], [`SharedMemory::copy_out`]): the
-//!   counters' release and acquire order each copy before the other side's.
+//! - **A message ring** (`transport::ring`) is used by both sides at once, through a
+//!   [`RingMemory`]: its counters are reached only as atomics, never by a copy, and its
+//!   bytes only by copies of exactly the range its counters give one side; the counters'
+//!   stores and loads order each copy before the other side's. A `RingMemory` makes no
+//!   views and is not `Sync`: in this process one thread at a time reaches it, so its
+//!   atomics and its copies never race here.
 
+use std::cell::Cell;
 use std::fmt;
 use std::fs::File;
 use std::io;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -80,10 +83,9 @@ pub(crate) struct SharedMemory {
 // moving it to another thread moves that ownership whole.
 #[allow(unsafe_code)]
 unsafe impl Send for SharedMemory {}
-// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `range`, `copy_out`)
-// or reached as atomics (`atomic_u64`, `atomic_u32`, words reached in no other way); every
-// other write takes `&mut self` (module doc), so shared references on several threads only
-// ever read at once, as with `&[u8]`, or use atomics, which are `Sync`.
+// SAFETY: through `&self` the bytes are only read (`bytes`, `read`, `range`); every
+// write takes `&mut self` (module doc), so shared references on several threads only ever
+// read at once, as with `&[u8]`.
 #[allow(unsafe_code)]
 unsafe impl Sync for SharedMemory {}
 
@@ -283,68 +285,6 @@ impl SharedMemory {
         }
     }
 
-    /// The 8 bytes at `at` as an atomic; `None` unless they are all in the mapping and
-    /// 8-aligned. For memory both sides use at once (module doc): those bytes must be
-    /// reached in no other way.
-    pub(crate) fn atomic_u64(&self, at: usize) -> Option<&AtomicU64> {
-        let ptr = self.aligned(at, size_of::<u64>())?;
-        // SAFETY: `aligned` checked that the 8 bytes lie in the mapping, which is valid
-        // while the returned borrow of `self` lives, and are 8-aligned; by the module doc
-        // they are accessed only atomically, here and in the other mapping.
-        #[allow(unsafe_code)]
-        Some(unsafe { AtomicU64::from_ptr(ptr.cast()) })
-    }
-
-    /// The 4 bytes at `at` as an atomic, as [`SharedMemory::atomic_u64`] (a futex word).
-    pub(crate) fn atomic_u32(&self, at: usize) -> Option<&AtomicU32> {
-        let ptr = self.aligned(at, size_of::<u32>())?;
-        // SAFETY: as in `atomic_u64`, for 4 bytes 4-aligned.
-        #[allow(unsafe_code)]
-        Some(unsafe { AtomicU32::from_ptr(ptr.cast()) })
-    }
-
-    /// A pointer to `size` bytes at `at`, when they are all in the mapping and aligned to
-    /// `size`.
-    fn aligned(&self, at: usize, size: usize) -> Option<*mut u8> {
-        let end = at.checked_add(size)?;
-        let ptr = self.ptr.as_ptr().wrapping_add(at);
-        (end <= self.len && ptr.align_offset(size) == 0).then_some(ptr)
-    }
-
-    /// Copies `data` to `at` without making a view of anything else (a ring's bytes,
-    /// beside counters the other side changes meanwhile); `false`, nothing copied, if it
-    /// does not fit.
-    pub(crate) fn copy_in(&mut self, at: usize, data: &[u8]) -> bool {
-        if at.checked_add(data.len()).is_none_or(|end| end > self.len) {
-            return false;
-        }
-        // SAFETY: `[at, at + data.len())` lies in the mapping (checked above), which
-        // `&mut self` keeps from every other access through this mapping; `data` is a
-        // borrow of other memory. The other mapping's side leaves this range alone by the
-        // ring's protocol (module doc).
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(at), data.len());
-        }
-        true
-    }
-
-    /// Copies the bytes at `at` into `into`, as [`SharedMemory::copy_in`] the other way;
-    /// `false`, nothing copied, if they are not all in the mapping.
-    pub(crate) fn copy_out(&self, at: usize, into: &mut [u8]) -> bool {
-        if at.checked_add(into.len()).is_none_or(|end| end > self.len) {
-            return false;
-        }
-        // SAFETY: as in `copy_in`: the range lies in the mapping, `into` is exclusively
-        // borrowed other memory, and nothing writes the range meanwhile by the ring's
-        // protocol (every write through this mapping takes `&mut self`).
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), into.as_mut_ptr(), into.len());
-        }
-        true
-    }
-
     /// The first `len` bytes of the window, copied out; `None` if `len` exceeds it.
     pub(crate) fn read(&self, len: usize) -> Option<Vec<u8>> {
         Some(self.bytes(len)?.to_vec())
@@ -365,6 +305,101 @@ impl SharedMemory {
         unsafe {
             std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
         }
+    }
+}
+
+/// A mapping two processes use at once by a protocol of atomics (a message ring,
+/// `transport::ring`; module doc): reached only through atomic words and copies of ranges,
+/// never through a view.
+#[derive(Debug)]
+pub(crate) struct RingMemory {
+    mem: SharedMemory,
+    /// Not `Sync`: one thread at a time reaches it in this process.
+    _one_thread: PhantomData<Cell<()>>,
+}
+
+impl RingMemory {
+    /// `mem`, from now on reached only as a ring's memory.
+    pub(crate) fn new(mem: SharedMemory) -> Self {
+        Self {
+            mem,
+            _one_thread: PhantomData,
+        }
+    }
+
+    /// Its size.
+    pub(crate) fn len(&self) -> usize {
+        self.mem.len
+    }
+
+    /// The 8 bytes at `at` as an atomic; `None` unless they are all in the mapping and
+    /// 8-aligned. The other side reaches them only as an atomic too (the ring's rule).
+    pub(crate) fn atomic_u64(&self, at: usize) -> Option<&AtomicU64> {
+        let ptr = self.aligned(at, size_of::<u64>())?;
+        // SAFETY: `aligned` checked that the 8 bytes lie in the mapping, which is valid
+        // while the returned borrow of `self` lives, and are 8-aligned. In this process
+        // only the thread holding the value reaches them (not `Sync`), so no other access
+        // races with the atomic's; the other process keeps to the ring's rule.
+        #[allow(unsafe_code)]
+        Some(unsafe { AtomicU64::from_ptr(ptr.cast()) })
+    }
+
+    /// The 4 bytes at `at` as an atomic, as [`SharedMemory::atomic_u64`] (a futex word).
+    pub(crate) fn atomic_u32(&self, at: usize) -> Option<&AtomicU32> {
+        let ptr = self.aligned(at, size_of::<u32>())?;
+        // SAFETY: as in `atomic_u64`, for 4 bytes 4-aligned.
+        #[allow(unsafe_code)]
+        Some(unsafe { AtomicU32::from_ptr(ptr.cast()) })
+    }
+
+    /// A pointer to `size` bytes at `at`, when they are all in the mapping and aligned to
+    /// `size`.
+    fn aligned(&self, at: usize, size: usize) -> Option<*mut u8> {
+        let end = at.checked_add(size)?;
+        let ptr = self.mem.ptr.as_ptr().wrapping_add(at);
+        (end <= self.mem.len && ptr.addr().is_multiple_of(size)).then_some(ptr)
+    }
+
+    /// Copies `data` to `at`, making no view of anything else (the other side changes
+    /// the counters meanwhile); `false`, nothing copied, if it does not fit.
+    pub(crate) fn copy_in(&mut self, at: usize, data: &[u8]) -> bool {
+        if at
+            .checked_add(data.len())
+            .is_none_or(|end| end > self.mem.len)
+        {
+            return false;
+        }
+        // SAFETY: `[at, at + data.len())` lies in the mapping (checked above), which
+        // `&mut self` keeps from every other access in this process; `data` is a borrow
+        // of other memory. The other process leaves this range alone by the ring's rule.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.ptr.as_ptr().add(at), data.len());
+        }
+        true
+    }
+
+    /// Copies the bytes at `at` into `into`, as [`SharedMemory::copy_in`] the other way;
+    /// `false`, nothing copied, if they are not all in the mapping.
+    pub(crate) fn copy_out(&self, at: usize, into: &mut [u8]) -> bool {
+        if at
+            .checked_add(into.len())
+            .is_none_or(|end| end > self.mem.len)
+        {
+            return false;
+        }
+        // SAFETY: as in `copy_in`: the range lies in the mapping, `into` is exclusively
+        // borrowed other memory, no other thread of this process reaches the mapping (not
+        // `Sync`), and the other process leaves the range alone by the ring's rule.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.mem.ptr.as_ptr().add(at),
+                into.as_mut_ptr(),
+                into.len(),
+            );
+        }
+        true
     }
 }
 

@@ -16,7 +16,8 @@ use tessera_host::transport::{Channel, TransportError};
 /// count finds this test's processes among the suite's (every suite runs in this one
 /// process, in parallel).
 const SHARED_MEMORY: usize = (1 << 16) + 4096 * 51;
-const KILLED_MEMORY: usize = (1 << 16) + 4096 * 53;
+const KILLED_MEMORY: usize = (1 << 16) + 4096 * 55;
+const STOPPED_MEMORY: usize = (1 << 16) + 4096 * 57;
 
 /// This test process's `tessera devices` processes started with `memory` bytes a device.
 fn share_processes(memory: usize) -> Vec<u32> {
@@ -64,6 +65,39 @@ fn a_process_serves_a_share_and_each_device_keeps_its_state() {
     drop(gone);
     for c in &mut channels {
         assert_eq!(seed_round_trip(c, 9).unwrap(), 9, "replica {}", c.replica());
+    }
+}
+
+/// Catches a stopped share process reported as anything but stopped (as timed out, as
+/// closed) or waited on forever: a request to each of its devices, with short deadlines,
+/// fails as stopped.
+#[test]
+fn a_stopped_share_process_is_reported_stopped() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
+    let mut channels = Channel::device_processes(exe, 0..2, STOPPED_MEMORY).unwrap();
+    let processes = share_processes(STOPPED_MEMORY);
+    assert_eq!(processes.len(), 1, "device processes: {processes:?}");
+    let signal = |name: &str| {
+        let status = Command::new("kill")
+            .args([name, &processes[0].to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let results: Vec<_> = channels
+        .iter_mut()
+        .map(|c| {
+            c.set_deadline(Duration::from_millis(20));
+            c.call(&GetSeed)
+        })
+        .collect();
+    signal("-CONT");
+    for (i, result) in results.into_iter().enumerate() {
+        match result {
+            Err(TransportError::Stopped { .. }) => {}
+            other => panic!("device {i}: expected stopped, got {other:?}"),
+        }
     }
 }
 

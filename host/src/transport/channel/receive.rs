@@ -10,7 +10,7 @@ use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Envelope, FromDevice, Response};
 use tessera_firmware_sim::std_link::{Bulk, Message};
 
-use super::{transmit, Channel, Silence, TransportError, ATTEMPTS};
+use super::{transmit, Channel, Outgoing, Silence, TransportError, ATTEMPTS};
 
 impl Channel {
     /// Takes in what the device sent, until one message arrives or `until` passes; with
@@ -106,6 +106,12 @@ impl Channel {
         // that costs none of their attempts.
         if let Some(oldest) = self.in_flight.front_mut() {
             oldest.attempts += 1;
+        }
+        // A ring the device has not emptied still holds the earlier copies: more would only
+        // queue behind them (and could fill it). The attempt counts all the same.
+        if matches!(&self.writer, Outgoing::Ring(ring) if ring.holds_unread()) {
+            self.oldest_sent = Instant::now();
+            return Ok(());
         }
         // Frames not kept went into a queue that loses nothing: nothing to send again.
         for request in &self.in_flight {

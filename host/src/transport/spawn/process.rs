@@ -13,7 +13,7 @@
 //!   (the reason: `transport::process_share`). A device process's failure is every one of
 //!   its devices' failure.
 //! - The descriptors a device process inherits are inheritable only while it starts
-//!   (every start of a device process holds one lock). A `tessera devices` process's
+//!   (every start of a device process, and of its reaper, holds one lock). A `tessera devices` process's
 //!   stdout carries nothing: its end tells each of its channels the process has gone
 //!   (a killed process never closes its rings).
 
@@ -88,7 +88,6 @@ pub(in crate::transport) fn child_process(
     let spawned = children::spawn(&mut command, DEVICE_PROCESS);
     window.seal_from_children()?;
     shared.seal_from_children()?;
-    drop(guard);
     let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
         replica,
         program: exe.to_path_buf(),
@@ -100,6 +99,8 @@ pub(in crate::transport) fn child_process(
     };
     // Should the reaper not start, dropping `child` stops the device.
     let reaper = reaper(replica, &[pid])?;
+    // Held until the reaper has started: it would inherit another device's descriptors.
+    drop(guard);
     Ok(Link {
         incoming: Incoming::Pipe(stdout.into()),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
@@ -120,6 +121,9 @@ pub(in crate::transport) fn device_processes(
     memory: usize,
 ) -> Result<Vec<Link>, TransportError> {
     let n = replicas.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let k = n.min(cores.saturating_sub(1).max(1)).max(1);
     let mut links: Vec<Option<Link>> = (0..n).map(|_| None).collect();
@@ -174,7 +178,6 @@ fn process_share(
         window.seal_from_children()?;
         memory.seal_from_children()?;
     }
-    drop(guard);
     let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
         replica: first,
         program: exe.to_path_buf(),
@@ -186,6 +189,8 @@ fn process_share(
     let stdout = OwnedFd::from(stdout);
     // Should the reaper not start, dropping `child` stops the process.
     let reaper = reaper(first, &[child.pid()])?;
+    // Held until the reaper has started: it would inherit another device's descriptors.
+    drop(guard);
     let process = Arc::new(DeviceProcess {
         child: Some(child),
         reaper: Some(reaper),
