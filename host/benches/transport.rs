@@ -84,7 +84,7 @@ fn transport(c: &mut Criterion) {
                 |b, _| b.iter(|| slots.read(0, 0, &mut back).unwrap()),
             );
         }
-        drop(slots);
+        // The slots' borrow of the channel ends here.
         let [channel] = &mut channels;
         group.throughput(Throughput::Elements(1));
         group.bench_function(BenchmarkId::new(name, "request"), |b| {
