@@ -1,16 +1,20 @@
 //! Requests per second and payload throughput over every placement of a device: a thread
-//! in this process, a child process on stdio, and the firmware under QEMU (when built:
+//! in this process, a child process on stdio, a training runtime's child process (a
+//! process share, on message rings in shared memory), and the firmware under QEMU (when built:
 //! `$TESSERA_FIRMWARE` or the workspace's release build), for 1 KiB and 1 MiB payloads
 //! written to and read from a remote slot.
 //!
-//! `cargo bench -p tessera-host --bench transport`; a 1 KiB write or read is one request,
-//! so its time is the round-trip latency (requests/s = 1 / time).
+//! `cargo bench -p tessera-host --bench transport`. Where the host maps the device's memory
+//! (threads, child processes) a slot's bytes move in place, around one request; a bare
+//! request (`GetSeed`, `request` below) is one round trip, so its time is the latency
+//! (requests/s = 1 / time).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tessera_core::transfer::RemoteSlots;
+use tessera_core::wire::endpoint::GetSeed;
 use tessera_host::transport::{Channel, ChannelSlots};
 
 const SLOT: u16 = 1;
@@ -27,6 +31,12 @@ fn placements() -> Vec<(&'static str, Channel)> {
         (
             "child_process",
             Channel::child_process(exe, 0, 4 << 20).unwrap(),
+        ),
+        (
+            "process_share",
+            Channel::device_processes(exe, 0..1, 4 << 20)
+                .unwrap()
+                .remove(0),
         ),
     ];
     let firmware = std::env::var_os("TESSERA_FIRMWARE")
@@ -74,6 +84,12 @@ fn transport(c: &mut Criterion) {
                 |b, _| b.iter(|| slots.read(0, 0, &mut back).unwrap()),
             );
         }
+        // The slots' borrow of the channel ends here.
+        let [channel] = &mut channels;
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(BenchmarkId::new(name, "request"), |b| {
+            b.iter(|| channel.call(&GetSeed).unwrap())
+        });
     }
     group.finish();
 }

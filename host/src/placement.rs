@@ -1,7 +1,8 @@
 //! Where devices run, and the one place that starts them there.
 //!
 //! A [`Placement`] names how a device runs: a thread of this process, a child process
-//! running `tessera device`, or the firmware under QEMU. [`open`] starts one device per
+//! (`tessera device` for a session's worker, `tessera devices` serving a share of a
+//! training runtime's devices), or the firmware under QEMU. [`open`] starts one device per
 //! replica on it, in replica order, for the runtime and the session alike; everything the
 //! placement needs (QEMU's firmware and tools) is checked once, before the first device
 //! starts, so a missing piece fails at once instead of after some devices are up.
@@ -18,7 +19,8 @@ use crate::transport::{check_firmware, Channel, TransportError};
 pub enum Placement {
     /// Threads of this process.
     Thread,
-    /// Child processes running `exe device` (`exe` being the `tessera` binary).
+    /// Child processes running `exe device` or `exe devices` (`exe` being the `tessera`
+    /// binary; [`Serving`] says which).
     Process(PathBuf),
     /// QEMU processes running this firmware ELF.
     Qemu(PathBuf),

@@ -41,7 +41,8 @@ enum Command {
     Inspect(InspectArgs),
     /// Show how a variable is grouped, sharded and placed on the replicas.
     Layout(LayoutArgs),
-    /// Serve one simulated device on stdin/stdout (the child-process placement).
+    /// Serve one simulated device on stdin/stdout (the child-process placement of a
+    /// session's worker).
     #[command(hide = true)]
     Device {
         /// The replica this device is.

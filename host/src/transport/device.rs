@@ -94,12 +94,10 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
         }
         return run_device(replica, memory, io::stdin(), stdout);
     };
-    let mut both = OpenOptions::new();
-    both.read(true).write(true);
-    let mut window = SharedMemory::open(open_inherited(fd, &both)?, bytes)?;
+    let mut window = SharedMemory::open(open_inherited(fd)?, bytes)?;
     let (mut shared, mut own) = (None, Vec::new());
     let arena: &mut (dyn Memory + Send) = match inherited.memory {
-        Some(fd) => shared.insert(SharedMemory::open(open_inherited(fd, &both)?, memory)?),
+        Some(fd) => shared.insert(SharedMemory::open(open_inherited(fd)?, memory)?),
         None => {
             own.resize(memory, 0u8);
             &mut own
@@ -109,11 +107,13 @@ pub fn run_device_process(replica: u32, memory: usize, inherited: Inherited) -> 
     run_device_with_window(replica, arena, stdin.as_fd(), stdout, &mut window)
 }
 
-/// Descriptor `fd`, inherited from the host, opened anew by its `/proc` name with
-/// `options` (no `unsafe` taking over a raw descriptor). A pipe opened so is the same pipe:
-/// open only the end the device uses, or its other end never sees the end of it.
-pub(super) fn open_inherited(fd: u32, options: &OpenOptions) -> io::Result<File> {
-    options.open(format!("/proc/self/fd/{fd}"))
+/// Shared memory inherited from the host as descriptor `fd`, opened anew by its `/proc`
+/// name for reading and writing (no `unsafe` taking over a raw descriptor).
+pub(super) fn open_inherited(fd: u32) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{fd}"))
 }
 
 /// Like [`run_device`], with `arena` as the device's memory (the host's shared memory, or

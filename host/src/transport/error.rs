@@ -8,6 +8,7 @@ use std::process::ExitStatus;
 
 use tessera_core::wire::{ErrorCode, RequestKind, Target};
 
+use super::ring::RingError;
 use super::spawn::{self, FirmwareError};
 
 /// Why a request, a step or a placement failed.
@@ -30,6 +31,14 @@ pub enum TransportError {
     Closed {
         /// The replica.
         replica: u32,
+    },
+    /// A message ring to or from a device of a process share broke its rules (full,
+    /// corrupt): the link is unusable.
+    Ring {
+        /// The replica.
+        replica: u32,
+        /// The rule broken.
+        error: RingError,
     },
     /// The device's process (or QEMU) exited before it answered.
     Exited {
@@ -159,6 +168,7 @@ impl fmt::Display for TransportError {
             ),
             Self::Firmware(e) => e.fmt(f),
             Self::Closed { replica } => write!(f, "device {replica} closed its link"),
+            Self::Ring { replica, error } => write!(f, "device {replica}'s message ring: {error}"),
             Self::Exited {
                 replica,
                 program,
@@ -249,6 +259,7 @@ impl std::error::Error for TransportError {
         match self {
             Self::Io(e) | Self::Spawn { source: e, .. } => Some(e),
             Self::Firmware(e) => Some(e),
+            Self::Ring { error, .. } => Some(error),
             Self::Device { code, .. } => Some(code),
             _ => None,
         }

@@ -105,15 +105,9 @@ fn receive_serving(
             // The share's devices replied or moved on: look again at once.
             continue;
         }
-        let waited = start.elapsed();
-        let left = limit.map(|l| l.saturating_sub(waited));
-        if left == Some(Duration::ZERO) {
-            return Err(RecvTimeoutError::Timeout);
-        }
-        if waited < spin {
-            std::thread::yield_now();
+        let AfterLook::Sleep(left) = after_look(start, limit, spin)? else {
             continue;
-        }
+        };
         match queue.recv_timeout(left.map_or(NAP, |l| l.min(NAP))) {
             Ok(message) => return Ok(message),
             Err(RecvTimeoutError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
@@ -164,15 +158,9 @@ impl RingFrames {
                     return Err(RecvTimeoutError::Disconnected);
                 }
             }
-            let waited = start.elapsed();
-            let left = limit.map(|l| l.saturating_sub(waited));
-            if left == Some(Duration::ZERO) {
-                return Err(RecvTimeoutError::Timeout);
-            }
-            if waited < spin {
-                std::thread::yield_now();
+            let AfterLook::Sleep(left) = after_look(start, limit, spin)? else {
                 continue;
-            }
+            };
             if self.process_gone() {
                 return Err(RecvTimeoutError::Disconnected);
             }
@@ -194,6 +182,34 @@ impl RingFrames {
             Err(_) => true,
         }
     }
+}
+
+/// What a wait does after a look that found nothing.
+enum AfterLook {
+    /// Look again: the core was yielded once (the spin lasts).
+    Look,
+    /// Sleep for at most this long (`None`: no limit), then look again.
+    Sleep(Option<Duration>),
+}
+
+/// The rule of every wait here, after a look that found nothing, in a wait begun at
+/// `start` for at most `limit` (`None`: as long as it takes): a timeout once the limit has
+/// passed; while `spin` lasts, yield the core and look again; then sleep.
+fn after_look(
+    start: Instant,
+    limit: Option<Duration>,
+    spin: Duration,
+) -> Result<AfterLook, RecvTimeoutError> {
+    let waited = start.elapsed();
+    let left = limit.map(|l| l.saturating_sub(waited));
+    if left == Some(Duration::ZERO) {
+        return Err(RecvTimeoutError::Timeout);
+    }
+    if waited < spin {
+        std::thread::yield_now();
+        return Ok(AfterLook::Look);
+    }
+    Ok(AfterLook::Sleep(left))
 }
 
 /// A pipe's bytes, the frame being decoded, and the messages decoded and not yet taken.

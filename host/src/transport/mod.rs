@@ -1,5 +1,6 @@
 //! Channels to devices, whatever their placement: a thread in this process, a child
-//! process speaking over stdio, or the firmware under QEMU on a UART socket.
+//! process speaking over stdio (or, serving a share of a training runtime's devices, on
+//! message rings in shared memory), or the firmware under QEMU on a UART socket.
 //!
 //! - [`Channel`] (`channel`): the request protocol — sequence numbers, deadlines, retries
 //!   answered from the device's reply cache — and the one data path: spans of a register,
@@ -8,8 +9,8 @@
 //!   most one per core); [`check_firmware`] checks what the QEMU placement needs before
 //!   anything starts.
 //! - `reader`: the thread that decodes a byte link's frames (QEMU, a thread with faults);
-//!   `frames`: a channel's source of messages — that thread's queue, a device thread's, or
-//!   a child process's stdout read in place.
+//!   `frames`: a channel's source of messages — that thread's queue, a device thread's, a
+//!   child process's stdout read in place, or a process share's ring.
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
 //!   side, its stdout on the host's).
 //! - `process_share`: the device side of `tessera devices`, one process serving a share of
@@ -52,6 +53,7 @@ pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
 pub use process_share::{run_process_share, InheritedDevice};
 pub use reply::{Reply, Typed};
+pub use ring::RingError;
 pub(crate) use shared::{stream, SharedMemory, SplitError};
 pub use slots::ChannelSlots;
 pub use spawn::{check_firmware, FirmwareError, Liveness};

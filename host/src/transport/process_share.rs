@@ -27,7 +27,6 @@
 //! - Between two calls nobody watches a waiting step's deadline (as in the thread
 //!   pool): the host's retries stand in for it.
 
-use std::fs::OpenOptions;
 use std::io;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -42,14 +41,15 @@ use super::shared::{RingMemory, SharedMemory};
 /// How often a sleeping device process checks that its host is still there.
 const HOST_CHECK: Duration = Duration::from_millis(100);
 
-/// One device of a device process, by the descriptors it inherited from the host.
+/// One device of a process share (`tessera devices --device`), by the descriptors it
+/// inherited from the host; its rings are in the share's ring memory, by its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InheritedDevice {
     /// The replica the device is.
     pub replica: u32,
-    /// The device's memory, shared with the host.
+    /// The descriptor number of the device's memory, shared with the host.
     pub memory: u32,
-    /// The window bulk bytes pass through.
+    /// The descriptor number of the window bulk bytes pass through.
     pub window: u32,
 }
 
@@ -97,11 +97,9 @@ impl Member {
         memory: usize,
         window_bytes: usize,
     ) -> io::Result<Self> {
-        let mut both = OpenOptions::new();
-        both.read(true).write(true);
-        let window = SharedMemory::open(open_inherited(inherited.window, &both)?, window_bytes)?;
+        let window = SharedMemory::open(open_inherited(inherited.window)?, window_bytes)?;
         let shared: Box<dyn Memory + Send> = Box::new(SharedMemory::open(
-            open_inherited(inherited.memory, &both)?,
+            open_inherited(inherited.memory)?,
             memory,
         )?);
         let (to_device, from_device) = ring::share_rings(index);
@@ -217,13 +215,8 @@ pub fn run_process_share(
     // Its host, first of all: should the host die while the process starts, the process
     // is an orphan already and ends at its first check.
     let host = std::os::unix::process::parent_id();
-    let mut both = OpenOptions::new();
-    both.read(true).write(true);
     // Mapped again for each ring; this mapping itself is never read.
-    let shared = SharedMemory::open(
-        open_inherited(rings, &both)?,
-        ring::share_bytes(devices.len()),
-    )?;
+    let shared = SharedMemory::open(open_inherited(rings)?, ring::share_bytes(devices.len()))?;
     let doorbell_memory = RingMemory::new(shared.map_again()?);
     let doorbell = Bell::at(&doorbell_memory, ring::DOORBELL)
         .ok_or_else(|| io::Error::other("the share's doorbell is not in its memory"))?;

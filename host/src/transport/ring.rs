@@ -34,6 +34,7 @@ use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
+use rustix::io::Errno;
 use rustix::thread::futex;
 
 use super::device::{HOST_FRAME, HOST_WINDOW};
@@ -52,9 +53,9 @@ const ASLEEP: usize = 4;
 
 /// Bytes of a ring's data: the requests a device link keeps in flight, each of the largest
 /// frame, and two more (a step's contribution beside them, and room to spare).
-pub(crate) const CAPACITY: usize = ((HOST_WINDOW + 2) * (4 + HOST_FRAME)).next_multiple_of(64);
+const CAPACITY: usize = ((HOST_WINDOW + 2) * (4 + HOST_FRAME)).next_multiple_of(64);
 /// Bytes of a ring, header and data.
-pub(crate) const RING_BYTES: usize = HEADER + CAPACITY;
+const RING_BYTES: usize = HEADER + CAPACITY;
 
 /// A process share's doorbell, at the start of its shared memory: the device process
 /// sleeps on it, and the host rings it when it writes to any of the share's rings.
@@ -74,16 +75,43 @@ pub(crate) fn share_rings(index: usize) -> (usize, usize) {
     (to_device, to_device + RING_BYTES)
 }
 
-/// Why a ring refused a message.
+/// Why a ring refused a message, or what it found broken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RingError {
+pub enum RingError {
     /// The message (length word included) does not fit the free space.
-    Full { bytes: usize, free: usize },
+    Full {
+        /// Bytes the message takes.
+        bytes: usize,
+        /// Bytes free.
+        free: usize,
+    },
     /// The next message is longer than the buffer it is to be copied into: it was skipped.
-    TooLong { length: usize, room: usize },
-    /// The counters or a length word say something impossible: the other side broke the
-    /// rules (or the memory is not a ring).
-    Corrupt { length: usize, available: usize },
+    TooLong {
+        /// The message's length.
+        length: usize,
+        /// The buffer's.
+        room: usize,
+    },
+    /// The counters say more is unread than the ring holds, or less than nothing: the
+    /// other side broke the rules (or the memory is not a ring).
+    Counters {
+        /// Bytes ever written.
+        written: u64,
+        /// Bytes ever read.
+        read: u64,
+    },
+    /// The unread bytes are fewer than a length word.
+    Truncated {
+        /// Bytes unread.
+        available: usize,
+    },
+    /// A length word names more bytes than were written.
+    Corrupt {
+        /// The length it names.
+        length: usize,
+        /// Bytes unread, its own 4 included.
+        available: usize,
+    },
     /// The ring does not lie in its memory (`RingSender::new` and `RingReceiver::new`
     /// refuse such a ring: this cannot come from one they made).
     Misplaced,
@@ -99,6 +127,14 @@ impl std::fmt::Display for RingError {
             Self::TooLong { length, room } => write!(
                 f,
                 "a message of {length} bytes is longer than the {room} bytes it is read into"
+            ),
+            Self::Counters { written, read } => write!(
+                f,
+                "its counters say {written} bytes written and {read} read, past its capacity"
+            ),
+            Self::Truncated { available } => write!(
+                f,
+                "{available} bytes unread, fewer than a message's length word"
             ),
             Self::Corrupt { length, available } => write!(
                 f,
@@ -149,9 +185,9 @@ impl Words<'_> {
         let (head, tail) = (self.head.load(SeqCst), self.tail.load(SeqCst));
         match head.checked_sub(tail).and_then(|n| usize::try_from(n).ok()) {
             Some(n) if n <= CAPACITY => Ok(n),
-            _ => Err(RingError::Corrupt {
-                length: 0,
-                available: CAPACITY,
+            _ => Err(RingError::Counters {
+                written: head,
+                read: tail,
             }),
         }
     }
@@ -238,8 +274,12 @@ impl<'m> Bell<'m> {
         if !ready() {
             let timeout = limit.and_then(|l| futex::Timespec::try_from(l).ok());
             // A changed bell (EAGAIN), a signal or the timeout all end the sleep alike:
-            // the caller looks again.
-            let _ = futex::wait(self.rung, futex::Flags::empty(), rung, timeout.as_ref());
+            // the caller looks again. Anything else means no sleep is possible: said once
+            // per sleep, and the caller looks again all the same.
+            match futex::wait(self.rung, futex::Flags::empty(), rung, timeout.as_ref()) {
+                Ok(()) | Err(Errno::AGAIN | Errno::INTR | Errno::TIMEDOUT) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot sleep on a ring's bell"),
+            }
         }
         self.asleep.store(0, SeqCst);
     }
@@ -337,10 +377,7 @@ impl RingReceiver {
             (words.tail.load(SeqCst), available)
         };
         if available < 4 {
-            return Err(RingError::Corrupt {
-                length: 0,
-                available,
-            });
+            return Err(RingError::Truncated { available });
         }
         let mut word = [0u8; 4];
         self.0.copy_out(tail, &mut word)?;
@@ -459,7 +496,7 @@ mod tests {
 
     /// Catches a lost wake-up or a sleeper never woken: a consumer asleep on its bell
     /// wakes for a message sent from another thread (through another mapping), well
-    /// before its limit; and one with mail does not sleep at all.
+    /// before its limit; and one without mail does sleep (no busy return).
     #[test]
     fn a_sleeping_consumer_wakes_for_a_message() {
         for _ in 0..20 {
@@ -498,10 +535,7 @@ mod tests {
         let mut into = [0u8; 8];
         assert_eq!(
             rx.receive(&mut into),
-            Err(RingError::Corrupt {
-                length: 0,
-                available: 2
-            })
+            Err(RingError::Truncated { available: 2 })
         );
     }
 

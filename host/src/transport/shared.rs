@@ -1,10 +1,11 @@
 //! Memory shared with a device: its whole memory (the arena of a device in a thread or a
 //! child process, which the host reads and writes in place), and the windows bulk bytes
-//! pass through beside a framed link (a memfd a child process maps too, or a file QEMU's
-//! firmware reaches by semihosting).
+//! pass through beside a link's messages (a memfd a child process maps too, or a file
+//! QEMU's firmware reaches by semihosting), and the memory of message rings.
 //!
 //! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls, the
-//! views of a mapping as a Rust slice, and the streaming stores. Every other module sees a
+//! views of a mapping as a Rust slice, the streaming stores, and a ring memory's atomic
+//! words and copies. Every other module sees a
 //! safe API: bounds-checked copies in and out, a read-only view of a window's prefix, and
 //! mutable views of the memory.
 //!
@@ -29,8 +30,8 @@
 //! in this process, or the file opened by a child ([`SharedMemory::open`]). Rust's rules
 //! cannot see that aliasing, so the two sides keep to a protocol: **shared memory belongs
 //! to one side at a time, and the link says which**; the request/reply exchange orders the
-//! accesses (a message between threads, or a pipe between processes, each a
-//! happens-before edge).
+//! accesses (a message between threads, or a pipe or a ring's atomics between processes,
+//! each a happens-before edge).
 //!
 //! - **A device's memory** is mapped twice: once by the device, as its arena, once by the
 //!   host. The device touches it only while it runs a request, before it replies. The host
@@ -337,14 +338,15 @@ impl RingMemory {
     pub(crate) fn atomic_u64(&self, at: usize) -> Option<&AtomicU64> {
         let ptr = self.aligned(at, size_of::<u64>())?;
         // SAFETY: `aligned` checked that the 8 bytes lie in the mapping, which is valid
-        // while the returned borrow of `self` lives, and are 8-aligned. In this process
-        // only the thread holding the value reaches them (not `Sync`), so no other access
-        // races with the atomic's; the other process keeps to the ring's rule.
+        // while the returned borrow of `self` lives, and are 8-aligned. Nothing reaches
+        // them but as atomics: a `RingMemory` makes no views, its copies never name a
+        // ring's words, and every other mapping of them (another thread's, the other
+        // process's) keeps to the same ring rule.
         #[allow(unsafe_code)]
         Some(unsafe { AtomicU64::from_ptr(ptr.cast()) })
     }
 
-    /// The 4 bytes at `at` as an atomic, as [`SharedMemory::atomic_u64`] (a futex word).
+    /// The 4 bytes at `at` as an atomic, as [`RingMemory::atomic_u64`] (a futex word).
     pub(crate) fn atomic_u32(&self, at: usize) -> Option<&AtomicU32> {
         let ptr = self.aligned(at, size_of::<u32>())?;
         // SAFETY: as in `atomic_u64`, for 4 bytes 4-aligned.
@@ -379,7 +381,7 @@ impl RingMemory {
         true
     }
 
-    /// Copies the bytes at `at` into `into`, as [`SharedMemory::copy_in`] the other way;
+    /// Copies the bytes at `at` into `into`, as [`RingMemory::copy_in`] the other way;
     /// `false`, nothing copied, if they are not all in the mapping.
     pub(crate) fn copy_out(&self, at: usize, into: &mut [u8]) -> bool {
         if at

@@ -19,8 +19,9 @@ const SHARED_MEMORY: usize = (1 << 16) + 4096 * 51;
 const KILLED_MEMORY: usize = (1 << 16) + 4096 * 55;
 const STOPPED_MEMORY: usize = (1 << 16) + 4096 * 57;
 
-/// This test process's `tessera devices` processes started with `memory` bytes a device.
-fn share_processes(memory: usize) -> Vec<u32> {
+/// This test process's process shares (`tessera devices`) started with `memory` bytes a
+/// device.
+fn process_shares(memory: usize) -> Vec<u32> {
     common::children_matching(&format!("tessera devices --memory {memory} "))
 }
 
@@ -34,14 +35,15 @@ fn seed_round_trip(c: &mut Channel, seed: u64) -> Result<u64, TransportError> {
 /// Catches a process per device (the host left a third of a core), a device answering
 /// for a sibling or losing its state between its siblings' requests, and a process that
 /// stops serving the others once one device's channel is gone: eight devices in
-/// `min(8, max(cores − 1, 1))` processes, every seed set, then read back, then read again
-/// after device 0's channel dropped with requests in flight.
+/// `min(8, max(cores − 1, 1))` processes (two or more devices a process on machines of up
+/// to 5 cores, as CI's), every seed set, then read back, then read again after device 0's
+/// channel dropped with requests in flight.
 #[test]
 fn a_process_serves_a_share_and_each_device_keeps_its_state() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
     let mut channels = Channel::device_processes(exe, 0..8, SHARED_MEMORY).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let processes = share_processes(SHARED_MEMORY);
+    let processes = process_shares(SHARED_MEMORY);
     assert_eq!(
         processes.len(),
         8.min(cores.saturating_sub(1).max(1)),
@@ -68,14 +70,14 @@ fn a_process_serves_a_share_and_each_device_keeps_its_state() {
     }
 }
 
-/// Catches a stopped share process reported as anything but stopped (as timed out, as
+/// Catches a stopped process share reported as anything but stopped (as timed out, as
 /// closed) or waited on forever: a request to each of its devices, with short deadlines,
 /// fails as stopped.
 #[test]
-fn a_stopped_share_process_is_reported_stopped() {
+fn a_stopped_process_share_is_reported_stopped() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
     let mut channels = Channel::device_processes(exe, 0..2, STOPPED_MEMORY).unwrap();
-    let processes = share_processes(STOPPED_MEMORY);
+    let processes = process_shares(STOPPED_MEMORY);
     assert_eq!(processes.len(), 1, "device processes: {processes:?}");
     let signal = |name: &str| {
         let status = Command::new("kill")
@@ -101,16 +103,16 @@ fn a_stopped_share_process_is_reported_stopped() {
     }
 }
 
-/// Catches a device of a killed share process that is waited on instead of reported:
+/// Catches a device of a killed process share that is waited on instead of reported:
 /// every one of its devices fails promptly.
 #[test]
-fn a_killed_share_process_fails_each_of_its_devices() {
+fn a_killed_process_share_fails_each_of_its_devices() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
     let mut channels = Channel::device_processes(exe, 0..2, KILLED_MEMORY).unwrap();
     for c in &mut channels {
         assert_eq!(seed_round_trip(c, 5).unwrap(), 5);
     }
-    for pid in share_processes(KILLED_MEMORY) {
+    for pid in process_shares(KILLED_MEMORY) {
         Command::new("kill")
             .args(["-9", &pid.to_string()])
             .status()

@@ -15,7 +15,7 @@
 //! - **Copies kept only where they can be needed.** A byte link can lose or damage a
 //!   frame, so each unanswered frame is kept to be sent again. A queue to a device thread
 //!   (or a ring in memory shared with a device process, `transport::ring`) loses nothing:
-//!   its messages are moved into the queue and no copy is kept — except
+//!   its messages go into the queue (or are copied into the ring) and no copy is kept — except
 //!   while a step is in flight, because a device inside a step drops the next request it
 //!   gets (it takes it as the host giving the step up) and that request must be sent
 //!   again. On a queue, a deadline without a reply only counts an attempt: the device is
@@ -607,7 +607,7 @@ fn transmit(
         // A full ring breaks the window's bound (`transport::ring`): reported, not waited.
         Outgoing::Ring(ring) => ring
             .send(encoded)
-            .map_err(|e| std::io::Error::other(format!("replica {replica}: {e}")).into()),
+            .map_err(|error| TransportError::Ring { replica, error }),
     }
 }
 

@@ -210,7 +210,7 @@ impl Channel {
 }
 
 /// The messages from device `replica`'s link: a byte link gets a thread that decodes its
-/// frames; a child's pipe is read in place.
+/// frames; a child's pipe is read in place, a process share's ring looked at in place.
 fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> {
     Ok(match incoming {
         Incoming::Bytes(reader) => {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tessera_firmware_sim::std_link::BusyLine;
 
 use super::pool::Worker;
-use super::process::{DeviceProcess, DEVICE_PROCESS};
+use super::process::DeviceProcess;
 use super::qemu::QEMU;
 use crate::transport::children::Adopted;
 
@@ -53,7 +53,7 @@ impl DeviceHandle {
     pub fn program(&self) -> &'static str {
         match self {
             Self::Thread(..) | Self::Pooled(_) | Self::Hosted => "thread",
-            Self::Child(_) => DEVICE_PROCESS,
+            Self::Child(process) => process.program(),
             Self::Qemu { .. } => QEMU,
             #[cfg(feature = "mpi")]
             Self::Remote(_) => "another rank",

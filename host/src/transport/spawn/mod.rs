@@ -1,5 +1,6 @@
 //! Starting a device in each placement, and stopping it: a thread of this process on a
-//! socket pair, a child process (`tessera device`) on its stdio, or the bare-metal firmware
+//! socket pair, a child process (`tessera device`) on its stdio or a share of a training
+//! runtime's devices in one (`tessera devices`) on rings, or the bare-metal firmware
 //! under `qemu-system-arm` with UART0 on a Unix socket and its defmt logs decoded by
 //! `defmt-print`.
 //!

@@ -32,7 +32,9 @@ use crate::transport::shared::{SharedMemory, Window};
 use crate::transport::TransportError;
 
 /// The program that runs a device in a child process.
-pub(super) const DEVICE_PROCESS: &str = "tessera device";
+const DEVICE_PROCESS: &str = "tessera device";
+/// The program that runs a share of a training runtime's devices in a child process.
+const PROCESS_SHARE: &str = "tessera devices";
 
 /// A device process and its reaper (and the end of its stdin we hold); dropping the last
 /// handle to it stops it, the reaper first, so that it never kills a process id that was
@@ -41,9 +43,16 @@ pub(super) const DEVICE_PROCESS: &str = "tessera device";
 pub(in crate::transport) struct DeviceProcess {
     child: Option<Adopted>,
     reaper: Option<(Adopted, ChildStdin)>,
+    /// The program it runs.
+    program: &'static str,
 }
 
 impl DeviceProcess {
+    /// The program it runs: `tessera device` or `tessera devices`.
+    pub(in crate::transport) fn program(&self) -> &'static str {
+        self.program
+    }
+
     /// The process, while it is ours.
     pub(in crate::transport) fn child(&self) -> Option<&Adopted> {
         self.child.as_ref()
@@ -107,6 +116,7 @@ pub(in crate::transport) fn child_process(
         handle: DeviceHandle::Child(Arc::new(DeviceProcess {
             child: Some(child),
             reaper: Some(reaper),
+            program: DEVICE_PROCESS,
         })),
         window: Some(Window::Shared(window)),
         memory: Some(shared),
@@ -172,7 +182,7 @@ fn process_share(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let spawned = children::spawn(&mut command, DEVICE_PROCESS);
+    let spawned = children::spawn(&mut command, PROCESS_SHARE);
     rings.seal_from_children()?;
     for (window, memory) in &shared {
         window.seal_from_children()?;
@@ -194,6 +204,7 @@ fn process_share(
     let process = Arc::new(DeviceProcess {
         child: Some(child),
         reaper: Some(reaper),
+        program: PROCESS_SHARE,
     });
     let mut links = Vec::with_capacity(members.len());
     for (j, (&(i, _), (window, memory))) in members.iter().zip(shared).enumerate() {
