@@ -156,12 +156,15 @@ fn scaling(steps: usize) {
         format!("{one:.0}"),
         many / one
     );
-    // What 63 more replicas add to an update (a batch: one weight update), each: the time
-    // of a step on 64 beyond the time of the same step on one, per replica per update.
+    // The runtime's cost per replica per update (a batch: one weight update): the time of
+    // a step on 64 replicas beyond the time of the same step on one, divided by the 64
+    // replicas and the step's updates.
     let job = fixed(64);
-    let samples = (job.replicas * job.accumulation * job.batches_per_step) as f64;
+    let samples =
+        (job.replicas * job.accumulation * job.micro_batch_size * job.batches_per_step) as f64;
     let seconds = |speed: f64| samples / speed.max(1e-9);
-    let per_update = (seconds(many) - seconds(one)) / 64.0 / job.batches_per_step as f64;
+    let per_update =
+        (seconds(many) - seconds(one)) / job.replicas as f64 / job.batches_per_step as f64;
     println!(
         "{:<34} {:>14}",
         "  runtime per replica per update",

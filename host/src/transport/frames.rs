@@ -306,7 +306,8 @@ mod tests {
         use crate::transport::shared::SharedMemory;
         let mut memory = SharedMemory::create(ring::share_bytes(1)).unwrap();
         let (_, from_device) = ring::share_rings(0);
-        let receiver = RingReceiver::new(memory.map_again().unwrap(), from_device, OWN_BELL);
+        let bell = from_device + OWN_BELL;
+        let receiver = RingReceiver::new(memory.map_again().unwrap(), from_device, bell);
         let (_process, host) = UnixStream::pair().unwrap();
         let mut frames = Frames::ring(receiver.unwrap(), OwnedFd::from(host), 3).unwrap();
         let limit = Some(Duration::from_millis(5));

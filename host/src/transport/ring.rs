@@ -414,7 +414,10 @@ impl RingReceiver {
 #[cfg(test)]
 pub(super) fn break_counters(mem: &mut SharedMemory, at: usize) {
     let impossible = (2 * CAPACITY as u64).to_le_bytes();
-    assert!(mem.write_at(at + HEAD, &impossible), "the ring lies in its memory");
+    assert!(
+        mem.write_at(at + HEAD, &impossible),
+        "the ring lies in its memory"
+    );
 }
 
 #[cfg(test)]

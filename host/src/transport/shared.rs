@@ -3,9 +3,10 @@
 //! pass through beside a link's messages (a memfd a child process maps too, or a file
 //! QEMU's firmware reaches by semihosting), and the memory of message rings.
 //!
-//! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls, the
-//! views of a mapping as a Rust slice, the streaming stores, and a ring memory's atomic
-//! words and copies. Every other module sees a
+//! This is the only module of tessera-host with `unsafe`: the `memfd_create`, `fcntl`,
+//! `mmap` and `munmap` calls, the hook that hands a memory to one child between its fork
+//! and its exec, the views of a mapping as a Rust slice, the streaming stores, and a ring
+//! memory's atomic words and copies. Every other module sees a
 //! safe API: bounds-checked copies in and out, a read-only view of a window's prefix, and
 //! mutable views of the memory.
 //!
@@ -133,7 +134,22 @@ impl SharedMemory {
         }
         // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
         #[allow(unsafe_code)]
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        if fd <= 2 {
+            // A host started with a standard stream closed got that number: a child's
+            // stdio would replace it there (or, for stderr, write into the memory). Moved
+            // above the three; the low number is closed with `file`.
+            // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one or -1.
+            #[allow(unsafe_code)]
+            let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if moved < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `moved` was just returned by fcntl and is owned by nobody else.
+            #[allow(unsafe_code)]
+            let moved = File::from(unsafe { OwnedFd::from_raw_fd(moved) });
+            file = moved;
+        }
         file.set_len(len as u64)?;
         Self::map(file, len)
     }
@@ -193,7 +209,9 @@ impl SharedMemory {
     /// descriptors stay closed on exec in this process, and the child clears that flag on
     /// its own copies between its fork and its exec. (Clearing it here until the child had
     /// started left a window in which a child started by another thread — the user's, an
-    /// MPI library's — inherited a device's memory and kept it alive.)
+    /// MPI library's — inherited a device's memory and kept it alive.) The hook names the
+    /// descriptors by number: spawn the command while `memories` are alive. A command with
+    /// a hook starts by `fork` rather than `posix_spawn`; devices start rarely enough.
     pub(crate) fn hand_to(command: &mut Command, memories: &[&SharedMemory]) {
         let fds: Vec<i32> = memories.iter().map(|m| m.fd()).collect();
         // SAFETY: the hook runs in the forked child before exec, where only
@@ -600,9 +618,15 @@ mod tests {
         let script = format!("{} && ! {}", has(handed.fd()), has(kept.fd()));
         command.args(["-c", &script]);
         SharedMemory::hand_to(&mut command, &[&handed]);
-        assert!(command.status().unwrap().success(), "the child sees only its memory");
+        assert!(
+            command.status().unwrap().success(),
+            "the child sees only its memory"
+        );
         let other = Command::new("sh")
-            .args(["-c", &format!("! {} && ! {}", has(handed.fd()), has(kept.fd()))])
+            .args([
+                "-c",
+                &format!("! {} && ! {}", has(handed.fd()), has(kept.fd())),
+            ])
             .status()
             .unwrap();
         assert!(other.success(), "a child it was not handed to sees neither");

@@ -127,9 +127,8 @@ pub struct Channel {
     /// When the oldest unanswered request was last sent.
     oldest_sent: Instant,
     /// Replies not yet claimed, with their sequence numbers, in the order they arrived; a
-    /// step's reductions queue here too. A few at most (the requests in flight and one
-    /// step's contributions), so a search costs less than a hash map's hashing and
-    /// allocation per message.
+    /// step's reductions queue here too. Replies are claimed oldest first, so a search
+    /// stops at the front: cheaper than a hash map's hashing and allocation per message.
     arrived: VecDeque<(u32, Message)>,
     retries: u64,
     /// The window bulk bytes pass through (child processes, QEMU).
