@@ -12,7 +12,8 @@
 //! (`--micro-batch-size 32 --accumulation 1`: the same math), the default job on one
 //! replica, and the default job in child processes — beside the loop, then beside the same
 //! job on device threads, trained in alternation; last, a fixed step of 256 samples on
-//! 64 replicas beside the same step on one (the runtime's cost per replica). Each figure is
+//! 64 replicas beside the same step on one (the runtime's cost per replica), and that cost
+//! per replica per update (a batch's weight update) worked out from the two. Each figure is
 //! the median of three runs.
 
 use std::hint::black_box;
@@ -154,6 +155,20 @@ fn scaling(steps: usize) {
         format!("{many:.0}"),
         format!("{one:.0}"),
         many / one
+    );
+    // The runtime's cost per replica per update (a batch: one weight update): the time of
+    // a step on 64 replicas beyond the time of the same step on one, divided by the 64
+    // replicas and the step's updates.
+    let job = fixed(64);
+    let samples =
+        (job.replicas * job.accumulation * job.micro_batch_size * job.batches_per_step) as f64;
+    let seconds = |speed: f64| samples / speed.max(1e-9);
+    let per_update =
+        (seconds(many) - seconds(one)) / job.replicas as f64 / job.batches_per_step as f64;
+    println!(
+        "{:<34} {:>14}",
+        "  runtime per replica per update",
+        format!("{:.1} µs", per_update * 1e6)
     );
 }
 

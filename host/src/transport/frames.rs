@@ -52,6 +52,15 @@ impl Frames {
         }
     }
 
+    /// The rule a ring from the device broke, once one has: its channel reports that
+    /// instead of a closed link (`None` for every other source, and for a ring that holds).
+    pub(super) fn broken(&self) -> Option<RingError> {
+        match self {
+            Self::Ring(ring) => ring.broken,
+            _ => None,
+        }
+    }
+
     /// Messages from device `replica` on `ring`; `process` is its process's stdout, which
     /// ends when the process does.
     pub(super) fn ring(
@@ -64,6 +73,7 @@ impl Frames {
             process: Pipe::new(process)?,
             scratch: vec![0; MAX_FRAME],
             replica,
+            broken: None,
         })))
     }
 
@@ -126,6 +136,9 @@ pub(super) struct RingFrames {
     process: Pipe<OwnedFd>,
     scratch: Vec<u8>,
     replica: u32,
+    /// The rule the ring broke, once it has: nothing more is read from it (what follows a
+    /// broken counter or length cannot be trusted), and every receive says it is gone.
+    broken: Option<RingError>,
 }
 
 impl RingFrames {
@@ -138,6 +151,9 @@ impl RingFrames {
         spin: Duration,
     ) -> Result<Message, RecvTimeoutError> {
         let start = Instant::now();
+        if self.broken.is_some() {
+            return Err(RecvTimeoutError::Disconnected);
+        }
         loop {
             match self.ring.receive(&mut self.scratch) {
                 Ok(Received::Message(n)) => {
@@ -155,6 +171,7 @@ impl RingFrames {
                 }
                 Err(e) => {
                     tracing::warn!(replica = self.replica, error = %e, "the device's ring broke");
+                    self.broken = Some(e);
                     return Err(RecvTimeoutError::Disconnected);
                 }
             }
@@ -278,6 +295,39 @@ mod tests {
         let n = frame_body(body, &mut out).unwrap();
         out.truncate(n);
         out
+    }
+
+    /// Catches a broken ring reported as a closed link (the device's "hang-up" then hid
+    /// which rule broke), and a receiver that reads on past a broken counter: the rule is
+    /// kept, and every later receive fails at once without touching the ring.
+    #[test]
+    fn a_broken_ring_says_which_rule_broke_and_stays_broken() {
+        use crate::transport::ring::{self, RingReceiver, OWN_BELL};
+        use crate::transport::shared::SharedMemory;
+        let mut memory = SharedMemory::create(ring::share_bytes(1)).unwrap();
+        let (_, from_device) = ring::share_rings(0);
+        let bell = from_device + OWN_BELL;
+        let receiver = RingReceiver::new(memory.map_again().unwrap(), from_device, bell);
+        let (_process, host) = UnixStream::pair().unwrap();
+        let mut frames = Frames::ring(receiver.unwrap(), OwnedFd::from(host), 3).unwrap();
+        let limit = Some(Duration::from_millis(5));
+        assert!(matches!(
+            frames.receive(limit, Duration::ZERO),
+            Err(RecvTimeoutError::Timeout)
+        ));
+        assert_eq!(frames.broken(), None, "an empty ring is not broken");
+        ring::break_counters(&mut memory, from_device);
+        for _ in 0..2 {
+            assert!(matches!(
+                frames.receive(limit, Duration::ZERO),
+                Err(RecvTimeoutError::Disconnected)
+            ));
+            assert!(
+                matches!(frames.broken(), Some(RingError::Counters { .. })),
+                "{:?}",
+                frames.broken()
+            );
+        }
     }
 
     /// Catches a pipe reader that loses a frame split across reads, keeps a damaged one,

@@ -409,13 +409,24 @@ impl RingReceiver {
     }
 }
 
+/// Breaks the ring at `at` of `mem` as a faulty or hostile producer would: its `head`
+/// says more bytes are unread than the ring holds (for tests of what reads it).
+#[cfg(test)]
+pub(super) fn break_counters(mem: &mut SharedMemory, at: usize) {
+    let impossible = (2 * CAPACITY as u64).to_le_bytes();
+    assert!(
+        mem.write_at(at + HEAD, &impossible),
+        "the ring lies in its memory"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A sender and a receiver on two mappings of one ring with its own bell.
     fn pair() -> (RingSender, RingReceiver) {
-        let mem = SharedMemory::create(RING_BYTES, false).unwrap();
+        let mem = SharedMemory::create(RING_BYTES).unwrap();
         let other = mem.map_again().unwrap();
         (
             RingSender::new(mem, 0, OWN_BELL).unwrap(),

@@ -3,9 +3,10 @@
 //! pass through beside a link's messages (a memfd a child process maps too, or a file
 //! QEMU's firmware reaches by semihosting), and the memory of message rings.
 //!
-//! This is the only module of tessera-host with `unsafe`: the `mmap`/`munmap` calls, the
-//! views of a mapping as a Rust slice, the streaming stores, and a ring memory's atomic
-//! words and copies. Every other module sees a
+//! This is the only module of tessera-host with `unsafe`: the `memfd_create`, `fcntl`,
+//! `mmap` and `munmap` calls, the hook that hands a memory to one child between its fork
+//! and its exec, the views of a mapping as a Rust slice, the streaming stores, and a ring
+//! memory's atomic words and copies. Every other module sees a
 //! safe API: bounds-checked copies in and out, a read-only view of a window's prefix, and
 //! mutable views of the memory.
 //!
@@ -64,6 +65,8 @@ use std::io;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -119,20 +122,34 @@ impl std::error::Error for SplitError {}
 
 impl SharedMemory {
     /// A new anonymous shared-memory file of `len` bytes (zeroed; pages are only backed
-    /// once touched), mapped. With `inherit`, its descriptor is inherited by children
-    /// spawned until [`SharedMemory::seal_from_children`] is called; without, by none.
-    pub(crate) fn create(len: usize, inherit: bool) -> io::Result<Self> {
-        let flags = if inherit { 0 } else { libc::MFD_CLOEXEC };
+    /// once touched), mapped. Its descriptor is closed on exec: no child inherits it unless
+    /// it is handed to that child's command ([`SharedMemory::hand_to`]).
+    pub(crate) fn create(len: usize) -> io::Result<Self> {
         // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new
         // descriptor or -1 and touches no memory of ours.
         #[allow(unsafe_code)]
-        let fd = unsafe { libc::memfd_create(c"tessera-shared".as_ptr(), flags) };
+        let fd = unsafe { libc::memfd_create(c"tessera-shared".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
         #[allow(unsafe_code)]
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        if fd <= 2 {
+            // A host started with a standard stream closed got that number: a child's
+            // stdio would replace it there (or, for stderr, write into the memory). Moved
+            // above the three; the low number is closed with `file`.
+            // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one or -1.
+            #[allow(unsafe_code)]
+            let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if moved < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `moved` was just returned by fcntl and is owned by nobody else.
+            #[allow(unsafe_code)]
+            let moved = File::from(unsafe { OwnedFd::from_raw_fd(moved) });
+            file = moved;
+        }
         file.set_len(len as u64)?;
         Self::map(file, len)
     }
@@ -187,15 +204,32 @@ impl SharedMemory {
         self.file.as_raw_fd()
     }
 
-    /// Stops further children from inheriting the descriptor.
-    pub(crate) fn seal_from_children(&self) -> io::Result<()> {
-        // SAFETY: fcntl on a descriptor we own; F_SETFD only changes its flags.
+    /// Has the child `command` starts inherit each of `memories`' descriptors (named on its
+    /// command line by [`SharedMemory::fd`]), and no other child, whoever starts it: the
+    /// descriptors stay closed on exec in this process, and the child clears that flag on
+    /// its own copies between its fork and its exec. (Clearing it here until the child had
+    /// started left a window in which a child started by another thread — the user's, an
+    /// MPI library's — inherited a device's memory and kept it alive.) The hook names the
+    /// descriptors by number: spawn the command while `memories` are alive. A command with
+    /// a hook starts by `fork` rather than `posix_spawn`; devices start rarely enough.
+    pub(crate) fn hand_to(command: &mut Command, memories: &[&SharedMemory]) {
+        let fds: Vec<i32> = memories.iter().map(|m| m.fd()).collect();
+        // SAFETY: the hook runs in the forked child before exec, where only
+        // async-signal-safe calls are allowed: it calls fcntl on descriptors the child
+        // inherited from this process (open here: each `SharedMemory` is borrowed while
+        // the command is built, and the caller spawns it before dropping them), reads a
+        // vector allocated before the fork, and allocates nothing.
         #[allow(unsafe_code)]
-        let done = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-        if done < 0 {
-            return Err(io::Error::last_os_error());
+        unsafe {
+            command.pre_exec(move || {
+                for &fd in &fds {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
         }
-        Ok(())
     }
 
     /// Copies `data` to the start of the window; `false` if it does not fit.
@@ -523,7 +557,7 @@ mod tests {
     /// off-by-one there would drop or smear the bytes around each edge.
     #[test]
     fn streamed_writes_land_whole_at_any_offset_and_length() {
-        let mut memory = SharedMemory::create(4096, false).unwrap();
+        let mut memory = SharedMemory::create(4096).unwrap();
         let other = memory.map_again().unwrap();
         for at in [0, 1, 7, 15, 16, 17, 100] {
             for len in [0, 1, 15, 16, 17, 31, 33, 200, 1000] {
@@ -556,7 +590,7 @@ mod tests {
 
     #[test]
     fn two_mappings_of_one_window_see_each_others_bytes() {
-        let mut host = SharedMemory::create(4096, true).unwrap();
+        let mut host = SharedMemory::create(4096).unwrap();
         let path = format!("/proc/self/fd/{}", host.fd());
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -572,11 +606,37 @@ mod tests {
         assert_eq!(host.read(4097), None);
     }
 
+    /// A memory handed to one child reaches that child only: a child started without it
+    /// (by another thread, say, while a device process starts) must not inherit it — it
+    /// did while the descriptors were made inheritable for the length of a device's start.
+    #[test]
+    fn a_memory_reaches_only_the_child_it_is_handed_to() {
+        let handed = SharedMemory::create(4096).unwrap();
+        let kept = SharedMemory::create(4096).unwrap();
+        let has = |fd: i32| format!("test -e /proc/self/fd/{fd}");
+        let mut command = Command::new("sh");
+        let script = format!("{} && ! {}", has(handed.fd()), has(kept.fd()));
+        command.args(["-c", &script]);
+        SharedMemory::hand_to(&mut command, &[&handed]);
+        assert!(
+            command.status().unwrap().success(),
+            "the child sees only its memory"
+        );
+        let other = Command::new("sh")
+            .args([
+                "-c",
+                &format!("! {} && ! {}", has(handed.fd()), has(kept.fd())),
+            ])
+            .status()
+            .unwrap();
+        assert!(other.success(), "a child it was not handed to sees neither");
+    }
+
     /// The in-place allreduce hands each thread its own views: a splitter that let two
     /// views share a byte would let two threads write it at once.
     #[test]
     fn split_views_are_disjoint_or_refused() {
-        let mut memory = SharedMemory::create(4096, false).unwrap();
+        let mut memory = SharedMemory::create(4096).unwrap();
         for overlapping in [
             vec![0..10, 5..15],
             vec![100..200, 0..50, 150..151],

@@ -46,7 +46,7 @@ impl Channel {
         }
         let reply = self.receive(seq);
         // The abandoned steps' replies and contributions are nobody's now.
-        self.arrived.retain(|seq, _| !steps.contains(seq));
+        self.arrived.retain(|(seq, _)| !steps.contains(seq));
         reply
     }
 

@@ -126,8 +126,10 @@ pub struct Channel {
     in_flight: VecDeque<InFlight>,
     /// When the oldest unanswered request was last sent.
     oldest_sent: Instant,
-    /// Replies not yet claimed, by sequence number; a step's reductions queue here too.
-    arrived: HashMap<u32, VecDeque<Message>>,
+    /// Replies not yet claimed, with their sequence numbers, in the order they arrived; a
+    /// step's reductions queue here too. Replies are claimed oldest first, so a search
+    /// stops at the front: cheaper than a hash map's hashing and allocation per message.
+    arrived: VecDeque<(u32, Message)>,
     retries: u64,
     /// The window bulk bytes pass through (child processes, QEMU).
     window: Option<Window>,
@@ -541,12 +543,8 @@ impl Channel {
 
     /// The oldest unclaimed message under `seq`.
     fn take(&mut self, seq: u32) -> Option<Message> {
-        let queue = self.arrived.get_mut(&seq)?;
-        let body = queue.pop_front();
-        if queue.is_empty() {
-            self.arrived.remove(&seq);
-        }
-        body
+        let at = self.arrived.iter().position(|&(s, _)| s == seq)?;
+        self.arrived.remove(at).map(|(_, message)| message)
     }
 }
 

@@ -145,7 +145,7 @@ impl Channel {
             out: vec![0; 1 + max_frame_len(MAX_FRAME)],
             in_flight: VecDeque::new(),
             oldest_sent: Instant::now(),
-            arrived: HashMap::new(),
+            arrived: VecDeque::new(),
             retries: 0,
             window,
             memory,

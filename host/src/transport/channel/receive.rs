@@ -36,8 +36,15 @@ impl Channel {
                 self.go_back()
             }
             Err(RecvTimeoutError::Timeout) => Ok(()),
-            Err(RecvTimeoutError::Disconnected) => Err(TransportError::Closed {
-                replica: self.limits.replica,
+            // A ring that broke its rules says which; any other source has just gone.
+            Err(RecvTimeoutError::Disconnected) => Err(match self.frames.broken() {
+                Some(error) => TransportError::Ring {
+                    replica: self.limits.replica,
+                    error,
+                },
+                None => TransportError::Closed {
+                    replica: self.limits.replica,
+                },
             }),
         }
     }
@@ -74,7 +81,7 @@ impl Channel {
                 self.oldest_sent = Instant::now();
             }
         }
-        self.arrived.entry(seq).or_default().push_back(message);
+        self.arrived.push_back((seq, message));
     }
 
     /// Sends every unanswered request again, oldest first (go-back-N).

@@ -41,7 +41,7 @@ fn channel(writer: Outgoing) -> Channel {
         out: vec![0; 600],
         in_flight: VecDeque::new(),
         oldest_sent: Instant::now(),
-        arrived: HashMap::new(),
+        arrived: VecDeque::new(),
         retries: 0,
         window: None,
         memory: None,

@@ -69,17 +69,6 @@ pub(super) struct Link {
     pub memory: Option<SharedMemory>,
 }
 
-/// Held while a child process is started, so that the descriptor of a shared window, which
-/// must be inherited by its own device process, is inherited by no other child tessera
-/// starts meanwhile.
-static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn spawning() -> std::sync::MutexGuard<'static, ()> {
-    SPAWNING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Where the device's messages come from.
 pub(super) enum Incoming {
     /// A byte link: frames, decoded by a reader thread.

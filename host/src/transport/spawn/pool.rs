@@ -132,7 +132,7 @@ pub(in crate::transport) fn in_process_pool(
     for (i, replica) in replicas.enumerate() {
         let (host_memory, shared) = match u32::try_from(memory) {
             Ok(1..) => {
-                let host = SharedMemory::create(memory, false)?;
+                let host = SharedMemory::create(memory)?;
                 let device = host.map_again()?;
                 (Some(host), Some(device))
             }

@@ -12,8 +12,8 @@
 //!   processes, device `i` into process `i mod k`, so the host keeps a core of its own
 //!   (the reason: `transport::process_share`). A device process's failure is every one of
 //!   its devices' failure.
-//! - The descriptors a device process inherits are inheritable only while it starts
-//!   (every start of a device process, and of its reaper, holds one lock). A `tessera devices` process's
+//! - A device process inherits its memories' descriptors and no other child does
+//!   ([`SharedMemory::hand_to`]), whichever thread starts it. A `tessera devices` process's
 //!   stdout carries nothing: its end tells each of its channels the process has gone
 //!   (a killed process never closes its rings).
 
@@ -25,7 +25,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Arc;
 
 use super::reaper::reaper;
-use super::{spawning, DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::children::{self, Adopted};
 use crate::transport::ring::{self, RingReceiver, RingSender};
 use crate::transport::shared::{SharedMemory, Window};
@@ -78,12 +78,9 @@ pub(in crate::transport) fn child_process(
     replica: u32,
     memory: usize,
 ) -> Result<Link, TransportError> {
-    // The window's descriptor is inheritable until the child has it; no other child starts
-    // meanwhile.
-    let guard = spawning();
-    let window = SharedMemory::create(WINDOW_BYTES, true)?;
+    let window = SharedMemory::create(WINDOW_BYTES)?;
     // The device's memory, shared so that the host reads and writes it in place.
-    let shared = SharedMemory::create(memory, true)?;
+    let shared = SharedMemory::create(memory)?;
     let mut command = Command::new(exe);
     command
         .args(["device", "--replica", &replica.to_string()])
@@ -94,9 +91,8 @@ pub(in crate::transport) fn child_process(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    SharedMemory::hand_to(&mut command, &[&shared, &window]);
     let spawned = children::spawn(&mut command, DEVICE_PROCESS);
-    window.seal_from_children()?;
-    shared.seal_from_children()?;
     let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
         replica,
         program: exe.to_path_buf(),
@@ -108,8 +104,6 @@ pub(in crate::transport) fn child_process(
     };
     // Should the reaper not start, dropping `child` stops the device.
     let reaper = reaper(replica, &[pid])?;
-    // Held until the reaper has started: it would inherit another device's descriptors.
-    drop(guard);
     Ok(Link {
         incoming: Incoming::Pipe(stdout.into()),
         outgoing: Outgoing::Bytes(Box::new(stdin)),
@@ -160,13 +154,11 @@ fn process_share(
     memory: usize,
 ) -> Result<Vec<(usize, Link)>, TransportError> {
     let first = members.first().map_or(0, |&(_, r)| r);
-    // Nothing inheritable of one device process reaches another started meanwhile.
-    let guard = spawning();
-    let rings = SharedMemory::create(ring::share_bytes(members.len()), true)?;
+    let rings = SharedMemory::create(ring::share_bytes(members.len()))?;
     let mut shared = Vec::with_capacity(members.len());
     for _ in members {
-        let window = SharedMemory::create(WINDOW_BYTES, true)?;
-        shared.push((window, SharedMemory::create(memory, true)?));
+        let window = SharedMemory::create(WINDOW_BYTES)?;
+        shared.push((window, SharedMemory::create(memory)?));
     }
     let mut command = Command::new(exe);
     command
@@ -182,12 +174,10 @@ fn process_share(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    let mut handed = vec![&rings];
+    handed.extend(shared.iter().flat_map(|(window, memory)| [window, memory]));
+    SharedMemory::hand_to(&mut command, &handed);
     let spawned = children::spawn(&mut command, PROCESS_SHARE);
-    rings.seal_from_children()?;
-    for (window, memory) in &shared {
-        window.seal_from_children()?;
-        memory.seal_from_children()?;
-    }
     let (child, pipes) = spawned.map_err(|source| TransportError::Spawn {
         replica: first,
         program: exe.to_path_buf(),
@@ -199,8 +189,6 @@ fn process_share(
     let stdout = OwnedFd::from(stdout);
     // Should the reaper not start, dropping `child` stops the process.
     let reaper = reaper(first, &[child.pid()])?;
-    // Held until the reaper has started: it would inherit another device's descriptors.
-    drop(guard);
     let process = Arc::new(DeviceProcess {
         child: Some(child),
         reaper: Some(reaper),

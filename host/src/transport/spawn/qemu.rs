@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::firmware::{board_of, FirmwareError};
 use super::reaper::reaper;
-use super::{spawning, DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::children::{self, Adopted};
 use crate::transport::shared::Window;
 use crate::transport::TransportError;
@@ -48,8 +48,6 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
         socket.display()
     );
     let bulk = bulk_file(&dir)?;
-    // QEMU, its decoder and their reaper start together, while no window is inheritable.
-    let guard = spawning();
     let board = board_of(firmware)?;
     let mut command = Command::new(QEMU);
     command
@@ -75,7 +73,6 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     let mut pids = vec![qemu.pid()];
     pids.extend(decoder.as_ref().map(Adopted::pid));
     let reaper = reaper(replica, &pids);
-    drop(guard);
     // From here on, an early return stops QEMU through the handle's drop.
     let handle = DeviceHandle::Qemu {
         qemu: Some(qemu),

@@ -85,7 +85,7 @@ pub(crate) fn thread_on(
     writer: impl Write + Send + 'static,
 ) -> Result<Served, TransportError> {
     let host = match u32::try_from(memory) {
-        Ok(1..) => Some(SharedMemory::create(memory, false)?),
+        Ok(1..) => Some(SharedMemory::create(memory)?),
         _ => None,
     };
     let device = host.as_ref().map(SharedMemory::map_again).transpose()?;
