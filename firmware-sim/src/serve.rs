@@ -386,18 +386,25 @@ impl Waiting {
     }
 }
 
+/// What runs a step's next leg: its `RunStep` (saying whether the host fed the step in
+/// place), or the host's answer to the exchange it waits on.
+enum Leg<'a> {
+    Start { fed: bool },
+    Answer(&'a [u8]),
+}
+
 /// Where a step's leg left it: its contribution sent (the step now waits), or its reply
 /// kept and sent.
 fn step_progress<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
     cache: &mut ReplyCache<'_, FRAME, WINDOW>,
     seq: u32,
     device: &mut Device<'_>,
-    answer: Option<&[u8]>,
+    leg: Leg<'_>,
     (link, clock): (&mut M, &mut C),
 ) -> Result<Option<Waiting>, ServeError<M::Error>> {
-    let progress = match answer {
-        Some(data) => device.answer_step(data),
-        None => device.start_step(),
+    let progress = match leg {
+        Leg::Answer(data) => device.answer_step(data),
+        Leg::Start { fed } => device.start_step(fed),
     };
     let encoded = match progress {
         Progress::Contribute { round, op, data } => {
@@ -469,7 +476,7 @@ where
         Ok(ToDevice::Combined(Combined { step, round, data })) => {
             return match waiting {
                 Some(w) if step == w.seq && device.awaited_round() == Some(round) => {
-                    step_progress(cache, w.seq, device, Some(data), (link, clock))
+                    step_progress(cache, w.seq, device, Leg::Answer(data), (link, clock))
                 }
                 // Late, repeated, or outside any step: a topic message, so it gets no
                 // reply and leaves the cache alone.
@@ -519,8 +526,9 @@ where
             return Ok(None);
         }
         Verdict::Repeat => {}
-        Verdict::Run if matches!(envelope.body, Request::RunStep) => {
-            return step_progress(cache, seq, device, None, (link, clock));
+        Verdict::Run if matches!(envelope.body, Request::RunStep { .. }) => {
+            let fed = matches!(envelope.body, Request::RunStep { fed: true });
+            return step_progress(cache, seq, device, Leg::Start { fed }, (link, clock));
         }
         Verdict::Run => {
             if hello {

@@ -224,13 +224,15 @@ impl<'a> ShardLayout<'a> {
                 })
             }
             Rule::Balanced { filled } => (i < filled).then(|| {
-                // ⌊r·n/V⌋ (at most n). Native width when r·n fits: a 128-bit division
-                // is a slow library call on every target.
+                // ⌊r·n/V⌋ (at most n), in native width: a wider division is a library
+                // call, slow on every target and, on a small one, flash it cannot spare.
+                // When r·n does not fit: with n = q·V + m (m < V), r·n/V = r·q + r·m/V,
+                // and r·q ≤ n.
                 let split = |r: usize| match r.checked_mul(self.elements) {
                     Some(product) => product / filled,
                     None => {
-                        let wide = r as u128 * self.elements as u128 / filled as u128;
-                        usize::try_from(wide).unwrap_or(self.elements)
+                        let (q, m) = (self.elements / filled, self.elements % filled);
+                        r * q + mul_div(r, m, filled)
                     }
                 };
                 let (from, to) = (split(i), split(i + 1));
@@ -248,9 +250,59 @@ impl<'a> ShardLayout<'a> {
     }
 }
 
+/// ⌊a·b/d⌋ for `a ≤ d` and `b < d` (so the quotient is below `a`), without a wider type:
+/// long division over the bits of `a`, keeping `prefix·b = quotient·d + rest` with
+/// `rest < d` — every sum is formed as a difference from `d`, so nothing overflows.
+fn mul_div(a: usize, b: usize, d: usize) -> usize {
+    let (mut quotient, mut rest) = (0usize, 0usize);
+    for bit in (0..usize::BITS).rev() {
+        // Double the prefix: 2·rest may pass d once.
+        quotient <<= 1;
+        if rest >= d - rest {
+            rest -= d - rest;
+            quotient += 1;
+        } else {
+            rest <<= 1;
+        }
+        if (a >> bit) & 1 == 1 {
+            if rest >= d - b {
+                rest -= d - b;
+                quotient += 1;
+            } else {
+                rest += b;
+            }
+        }
+    }
+    quotient
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Catches a wide product divided wrongly: `mul_div` against 128-bit arithmetic at the
+    /// edges of the native width (the balanced layout's fallback when r·n overflows).
+    #[test]
+    fn mul_div_matches_wide_arithmetic() {
+        let max = usize::MAX;
+        let cases = [
+            (0, 0, 1),
+            (1, 0, 1),
+            (3, 2, 3),
+            (max, max - 1, max),
+            (max - 1, max - 2, max),
+            (max / 2 + 1, max / 3, max / 2 + 7),
+            (12345, 999, 12346),
+            (1 << 40, (1 << 40) - 1, (1 << 40) + 5),
+        ];
+        for (a, b, d) in cases {
+            if a > d || b >= d {
+                continue;
+            }
+            let wide = a as u128 * b as u128 / d as u128;
+            assert_eq!(mul_div(a, b, d) as u128, wide, "{a}·{b}/{d}");
+        }
+    }
 
     #[test]
     fn explicit_validation() {

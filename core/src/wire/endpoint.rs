@@ -37,7 +37,7 @@ impl<'a> Command<'a> {
                 | Request::Locate { .. }
                 | Request::GetSeed
                 | Request::GetRngState
-                | Request::RunStep
+                | Request::RunStep { .. }
                 | Request::CycleCount
                 | Request::GetRegister { .. }
                 | Request::DescribeRegister { .. }

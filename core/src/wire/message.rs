@@ -12,7 +12,7 @@ use super::target::Target;
 /// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
 /// any message (host and device must run exactly the same one: see the [`wire`](super)
 /// module).
-pub const PROTOCOL_VERSION: u16 = 15;
+pub const PROTOCOL_VERSION: u16 = 16;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -184,7 +184,15 @@ pub enum Request<'a> {
         program: Program,
     },
     /// Runs one training step of the prepared program (`batches_per_step` batches).
-    RunStep,
+    RunStep {
+        /// The host wrote every stream FIFO's step in place, whole, into FIFOs the last step
+        /// left empty (one step's items each, from the ring's start): the device counts each
+        /// FIFO full, by the rules a [`Request::Wrote`] of its whole ring is checked by,
+        /// before the step's first leg, and refuses the step if one does not hold. This
+        /// spares a host that moves the step's inputs in place one `Wrote` and its reply
+        /// per stream per replica. `false`: the FIFOs were filled by requests of their own.
+        fed: bool,
+    },
     /// Cycle count to host.
     CycleCount,
     /// Stores a value in register `id` (replacing what it held).
@@ -402,7 +410,7 @@ impl Request<'_> {
             Self::SetRngState { .. } => RequestKind::SetRngState,
             Self::GetRngState => RequestKind::GetRngState,
             Self::Prepare { .. } => RequestKind::Prepare,
-            Self::RunStep => RequestKind::RunStep,
+            Self::RunStep { .. } => RequestKind::RunStep,
             Self::CycleCount => RequestKind::CycleCount,
             Self::SetRegister { .. } => RequestKind::SetRegister,
             Self::GetRegister { .. } => RequestKind::GetRegister,

@@ -16,7 +16,10 @@
 //!   anything is read (a FIFO loses nothing).
 //! - [`Locate`](Request::Locate) answers where a target's bytes lie in the device's memory
 //!   (a FIFO's: its whole ring); [`Wrote`](Request::Wrote) and [`Took`](Request::Took)
-//!   report a move the host made there, checked and settled as the same move in a frame.
+//!   report a move the host made there, checked and settled as the same move in a frame;
+//!   a [`RunStep`](Request::RunStep) that says the host fed the step in place reports a
+//!   whole-ring write to every stream FIFO, checked and settled the same way
+//!   ([`Device::count_fed`]).
 //! - A bulk request reaching here came on a link that carries no bytes beside its
 //!   messages (the serve loop answers bulk requests itself where it does).
 //!
@@ -114,6 +117,25 @@ impl Device<'_> {
             .bytes_mut(block)
             .get_mut(range)
             .ok_or(broken(Invariant::FifoRing))
+    }
+
+    /// Counts every stream FIFO of the prepared program written whole by the host, from the
+    /// start of its ring (one step's items, which the FIFO holds exactly), each checked as
+    /// a [`Wrote`](Request::Wrote) of that span is. The first refusal ends the count (the
+    /// FIFOs counted before it stay counted: the host resets a failed step's state).
+    pub(super) fn count_fed(&mut self) -> Result<(), ErrorCode> {
+        let streams = self
+            .prepared
+            .as_ref()
+            .map_or(0, |p| p.program.streams.len());
+        for k in 0..streams as u8 {
+            let id = tessera_core::program::ids::stream_fifo(k);
+            let fifo = self.fifos.get(id)?;
+            let len = fifo.item_bytes * fifo.depth;
+            self.range(Target::Fifo(id), 0, saturate(len), Access::Write)?;
+            self.settle(Target::Fifo(id), len, Access::Write);
+        }
+        Ok(())
     }
 
     /// Counts a placed move of `len` bytes as done: a FIFO takes in written bytes or drops

@@ -255,7 +255,7 @@ impl<'a> Device<'a> {
             | R::GetSeed
             | R::SetRngState { .. }
             | R::GetRngState
-            | R::RunStep
+            | R::RunStep { .. }
             | R::ResetStep
             | R::CycleCount => program::handle(self, request),
             // Taken by `handle` itself.

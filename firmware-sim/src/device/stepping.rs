@@ -50,9 +50,16 @@ pub enum Progress<'d> {
 }
 
 impl Device<'_> {
-    /// Starts a step: runs its first leg.
-    pub fn start_step(&mut self) -> Progress<'_> {
+    /// Starts a step: counts the stream FIFOs the host `fed` in place whole
+    /// ([`Request::RunStep`](tessera_core::wire::Request::RunStep)'s rule), then runs its
+    /// first leg.
+    pub fn start_step(&mut self, fed: bool) -> Progress<'_> {
         self.stepping = None;
+        if fed {
+            if let Err(code) = self.count_fed() {
+                return finished(Err(code));
+            }
+        }
         self.leg(Cursor::new(), None)
     }
 

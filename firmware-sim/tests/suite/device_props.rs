@@ -165,7 +165,7 @@ fn request() -> impl Strategy<Value = Request<'static>> {
                 momentum,
             }
         }),
-        Just(Request::RunStep),
+        any::<bool>().prop_map(|fed| Request::RunStep { fed }),
         (id(), id()).prop_map(|(slot, variable)| Request::RemoteLoad { slot, variable }),
         (id(), id()).prop_map(|(variable, slot)| Request::RemoteStore { variable, slot }),
         Just(Request::CycleCount),

@@ -105,8 +105,8 @@ fn contributions(link: &MemLink) -> Vec<String> {
 #[test]
 fn a_duplicate_answer_is_never_applied_to_the_next_round() {
     let step = [
-        frame(STEP, &Request::RunStep),
-        frame(STEP, &Request::RunStep), // the host's retry
+        frame(STEP, &Request::RunStep { fed: false }),
+        frame(STEP, &Request::RunStep { fed: false }), // the host's retry
         answer(0, 1.0),
         answer(0, 1.0), // its answer to the re-sent contribution
         answer(1, 2.0),
@@ -141,7 +141,7 @@ fn a_duplicate_answer_is_never_applied_to_the_next_round() {
 fn answers_for_another_step_are_discarded() {
     let other = |round| combined(STEP + 1, round, &9.0f32.to_le_bytes());
     let step = [
-        frame(STEP, &Request::RunStep),
+        frame(STEP, &Request::RunStep { fed: false }),
         other(0),
         answer(0, 1.0),
         other(1),
@@ -166,7 +166,7 @@ fn answers_for_another_step_are_discarded() {
 #[test]
 fn answers_read_together_with_their_step_are_seen() {
     let step = [
-        frame(STEP, &Request::RunStep),
+        frame(STEP, &Request::RunStep { fed: false }),
         answer(0, 1.0),
         answer(1, 2.0),
         answer(2, 4.0),
@@ -191,8 +191,8 @@ fn answers_read_together_with_their_step_are_seen() {
 #[test]
 fn every_frame_is_flushed_before_the_device_reads() {
     let step = [
-        frame(STEP, &Request::RunStep),
-        frame(STEP, &Request::RunStep),
+        frame(STEP, &Request::RunStep { fed: false }),
+        frame(STEP, &Request::RunStep { fed: false }),
         answer(0, 1.0),
         answer(1, 2.0),
         answer(2, 4.0),
@@ -282,7 +282,7 @@ fn bulk_requests_on_a_byte_link_are_refused() {
 #[test]
 fn a_later_request_abandons_a_waiting_step() {
     let step = [
-        frame(STEP, &Request::RunStep),
+        frame(STEP, &Request::RunStep { fed: false }),
         frame(STORE, &Request::GetSeed),
         frame(STORE, &Request::GetSeed), // the host's retry
     ];

@@ -6,6 +6,7 @@ use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{ErrorCode, Request, Response, Target};
+use tessera_firmware_sim::arena::Access;
 use tessera_firmware_sim::program::scratch::Scratch;
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
@@ -106,6 +107,14 @@ fn read(device: &mut Device<'_>, target: Target, len: usize) -> Vec<u8> {
 /// prepared there for lack of memory): the pass it chose, then every anchor's bytes, then
 /// every variable's and velocity's.
 fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
+    train_fed(case, memory, false)
+}
+
+/// [`train`], its inputs written `in_place` (straight into each stream FIFO's ring, as a
+/// host that maps the device's memory does, and the step told so: `RunStep { fed: true }`)
+/// or by `Write` requests; in place, a first step onto a FIFO not left empty must be
+/// refused, and is reset as the host resets a failed step.
+fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Vec<u8>>)> {
     let (mut arena, cycles) = (vec![0u8; memory], CycleCounter::new());
     let mut arena = &mut arena[..];
     let mut device = Device::new(0, &mut arena, LINK, &cycles);
@@ -158,8 +167,9 @@ fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
                 .flat_map(|i| ((i % 4) as i32).to_le_bytes())
                 .collect()
         };
-        for (k, data) in [(0u8, &x), (1, &labels)] {
-            let target = Target::Fifo(ids::stream_fifo(k));
+        if in_place && step == 0 {
+            let target = Target::Fifo(ids::stream_fifo(0));
+            let data = &x[..4];
             ok(
                 &mut device,
                 Request::Write {
@@ -168,8 +178,31 @@ fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
                     data,
                 },
             );
+            let refused = device.handle(Request::RunStep { fed: true });
+            let Response::Error { code, .. } = refused else {
+                panic!("a step fed onto a FIFO holding bytes ran: {refused:?}");
+            };
+            assert!(matches!(code, ErrorCode::FifoPosition { .. }), "{code}");
+            ok(&mut device, Request::ResetStep);
         }
-        ok(&mut device, Request::RunStep);
+        for (k, data) in [(0u8, &x), (1, &labels)] {
+            let target = Target::Fifo(ids::stream_fifo(k));
+            if in_place {
+                let len = u32::try_from(data.len()).unwrap();
+                let ring = device.place(target, 0, len, Access::Write).unwrap();
+                ring.copy_from_slice(data);
+            } else {
+                ok(
+                    &mut device,
+                    Request::Write {
+                        target,
+                        offset: 0,
+                        data,
+                    },
+                );
+            }
+        }
+        ok(&mut device, Request::RunStep { fed: in_place });
         for (j, a) in program.anchors.iter().enumerate() {
             let flow = program.data_flow().unwrap();
             let width = program.anchor_width(a.tensor).unwrap();
@@ -213,6 +246,10 @@ fn smallest_arena(case: Case) -> usize {
 /// the pass instead of micro-batch by micro-batch, a squared error's targets misplaced. A
 /// device with room for the widest pass and one with room for a single micro-batch (the
 /// smallest arena the program fits) must end with the same bytes.
+///
+/// Also catches a `RunStep { fed: true }` that miscounts the FIFOs the host wrote in place
+/// (the step would read too few samples, or stale ones) or runs onto a FIFO not left empty:
+/// fed in place, the same steps end with the same bytes.
 #[test]
 fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
     for anchors in 0..ANCHORS.len() {
@@ -223,6 +260,8 @@ fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
                 dropouts: 1,
             };
             let (roomy_pass, roomy) = train(case, 1 << 20).expect("the program fits a megabyte");
+            let (_, fed) = train_fed(case, 1 << 20, true).unwrap();
+            assert_eq!(fed, roomy, "{case:?}: fed in place");
             let (tight_pass, tight) = train(case, smallest_arena(case)).unwrap();
             assert_eq!(
                 (roomy_pass, tight_pass),

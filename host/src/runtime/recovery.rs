@@ -5,7 +5,9 @@
 //! A step goes through three phases, and a failure in each leaves a different state:
 //!
 //! 1. **Feeding** — each replica's inputs are pushed to its stream FIFOs. No device has
-//!    run anything of the step: every variable is as it was.
+//!    run anything of the step: every variable is as it was. (Inputs moved in place are
+//!    counted by the replica's `RunStep` instead, so a replica refusing them fails the step
+//!    while running, when another may have run a batch.)
 //! 2. **Running** — the devices run the step and the host combines their reductions. A
 //!    failure here (a device error, a silent or lost device, a refused reduction) can come
 //!    after some replicas applied a batch's update that others never got: the replicas of

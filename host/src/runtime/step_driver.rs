@@ -74,6 +74,8 @@ struct Member {
     waiting: bool,
     /// The round it may contribute to next (module doc).
     next_round: u32,
+    /// Its `RunStep` says its inputs were fed in place (sent again as it was first sent).
+    fed: bool,
 }
 
 /// One device's share of the open round: its member index and its buffer (the operation
@@ -166,11 +168,13 @@ impl Schedule<'_> {
     }
 }
 
-/// Runs one `RunStep` of `batches` batches on every channel; `rounds` (one plan per
+/// Runs one `RunStep` of `batches` batches on every channel, telling device `i` that its
+/// inputs were fed in place when `fed[i]`; `rounds` (one plan per
 /// exchange of a batch, its groupings over the channels' global replica ids) say which
 /// devices each segment of each round combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
 pub(super) fn run_step(
     channels: &mut [Channel],
+    fed: &[bool],
     rounds: &[Plan],
     batches: u32,
     instances: &dyn Instances,
@@ -178,9 +182,11 @@ pub(super) fn run_step(
 ) -> Result<(), RuntimeError> {
     let started = Instant::now();
     let mut members = Vec::with_capacity(channels.len());
-    for c in channels.iter_mut() {
+    for (i, c) in channels.iter_mut().enumerate() {
+        let fed = fed.get(i).copied().unwrap_or(false);
         members.push(Member {
-            seq: c.submit(&Request::RunStep)?,
+            seq: c.submit(&Request::RunStep { fed })?,
+            fed,
             replica: c.replica() as usize,
             done: false,
             heard: Instant::now(),
@@ -230,7 +236,10 @@ pub(super) fn run_step(
                     }
                     .into())
                 }
-                other => return Err(channels[i].unexpected(&Request::RunStep, &other).into()),
+                other => {
+                    let request = Request::RunStep { fed: member.fed };
+                    return Err(channels[i].unexpected(&request, &other).into());
+                }
             }
         }
     }
@@ -395,7 +404,7 @@ fn listen(
         replica = member.replica,
         "device silent during a step: sending the step again"
     );
-    channel.resend(member.seq, &Request::RunStep)?;
+    channel.resend(member.seq, &Request::RunStep { fed: member.fed })?;
     member.resent += 1;
     member.heard = Instant::now();
     Ok(None)
@@ -648,6 +657,7 @@ mod tests {
                 resent: 0,
                 waiting: true,
                 next_round: 0,
+                fed: false,
             })
             .collect()
     }

@@ -16,7 +16,9 @@
 //!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
 //!   is one span of its FIFO, written by the channel's data path (straight from the user's
 //!   array into the device's memory where the host maps it: one copy on the host), every
-//!   replica's sent before any reply is awaited.
+//!   replica's sent before any reply is awaited. A replica whose shares all moved in place
+//!   is not sent a `Wrote` per stream: its `RunStep` says it was fed (`fed: true`), and the
+//!   device counts its FIFOs full by the same checks.
 //! - Or through callbacks ([`Runtime::run_with`], PopART's callback step IO): the runtime
 //!   asks for each item in the stream's own type and hands back each anchored value.
 //! - Anchors come back as one array per anchored tensor (named as
@@ -235,15 +237,17 @@ impl Runtime {
     /// failure in any phase is settled by [`recovery`](super::recovery)'s rule before it
     /// is returned.
     fn step_bytes(&mut self, fill: &mut Fill<'_>) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
-        if let Err(e) = self.feed(fill) {
-            return Err(self.step_failed(StepPhase::Feeding, e));
-        }
+        let fed = match self.feed(fill) {
+            Ok(fed) => fed,
+            Err(e) => return Err(self.step_failed(StepPhase::Feeding, e)),
+        };
         // Whatever happens next, the host's copy of the weights is no longer known good.
         self.weights_in_sync = false;
         let fault = self.fault.take();
         let batches = self.program.batches_per_step;
         let step = step_driver::run_step(
             &mut self.channels,
+            &fed,
             &self.rounds,
             batches,
             &*self.instances,
@@ -258,8 +262,9 @@ impl Runtime {
 
     /// Writes each local replica's share of each stream into its FIFO (empty at a step's
     /// start, so each share starts at position 0), every replica's sent before any reply
-    /// is awaited.
-    fn feed(&mut self, fill: &mut Fill<'_>) -> Result<(), RuntimeError> {
+    /// is awaited. Returns, per replica, whether its shares all moved in place unreported:
+    /// its `RunStep` then reports them (`fed`).
+    fn feed(&mut self, fill: &mut Fill<'_>) -> Result<Vec<bool>, RuntimeError> {
         let per_replica = self.flow.inputs_per_replica();
         let spans: Vec<Span> = (self.program.streams.iter().enumerate())
             .map(|(k, s)| Span {
@@ -269,13 +274,17 @@ impl Runtime {
             })
             .collect();
         let mut sent = Vec::with_capacity(self.channels.len());
+        let mut fed = Vec::with_capacity(self.channels.len());
         for (r, channel) in self.channels.iter_mut().enumerate() {
-            sent.push(channel.write_spans(&spans, |k, into| fill(r, k, into))?);
+            let (requests, in_place) =
+                channel.write_step_inputs(&spans, |k, into| fill(r, k, into))?;
+            sent.push(requests);
+            fed.push(in_place);
         }
         for (channel, sent) in self.channels.iter_mut().zip(sent) {
             channel.confirm(sent)?;
         }
-        Ok(())
+        Ok(fed)
     }
 
     /// Reads every anchor of a finished step out of its FIFO: `[anchor][replica]`.

@@ -6,11 +6,11 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 
 /// A change to the bytes below is a protocol change: bump [`PROTOCOL_VERSION`] with it and
-/// update this number together with the literals (15: a contribution carries an exchange,
-/// several rounds, not one round).
+/// update this number together with the literals (16: a `RunStep` says whether the host
+/// fed the step's inputs in place).
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 15);
+    assert_eq!(PROTOCOL_VERSION, 16);
 }
 
 #[test]
@@ -221,9 +221,9 @@ fn both_directions_have_their_golden_bytes() {
             "Request",
             ToDevice::Request(Envelope {
                 seq: 5,
-                body: Request::RunStep,
+                body: Request::RunStep { fed: false },
             }),
-            "00 05 09",
+            "00 05 09 00",
         ),
         (
             "Combined",

@@ -17,7 +17,7 @@ pub(super) fn request_variant(request: &Request<'_>) -> u32 {
         Request::SetRngState { .. } => 6,
         Request::GetRngState => 7,
         Request::Prepare { .. } => 8,
-        Request::RunStep => 9,
+        Request::RunStep { .. } => 9,
         Request::CycleCount => 10,
         Request::SetRegister { .. } => 11,
         Request::GetRegister { .. } => 12,

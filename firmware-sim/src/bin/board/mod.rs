@@ -22,10 +22,15 @@ const CPU_HZ: u32 = 25_000_000;
 /// fixed speed (deadlines use [`timer::Timer0Clock`]).
 pub struct SpinDelay;
 
+/// Nanoseconds a CPU cycle takes (exactly: the clock divides a second into whole
+/// nanoseconds), so that a delay is a 32-bit division: the Cortex-M3 divides 32 bits in
+/// hardware, and 64 bits only by a routine of almost 900 bytes of its flash.
+const NS_PER_CYCLE: u32 = 1_000_000_000 / CPU_HZ;
+const _: () = assert!(NS_PER_CYCLE * CPU_HZ == 1_000_000_000);
+
 impl embedded_hal::delay::DelayNs for SpinDelay {
     fn delay_ns(&mut self, ns: u32) {
-        let cycles = u64::from(ns) * u64::from(CPU_HZ) / 1_000_000_000;
-        cortex_m::asm::delay(u32::try_from(cycles).unwrap_or(u32::MAX).max(1));
+        cortex_m::asm::delay((ns / NS_PER_CYCLE).max(1));
     }
 }
 

@@ -132,7 +132,7 @@ fn check_training_step(device: &mut Device<'_>) {
             },
         );
     }
-    ok(device, Request::RunStep);
+    ok(device, Request::RunStep { fed: false });
     ok(
         device,
         Request::RemoteStore {

@@ -11,7 +11,9 @@
 //!    request that may move device memory is sent), waits until the device is idle, and
 //!    moves the bytes itself — a writer fills device memory directly, a reader reads it
 //!    there. A FIFO is then told ([`Request::Wrote`] / [`Request::Took`], one request per
-//!    span, all sent before any reply is awaited); registers and slots need nothing.
+//!    span, all sent before any reply is awaited) — or, for a training step's inputs all
+//!    moved in place, by the step's own [`Request::RunStep`] (`fed`,
+//!    [`Channel::write_step_inputs`]); registers and slots need nothing.
 //! 2. **Bulk**, beside one request ([`Request::WriteBulk`] / [`Request::ReadBulk`]): handed
 //!    over on a device thread's queue, or through the link's window (QEMU's host file),
 //!    when the span fits it.
@@ -122,8 +124,34 @@ impl Channel {
     pub fn write_spans(
         &mut self,
         spans: &[Span],
-        mut fill: impl FnMut(usize, &mut [u8]),
+        fill: impl FnMut(usize, &mut [u8]),
     ) -> Result<Sent, TransportError> {
+        self.fill_spans(spans, fill, false).map(|(sent, _)| sent)
+    }
+
+    /// Writes a training step's inputs as [`Channel::write_spans`] does — `spans` being
+    /// every stream FIFO of the prepared program, each whole, from its start — except that
+    /// when every span moved in place, no `Wrote` is sent: the step's
+    /// [`RunStep`](Request::RunStep) then says so (`fed`, the bool returned), and the device
+    /// counts the FIFOs full by the same rules. Saves a request and its reply per stream
+    /// per replica; any span that could not move in place has every span reported as
+    /// `write_spans` reports it.
+    pub fn write_step_inputs(
+        &mut self,
+        spans: &[Span],
+        fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<(Sent, bool), TransportError> {
+        self.fill_spans(spans, fill, true)
+    }
+
+    /// `write_spans`, leaving the reports to the step when `step` and every span went in
+    /// place (then `true`).
+    fn fill_spans(
+        &mut self,
+        spans: &[Span],
+        mut fill: impl FnMut(usize, &mut [u8]),
+        step: bool,
+    ) -> Result<(Sent, bool), TransportError> {
         let mut sent = Sent::default();
         let mut reports = Vec::new();
         for (i, span) in spans.iter().enumerate() {
@@ -144,8 +172,11 @@ impl Channel {
                 }
             }
         }
-        self.report(&reports, &mut sent, Access::Write)?;
-        Ok(sent)
+        let fed = step && reports.len() == spans.len() && sent.seqs.is_empty();
+        if !fed {
+            self.report(&reports, &mut sent, Access::Write)?;
+        }
+        Ok((sent, fed))
     }
 
     /// Writes `data` into `target` at `offset`; `shared`, when the caller holds the same
