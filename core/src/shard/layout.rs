@@ -250,10 +250,11 @@ impl<'a> ShardLayout<'a> {
     }
 }
 
-/// ⌊a·b/d⌋ for `a ≤ d` and `b < d` (so the quotient is below `a`), without a wider type:
+/// ⌊a·b/d⌋ for `a ≤ d` and `b < d` (so the quotient is at most `a`), without a wider type:
 /// long division over the bits of `a`, keeping `prefix·b = quotient·d + rest` with
 /// `rest < d` — every sum is formed as a difference from `d`, so nothing overflows.
 fn mul_div(a: usize, b: usize, d: usize) -> usize {
+    debug_assert!(a <= d && b < d, "mul_div({a}, {b}, {d}) outside its rule");
     let (mut quotient, mut rest) = (0usize, 0usize);
     for bit in (0..usize::BITS).rev() {
         // Double the prefix: 2·rest may pass d once.

@@ -23,7 +23,10 @@
 //!   would reorder the stream, lose bytes or hand some out twice.
 //! - A host that moved bytes in place reports it: [`Wrote`](super::Request::Wrote) after
 //!   writing a FIFO's bytes (the FIFO then holds them), [`Took`](super::Request::Took)
-//!   after reading them (the FIFO then drops them). Registers and slots need no report.
+//!   after reading them (the FIFO then drops them); a step's inputs written in place, every
+//!   stream FIFO whole, are reported by the step itself
+//!   ([`RunStep`](super::Request::RunStep) `{ fed: true }`). Registers and slots need no
+//!   report.
 
 use serde::{Deserialize, Serialize};
 

@@ -133,6 +133,7 @@ impl Device<'_> {
             let fifo = self.fifos.get(id)?;
             let len = fifo.item_bytes * fifo.depth;
             self.range(Target::Fifo(id), 0, saturate(len), Access::Write)?;
+            // A ring over u32::MAX bytes would have been refused just above.
             self.settle(Target::Fifo(id), len, Access::Write);
         }
         Ok(())

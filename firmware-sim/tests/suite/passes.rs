@@ -168,8 +168,10 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
                 .collect()
         };
         if in_place && step == 0 {
-            let target = Target::Fifo(ids::stream_fifo(0));
-            let data = &x[..4];
+            // The second FIFO: the first is counted before the refusal, and the reset must
+            // empty it again.
+            let target = Target::Fifo(ids::stream_fifo(1));
+            let data = &labels[..4];
             ok(
                 &mut device,
                 Request::Write {

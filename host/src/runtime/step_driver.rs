@@ -181,6 +181,7 @@ pub(super) fn run_step(
     fault: Option<StepFault>,
 ) -> Result<(), RuntimeError> {
     let started = Instant::now();
+    debug_assert_eq!(fed.len(), channels.len(), "a fed flag per channel");
     let mut members = Vec::with_capacity(channels.len());
     for (i, c) in channels.iter_mut().enumerate() {
         let fed = fed.get(i).copied().unwrap_or(false);

@@ -131,7 +131,8 @@ impl Channel {
 
     /// Writes a training step's inputs as [`Channel::write_spans`] does — `spans` being
     /// every stream FIFO of the prepared program, each whole, from its start — except that
-    /// when every span moved in place, no `Wrote` is sent: the step's
+    /// when every span moved in place and filled its FIFO's whole ring from its start (as
+    /// the device located it), no `Wrote` is sent: the step's
     /// [`RunStep`](Request::RunStep) then says so (`fed`, the bool returned), and the device
     /// counts the FIFOs full by the same rules. Saves a request and its reply per stream
     /// per replica; any span that could not move in place has every span reported as
@@ -154,12 +155,17 @@ impl Channel {
     ) -> Result<(Sent, bool), TransportError> {
         let mut sent = Sent::default();
         let mut reports = Vec::new();
+        // Spans that fill their FIFO's whole ring from its start: what a `RunStep` that says
+        // `fed` makes the device count, and nothing less.
+        let mut whole = 0;
         for (i, span) in spans.iter().enumerate() {
             match self.route(span)? {
                 Route::InPlace(at) => {
                     self.fill_in_place(span, at, |into| fill(i, into))?;
                     if span.target.is_stream() {
                         reports.push(*span);
+                        let ring = self.located.get(&span.target).map(Range::len);
+                        whole += usize::from(span.offset == 0 && ring == Some(span.len));
                     }
                 }
                 route => {
@@ -172,7 +178,7 @@ impl Channel {
                 }
             }
         }
-        let fed = step && reports.len() == spans.len() && sent.seqs.is_empty();
+        let fed = step && whole == spans.len();
         if !fed {
             self.report(&reports, &mut sent, Access::Write)?;
         }
