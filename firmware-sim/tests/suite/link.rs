@@ -1,6 +1,7 @@
 //! The device's side of the link contract (`serve`): reductions are applied only to the
 //! round they answer, bytes read together with a request are not set aside, a malformed
-//! frame leaves the reply cache alone, and every frame is flushed before the device waits.
+//! frame leaves the reply cache alone, every frame is flushed before the device waits, and
+//! a retried step fed in place counts its inputs once.
 
 use crate::support;
 
@@ -19,6 +20,13 @@ const READ: u32 = STEP + 2;
 /// weight 0, learning rate 0.5, and queues its samples; then the step's frames, then reads
 /// the weight back (sequence numbers `STORE` and `READ`).
 fn script(step: &[Vec<u8>]) -> Vec<u8> {
+    script_fed(step, false)
+}
+
+/// [`script`], with the samples left in place (`fed`) instead of queued: a request that
+/// changes nothing stands in for each write, keeping the step at `STEP`. (The weight
+/// depends only on the answers the script gives, not on the samples.)
+fn script_fed(step: &[Vec<u8>], fed: bool) -> Vec<u8> {
     let f32s = |v: f32| v.to_le_bytes();
     let mut bytes = Vec::new();
     let mut seq = 0;
@@ -35,6 +43,11 @@ fn script(step: &[Vec<u8>]) -> Vec<u8> {
         momentum: 0.0,
     });
     for sample in 0..3 {
+        if fed {
+            push(Request::GetSeed);
+            push(Request::GetSeed);
+            continue;
+        }
         // Each FIFO's samples are appended at its stream's next position.
         let (x, y) = (f32s(1.0), f32s(0.0));
         push(Request::Write {
@@ -133,6 +146,30 @@ fn a_duplicate_answer_is_never_applied_to_the_next_round() {
             "Contribution { round: 2"
         ],
         "the step retry re-sent round 0, once"
+    );
+}
+
+/// A step fed in place and retried by the host (its answer was late) counts its inputs
+/// once: run again, the count would find its FIFOs full and refuse the step, and the
+/// weight would not move. The retry is answered with the pending contribution, as any
+/// step's is.
+#[test]
+fn a_retried_fed_step_counts_its_inputs_once() {
+    let step = [
+        frame(STEP, &Request::RunStep { fed: true }),
+        frame(STEP, &Request::RunStep { fed: true }), // the host's retry
+        answer(0, 1.0),
+        answer(0, 1.0), // its answer to the re-sent contribution
+        answer(1, 2.0),
+        answer(2, 4.0),
+    ];
+    let mut link = MemLink::new(script_fed(&step, true));
+    serve_all(&mut link);
+    let (weight, step_reply) = outcome(&link);
+    assert_eq!(step_reply, "Done");
+    assert_eq!(
+        weight,
+        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
     );
 }
 

@@ -91,6 +91,19 @@ fn ok(device: &mut Device<'_>, request: Request<'_>) {
     }
 }
 
+/// Writes `data` at the start of `target` by a request.
+fn write(device: &mut Device<'_>, target: Target, data: &[u8]) {
+    let offset = 0;
+    ok(
+        device,
+        Request::Write {
+            target,
+            offset,
+            data,
+        },
+    );
+}
+
 fn read(device: &mut Device<'_>, target: Target, len: usize) -> Vec<u8> {
     let len = u32::try_from(len).unwrap();
     match device.handle(Request::Read {
@@ -171,15 +184,7 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
             // The second FIFO: the first is counted before the refusal, and the reset must
             // empty it again.
             let target = Target::Fifo(ids::stream_fifo(1));
-            let data = &labels[..4];
-            ok(
-                &mut device,
-                Request::Write {
-                    target,
-                    offset: 0,
-                    data,
-                },
-            );
+            write(&mut device, target, &labels[..4]);
             let refused = device.handle(Request::RunStep { fed: true });
             let Response::Error { code, .. } = refused else {
                 panic!("a step fed onto a FIFO holding bytes ran: {refused:?}");
@@ -194,14 +199,7 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
                 let ring = device.place(target, 0, len, Access::Write).unwrap();
                 ring.copy_from_slice(data);
             } else {
-                ok(
-                    &mut device,
-                    Request::Write {
-                        target,
-                        offset: 0,
-                        data,
-                    },
-                );
+                write(&mut device, target, data);
             }
         }
         ok(&mut device, Request::RunStep { fed: in_place });
