@@ -297,11 +297,19 @@ mod tests {
             (1 << 40, (1 << 40) - 1, (1 << 40) + 5),
         ];
         for (a, b, d) in cases {
-            if a > d || b >= d {
-                continue;
-            }
             let wide = a as u128 * b as u128 / d as u128;
             assert_eq!(mul_div(a, b, d) as u128, wide, "{a}·{b}/{d}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The same, over the whole rule: any `d`, any `a ≤ d`, any `b < d`.
+        #[test]
+        fn mul_div_is_exact(d in 1usize.., a_frac in 0.0f64..=1.0, b_frac in 0.0f64..1.0) {
+            let (a, b) = ((d as f64 * a_frac) as usize, (d as f64 * b_frac) as usize);
+            let (a, b) = (a.min(d), b.min(d - 1));
+            let wide = a as u128 * b as u128 / d as u128;
+            proptest::prop_assert_eq!(mul_div(a, b, d) as u128, wide);
         }
     }
 

@@ -102,6 +102,28 @@ fn outcome(link: &MemLink) -> (String, String) {
     (find(READ), find(STEP))
 }
 
+/// The step answered `Done` and the weight moved by every answer once:
+/// 0 − 0.5·(1 + 2 + 4) = −3.5.
+fn assert_trained(link: &MemLink, context: &str) {
+    let (weight, step_reply) = outcome(link);
+    assert_eq!(step_reply, "Done", "{context}");
+    let expected = format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes());
+    assert_eq!(weight, expected, "{context}");
+}
+
+/// A step (`RunStep { fed }`) the host sent twice (its answer was late): the device sends
+/// its round-0 contribution again, and the host answers both copies.
+fn retried_step(fed: bool) -> [Vec<u8>; 6] {
+    [
+        frame(STEP, &Request::RunStep { fed }),
+        frame(STEP, &Request::RunStep { fed }), // the host's retry
+        answer(0, 1.0),
+        answer(0, 1.0), // its answer to the re-sent contribution
+        answer(1, 2.0),
+        answer(2, 4.0),
+    ]
+}
+
 /// The rounds of the contributions the device sent, in order.
 fn contributions(link: &MemLink) -> Vec<String> {
     replies(&link.output)
@@ -117,22 +139,9 @@ fn contributions(link: &MemLink) -> Vec<String> {
 /// 0 − 0.5·(1 + 2 + 4) = −3.5, not −0.5·(1 + 1 + 2) = −2.
 #[test]
 fn a_duplicate_answer_is_never_applied_to_the_next_round() {
-    let step = [
-        frame(STEP, &Request::RunStep { fed: false }),
-        frame(STEP, &Request::RunStep { fed: false }), // the host's retry
-        answer(0, 1.0),
-        answer(0, 1.0), // its answer to the re-sent contribution
-        answer(1, 2.0),
-        answer(2, 4.0),
-    ];
-    let mut link = MemLink::new(script(&step));
+    let mut link = MemLink::new(script(&retried_step(false)));
     let server = serve_all(&mut link);
-    let (weight, step_reply) = outcome(&link);
-    assert_eq!(step_reply, "Done");
-    assert_eq!(
-        weight,
-        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
-    );
+    assert_trained(&link, "");
     assert_eq!(
         server.stale_answers, 1,
         "the duplicate was seen and discarded"
@@ -155,22 +164,9 @@ fn a_duplicate_answer_is_never_applied_to_the_next_round() {
 /// step's is.
 #[test]
 fn a_retried_fed_step_counts_its_inputs_once() {
-    let step = [
-        frame(STEP, &Request::RunStep { fed: true }),
-        frame(STEP, &Request::RunStep { fed: true }), // the host's retry
-        answer(0, 1.0),
-        answer(0, 1.0), // its answer to the re-sent contribution
-        answer(1, 2.0),
-        answer(2, 4.0),
-    ];
-    let mut link = MemLink::new(script_fed(&step, true));
+    let mut link = MemLink::new(script_fed(&retried_step(true), true));
     serve_all(&mut link);
-    let (weight, step_reply) = outcome(&link);
-    assert_eq!(step_reply, "Done");
-    assert_eq!(
-        weight,
-        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
-    );
+    assert_trained(&link, "");
 }
 
 /// Answers naming another step are discarded too, as are answers arriving after the step.
@@ -188,12 +184,7 @@ fn answers_for_another_step_are_discarded() {
     ];
     let mut link = MemLink::new(script(&step));
     let server = serve_all(&mut link);
-    let (weight, step_reply) = outcome(&link);
-    assert_eq!(step_reply, "Done");
-    assert_eq!(
-        weight,
-        format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
-    );
+    assert_trained(&link, "");
     assert_eq!(server.stale_answers, 3);
 }
 
@@ -213,12 +204,7 @@ fn answers_read_together_with_their_step_are_seen() {
         let mut link = MemLink::new(input.clone());
         link.chunk = chunk;
         serve_all(&mut link);
-        let (weight, step_reply) = outcome(&link);
-        assert_eq!(step_reply, "Done", "reads of {chunk} bytes");
-        assert_eq!(
-            weight,
-            format!("Data {{ data: {:?} }}", (-3.5f32).to_le_bytes())
-        );
+        assert_trained(&link, &format!("reads of {chunk} bytes"));
     }
 }
 
