@@ -134,6 +134,10 @@ pub struct Runtime {
     weights_in_sync: bool,
     /// What failed steps left to settle (see [`recovery`]).
     recovery: recovery::Recovery,
+    /// Per local replica: its last step's anchors were read in place and not reported yet;
+    /// its next `RunStep` reports them (`took`). Cleared by that step and by a reset (which
+    /// empties the FIFOs).
+    anchors_taken: Vec<bool>,
     /// A failure the next step injects, for tests.
     fault: Option<StepFault>,
     /// Input bytes converted to their stream's type in a buffer of the runtime's own.
@@ -316,6 +320,7 @@ impl Runtime {
             c.receive(seq)?;
         }
         Ok(Self {
+            anchors_taken: vec![false; channels.len()],
             channels,
             program,
             replicas,

@@ -74,8 +74,26 @@ struct Member {
     waiting: bool,
     /// The round it may contribute to next (module doc).
     next_round: u32,
-    /// Its `RunStep` says its inputs were fed in place (sent again as it was first sent).
-    fed: bool,
+    /// What its `RunStep` reports moved in place (sent again as it was first sent).
+    moved: InPlace,
+}
+
+/// What a device's `RunStep` reports the host moved in place and did not report otherwise:
+/// the step's inputs (`fed`) and the anchors of the device's last step (`took`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct InPlace {
+    pub fed: bool,
+    pub took: bool,
+}
+
+impl InPlace {
+    /// The `RunStep` that reports it.
+    fn run_step(self) -> Request<'static> {
+        Request::RunStep {
+            fed: self.fed,
+            took: self.took,
+        }
+    }
 }
 
 /// One device's share of the open round: its member index and its buffer (the operation
@@ -168,26 +186,26 @@ impl Schedule<'_> {
     }
 }
 
-/// Runs one `RunStep` of `batches` batches on every channel, telling device `i` that its
-/// inputs were fed in place when `fed[i]`; `rounds` (one plan per
+/// Runs one `RunStep` of `batches` batches on every channel, telling device `i` what the
+/// host moved in place for it (`moved[i]`); `rounds` (one plan per
 /// exchange of a batch, its groupings over the channels' global replica ids) say which
 /// devices each segment of each round combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
 pub(super) fn run_step(
     channels: &mut [Channel],
-    fed: &[bool],
+    moved: &[InPlace],
     rounds: &[Plan],
     batches: u32,
     instances: &dyn Instances,
     fault: Option<StepFault>,
 ) -> Result<(), RuntimeError> {
     let started = Instant::now();
-    debug_assert_eq!(fed.len(), channels.len(), "a fed flag per channel");
+    debug_assert_eq!(moved.len(), channels.len(), "a report per channel");
     let mut members = Vec::with_capacity(channels.len());
     for (i, c) in channels.iter_mut().enumerate() {
-        let fed = fed.get(i).copied().unwrap_or(false);
+        let moved = moved.get(i).copied().unwrap_or_default();
         members.push(Member {
-            seq: c.submit(&Request::RunStep { fed })?,
-            fed,
+            seq: c.submit(&moved.run_step())?,
+            moved,
             replica: c.replica() as usize,
             done: false,
             heard: Instant::now(),
@@ -238,7 +256,7 @@ pub(super) fn run_step(
                     .into())
                 }
                 other => {
-                    let request = Request::RunStep { fed: member.fed };
+                    let request = member.moved.run_step();
                     return Err(channels[i].unexpected(&request, &other).into());
                 }
             }
@@ -405,7 +423,7 @@ fn listen(
         replica = member.replica,
         "device silent during a step: sending the step again"
     );
-    channel.resend(member.seq, &Request::RunStep { fed: member.fed })?;
+    channel.resend(member.seq, &member.moved.run_step())?;
     member.resent += 1;
     member.heard = Instant::now();
     Ok(None)
@@ -658,7 +676,7 @@ mod tests {
                 resent: 0,
                 waiting: true,
                 next_round: 0,
-                fed: false,
+                moved: InPlace::default(),
             })
             .collect()
     }

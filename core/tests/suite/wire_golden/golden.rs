@@ -221,9 +221,12 @@ fn both_directions_have_their_golden_bytes() {
             "Request",
             ToDevice::Request(Envelope {
                 seq: 5,
-                body: Request::RunStep { fed: false },
+                body: Request::RunStep {
+                    fed: false,
+                    took: true,
+                },
             }),
-            "00 05 09 00",
+            "00 05 09 00 01",
         ),
         (
             "Combined",
