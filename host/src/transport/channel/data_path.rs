@@ -51,7 +51,7 @@ pub struct Span {
     pub len: usize,
 }
 
-/// Bytes a channel moved, by path, since it opened.
+/// Bytes a channel moved, by path, and the requests it sent, since it opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Traffic {
     /// Moved by the host in the device's memory.
@@ -63,6 +63,8 @@ pub struct Traffic {
     /// Copied into a host buffer of the channel's on the way (a writer's bytes before
     /// they were sent; a reader's bytes before they reached the reader).
     pub staged: u64,
+    /// Requests sent (each once: a retry is not counted).
+    pub requests: u64,
 }
 
 /// The traffic of several channels together.
@@ -73,6 +75,7 @@ impl std::iter::Sum for Traffic {
             bulk: a.bulk + t.bulk,
             framed: a.framed + t.framed,
             staged: a.staged + t.staged,
+            requests: a.requests + t.requests,
         })
     }
 }

@@ -419,6 +419,7 @@ impl Channel {
         let seq = self.next_seq;
         // Zero is never used: the device answers undecodable frames under it.
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        self.traffic.requests += 1;
         let frame = self.frame(seq, request)?.to_vec();
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
