@@ -386,8 +386,9 @@ impl Waiting {
     }
 }
 
-/// What runs a step's next leg: its `RunStep` (saying whether the host fed the step in
-/// place), or the host's answer to the exchange it waits on.
+/// What runs a step's next leg: its `RunStep` (saying whether the host fed the step and
+/// took the last step's anchors in place), or the host's answer to the exchange it waits
+/// on.
 enum Leg<'a> {
     Start { fed: bool, took: bool },
     Answer(&'a [u8]),

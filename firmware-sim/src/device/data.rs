@@ -41,6 +41,8 @@ use tessera_core::program::ids;
 use tessera_core::wire::{ErrorCode, Invariant, Request, Response, Target};
 
 use super::{Answer, Device};
+use crate::arena::{saturate, Access, Block, Owner};
+use crate::broken;
 
 /// The FIFOs of the prepared program a whole-ring report covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +52,6 @@ pub(super) enum Rings {
     /// Every anchor FIFO: the host read a step's anchors.
     Anchors,
 }
-use crate::arena::{saturate, Access, Block, Owner};
-use crate::broken;
 
 /// Runs a data-path request.
 pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {

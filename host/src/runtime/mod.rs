@@ -145,8 +145,9 @@ pub struct Runtime {
 }
 
 /// How the bytes of a runtime's steps and weights moved so far: summed over its devices'
-/// channels, and what the runtime itself converted into buffers of its own on the way
-/// (an input array not already of its stream's type). A test counts copies with it.
+/// channels (with the requests they sent), and what the runtime itself converted into
+/// buffers of its own on the way (an input array not already of its stream's type). A test
+/// counts copies and requests with it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuntimeTraffic {
     /// The channels' paths (see [`Traffic`]).

@@ -17,7 +17,10 @@
 //!    variables are the step's result on every replica; only the anchors are lost.
 //!
 //! (The anchors of the step before, read in place, are reported by this step's `RunStep`
-//! (`took`): a replica refusing that report fails the step while running too.)
+//! (`took`): a replica refusing that report fails the step while running too. So does a
+//! device that ends the step without every anchor FIFO holding exactly its ring — a
+//! broken device, whose anchors the host would otherwise read in place — though it
+//! applied every update: the runtime cannot tell which replicas did.)
 //!
 //! After a failure in any phase the runtime sends every device
 //! [`ResetStep`](tessera_core::wire::Request::ResetStep): stream and anchor FIFOs emptied,

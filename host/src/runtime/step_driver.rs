@@ -29,6 +29,8 @@
 //! turn ([`RuntimeError::ReductionRound`], naming it, the round and the one allowed); an
 //! earlier round is a late duplicate, answered again if its answer is still kept, else
 //! ignored; a round past the step's last (rounds per batch × batches) is out of turn too.
+//! A device that answers the step `Done` before it contributed to every round is an error
+//! too ([`RuntimeError::ReductionSkipped`]): its peers would wait for it forever.
 //! Only the last combined round's answers are kept: every device has applied the ones
 //! before (it contributed to a later round). The driver therefore holds at most one open
 //! round's contributions and one round's answers, whatever numbers a device sends.
@@ -67,7 +69,8 @@ struct Member {
     replica: usize,
     /// It answered the step.
     done: bool,
-    /// When it was last heard from (or last waited on by design).
+    /// When it was last heard from (or its round was last answered: it waits by design
+    /// until then).
     heard: Instant,
     /// Sends of the step since it was last heard from.
     resent: u32,
@@ -269,6 +272,7 @@ pub(super) fn run_step(
             let member = &mut step.members[i];
             match reply.response() {
                 Response::Done => {
+                    finished_every_round(member, step.schedule.last)?;
                     member.done = true;
                     running -= 1;
                 }
@@ -503,6 +507,20 @@ fn collect(
     Ok(())
 }
 
+/// Checks that `member`, which answered its step `Done`, contributed to each of the step's
+/// `rounds`: one that ended early would leave its peers waiting for a round it will never
+/// join (the step would never end).
+fn finished_every_round(member: &Member, rounds: u32) -> Result<(), RuntimeError> {
+    if member.next_round == rounds {
+        return Ok(());
+    }
+    Err(RuntimeError::ReductionSkipped {
+        replica: member.replica as u32,
+        round: member.next_round,
+        rounds,
+    })
+}
+
 /// A contribution to a round no answer is kept for, as the rule in the module doc sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Heard {
@@ -591,7 +609,7 @@ fn combine(
         base += grouping.num_groups() * len;
     }
     // A member's groups, segment by segment, name its answer: each distinct one is built
-    // once, found again by hash (O(members) a round, whatever the groupings).
+    // once, found again by hash (O(members × segments) a round, whatever the groupings).
     let mut answers = Answers {
         distinct: Vec::new(),
         of_member: Vec::with_capacity(members.len()),
@@ -640,7 +658,7 @@ fn length(e: CombineError, group: &[(usize, &[u8])], round: &OpenRound) -> Runti
 mod tests {
     use super::*;
 
-    /// Member `from`'s contribution to `round`: `data`, to combine by `op`.
+    /// A contribution to `round`: `data`, to combine by `op`.
     fn share(round: u32, op: ReduceOp, data: &[u8]) -> Reply {
         Reply::from_contribution(Contribution {
             step: 0,
@@ -849,6 +867,68 @@ mod tests {
             [first.clone(), first, second.clone(), second]
         );
         assert_eq!(answers.distinct.len(), 2, "one answer per group");
+    }
+
+    /// Catches an answer named by one segment's group alone: under pairs `[0, 1]`, `[2, 3]`
+    /// in one segment and pairs `[0, 2]`, `[1, 3]` in the next, every member's answer
+    /// differs; under `All` and pairs, two do.
+    #[test]
+    fn an_answer_is_named_by_every_segments_group() {
+        let round = OpenRound {
+            round: 0,
+            op: ReduceOp::Sum,
+            len: 8,
+            present: vec![true; 4],
+            contributions: (0..4)
+                .map(|from| {
+                    let x = from as f32 + 1.0;
+                    Share {
+                        from,
+                        message: share(0, ReduceOp::Sum, &f32s(&[x, 10.0 * x])),
+                    }
+                })
+                .collect(),
+        };
+        let all = ReplicaGrouping::new(4, 1, 4).unwrap();
+        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
+        let across = ReplicaGrouping::new(4, 2, 2).unwrap();
+        let two = |first, second| Plan {
+            segments: vec![(first, 4), (second, 4)],
+        };
+        let combined =
+            |plan: &Plan| combine(&round, &members(4), plan, &crate::instance::Single).unwrap();
+        let crossing = combined(&two(pairs, across));
+        assert_eq!(
+            each(&crossing, 4),
+            [[3.0, 40.0], [3.0, 60.0], [7.0, 40.0], [7.0, 60.0]].map(|a| f32s(&a))
+        );
+        assert_eq!(crossing.distinct.len(), 4);
+        let nested = combined(&two(all, pairs));
+        assert_eq!(
+            each(&nested, 4),
+            [[10.0, 30.0], [10.0, 30.0], [10.0, 70.0], [10.0, 70.0]].map(|a| f32s(&a))
+        );
+        assert_eq!(nested.distinct.len(), 2);
+    }
+
+    /// Catches a step that never ends: a device answering `Done` before it contributed to
+    /// each of the step's rounds leaves its peers waiting for it.
+    #[test]
+    fn a_device_done_before_its_last_round_is_an_error() {
+        let mut member = members(1).remove(0);
+        member.next_round = 4;
+        assert!(finished_every_round(&member, 4).is_ok());
+        member.next_round = 3;
+        let e = finished_every_round(&member, 4).unwrap_err();
+        assert!(matches!(
+            e,
+            RuntimeError::ReductionSkipped {
+                replica: 0,
+                round: 3,
+                rounds: 4
+            }
+        ));
+        assert!(e.to_string().contains("round 3"), "{e}");
     }
 
     /// Catches a contribution of a partial element summed as if whole (its last bytes

@@ -419,7 +419,6 @@ impl Channel {
         let seq = self.next_seq;
         // Zero is never used: the device answers undecodable frames under it.
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        self.traffic.requests += 1;
         let frame = self.frame(seq, request)?.to_vec();
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
@@ -431,6 +430,7 @@ impl Channel {
             send_queued(&mut self.writer, frame, bulk.clone(), self.limits.replica)?;
             None
         };
+        self.traffic.requests += 1;
         self.in_flight.push_back(InFlight {
             seq,
             kind: request.kind(),
