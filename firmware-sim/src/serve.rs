@@ -386,10 +386,11 @@ impl Waiting {
     }
 }
 
-/// What runs a step's next leg: its `RunStep` (saying whether the host fed the step in
-/// place), or the host's answer to the exchange it waits on.
+/// What runs a step's next leg: its `RunStep` (saying whether the host fed the step and
+/// took the last step's anchors in place), or the host's answer to the exchange it waits
+/// on.
 enum Leg<'a> {
-    Start { fed: bool },
+    Start { fed: bool, took: bool },
     Answer(&'a [u8]),
 }
 
@@ -404,7 +405,7 @@ fn step_progress<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>
 ) -> Result<Option<Waiting>, ServeError<M::Error>> {
     let progress = match leg {
         Leg::Answer(data) => device.answer_step(data),
-        Leg::Start { fed } => device.start_step(fed),
+        Leg::Start { fed, took } => device.start_step(fed, took),
     };
     let encoded = match progress {
         Progress::Contribute { round, op, data } => {
@@ -471,7 +472,7 @@ where
         dropped,
         ..
     } = state;
-    let envelope = match decode_body::<ToDevice<'_>>(&request[..len]) {
+    let envelope = match decode_message(&request[..len]) {
         Ok(ToDevice::Request(envelope)) => envelope,
         Ok(ToDevice::Combined(Combined { step, round, data })) => {
             return match waiting {
@@ -527,8 +528,12 @@ where
         }
         Verdict::Repeat => {}
         Verdict::Run if matches!(envelope.body, Request::RunStep { .. }) => {
-            let fed = matches!(envelope.body, Request::RunStep { fed: true });
-            return step_progress(cache, seq, device, Leg::Start { fed }, (link, clock));
+            let (fed, took) = match envelope.body {
+                Request::RunStep { fed, took } => (fed, took),
+                _ => (false, false),
+            };
+            let start = Leg::Start { fed, took };
+            return step_progress(cache, seq, device, start, (link, clock));
         }
         Verdict::Run => {
             if hello {
@@ -539,6 +544,14 @@ where
     }
     let reply = cache.cached(seq).unwrap_or(&[]);
     link.send(reply).map_err(ServeError::Link).map(|()| None)
+}
+
+/// A message from the host, decoded out of line: inlined into the serve loop, the decoder
+/// took some 800 bytes more of the Cortex-M3 firmware's flash (LLVM's size choices inside
+/// one large function), which that build has no room for.
+#[inline(never)]
+fn decode_message(bytes: &[u8]) -> Result<ToDevice<'_>, tessera_core::wire::FrameError> {
+    decode_body(bytes)
 }
 
 /// The access, target, offset and length of a bulk request; `None` for any other request.

@@ -249,6 +249,9 @@ pub enum Invariant {
     FifoRing,
     /// A request handed to a device area that does not serve it.
     Routing,
+    /// A step ended without filling each anchor FIFO exactly (its ring, from the ring's
+    /// start): what the host reads in place after the step would not all be this step's.
+    AnchorsWhole,
 }
 
 impl fmt::Display for Invariant {
@@ -268,6 +271,7 @@ impl fmt::Display for Invariant {
             Self::ItemSize => "a stream item's size",
             Self::FifoRing => "a FIFO's ring bounds",
             Self::Routing => "routing a request to its area",
+            Self::AnchorsWhole => "a finished step's anchors filling their FIFOs",
         })
     }
 }

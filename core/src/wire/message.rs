@@ -12,7 +12,7 @@ use super::target::Target;
 /// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
 /// any message (host and device must run exactly the same one: see the [`wire`](super)
 /// module).
-pub const PROTOCOL_VERSION: u16 = 16;
+pub const PROTOCOL_VERSION: u16 = 17;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -192,6 +192,15 @@ pub enum Request<'a> {
         /// spares a host that moves the step's inputs in place one `Wrote` and its reply
         /// per stream per replica. `false`: the FIFOs were filled by requests of their own.
         fed: bool,
+        /// The host read every anchor FIFO's bytes in place, whole, as the last step left
+        /// them (a step that ends [`Response::Done`] leaves each anchor FIFO holding exactly
+        /// its ring, from the ring's start): the device drops each FIFO's items, by the
+        /// rules a [`Request::Took`] of its whole ring is checked by, before it counts the
+        /// inputs (`fed`) and runs the step's first leg, and refuses the step if one does
+        /// not hold. This spares a host that reads the anchors in place one `Took` and its
+        /// reply per anchor per replica per step. `false`: nothing was read in place
+        /// unreported (the anchors left by requests of their own, or nothing to drop).
+        took: bool,
     },
     /// Cycle count to host.
     CycleCount,

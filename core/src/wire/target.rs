@@ -18,15 +18,16 @@
 //! - **FIFOs** are streams whose offsets are positions in the FIFO's ring. A write appends:
 //!   it must start exactly where the FIFO's next byte goes. A read removes: it must start at
 //!   the oldest item and take whole items. Neither may run past the ring's end (a FIFO
-//!   emptied after every step, as a step's FIFOs are, starts each step at position 0 and
+//!   empty when a step starts, as a step's FIFOs are, starts the step at position 0 and
 //!   never wraps). A write or read anywhere else is refused before anything changes: it
 //!   would reorder the stream, lose bytes or hand some out twice.
 //! - A host that moved bytes in place reports it: [`Wrote`](super::Request::Wrote) after
 //!   writing a FIFO's bytes (the FIFO then holds them), [`Took`](super::Request::Took)
 //!   after reading them (the FIFO then drops them); a step's inputs written in place, every
 //!   stream FIFO whole, are reported by the step itself
-//!   ([`RunStep`](super::Request::RunStep) `{ fed: true }`). Registers and slots need no
-//!   report.
+//!   ([`RunStep`](super::Request::RunStep) `{ fed: true }`), and the last step's anchors
+//!   read in place, every anchor FIFO whole, by the next step (`{ took: true }`: until
+//!   then the FIFOs hold them). Registers and slots need no report.
 
 use serde::{Deserialize, Serialize};
 

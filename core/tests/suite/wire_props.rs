@@ -22,7 +22,7 @@ fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
     prop_oneof![
         (any::<u16>(), any::<u32>())
             .prop_map(|(version, replica)| Request::Hello { version, replica }),
-        any::<bool>().prop_map(|fed| Request::RunStep { fed }),
+        (any::<bool>(), any::<bool>()).prop_map(|(fed, took)| Request::RunStep { fed, took }),
         (any::<u16>(), any::<u32>()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
         (target(), any::<u32>(), 0..=data.len()).prop_map(move |(target, offset, n)| {
             Request::Write {

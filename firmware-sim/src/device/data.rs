@@ -18,8 +18,11 @@
 //!   (a FIFO's: its whole ring); [`Wrote`](Request::Wrote) and [`Took`](Request::Took)
 //!   report a move the host made there, checked and settled as the same move in a frame;
 //!   a [`RunStep`](Request::RunStep) that says the host fed the step in place reports a
-//!   whole-ring write to every stream FIFO, checked and settled the same way
-//!   ([`Device::count_fed`]).
+//!   whole-ring write to every stream FIFO, and one that says it took the last step's
+//!   anchors in place a whole-ring read of every anchor FIFO, checked and settled the same
+//!   way ([`Device::count_whole`]). A step that ends well leaves every anchor FIFO holding
+//!   exactly its ring from the ring's start ([`Device::anchors_whole`] checks it), so what
+//!   the host reads in place after it is that step's, all of it.
 //! - A bulk request reaching here came on a link that carries no bytes beside its
 //!   messages (the serve loop answers bulk requests itself where it does).
 //!
@@ -34,11 +37,21 @@
 
 use core::ops::Range;
 
+use tessera_core::program::ids;
 use tessera_core::wire::{ErrorCode, Invariant, Request, Response, Target};
 
 use super::{Answer, Device};
 use crate::arena::{saturate, Access, Block, Owner};
 use crate::broken;
+
+/// The FIFOs of the prepared program a whole-ring report covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rings {
+    /// Every stream FIFO: the host wrote a step's inputs.
+    Streams,
+    /// Every anchor FIFO: the host read a step's anchors.
+    Anchors,
+}
 
 /// Runs a data-path request.
 pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
@@ -119,22 +132,43 @@ impl Device<'_> {
             .ok_or(broken(Invariant::FifoRing))
     }
 
-    /// Counts every stream FIFO of the prepared program written whole by the host, from the
-    /// start of its ring (one step's items, which the FIFO holds exactly), each checked as
-    /// a [`Wrote`](Request::Wrote) of that span is. The first refusal ends the count (the
-    /// FIFOs counted before it stay counted: the host resets a failed step's state).
-    pub(super) fn count_fed(&mut self) -> Result<(), ErrorCode> {
-        let streams = self
-            .prepared
-            .as_ref()
-            .map_or(0, |p| p.program.streams.len());
-        for k in 0..streams as u8 {
-            let id = tessera_core::program::ids::stream_fifo(k);
+    /// Counts every FIFO of `rings` moved whole by the host in place, each from the start
+    /// of its ring (one step's items, which the FIFO holds exactly) and checked as a
+    /// [`Wrote`](Request::Wrote) (stream FIFOs) or [`Took`](Request::Took) (anchor FIFOs)
+    /// of that span is. The first refusal ends the count (the FIFOs counted before it stay
+    /// counted: the host resets a failed step's state).
+    pub(super) fn count_whole(&mut self, rings: Rings) -> Result<(), ErrorCode> {
+        self.whole_rings(rings, true)
+    }
+
+    /// Checks that every anchor FIFO holds exactly its ring, from the ring's start: what a
+    /// finished step leaves for the host to read in place ([`Invariant::AnchorsWhole`]
+    /// otherwise).
+    pub(super) fn anchors_whole(&mut self) -> Result<(), ErrorCode> {
+        self.whole_rings(Rings::Anchors, false)
+            .map_err(|_| broken(Invariant::AnchorsWhole))
+    }
+
+    /// Checks a whole-ring move of every FIFO of `rings` (see [`Device::count_whole`]),
+    /// counting each when `settle`.
+    fn whole_rings(&mut self, rings: Rings, settle: bool) -> Result<(), ErrorCode> {
+        let program = self.prepared.as_ref().map(|p| &p.program);
+        let (count, access) = match rings {
+            Rings::Streams => (program.map_or(0, |p| p.streams.len()), Access::Write),
+            Rings::Anchors => (program.map_or(0, |p| p.anchors.len()), Access::Read),
+        };
+        for k in 0..count as u8 {
+            let id = match rings {
+                Rings::Streams => ids::stream_fifo(k),
+                Rings::Anchors => ids::anchor_fifo(k),
+            };
             let fifo = self.fifos.get(id)?;
             let len = fifo.item_bytes * fifo.depth;
-            self.range(Target::Fifo(id), 0, saturate(len), Access::Write)?;
-            // A ring over u32::MAX bytes would have been refused just above.
-            self.settle(Target::Fifo(id), len, Access::Write);
+            self.range(Target::Fifo(id), 0, saturate(len), access)?;
+            if settle {
+                // A ring over u32::MAX bytes would have been refused just above.
+                self.settle(Target::Fifo(id), len, access);
+            }
         }
         Ok(())
     }

@@ -82,9 +82,9 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             let state = device.rng.state();
             return Ok(Some(Response::RngState { state }));
         }
-        Request::RunStep { fed } => {
+        Request::RunStep { fed, took } => {
             // No host answers exchanges here (see `Device::handle`).
-            let outcome = match device.start_step(fed) {
+            let outcome = match device.start_step(fed, took) {
                 Progress::Finished(Response::Error { code, .. }) => Err(code),
                 Progress::Finished(_) => Ok(()),
                 Progress::Contribute { .. } => Err(ErrorCode::ReduceTimeout),

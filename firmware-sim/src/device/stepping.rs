@@ -19,6 +19,7 @@ use core::ops::Range;
 
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp, RequestKind, Response};
 
+use super::data::Rings;
 use super::Device;
 use crate::arena::Owner;
 use crate::program::{self as step, Cursor, Leg, StepContext};
@@ -50,13 +51,17 @@ pub enum Progress<'d> {
 }
 
 impl Device<'_> {
-    /// Starts a step: counts the stream FIFOs the host `fed` in place whole
+    /// Starts a step: drops the last step's anchors the host `took` in place whole, counts
+    /// the stream FIFOs it `fed` in place whole
     /// ([`Request::RunStep`](tessera_core::wire::Request::RunStep)'s rule), then runs its
     /// first leg.
-    pub fn start_step(&mut self, fed: bool) -> Progress<'_> {
+    pub fn start_step(&mut self, fed: bool, took: bool) -> Progress<'_> {
         self.stepping = None;
-        if fed {
-            if let Err(code) = self.count_fed() {
+        for (whole, rings) in [(took, Rings::Anchors), (fed, Rings::Streams)] {
+            if !whole {
+                continue;
+            }
+            if let Err(code) = self.count_whole(rings) {
                 return finished(Err(code));
             }
         }
@@ -128,7 +133,8 @@ impl Device<'_> {
             }
             Ok(Leg::Done { work }) => {
                 self.cycles.add(work);
-                finished(Ok(()))
+                // The host reads the anchors in place on this reply's word alone.
+                finished(self.anchors_whole())
             }
             Err(code) => finished(Err(code)),
         }

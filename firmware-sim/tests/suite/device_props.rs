@@ -165,7 +165,7 @@ fn request() -> impl Strategy<Value = Request<'static>> {
                 momentum,
             }
         }),
-        any::<bool>().prop_map(|fed| Request::RunStep { fed }),
+        (any::<bool>(), any::<bool>()).prop_map(|(fed, took)| Request::RunStep { fed, took }),
         (id(), id()).prop_map(|(slot, variable)| Request::RemoteLoad { slot, variable }),
         (id(), id()).prop_map(|(variable, slot)| Request::RemoteStore { variable, slot }),
         Just(Request::CycleCount),

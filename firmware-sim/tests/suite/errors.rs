@@ -99,7 +99,13 @@ fn optimizer_values_break_the_programs_rule() {
 #[test]
 fn a_step_before_prepare_is_not_prepared() {
     with_device(|d| {
-        for request in [Request::RunStep { fed: false }, Request::ResetStep] {
+        for request in [
+            Request::RunStep {
+                fed: false,
+                took: false,
+            },
+            Request::ResetStep,
+        ] {
             let (kind, code) = refusal(d, &request);
             assert_eq!((kind, code), (request.kind(), ErrorCode::NotPrepared));
         }

@@ -115,8 +115,8 @@ fn assert_trained(link: &MemLink, context: &str) {
 /// its round-0 contribution again, and the host answers both copies.
 fn retried_step(fed: bool) -> [Vec<u8>; 6] {
     [
-        frame(STEP, &Request::RunStep { fed }),
-        frame(STEP, &Request::RunStep { fed }), // the host's retry
+        frame(STEP, &Request::RunStep { fed, took: false }),
+        frame(STEP, &Request::RunStep { fed, took: false }), // the host's retry
         answer(0, 1.0),
         answer(0, 1.0), // its answer to the re-sent contribution
         answer(1, 2.0),
@@ -174,7 +174,13 @@ fn a_retried_fed_step_counts_its_inputs_once() {
 fn answers_for_another_step_are_discarded() {
     let other = |round| combined(STEP + 1, round, &9.0f32.to_le_bytes());
     let step = [
-        frame(STEP, &Request::RunStep { fed: false }),
+        frame(
+            STEP,
+            &Request::RunStep {
+                fed: false,
+                took: false,
+            },
+        ),
         other(0),
         answer(0, 1.0),
         other(1),
@@ -194,7 +200,13 @@ fn answers_for_another_step_are_discarded() {
 #[test]
 fn answers_read_together_with_their_step_are_seen() {
     let step = [
-        frame(STEP, &Request::RunStep { fed: false }),
+        frame(
+            STEP,
+            &Request::RunStep {
+                fed: false,
+                took: false,
+            },
+        ),
         answer(0, 1.0),
         answer(1, 2.0),
         answer(2, 4.0),
@@ -214,8 +226,20 @@ fn answers_read_together_with_their_step_are_seen() {
 #[test]
 fn every_frame_is_flushed_before_the_device_reads() {
     let step = [
-        frame(STEP, &Request::RunStep { fed: false }),
-        frame(STEP, &Request::RunStep { fed: false }),
+        frame(
+            STEP,
+            &Request::RunStep {
+                fed: false,
+                took: false,
+            },
+        ),
+        frame(
+            STEP,
+            &Request::RunStep {
+                fed: false,
+                took: false,
+            },
+        ),
         answer(0, 1.0),
         answer(1, 2.0),
         answer(2, 4.0),
@@ -305,7 +329,13 @@ fn bulk_requests_on_a_byte_link_are_refused() {
 #[test]
 fn a_later_request_abandons_a_waiting_step() {
     let step = [
-        frame(STEP, &Request::RunStep { fed: false }),
+        frame(
+            STEP,
+            &Request::RunStep {
+                fed: false,
+                took: false,
+            },
+        ),
         frame(STORE, &Request::GetSeed),
         frame(STORE, &Request::GetSeed), // the host's retry
     ];

@@ -123,10 +123,12 @@ fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
     train_fed(case, memory, false)
 }
 
-/// [`train`], its inputs written `in_place` (straight into each stream FIFO's ring, as a
-/// host that maps the device's memory does, and the step told so: `RunStep { fed: true }`)
-/// or by `Write` requests; in place, a first step onto a FIFO not left empty must be
-/// refused, and is reset as the host resets a failed step.
+/// [`train`], its inputs written and its anchors read `in_place` (straight into each stream
+/// FIFO's ring and out of each anchor FIFO's, as a host that maps the device's memory
+/// does, and the next step told so: `RunStep { fed: true, took: true }`) or by `Write` and
+/// `Read` requests. In place, a first step that says it took anchors the device does not
+/// hold, and one fed onto a FIFO not left empty, must be refused; the second is reset as
+/// the host resets a failed step.
 fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Vec<u8>>)> {
     let (mut arena, cycles) = (vec![0u8; memory], CycleCounter::new());
     let mut arena = &mut arena[..];
@@ -181,11 +183,23 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
                 .collect()
         };
         if in_place && step == 0 {
+            let refused = device.handle(Request::RunStep {
+                fed: false,
+                took: true,
+            });
+            let Response::Error { code, .. } = refused else {
+                panic!("a step reporting anchors the device never held ran: {refused:?}");
+            };
+            let first = ids::anchor_fifo(0);
+            assert_eq!(code, ErrorCode::FifoEmpty { fifo: first }, "{code}");
             // The second FIFO: the first is counted before the refusal, and the reset must
             // empty it again.
             let target = Target::Fifo(ids::stream_fifo(1));
             write(&mut device, target, &labels[..4]);
-            let refused = device.handle(Request::RunStep { fed: true });
+            let refused = device.handle(Request::RunStep {
+                fed: true,
+                took: false,
+            });
             let Response::Error { code, .. } = refused else {
                 panic!("a step fed onto a FIFO holding bytes ran: {refused:?}");
             };
@@ -202,16 +216,24 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
                 write(&mut device, target, data);
             }
         }
-        ok(&mut device, Request::RunStep { fed: in_place });
+        ok(
+            &mut device,
+            Request::RunStep {
+                fed: in_place,
+                took: in_place && step > 0,
+            },
+        );
         for (j, a) in program.anchors.iter().enumerate() {
             let flow = program.data_flow().unwrap();
             let width = program.anchor_width(a.tensor).unwrap();
             let len = flow.outputs_per_replica(Some(a.return_type)) * width * 4;
-            out.push(read(
-                &mut device,
-                Target::Fifo(ids::anchor_fifo(j as u8)),
-                len,
-            ));
+            let target = Target::Fifo(ids::anchor_fifo(j as u8));
+            out.push(if in_place {
+                let len = u32::try_from(len).unwrap();
+                device.place(target, 0, len, Access::Read).unwrap().to_vec()
+            } else {
+                read(&mut device, target, len)
+            });
         }
     }
     for i in 0..program.variables.len() as u8 {
@@ -248,8 +270,10 @@ fn smallest_arena(case: Case) -> usize {
 /// smallest arena the program fits) must end with the same bytes.
 ///
 /// Also catches a `RunStep { fed: true }` that miscounts the FIFOs the host wrote in place
-/// (the step would read too few samples, or stale ones) or runs onto a FIFO not left empty:
-/// fed in place, the same steps end with the same bytes.
+/// (the step would read too few samples, or stale ones) or runs onto a FIFO not left empty,
+/// and a `RunStep { took: true }` that leaves anchors the host read in place (the next
+/// step's would not fit) or drops ones it never held: fed and read in place, the same
+/// steps end with the same bytes.
 #[test]
 fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
     for anchors in 0..ANCHORS.len() {

@@ -205,6 +205,15 @@ pub enum RuntimeError {
         /// The only new round it may contribute to: the cap on `round`.
         expected: u32,
     },
+    /// A device that ended its step before it contributed to every reduction round of it.
+    ReductionSkipped {
+        /// The device's replica.
+        replica: u32,
+        /// The first round it did not contribute to.
+        round: u32,
+        /// The step's rounds.
+        rounds: u32,
+    },
     /// A device whose replica is in no group of its round's grouping.
     ReductionGroup {
         /// The device's replica.
@@ -379,6 +388,15 @@ impl fmt::Display for RuntimeError {
                 "device {replica} contributed to reduction round {round} while the host \
                  expects at most round {expected}: a device contributes to each round in \
                  order, once the round before is answered"
+            ),
+            Self::ReductionSkipped {
+                replica,
+                round,
+                rounds,
+            } => write!(
+                f,
+                "device {replica} ended its step without contributing to reduction round \
+                 {round} (the step has {rounds}): its peers would wait for it forever"
             ),
             Self::ReductionGroup { replica, round } => write!(
                 f,

@@ -134,6 +134,10 @@ pub struct Runtime {
     weights_in_sync: bool,
     /// What failed steps left to settle (see [`recovery`]).
     recovery: recovery::Recovery,
+    /// Per local replica: its last step's anchors were read in place and not reported yet;
+    /// its next `RunStep` reports them (`took`). Cleared by that step and by a reset (which
+    /// empties the FIFOs).
+    anchors_taken: Vec<bool>,
     /// A failure the next step injects, for tests.
     fault: Option<StepFault>,
     /// Input bytes converted to their stream's type in a buffer of the runtime's own.
@@ -141,8 +145,9 @@ pub struct Runtime {
 }
 
 /// How the bytes of a runtime's steps and weights moved so far: summed over its devices'
-/// channels, and what the runtime itself converted into buffers of its own on the way
-/// (an input array not already of its stream's type). A test counts copies with it.
+/// channels (with the requests they sent), and what the runtime itself converted into
+/// buffers of its own on the way (an input array not already of its stream's type). A test
+/// counts copies and requests with it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuntimeTraffic {
     /// The channels' paths (see [`Traffic`]).
@@ -316,6 +321,7 @@ impl Runtime {
             c.receive(seq)?;
         }
         Ok(Self {
+            anchors_taken: vec![false; channels.len()],
             channels,
             program,
             replicas,

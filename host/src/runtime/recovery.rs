@@ -16,6 +16,12 @@
 //! 3. **Collecting** — every device finished the step and the anchors are read. The
 //!    variables are the step's result on every replica; only the anchors are lost.
 //!
+//! (The anchors of the step before, read in place, are reported by this step's `RunStep`
+//! (`took`): a replica refusing that report fails the step while running too. So does a
+//! device that ends the step without every anchor FIFO holding exactly its ring — a
+//! broken device, whose anchors the host would otherwise read in place — though it
+//! applied every update: the runtime cannot tell which replicas did.)
+//!
 //! After a failure in any phase the runtime sends every device
 //! [`ResetStep`](tessera_core::wire::Request::ResetStep): stream and anchor FIFOs emptied,
 //! the step's scratch (where `Sum` anchors accumulate) zeroed, so nothing of the failed
@@ -175,6 +181,9 @@ impl Runtime {
     /// Sends `ResetStep` to every device (each after whatever step it may still be in);
     /// remembers a failure so that the next step tries again.
     fn reset_devices(&mut self) -> Result<(), TransportError> {
+        // A device reset has no anchors left to report; one that could not be reset is
+        // reset before the next step runs, or that step fails.
+        self.anchors_taken.fill(false);
         let mut first = None;
         for c in &mut self.channels {
             if let Err(e) = c.request_after_abandoned_step(&Request::ResetStep) {

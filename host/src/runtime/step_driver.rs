@@ -29,6 +29,8 @@
 //! turn ([`RuntimeError::ReductionRound`], naming it, the round and the one allowed); an
 //! earlier round is a late duplicate, answered again if its answer is still kept, else
 //! ignored; a round past the step's last (rounds per batch × batches) is out of turn too.
+//! A device that answers the step `Done` before it contributed to every round is an error
+//! too ([`RuntimeError::ReductionSkipped`]): its peers would wait for it forever.
 //! Only the last combined round's answers are kept: every device has applied the ones
 //! before (it contributed to a later round). The driver therefore holds at most one open
 //! round's contributions and one round's answers, whatever numbers a device sends.
@@ -42,6 +44,7 @@
 //! busy deadline; anything else is reported as it is. A device waiting for its peers'
 //! contributions is silent by design and never counted.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tessera_core::grouping::ReplicaGrouping;
@@ -51,7 +54,7 @@ use tessera_core::wire::{Combined, Contribution, ReduceOp, Request, RequestKind,
 use super::{RuntimeError, StepFault};
 use crate::combine::{round_f32, sum_f32, CombineError};
 use crate::instance::Instances;
-use crate::transport::{Channel, Silence};
+use crate::transport::{Channel, Reply, Silence};
 
 /// How long the driver polls one channel before moving to the next.
 const POLL: Duration = Duration::from_millis(1);
@@ -66,7 +69,8 @@ struct Member {
     replica: usize,
     /// It answered the step.
     done: bool,
-    /// When it was last heard from (or last waited on by design).
+    /// When it was last heard from (or its round was last answered: it waits by design
+    /// until then).
     heard: Instant,
     /// Sends of the step since it was last heard from.
     resent: u32,
@@ -74,15 +78,40 @@ struct Member {
     waiting: bool,
     /// The round it may contribute to next (module doc).
     next_round: u32,
-    /// Its `RunStep` says its inputs were fed in place (sent again as it was first sent).
-    fed: bool,
+    /// What its `RunStep` reports moved in place (sent again as it was first sent).
+    moved: InPlace,
 }
 
-/// One device's share of the open round: its member index and its buffer (the operation
-/// is the round's).
+/// What a device's `RunStep` reports the host moved in place and did not report otherwise:
+/// the step's inputs (`fed`) and the anchors of the device's last step (`took`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct InPlace {
+    pub fed: bool,
+    pub took: bool,
+}
+
+impl InPlace {
+    /// The `RunStep` that reports it.
+    fn run_step(self) -> Request<'static> {
+        Request::RunStep {
+            fed: self.fed,
+            took: self.took,
+        }
+    }
+}
+
+/// One device's share of the open round: its member index and the message carrying it (its
+/// bytes are not copied out: the message is kept until the round is combined).
 struct Share {
     from: usize,
-    data: Vec<u8>,
+    message: Reply,
+}
+
+impl Share {
+    /// The contribution's bytes (checked when it was collected).
+    fn data(&self) -> &[u8] {
+        self.message.contribution().map_or(&[], |c| c.data)
+    }
 }
 
 /// The round under way: the contributions in so far.
@@ -100,7 +129,24 @@ struct OpenRound {
 /// The last combined round: each member's answer, for devices that ask again.
 struct Answered {
     round: u32,
-    by_member: Vec<Vec<u8>>,
+    answers: Answers,
+}
+
+/// A round's answers: one per distinct answer (members in the same group of every segment
+/// get the same bytes: under `All`, one for every member), and which one each member gets,
+/// indexed like the members.
+#[derive(Debug, PartialEq)]
+struct Answers {
+    distinct: Vec<Vec<u8>>,
+    of_member: Vec<usize>,
+}
+
+impl Answers {
+    /// Member `i`'s answer.
+    fn of(&self, i: usize) -> Option<&[u8]> {
+        let at = *self.of_member.get(i)?;
+        self.distinct.get(at).map(Vec::as_slice)
+    }
 }
 
 /// One exchange of a batch: its segments, in the order they lie in its message.
@@ -168,26 +214,26 @@ impl Schedule<'_> {
     }
 }
 
-/// Runs one `RunStep` of `batches` batches on every channel, telling device `i` that its
-/// inputs were fed in place when `fed[i]`; `rounds` (one plan per
+/// Runs one `RunStep` of `batches` batches on every channel, telling device `i` what the
+/// host moved in place for it (`moved[i]`); `rounds` (one plan per
 /// exchange of a batch, its groupings over the channels' global replica ids) say which
 /// devices each segment of each round combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
 pub(super) fn run_step(
     channels: &mut [Channel],
-    fed: &[bool],
+    moved: &[InPlace],
     rounds: &[Plan],
     batches: u32,
     instances: &dyn Instances,
     fault: Option<StepFault>,
 ) -> Result<(), RuntimeError> {
     let started = Instant::now();
-    debug_assert_eq!(fed.len(), channels.len(), "a fed flag per channel");
+    debug_assert_eq!(moved.len(), channels.len(), "a report per channel");
     let mut members = Vec::with_capacity(channels.len());
     for (i, c) in channels.iter_mut().enumerate() {
-        let fed = fed.get(i).copied().unwrap_or(false);
+        let moved = moved.get(i).copied().unwrap_or_default();
         members.push(Member {
-            seq: c.submit(&Request::RunStep { fed })?,
-            fed,
+            seq: c.submit(&moved.run_step())?,
+            moved,
             replica: c.replica() as usize,
             done: false,
             heard: Instant::now(),
@@ -219,13 +265,14 @@ pub(super) fn run_step(
             let Some(reply) = listen(&mut channels[i], &mut step.members[i], started)? else {
                 continue;
             };
-            if let Some(contribution) = reply.contribution() {
-                step.contributed(channels, i, &contribution)?;
+            if reply.contribution().is_some() {
+                step.contributed(channels, i, reply)?;
                 continue;
             }
             let member = &mut step.members[i];
             match reply.response() {
                 Response::Done => {
+                    finished_every_round(member, step.schedule.last)?;
                     member.done = true;
                     running -= 1;
                 }
@@ -238,7 +285,7 @@ pub(super) fn run_step(
                     .into())
                 }
                 other => {
-                    let request = Request::RunStep { fed: member.fed };
+                    let request = member.moved.run_step();
                     return Err(channels[i].unexpected(&request, &other).into());
                 }
             }
@@ -260,41 +307,41 @@ struct Step<'s> {
 }
 
 impl Step<'_> {
-    /// Takes member `i`'s contribution `c` by the module's rules: answered again, ignored,
-    /// refused, or collected — and once every member's is in, the round is combined.
+    /// Takes member `i`'s contribution (`message`) by the module's rules: answered again,
+    /// ignored, refused, or collected — and once every member's is in, the round is
+    /// combined.
     fn contributed(
         &mut self,
         channels: &mut [Channel],
         i: usize,
-        c: &Contribution<'_>,
+        message: Reply,
     ) -> Result<(), RuntimeError> {
+        let Some(c) = message.contribution() else {
+            return Ok(());
+        };
+        let (round, op) = (c.round, c.op);
         let member = &mut self.members[i];
         let again = self
             .answered
             .as_ref()
-            .filter(|a| a.round == c.round)
-            .and_then(|a| a.by_member.get(i));
+            .filter(|a| a.round == round)
+            .and_then(|a| a.answers.of(i));
         if let Some(answer) = again {
             // A re-sent contribution: answer it again, under its identity.
             return Ok(channels[i].publish(&Combined {
                 step: member.seq,
-                round: c.round,
+                round,
                 data: answer,
             })?);
         }
-        match judge(
-            c.round,
-            member.next_round,
-            member.waiting,
-            self.schedule.last,
-        ) {
-            Heard::New => member.next_round = c.round.saturating_add(1),
+        match judge(round, member.next_round, member.waiting, self.schedule.last) {
+            Heard::New => member.next_round = round.saturating_add(1),
             // Its answer is gone: the device has applied it already.
             Heard::Late => return Ok(()),
             Heard::OutOfTurn => {
                 return Err(RuntimeError::ReductionRound {
                     replica: member.replica as u32,
-                    round: c.round,
+                    round,
                     expected: member.next_round,
                 })
             }
@@ -303,15 +350,15 @@ impl Step<'_> {
         let replica = member.replica;
         let members = self.members.len();
         // `judge` let in only rounds the step has.
-        let len = self.schedule.plan(c.round).map_or(0, Plan::bytes);
+        let len = self.schedule.plan(round).map_or(0, Plan::bytes);
         let open = self.open.get_or_insert_with(|| OpenRound {
-            round: c.round,
-            op: c.op,
+            round,
+            op,
             len,
             contributions: Vec::with_capacity(members),
             present: vec![false; members],
         });
-        collect(open, i, replica, c.round, c.op, c.data)?;
+        collect(open, i, replica, message)?;
         if open.contributions.len() < members {
             return Ok(());
         }
@@ -336,10 +383,12 @@ impl Step<'_> {
             expected: self.schedule.last,
         };
         let plan = self.schedule.plan(round.round).ok_or(out_of_step)?;
-        let by_member = combine(&round, &self.members, plan, self.instances)?;
+        let answers = combine(&round, &self.members, plan, self.instances)?;
+        // The round's devices have waited by design until now.
+        let now = Instant::now();
         for c in &round.contributions {
             let m = &mut self.members[c.from];
-            let answer = by_member[c.from].as_slice();
+            let answer = answers.of(c.from).unwrap_or_default();
             let faulty = StepFault {
                 replica: m.replica as u32,
                 round: round.round,
@@ -355,12 +404,13 @@ impl Step<'_> {
                 data: answer,
             })?;
             m.waiting = false;
+            m.heard = now;
         }
         // Every device applied the earlier rounds' answers (it took part in this one): only
         // this round's can still be asked for again.
         self.answered = Some(Answered {
             round: round.round,
-            by_member,
+            answers,
         });
         Ok(())
     }
@@ -372,18 +422,17 @@ fn listen(
     channel: &mut Channel,
     member: &mut Member,
     started: Instant,
-) -> Result<Option<crate::transport::Reply>, RuntimeError> {
-    // A device waiting for its peers has nothing to say until they contribute: look
-    // without waiting, and wait on the devices the round still needs.
-    let wait = if member.waiting { Duration::ZERO } else { POLL };
-    if let Some(reply) = channel.poll(member.seq, wait)? {
+) -> Result<Option<Reply>, RuntimeError> {
+    // A device waiting for its peers has nothing to say until they contribute (at most its
+    // contribution again, answered once the round is): wait on the devices the round still
+    // needs. Its silence is by design; its clock restarts when the round is answered.
+    if member.waiting {
+        return Ok(None);
+    }
+    if let Some(reply) = channel.poll(member.seq, POLL)? {
         member.heard = Instant::now();
         member.resent = 0;
         return Ok(Some(reply));
-    }
-    if member.waiting {
-        member.heard = Instant::now();
-        return Ok(None);
     }
     if member.heard.elapsed() <= channel.deadline() {
         return Ok(None);
@@ -405,23 +454,27 @@ fn listen(
         replica = member.replica,
         "device silent during a step: sending the step again"
     );
-    channel.resend(member.seq, &Request::RunStep { fed: member.fed })?;
+    channel.resend(member.seq, &member.moved.run_step())?;
     member.resent += 1;
     member.heard = Instant::now();
     Ok(None)
 }
 
-/// Adds member `from`'s contribution to `open` (once: a repeat is already in), checking it
-/// against the round's first.
+/// Adds member `from`'s contribution (`message`) to `open` (once: a repeat is already in),
+/// checking it against the round's first.
 fn collect(
     open: &mut OpenRound,
     from: usize,
     replica: usize,
-    round: u32,
-    op: ReduceOp,
-    data: &[u8],
+    message: Reply,
 ) -> Result<(), RuntimeError> {
     let replica = replica as u32;
+    let Some(Contribution {
+        round, op, data, ..
+    }) = message.contribution()
+    else {
+        return Ok(());
+    };
     if open.round != round {
         return Err(RuntimeError::ReductionRound {
             replica,
@@ -449,12 +502,23 @@ fn collect(
     }
     if let Some(present @ false) = open.present.get_mut(from) {
         *present = true;
-        open.contributions.push(Share {
-            from,
-            data: data.to_vec(),
-        });
+        open.contributions.push(Share { from, message });
     }
     Ok(())
+}
+
+/// Checks that `member`, which answered its step `Done`, contributed to each of the step's
+/// `rounds`: one that ended early would leave its peers waiting for a round it will never
+/// join (the step would never end).
+fn finished_every_round(member: &Member, rounds: u32) -> Result<(), RuntimeError> {
+    if member.next_round == rounds {
+        return Ok(());
+    }
+    Err(RuntimeError::ReductionSkipped {
+        replica: member.replica as u32,
+        round: member.next_round,
+        rounds,
+    })
 }
 
 /// A contribution to a round no answer is kept for, as the rule in the module doc sees it.
@@ -486,14 +550,14 @@ fn judge(round: u32, next: u32, waiting: bool, rounds: u32) -> Heard {
 /// the order their messages arrived, which races); the partial sums of every segment summed
 /// across instances in one collective (an instance with no member of a group adds −0.0, the
 /// empty sum); then each segment divided by its group size for a mean and rounded once to
-/// `f32`. A member's answer is its groups' segments one after another, indexed like
-/// `members`.
+/// `f32`. A member's answer is its groups' segments one after another; members in the same
+/// groups share one (see [`Answers`]).
 fn combine(
     round: &OpenRound,
     members: &[Member],
     plan: &Plan,
     instances: &dyn Instances,
-) -> Result<Vec<Vec<u8>>, RuntimeError> {
+) -> Result<Answers, RuntimeError> {
     let group_of = |grouping: &ReplicaGrouping, replica: usize| {
         grouping
             .group_of(replica)
@@ -502,15 +566,17 @@ fn combine(
                 round: round.round,
             })
     };
+    let contributions: Vec<(usize, &[u8])> = (round.contributions.iter())
+        .map(|c| (members[c.from].replica, c.data()))
+        .collect();
     // Every segment's groups' sums, one segment after another.
     let mut partial = Vec::new();
     let mut at = 0;
     for (grouping, bytes) in &plan.segments {
         let (len, groups) = (bytes / 4, grouping.num_groups());
         let mut shares: Vec<Vec<(usize, &[u8])>> = vec![Vec::new(); groups];
-        for c in &round.contributions {
-            let replica = members[c.from].replica;
-            let data = c.data.get(at..at + bytes).unwrap_or_default();
+        for &(replica, data) in &contributions {
+            let data = data.get(at..at + bytes).unwrap_or_default();
             shares[group_of(grouping, replica)?].push((replica, data));
         }
         let base = partial.len();
@@ -523,7 +589,8 @@ fn combine(
         at += bytes;
     }
     instances.allreduce_sum(&mut partial)?;
-    let mut by_member = vec![Vec::with_capacity(at); members.len()];
+    // Each segment's answer per group.
+    let mut by_segment = Vec::with_capacity(plan.segments.len());
     let mut base = 0;
     for (grouping, bytes) in &plan.segments {
         let len = bytes / 4;
@@ -538,12 +605,37 @@ fn combine(
             round_f32(sums, divisor, &mut out).map_err(|e| length(e, &[], round))?;
             by_group.push(out);
         }
-        for (answer, m) in by_member.iter_mut().zip(members) {
-            answer.extend_from_slice(&by_group[group_of(grouping, m.replica)?]);
-        }
+        by_segment.push(by_group);
         base += grouping.num_groups() * len;
     }
-    Ok(by_member)
+    // A member's groups, segment by segment, name its answer: each distinct one is built
+    // once, found again by hash (O(members × segments) a round, whatever the groupings).
+    let mut answers = Answers {
+        distinct: Vec::new(),
+        of_member: Vec::with_capacity(members.len()),
+    };
+    let mut index: HashMap<Vec<usize>, usize> = HashMap::new();
+    let mut groups = Vec::with_capacity(plan.segments.len());
+    for m in members {
+        groups.clear();
+        for (grouping, _) in &plan.segments {
+            groups.push(group_of(grouping, m.replica)?);
+        }
+        let which = match index.get(groups.as_slice()) {
+            Some(&which) => which,
+            None => {
+                let mut answer = Vec::with_capacity(at);
+                for (by_group, &g) in by_segment.iter().zip(&groups) {
+                    answer.extend_from_slice(&by_group[g]);
+                }
+                answers.distinct.push(answer);
+                index.insert(groups.clone(), answers.distinct.len() - 1);
+                answers.distinct.len() - 1
+            }
+        };
+        answers.of_member.push(which);
+    }
+    Ok(answers)
 }
 
 /// A contribution the kernel refused: of another length than its round (`collect` checks
@@ -565,6 +657,16 @@ fn length(e: CombineError, group: &[(usize, &[u8])], round: &OpenRound) -> Runti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A contribution to `round`: `data`, to combine by `op`.
+    fn share(round: u32, op: ReduceOp, data: &[u8]) -> Reply {
+        Reply::from_contribution(Contribution {
+            step: 0,
+            round,
+            op,
+            data,
+        })
+    }
 
     /// Catches a driver that keeps a contribution for any round a device names: a device
     /// sending rounds 0, 1, …, u32::MAX without waiting grew the map by one entry each.
@@ -626,11 +728,11 @@ mod tests {
             contributions: Vec::new(),
             present: vec![false; 8],
         };
-        collect(&mut open, 0, 0, 2, ReduceOp::Mean, &[0; 8]).unwrap();
-        collect(&mut open, 0, 0, 2, ReduceOp::Mean, &[0; 8]).unwrap();
+        collect(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
+        collect(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
         assert_eq!(open.contributions.len(), 1, "a repeat is in once");
         assert!(matches!(
-            collect(&mut open, 1, 1, 2, ReduceOp::Mean, &[0; 4]),
+            collect(&mut open, 1, 1, share(2, ReduceOp::Mean, &[0; 4])),
             Err(RuntimeError::ReductionLength {
                 replica: 1,
                 expected: 8,
@@ -639,7 +741,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            collect(&mut open, 1, 1, 2, ReduceOp::Sum, &[0; 8]),
+            collect(&mut open, 1, 1, share(2, ReduceOp::Sum, &[0; 8])),
             Err(RuntimeError::ReductionOps {
                 replica: 1,
                 round: 2
@@ -658,7 +760,7 @@ mod tests {
                 resent: 0,
                 waiting: true,
                 next_round: 0,
-                fed: false,
+                moved: InPlace::default(),
             })
             .collect()
     }
@@ -691,17 +793,17 @@ mod tests {
                     .iter()
                     .map(|&from| Share {
                         from,
-                        data: f32s(&[values[from]]),
+                        message: share(0, ReduceOp::Sum, &f32s(&[values[from]])),
                     })
                     .collect(),
             };
-            combine(
+            let answers = combine(
                 &round,
                 &members(3),
                 &one(grouping, 4),
                 &crate::instance::Single,
-            )
-            .unwrap()
+            );
+            each(&answers.unwrap(), 3)
         };
         let in_order = sum_arriving([0, 1, 2]);
         assert_eq!(in_order, vec![f32s(&[1.0]); 3]);
@@ -722,14 +824,111 @@ mod tests {
             contributions: (0..2)
                 .map(|from| Share {
                     from,
-                    data: f32s(&[-0.0]),
+                    message: share(0, ReduceOp::Mean, &f32s(&[-0.0])),
                 })
                 .collect(),
         };
         let grouping = ReplicaGrouping::new(2, 1, 2).unwrap();
         let plan = one(grouping, 4);
-        let by_member = combine(&round, &members(2), &plan, &crate::instance::Single).unwrap();
-        assert_eq!(by_member, vec![f32s(&[-0.0]); 2]);
+        let answers = combine(&round, &members(2), &plan, &crate::instance::Single).unwrap();
+        assert_eq!(each(&answers, 2), vec![f32s(&[-0.0]); 2]);
+    }
+
+    /// Each of the first `n` members' answers.
+    fn each(answers: &Answers, n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| answers.of(i).expect("an answer per member").to_vec())
+            .collect()
+    }
+
+    /// Catches answers shared too widely (every member given the first group's sum) or
+    /// built once per member: groups `[0, 1]` and `[2, 3]` get their own sums, built
+    /// once each.
+    #[test]
+    fn members_share_an_answer_only_within_their_groups() {
+        let round = OpenRound {
+            round: 0,
+            op: ReduceOp::Sum,
+            len: 4,
+            present: vec![true; 4],
+            contributions: (0..4)
+                .map(|from| Share {
+                    from,
+                    message: share(0, ReduceOp::Sum, &f32s(&[from as f32 + 1.0])),
+                })
+                .collect(),
+        };
+        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
+        let plan = one(pairs, 4);
+        let answers = combine(&round, &members(4), &plan, &crate::instance::Single).unwrap();
+        let (first, second) = (f32s(&[3.0]), f32s(&[7.0]));
+        assert_eq!(
+            each(&answers, 4),
+            [first.clone(), first, second.clone(), second]
+        );
+        assert_eq!(answers.distinct.len(), 2, "one answer per group");
+    }
+
+    /// Catches an answer named by one segment's group alone: under pairs `[0, 1]`, `[2, 3]`
+    /// in one segment and pairs `[0, 2]`, `[1, 3]` in the next, every member's answer
+    /// differs; under `All` and pairs, two do.
+    #[test]
+    fn an_answer_is_named_by_every_segments_group() {
+        let round = OpenRound {
+            round: 0,
+            op: ReduceOp::Sum,
+            len: 8,
+            present: vec![true; 4],
+            contributions: (0..4)
+                .map(|from| {
+                    let x = from as f32 + 1.0;
+                    Share {
+                        from,
+                        message: share(0, ReduceOp::Sum, &f32s(&[x, 10.0 * x])),
+                    }
+                })
+                .collect(),
+        };
+        let all = ReplicaGrouping::new(4, 1, 4).unwrap();
+        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
+        let across = ReplicaGrouping::new(4, 2, 2).unwrap();
+        let two = |first, second| Plan {
+            segments: vec![(first, 4), (second, 4)],
+        };
+        let combined =
+            |plan: &Plan| combine(&round, &members(4), plan, &crate::instance::Single).unwrap();
+        let crossing = combined(&two(pairs, across));
+        assert_eq!(
+            each(&crossing, 4),
+            [[3.0, 40.0], [3.0, 60.0], [7.0, 40.0], [7.0, 60.0]].map(|a| f32s(&a))
+        );
+        assert_eq!(crossing.distinct.len(), 4);
+        let nested = combined(&two(all, pairs));
+        assert_eq!(
+            each(&nested, 4),
+            [[10.0, 30.0], [10.0, 30.0], [10.0, 70.0], [10.0, 70.0]].map(|a| f32s(&a))
+        );
+        assert_eq!(nested.distinct.len(), 2);
+    }
+
+    /// Catches a step that never ends: a device answering `Done` before it contributed to
+    /// each of the step's rounds leaves its peers waiting for it.
+    #[test]
+    fn a_device_done_before_its_last_round_is_an_error() {
+        let mut member = members(1).remove(0);
+        member.next_round = 4;
+        assert!(finished_every_round(&member, 4).is_ok());
+        member.next_round = 3;
+        let e = finished_every_round(&member, 4).unwrap_err();
+        assert!(matches!(
+            e,
+            RuntimeError::ReductionSkipped {
+                replica: 0,
+                round: 3,
+                rounds: 4
+            }
+        ));
+        assert!(e.to_string().contains("round 3"), "{e}");
     }
 
     /// Catches a contribution of a partial element summed as if whole (its last bytes
@@ -744,7 +943,7 @@ mod tests {
             present: vec![false; 8],
         };
         assert!(matches!(
-            collect(&mut open, 0, 5, 0, ReduceOp::Sum, &[0; 6]),
+            collect(&mut open, 0, 5, share(0, ReduceOp::Sum, &[0; 6])),
             Err(RuntimeError::ReductionElements {
                 replica: 5,
                 round: 0,

@@ -19,6 +19,10 @@
 //!   replica's sent before any reply is awaited. A replica whose shares all moved in place
 //!   is not sent a `Wrote` per stream: its `RunStep` says it was fed (`fed: true`), and the
 //!   device counts its FIFOs full by the same checks.
+//! - A replica whose anchors were all read in place is not sent a `Took` per anchor: its
+//!   next step's `RunStep` says they were taken (`took: true`), and the device drops them
+//!   then, by the same checks. The step's `Done` vouches for the bytes read: a device ends a
+//!   step well only with each anchor FIFO holding exactly its ring.
 //! - Or through callbacks ([`Runtime::run_with`], PopART's callback step IO): the runtime
 //!   asks for each item in the stream's own type and hands back each anchored value.
 //! - Anchors come back as one array per anchored tensor (named as
@@ -37,7 +41,7 @@ use tessera_core::stream::{
 };
 use tessera_core::wire::Target;
 
-use super::step_driver;
+use super::step_driver::{self, InPlace};
 use super::{Runtime, RuntimeError, StepPhase, MAX_REPLICAS};
 use crate::array::{AsView, HostArray};
 use crate::transport::Span;
@@ -245,9 +249,14 @@ impl Runtime {
         self.weights_in_sync = false;
         let fault = self.fault.take();
         let batches = self.program.batches_per_step;
+        // Reported by this step whatever becomes of it (a failed one resets the FIFOs).
+        let took = std::mem::replace(&mut self.anchors_taken, vec![false; fed.len()]);
+        let moved: Vec<InPlace> = (fed.into_iter().zip(took))
+            .map(|(fed, took)| InPlace { fed, took })
+            .collect();
         let step = step_driver::run_step(
             &mut self.channels,
-            &fed,
+            &moved,
             &self.rounds,
             batches,
             &*self.instances,
@@ -303,7 +312,9 @@ impl Runtime {
         let mut readings = Vec::with_capacity(replicas);
         for (r, channel) in self.channels.iter_mut().enumerate() {
             let take = |j: usize, bytes: &[u8]| popped[j][r] = bytes.to_vec();
-            readings.push(channel.start_read(&spans, take)?);
+            let (reading, took) = channel.read_step_outputs(&spans, take)?;
+            readings.push(reading);
+            self.anchors_taken[r] = took;
         }
         for ((r, channel), reading) in self.channels.iter_mut().enumerate().zip(readings) {
             channel.finish_read(reading, |j, bytes| popped[j][r] = bytes.to_vec())?;

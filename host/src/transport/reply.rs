@@ -44,6 +44,18 @@ impl Reply {
         }
     }
 
+    /// A message carrying `contribution`, as a device sends it: for the step driver's tests.
+    #[cfg(test)]
+    pub(crate) fn from_contribution(contribution: Contribution<'_>) -> Self {
+        let message = FromDevice::Contribution(contribution);
+        let body = postcard::to_allocvec(&message).expect("a contribution encodes");
+        Self {
+            seq: 0,
+            body,
+            bulk: None,
+        }
+    }
+
     /// The sequence number.
     pub fn seq(&self) -> u32 {
         self.seq

@@ -72,3 +72,24 @@ fn a_step_input_byte_is_copied_once_on_the_host_on_threads() {
         "every input and anchored byte moved exactly once, in place"
     );
 }
+
+/// Catches a step whose in-place moves are reported by requests of their own — a `Wrote`
+/// per stream or a `Took` per anchor, each with its reply, per replica — instead of by its
+/// `RunStep`: from the second step on (the first locates each FIFO, and has no anchors
+/// before it to report), a step on threads sends each replica one request.
+#[test]
+fn a_step_in_place_is_one_request_per_replica() {
+    let p = program();
+    let mut runtime = Runtime::prepare(p.clone(), R, &Placement::Thread, MEMORY).unwrap();
+    runtime
+        .weights_from_host(&initial_weights(&p, R, 1))
+        .unwrap();
+    let io = step_io(&p, R, 3);
+    runtime.run(&io).unwrap();
+    for step in 2..=3 {
+        let before = runtime.traffic().channels.requests;
+        runtime.run(&io).unwrap();
+        let sent = runtime.traffic().channels.requests - before;
+        assert_eq!(sent, R as u64, "step {step}: requests sent");
+    }
+}

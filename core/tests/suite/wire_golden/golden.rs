@@ -6,11 +6,11 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 
 /// A change to the bytes below is a protocol change: bump [`PROTOCOL_VERSION`] with it and
-/// update this number together with the literals (16: a `RunStep` says whether the host
-/// fed the step's inputs in place).
+/// update this number together with the literals (17: a `RunStep` says whether the host
+/// took the last step's anchors in place, besides whether it fed the step's inputs).
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 16);
+    assert_eq!(PROTOCOL_VERSION, 17);
 }
 
 #[test]
@@ -221,9 +221,12 @@ fn both_directions_have_their_golden_bytes() {
             "Request",
             ToDevice::Request(Envelope {
                 seq: 5,
-                body: Request::RunStep { fed: false },
+                body: Request::RunStep {
+                    fed: false,
+                    took: true,
+                },
             }),
-            "00 05 09 00",
+            "00 05 09 00 01",
         ),
         (
             "Combined",

@@ -140,7 +140,14 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
             "05 08 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
              00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01",
         ),
-        ("RunStep", env(Request::RunStep { fed: true }), "05 09 01"),
+        (
+            "RunStep",
+            env(Request::RunStep {
+                fed: true,
+                took: false,
+            }),
+            "05 09 01 00",
+        ),
         ("CycleCount", env(Request::CycleCount), "05 0a"),
         (
             "SetRegister",

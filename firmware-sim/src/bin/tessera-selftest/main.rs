@@ -132,7 +132,13 @@ fn check_training_step(device: &mut Device<'_>) {
             },
         );
     }
-    ok(device, Request::RunStep { fed: false });
+    ok(
+        device,
+        Request::RunStep {
+            fed: false,
+            took: false,
+        },
+    );
     ok(
         device,
         Request::RemoteStore {

@@ -11,9 +11,10 @@
 //!    request that may move device memory is sent), waits until the device is idle, and
 //!    moves the bytes itself — a writer fills device memory directly, a reader reads it
 //!    there. A FIFO is then told ([`Request::Wrote`] / [`Request::Took`], one request per
-//!    span, all sent before any reply is awaited) — or, for a training step's inputs all
-//!    moved in place, by the step's own [`Request::RunStep`] (`fed`,
-//!    [`Channel::write_step_inputs`]); registers and slots need nothing.
+//!    span, all sent before any reply is awaited) — or by a training step's own
+//!    [`Request::RunStep`]: for its inputs all moved in place (`fed`,
+//!    [`Channel::write_step_inputs`]) and for the last step's anchors all read in place
+//!    (`took`, [`Channel::read_step_outputs`]); registers and slots need nothing.
 //! 2. **Bulk**, beside one request ([`Request::WriteBulk`] / [`Request::ReadBulk`]): handed
 //!    over on a device thread's queue, or through the link's window (QEMU's host file),
 //!    when the span fits it.
@@ -50,7 +51,7 @@ pub struct Span {
     pub len: usize,
 }
 
-/// Bytes a channel moved, by path, since it opened.
+/// Bytes a channel moved, by path, and the requests it sent, since it opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Traffic {
     /// Moved by the host in the device's memory.
@@ -62,6 +63,8 @@ pub struct Traffic {
     /// Copied into a host buffer of the channel's on the way (a writer's bytes before
     /// they were sent; a reader's bytes before they reached the reader).
     pub staged: u64,
+    /// Requests sent (each once: a retry is not counted).
+    pub requests: u64,
 }
 
 /// The traffic of several channels together.
@@ -72,6 +75,7 @@ impl std::iter::Sum for Traffic {
             bulk: a.bulk + t.bulk,
             framed: a.framed + t.framed,
             staged: a.staged + t.staged,
+            requests: a.requests + t.requests,
         })
     }
 }
@@ -164,8 +168,7 @@ impl Channel {
                     self.fill_in_place(span, at, |into| fill(i, into))?;
                     if span.target.is_stream() {
                         reports.push(*span);
-                        let ring = self.located.get(&span.target).map(Range::len);
-                        whole += usize::from(span.offset == 0 && ring == Some(span.len));
+                        whole += usize::from(self.is_whole_ring(span));
                     }
                 }
                 route => {
@@ -266,10 +269,42 @@ impl Channel {
     pub fn start_read(
         &mut self,
         spans: &[Span],
-        mut take: impl FnMut(usize, &[u8]),
+        take: impl FnMut(usize, &[u8]),
     ) -> Result<Reading, TransportError> {
+        self.take_spans(spans, take, false)
+            .map(|(reading, _)| reading)
+    }
+
+    /// Starts reading a finished training step's anchors as [`Channel::start_read`] does —
+    /// `spans` being every anchor FIFO of the prepared program, each whole, from its start
+    /// — except that when every span moved in place and took its FIFO's whole ring from its
+    /// start (as the device located it), no `Took` is sent: the device's next
+    /// [`RunStep`](Request::RunStep) must say so (`took`, the bool returned), and the device
+    /// drops the items then, by the same rules. The step's `Done` is what vouches for the
+    /// bytes: a device ends a step well only with every anchor FIFO holding exactly its
+    /// ring. Saves a request and its reply per anchor per replica; any span that could not
+    /// move in place has every span reported as `start_read` reports it.
+    pub fn read_step_outputs(
+        &mut self,
+        spans: &[Span],
+        take: impl FnMut(usize, &[u8]),
+    ) -> Result<(Reading, bool), TransportError> {
+        self.take_spans(spans, take, true)
+    }
+
+    /// `start_read`, leaving the reports to the next step when `step` and every span went
+    /// in place (then `true`).
+    fn take_spans(
+        &mut self,
+        spans: &[Span],
+        mut take: impl FnMut(usize, &[u8]),
+        step: bool,
+    ) -> Result<(Reading, bool), TransportError> {
         let mut pending = Vec::with_capacity(spans.len());
         let mut reports = Vec::new();
+        // Spans that take their FIFO's whole ring from its start: what a `RunStep` that says
+        // `took` makes the device drop, and nothing less.
+        let mut whole = 0;
         for (i, span) in spans.iter().enumerate() {
             pending.push(match self.route(span)? {
                 Route::InPlace(at) => {
@@ -281,6 +316,7 @@ impl Channel {
                     self.traffic.in_place += span.len as u64;
                     if span.target.is_stream() {
                         reports.push(*span);
+                        whole += usize::from(self.is_whole_ring(span));
                     }
                     Pending::Done(None)
                 }
@@ -295,6 +331,10 @@ impl Channel {
                 Route::Chunks => Pending::Chunks(self.request_chunks(span)?),
             });
         }
+        let took = step && whole == spans.len();
+        if took {
+            return Ok((Reading { spans: pending }, true));
+        }
         // A FIFO's report waits behind the span it reports, in span order.
         let mut sent = Sent::default();
         self.report(&reports, &mut sent, Access::Read)?;
@@ -306,7 +346,7 @@ impl Channel {
                 }
             }
         }
-        Ok(Reading { spans: pending })
+        Ok((Reading { spans: pending }, false))
     }
 
     /// Finishes a read: waits for what is still to arrive and hands each span's bytes to
@@ -492,6 +532,13 @@ impl Channel {
             sent.seqs.push(self.submit(&request)?);
         }
         Ok(())
+    }
+
+    /// True when `span` covers its FIFO's whole ring from the ring's start, as the device
+    /// located it: the span a `RunStep`'s `fed` or `took` stands for.
+    fn is_whole_ring(&self, span: &Span) -> bool {
+        let ring = self.located.get(&span.target).map(Range::len);
+        span.offset == 0 && ring == Some(span.len)
     }
 
     fn outside_memory(&self, span: &Span, at: usize) -> TransportError {

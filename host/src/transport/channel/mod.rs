@@ -430,6 +430,7 @@ impl Channel {
             send_queued(&mut self.writer, frame, bulk.clone(), self.limits.replica)?;
             None
         };
+        self.traffic.requests += 1;
         self.in_flight.push_back(InFlight {
             seq,
             kind: request.kind(),

@@ -67,7 +67,12 @@ fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
             .collect::<Vec<_>>()
     };
     queue.submit(&Request::GetSeed).unwrap();
-    queue.submit(&Request::RunStep { fed: false }).unwrap();
+    queue
+        .submit(&Request::RunStep {
+            fed: false,
+            took: false,
+        })
+        .unwrap();
     queue.submit(&Request::GetSeed).unwrap();
     assert_eq!(kept(&queue), [false, false, true]);
     assert_eq!(
