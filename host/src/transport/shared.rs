@@ -632,6 +632,49 @@ mod tests {
         assert!(other.success(), "a child it was not handed to sees neither");
     }
 
+    /// Set in the copy of this test binary that runs
+    /// `a_memory_never_takes_a_standard_stream_number` with its standard input closed.
+    const STDIN_CLOSED: &str = "TESSERA_TEST_STDIN_CLOSED";
+
+    /// A host started with a standard stream closed (the Python extension may be) got that
+    /// number for a device's memory: a child's standard input would have replaced the memory
+    /// there. The memory must land above 2, and the low number it first got be free again.
+    /// Runs in a copy of this test binary, alone: closing a standard stream here would race
+    /// the other tests' descriptors.
+    #[test]
+    fn a_memory_never_takes_a_standard_stream_number() {
+        if std::env::var_os(STDIN_CLOSED).is_some() {
+            // SAFETY: closes this process's standard input, which nothing else here uses
+            // (this test runs alone in its process).
+            #[allow(unsafe_code)]
+            let closed = unsafe { libc::close(0) };
+            assert_eq!(closed, 0, "standard input closed");
+            let memory = SharedMemory::create(4096).unwrap();
+            assert!(
+                memory.fd() > 2,
+                "the memory took descriptor {}",
+                memory.fd()
+            );
+            // SAFETY: F_GETFD reads a descriptor's flags and touches no memory of ours.
+            #[allow(unsafe_code)]
+            let zero = unsafe { libc::fcntl(0, libc::F_GETFD) };
+            assert_eq!(zero, -1, "descriptor 0 is free again");
+            return;
+        }
+        let name = "transport::shared::tests::a_memory_never_takes_a_standard_stream_number";
+        let run = Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--test-threads=1"])
+            .env(STDIN_CLOSED, "1")
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success() && report.contains("1 passed"),
+            "{report}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+
     /// The in-place allreduce hands each thread its own views: a splitter that let two
     /// views share a byte would let two threads write it at once.
     #[test]
