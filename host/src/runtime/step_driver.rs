@@ -776,6 +776,24 @@ mod tests {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
+    /// Round 0, combined by `op`, with every contribution in: member `from`'s `values` for
+    /// each `(from, values)`, arrived in that order.
+    fn arrived(op: ReduceOp, contributions: &[(usize, Vec<f32>)]) -> OpenRound {
+        let len = contributions.first().map_or(0, |(_, v)| v.len() * 4);
+        OpenRound {
+            round: 0,
+            op,
+            len,
+            present: vec![true; contributions.len()],
+            contributions: (contributions.iter())
+                .map(|(from, values)| Share {
+                    from: *from,
+                    message: share(0, op, &f32s(values)),
+                })
+                .collect(),
+        }
+    }
+
     /// Catches a round summed in the order its contributions arrived: the device threads
     /// race, and 1e30 + 1 − 1e30 is 0 in one order and 1 in another, so two runs of one
     /// job could end with different weights.
@@ -784,19 +802,8 @@ mod tests {
         let values = [1e30f32, -1e30, 1.0];
         let grouping = ReplicaGrouping::new(3, 1, 3).unwrap();
         let sum_arriving = |order: [usize; 3]| {
-            let round = OpenRound {
-                round: 0,
-                op: ReduceOp::Sum,
-                len: 4,
-                present: vec![true; 3],
-                contributions: order
-                    .iter()
-                    .map(|&from| Share {
-                        from,
-                        message: share(0, ReduceOp::Sum, &f32s(&[values[from]])),
-                    })
-                    .collect(),
-            };
+            let order = order.map(|from| (from, vec![values[from]]));
+            let round = arrived(ReduceOp::Sum, &order);
             let answers = combine(
                 &round,
                 &members(3),
@@ -816,18 +823,7 @@ mod tests {
     /// +0.0, unlike the same sum in a session allreduce.
     #[test]
     fn a_sum_of_negative_zeros_stays_negative() {
-        let round = OpenRound {
-            round: 0,
-            op: ReduceOp::Mean,
-            len: 4,
-            present: vec![true; 2],
-            contributions: (0..2)
-                .map(|from| Share {
-                    from,
-                    message: share(0, ReduceOp::Mean, &f32s(&[-0.0])),
-                })
-                .collect(),
-        };
+        let round = arrived(ReduceOp::Mean, &[(0, vec![-0.0]), (1, vec![-0.0])]);
         let grouping = ReplicaGrouping::new(2, 1, 2).unwrap();
         let plan = one(grouping, 4);
         let answers = combine(&round, &members(2), &plan, &crate::instance::Single).unwrap();
@@ -846,18 +842,8 @@ mod tests {
     /// once each.
     #[test]
     fn members_share_an_answer_only_within_their_groups() {
-        let round = OpenRound {
-            round: 0,
-            op: ReduceOp::Sum,
-            len: 4,
-            present: vec![true; 4],
-            contributions: (0..4)
-                .map(|from| Share {
-                    from,
-                    message: share(0, ReduceOp::Sum, &f32s(&[from as f32 + 1.0])),
-                })
-                .collect(),
-        };
+        let ones: Vec<_> = (0..4).map(|from| (from, vec![from as f32 + 1.0])).collect();
+        let round = arrived(ReduceOp::Sum, &ones);
         let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
         let plan = one(pairs, 4);
         let answers = combine(&round, &members(4), &plan, &crate::instance::Single).unwrap();
@@ -874,21 +860,10 @@ mod tests {
     /// differs; under `All` and pairs, two do.
     #[test]
     fn an_answer_is_named_by_every_segments_group() {
-        let round = OpenRound {
-            round: 0,
-            op: ReduceOp::Sum,
-            len: 8,
-            present: vec![true; 4],
-            contributions: (0..4)
-                .map(|from| {
-                    let x = from as f32 + 1.0;
-                    Share {
-                        from,
-                        message: share(0, ReduceOp::Sum, &f32s(&[x, 10.0 * x])),
-                    }
-                })
-                .collect(),
-        };
+        let twos: Vec<_> = (0..4)
+            .map(|from| (from, vec![from as f32 + 1.0, 10.0 * (from as f32 + 1.0)]))
+            .collect();
+        let round = arrived(ReduceOp::Sum, &twos);
         let all = ReplicaGrouping::new(4, 1, 4).unwrap();
         let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
         let across = ReplicaGrouping::new(4, 2, 2).unwrap();

@@ -14,7 +14,7 @@ use common::{initial_weights, step_io, Model, Placed};
 use tessera_core::grouping::CommGroup;
 use tessera_core::program::{elements, AnchorTensor, Program};
 use tessera_core::stream::AnchorReturnType;
-use tessera_host::runtime::{Placement, Runtime};
+use tessera_host::runtime::{Placement, Runtime, StepIo};
 
 const R: usize = 4;
 const MEMORY: usize = 1 << 16;
@@ -37,16 +37,22 @@ fn program() -> Program {
     model.program()
 }
 
-#[test]
-fn a_step_input_byte_is_copied_once_on_the_host_on_threads() {
+/// [`program`] on threads, its weights loaded and one step run on the step IO returned
+/// (the first step also locates each FIFO once: the tests count the later ones).
+fn after_one_step() -> (Program, Runtime, StepIo) {
     let p = program();
     let mut runtime = Runtime::prepare(p.clone(), R, &Placement::Thread, MEMORY).unwrap();
     runtime
         .weights_from_host(&initial_weights(&p, R, 1))
         .unwrap();
     let io = step_io(&p, R, 3);
-    // The first step also locates each FIFO once; count the second.
     runtime.run(&io).unwrap();
+    (p, runtime, io)
+}
+
+#[test]
+fn a_step_input_byte_is_copied_once_on_the_host_on_threads() {
+    let (p, mut runtime, io) = after_one_step();
     let before = runtime.traffic();
     runtime.run(&io).unwrap();
     let after = runtime.traffic();
@@ -79,13 +85,7 @@ fn a_step_input_byte_is_copied_once_on_the_host_on_threads() {
 /// before it to report), a step on threads sends each replica one request.
 #[test]
 fn a_step_in_place_is_one_request_per_replica() {
-    let p = program();
-    let mut runtime = Runtime::prepare(p.clone(), R, &Placement::Thread, MEMORY).unwrap();
-    runtime
-        .weights_from_host(&initial_weights(&p, R, 1))
-        .unwrap();
-    let io = step_io(&p, R, 3);
-    runtime.run(&io).unwrap();
+    let (_, mut runtime, io) = after_one_step();
     for step in 2..=3 {
         let before = runtime.traffic().channels.requests;
         runtime.run(&io).unwrap();
