@@ -42,7 +42,9 @@
 //! [`STEP_ATTEMPTS`] sends, the channel says what the device is doing
 //! ([`Channel::silence`]): a device still working on its part is waited for, up to the
 //! busy deadline; anything else is reported as it is. A device waiting for its peers'
-//! contributions is silent by design and never counted.
+//! contributions is silent by design and never counted — nor looked at: what it sends
+//! meanwhile (its contribution again, or an error) is read once its round is answered,
+//! which its peers' contributions decide.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
