@@ -527,15 +527,11 @@ where
             return Ok(None);
         }
         Verdict::Repeat => {}
-        Verdict::Run if matches!(envelope.body, Request::RunStep { .. }) => {
-            let (fed, took) = match envelope.body {
-                Request::RunStep { fed, took } => (fed, took),
-                _ => (false, false),
-            };
-            let start = Leg::Start { fed, took };
-            return step_progress(cache, seq, device, start, (link, clock));
-        }
         Verdict::Run => {
+            if let Request::RunStep { fed, took } = envelope.body {
+                let start = Leg::Start { fed, took };
+                return step_progress(cache, seq, device, start, (link, clock));
+            }
             if hello {
                 cache.restart();
             }

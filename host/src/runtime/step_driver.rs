@@ -102,6 +102,25 @@ impl InPlace {
     }
 }
 
+/// What the driver judges a contribution by before it keeps the message: its round, its
+/// operation and its length (decoded once; the bytes are read again only to be summed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Heading {
+    round: u32,
+    op: ReduceOp,
+    bytes: usize,
+}
+
+impl Heading {
+    fn of(c: &Contribution<'_>) -> Self {
+        Self {
+            round: c.round,
+            op: c.op,
+            bytes: c.data.len(),
+        }
+    }
+}
+
 /// One device's share of the open round: its member index and the message carrying it (its
 /// bytes are not copied out: the message is kept until the round is combined).
 struct Share {
@@ -267,8 +286,8 @@ pub(super) fn run_step(
             let Some(reply) = listen(&mut channels[i], &mut step.members[i], started)? else {
                 continue;
             };
-            if reply.contribution().is_some() {
-                step.contributed(channels, i, reply)?;
+            if let Some(heading) = reply.contribution().as_ref().map(Heading::of) {
+                step.contributed(channels, i, heading, reply)?;
                 continue;
             }
             let member = &mut step.members[i];
@@ -309,19 +328,17 @@ struct Step<'s> {
 }
 
 impl Step<'_> {
-    /// Takes member `i`'s contribution (`message`) by the module's rules: answered again,
-    /// ignored, refused, or collected — and once every member's is in, the round is
-    /// combined.
+    /// Takes member `i`'s contribution (`message`, headed `heading`) by the module's rules:
+    /// answered again, ignored, refused, or collected — and once every member's is in, the
+    /// round is combined.
     fn contributed(
         &mut self,
         channels: &mut [Channel],
         i: usize,
+        heading: Heading,
         message: Reply,
     ) -> Result<(), RuntimeError> {
-        let Some(c) = message.contribution() else {
-            return Ok(());
-        };
-        let (round, op) = (c.round, c.op);
+        let Heading { round, op, .. } = heading;
         let member = &mut self.members[i];
         let again = self
             .answered
@@ -360,7 +377,7 @@ impl Step<'_> {
             contributions: Vec::with_capacity(members),
             present: vec![false; members],
         });
-        collect(open, i, replica, message)?;
+        collect(open, i, replica, heading, message)?;
         if open.contributions.len() < members {
             return Ok(());
         }
@@ -462,21 +479,17 @@ fn listen(
     Ok(None)
 }
 
-/// Adds member `from`'s contribution (`message`) to `open` (once: a repeat is already in),
-/// checking it against the round's first.
+/// Adds member `from`'s contribution (`message`, headed `heading`) to `open` (once: a
+/// repeat is already in), checking it against the round's first.
 fn collect(
     open: &mut OpenRound,
     from: usize,
     replica: usize,
+    heading: Heading,
     message: Reply,
 ) -> Result<(), RuntimeError> {
     let replica = replica as u32;
-    let Some(Contribution {
-        round, op, data, ..
-    }) = message.contribution()
-    else {
-        return Ok(());
-    };
+    let Heading { round, op, bytes } = heading;
     if open.round != round {
         return Err(RuntimeError::ReductionRound {
             replica,
@@ -487,19 +500,19 @@ fn collect(
     if open.op != op {
         return Err(RuntimeError::ReductionOps { replica, round });
     }
-    if !data.len().is_multiple_of(4) {
+    if !bytes.is_multiple_of(4) {
         return Err(RuntimeError::ReductionElements {
             replica,
             round,
-            bytes: data.len(),
+            bytes,
         });
     }
-    if open.len != data.len() {
+    if open.len != bytes {
         return Err(RuntimeError::ReductionLength {
             replica,
             round,
             expected: open.len,
-            actual: data.len(),
+            actual: bytes,
         });
     }
     if let Some(present @ false) = open.present.get_mut(from) {
@@ -660,6 +673,17 @@ fn length(e: CombineError, group: &[(usize, &[u8])], round: &OpenRound) -> Runti
 mod tests {
     use super::*;
 
+    /// Collects `message` as the driver does: judged by its heading.
+    fn collect_message(
+        open: &mut OpenRound,
+        from: usize,
+        replica: usize,
+        message: Reply,
+    ) -> Result<(), RuntimeError> {
+        let heading = Heading::of(&message.contribution().expect("a contribution"));
+        collect(open, from, replica, heading, message)
+    }
+
     /// A contribution to `round`: `data`, to combine by `op`.
     fn share(round: u32, op: ReduceOp, data: &[u8]) -> Reply {
         Reply::from_contribution(Contribution {
@@ -730,11 +754,11 @@ mod tests {
             contributions: Vec::new(),
             present: vec![false; 8],
         };
-        collect(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
-        collect(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
+        collect_message(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
+        collect_message(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
         assert_eq!(open.contributions.len(), 1, "a repeat is in once");
         assert!(matches!(
-            collect(&mut open, 1, 1, share(2, ReduceOp::Mean, &[0; 4])),
+            collect_message(&mut open, 1, 1, share(2, ReduceOp::Mean, &[0; 4])),
             Err(RuntimeError::ReductionLength {
                 replica: 1,
                 expected: 8,
@@ -743,7 +767,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            collect(&mut open, 1, 1, share(2, ReduceOp::Sum, &[0; 8])),
+            collect_message(&mut open, 1, 1, share(2, ReduceOp::Sum, &[0; 8])),
             Err(RuntimeError::ReductionOps {
                 replica: 1,
                 round: 2
@@ -920,7 +944,7 @@ mod tests {
             present: vec![false; 8],
         };
         assert!(matches!(
-            collect(&mut open, 0, 5, share(0, ReduceOp::Sum, &[0; 6])),
+            collect_message(&mut open, 0, 5, share(0, ReduceOp::Sum, &[0; 6])),
             Err(RuntimeError::ReductionElements {
                 replica: 5,
                 round: 0,
