@@ -321,16 +321,16 @@ mod tests {
         let receiver = RingReceiver::new(memory.map_again().unwrap(), from_device, bell);
         let (_process, host) = UnixStream::pair().unwrap();
         let mut frames = Frames::ring(receiver.unwrap(), OwnedFd::from(host), 3).unwrap();
-        let limit = Some(Duration::from_millis(5));
+        let limit = || Some(Instant::now() + Duration::from_millis(5));
         assert!(matches!(
-            frames.receive(limit, Duration::ZERO),
+            frames.receive(limit(), Duration::ZERO),
             Err(RecvTimeoutError::Timeout)
         ));
         assert_eq!(frames.broken(), None, "an empty ring is not broken");
         ring::break_counters(&mut memory, from_device);
         for _ in 0..2 {
             assert!(matches!(
-                frames.receive(limit, Duration::ZERO),
+                frames.receive(limit(), Duration::ZERO),
                 Err(RecvTimeoutError::Disconnected)
             ));
             assert!(
@@ -347,26 +347,26 @@ mod tests {
     fn frames_come_whole_in_order_and_the_end_is_seen() {
         let (mut device, host) = UnixStream::pair().unwrap();
         let mut frames = Frames::pipe(OwnedFd::from(host), 7).unwrap();
-        let limit = Some(Duration::from_millis(5));
+        let limit = || Some(Instant::now() + Duration::from_millis(5));
         let spin = Duration::ZERO;
         assert!(matches!(
-            frames.receive(limit, spin),
+            frames.receive(limit(), spin),
             Err(RecvTimeoutError::Timeout)
         ));
         let (one, two) = (framed(b"first"), framed(b"second"));
         device.write_all(&one[..3]).unwrap();
-        assert!(frames.receive(limit, spin).is_err(), "a frame in part");
+        assert!(frames.receive(limit(), spin).is_err(), "a frame in part");
         let mut damaged = framed(b"damaged");
         damaged[2] ^= 0x55;
         device.write_all(&one[3..]).unwrap();
         device.write_all(&damaged).unwrap();
         device.write_all(&two).unwrap();
-        let long = Some(Duration::from_secs(5));
-        assert_eq!(frames.receive(long, spin).unwrap().body, b"first");
-        assert_eq!(frames.receive(long, spin).unwrap().body, b"second");
+        let long = || Some(Instant::now() + Duration::from_secs(5));
+        assert_eq!(frames.receive(long(), spin).unwrap().body, b"first");
+        assert_eq!(frames.receive(long(), spin).unwrap().body, b"second");
         drop(device);
         assert!(matches!(
-            frames.receive(long, spin),
+            frames.receive(long(), spin),
             Err(RecvTimeoutError::Disconnected)
         ));
     }
