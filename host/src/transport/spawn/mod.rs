@@ -44,6 +44,8 @@ mod thread;
 pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;
+#[cfg(test)]
+pub(super) use pool::pool_on;
 pub(super) use pool::{in_process_pool, Mailbox, Pool};
 pub(super) use process::{child_process, device_processes};
 pub(super) use qemu::{qemu, QEMU};

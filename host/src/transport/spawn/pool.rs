@@ -28,8 +28,11 @@
 //!   that wait to its end: no busy deadline applies to it (a step's legs are bounded).
 //! - One server at a time serves a device; a device's messages are served in the order they
 //!   were sent; its replies go on a queue of its own.
-//! - A device is on the ready queue at most once. It is taken off before its mail is read,
-//!   so a message sent while it is being served puts it back: no message waits unseen.
+//! - A device is readied once until a server takes it; its server marks it unready before
+//!   it reads its mail, so a message sent while it is being served readies it again: no
+//!   message waits unseen. A server that finds a ready device being served by another
+//!   leaves it to that one, which serves it again when it lets go: no server ever waits
+//!   for another (a session's kernel may run for seconds).
 //! - The pool is busy while any server serves any device: a device whose mail waits behind
 //!   a sibling's long request is busy, not silent.
 //! - A device that panics, fails, or whose channel is gone is served no more: it is dropped
@@ -144,9 +147,20 @@ pub(in crate::transport) fn in_process_pool(
     memory: usize,
     host_serves: bool,
 ) -> Result<Vec<Link>, TransportError> {
-    let n = replicas.len();
     let cores = thread::available_parallelism().map_or(1, |c| c.get());
-    let servers = n.min(cores).max(1);
+    pool_on(replicas, memory, host_serves, cores)
+}
+
+/// [`in_process_pool`] on a machine of `cores` cores.
+pub(in crate::transport) fn pool_on(
+    replicas: Range<u32>,
+    memory: usize,
+    host_serves: bool,
+    cores: usize,
+) -> Result<Vec<Link>, TransportError> {
+    let n = replicas.len();
+    // No device, no server (a thread would wait for mail forever).
+    let servers = n.min(cores.max(1));
     let mut devices = Vec::with_capacity(n);
     let mut ends = Vec::with_capacity(n);
     for replica in replicas {
@@ -167,10 +181,17 @@ pub(in crate::transport) fn in_process_pool(
     let pool = Arc::new(Pool {
         queued: (0..n).map(|_| AtomicBool::new(false)).collect(),
         devices,
-        ready: Mutex::new(Ready::default()),
+        ready: Mutex::new(Ready {
+            devices: VecDeque::new(),
+            again: vec![false; n],
+            sleepers: 0,
+            waking: 0,
+            closed: false,
+        }),
         bell: Condvar::new(),
         mailboxes: AtomicUsize::new(n),
-        lines: (0..servers).map(|_| BusyLine::default()).collect(),
+        // The host's line is the first, whether it serves or not.
+        lines: (0..servers.max(1)).map(|_| BusyLine::default()).collect(),
     });
     // The mailboxes come first: should a thread fail to start, they drop with the links,
     // the pool closes, and the threads already started end.
@@ -192,7 +213,7 @@ pub(in crate::transport) fn in_process_pool(
             .name(format!("tessera-devices-{server}"))
             .spawn(move || {
                 while let Some(device) = pool.next() {
-                    pool.serve(device, server, Lock::Wait);
+                    pool.serve(device, server);
                 }
             })?;
         threads.push(thread);
@@ -242,9 +263,11 @@ impl std::fmt::Debug for Pool {
 }
 
 /// Devices with mail, in the order they were readied.
-#[derive(Default)]
 struct Ready {
     devices: VecDeque<usize>,
+    /// Device `i` was found being served while it was ready: its server readies it again
+    /// when it lets go (module rules).
+    again: Vec<bool>,
     /// Threads asleep on the bell, and how many of them a ring is already waking: a device
     /// readied while every sleeper is being woken rings nobody (a ring costs a system
     /// call, and a woken thread takes a while to take its lock back).
@@ -252,15 +275,6 @@ struct Ready {
     waking: usize,
     /// Every mailbox is gone: the threads end.
     closed: bool,
-}
-
-/// How a server takes a device another server is serving.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lock {
-    /// A pool thread waits for it (briefly: its requests are bounded).
-    Wait,
-    /// The host leaves it ready and goes back to its wait: its own message may be in.
-    Try,
 }
 
 impl Pool {
@@ -275,6 +289,12 @@ impl Pool {
         }
         let mut ready = lock(&self.ready);
         ready.devices.push_back(device);
+        self.ring(&mut ready);
+    }
+
+    /// Wakes a sleeping thread for a device just put on the ready queue, unless every
+    /// sleeper is being woken already.
+    fn ring(&self, ready: &mut Ready) {
         if ready.sleepers > ready.waking {
             ready.waking += 1;
             self.bell.notify_one();
@@ -320,37 +340,50 @@ impl Pool {
         }
     }
 
-    /// For the host's wait: serves one ready device, unless none is or another server is
-    /// serving it; true if it served one.
+    /// For the host's wait: serves one ready device (skipping any another server is
+    /// serving); false when none was left to serve.
     pub(in crate::transport) fn serve_one(&self) -> bool {
-        let next = lock(&self.ready).devices.pop_front();
-        next.is_some_and(|device| self.serve(device, 0, Lock::Try))
+        loop {
+            let Some(device) = lock(&self.ready).devices.pop_front() else {
+                return false;
+            };
+            if self.serve(device, 0) {
+                return true;
+            }
+        }
     }
 
-    /// Serves device `device`'s mail on server `server`'s busy line (taking it as `how`
-    /// says); true if it was served.
-    fn serve(&self, device: usize, server: usize, how: Lock) -> bool {
-        // Off the ready queue before its mail is read (module rules).
+    /// Serves device `device`'s mail on server `server`'s busy line; true if it did (false:
+    /// it has ended, or another server is serving it and will serve it again).
+    fn serve(&self, device: usize, server: usize) -> bool {
+        let (Some(slot), Some(mut line)) =
+            (self.devices.get(device), self.lines.get(server).cloned())
+        else {
+            return false;
+        };
+        let mut slot = match slot.try_lock() {
+            Ok(slot) => slot,
+            Err(TryLockError::Poisoned(slot)) => slot.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Left to its server, which looks at `again` once it has let go; should it
+                // have let go already, the lock is free now (it looked under the same lock
+                // this mark was made under, before or after it).
+                if let Some(again) = lock(&self.ready).again.get_mut(device) {
+                    *again = true;
+                }
+                match slot.try_lock() {
+                    Ok(slot) => slot,
+                    Err(TryLockError::Poisoned(slot)) => slot.into_inner(),
+                    Err(TryLockError::WouldBlock) => return false,
+                }
+            }
+        };
+        // Unready before its mail is read (module rules): acquire-release, so that the mail
+        // sent before it was readied is seen.
         if let Some(queued) = self.queued.get(device) {
             queued.swap(false, Ordering::AcqRel);
         }
-        let Some(slot) = self.devices.get(device) else {
-            return false;
-        };
-        let mut slot = match (how, slot.try_lock()) {
-            (_, Ok(slot)) => slot,
-            (_, Err(TryLockError::Poisoned(slot))) => slot.into_inner(),
-            (Lock::Wait, Err(TryLockError::WouldBlock)) => lock(slot),
-            (Lock::Try, Err(TryLockError::WouldBlock)) => {
-                // Its server may have read its mail already: ready again, nothing is lost.
-                self.ready(device);
-                return false;
-            }
-        };
         let Some(s) = slot.as_mut() else {
-            return false;
-        };
-        let Some(mut line) = self.lines.get(server).cloned() else {
             return false;
         };
         let served = catch_unwind(AssertUnwindSafe(|| {
@@ -380,7 +413,19 @@ impl Pool {
                 *slot = None;
             }
         }
+        drop(slot);
+        self.let_go(device);
         true
+    }
+
+    /// After its server has let go of device `device`: readies it again if another server
+    /// found it being served meanwhile (module rules).
+    fn let_go(&self, device: usize) {
+        let mut ready = lock(&self.ready);
+        if ready.again.get_mut(device).is_some_and(std::mem::take) {
+            ready.devices.push_back(device);
+            self.ring(&mut ready);
+        }
     }
 }
 
@@ -435,11 +480,10 @@ impl Slot {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use tessera_core::wire::endpoint::{Command, GetSeed};
-    use tessera_core::wire::Request;
+    use tessera_core::wire::{Request, Response};
 
     use super::{lock, Workers};
     use crate::transport::spawn::DeviceHandle;
@@ -506,27 +550,47 @@ mod tests {
         assert_eq!(seed_round_trip(&mut one[0], 3).unwrap(), 3);
     }
 
-    /// Catches devices bound to one server each: with every pool thread held up in device
-    /// 0's request, a call to any other device must still be answered, by the host's own
-    /// wait. (Device 0 is held by the test, standing in for a long request; once a thread
-    /// has taken it, that thread waits for it.)
+    /// Catches a server that waits for another: device 0 is held (standing in for a server
+    /// deep in a session's long kernel) and readied twice, so that a waiting server would
+    /// park each of the pool's two threads on it; device 1 must still be answered, and
+    /// device 0's requests once it is let go.
     #[test]
-    fn a_free_server_takes_any_ready_device() {
-        let mut channels = Channel::in_process_all(0..4, 4096, true).unwrap();
+    fn no_server_waits_for_another() {
+        let mut channels = Channel::in_process_on(0..2, 4096, false, 2).unwrap();
         let pool = Arc::clone(&workers(&channels).pool);
+        assert_eq!(workers(&channels).threads(), 2);
+        let taken = || {
+            while !lock(&pool.ready).devices.is_empty() {
+                std::thread::yield_now();
+            }
+        };
         let held = lock(&pool.devices[0]);
-        channels[0].submit(&Request::GetSeed).unwrap();
-        // Taken off the ready queue: by a thread, which now waits for the test's hold (or,
-        // with no thread on a one-core machine, nobody yet).
-        let threads = workers(&channels).threads();
-        while threads > 0 && pool.queued[0].load(Ordering::Acquire) {
-            std::thread::yield_now();
-        }
-        for c in &mut channels[1..] {
-            assert_eq!(seed_round_trip(c, 7).unwrap(), 7, "replica {}", c.replica());
-        }
+        let first = channels[0].submit(&Request::GetSeed).unwrap();
+        taken();
+        let second = channels[0].submit(&Request::GetSeed).unwrap();
+        taken();
+        assert_eq!(seed_round_trip(&mut channels[1], 7).unwrap(), 7);
         drop(held);
-        assert_eq!(channels[0].call(&GetSeed).unwrap().get(), 0);
+        pool.let_go(0);
+        for seq in [first, second] {
+            let reply = channels[0].receive(seq).unwrap();
+            assert!(
+                matches!(reply.response(), Response::Seed { .. }),
+                "{reply:?}"
+            );
+        }
+    }
+
+    /// Catches a pool of no device that starts a thread anyway: with no mailbox to close
+    /// the pool, the thread would wait for mail forever and the call never return.
+    #[test]
+    fn a_pool_of_no_device_returns() {
+        assert!(Channel::in_process_all(0..0, 4096, false)
+            .unwrap()
+            .is_empty());
+        assert!(Channel::in_process_all(0..0, 4096, true)
+            .unwrap()
+            .is_empty());
     }
 
     /// Catches a pool that stops serving once one of its devices is gone (its replies have
