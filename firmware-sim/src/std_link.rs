@@ -41,19 +41,21 @@ pub fn receive_spinning<T>(
     limit: Option<Duration>,
     spin: Duration,
 ) -> Result<T, RecvTimeoutError> {
-    let start = Instant::now();
     let spin = limit.map_or(spin, |limit| limit.min(spin));
-    loop {
+    // The clock is read once the first look finds nothing.
+    let mut begun = None;
+    let start = loop {
         match incoming.try_recv() {
             Ok(item) => return Ok(item),
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
         }
+        let start = *begun.get_or_insert_with(Instant::now);
         if start.elapsed() >= spin {
-            break;
+            break start;
         }
         thread::yield_now();
-    }
+    };
     match limit {
         None => incoming.recv().map_err(|_| RecvTimeoutError::Disconnected),
         Some(limit) => incoming.recv_timeout(limit.saturating_sub(start.elapsed())),

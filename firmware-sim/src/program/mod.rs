@@ -13,7 +13,7 @@
 //!
 //! [`advance`] executes one step, leg by leg, as [`step`] describes, with core's [`grouping`] placing the
 //! replica in each variable's group and core's [`shard`] saying which elements its shard
-//! holds.
+//! holds (both worked out once, at [`prepare`]: [`Held`]).
 //!
 //! [`grouping`]: tessera_core::grouping
 //! [`shard`]: tessera_core::shard
@@ -23,7 +23,11 @@ pub mod narrow;
 pub mod scratch;
 pub mod step;
 
-use tessera_core::program::{ids, AnchorTensor, Exchange, Program, Reduction, MAX_VARIABLES};
+use tessera_core::program::{
+    elements, ids, AnchorTensor, Exchange, Program, Reduction, Sharding, MAX_INTERVALS,
+    MAX_VARIABLES,
+};
+use tessera_core::shard::Piece;
 use tessera_core::wire::{ErrorCode, Invariant, Limits};
 
 use crate::arena::{saturate, Arena, Owner};
@@ -47,7 +51,20 @@ pub struct Prepared {
     pub rounds: Rounds,
     /// How they travel, for this device's frame.
     pub exchanges: Exchanges,
+    /// What the replica holds of each variable, in variable order (see [`Held`]).
+    pub held: Holdings,
 }
+
+/// The pieces of one variable a replica holds: its shard's (core's [`ShardLayout`] rule
+/// for its group), or the whole variable at offset 0 when it is not sharded. Worked out
+/// once at [`prepare`]: a step walks them at every batch, twice per variable, and the
+/// grouping and layout behind them do not change while the program stays placed.
+///
+/// [`ShardLayout`]: tessera_core::shard::ShardLayout
+pub type Held = heapless::Vec<Piece, MAX_INTERVALS>;
+
+/// Every variable's [`Held`] pieces.
+pub type Holdings = heapless::Vec<Held, MAX_VARIABLES>;
 
 /// A batch's rounds: each variable gathered and averaged at most once.
 pub type Rounds = heapless::Vec<Reduction, { 2 * MAX_VARIABLES }>;
@@ -82,6 +99,7 @@ pub fn prepare(
     let cut = program.exchanges(replicas, max);
     let rounds = Rounds::from_slice(cut.rounds()).map_err(|_| broken(Invariant::Placement))?;
     let exchanges: Exchanges = cut.take(2 * MAX_VARIABLES).collect();
+    let held = holdings(&program, replicas, replica)?;
     if let Some(e) = exchanges.iter().find(|e| e.bytes > max) {
         return Err(ErrorCode::ReductionTooLarge {
             bytes: saturate(e.bytes),
@@ -114,7 +132,44 @@ pub fn prepare(
         scratch,
         rounds,
         exchanges,
+        held,
     })
+}
+
+/// Each variable's [`Held`] pieces on replica `replica` of `replicas` (the program is
+/// checked: a failure here is a broken invariant, not a bad program).
+fn holdings(program: &Program, replicas: usize, replica: usize) -> Result<Holdings, ErrorCode> {
+    let mut all = Holdings::new();
+    for (i, v) in program.variables.iter().enumerate() {
+        let mut held = Held::new();
+        let fault = broken(Invariant::Sharding);
+        if v.sharding == Sharding::None {
+            let n = elements(&v.shape).ok_or(fault)?;
+            let whole = Piece {
+                src_begin: 0,
+                src_end: n,
+                dst_offset: 0,
+            };
+            held.push(whole).map_err(|_| fault)?;
+        } else {
+            let layout = program
+                .shard_layout(i, replicas)
+                .ok()
+                .flatten()
+                .ok_or(fault)?;
+            let settings = program.settings(i, replicas).map_err(|_| fault)?;
+            let shard = settings
+                .grouping()
+                .index_in_group(replica)
+                .map_err(|_| fault)?;
+            // A shard's pieces are its share of the layout's intervals: at most as many.
+            for piece in layout.pieces(shard).map_err(|_| fault)? {
+                held.push(piece).map_err(|_| fault)?;
+            }
+        }
+        all.push(held).map_err(|_| fault)?;
+    }
+    Ok(all)
 }
 
 /// The layout of the widest pass of several micro-batches whose block grows `single`'s
@@ -240,4 +295,44 @@ fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program) {
         fifos.remove(arena, ids::anchor_fifo(j));
     }
     arena.free_block(Owner::StepScratch);
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
+    use tessera_core::program::{Optimizer, Program, Sharding};
+    use tessera_core::shard::Piece;
+
+    use super::holdings;
+
+    fn piece(src: core::ops::Range<usize>) -> Piece {
+        Piece {
+            src_begin: src.start,
+            src_end: src.end,
+            dst_offset: 0,
+        }
+    }
+
+    /// Catches held pieces worked out for the wrong shard: under an orthogonal grouping of
+    /// 4 replicas into groups {0, 2} and {1, 3}, replica 2 holds its group's second shard
+    /// (not shard 2, nor replica 0's), and an unsharded variable is held whole everywhere.
+    #[test]
+    fn each_replica_holds_its_shard_within_its_group() {
+        let mut p = Program::new(1, 1, Optimizer::Sgd { learning_rate: 0.1 });
+        let orthogonal = GroupingSpec::Comm(CommGroup::Orthogonal(2));
+        let one = RetrievalMode::OnePerGroup;
+        p.add_variable("w", &[5], orthogonal, one, Sharding::Balanced)
+            .unwrap();
+        p.add_variable("b", &[3], orthogonal, one, Sharding::None)
+            .unwrap();
+        // Five elements over two shards of three: [0, 2) and [2, 5) (core's balanced rule).
+        let first = [piece(0..2)];
+        let second = [piece(2..5)];
+        for (replica, w) in [(0, &first), (1, &first), (2, &second), (3, &second)] {
+            let held = holdings(&p, 4, replica).unwrap();
+            assert_eq!(held.len(), 2);
+            assert_eq!(held[0].as_slice(), w.as_slice(), "replica {replica}'s w");
+            assert_eq!(held[1].as_slice(), [piece(0..3)], "replica {replica}'s b");
+        }
+    }
 }

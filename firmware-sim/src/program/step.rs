@@ -497,41 +497,19 @@ fn regions<'x, const N: usize>(
     Ok(out.map(Option::unwrap_or_default))
 }
 
-/// The pieces of variable `index` this replica holds: its shard's, or the whole variable
-/// at offset 0.
+/// The pieces of variable `index` this replica holds (worked out at prepare: [`Held`]).
+///
+/// [`Held`]: super::Held
 fn held_pieces(
     prepared: &Prepared,
     index: u8,
     mut each: impl FnMut(Piece),
 ) -> Result<(), ErrorCode> {
-    let (p, i) = (&prepared.program, usize::from(index));
-    let layout = p
-        .shard_layout(i, prepared.replicas)
-        .map_err(|_| broken(Invariant::Sharding))?;
-    let Some(layout) = layout else {
-        let n = p
-            .held_elements(i, prepared.replicas)
-            .map_err(|_| broken(Invariant::Sharding))?;
-        each(Piece {
-            src_begin: 0,
-            src_end: n,
-            dst_offset: 0,
-        });
-        return Ok(());
-    };
-    let settings = p
-        .settings(i, prepared.replicas)
-        .map_err(|_| broken(Invariant::Sharding))?;
-    let shard = settings
-        .grouping()
-        .index_in_group(prepared.replica)
-        .map_err(|_| broken(Invariant::Sharding))?;
-    for piece in layout
-        .pieces(shard)
-        .map_err(|_| broken(Invariant::Sharding))?
-    {
-        each(piece);
-    }
+    let held = prepared
+        .held
+        .get(usize::from(index))
+        .ok_or(broken(Invariant::Sharding))?;
+    held.iter().copied().for_each(&mut each);
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Where a channel's messages come from: a queue (a device thread's, or a byte link's
 //! decoded by a reader thread), a pooled device's queue read while the host serves the
-//! pool's host share (see `spawn::pool`), or a child process's stdout read in place.
+//! pool's ready devices (see `spawn::pool`), or a child process's stdout read in place.
 //!
 //! A reader thread blocked on a child's pipe is woken by the kernel for every reply (tens
 //! of microseconds on a small virtual machine) before the channel sees it: reading the pipe
@@ -22,14 +22,14 @@ use tessera_firmware_sim::std_link::{receive_spinning, Message};
 use super::pipe_link::Pipe;
 use super::reader::MAX_FRAME;
 use super::ring::{Received, RingError, RingReceiver};
-use super::spawn::HostShare;
+use super::spawn::Pool;
 
 /// A channel's source of messages.
 pub(super) enum Frames {
     /// Whole messages on a queue.
     Queue(Receiver<Message>),
-    /// A pooled device's queue, the pool's host share served while waiting on it.
-    Served(Receiver<Message>, Arc<HostShare>),
+    /// A pooled device's queue, the pool's ready devices served while waiting on it.
+    Served(Receiver<Message>, Arc<Pool>),
     /// Frames read in place from a pipe.
     Pipe(Box<PipeFrames>),
     /// Messages on a ring from a device of a process share.
@@ -37,18 +37,25 @@ pub(super) enum Frames {
 }
 
 impl Frames {
-    /// The next message within `limit` (`None`: as long as it takes), looked for without
-    /// sleeping for up to `spin` first; `Disconnected` once the device's end is gone.
+    /// The next message before `until` (`None`: as long as it takes), looked for without
+    /// sleeping for up to `spin` first; `Disconnected` once the device's end is gone. A
+    /// message already queued is taken without reading the clock (most are: a step's
+    /// replies arrive while the host serves the devices).
     pub(super) fn receive(
         &mut self,
-        limit: Option<Duration>,
+        until: Option<Instant>,
         spin: Duration,
     ) -> Result<Message, RecvTimeoutError> {
+        let left = || until.map(|u| u.saturating_duration_since(Instant::now()));
         match self {
-            Self::Queue(queue) => receive_spinning(queue, limit, spin),
-            Self::Served(queue, share) => receive_serving(queue, share, limit, spin),
-            Self::Pipe(pipe) => pipe.receive(limit),
-            Self::Ring(ring) => ring.receive(limit, spin),
+            Self::Queue(queue) => match queue.try_recv() {
+                Ok(message) => Ok(message),
+                Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => receive_spinning(queue, left(), spin),
+            },
+            Self::Served(queue, pool) => receive_serving(queue, pool, until, spin),
+            Self::Pipe(pipe) => pipe.receive(left()),
+            Self::Ring(ring) => ring.receive(left(), spin),
         }
     }
 
@@ -88,33 +95,37 @@ impl Frames {
     }
 }
 
-/// The longest the host sleeps on one queue, past its spin, before serving its share again:
-/// a share's device has mail only from the host itself, so a nap is never what it waits
-/// for; the bound only keeps a wait that outlives the spin from holding the share long.
+/// The longest the host sleeps on one queue, past its spin, before serving the pool again:
+/// a pooled device has mail only from the host itself, so a nap is never what a device
+/// waits for (the pool's threads serve what is ready meanwhile); the bound only keeps a
+/// wait that outlives the spin from leaving the pool to them long.
 const NAP: Duration = Duration::from_millis(1);
 
-/// The next message on `queue` within `limit` (`None`: as long as it takes), serving
-/// `share` (the pool's devices the host's thread serves) at every look: the message may
-/// be one of the share's devices' replies, or a device of another thread's, whose work is
-/// done meanwhile. Looks without sleeping (yielding between looks) for up to `spin`, then
+/// The next message on `queue` within `limit` (`None`: as long as it takes), serving the
+/// `pool`'s ready devices, one at a time, between looks: the message may come from a
+/// device this wait serves, or from one a pool thread serves meanwhile. Looks without
+/// sleeping (yielding between looks when there is nothing to serve) for up to `spin`, then
 /// naps on the queue at most [`NAP`] at a time.
 fn receive_serving(
     queue: &Receiver<Message>,
-    share: &HostShare,
-    limit: Option<Duration>,
+    pool: &Pool,
+    until: Option<Instant>,
     spin: Duration,
 ) -> Result<Message, RecvTimeoutError> {
-    let start = Instant::now();
+    // The wait begins at its first look that finds nothing and serves nothing.
+    let mut begun = None;
     loop {
         match queue.try_recv() {
             Ok(message) => return Ok(message),
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
         }
-        if share.serve() {
-            // The share's devices replied or moved on: look again at once.
+        if pool.serve_one() {
+            // A device replied or moved on: look again at once.
             continue;
         }
+        let start = *begun.get_or_insert_with(Instant::now);
+        let limit = until.map(|u| u.saturating_duration_since(start));
         let AfterLook::Sleep(left) = after_look(start, limit, spin)? else {
             continue;
         };
@@ -310,16 +321,16 @@ mod tests {
         let receiver = RingReceiver::new(memory.map_again().unwrap(), from_device, bell);
         let (_process, host) = UnixStream::pair().unwrap();
         let mut frames = Frames::ring(receiver.unwrap(), OwnedFd::from(host), 3).unwrap();
-        let limit = Some(Duration::from_millis(5));
+        let limit = || Some(Instant::now() + Duration::from_millis(5));
         assert!(matches!(
-            frames.receive(limit, Duration::ZERO),
+            frames.receive(limit(), Duration::ZERO),
             Err(RecvTimeoutError::Timeout)
         ));
         assert_eq!(frames.broken(), None, "an empty ring is not broken");
         ring::break_counters(&mut memory, from_device);
         for _ in 0..2 {
             assert!(matches!(
-                frames.receive(limit, Duration::ZERO),
+                frames.receive(limit(), Duration::ZERO),
                 Err(RecvTimeoutError::Disconnected)
             ));
             assert!(
@@ -336,26 +347,26 @@ mod tests {
     fn frames_come_whole_in_order_and_the_end_is_seen() {
         let (mut device, host) = UnixStream::pair().unwrap();
         let mut frames = Frames::pipe(OwnedFd::from(host), 7).unwrap();
-        let limit = Some(Duration::from_millis(5));
+        let limit = || Some(Instant::now() + Duration::from_millis(5));
         let spin = Duration::ZERO;
         assert!(matches!(
-            frames.receive(limit, spin),
+            frames.receive(limit(), spin),
             Err(RecvTimeoutError::Timeout)
         ));
         let (one, two) = (framed(b"first"), framed(b"second"));
         device.write_all(&one[..3]).unwrap();
-        assert!(frames.receive(limit, spin).is_err(), "a frame in part");
+        assert!(frames.receive(limit(), spin).is_err(), "a frame in part");
         let mut damaged = framed(b"damaged");
         damaged[2] ^= 0x55;
         device.write_all(&one[3..]).unwrap();
         device.write_all(&damaged).unwrap();
         device.write_all(&two).unwrap();
-        let long = Some(Duration::from_secs(5));
-        assert_eq!(frames.receive(long, spin).unwrap().body, b"first");
-        assert_eq!(frames.receive(long, spin).unwrap().body, b"second");
+        let long = || Some(Instant::now() + Duration::from_secs(5));
+        assert_eq!(frames.receive(long(), spin).unwrap().body, b"first");
+        assert_eq!(frames.receive(long(), spin).unwrap().body, b"second");
         drop(device);
         assert!(matches!(
-            frames.receive(long, spin),
+            frames.receive(long(), spin),
             Err(RecvTimeoutError::Disconnected)
         ));
     }

@@ -60,6 +60,21 @@ impl Channel {
             .collect()
     }
 
+    /// [`in_process_all`](Self::in_process_all) as if the machine had `cores` cores.
+    #[cfg(test)]
+    pub(crate) fn in_process_on(
+        replicas: std::ops::Range<u32>,
+        memory: usize,
+        host_serves: bool,
+        cores: usize,
+    ) -> Result<Vec<Self>, TransportError> {
+        spawn::pool_on(replicas.clone(), memory, host_serves, cores)?
+            .into_iter()
+            .zip(replicas)
+            .map(|(link, replica)| Self::open(link, replica))
+            .collect()
+    }
+
     /// A device in a child process (`tessera device`, `exe` being the `tessera` binary),
     /// speaking over its stdio.
     pub fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Self, TransportError> {

@@ -26,8 +26,7 @@ impl Channel {
             Some(until) if !retransmit || until < resend_at => until,
             _ => resend_at,
         };
-        let limit = Some(wake.saturating_duration_since(Instant::now()));
-        match self.frames.receive(limit, self.spin) {
+        match self.frames.receive(Some(wake), self.spin) {
             Ok(message) => {
                 self.accept(message);
                 Ok(())

@@ -59,7 +59,7 @@ fn channel(writer: Outgoing) -> Channel {
 #[test]
 fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
     let (to_device, device_in) = mpsc::channel();
-    let mut queue = channel(Outgoing::Messages(Mailbox::new(to_device, 0)));
+    let mut queue = channel(Outgoing::Messages(Mailbox::unserved(to_device)));
     let kept = |c: &Channel| {
         c.in_flight
             .iter()

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tessera_firmware_sim::std_link::BusyLine;
 
-use super::pool::Worker;
+use super::pool::Workers;
 use super::process::DeviceProcess;
 use super::qemu::QEMU;
 use crate::transport::children::Adopted;
@@ -25,11 +25,9 @@ pub(in crate::transport) enum DeviceHandle {
     /// device's loop even though the reader thread holds a duplicate of it (a queue ends
     /// when the channel drops its sender).
     Thread(Option<JoinHandle<()>>, Option<UnixStream>, BusyLine),
-    /// A device served by a thread of the pool ([`super::pool`]), with its siblings.
-    Pooled(Arc<Worker>),
-    /// A device of the pool's host share: served by the host's own thread while it waits
-    /// on the pool's channels ([`super::pool`]).
-    Hosted,
+    /// Device `i` of a pool ([`super::pool`]): served, with its siblings, by the pool's
+    /// threads (and the host's own thread inside its waits, when it serves).
+    Pooled(Arc<Workers>, usize),
     /// A device process (`tessera device`, or `tessera devices` with its siblings),
     /// stopped when its last device's handle drops.
     Child(Arc<DeviceProcess>),
@@ -52,7 +50,7 @@ impl DeviceHandle {
     /// The program running the device.
     pub fn program(&self) -> &'static str {
         match self {
-            Self::Thread(..) | Self::Pooled(_) | Self::Hosted => "thread",
+            Self::Thread(..) | Self::Pooled(..) => "thread",
             Self::Child(process) => process.program(),
             Self::Qemu { .. } => QEMU,
             #[cfg(feature = "mpi")]
@@ -68,11 +66,9 @@ impl DeviceHandle {
                 _ if busy.is_high() => Liveness::Busy,
                 _ => Liveness::Idle,
             },
-            Self::Pooled(worker) if worker.has_ended() => Liveness::Ended,
-            Self::Pooled(worker) if worker.is_busy() => Liveness::Busy,
-            Self::Pooled(_) => Liveness::Idle,
-            // It works only inside the host's own waits: between them it is idle.
-            Self::Hosted => Liveness::Idle,
+            Self::Pooled(workers, i) if workers.has_ended(*i) => Liveness::Ended,
+            Self::Pooled(workers, _) if workers.is_busy() => Liveness::Busy,
+            Self::Pooled(..) => Liveness::Idle,
             Self::Child(process) => match process.child() {
                 Some(child) => process_liveness(child.pid()),
                 None => Liveness::Ended,
@@ -106,9 +102,8 @@ impl DeviceHandle {
 impl Drop for DeviceHandle {
     fn drop(&mut self) {
         match self {
-            // The last device of its thread to go joins it (`Worker`'s drop); the last
-            // channel of a host share drops it.
-            Self::Pooled(_) | Self::Hosted => {}
+            // The last device of the pool to go joins its threads (`Workers`' drop).
+            Self::Pooled(..) => {}
             // Its rank stops it once the link ends (the channel's writer is dropped).
             #[cfg(feature = "mpi")]
             Self::Remote(_) => {}

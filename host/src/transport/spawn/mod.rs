@@ -19,8 +19,8 @@
 //!
 //! - `thread`: a device thread of this process on a socket pair (faults injected), or a
 //!   pooled one.
-//! - `pool`: the thread placement's devices on at most as many threads as cores (one of
-//!   them, for a training step, the host's own), on message queues.
+//! - `pool`: the thread placement's devices served by at most as many threads as cores
+//!   (one of them, for a training step, the host's own), whichever is free.
 //! - `process`: a `tessera device` child process on its stdio, or a share of a training
 //!   runtime's devices in one `tessera devices` process.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
@@ -44,7 +44,9 @@ mod thread;
 pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;
-pub(super) use pool::{in_process_pool, HostShare, Mailbox};
+#[cfg(test)]
+pub(super) use pool::pool_on;
+pub(super) use pool::{in_process_pool, Mailbox, Pool};
 pub(super) use process::{child_process, device_processes};
 pub(super) use qemu::{qemu, QEMU};
 #[cfg(feature = "mpi")]
@@ -75,9 +77,9 @@ pub(super) enum Incoming {
     Bytes(Box<dyn Read + Send>),
     /// Whole messages (and bulk bytes) from a device thread.
     Messages(Receiver<Message>),
-    /// Whole messages from a pooled device, the pool's host share served while waiting
-    /// for them (the device may be in that share or on a thread of the pool).
-    Served(Receiver<Message>, std::sync::Arc<HostShare>),
+    /// Whole messages from a pooled device, the pool's ready devices served while waiting
+    /// for them (the host's thread being one of the pool's servers).
+    Served(Receiver<Message>, std::sync::Arc<Pool>),
     /// A child process's stdout: frames, read in place by the channel.
     Pipe(std::os::fd::OwnedFd),
     /// A message ring from a device of a process share, and that process's stdout, whose

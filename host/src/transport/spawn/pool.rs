@@ -4,48 +4,55 @@
 //! One thread per device put 64 threads on 2 cores, and every wait in a step became a
 //! context switch or a yield (a third of a step's time went to the scheduler). A device
 //! never waits inside a request — a step runs in legs, each ending at an exchange
-//! ([`tessera_firmware_sim::program::step`]) — so one thread can serve many: it sleeps on a
-//! single queue carrying every message for its devices, each tagged with its device, and
-//! serves each device's mail in turn ([`serve_pending`]).
+//! ([`tessera_firmware_sim::program::step`]) — so one thread can serve many: each device
+//! has a queue of mail, and a device with mail waits on the pool's *ready queue* until one
+//! of the pool's *servers* takes it and serves its mail ([`serve_pending`]).
 //!
 //! A training step made that three threads on two cores: the host, waiting for the
-//! devices' contributions, took a core's turn at every look, and the scheduler put both
-//! device threads on the other core (`perf sched`: one core running the host's waits, the
-//! other switching between the two devices' legs). So a pool may give one share of its
-//! devices to the host's own thread instead of a thread of their own (the *host share*):
-//! every wait of the host on any channel of the pool serves that share's mail, so the host
-//! computes one share's legs while the pool's threads compute the others, with as many
-//! threads as cores and none of them waiting on another for a core.
+//! devices' contributions, took a core's turn at every look. So the host's own thread may
+//! be one of the servers: every wait of the host on a channel of the pool serves ready
+//! devices, one at a time, until its message is in.
+//!
+//! The devices were first split into fixed shares, one per server. The host, whose waits
+//! also run the step driver, then ended each round late while the pool's thread sat idle
+//! for half of a step (perf, 64 replicas on 2 cores). Any server now takes any ready
+//! device, so a round's work spreads over the servers as they come free.
 //!
 //! # Rules
 //!
-//! - Device `i` of `n` opened together is in share `i mod k`, `k = min(n, cores)`; each
-//!   share has a thread, except share 0 when the host serves it.
-//! - The host share is served only inside the host's waits on the pool's channels (any of
-//!   them: a device of another share may be waiting for a round the host share's devices
-//!   contribute to), never in the background: a session, whose workers compute while the
-//!   controller goes on, keeps a thread for every share
-//!   ([`Serving`](crate::placement::Serving)). A request of a hosted device runs inside
+//! - `k = min(n, cores)` servers for `n` devices: `k` threads, or `k − 1` and the host's
+//!   thread when the host serves.
+//! - The host serves only inside its waits on the pool's channels, never in the background:
+//!   a session, whose workers compute while the controller goes on, has a thread for every
+//!   server ([`Serving`](crate::placement::Serving)). A request the host serves runs inside
 //!   that wait to its end: no busy deadline applies to it (a step's legs are bounded).
-//! - A panic in a hosted device closes the host share (as it ends a pool thread): its
-//!   channels find their queues closed; the host's call does not panic.
-//! - A device's messages are served in the order they were sent; its replies go on a queue
-//!   of its own.
-//! - A thread's busy line is every one of its devices' line: a device whose mail waits
-//!   behind a sibling's long request is busy, not silent.
-//! - A thread ends once every channel to its devices is gone (their mailboxes hold its
-//!   only senders); the last of them to drop joins it. The host share goes with the last
-//!   channel of the pool.
-//! - A device whose reply queue is gone (its channel dropped) is served no more; the other
-//!   devices of its thread go on.
+//! - One server at a time serves a device; a device's messages are served in the order they
+//!   were sent; its replies go on a queue of its own.
+//! - A device is readied once until a server takes it; its server marks it unready before
+//!   it reads its mail, so a message sent while it is being served readies it again: no
+//!   message waits unseen. A server that finds a ready device being served by another
+//!   leaves it to that one, which serves it again when it lets go: no server ever waits
+//!   for another (a session's kernel may run for seconds).
+//! - The pool is busy while any server serves any device: a device whose mail waits behind
+//!   a sibling's long request is busy, not silent.
+//! - A device that panics, fails, or whose channel is gone is served no more: it is dropped
+//!   with its reply queue, and its channel finds the queue closed. Its siblings go on. A
+//!   panic is caught where it happens, on a thread or inside the host's wait.
+//! - The threads end once every channel to the pool is gone (the last mailbox closes the
+//!   ready queue); the last channel to drop joins them.
 
+use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::{self, JoinHandle};
+use std::time::Instant;
 
-use tessera_firmware_sim::std_link::{receive_spinning, BusyLine, Message, Queue, StdClock, SPIN};
+use embedded_hal::digital::OutputPin;
+use tessera_firmware_sim::std_link::{BusyLine, Message, Queue, StdClock, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Memory, Server};
 
 use super::{DeviceHandle, Incoming, Link, Outgoing};
@@ -53,83 +60,110 @@ use crate::transport::device::{HOST_FRAME, HOST_WINDOW};
 use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
 
-/// Where messages to one pooled device go: its thread's queue, tagged with the device.
-#[derive(Debug, Clone)]
+/// Where messages to one pooled device go: its queue of mail, and the pool's ready queue.
+#[derive(Debug)]
 pub(in crate::transport) struct Mailbox {
-    queue: Sender<(usize, Message)>,
-    device: usize,
+    mail: Sender<Message>,
+    /// The pool and the device's index in it (`None`: a queue nobody serves, for tests).
+    pool: Option<(Arc<Pool>, usize)>,
 }
 
 impl Mailbox {
-    /// Messages for device `device` of the thread behind `queue`.
-    pub(in crate::transport) fn new(queue: Sender<(usize, Message)>, device: usize) -> Self {
-        Self { queue, device }
-    }
-
-    /// Queues `message`; an error when the thread is gone.
+    /// Queues `message` and readies the device; an error once the device is served no
+    /// more.
     pub(in crate::transport) fn send(&self, message: Message) -> Result<(), ()> {
-        self.queue.send((self.device, message)).map_err(|_| ())
+        self.mail.send(message).map_err(|_| ())?;
+        if let Some((pool, device)) = &self.pool {
+            pool.ready(*device);
+        }
+        Ok(())
+    }
+
+    /// A mailbox whose messages only wait on `mail`: no pool serves them.
+    #[cfg(test)]
+    pub(in crate::transport) fn unserved(mail: Sender<Message>) -> Self {
+        Self { mail, pool: None }
     }
 }
 
-/// A thread serving devices, joined when the last channel to them drops.
-#[derive(Debug)]
-pub(in crate::transport) struct Worker {
-    thread: Mutex<Option<JoinHandle<()>>>,
-    busy: BusyLine,
-}
-
-impl Worker {
-    /// True while the thread serves any of its devices.
-    pub(in crate::transport) fn is_busy(&self) -> bool {
-        self.busy.is_high()
-    }
-
-    /// True once the thread has ended.
-    pub(in crate::transport) fn has_ended(&self) -> bool {
-        self.thread
-            .lock()
-            .map(|t| t.as_ref().is_none_or(JoinHandle::is_finished))
-            .unwrap_or(true)
-    }
-}
-
-impl Drop for Worker {
+impl Drop for Mailbox {
     fn drop(&mut self) {
-        let thread = self.thread.get_mut().map(Option::take);
-        if let Ok(Some(thread)) = thread {
+        if let Some((pool, _)) = &self.pool {
+            pool.mailbox_gone();
+        }
+    }
+}
+
+/// The pool's threads, joined when the last channel to its devices drops.
+#[derive(Debug)]
+pub(in crate::transport) struct Workers {
+    pool: Arc<Pool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Workers {
+    /// True while any server serves any device of the pool.
+    pub(in crate::transport) fn is_busy(&self) -> bool {
+        self.pool.lines.iter().any(BusyLine::is_high)
+    }
+
+    /// True once device `device` is served no more (it panicked, failed or was dropped).
+    pub(in crate::transport) fn has_ended(&self, device: usize) -> bool {
+        match self.pool.devices.get(device).map(Mutex::try_lock) {
+            Some(Ok(slot)) => slot.is_none(),
+            Some(Err(TryLockError::Poisoned(slot))) => slot.into_inner().is_none(),
+            // Being served.
+            Some(Err(TryLockError::WouldBlock)) => false,
+            None => true,
+        }
+    }
+
+    /// The pool's threads (the host's thread, when it serves, not counted).
+    #[cfg(test)]
+    fn threads(&self) -> usize {
+        lock(&self.threads).len()
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        let threads = std::mem::take(
+            self.threads
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for thread in threads {
             let _ = thread.join();
         }
     }
 }
 
 /// One device per replica of `replicas`, each with `memory` bytes of arena (shared with
-/// the host when the device can name every offset of it on the wire), in `k = min(n,
-/// cores)` shares; links in replica order. With `host_serves`, share 0 is the calling
-/// thread's ([`HostShare`]) and the others get a thread each; without, every share gets a
-/// thread.
+/// the host when the device can name every offset of it on the wire), served by `k =
+/// min(n, cores)` servers: with `host_serves`, the calling thread (inside its waits on the
+/// pool's channels) and `k − 1` threads; without, `k` threads. Links in replica order.
 pub(in crate::transport) fn in_process_pool(
     replicas: Range<u32>,
     memory: usize,
     host_serves: bool,
 ) -> Result<Vec<Link>, TransportError> {
-    let n = replicas.len();
     let cores = thread::available_parallelism().map_or(1, |c| c.get());
-    let k = n.min(cores).max(1);
-    let mut specs: Vec<Vec<Spec>> = (0..k).map(|_| Vec::new()).collect();
-    let mut queues = Vec::with_capacity(k);
-    let mut busy_lines = Vec::with_capacity(k);
-    for _ in 0..k {
-        queues.push(mpsc::channel::<(usize, Message)>());
-        busy_lines.push(BusyLine::default());
-    }
-    // Declared before the links so that, should a thread fail to start, the links (the
-    // mailboxes: the threads' only senders) drop first and the started threads end
-    // before their workers join them.
-    let mut host_share = None;
-    let mut workers = Vec::with_capacity(k);
-    let mut links = Vec::with_capacity(n);
-    for (i, replica) in replicas.enumerate() {
+    pool_on(replicas, memory, host_serves, cores)
+}
+
+/// [`in_process_pool`] on a machine of `cores` cores.
+pub(in crate::transport) fn pool_on(
+    replicas: Range<u32>,
+    memory: usize,
+    host_serves: bool,
+    cores: usize,
+) -> Result<Vec<Link>, TransportError> {
+    let n = replicas.len();
+    // No device, no server (a thread would wait for mail forever).
+    let servers = n.min(cores.max(1));
+    let mut devices = Vec::with_capacity(n);
+    let mut ends = Vec::with_capacity(n);
+    for replica in replicas {
         let (host_memory, shared) = match u32::try_from(memory) {
             Ok(1..) => {
                 let host = SharedMemory::create(memory)?;
@@ -139,214 +173,320 @@ pub(in crate::transport) fn in_process_pool(
             _ => (None, None),
         };
         let (replies, from_device) = mpsc::channel();
-        let share_specs = &mut specs[i % k];
-        let mailbox = Mailbox::new(queues[i % k].0.clone(), share_specs.len());
-        share_specs.push(Spec {
-            replica,
-            shared,
-            bytes: memory,
-            replies,
-        });
-        links.push((i % k, from_device, mailbox, host_memory));
+        let (mail, to_device) = mpsc::channel();
+        let slot = Slot::new(replica, shared, memory, to_device, replies)?;
+        devices.push(Mutex::new(Some(slot)));
+        ends.push((from_device, mail, host_memory));
     }
-    for (w, ((specs, (sender, inbox)), busy)) in
-        specs.into_iter().zip(queues).zip(busy_lines).enumerate()
-    {
-        // The mailboxes hold the only senders: a share ends when they are all gone.
-        drop(sender);
-        if host_serves && w == 0 {
-            let share = Share::new(specs, inbox, busy)?;
-            host_share = Some(Arc::new(HostShare(Mutex::new(Some(share)))));
-            workers.push(None);
-            continue;
-        }
-        let line = busy.clone();
-        let first = specs.first().map_or(0, |s| s.replica);
+    let pool = Arc::new(Pool {
+        queued: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        devices,
+        ready: Mutex::new(Ready {
+            devices: VecDeque::new(),
+            again: vec![false; n],
+            sleepers: 0,
+            waking: 0,
+            closed: false,
+        }),
+        bell: Condvar::new(),
+        mailboxes: AtomicUsize::new(n),
+        // The host's line is the first, whether it serves or not.
+        lines: (0..servers.max(1)).map(|_| BusyLine::default()).collect(),
+    });
+    // The mailboxes come first: should a thread fail to start, they drop with the links,
+    // the pool closes, and the threads already started end.
+    let links: Vec<_> = ends
+        .into_iter()
+        .enumerate()
+        .map(|(i, (from_device, mail, host_memory))| {
+            let mailbox = Mailbox {
+                mail,
+                pool: Some((Arc::clone(&pool), i)),
+            };
+            (i, from_device, mailbox, host_memory)
+        })
+        .collect();
+    let mut threads = Vec::with_capacity(servers);
+    for server in usize::from(host_serves)..servers {
+        let pool = Arc::clone(&pool);
         let thread = thread::Builder::new()
-            .name(format!("tessera-devices-{first}"))
-            .spawn(move || match Share::new(specs, inbox, line) {
-                Ok(share) => share.serve_until_closed(),
-                Err(e) => tracing::warn!(error = %e, "device thread stopped"),
+            .name(format!("tessera-devices-{server}"))
+            .spawn(move || {
+                while let Some(device) = pool.next() {
+                    pool.serve(device, server);
+                }
             })?;
-        workers.push(Some(Arc::new(Worker {
-            thread: Mutex::new(Some(thread)),
-            busy,
-        })));
+        threads.push(thread);
     }
+    let workers = Arc::new(Workers {
+        pool: Arc::clone(&pool),
+        threads: Mutex::new(threads),
+    });
     Ok(links
         .into_iter()
-        .map(|(w, from_device, mailbox, memory)| Link {
-            incoming: match &host_share {
-                // Every wait of the host on any of the pool's channels serves its share.
-                Some(share) => Incoming::Served(from_device, Arc::clone(share)),
-                None => Incoming::Messages(from_device),
+        .map(|(i, from_device, mailbox, memory)| Link {
+            incoming: if host_serves {
+                // Every wait of the host on any of the pool's channels serves the pool.
+                Incoming::Served(from_device, Arc::clone(&pool))
+            } else {
+                Incoming::Messages(from_device)
             },
             outgoing: Outgoing::Messages(mailbox),
-            handle: match &workers[w] {
-                Some(worker) => DeviceHandle::Pooled(Arc::clone(worker)),
-                // Only the host's share has no thread.
-                None => DeviceHandle::Hosted,
-            },
+            handle: DeviceHandle::Pooled(Arc::clone(&workers), i),
             window: None,
             memory,
         })
         .collect())
 }
 
-/// What a share needs to build one device.
-struct Spec {
-    replica: u32,
-    /// The device's mapping of memory the host maps too; `None`: `bytes` of its own.
-    shared: Option<SharedMemory>,
-    bytes: usize,
-    replies: Sender<Message>,
+/// The pool's devices, their ready queue and their servers' busy lines.
+pub(in crate::transport) struct Pool {
+    /// Each device with everything serving it takes; `None` once it is served no more.
+    devices: Vec<Mutex<Option<Slot>>>,
+    /// Device `i` is on the ready queue (or about to be put there).
+    queued: Vec<AtomicBool>,
+    ready: Mutex<Ready>,
+    /// Rung when a device is readied while a thread sleeps, and when the pool closes.
+    bell: Condvar,
+    /// Mailboxes still open: the last one closes the ready queue.
+    mailboxes: AtomicUsize,
+    /// One line per server (the host's first when it serves), high while it serves.
+    lines: Vec<BusyLine>,
 }
 
-/// The share of the host's own thread: served whenever that thread waits on any channel of
-/// the pool (see the module's rules), never by a thread of its own.
-pub(in crate::transport) struct HostShare(Mutex<Option<Share>>);
-
-impl std::fmt::Debug for HostShare {
+impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostShare").finish_non_exhaustive()
+        f.debug_struct("Pool")
+            .field("devices", &self.devices.len())
+            .finish_non_exhaustive()
     }
 }
 
-impl HostShare {
-    /// Serves every message its devices have waiting; true if there was any. A panic
-    /// while serving (a device's bug) ends the share as it ends a pool thread: it is
-    /// caught here, the share's devices are dropped, and their channels find their
-    /// queues closed — the host's own call goes on.
-    pub(in crate::transport) fn serve(&self) -> bool {
-        let Ok(mut share) = self.0.lock() else {
+/// Devices with mail, in the order they were readied.
+struct Ready {
+    devices: VecDeque<usize>,
+    /// Device `i` was found being served while it was ready: its server readies it again
+    /// when it lets go (module rules).
+    again: Vec<bool>,
+    /// Threads asleep on the bell, and how many of them a ring is already waking: a device
+    /// readied while every sleeper is being woken rings nobody (a ring costs a system
+    /// call, and a woken thread takes a while to take its lock back).
+    sleepers: usize,
+    waking: usize,
+    /// Every mailbox is gone: the threads end.
+    closed: bool,
+}
+
+impl Pool {
+    /// Puts device `device` on the ready queue unless it is there already.
+    fn ready(&self, device: usize) {
+        let Some(queued) = self.queued.get(device) else {
+            return;
+        };
+        // Acquire-release: whoever clears the flag next sees the mail sent before this.
+        if queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut ready = lock(&self.ready);
+        ready.devices.push_back(device);
+        self.ring(&mut ready);
+    }
+
+    /// Wakes a sleeping thread for a device just put on the ready queue, unless every
+    /// sleeper is being woken already.
+    fn ring(&self, ready: &mut Ready) {
+        if ready.sleepers > ready.waking {
+            ready.waking += 1;
+            self.bell.notify_one();
+        }
+    }
+
+    /// One mailbox fewer; the last closes the ready queue.
+    fn mailbox_gone(&self) {
+        if self.mailboxes.fetch_sub(1, Ordering::AcqRel) == 1 {
+            lock(&self.ready).closed = true;
+            self.bell.notify_all();
+        }
+    }
+
+    /// For a pool thread: the next ready device, looked for without sleeping for up to
+    /// [`SPIN`] (yielding between looks, as every device wait does), then asleep on the
+    /// bell; `None` once the pool has closed.
+    fn next(&self) -> Option<usize> {
+        // The clock is read once a look finds nothing.
+        let mut begun = None;
+        let mut ready = lock(&self.ready);
+        loop {
+            if let Some(device) = ready.devices.pop_front() {
+                return Some(device);
+            }
+            if ready.closed {
+                return None;
+            }
+            if begun.get_or_insert_with(Instant::now).elapsed() < SPIN {
+                drop(ready);
+                thread::yield_now();
+                ready = lock(&self.ready);
+                continue;
+            }
+            // Woken (rung, or spuriously), a thread counts as awake again and looks.
+            ready.sleepers += 1;
+            ready = self
+                .bell
+                .wait(ready)
+                .unwrap_or_else(PoisonError::into_inner);
+            ready.sleepers -= 1;
+            ready.waking = ready.waking.saturating_sub(1);
+        }
+    }
+
+    /// For the host's wait: serves one ready device (skipping any another server is
+    /// serving); false when none was left to serve.
+    pub(in crate::transport) fn serve_one(&self) -> bool {
+        loop {
+            let Some(device) = lock(&self.ready).devices.pop_front() else {
+                return false;
+            };
+            if self.serve(device, 0) {
+                return true;
+            }
+        }
+    }
+
+    /// Serves device `device`'s mail on server `server`'s busy line; true if it did (false:
+    /// it has ended, or another server is serving it and will serve it again).
+    fn serve(&self, device: usize, server: usize) -> bool {
+        let (Some(slot), Some(mut line)) =
+            (self.devices.get(device), self.lines.get(server).cloned())
+        else {
             return false;
         };
-        let Some(devices) = share.as_mut() else {
+        let mut slot = match slot.try_lock() {
+            Ok(slot) => slot,
+            Err(TryLockError::Poisoned(slot)) => slot.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Left to its server, which looks at `again` once it has let go; should it
+                // have let go already, the lock is free now (it looked under the same lock
+                // this mark was made under, before or after it).
+                if let Some(again) = lock(&self.ready).again.get_mut(device) {
+                    *again = true;
+                }
+                match slot.try_lock() {
+                    Ok(slot) => slot,
+                    Err(TryLockError::Poisoned(slot)) => slot.into_inner(),
+                    Err(TryLockError::WouldBlock) => return false,
+                }
+            }
+        };
+        // Unready before its mail is read (module rules): acquire-release, so that the mail
+        // sent before it was readied is seen.
+        if let Some(queued) = self.queued.get(device) {
+            queued.swap(false, Ordering::AcqRel);
+        }
+        let Some(s) = slot.as_mut() else {
             return false;
         };
-        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| devices.serve(None)));
-        served.unwrap_or_else(|_| {
-            tracing::warn!("a device of the host's share panicked: the share is closed");
-            *share = None;
-            true
-        })
+        let served = catch_unwind(AssertUnwindSafe(|| {
+            serve_pending(
+                &mut s.server,
+                &mut s.device,
+                &mut s.link,
+                &mut s.clock,
+                &mut line,
+            )
+        }));
+        match served {
+            Ok(Ok(true)) => {}
+            // Its channel is gone: nobody reads its replies any more.
+            Ok(Ok(false)) => *slot = None,
+            Ok(Err(e)) => {
+                tracing::debug!(replica = s.replica, error = %e, "device stopped");
+                *slot = None;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    replica = s.replica,
+                    "a pooled device panicked: it is served no more"
+                );
+                // The panic left its request's line high.
+                let _ = line.set_low();
+                *slot = None;
+            }
+        }
+        drop(slot);
+        self.let_go(device);
+        true
+    }
+
+    /// After its server has let go of device `device`: readies it again if another server
+    /// found it being served meanwhile (module rules).
+    fn let_go(&self, device: usize) {
+        let mut ready = lock(&self.ready);
+        if ready.again.get_mut(device).is_some_and(std::mem::take) {
+            ready.devices.push_back(device);
+            self.ring(&mut ready);
+        }
     }
 }
 
-/// One share of a pool's devices, owned with everything serving them takes: their memory,
-/// their servers (and kept replies), the queue of every message to them, each device's own
-/// queue of mail and replies.
-struct Share {
-    inbox: Receiver<(usize, Message)>,
-    devices: Vec<Device<'static>>,
-    servers: Vec<Box<HostServer>>,
-    links: Vec<Queue>,
-    mail: Vec<Sender<Message>>,
-    replicas: Vec<u32>,
-    /// A device whose channel is gone (or that failed) is served no more.
-    open: Vec<bool>,
+/// Locks `m`, whatever a panic elsewhere left in it (every lock here guards state a panic
+/// cannot leave half-changed: a panic while serving is caught inside the lock).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One device with everything serving it takes: its memory, its server (and kept
+/// replies), its queue of mail and replies, its clock.
+struct Slot {
+    device: Device<'static>,
+    server: Box<HostServer>,
+    link: Queue,
     clock: StdClock,
-    busy: BusyLine,
+    replica: u32,
 }
 
 /// A pooled device's server: frames and kept replies as the host's links have them.
 type HostServer = Server<'static, HOST_FRAME, HOST_WINDOW>;
 
-impl Share {
-    /// Builds `specs`' devices, served from `inbox`, with `busy` high while any of them
-    /// runs a request.
+impl Slot {
+    /// Device `replica` with `bytes` of memory (`shared`: the mapping the host maps too),
+    /// its mail on `mail` and its replies to `replies`.
     fn new(
-        specs: Vec<Spec>,
-        inbox: Receiver<(usize, Message)>,
-        busy: BusyLine,
+        replica: u32,
+        shared: Option<SharedMemory>,
+        bytes: usize,
+        mail: mpsc::Receiver<Message>,
+        replies: Sender<Message>,
     ) -> Result<Self, io::Error> {
-        let n = specs.len();
-        let mut share = Self {
-            inbox,
-            devices: Vec::with_capacity(n),
-            servers: Vec::with_capacity(n),
-            links: Vec::with_capacity(n),
-            mail: Vec::with_capacity(n),
-            replicas: Vec::with_capacity(n),
-            open: vec![true; n],
+        // The kept replies (a megabyte per device) live on the heap.
+        let kept: Box<[[u8; HOST_FRAME]; HOST_WINDOW]> = vec![[0u8; HOST_FRAME]; HOST_WINDOW]
+            .into_boxed_slice()
+            .try_into()
+            .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
+        let server = Box::new(Server::owning(kept));
+        let memory: Box<dyn Memory + Send> = match shared {
+            Some(shared) => Box::new(shared),
+            None => Box::new(vec![0u8; bytes]),
+        };
+        Ok(Self {
+            device: Device::owning(replica, memory, server.link()),
+            server,
+            link: Queue::new(mail, replies),
             clock: StdClock::new(),
-            busy,
-        };
-        for spec in specs {
-            // The kept replies (a megabyte per device) live on the heap.
-            let replies: Box<[[u8; HOST_FRAME]; HOST_WINDOW]> =
-                vec![[0u8; HOST_FRAME]; HOST_WINDOW]
-                    .into_boxed_slice()
-                    .try_into()
-                    .map_err(|_| io::Error::other("reply storage of the wrong size"))?;
-            let server = Box::new(Server::owning(replies));
-            let memory: Box<dyn Memory + Send> = match spec.shared {
-                Some(shared) => Box::new(shared),
-                None => Box::new(vec![0u8; spec.bytes]),
-            };
-            share
-                .devices
-                .push(Device::owning(spec.replica, memory, server.link()));
-            share.servers.push(server);
-            let (to_device, device_in) = mpsc::channel();
-            share.links.push(Queue::new(device_in, spec.replies));
-            share.mail.push(to_device);
-            share.replicas.push(spec.replica);
-        }
-        Ok(share)
-    }
-
-    /// Files `first` and every message already queued, each to its device's mail, then
-    /// serves each device that has mail; true if any had.
-    fn serve(&mut self, first: Option<(usize, Message)>) -> bool {
-        // The host looks here at every turn of its waits: nothing queued costs one look.
-        let Some(first) = first.or_else(|| self.inbox.try_recv().ok()) else {
-            return false;
-        };
-        let mut has_mail = vec![false; self.devices.len()];
-        for (i, message) in std::iter::once(first).chain(self.inbox.try_iter()) {
-            if let (Some(to), Some(flag)) = (self.mail.get(i), has_mail.get_mut(i)) {
-                *flag = to.send(message).is_ok();
-            }
-        }
-        for (i, &mail) in has_mail.iter().enumerate() {
-            if !(mail && self.open[i]) {
-                continue;
-            }
-            let served = serve_pending(
-                &mut self.servers[i],
-                &mut self.devices[i],
-                &mut self.links[i],
-                &mut self.clock,
-                &mut self.busy,
-            );
-            match served {
-                Ok(true) => {}
-                // Its channel is gone: nobody reads its replies any more.
-                Ok(false) => self.open[i] = false,
-                Err(e) => {
-                    tracing::debug!(replica = self.replicas[i], error = %e, "device stopped");
-                    self.open[i] = false;
-                }
-            }
-        }
-        true
-    }
-
-    /// Serves until every mailbox to the share is gone, waiting for mail as every device
-    /// wait does (looking, then asleep: `SPIN`).
-    fn serve_until_closed(mut self) {
-        while let Ok(first) = receive_spinning(&self.inbox, None, SPIN) {
-            self.serve(Some(first));
-        }
+            replica,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use tessera_core::wire::endpoint::{Command, GetSeed};
-    use tessera_core::wire::Request;
+    use std::sync::Arc;
 
+    use tessera_core::wire::endpoint::{Command, GetSeed};
+    use tessera_core::wire::{Request, Response};
+
+    use super::{lock, Workers};
+    use crate::transport::spawn::DeviceHandle;
     use crate::transport::{Channel, TransportError};
 
     /// Sets device `c`'s seed to `seed` and reads it back.
@@ -356,22 +496,26 @@ mod tests {
         Ok(c.call(&GetSeed)?.get())
     }
 
+    /// The pool's threads behind `channels` (all of one pool).
+    fn workers(channels: &[Channel]) -> Arc<Workers> {
+        let all: Vec<_> = channels
+            .iter()
+            .map(|c| match c.device_handle() {
+                DeviceHandle::Pooled(w, _) => Arc::clone(w),
+                _ => panic!("a thread device is pooled"),
+            })
+            .collect();
+        assert!(all.iter().all(|w| Arc::ptr_eq(w, &all[0])), "one pool");
+        Arc::clone(&all[0])
+    }
+
     /// Catches a pool that gives each device a thread of its own (64 threads on 2 cores),
     /// or that mixes up which device a message is for.
     #[test]
     fn many_devices_share_at_most_one_thread_per_core_and_keep_their_state() {
         let mut channels = Channel::in_process_all(0..8, 4096, false).unwrap();
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let mut workers: Vec<*const super::Worker> = channels
-            .iter()
-            .map(|c| match c.device_handle() {
-                super::DeviceHandle::Pooled(w) => std::sync::Arc::as_ptr(w),
-                _ => panic!("a thread device is pooled"),
-            })
-            .collect();
-        workers.sort();
-        workers.dedup();
-        assert_eq!(workers.len(), 8.min(cores));
+        assert_eq!(workers(&channels).threads(), 8.min(cores));
         each_keeps_its_seed(&mut channels, 100);
     }
 
@@ -390,47 +534,69 @@ mod tests {
         }
     }
 
-    /// Catches a host share that is not served while the host waits (a call to one of its
-    /// devices, or to another thread's, would hang until its deadline), a share given a
-    /// thread after all, or devices that mix up their state: eight devices on
-    /// `k = min(8, cores)` shares, share 0 the host's — `k − 1` threads, one device in `k`
-    /// hosted.
+    /// Catches a pool that is not served while the host waits (with one device, a call
+    /// would hang until its deadline), a thread too many beside the host's, or devices that
+    /// mix up their state: eight devices on `k = min(8, cores)` servers, one of them the
+    /// host's thread.
     #[test]
-    fn the_host_serves_one_share_and_its_devices_keep_their_state() {
+    fn the_host_is_one_of_the_servers_and_devices_keep_their_state() {
         let mut channels = Channel::in_process_all(0..8, 4096, true).unwrap();
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let k = 8.min(cores);
-        let mut workers = Vec::new();
-        let mut hosted = Vec::new();
-        for (i, c) in channels.iter().enumerate() {
-            match c.device_handle() {
-                super::DeviceHandle::Pooled(w) => workers.push(std::sync::Arc::as_ptr(w)),
-                super::DeviceHandle::Hosted => hosted.push(i),
-                _ => panic!("a thread device is pooled or hosted"),
-            }
-        }
-        workers.sort();
-        workers.dedup();
-        assert_eq!(workers.len(), k - 1, "threads besides the host's");
-        assert_eq!(
-            hosted,
-            (0..8).step_by(k).collect::<Vec<_>>(),
-            "the host's share"
-        );
+        assert_eq!(workers(&channels).threads(), 8.min(cores) - 1);
         each_keeps_its_seed(&mut channels, 200);
         // One device: the host's alone, no thread at all.
         let mut one = Channel::in_process_all(5..6, 4096, true).unwrap();
-        assert!(matches!(
-            one[0].device_handle(),
-            super::DeviceHandle::Hosted
-        ));
+        assert_eq!(workers(&one).threads(), 0);
         assert_eq!(seed_round_trip(&mut one[0], 3).unwrap(), 3);
     }
 
-    /// Catches a thread that stops serving its devices once one of them is gone (its
-    /// replies have nowhere to go): the siblings of a channel dropped with requests still
-    /// in flight must go on answering. (The thread meets the dead reply queue only if it
-    /// serves one of those requests after the drop: likely with eight queued, not certain.)
+    /// Catches a server that waits for another: device 0 is held (standing in for a server
+    /// deep in a session's long kernel) and readied twice, so that a waiting server would
+    /// park each of the pool's two threads on it; device 1 must still be answered, and
+    /// device 0's requests once it is let go.
+    #[test]
+    fn no_server_waits_for_another() {
+        let mut channels = Channel::in_process_on(0..2, 4096, false, 2).unwrap();
+        let pool = Arc::clone(&workers(&channels).pool);
+        assert_eq!(workers(&channels).threads(), 2);
+        let taken = || {
+            while !lock(&pool.ready).devices.is_empty() {
+                std::thread::yield_now();
+            }
+        };
+        let held = lock(&pool.devices[0]);
+        let first = channels[0].submit(&Request::GetSeed).unwrap();
+        taken();
+        let second = channels[0].submit(&Request::GetSeed).unwrap();
+        taken();
+        assert_eq!(seed_round_trip(&mut channels[1], 7).unwrap(), 7);
+        drop(held);
+        pool.let_go(0);
+        for seq in [first, second] {
+            let reply = channels[0].receive(seq).unwrap();
+            assert!(
+                matches!(reply.response(), Response::Seed { .. }),
+                "{reply:?}"
+            );
+        }
+    }
+
+    /// Catches a pool of no device that starts a thread anyway: with no mailbox to close
+    /// the pool, the thread would wait for mail forever and the call never return.
+    #[test]
+    fn a_pool_of_no_device_returns() {
+        assert!(Channel::in_process_all(0..0, 4096, false)
+            .unwrap()
+            .is_empty());
+        assert!(Channel::in_process_all(0..0, 4096, true)
+            .unwrap()
+            .is_empty());
+    }
+
+    /// Catches a pool that stops serving once one of its devices is gone (its replies have
+    /// nowhere to go): the siblings of a channel dropped with requests still in flight must
+    /// go on answering. (A server meets the dead reply queue only if it serves one of those
+    /// requests after the drop: likely with eight queued, not certain.)
     #[test]
     fn a_dropped_device_leaves_its_siblings_running() {
         let mut channels = Channel::in_process_all(0..4, 4096, false).unwrap();
