@@ -257,27 +257,41 @@ pub struct Message {
     pub bulk: Option<Bulk>,
 }
 
+/// The least room a message's buffer is given: a reply sent back in it (a step's
+/// contribution, for the default job's model) fits without another allocation.
+pub const REPLY_ROOM: usize = 1024;
+
 /// A link between threads of one process that carries whole messages: memory does not
 /// corrupt, so there is no framing, no CRC and no per-byte work, and bulk bytes travel
 /// beside the messages.
+///
+/// A message's buffer, once its body is copied out, carries the next message sent back when
+/// it has the room: the host's thread allocates a buffer and frees it again, and the
+/// device's side neither allocates nor frees one per message (a buffer freed by a thread
+/// other than the one that allocated it takes the allocator's slow path). The host gives
+/// its messages room for a reply ([`REPLY_ROOM`]).
 #[derive(Debug)]
 pub struct Queue {
     incoming: Receiver<Message>,
     outgoing: Sender<Message>,
     bulk: Option<Bulk>,
+    /// The last message's buffer, for the next message sent.
+    spare: Option<Vec<u8>>,
 }
 
 impl Queue {
-    /// Files `message`: its bulk bytes aside, its body into `into`.
+    /// Files `message`: its bulk bytes aside, its body into `into` (its buffer kept).
     fn take(&mut self, message: Message, into: &mut [u8]) -> Incoming {
         self.bulk = message.bulk;
-        match into.get_mut(..message.body.len()) {
+        let filed = match into.get_mut(..message.body.len()) {
             Some(to) => {
                 to.copy_from_slice(&message.body);
                 Incoming::Message(message.body.len())
             }
             None => Incoming::Damaged,
-        }
+        };
+        self.spare = Some(message.body);
+        filed
     }
 
     /// Messages arrive on `incoming` and leave on `outgoing`.
@@ -286,6 +300,7 @@ impl Queue {
             incoming,
             outgoing,
             bulk: None,
+            spare: None,
         }
     }
 }
@@ -353,11 +368,54 @@ impl Messages for Queue {
 
 impl Queue {
     fn send_message(&mut self, body: &[u8], bulk: Option<Bulk>) -> Result<(), io::Error> {
+        let buffer = match self.spare.take() {
+            // Never grown: a reallocation costs more than the allocation it saves.
+            Some(mut spare) if spare.capacity() >= body.len() => {
+                spare.clear();
+                spare.extend_from_slice(body);
+                spare
+            }
+            _ => body.to_vec(),
+        };
         self.outgoing
-            .send(Message {
-                body: body.to_vec(),
-                bulk,
-            })
+            .send(Message { body: buffer, bulk })
             .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::vec::Vec;
+
+    use super::{Message, Queue, REPLY_ROOM};
+    use crate::link::{Incoming, Messages};
+
+    /// Catches a queue that allocates a buffer for every message it sends (and frees every
+    /// one it receives on the device's thread): a reply that fits goes back in the buffer
+    /// its request came in, and one that does not still arrives whole, in a buffer of its
+    /// own.
+    #[test]
+    fn a_reply_goes_back_in_its_request_buffer_when_it_fits() {
+        let (to_device, incoming) = mpsc::channel();
+        let (outgoing, from_device) = mpsc::channel();
+        let mut queue = Queue::new(incoming, outgoing);
+        let mut body = Vec::with_capacity(REPLY_ROOM);
+        body.extend_from_slice(b"request");
+        let sent = body.as_ptr();
+        to_device.send(Message { body, bulk: None }).unwrap();
+        let mut into = [0u8; 64];
+        assert_eq!(
+            queue.receive(&mut into, false).unwrap(),
+            Incoming::Message(7)
+        );
+        assert_eq!(&into[..7], b"request");
+        queue.send(&[9; 600]).unwrap();
+        let reply = from_device.try_recv().unwrap();
+        assert_eq!(reply.body, [9; 600]);
+        assert_eq!(reply.body.as_ptr(), sent, "the request's buffer");
+        // No buffer kept: the next reply has one of its own.
+        queue.send(&[5; 2 * REPLY_ROOM]).unwrap();
+        assert_eq!(from_device.try_recv().unwrap().body, [5; 2 * REPLY_ROOM]);
     }
 }

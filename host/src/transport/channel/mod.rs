@@ -45,7 +45,7 @@ use tessera_core::wire::{
     ToDevice,
 };
 
-use tessera_firmware_sim::std_link::{Bulk, Message};
+use tessera_firmware_sim::std_link::{Bulk, Message, REPLY_ROOM};
 
 use super::reader::MAX_FRAME;
 use super::reply::{Reply, Typed};
@@ -419,7 +419,13 @@ impl Channel {
         let seq = self.next_seq;
         // Zero is never used: the device answers undecodable frames under it.
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        let frame = self.frame(seq, request)?.to_vec();
+        let queued = matches!(self.writer, Outgoing::Messages(_));
+        let frame = self.frame(seq, request)?;
+        let frame = if queued {
+            with_reply_room(frame)
+        } else {
+            frame.to_vec()
+        };
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
         }
@@ -599,7 +605,7 @@ fn transmit(
         },
         Outgoing::Messages(mailbox) => mailbox
             .send(Message {
-                body: encoded.to_vec(),
+                body: with_reply_room(encoded),
                 bulk,
             })
             .map_err(|()| closed),
@@ -608,6 +614,14 @@ fn transmit(
             .send(encoded)
             .map_err(|error| TransportError::Ring { replica, error }),
     }
+}
+
+/// `encoded` in a buffer with room for the reply a device thread sends back in it
+/// ([`REPLY_ROOM`]).
+fn with_reply_room(encoded: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(encoded.len().max(REPLY_ROOM));
+    body.extend_from_slice(encoded);
+    body
 }
 
 /// Sends `frame` whole: into a device thread's queue without a copy, onto a byte link as
