@@ -414,8 +414,22 @@ mod tests {
         let reply = from_device.try_recv().unwrap();
         assert_eq!(reply.body, [9; 600]);
         assert_eq!(reply.body.as_ptr(), sent, "the request's buffer");
-        // No buffer kept: the next reply has one of its own.
-        queue.send(&[5; 2 * REPLY_ROOM]).unwrap();
-        assert_eq!(from_device.try_recv().unwrap().body, [5; 2 * REPLY_ROOM]);
+        // A request's buffer too small for the reply: the reply gets one of its own.
+        let tiny = b"tiny".to_vec();
+        let small = tiny.as_ptr();
+        to_device
+            .send(Message {
+                body: tiny,
+                bulk: None,
+            })
+            .unwrap();
+        assert_eq!(
+            queue.receive(&mut into, false).unwrap(),
+            Incoming::Message(4)
+        );
+        queue.send(&[5; 600]).unwrap();
+        let reply = from_device.try_recv().unwrap();
+        assert_eq!(reply.body, [5; 600]);
+        assert_ne!(reply.body.as_ptr(), small);
     }
 }

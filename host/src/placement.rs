@@ -36,9 +36,9 @@ pub enum Serving {
     /// The host only waits while the devices work, handling every message of every device
     /// (a training step): on threads, the host's own thread is one of the pool's servers,
     /// serving ready devices whenever it waits on any of them (three threads on two cores
-    /// made every wait a context switch); in child processes, each process serves a share of the devices and
-    /// the host keeps a core of its own (a process per device left the host a third of a
-    /// core).
+    /// made every wait a context switch); in child processes, each process serves a share
+    /// of the devices and the host keeps a core of its own (a process per device left the
+    /// host a third of a core).
     HostWaits,
 }
 

@@ -39,8 +39,8 @@ pub(super) enum Frames {
 impl Frames {
     /// The next message before `until` (`None`: as long as it takes), looked for without
     /// sleeping for up to `spin` first; `Disconnected` once the device's end is gone. A
-    /// message already queued is taken without reading the clock (most are: a step's
-    /// replies arrive while the host serves the devices).
+    /// message already on a queue (a device thread's) is taken without reading the clock
+    /// (most are: a step's replies arrive while the host serves the devices).
     pub(super) fn receive(
         &mut self,
         until: Option<Instant>,
@@ -101,7 +101,7 @@ impl Frames {
 /// wait that outlives the spin from leaving the pool to them long.
 const NAP: Duration = Duration::from_millis(1);
 
-/// The next message on `queue` within `limit` (`None`: as long as it takes), serving the
+/// The next message on `queue` before `until` (`None`: as long as it takes), serving the
 /// `pool`'s ready devices, one at a time, between looks: the message may come from a
 /// device this wait serves, or from one a pool thread serves meanwhile. Looks without
 /// sleeping (yielding between looks when there is nothing to serve) for up to `spin`, then

@@ -419,17 +419,19 @@ impl Channel {
         let seq = self.next_seq;
         // Zero is never used: the device answers undecodable frames under it.
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        let queued = matches!(self.writer, Outgoing::Messages(_));
+        let kept = self.may_resend();
         let frame = self.frame(seq, request)?;
-        let frame = if queued {
-            with_reply_room(frame)
-        } else {
+        // A kept frame is copied each time it is sent (`transmit`); one sent whole goes in a
+        // buffer with room for its reply.
+        let frame = if kept {
             frame.to_vec()
+        } else {
+            with_reply_room(frame)
         };
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
         }
-        let frame = if self.may_resend() {
+        let frame = if kept {
             transmit(&mut self.writer, &frame, bulk.clone(), self.limits.replica)?;
             Some(frame)
         } else {

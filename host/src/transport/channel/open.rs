@@ -236,7 +236,7 @@ fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> 
             Frames::Queue(frames)
         }
         Incoming::Messages(frames) => Frames::Queue(frames),
-        Incoming::Served(frames, share) => Frames::Served(frames, share),
+        Incoming::Served(frames, pool) => Frames::Served(frames, pool),
         Incoming::Pipe(pipe) => Frames::pipe(pipe, replica)?,
         Incoming::Ring(ring, process) => Frames::ring(ring, process, replica)?,
     })

@@ -32,7 +32,9 @@
 //!   it reads its mail, so a message sent while it is being served readies it again: no
 //!   message waits unseen. A server that finds a ready device being served by another
 //!   leaves it to that one, which serves it again when it lets go: no server ever waits
-//!   for another (a session's kernel may run for seconds).
+//!   for another (a session's kernel may run for seconds). So only a server takes a
+//!   device's lock, and it always lets go through `let_go`; what the host asks of a device
+//!   while it is silent (has it ended?) is kept beside the lock.
 //! - The pool is busy while any server serves any device: a device whose mail waits behind
 //!   a sibling's long request is busy, not silent.
 //! - A device that panics, fails, or whose channel is gone is served no more: it is dropped
@@ -108,14 +110,12 @@ impl Workers {
     }
 
     /// True once device `device` is served no more (it panicked, failed or was dropped).
+    /// Read from a flag, not the device's lock: only a server takes that (module rules).
     pub(in crate::transport) fn has_ended(&self, device: usize) -> bool {
-        match self.pool.devices.get(device).map(Mutex::try_lock) {
-            Some(Ok(slot)) => slot.is_none(),
-            Some(Err(TryLockError::Poisoned(slot))) => slot.into_inner().is_none(),
-            // Being served.
-            Some(Err(TryLockError::WouldBlock)) => false,
-            None => true,
-        }
+        self.pool
+            .ended
+            .get(device)
+            .is_none_or(|ended| ended.load(Ordering::Acquire))
     }
 
     /// The pool's threads (the host's thread, when it serves, not counted).
@@ -180,6 +180,7 @@ pub(in crate::transport) fn pool_on(
     }
     let pool = Arc::new(Pool {
         queued: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        ended: (0..n).map(|_| AtomicBool::new(false)).collect(),
         devices,
         ready: Mutex::new(Ready {
             devices: VecDeque::new(),
@@ -245,6 +246,8 @@ pub(in crate::transport) struct Pool {
     devices: Vec<Mutex<Option<Slot>>>,
     /// Device `i` is on the ready queue (or about to be put there).
     queued: Vec<AtomicBool>,
+    /// Device `i` is served no more (its slot is empty).
+    ended: Vec<AtomicBool>,
     ready: Mutex<Ready>,
     /// Rung when a device is readied while a thread sleeps, and when the pool closes.
     bell: Condvar,
@@ -395,13 +398,13 @@ impl Pool {
                 &mut line,
             )
         }));
-        match served {
-            Ok(Ok(true)) => {}
+        let ends = match served {
+            Ok(Ok(true)) => false,
             // Its channel is gone: nobody reads its replies any more.
-            Ok(Ok(false)) => *slot = None,
+            Ok(Ok(false)) => true,
             Ok(Err(e)) => {
                 tracing::debug!(replica = s.replica, error = %e, "device stopped");
-                *slot = None;
+                true
             }
             Err(_) => {
                 tracing::warn!(
@@ -410,7 +413,13 @@ impl Pool {
                 );
                 // The panic left its request's line high.
                 let _ = line.set_low();
-                *slot = None;
+                true
+            }
+        };
+        if ends {
+            *slot = None;
+            if let Some(ended) = self.ended.get(device) {
+                ended.store(true, Ordering::Release);
             }
         }
         drop(slot);
@@ -480,6 +489,7 @@ impl Slot {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use tessera_core::wire::endpoint::{Command, GetSeed};
@@ -567,6 +577,9 @@ mod tests {
         let held = lock(&pool.devices[0]);
         let first = channels[0].submit(&Request::GetSeed).unwrap();
         taken();
+        // As if its server had marked it unready and were still at work: the next message
+        // readies it again, for the other thread.
+        pool.queued[0].store(false, Ordering::Release);
         let second = channels[0].submit(&Request::GetSeed).unwrap();
         taken();
         assert_eq!(seed_round_trip(&mut channels[1], 7).unwrap(), 7);
