@@ -67,7 +67,7 @@ impl DeviceHandle {
                 _ => Liveness::Idle,
             },
             Self::Pooled(workers, i) if workers.has_ended(*i) => Liveness::Ended,
-            Self::Pooled(workers, _) if workers.is_busy() => Liveness::Busy,
+            Self::Pooled(workers, i) if workers.is_busy(*i) => Liveness::Busy,
             Self::Pooled(..) => Liveness::Idle,
             Self::Child(process) => match process.child() {
                 Some(child) => process_liveness(child.pid()),

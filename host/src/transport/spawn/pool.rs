@@ -35,8 +35,11 @@
 //!   for another (a session's kernel may run for seconds). So only a server takes a
 //!   device's lock, and it always lets go through `let_go`; what the host asks of a device
 //!   while it is silent (has it ended?) is kept beside the lock.
-//! - The pool is busy while any server serves any device: a device whose mail waits behind
-//!   a sibling's long request is busy, not silent.
+//! - A device is busy while a server runs its request, and while it is ready and every
+//!   pool thread is at work on another device's: a device whose mail waits behind its
+//!   siblings' long requests is busy, not silent. Any other device is idle, whatever its
+//!   siblings do (a silent device that nobody serves and that waits for nobody is not kept
+//!   alive by a busy sibling).
 //! - A device that panics, fails, or whose channel is gone is served no more: it is dropped
 //!   with its reply queue, and its channel finds the queue closed. Its siblings go on. A
 //!   panic is caught where it happens, on a thread or inside the host's wait.
@@ -104,9 +107,17 @@ pub(in crate::transport) struct Workers {
 }
 
 impl Workers {
-    /// True while any server serves any device of the pool.
-    pub(in crate::transport) fn is_busy(&self) -> bool {
-        self.pool.lines.iter().any(BusyLine::is_high)
+    /// True while device `device` is busy (module rules): a server runs its request, or it
+    /// is ready and every pool thread is at work.
+    pub(in crate::transport) fn is_busy(&self, device: usize) -> bool {
+        let pool = &self.pool;
+        let served = pool.busy.get(device).is_some_and(BusyLine::is_high);
+        let threads = pool.lines.get(pool.first_thread..).unwrap_or_default();
+        let ready = pool
+            .queued
+            .get(device)
+            .is_some_and(|q| q.load(Ordering::Acquire));
+        served || (ready && !threads.is_empty() && threads.iter().all(BusyLine::is_high))
     }
 
     /// True once device `device` is served no more (it panicked, failed or was dropped).
@@ -193,6 +204,8 @@ pub(in crate::transport) fn pool_on(
         mailboxes: AtomicUsize::new(n),
         // The host's line is the first, whether it serves or not.
         lines: (0..servers.max(1)).map(|_| BusyLine::default()).collect(),
+        first_thread: usize::from(host_serves),
+        busy: (0..n).map(|_| BusyLine::default()).collect(),
     });
     // The mailboxes come first: should a thread fail to start, they drop with the links,
     // the pool closes, and the threads already started end.
@@ -255,6 +268,10 @@ pub(in crate::transport) struct Pool {
     mailboxes: AtomicUsize,
     /// One line per server (the host's first when it serves), high while it serves.
     lines: Vec<BusyLine>,
+    /// The first of `lines` that is a pool thread's.
+    first_thread: usize,
+    /// One line per device, high while a server runs one of its requests.
+    busy: Vec<BusyLine>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -356,12 +373,15 @@ impl Pool {
         }
     }
 
-    /// Serves device `device`'s mail on server `server`'s busy line; true if it did (false:
-    /// it has ended, or another server is serving it and will serve it again).
+    /// Serves device `device`'s mail, server `server`'s line high meanwhile and the device's
+    /// while each request runs; true if it did (false: it has ended, or another server is
+    /// serving it and will serve it again).
     fn serve(&self, device: usize, server: usize) -> bool {
-        let (Some(slot), Some(mut line)) =
-            (self.devices.get(device), self.lines.get(server).cloned())
-        else {
+        let (Some(slot), Some(mut line), Some(mut busy)) = (
+            self.devices.get(device),
+            self.lines.get(server).cloned(),
+            self.busy.get(device).cloned(),
+        ) else {
             return false;
         };
         let mut slot = match slot.try_lock() {
@@ -389,15 +409,17 @@ impl Pool {
         let Some(s) = slot.as_mut() else {
             return false;
         };
+        let _ = line.set_high();
         let served = catch_unwind(AssertUnwindSafe(|| {
             serve_pending(
                 &mut s.server,
                 &mut s.device,
                 &mut s.link,
                 &mut s.clock,
-                &mut line,
+                &mut busy,
             )
         }));
+        let _ = line.set_low();
         let ends = match served {
             Ok(Ok(true)) => false,
             // Its channel is gone: nobody reads its replies any more.
@@ -412,7 +434,7 @@ impl Pool {
                     "a pooled device panicked: it is served no more"
                 );
                 // The panic left its request's line high.
-                let _ = line.set_low();
+                let _ = busy.set_low();
                 true
             }
         };
@@ -495,8 +517,10 @@ mod tests {
     use tessera_core::wire::endpoint::{Command, GetSeed};
     use tessera_core::wire::{Request, Response};
 
+    use embedded_hal::digital::OutputPin;
+
     use super::{lock, Workers};
-    use crate::transport::spawn::DeviceHandle;
+    use crate::transport::spawn::{DeviceHandle, Liveness};
     use crate::transport::{Channel, TransportError};
 
     /// Sets device `c`'s seed to `seed` and reads it back.
@@ -604,6 +628,31 @@ mod tests {
         assert!(Channel::in_process_all(0..0, 4096, true)
             .unwrap()
             .is_empty());
+    }
+
+    /// Catches a busy line shared by the whole pool: a device that nobody serves and that
+    /// waits for no server must read idle while a sibling is served (a pool-wide line kept
+    /// such a silent device "busy", unreported, for the whole busy deadline), and a ready
+    /// device waiting for the pool's one thread, at work, must read busy.
+    #[test]
+    fn a_device_is_busy_only_while_served_or_waiting_for_a_server() {
+        let channels = Channel::in_process_on(0..3, 4096, false, 1).unwrap();
+        let pool = Arc::clone(&workers(&channels).pool);
+        assert_eq!(workers(&channels).threads(), 1);
+        let liveness = |i: usize| channels[i].device_handle().liveness();
+        // As while the thread runs a request of device 0.
+        let (mut thread, mut device) = (pool.lines[0].clone(), pool.busy[0].clone());
+        thread.set_high().unwrap();
+        device.set_high().unwrap();
+        assert_eq!(liveness(0), Liveness::Busy);
+        assert_eq!(liveness(1), Liveness::Idle, "a sibling at work");
+        // Device 2 ready, waiting for that thread.
+        pool.queued[2].store(true, Ordering::Release);
+        assert_eq!(liveness(2), Liveness::Busy);
+        pool.queued[2].store(false, Ordering::Release);
+        thread.set_low().unwrap();
+        device.set_low().unwrap();
+        assert_eq!(liveness(0), Liveness::Idle);
     }
 
     /// Catches a pool that stops serving once one of its devices is gone (its replies have
