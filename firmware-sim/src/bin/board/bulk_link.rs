@@ -27,9 +27,9 @@ impl<const FRAME: usize> Messages for UartWithFile<'_, FRAME> {
         self.framed.receive(into, wait)
     }
 
-    /// Asleep until a byte arrives or the next millisecond tick (see `wait`): so up to
-    /// 1 ms whatever `us` asks for, which only the step's reductions use, between looks at
-    /// a deadline of seconds.
+    /// Asleep until a byte arrives or the next tick (see `wait`): so up to a tick whatever
+    /// `us` asks for, which only the step's reductions use, between looks at a deadline of
+    /// seconds.
     fn receive_within(
         &mut self,
         into: &mut [u8],
