@@ -111,22 +111,23 @@ impl Workers {
     /// is ready and every pool thread is at work.
     pub(in crate::transport) fn is_busy(&self, device: usize) -> bool {
         let pool = &self.pool;
-        let served = pool.busy.get(device).is_some_and(BusyLine::is_high);
+        let Some(member) = pool.members.get(device) else {
+            return false;
+        };
         let threads = pool.lines.get(pool.first_thread..).unwrap_or_default();
-        let ready = pool
-            .queued
-            .get(device)
-            .is_some_and(|q| q.load(Ordering::Acquire));
-        served || (ready && !threads.is_empty() && threads.iter().all(BusyLine::is_high))
+        let waits = member.queued.load(Ordering::Acquire)
+            && !threads.is_empty()
+            && threads.iter().all(BusyLine::is_high);
+        member.busy.is_high() || waits
     }
 
     /// True once device `device` is served no more (it panicked, failed or was dropped).
     /// Read from a flag, not the device's lock: only a server takes that (module rules).
     pub(in crate::transport) fn has_ended(&self, device: usize) -> bool {
         self.pool
-            .ended
+            .members
             .get(device)
-            .is_none_or(|ended| ended.load(Ordering::Acquire))
+            .is_none_or(|member| member.ended.load(Ordering::Acquire))
     }
 
     /// The pool's threads (the host's thread, when it serves, not counted).
@@ -172,7 +173,7 @@ pub(in crate::transport) fn pool_on(
     let n = replicas.len();
     // No device, no server (a thread would wait for mail forever).
     let servers = n.min(cores.max(1));
-    let mut devices = Vec::with_capacity(n);
+    let mut members = Vec::with_capacity(n);
     let mut ends = Vec::with_capacity(n);
     for replica in replicas {
         let (host_memory, shared) = match u32::try_from(memory) {
@@ -186,13 +187,16 @@ pub(in crate::transport) fn pool_on(
         let (replies, from_device) = mpsc::channel();
         let (mail, to_device) = mpsc::channel();
         let slot = Slot::new(replica, shared, memory, to_device, replies)?;
-        devices.push(Mutex::new(Some(slot)));
+        members.push(Member {
+            busy: slot.busy.clone(),
+            slot: Mutex::new(Some(slot)),
+            queued: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        });
         ends.push((from_device, mail, host_memory));
     }
     let pool = Arc::new(Pool {
-        queued: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        ended: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        devices,
+        members,
         ready: Mutex::new(Ready {
             devices: VecDeque::new(),
             again: vec![false; n],
@@ -205,7 +209,6 @@ pub(in crate::transport) fn pool_on(
         // The host's line is the first, whether it serves or not.
         lines: (0..servers.max(1)).map(|_| BusyLine::default()).collect(),
         first_thread: usize::from(host_serves),
-        busy: (0..n).map(|_| BusyLine::default()).collect(),
     });
     // The mailboxes come first: should a thread fail to start, they drop with the links,
     // the pool closes, and the threads already started end.
@@ -226,8 +229,11 @@ pub(in crate::transport) fn pool_on(
         let thread = thread::Builder::new()
             .name(format!("tessera-devices-{server}"))
             .spawn(move || {
+                let Some(mut line) = pool.lines.get(server).cloned() else {
+                    return;
+                };
                 while let Some(device) = pool.next() {
-                    pool.serve(device, server);
+                    pool.serve(device, &mut line);
                 }
             })?;
         threads.push(thread);
@@ -255,12 +261,7 @@ pub(in crate::transport) fn pool_on(
 
 /// The pool's devices, their ready queue and their servers' busy lines.
 pub(in crate::transport) struct Pool {
-    /// Each device with everything serving it takes; `None` once it is served no more.
-    devices: Vec<Mutex<Option<Slot>>>,
-    /// Device `i` is on the ready queue (or about to be put there).
-    queued: Vec<AtomicBool>,
-    /// Device `i` is served no more (its slot is empty).
-    ended: Vec<AtomicBool>,
+    members: Vec<Member>,
     ready: Mutex<Ready>,
     /// Rung when a device is readied while a thread sleeps, and when the pool closes.
     bell: Condvar,
@@ -270,14 +271,25 @@ pub(in crate::transport) struct Pool {
     lines: Vec<BusyLine>,
     /// The first of `lines` that is a pool thread's.
     first_thread: usize,
-    /// One line per device, high while a server runs one of its requests.
-    busy: Vec<BusyLine>,
+}
+
+/// One device of the pool: what serves it, under its lock (only a server takes it), and
+/// what the others look at without it.
+struct Member {
+    /// Everything serving it takes; `None` once it is served no more.
+    slot: Mutex<Option<Slot>>,
+    /// On the ready queue (or about to be put there).
+    queued: AtomicBool,
+    /// Served no more (its slot is empty).
+    ended: AtomicBool,
+    /// High while a server runs one of its requests (the slot drives a clone of it).
+    busy: BusyLine,
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
-            .field("devices", &self.devices.len())
+            .field("devices", &self.members.len())
             .finish_non_exhaustive()
     }
 }
@@ -300,11 +312,11 @@ struct Ready {
 impl Pool {
     /// Puts device `device` on the ready queue unless it is there already.
     fn ready(&self, device: usize) {
-        let Some(queued) = self.queued.get(device) else {
+        let Some(member) = self.members.get(device) else {
             return;
         };
         // Acquire-release: whoever clears the flag next sees the mail sent before this.
-        if queued.swap(true, Ordering::AcqRel) {
+        if member.queued.swap(true, Ordering::AcqRel) {
             return;
         }
         let mut ready = lock(&self.ready);
@@ -363,27 +375,27 @@ impl Pool {
     /// For the host's wait: serves one ready device (skipping any another server is
     /// serving); false when none was left to serve.
     pub(in crate::transport) fn serve_one(&self) -> bool {
+        let Some(mut line) = self.lines.first().cloned() else {
+            return false;
+        };
         loop {
             let Some(device) = lock(&self.ready).devices.pop_front() else {
                 return false;
             };
-            if self.serve(device, 0) {
+            if self.serve(device, &mut line) {
                 return true;
             }
         }
     }
 
-    /// Serves device `device`'s mail, server `server`'s line high meanwhile and the device's
+    /// Serves device `device`'s mail, its server's `line` high meanwhile and the device's
     /// while each request runs; true if it did (false: it has ended, or another server is
     /// serving it and will serve it again).
-    fn serve(&self, device: usize, server: usize) -> bool {
-        let (Some(slot), Some(mut line), Some(mut busy)) = (
-            self.devices.get(device),
-            self.lines.get(server).cloned(),
-            self.busy.get(device).cloned(),
-        ) else {
+    fn serve(&self, device: usize, line: &mut BusyLine) -> bool {
+        let Some(member) = self.members.get(device) else {
             return false;
         };
+        let slot = &member.slot;
         let mut slot = match slot.try_lock() {
             Ok(slot) => slot,
             Err(TryLockError::Poisoned(slot)) => slot.into_inner(),
@@ -403,9 +415,7 @@ impl Pool {
         };
         // Unready before its mail is read (module rules): acquire-release, so that the mail
         // sent before it was readied is seen.
-        if let Some(queued) = self.queued.get(device) {
-            queued.swap(false, Ordering::AcqRel);
-        }
+        member.queued.swap(false, Ordering::AcqRel);
         let Some(s) = slot.as_mut() else {
             return false;
         };
@@ -416,7 +426,7 @@ impl Pool {
                 &mut s.device,
                 &mut s.link,
                 &mut s.clock,
-                &mut busy,
+                &mut s.busy,
             )
         }));
         let _ = line.set_low();
@@ -434,15 +444,13 @@ impl Pool {
                     "a pooled device panicked: it is served no more"
                 );
                 // The panic left its request's line high.
-                let _ = busy.set_low();
+                let _ = s.busy.set_low();
                 true
             }
         };
         if ends {
             *slot = None;
-            if let Some(ended) = self.ended.get(device) {
-                ended.store(true, Ordering::Release);
-            }
+            member.ended.store(true, Ordering::Release);
         }
         drop(slot);
         self.let_go(device);
@@ -467,12 +475,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// One device with everything serving it takes: its memory, its server (and kept
-/// replies), its queue of mail and replies, its clock.
+/// replies), its queue of mail and replies, its clock and busy line.
 struct Slot {
     device: Device<'static>,
     server: Box<HostServer>,
     link: Queue,
     clock: StdClock,
+    busy: BusyLine,
     replica: u32,
 }
 
@@ -504,6 +513,7 @@ impl Slot {
             server,
             link: Queue::new(mail, replies),
             clock: StdClock::new(),
+            busy: BusyLine::default(),
             replica,
         })
     }
@@ -598,12 +608,12 @@ mod tests {
                 std::thread::yield_now();
             }
         };
-        let held = lock(&pool.devices[0]);
+        let held = lock(&pool.members[0].slot);
         let first = channels[0].submit(&Request::GetSeed).unwrap();
         taken();
         // As if its server had marked it unready and were still at work: the next message
         // readies it again, for the other thread.
-        pool.queued[0].store(false, Ordering::Release);
+        pool.members[0].queued.store(false, Ordering::Release);
         let second = channels[0].submit(&Request::GetSeed).unwrap();
         taken();
         assert_eq!(seed_round_trip(&mut channels[1], 7).unwrap(), 7);
@@ -641,15 +651,15 @@ mod tests {
         assert_eq!(workers(&channels).threads(), 1);
         let liveness = |i: usize| channels[i].device_handle().liveness();
         // As while the thread runs a request of device 0.
-        let (mut thread, mut device) = (pool.lines[0].clone(), pool.busy[0].clone());
+        let (mut thread, mut device) = (pool.lines[0].clone(), pool.members[0].busy.clone());
         thread.set_high().unwrap();
         device.set_high().unwrap();
         assert_eq!(liveness(0), Liveness::Busy);
         assert_eq!(liveness(1), Liveness::Idle, "a sibling at work");
         // Device 2 ready, waiting for that thread.
-        pool.queued[2].store(true, Ordering::Release);
+        pool.members[2].queued.store(true, Ordering::Release);
         assert_eq!(liveness(2), Liveness::Busy);
-        pool.queued[2].store(false, Ordering::Release);
+        pool.members[2].queued.store(false, Ordering::Release);
         thread.set_low().unwrap();
         device.set_low().unwrap();
         assert_eq!(liveness(0), Liveness::Idle);
