@@ -296,6 +296,7 @@ pub(super) fn run_step(
                     finished_every_round(member, step.schedule.last)?;
                     member.done = true;
                     running -= 1;
+                    channels[i].recycle(reply);
                 }
                 Response::Error { request, code } => {
                     return Err(crate::transport::TransportError::Device {
@@ -403,11 +404,17 @@ impl Step<'_> {
         };
         let plan = self.schedule.plan(round.round).ok_or(out_of_step)?;
         let answers = combine(&round, &self.members, plan, self.instances)?;
+        // Summed: each contribution's buffer carries its device's answer.
+        let mut to = Vec::with_capacity(round.contributions.len());
+        for Share { from, message } in round.contributions {
+            channels[from].recycle(message);
+            to.push(from);
+        }
         // The round's devices have waited by design until now.
         let now = Instant::now();
-        for c in &round.contributions {
-            let m = &mut self.members[c.from];
-            let answer = answers.of(c.from).unwrap_or_default();
+        for from in to {
+            let m = &mut self.members[from];
+            let answer = answers.of(from).unwrap_or_default();
             let faulty = StepFault {
                 replica: m.replica as u32,
                 round: round.round,
@@ -417,7 +424,7 @@ impl Step<'_> {
             } else {
                 answer
             };
-            channels[c.from].publish(&Combined {
+            channels[from].publish(&Combined {
                 step: m.seq,
                 round: round.round,
                 data: answer,
