@@ -442,7 +442,12 @@ impl Channel {
             transmit(sent, &frame, bulk.clone(), replica)?;
             Some(frame)
         } else {
-            send_queued((&mut self.writer, &mut self.spares), frame, bulk.clone(), replica)?;
+            send_queued(
+                (&mut self.writer, &mut self.spares),
+                frame,
+                bulk.clone(),
+                replica,
+            )?;
             None
         };
         self.traffic.requests += 1;
@@ -645,9 +650,7 @@ fn send_queued(
         Outgoing::Messages(mailbox) => mailbox
             .send(Message { body: frame, bulk })
             .map_err(|()| TransportError::Closed { replica }),
-        Outgoing::Bytes(_) | Outgoing::Ring(_) => {
-            transmit((writer, spares), &frame, bulk, replica)
-        }
+        Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit((writer, spares), &frame, bulk, replica),
     }
 }
 

@@ -14,9 +14,9 @@ use tessera_firmware_sim::std_link::SPIN;
 
 use super::super::fault::FaultConfig;
 use super::super::frames::Frames;
-use super::spares::Spares;
 use super::super::reader::{read_frames, MAX_FRAME};
 use super::super::spawn::{self, DeviceHandle, Incoming, Link};
+use super::spares::Spares;
 use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
 
 impl Channel {
