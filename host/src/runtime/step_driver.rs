@@ -37,7 +37,8 @@
 //!
 //! # Silence
 //!
-//! A device silent for its channel's deadline is sent the step again (it answers with its
+//! A device silent for its channel's deadline (timed from the first poll that finds it
+//! silent, so that no clock is read per message) is sent the step again (it answers with its
 //! reply or its pending contribution; it never runs the step twice); after
 //! [`STEP_ATTEMPTS`] sends, the channel says what the device is doing
 //! ([`Channel::silence`]): a device still working on its part is waited for, up to the
@@ -46,7 +47,6 @@
 //! meanwhile (its contribution again, or an error) is read once its round is answered,
 //! which its peers' contributions decide.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tessera_core::grouping::ReplicaGrouping;
@@ -71,9 +71,10 @@ struct Member {
     replica: usize,
     /// It answered the step.
     done: bool,
-    /// When it was last heard from (or its round was last answered: it waits by design
-    /// until then).
-    heard: Instant,
+    /// When a poll first found it silent since it was last heard from (or since its round
+    /// was last answered: it waits by design until then); `None` while it is being heard.
+    /// Silence is timed from that poll, so no clock is read per message.
+    quiet_since: Option<Instant>,
     /// Sends of the step since it was last heard from.
     resent: u32,
     /// Its contribution to the open round is in: it waits for its peers.
@@ -257,7 +258,7 @@ pub(super) fn run_step(
             moved,
             replica: c.replica() as usize,
             done: false,
-            heard: Instant::now(),
+            quiet_since: None,
             resent: 0,
             waiting: false,
             next_round: 0,
@@ -296,6 +297,7 @@ pub(super) fn run_step(
                     finished_every_round(member, step.schedule.last)?;
                     member.done = true;
                     running -= 1;
+                    channels[i].recycle(reply);
                 }
                 Response::Error { request, code } => {
                     return Err(crate::transport::TransportError::Device {
@@ -403,11 +405,16 @@ impl Step<'_> {
         };
         let plan = self.schedule.plan(round.round).ok_or(out_of_step)?;
         let answers = combine(&round, &self.members, plan, self.instances)?;
-        // The round's devices have waited by design until now.
-        let now = Instant::now();
-        for c in &round.contributions {
-            let m = &mut self.members[c.from];
-            let answer = answers.of(c.from).unwrap_or_default();
+        // Summed: each contribution's buffer carries its device's answer.
+        let mut to = Vec::with_capacity(round.contributions.len());
+        for Share { from, message } in round.contributions {
+            channels[from].recycle(message);
+            to.push(from);
+        }
+        // The round's devices have waited by design until now: their silence starts over.
+        for from in to {
+            let m = &mut self.members[from];
+            let answer = answers.of(from).unwrap_or_default();
             let faulty = StepFault {
                 replica: m.replica as u32,
                 round: round.round,
@@ -417,13 +424,13 @@ impl Step<'_> {
             } else {
                 answer
             };
-            channels[c.from].publish(&Combined {
+            channels[from].publish(&Combined {
                 step: m.seq,
                 round: round.round,
                 data: answer,
             })?;
             m.waiting = false;
-            m.heard = now;
+            m.quiet_since = None;
         }
         // Every device applied the earlier rounds' answers (it took part in this one): only
         // this round's can still be asked for again.
@@ -449,17 +456,18 @@ fn listen(
         return Ok(None);
     }
     if let Some(reply) = channel.poll(member.seq, POLL)? {
-        member.heard = Instant::now();
+        member.quiet_since = None;
         member.resent = 0;
         return Ok(Some(reply));
     }
-    if member.heard.elapsed() <= channel.deadline() {
+    let since = *member.quiet_since.get_or_insert_with(Instant::now);
+    if since.elapsed() <= channel.deadline() {
         return Ok(None);
     }
     if member.resent >= STEP_ATTEMPTS {
         match channel.silence(RequestKind::RunStep, started, member.resent) {
             Silence::Working => {
-                member.heard = Instant::now();
+                member.quiet_since = Some(Instant::now());
                 return Ok(None);
             }
             Silence::Retry => {}
@@ -475,7 +483,7 @@ fn listen(
     );
     channel.resend(member.seq, &member.moved.run_step())?;
     member.resent += 1;
-    member.heard = Instant::now();
+    member.quiet_since = Some(Instant::now());
     Ok(None)
 }
 
@@ -581,31 +589,47 @@ fn combine(
                 round: round.round,
             })
     };
-    let contributions: Vec<(usize, &[u8])> = (round.contributions.iter())
+    let segments = plan.segments.len();
+    // The contributions in replica order (each group's sum runs in that order), and each
+    // one's group in every segment: `groups[c × segments + s]`, worked out once.
+    let mut contributions: Vec<(usize, &[u8])> = (round.contributions.iter())
         .map(|c| (members[c.from].replica, c.data()))
         .collect();
-    // Every segment's groups' sums, one segment after another.
-    let mut partial = Vec::new();
-    let mut at = 0;
-    for (grouping, bytes) in &plan.segments {
-        let (len, groups) = (bytes / 4, grouping.num_groups());
-        let mut shares: Vec<Vec<(usize, &[u8])>> = vec![Vec::new(); groups];
-        for &(replica, data) in &contributions {
-            let data = data.get(at..at + bytes).unwrap_or_default();
-            shares[group_of(grouping, replica)?].push((replica, data));
+    contributions.sort_unstable_by_key(|&(replica, _)| replica);
+    let mut groups = Vec::with_capacity(contributions.len() * segments);
+    for &(replica, _) in &contributions {
+        for (grouping, _) in &plan.segments {
+            groups.push(group_of(grouping, replica)?);
         }
+    }
+    // Every segment's groups' sums, one segment after another.
+    let group = |c: usize, s: usize| groups.get(c * segments + s).copied();
+    let mut partial = Vec::new();
+    let (mut at, mut order, mut inputs, mut of_group) = (0, Vec::new(), Vec::new(), Vec::new());
+    for (s, (grouping, bytes)) in plan.segments.iter().enumerate() {
+        let (len, count) = (bytes / 4, grouping.num_groups());
         let base = partial.len();
-        partial.resize(base + groups * len, 0f64);
-        for (sums, mut group) in partial[base..].chunks_mut(len.max(1)).zip(shares) {
-            group.sort_unstable_by_key(|&(replica, _)| replica);
-            let inputs: Vec<&[u8]> = group.iter().map(|&(_, data)| data).collect();
-            sum_f32(sums, &inputs).map_err(|e| length(e, &group, round))?;
+        partial.resize(base + count * len, 0f64);
+        // The contributions by group; a stable sort keeps replica order within each.
+        order.clear();
+        order.extend(0..contributions.len());
+        order.sort_by_key(|&c| group(c, s));
+        let mut next = order.iter().peekable();
+        for (g, sums) in partial[base..].chunks_mut(len.max(1)).enumerate() {
+            inputs.clear();
+            of_group.clear();
+            while let Some(&c) = next.next_if(|&&c| group(c, s) == Some(g)) {
+                let (replica, data) = contributions[c];
+                inputs.push(data.get(at..at + bytes).unwrap_or_default());
+                of_group.push((replica, data));
+            }
+            sum_f32(sums, &inputs).map_err(|e| length(e, &of_group, round))?;
         }
         at += bytes;
     }
     instances.allreduce_sum(&mut partial)?;
     // Each segment's answer per group.
-    let mut by_segment = Vec::with_capacity(plan.segments.len());
+    let mut by_segment = Vec::with_capacity(segments);
     let mut base = 0;
     for (grouping, bytes) in &plan.segments {
         let len = bytes / 4;
@@ -624,31 +648,36 @@ fn combine(
         base += grouping.num_groups() * len;
     }
     // A member's groups, segment by segment, name its answer: each distinct one is built
-    // once, found again by hash (O(members × segments) a round, whatever the groupings).
+    // once. Members sorted by their groups lie next to the others that share them
+    // (O(members × segments × log members) a round, whatever the groupings; no hashing).
+    let mut member_groups = Vec::with_capacity(members.len() * segments);
+    for m in members {
+        for (grouping, _) in &plan.segments {
+            member_groups.push(group_of(grouping, m.replica)?);
+        }
+    }
+    let key = |m: usize| {
+        let at = m * segments;
+        member_groups.get(at..at + segments).unwrap_or_default()
+    };
+    let mut by_key: Vec<usize> = (0..members.len()).collect();
+    by_key.sort_unstable_by(|&a, &b| key(a).cmp(key(b)));
     let mut answers = Answers {
         distinct: Vec::new(),
-        of_member: Vec::with_capacity(members.len()),
+        of_member: vec![0; members.len()],
     };
-    let mut index: HashMap<Vec<usize>, usize> = HashMap::new();
-    let mut groups = Vec::with_capacity(plan.segments.len());
-    for m in members {
-        groups.clear();
-        for (grouping, _) in &plan.segments {
-            groups.push(group_of(grouping, m.replica)?);
-        }
-        let which = match index.get(groups.as_slice()) {
-            Some(&which) => which,
-            None => {
-                let mut answer = Vec::with_capacity(at);
-                for (by_group, &g) in by_segment.iter().zip(&groups) {
-                    answer.extend_from_slice(&by_group[g]);
-                }
-                answers.distinct.push(answer);
-                index.insert(groups.clone(), answers.distinct.len() - 1);
-                answers.distinct.len() - 1
+    let mut last: Option<&[usize]> = None;
+    for m in by_key {
+        let groups = key(m);
+        if last != Some(groups) {
+            let mut answer = Vec::with_capacity(at);
+            for (by_group, &g) in by_segment.iter().zip(groups) {
+                answer.extend_from_slice(by_group.get(g).map_or(&[][..], Vec::as_slice));
             }
-        };
-        answers.of_member.push(which);
+            answers.distinct.push(answer);
+            last = Some(groups);
+        }
+        answers.of_member[m] = answers.distinct.len() - 1;
     }
     Ok(answers)
 }
@@ -782,7 +811,7 @@ mod tests {
                 seq: 0,
                 replica,
                 done: false,
-                heard: Instant::now(),
+                quiet_since: None,
                 resent: 0,
                 waiting: true,
                 next_round: 0,

@@ -39,7 +39,8 @@ impl Channel {
             // Submitted while a step was in flight: kept on every link.
             for f in &self.in_flight {
                 if let Some(frame) = &f.frame {
-                    transmit(&mut self.writer, frame, f.bulk.clone(), self.limits.replica)?;
+                    let link = (&mut self.writer, &mut self.spares);
+                    transmit(link, frame, f.bulk.clone(), self.limits.replica)?;
                     self.retries += 1;
                 }
             }
@@ -81,12 +82,14 @@ impl Channel {
     pub fn publish(&mut self, combined: &Combined<'_>) -> Result<(), TransportError> {
         let message = ToDevice::Combined(combined.clone());
         let n = self.encode(&message, RequestKind::RunStep)?.len();
-        transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
+        let link = (&mut self.writer, &mut self.spares);
+        transmit(link, &self.out[..n], None, self.limits.replica)
     }
 
     /// Sends `request` under `seq` without tracking it: a retry the caller manages.
     pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
         let n = self.frame(seq, request)?.len();
-        transmit(&mut self.writer, &self.out[..n], None, self.limits.replica)
+        let link = (&mut self.writer, &mut self.spares);
+        transmit(link, &self.out[..n], None, self.limits.replica)
     }
 }

@@ -30,6 +30,7 @@ mod abandoned;
 mod data_path;
 mod open;
 mod receive;
+mod spares;
 
 pub use data_path::{Reading, Sent, Span, Traffic};
 
@@ -45,13 +46,14 @@ use tessera_core::wire::{
     ToDevice,
 };
 
-use tessera_firmware_sim::std_link::{Bulk, Message, REPLY_ROOM};
+use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::reader::MAX_FRAME;
 use super::reply::{Reply, Typed};
 use super::shared::{SharedMemory, Window};
 use super::spawn::{DeviceHandle, Liveness, Outgoing};
 use super::TransportError;
+use spares::Spares;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(500);
@@ -122,6 +124,8 @@ pub struct Channel {
     limits: Limits,
     scratch: Vec<u8>,
     out: Vec<u8>,
+    /// Buffers of replies read, for the next messages to a device thread.
+    spares: Spares,
     /// Unanswered requests, oldest first.
     in_flight: VecDeque<InFlight>,
     /// When the oldest unanswered request was last sent.
@@ -420,22 +424,30 @@ impl Channel {
         // Zero is never used: the device answers undecodable frames under it.
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
         let kept = self.may_resend();
-        let frame = self.frame(seq, request)?;
+        let n = self.frame(seq, request)?.len();
+        let frame = &self.out[..n];
         // A kept frame is copied each time it is sent (`transmit`); one sent whole goes in a
         // buffer with room for its reply.
         let frame = if kept {
             frame.to_vec()
         } else {
-            with_reply_room(frame)
+            self.spares.holding(frame)
         };
         if self.in_flight.is_empty() {
             self.oldest_sent = Instant::now();
         }
+        let replica = self.limits.replica;
         let frame = if kept {
-            transmit(&mut self.writer, &frame, bulk.clone(), self.limits.replica)?;
+            let sent = (&mut self.writer, &mut self.spares);
+            transmit(sent, &frame, bulk.clone(), replica)?;
             Some(frame)
         } else {
-            send_queued(&mut self.writer, frame, bulk.clone(), self.limits.replica)?;
+            send_queued(
+                (&mut self.writer, &mut self.spares),
+                frame,
+                bulk.clone(),
+                replica,
+            )?;
             None
         };
         self.traffic.requests += 1;
@@ -550,6 +562,13 @@ impl Channel {
         Ok(&self.out[..n])
     }
 
+    /// Takes back the buffer of `reply`, read: the channel's next message to a device
+    /// thread goes in it (see `spares`). For a reader of many replies, such as the step
+    /// driver; a reply simply dropped is freed.
+    pub(crate) fn recycle(&mut self, reply: Reply) {
+        self.spares.give_back(reply.body);
+    }
+
     /// The oldest unclaimed message under `seq`.
     fn take(&mut self, seq: u32) -> Option<Message> {
         let at = self.arrived.iter().position(|&(s, _)| s == seq)?;
@@ -590,10 +609,11 @@ fn uses_window(kind: RequestKind) -> bool {
     matches!(kind, RequestKind::WriteBulk | RequestKind::ReadBulk)
 }
 
-/// Sends one encoded message (a frame, or a bare body) and flushes it. A link whose other
-/// end is gone is [`TransportError::Closed`], naming the replica.
+/// Sends one encoded message (a frame, or a bare body) and flushes it; a message to a
+/// device thread goes in a spare buffer. A link whose other end is gone is
+/// [`TransportError::Closed`], naming the replica.
 fn transmit(
-    writer: &mut Outgoing,
+    (writer, spares): (&mut Outgoing, &mut Spares),
     encoded: &[u8],
     bulk: Option<Bulk>,
     replica: u32,
@@ -607,7 +627,7 @@ fn transmit(
         },
         Outgoing::Messages(mailbox) => mailbox
             .send(Message {
-                body: with_reply_room(encoded),
+                body: spares.holding(encoded),
                 bulk,
             })
             .map_err(|()| closed),
@@ -618,18 +638,10 @@ fn transmit(
     }
 }
 
-/// `encoded` in a buffer with room for the reply a device thread sends back in it
-/// ([`REPLY_ROOM`]).
-fn with_reply_room(encoded: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(encoded.len().max(REPLY_ROOM));
-    body.extend_from_slice(encoded);
-    body
-}
-
 /// Sends `frame` whole: into a device thread's queue without a copy, onto a byte link as
 /// [`transmit`] does.
 fn send_queued(
-    writer: &mut Outgoing,
+    (writer, spares): (&mut Outgoing, &mut Spares),
     frame: Vec<u8>,
     bulk: Option<Bulk>,
     replica: u32,
@@ -638,7 +650,7 @@ fn send_queued(
         Outgoing::Messages(mailbox) => mailbox
             .send(Message { body: frame, bulk })
             .map_err(|()| TransportError::Closed { replica }),
-        Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit(writer, &frame, bulk, replica),
+        Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit((writer, spares), &frame, bulk, replica),
     }
 }
 

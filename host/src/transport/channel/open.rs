@@ -16,6 +16,7 @@ use super::super::fault::FaultConfig;
 use super::super::frames::Frames;
 use super::super::reader::{read_frames, MAX_FRAME};
 use super::super::spawn::{self, DeviceHandle, Incoming, Link};
+use super::spares::Spares;
 use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
 
 impl Channel {
@@ -158,6 +159,7 @@ impl Channel {
             },
             scratch: vec![0; MAX_FRAME],
             out: vec![0; 1 + max_frame_len(MAX_FRAME)],
+            spares: Spares::default(),
             in_flight: VecDeque::new(),
             oldest_sent: Instant::now(),
             arrived: VecDeque::new(),

@@ -61,10 +61,11 @@ impl Channel {
             }
             // A contribution waits under its step, which it does not complete.
             Ok(FromDevice::Contribution(c)) => (c.step, false, None),
-            Err(_) => return,
+            Err(_) => return self.spares.give_back(message.body),
         };
         let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
-            return; // an answer to a retry of something already answered
+            // An answer to a retry of something already answered.
+            return self.spares.give_back(message.body);
         };
         // A bulk read's bytes wait in the shared window: take them before it is reused.
         let from_window = match (bulk, &self.window) {
@@ -123,7 +124,7 @@ impl Channel {
         for request in &self.in_flight {
             if let Some(frame) = &request.frame {
                 transmit(
-                    &mut self.writer,
+                    (&mut self.writer, &mut self.spares),
                     frame,
                     request.bulk.clone(),
                     self.limits.replica,

@@ -2,7 +2,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{mpsc, Arc, Mutex};
 
 use crate::transport::spawn::Mailbox;
-use tessera_core::wire::FrameDecoder;
+use tessera_core::wire::{FrameDecoder, FromDevice};
 use tessera_firmware_sim::std_link::SPIN;
 
 use super::*;
@@ -39,6 +39,7 @@ fn channel(writer: Outgoing) -> Channel {
         },
         scratch: vec![0; 512],
         out: vec![0; 600],
+        spares: Spares::default(),
         in_flight: VecDeque::new(),
         oldest_sent: Instant::now(),
         arrived: VecDeque::new(),
@@ -84,6 +85,47 @@ fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
     let mut bytes = channel(Outgoing::Bytes(Box::new(Capture::default())));
     bytes.submit(&Request::GetSeed).unwrap();
     assert_eq!(kept(&bytes), [true], "a byte link can lose a frame");
+}
+
+/// Catches a channel that frees a read reply's buffer and allocates the next message's
+/// (the allocator's slow path in a step's bursts): a recycled reply's buffer carries the
+/// next request to the device thread, holding exactly that request.
+#[test]
+fn a_recycled_reply_carries_the_next_request() {
+    let (to_device, device_in) = mpsc::channel::<Message>();
+    let mut queue = channel(Outgoing::Messages(Mailbox::unserved(to_device)));
+    queue.submit(&Request::GetSeed).unwrap();
+    // The device answers in the request's buffer, as `std_link::Queue` does.
+    let mut buffer = device_in.try_recv().unwrap().body;
+    buffer.clear();
+    let reply = FromDevice::Reply(Envelope {
+        seq: 1,
+        body: Response::Seed { seed: 7 },
+    });
+    buffer.extend_from_slice(&postcard::to_allocvec(&reply).unwrap());
+    let at = buffer.as_ptr();
+    queue.accept(Message {
+        body: buffer,
+        bulk: None,
+    });
+    let reply = queue.receive(1).unwrap();
+    assert_eq!(reply.response(), Response::Seed { seed: 7 });
+    queue.recycle(reply);
+    queue.submit(&Request::GetSeed).unwrap();
+    let next = device_in.try_recv().unwrap().body;
+    assert_eq!(
+        next.as_ptr(),
+        at,
+        "the reply's buffer carries the next request"
+    );
+    let sent: ToDevice<'_> = postcard::from_bytes(&next).unwrap();
+    assert!(matches!(
+        sent,
+        ToDevice::Request(Envelope {
+            seq: 2,
+            body: Request::GetSeed
+        })
+    ));
 }
 
 /// Without a leading delimiter, garbage the device's decoder held (the rest of a
