@@ -4,7 +4,10 @@
 //! Row by row, such a layer is all overhead: [`math::linear`] calls a dot of two
 //! elements per output, and [`math::linear_backward`] adds a row of two elements per
 //! output per sample. Here a pass's rows are computed together, [`SIDE`] outputs side by
-//! side, so each step of the inner loops is a vector operation over eight outputs.
+//! side, so each step of the inner loops is a vector operation over eight outputs. Each
+//! width below [`LANES`] has a kernel of its own (`linear_of::<N>`), so the loop over a
+//! row's inputs is unrolled and a whole block of outputs is stored in one fixed-size copy:
+//! with two inputs, a general loop's per-row bookkeeping cost more than its arithmetic.
 //!
 //! # Same bits
 //!
@@ -40,27 +43,53 @@ pub fn linear(w: &[f32], x: &[f32], y: &mut [f32], rows: usize) {
         }
         return;
     }
-    for (b, w_block) in w.chunks(SIDE * n).enumerate() {
+    // One kernel per width, so that its loops over the inputs are unrolled.
+    match n {
+        1 => linear_of::<1>(w, x, y, m),
+        2 => linear_of::<2>(w, x, y, m),
+        3 => linear_of::<3>(w, x, y, m),
+        4 => linear_of::<4>(w, x, y, m),
+        5 => linear_of::<5>(w, x, y, m),
+        6 => linear_of::<6>(w, x, y, m),
+        _ => linear_of::<7>(w, x, y, m),
+    }
+}
+
+/// [`linear`] over rows of `N` inputs and `m` outputs.
+fn linear_of<const N: usize>(w: &[f32], x: &[f32], y: &mut [f32], m: usize) {
+    for (b, w_block) in w.chunks(SIDE * N).enumerate() {
         let o = b * SIDE;
         // `wt[i][k]`: input `i`'s weight into output `o + k` (0 past the last output).
-        let mut wt = [[0f32; SIDE]; LANES];
-        for (k, row) in w_block.chunks_exact(n).enumerate() {
+        let mut wt = [[0f32; SIDE]; N];
+        for (k, row) in w_block.chunks_exact(N).enumerate() {
             for (wt_i, &v) in wt.iter_mut().zip(row) {
                 wt_i[k] = v;
             }
         }
-        let outs = (w_block.len() / n).min(m.saturating_sub(o));
-        for (x_r, y_r) in x.chunks_exact(n).zip(y.chunks_exact_mut(m)) {
+        let outs = (w_block.len() / N).min(m.saturating_sub(o));
+        for (x_r, y_r) in x.chunks_exact(N).zip(y.chunks_exact_mut(m.max(1))) {
             let mut acc = [0f32; SIDE];
             for (wt_i, &xi) in wt.iter().zip(x_r) {
                 for k in 0..SIDE {
                     acc[k] += wt_i[k] * xi;
                 }
             }
-            if let Some(out) = y_r.get_mut(o..o + outs) {
-                out.copy_from_slice(&acc[..outs]);
-            }
+            store(y_r, o, outs, &acc);
         }
+    }
+}
+
+/// `acc[..outs]` into `y[o..]`: a whole block as one fixed-size copy (no call).
+fn store(y: &mut [f32], o: usize, outs: usize, acc: &[f32; SIDE]) {
+    if outs == SIDE {
+        if let Some(out) = y
+            .get_mut(o..o + SIDE)
+            .and_then(|s| <&mut [f32; SIDE]>::try_from(s).ok())
+        {
+            *out = *acc;
+        }
+    } else if let Some(out) = y.get_mut(o..o + outs) {
+        out.copy_from_slice(acc.get(..outs).unwrap_or_default());
     }
 }
 
@@ -83,32 +112,14 @@ pub fn linear_backward(
         }
         return;
     }
-    for (b, g_block) in dw.chunks_mut(SIDE * n).enumerate() {
-        let o = b * SIDE;
-        let outs = (g_block.len() / n).min(m.saturating_sub(o));
-        // `acc[i][k]`: the gradient of input `i`'s weight into output `o + k`.
-        let mut acc = [[0f32; SIDE]; LANES];
-        for (k, row) in g_block.chunks_exact(n).take(outs).enumerate() {
-            for (acc_i, &g) in acc.iter_mut().zip(row) {
-                acc_i[k] = g;
-            }
-        }
-        for (x_r, dy_r) in x.chunks_exact(n).zip(dy.chunks_exact(m)) {
-            let mut d = [0f32; SIDE];
-            if let Some(from) = dy_r.get(o..o + outs) {
-                d[..outs].copy_from_slice(from);
-            }
-            for (acc_i, &xi) in acc.iter_mut().zip(x_r) {
-                for k in 0..SIDE {
-                    acc_i[k] += d[k] * xi;
-                }
-            }
-        }
-        for (k, row) in g_block.chunks_exact_mut(n).take(outs).enumerate() {
-            for (g, acc_i) in row.iter_mut().zip(&acc) {
-                *g = acc_i[k];
-            }
-        }
+    match n {
+        1 => weight_gradient_of::<1>(x, dy, dw, m),
+        2 => weight_gradient_of::<2>(x, dy, dw, m),
+        3 => weight_gradient_of::<3>(x, dy, dw, m),
+        4 => weight_gradient_of::<4>(x, dy, dw, m),
+        5 => weight_gradient_of::<5>(x, dy, dw, m),
+        6 => weight_gradient_of::<6>(x, dy, dw, m),
+        _ => weight_gradient_of::<7>(x, dy, dw, m),
     }
     if let Some(dx) = dx {
         // The input's gradient row by row: each row's is a sum over outputs, already
@@ -119,6 +130,44 @@ pub fn linear_backward(
                 for (g, &wi) in dx.iter_mut().zip(row) {
                     *g += d * wi;
                 }
+            }
+        }
+    }
+}
+
+/// `dW += Σ_r dy_rᵀ·x_r` over rows of `N` inputs and `m` outputs.
+fn weight_gradient_of<const N: usize>(x: &[f32], dy: &[f32], dw: &mut [f32], m: usize) {
+    for (b, g_block) in dw.chunks_mut(SIDE * N).enumerate() {
+        let o = b * SIDE;
+        let outs = (g_block.len() / N).min(m.saturating_sub(o));
+        // `acc[i][k]`: the gradient of input `i`'s weight into output `o + k`.
+        let mut acc = [[0f32; SIDE]; N];
+        for (k, row) in g_block.chunks_exact(N).take(outs).enumerate() {
+            for (acc_i, &g) in acc.iter_mut().zip(row) {
+                acc_i[k] = g;
+            }
+        }
+        for (x_r, dy_r) in x.chunks_exact(N).zip(dy.chunks_exact(m.max(1))) {
+            let mut d = [0f32; SIDE];
+            if outs == SIDE {
+                if let Some(from) = dy_r
+                    .get(o..o + SIDE)
+                    .and_then(|s| <&[f32; SIDE]>::try_from(s).ok())
+                {
+                    d = *from;
+                }
+            } else if let Some(from) = dy_r.get(o..o + outs) {
+                d[..outs].copy_from_slice(from);
+            }
+            for (acc_i, &xi) in acc.iter_mut().zip(x_r) {
+                for k in 0..SIDE {
+                    acc_i[k] += d[k] * xi;
+                }
+            }
+        }
+        for (k, row) in g_block.chunks_exact_mut(N).take(outs).enumerate() {
+            for (g, acc_i) in row.iter_mut().zip(&acc) {
+                *g = acc_i[k];
             }
         }
     }
@@ -161,8 +210,8 @@ mod tests {
 
     /// Catches a pass kernel whose bits differ from the row-by-row kernels' (an addition
     /// out of order, a lane past the last output stored, a gradient started from 0 instead
-    /// of its value): narrow and wide inputs, outputs a multiple of [`SIDE`] and not, one
-    /// row and many.
+    /// of its value): narrow inputs of every width below [`LANES`] and wide ones, outputs a
+    /// multiple of [`SIDE`] and not, one row and many.
     #[test]
     fn a_pass_gives_the_bits_of_its_rows_one_by_one() {
         let mut rng = Rng::from_seed(7);
@@ -173,6 +222,10 @@ mod tests {
             (3, 17, 4),
             (8, 3, 6),
             (24, 3, 2),
+            // Every width has a kernel of its own: each is held to the row-by-row bits.
+            (4, 8, 3),
+            (5, 16, 2),
+            (6, 11, 3),
         ] {
             let ([mut w, mut x, mut dy, mut g0], nine) = ([[0f32; ROOM]; 4], [9f32; ROOM]);
             let (w, x) = (&mut w[..m * n], &mut x[..rows * n]);
