@@ -59,9 +59,10 @@ fn a_program_rule_reaching_the_device_names_the_rule() {
                 rule: RuleKind::Dimensions,
             }
         );
+        let program = crate::support::encoded(&program);
         let prepare = Request::Prepare {
             replicas: 1,
-            program,
+            program: &program,
         };
         let (kind, code) = refusal(d, &prepare);
         assert_eq!(kind, RequestKind::Prepare);

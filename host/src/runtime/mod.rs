@@ -69,7 +69,7 @@ use tessera_core::program::{Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
-use tessera_core::wire::Request;
+use tessera_core::wire::{Request, RequestKind};
 
 pub use error::RuntimeError;
 pub use recovery::{StepFault, StepPhase};
@@ -80,7 +80,7 @@ use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
-use crate::transport::{Channel, Traffic};
+use crate::transport::{Channel, Traffic, TransportError};
 use step_driver::{plans, Plan};
 
 /// Most replicas one runtime drives (the splitter's capacity).
@@ -308,9 +308,24 @@ impl Runtime {
             .data_flow()
             .map_err(|e| RuntimeError::Program(ProgramError::DataFlow(e)))?;
         let rounds = plans(&program, replicas, &channels)?;
+        // The program travels as bytes in the request: it must fit the devices' frame.
+        let max = channels
+            .iter()
+            .map(|c| c.limits().max_frame)
+            .min()
+            .unwrap_or(0) as usize;
+        let mut encoded = vec![0u8; max];
+        let program_bytes = program.encode(&mut encoded).map_err(|_| {
+            RuntimeError::Transport(TransportError::TooLarge {
+                replica: channels.first().map_or(0, Channel::replica),
+                request: RequestKind::Prepare,
+                bytes: postcard::to_allocvec(&program).map_or(max.saturating_add(1), |b| b.len()),
+                max,
+            })
+        })?;
         let prepare = Request::Prepare {
             replicas: replicas as u32, // At most MAX_REPLICAS.
-            program: program.clone(),
+            program: program_bytes,
         };
         // Sent to every device before any reply is awaited.
         let seqs = channels
