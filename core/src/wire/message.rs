@@ -179,7 +179,7 @@ pub enum Request<'a> {
     ///
     /// The program travels encoded, as bytes inside the request, and the device decodes it
     /// when it prepares (bytes that are not exactly one [`Program`](crate::program::Program) are
-    /// [`ErrorCode::Malformed`](super::ErrorCode::Malformed)): carried inline, a program's
+    /// [`ErrorCode::Malformed`]): carried inline, a program's
     /// fixed capacities made every decoded request some two kilobytes, copied at every
     /// message a device reads, though only this one carries a program.
     Prepare {

@@ -69,7 +69,7 @@ use tessera_core::program::{Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
-use tessera_core::wire::{Request, RequestKind};
+use tessera_core::wire::Request;
 
 pub use error::RuntimeError;
 pub use recovery::{StepFault, StepPhase};
@@ -308,24 +308,16 @@ impl Runtime {
             .data_flow()
             .map_err(|e| RuntimeError::Program(ProgramError::DataFlow(e)))?;
         let rounds = plans(&program, replicas, &channels)?;
-        // The program travels as bytes in the request: it must fit the devices' frame.
-        let max = channels
-            .iter()
-            .map(|c| c.limits().max_frame)
-            .min()
-            .unwrap_or(0) as usize;
-        let mut encoded = vec![0u8; max];
-        let program_bytes = program.encode(&mut encoded).map_err(|_| {
-            RuntimeError::Transport(TransportError::TooLarge {
-                replica: channels.first().map_or(0, Channel::replica),
-                request: RequestKind::Prepare,
-                bytes: postcard::to_allocvec(&program).map_or(max.saturating_add(1), |b| b.len()),
-                max,
-            })
+        // The program travels as bytes in the request; a request too large for a device's
+        // frame is refused by the channel, naming its size.
+        let encoded = postcard::to_allocvec(&program).map_err(|e| {
+            TransportError::Io(std::io::Error::other(format!(
+                "the program does not encode: {e}"
+            )))
         })?;
         let prepare = Request::Prepare {
             replicas: replicas as u32, // At most MAX_REPLICAS.
-            program: program_bytes,
+            program: &encoded,
         };
         // Sent to every device before any reply is awaited.
         let seqs = channels
