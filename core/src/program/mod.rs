@@ -61,6 +61,7 @@
 
 mod build;
 mod check;
+mod encoding;
 mod error;
 pub mod exchange;
 mod fault;

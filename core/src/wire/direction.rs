@@ -48,8 +48,8 @@ pub struct Combined<'a> {
 }
 
 /// Everything the host sends a device: a frame's body.
-// As large as its largest request (a `Prepare` carries a whole program): a frame is decoded
-// into one value at a time, on the stack, and never stored; no_std cannot box it.
+// As large as its largest request (an `Invoke`'s arguments): a frame is decoded into one
+// value at a time, on the stack, and never stored; no_std cannot box it.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToDevice<'a> {

@@ -113,7 +113,8 @@ pub enum ErrorCode {
     UnknownFunction,
     /// Arguments of the wrong number or kind for the function.
     BadArguments,
-    /// The frame did not decode as a request.
+    /// The frame did not decode as a request, or a program it carries did not decode as
+    /// exactly one program (a `Prepare`).
     Malformed,
     /// A combined result (a [`Combined`](super::Combined)) of another length than the
     /// contribution it answers.
@@ -187,7 +188,7 @@ impl fmt::Display for ErrorCode {
             Self::ReplyTooLarge => f.write_str("the reply does not fit in one frame"),
             Self::UnknownFunction => f.write_str("no device function of that name"),
             Self::BadArguments => f.write_str("wrong arguments for the device function"),
-            Self::Malformed => f.write_str("the frame is not a request"),
+            Self::Malformed => f.write_str("the frame, or the program it carries, does not decode"),
             Self::UnexpectedReduced => {
                 f.write_str("the combined result of a reduction has the wrong length")
             }

@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dtype::DataType;
-use crate::program::Program;
 
 pub use super::error::{ErrorCode, Invariant};
 
@@ -12,7 +11,7 @@ use super::target::Target;
 /// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
 /// any message (host and device must run exactly the same one: see the [`wire`](super)
 /// module).
-pub const PROTOCOL_VERSION: u16 = 17;
+pub const PROTOCOL_VERSION: u16 = 18;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -177,11 +176,17 @@ pub enum Request<'a> {
     /// step (ids as [`program::ids`](crate::program::ids) assigns them), and the model's
     /// scratch memory. The device checks the program with core's own rules, and its arena,
     /// and places nothing when either refuses.
+    ///
+    /// The program travels encoded, as bytes inside the request, and the device decodes it
+    /// when it prepares (bytes that are not exactly one [`Program`](crate::program::Program) are
+    /// [`ErrorCode::Malformed`]): carried inline, a program's
+    /// fixed capacities made every decoded request some two kilobytes, copied at every
+    /// message a device reads, though only this one carries a program.
     Prepare {
         /// Replicas of the run (the program's groupings resolve on them).
         replicas: u32,
-        /// The program.
-        program: Program,
+        /// The program, as [`Program::encode`](crate::program::Program::encode) writes it.
+        program: &'a [u8],
     },
     /// Runs one training step of the prepared program (`batches_per_step` batches).
     RunStep {

@@ -32,6 +32,7 @@ mod streams;
 use core::cell::Cell;
 
 use critical_section::Mutex;
+use tessera_core::program::Program;
 use tessera_core::rng::Rng;
 use tessera_core::wire::{ErrorCode, Limits, Request, Response, PROTOCOL_VERSION};
 
@@ -220,8 +221,11 @@ impl<'a> Device<'a> {
     pub fn handle(&mut self, request: Request<'_>) -> Response<'_> {
         let kind = request.kind();
         let answer = match request {
-            // The device keeps the program it prepares: taken, not copied.
-            Request::Prepare { replicas, program } => program::prepare(self, replicas, program),
+            // The device keeps the program it prepares: decoded once, then moved in.
+            Request::Prepare { replicas, program } => match Program::decode(program) {
+                Ok(decoded) => program::prepare(self, replicas, decoded),
+                Err(_) => Err(ErrorCode::Malformed),
+            },
             other => self.route(&other),
         };
         match answer {

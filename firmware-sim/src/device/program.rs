@@ -19,6 +19,8 @@
 //!
 //! # Errors
 //!
+//! [`Malformed`](ErrorCode::Malformed) (a prepare's bytes are not exactly one program: the
+//! device's [`handle`](super::Device::handle) decodes it),
 //! [`Program`](ErrorCode::Program) (the rule a program or optimizer value breaks),
 //! [`NotPrepared`](ErrorCode::NotPrepared),
 //! [`ReplicaOutOfRange`](ErrorCode::ReplicaOutOfRange),

@@ -153,9 +153,11 @@ fn request() -> impl Strategy<Value = Request<'static>> {
         )
             .prop_map(
                 |(inputs, outputs, comm, b, a, replicas, sharding, dropout, anchor)| {
+                    let program = program(inputs, outputs, comm, b, a, sharding, dropout, anchor);
                     Request::Prepare {
                         replicas,
-                        program: program(inputs, outputs, comm, b, a, sharding, dropout, anchor),
+                        // Leaked: a generated request lives as long as the test.
+                        program: Vec::leak(support::encoded(&program)),
                     }
                 }
             ),

@@ -1,5 +1,5 @@
-//! The device's errors name what failed: the program rule, the missing prepare, the
-//! protocol versions.
+//! The device's errors name what failed: the program rule, the missing prepare, a
+//! program that does not decode, the protocol versions.
 
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
@@ -59,9 +59,10 @@ fn a_program_rule_reaching_the_device_names_the_rule() {
                 rule: RuleKind::Dimensions,
             }
         );
+        let program = crate::support::encoded(&program);
         let prepare = Request::Prepare {
             replicas: 1,
-            program,
+            program: &program,
         };
         let (kind, code) = refusal(d, &prepare);
         assert_eq!(kind, RequestKind::Prepare);
@@ -109,6 +110,31 @@ fn a_step_before_prepare_is_not_prepared() {
             let (kind, code) = refusal(d, &request);
             assert_eq!((kind, code), (request.kind(), ErrorCode::NotPrepared));
         }
+    });
+}
+
+/// Catches a device that prepares a program read from part of a `Prepare`'s bytes (one
+/// byte more or one fewer than the program would prepare something else than the host
+/// sent) or that loses the program it had: the request is `Malformed`, and the program
+/// prepared before stays prepared.
+#[test]
+fn a_prepare_that_is_not_exactly_one_program_is_malformed() {
+    with_device(|d| {
+        let program = crate::support::linear_program(1, 1, CommGroup::None, 1, 1);
+        let program = crate::support::encoded(&program);
+        let prepare = |program| Request::Prepare {
+            replicas: 1,
+            program,
+        };
+        assert!(matches!(d.handle(prepare(&program)), Response::Done));
+        let mut padded = program.clone();
+        padded.push(0);
+        for bytes in [&padded[..], &program[..program.len() - 1], &[][..]] {
+            let (kind, code) = refusal(d, &prepare(bytes));
+            assert_eq!((kind, code), (RequestKind::Prepare, ErrorCode::Malformed));
+        }
+        // Without a prepared program this is refused `NotPrepared`.
+        assert!(matches!(d.handle(Request::ResetStep), Response::Done));
     });
 }
 

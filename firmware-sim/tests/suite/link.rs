@@ -34,9 +34,10 @@ fn script_fed(step: &[Vec<u8>], fed: bool) -> Vec<u8> {
         seq += 1;
         bytes.extend_from_slice(&frame(seq, &request));
     };
+    let program = support::encoded(&linear_program(1, 1, CommGroup::All, 3, 1));
     push(Request::Prepare {
         replicas: 2,
-        program: linear_program(1, 1, CommGroup::All, 3, 1),
+        program: &program,
     });
     push(Request::SetOptimizer {
         learning_rate: 0.5,

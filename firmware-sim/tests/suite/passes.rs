@@ -134,9 +134,10 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
     let mut arena = &mut arena[..];
     let mut device = Device::new(0, &mut arena, LINK, &cycles);
     let program = program(case);
+    let encoded = crate::support::encoded(&program);
     let prepare = Request::Prepare {
         replicas: 1,
-        program: program.clone(),
+        program: &encoded,
     };
     if let Response::Error { code, .. } = device.handle(prepare) {
         // Only a lack of memory is expected: anything else is the test's mistake.

@@ -80,7 +80,7 @@ use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
-use crate::transport::{Channel, Traffic};
+use crate::transport::{Channel, Traffic, TransportError};
 use step_driver::{plans, Plan};
 
 /// Most replicas one runtime drives (the splitter's capacity).
@@ -308,9 +308,16 @@ impl Runtime {
             .data_flow()
             .map_err(|e| RuntimeError::Program(ProgramError::DataFlow(e)))?;
         let rounds = plans(&program, replicas, &channels)?;
+        // The program travels as bytes in the request; a request too large for a device's
+        // frame is refused by the channel, naming its size.
+        let encoded = postcard::to_allocvec(&program).map_err(|e| {
+            TransportError::Io(std::io::Error::other(format!(
+                "the program does not encode: {e}"
+            )))
+        })?;
         let prepare = Request::Prepare {
             replicas: replicas as u32, // At most MAX_REPLICAS.
-            program: program.clone(),
+            program: &encoded,
         };
         // Sent to every device before any reply is awaited.
         let seqs = channels

@@ -6,11 +6,11 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 
 /// A change to the bytes below is a protocol change: bump [`PROTOCOL_VERSION`] with it and
-/// update this number together with the literals (17: a `RunStep` says whether the host
-/// took the last step's anchors in place, besides whether it fed the step's inputs).
+/// update this number together with the literals (18: a `Prepare` carries its program as
+/// bytes, so that a decoded request is small).
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 17);
+    assert_eq!(PROTOCOL_VERSION, 18);
 }
 
 #[test]

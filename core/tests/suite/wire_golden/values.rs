@@ -60,6 +60,18 @@ pub(super) fn program() -> Program {
     p
 }
 
+/// [`program`] as a `Prepare` request carries it (leaked: the cases live as long as the
+/// test).
+pub(super) fn program_bytes() -> &'static [u8] {
+    let mut bytes = vec![0u8; 512];
+    let len = program()
+        .encode(&mut bytes)
+        .expect("the program fits")
+        .len();
+    bytes.truncate(len);
+    Vec::leak(bytes)
+}
+
 pub(super) fn limits() -> Limits {
     Limits {
         memory: 65536,
@@ -135,9 +147,9 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
             "Prepare",
             env(Request::Prepare {
                 replicas: 4,
-                program: program(),
+                program: program_bytes(),
             }),
-            "05 08 04 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
+            "05 08 04 35 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
              00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01",
         ),
         (

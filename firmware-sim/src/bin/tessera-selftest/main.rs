@@ -95,11 +95,14 @@ fn prepare_linear_program(device: &mut Device<'_>) {
         .and_then(|()| program.add_anchor(AnchorTensor::Loss, AnchorReturnType::All));
     assert!(built.is_ok(), "the program fits its capacities");
     program.instrumented = true;
+    let mut encoded = [0u8; 256];
+    let program = program.encode(&mut encoded);
+    assert!(program.is_ok(), "the program fits its buffer");
     ok(
         device,
         Request::Prepare {
             replicas: 1,
-            program,
+            program: program.map_or(&[][..], |p| p),
         },
     );
     ok(

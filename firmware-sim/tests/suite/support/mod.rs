@@ -213,3 +213,14 @@ pub fn linear_program(
     p.add_layer(Layer::MeanSquaredError { targets: t }).unwrap();
     p
 }
+
+/// `program` as a `Prepare` request carries it.
+pub fn encoded(program: &Program) -> Vec<u8> {
+    let mut bytes = vec![0u8; 1 << 16];
+    let len = program
+        .encode(&mut bytes)
+        .expect("a program fits 64 KiB")
+        .len();
+    bytes.truncate(len);
+    bytes
+}
