@@ -13,9 +13,13 @@ from test_runtime import main_job_program
 
 PROGRAM = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     import numpy as np
     import tessera
+
+    # Ctrl-C as a terminal starts Python with it (a launcher that ignores SIGINT, as a
+    # shell does for a background job, would pass the ignoring on).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     sess = tessera.Session("process", workers=3)
     x = sess.copy_to_worker0(np.ones(4, np.float32))
@@ -60,11 +64,16 @@ def test_ctrl_c_stops_every_device_process():
 def test_a_session_leaves_pythons_ctrl_c_handler_in_place():
     # Ctrl-C stays Python's KeyboardInterrupt: the package installs no signal handler
     # (the command line's would end the interpreter instead), not when it is imported,
-    # not when devices start.
+    # not when devices start. Python's own handler is put in place first: under a launcher
+    # that ignores SIGINT (a background job), the interpreter starts without it.
     import tessera
 
-    with tessera.Session("process", workers=1):
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with tessera.Session("process", workers=1):
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        runtime = tessera.Runtime(main_job_program(), 4, "process")
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    runtime = tessera.Runtime(main_job_program(), 4, "process")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    del runtime
+        del runtime
+    finally:
+        signal.signal(signal.SIGINT, before)
