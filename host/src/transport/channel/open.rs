@@ -166,7 +166,7 @@ impl Channel {
             retries: 0,
             window,
             memory,
-            located: HashMap::new(),
+            located: HashMap::with_hasher(Default::default()),
             traffic: Traffic::default(),
             spin: match handle {
                 DeviceHandle::Qemu { .. } => Duration::ZERO,

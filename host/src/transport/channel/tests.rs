@@ -46,7 +46,7 @@ fn channel(writer: Outgoing) -> Channel {
         retries: 0,
         window: None,
         memory: None,
-        located: HashMap::new(),
+        located: HashMap::with_hasher(Default::default()),
         traffic: Traffic::default(),
         spin: SPIN,
         handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
