@@ -178,10 +178,10 @@ pub enum Request<'a> {
     /// and places nothing when either refuses.
     ///
     /// The program travels encoded, as bytes inside the request, and the device decodes it
-    /// when it prepares (bytes that are not exactly one [`Program`](crate::program::Program) are
-    /// [`ErrorCode::Malformed`]): carried inline, a program's
-    /// fixed capacities made every decoded request some two kilobytes, copied at every
-    /// message a device reads, though only this one carries a program.
+    /// when it prepares (bytes that are not exactly one
+    /// [`Program`](crate::program::Program) are [`ErrorCode::Malformed`]): carried inline,
+    /// a program's fixed capacities made every decoded request some two kilobytes, copied
+    /// at every message a device reads, though only this one carries a program.
     Prepare {
         /// Replicas of the run (the program's groupings resolve on them).
         replicas: u32,

@@ -405,14 +405,10 @@ impl Step<'_> {
         };
         let plan = self.schedule.plan(round.round).ok_or(out_of_step)?;
         let answers = combine(&round, &self.members, plan, self.instances)?;
-        // Summed: each contribution's buffer carries its device's answer.
-        let mut to = Vec::with_capacity(round.contributions.len());
-        for Share { from, message } in round.contributions {
-            channels[from].recycle(message);
-            to.push(from);
-        }
         // The round's devices have waited by design until now: their silence starts over.
-        for from in to {
+        for Share { from, message } in round.contributions {
+            // Summed: the contribution's buffer carries its device's answer.
+            channels[from].recycle(message);
             let m = &mut self.members[from];
             let answer = answers.of(from).unwrap_or_default();
             let faulty = StepFault {
@@ -590,20 +586,28 @@ fn combine(
             })
     };
     let segments = plan.segments.len();
-    // The contributions in replica order (each group's sum runs in that order), and each
-    // one's group in every segment: `groups[c × segments + s]`, worked out once.
-    let mut contributions: Vec<(usize, &[u8])> = (round.contributions.iter())
-        .map(|c| (members[c.from].replica, c.data()))
-        .collect();
-    contributions.sort_unstable_by_key(|&(replica, _)| replica);
-    let mut groups = Vec::with_capacity(contributions.len() * segments);
-    for &(replica, _) in &contributions {
+    // Each member's group in every segment, worked out once: `groups[m × segments + s]`.
+    let mut groups = Vec::with_capacity(members.len() * segments);
+    for m in members {
         for (grouping, _) in &plan.segments {
-            groups.push(group_of(grouping, replica)?);
+            groups.push(group_of(grouping, m.replica)?);
         }
     }
+    let key = |m: usize| {
+        let at = m * segments;
+        groups.get(at..at + segments).unwrap_or_default()
+    };
+    // The contributions in replica order (each group's sum runs in that order), each with
+    // its member.
+    let mut contributions: Vec<(usize, usize, &[u8])> = (round.contributions.iter())
+        .map(|c| (members[c.from].replica, c.from, c.data()))
+        .collect();
+    contributions.sort_unstable_by_key(|&(replica, _, _)| replica);
     // Every segment's groups' sums, one segment after another.
-    let group = |c: usize, s: usize| groups.get(c * segments + s).copied();
+    let group = |c: usize, s: usize| {
+        let (_, from, _) = contributions.get(c)?;
+        key(*from).get(s).copied()
+    };
     let mut partial = Vec::new();
     let (mut at, mut order, mut inputs, mut of_group) = (0, Vec::new(), Vec::new(), Vec::new());
     for (s, (grouping, bytes)) in plan.segments.iter().enumerate() {
@@ -619,7 +623,7 @@ fn combine(
             inputs.clear();
             of_group.clear();
             while let Some(&c) = next.next_if(|&&c| group(c, s) == Some(g)) {
-                let (replica, data) = contributions[c];
+                let (replica, _, data) = contributions[c];
                 inputs.push(data.get(at..at + bytes).unwrap_or_default());
                 of_group.push((replica, data));
             }
@@ -650,16 +654,6 @@ fn combine(
     // A member's groups, segment by segment, name its answer: each distinct one is built
     // once. Members sorted by their groups lie next to the others that share them
     // (O(members × segments × log members) a round, whatever the groupings; no hashing).
-    let mut member_groups = Vec::with_capacity(members.len() * segments);
-    for m in members {
-        for (grouping, _) in &plan.segments {
-            member_groups.push(group_of(grouping, m.replica)?);
-        }
-    }
-    let key = |m: usize| {
-        let at = m * segments;
-        member_groups.get(at..at + segments).unwrap_or_default()
-    };
     let mut by_key: Vec<usize> = (0..members.len()).collect();
     by_key.sort_unstable_by(|&a, &b| key(a).cmp(key(b)));
     let mut answers = Answers {
