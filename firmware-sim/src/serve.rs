@@ -74,6 +74,11 @@ pub struct LinkLimits {
 /// and the framing state of a byte link.
 pub struct Server<'b, const FRAME: usize, const WINDOW: usize> {
     request: [u8; FRAME],
+    /// A waiting step's contribution, kept to be sent again. Not a kept reply's slot: the
+    /// slots are written in turn, and a contribution in each made every step write
+    /// memory no step had touched for `WINDOW` requests (a host serving many devices
+    /// found it out of its caches every time).
+    contribution: [u8; FRAME],
     cache: ReplyCache<'b, FRAME, WINDOW>,
     framing: Framing<FRAME>,
     /// A step between two legs, waiting for its combination.
@@ -117,6 +122,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     fn keeping(replies: crate::lent::Lent<'b, [[u8; FRAME]; WINDOW]>) -> Self {
         Self {
             request: [0; FRAME],
+            contribution: [0; FRAME],
             cache: ReplyCache::in_storage(replies),
             framing: Framing::new(),
             waiting: None,
@@ -143,6 +149,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     fn split(&mut self) -> (State<'_, 'b, FRAME, WINDOW>, &mut Framing<FRAME>) {
         let Server {
             request,
+            contribution,
             cache,
             framing,
             waiting,
@@ -152,6 +159,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
         } = self;
         let state = State {
             request,
+            contribution,
             cache,
             waiting,
             bad_frames,
@@ -227,6 +235,7 @@ where
 /// The server without its framing, borrowed for one loop.
 struct State<'s, 'b, const FRAME: usize, const WINDOW: usize> {
     request: &'s mut [u8; FRAME],
+    contribution: &'s mut [u8; FRAME],
     cache: &'s mut ReplyCache<'b, FRAME, WINDOW>,
     waiting: &'s mut Option<Waiting>,
     bad_frames: &'s mut u32,
@@ -255,7 +264,8 @@ where
             Incoming::Closed => return Ok(()),
             Incoming::Idle => {
                 if let Some(w) = state.waiting.take() {
-                    *state.waiting = w.on_silence(state.cache, device, link, clock)?;
+                    *state.waiting =
+                        w.on_silence((state.cache, state.contribution), device, link, clock)?;
                 }
                 continue;
             }
@@ -339,7 +349,7 @@ fn listen<M: Messages, C: Clock>(
 }
 
 /// A step between two legs: its `RunStep`'s sequence number, and its contribution to the
-/// awaited exchange, encoded in that request's reply slot (`len` bytes), how often it was
+/// awaited exchange, encoded in the server's contribution buffer (`len` bytes), how often it was
 /// sent, and since when the host has been silent after the last send (`None` until a look
 /// finds the link silent).
 #[derive(Debug, Clone, Copy)]
@@ -352,13 +362,12 @@ struct Waiting {
 
 impl Waiting {
     /// The contribution sent again.
-    fn resend<M: Messages, const FRAME: usize, const WINDOW: usize>(
+    fn resend<M: Messages, const FRAME: usize>(
         mut self,
-        cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+        contribution: &[u8; FRAME],
         link: &mut M,
     ) -> Result<Self, ServeError<M::Error>> {
-        let slot = cache.slot(self.seq);
-        link.send(slot.get(..self.len).unwrap_or_default())
+        link.send(contribution.get(..self.len).unwrap_or_default())
             .map_err(ServeError::Link)?;
         self.silent_since_ms = None;
         self.sends = self.sends.saturating_add(1);
@@ -370,7 +379,7 @@ impl Waiting {
     /// step fails.
     fn on_silence<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
         mut self,
-        cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+        (cache, contribution): (&mut ReplyCache<'_, FRAME, WINDOW>, &[u8; FRAME]),
         device: &mut Device<'_>,
         link: &mut M,
         clock: &mut C,
@@ -383,7 +392,7 @@ impl Waiting {
             return Ok(Some(self));
         }
         if self.sends < REDUCE_ATTEMPTS {
-            return self.resend(cache, link).map(Some);
+            return self.resend(contribution, link).map(Some);
         }
         let reply = device.end_step(ErrorCode::ReduceTimeout);
         finish(cache, self.seq, reply, link).map(|()| None)
@@ -401,7 +410,7 @@ enum Leg<'a> {
 /// Where a step's leg left it: its contribution sent (the step now waits), or its reply
 /// kept and sent.
 fn step_progress<M: Messages, const FRAME: usize, const WINDOW: usize>(
-    cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+    (cache, contribution): (&mut ReplyCache<'_, FRAME, WINDOW>, &mut [u8; FRAME]),
     seq: u32,
     device: &mut Device<'_>,
     leg: Leg<'_>,
@@ -419,9 +428,8 @@ fn step_progress<M: Messages, const FRAME: usize, const WINDOW: usize>(
                 op,
                 data,
             });
-            // The reply's slot doubles as the contribution's buffer until the step ends.
             let limit = Server::<FRAME, WINDOW>::body_limit();
-            encode_body(&ask, &mut cache.slot(seq)[..limit]).ok()
+            encode_body(&ask, &mut contribution[..limit]).ok()
         }
         Progress::Finished(reply) => return finish(cache, seq, reply, link).map(|()| None),
     };
@@ -436,7 +444,7 @@ fn step_progress<M: Messages, const FRAME: usize, const WINDOW: usize>(
         silent_since_ms: None,
         sends: 0,
     };
-    waiting.resend(cache, link).map(Some)
+    waiting.resend(contribution, link).map(Some)
 }
 
 /// Keeps `reply` as request `seq`'s and sends it.
@@ -469,6 +477,7 @@ where
 {
     let State {
         request,
+        contribution,
         cache,
         stale_answers,
         dropped,
@@ -478,9 +487,13 @@ where
         Ok(ToDevice::Request(envelope)) => envelope,
         Ok(ToDevice::Combined(Combined { step, round, data })) => {
             return match waiting {
-                Some(w) if step == w.seq && device.awaited_round() == Some(round) => {
-                    step_progress(cache, w.seq, device, Leg::Answer(data), link)
-                }
+                Some(w) if step == w.seq && device.awaited_round() == Some(round) => step_progress(
+                    (cache, contribution),
+                    w.seq,
+                    device,
+                    Leg::Answer(data),
+                    link,
+                ),
                 // Late, repeated, or outside any step: a topic message, so it gets no
                 // reply and leaves the cache alone.
                 _ => {
@@ -496,7 +509,7 @@ where
     if let Some(w) = waiting {
         if seq == w.seq {
             // The host retried the step: it missed the contribution.
-            return w.resend(cache, link).map(Some);
+            return w.resend(contribution, link).map(Some);
         }
         if !hello && !is_later(seq, w.seq) {
             **dropped = dropped.saturating_add(1);
@@ -532,7 +545,7 @@ where
         Verdict::Run => {
             if let Request::RunStep { fed, took } = envelope.body {
                 let start = Leg::Start { fed, took };
-                return step_progress(cache, seq, device, start, link);
+                return step_progress((cache, contribution), seq, device, start, link);
             }
             if hello {
                 cache.restart();

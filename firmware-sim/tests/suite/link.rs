@@ -412,9 +412,9 @@ impl tessera_firmware_sim::Clock for SimClock {
     }
 }
 
-/// Catches a waiting step whose host's silence is timed wrongly: a contribution sent again
+/// Catches a waiting step whose host's silence is timed wrongly — a contribution sent again
 /// at once (silence timed from a start left over from an earlier send) or never (silence
-/// never timed). With the host silent after the step's first contribution, the device
+/// never timed) — and a contribution whose kept bytes change before it is sent again. With the host silent after the step's first contribution, the device
 /// sends it again after each `REDUCE_DEADLINE_MS` of silence, `REDUCE_ATTEMPTS` sends in
 /// all, then fails the step with `ReduceTimeout`; never earlier than a deadline, and at
 /// most a millisecond later.
@@ -460,6 +460,10 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
         .map(|(_, &at)| at)
         .collect();
     assert_eq!(sends.len(), REDUCE_ATTEMPTS as usize, "{frames:?}");
+    // Every send carries the same bytes: the contribution is kept, not rebuilt.
+    let bodies = contribution_bodies(&link.inner.output);
+    assert_eq!(bodies.len(), sends.len());
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
     let (step_reply, failed_at) = frames
         .iter()
         .zip(&link.sent_at)
@@ -476,6 +480,21 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
             "{gap} µs between sends: {times:?}"
         );
     }
+}
+
+/// The body of every contribution in `output`, as sent.
+fn contribution_bodies(output: &[u8]) -> Vec<Vec<u8>> {
+    let mut decoder = tessera_core::wire::FrameDecoder::<{ support::FRAME }>::new();
+    let mut bodies = Vec::new();
+    for &b in output {
+        if let Some(Ok(body)) = decoder.push(b) {
+            let message = tessera_core::wire::decode_body(body);
+            if let Ok(tessera_core::wire::FromDevice::Contribution(_)) = message {
+                bodies.push(body.to_vec());
+            }
+        }
+    }
+    bodies
 }
 
 /// Bytes of the two requests [`script`] puts after the step (`STORE` and `READ`).
