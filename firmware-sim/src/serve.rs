@@ -24,7 +24,9 @@
 //!   reply). Any other answer (late, duplicate, or from an earlier step) is counted in
 //!   [`Server::stale_answers`] and discarded, never applied. The loop sends the
 //!   contribution again when the host retries the step and when the host stays silent for
-//!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`]; after
+//!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`] from the first look that
+//!   finds the link silent after a send (no clock read per send: a step sends several; the
+//!   deadline can only come later, by at most one look, never earlier); after
 //!   [`REDUCE_ATTEMPTS`] sends the step fails (`ReduceTimeout`). A request numbered after
 //!   the step means the host gave up on it: the step fails (`StepAbandoned`) at once, and
 //!   that request runs. Requests numbered before it are dropped (they come again).
@@ -72,6 +74,11 @@ pub struct LinkLimits {
 /// and the framing state of a byte link.
 pub struct Server<'b, const FRAME: usize, const WINDOW: usize> {
     request: [u8; FRAME],
+    /// A waiting step's contribution, kept to be sent again. Not a kept reply's slot: the
+    /// slots are written in turn, and a contribution in each made every step write
+    /// memory no step had touched for `WINDOW` requests (a host serving many devices
+    /// found it out of its caches every time).
+    contribution: [u8; FRAME],
     cache: ReplyCache<'b, FRAME, WINDOW>,
     framing: Framing<FRAME>,
     /// A step between two legs, waiting for its combination.
@@ -115,6 +122,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     fn keeping(replies: crate::lent::Lent<'b, [[u8; FRAME]; WINDOW]>) -> Self {
         Self {
             request: [0; FRAME],
+            contribution: [0; FRAME],
             cache: ReplyCache::in_storage(replies),
             framing: Framing::new(),
             waiting: None,
@@ -141,6 +149,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
     fn split(&mut self) -> (State<'_, 'b, FRAME, WINDOW>, &mut Framing<FRAME>) {
         let Server {
             request,
+            contribution,
             cache,
             framing,
             waiting,
@@ -150,6 +159,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
         } = self;
         let state = State {
             request,
+            contribution,
             cache,
             waiting,
             bad_frames,
@@ -225,6 +235,7 @@ where
 /// The server without its framing, borrowed for one loop.
 struct State<'s, 'b, const FRAME: usize, const WINDOW: usize> {
     request: &'s mut [u8; FRAME],
+    contribution: &'s mut [u8; FRAME],
     cache: &'s mut ReplyCache<'b, FRAME, WINDOW>,
     waiting: &'s mut Option<Waiting>,
     bad_frames: &'s mut u32,
@@ -253,7 +264,8 @@ where
             Incoming::Closed => return Ok(()),
             Incoming::Idle => {
                 if let Some(w) = state.waiting.take() {
-                    *state.waiting = w.on_silence(state.cache, device, link, clock)?;
+                    *state.waiting =
+                        w.on_silence((state.cache, state.contribution), device, link, clock)?;
                 }
                 continue;
             }
@@ -263,7 +275,7 @@ where
             }
             Incoming::Message(len) => len,
         };
-        handle_message(state, len, device, (link, clock, busy))?;
+        handle_message(state, len, device, (link, busy))?;
     }
 }
 
@@ -272,16 +284,14 @@ where
 /// when a device's link has mail. A step between two legs stays in `server`, waiting for
 /// its combination; only a message moves it on (between calls nobody watches the step's
 /// deadline: the host's retries stand in for it).
-pub fn serve_pending<M, C, P, const FRAME: usize, const WINDOW: usize>(
+pub fn serve_pending<M, P, const FRAME: usize, const WINDOW: usize>(
     server: &mut Server<'_, FRAME, WINDOW>,
     device: &mut Device<'_>,
     link: &mut M,
-    clock: &mut C,
     busy: &mut P,
 ) -> Result<bool, ServeError<M::Error>>
 where
     M: Messages,
-    C: Clock,
     P: OutputPin,
 {
     let (mut state, _) = server.split();
@@ -298,25 +308,24 @@ where
             }
             Incoming::Message(len) => len,
         };
-        handle_message(&mut state, len, device, (link, clock, busy))?;
+        handle_message(&mut state, len, device, (link, busy))?;
     }
 }
 
 /// [`answer`]s the message in `state.request[..len]` with the busy line high.
-fn handle_message<M, C, P, const FRAME: usize, const WINDOW: usize>(
+fn handle_message<M, P, const FRAME: usize, const WINDOW: usize>(
     state: &mut State<'_, '_, FRAME, WINDOW>,
     len: usize,
     device: &mut Device<'_>,
-    (link, clock, busy): (&mut M, &mut C, &mut P),
+    (link, busy): (&mut M, &mut P),
 ) -> Result<(), ServeError<M::Error>>
 where
     M: Messages,
-    C: Clock,
     P: OutputPin,
 {
     let _ = busy.set_high();
     let waiting = state.waiting.take();
-    let outcome = answer(state, len, device, link, clock, waiting);
+    let outcome = answer(state, len, device, link, waiting);
     let _ = busy.set_low();
     *state.waiting = outcome?;
     Ok(())
@@ -340,46 +349,50 @@ fn listen<M: Messages, C: Clock>(
 }
 
 /// A step between two legs: its `RunStep`'s sequence number, and its contribution to the
-/// awaited exchange, encoded in that request's reply slot (`len` bytes), when it was last
-/// sent and how often.
+/// awaited exchange, encoded in the server's contribution buffer (`len` bytes), how often it was
+/// sent, and since when the host has been silent after the last send (`None` until a look
+/// finds the link silent).
 #[derive(Debug, Clone, Copy)]
 struct Waiting {
     seq: u32,
     len: usize,
-    sent_ms: u64,
+    silent_since_ms: Option<u64>,
     sends: u32,
 }
 
 impl Waiting {
     /// The contribution sent again.
-    fn resend<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
+    fn resend<M: Messages, const FRAME: usize>(
         mut self,
-        cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+        contribution: &[u8; FRAME],
         link: &mut M,
-        clock: &mut C,
     ) -> Result<Self, ServeError<M::Error>> {
-        let slot = cache.slot(self.seq);
-        link.send(slot.get(..self.len).unwrap_or_default())
+        link.send(contribution.get(..self.len).unwrap_or_default())
             .map_err(ServeError::Link)?;
-        self.sent_ms = clock.now_ms();
+        self.silent_since_ms = None;
         self.sends = self.sends.saturating_add(1);
         Ok(self)
     }
 
-    /// The host has been silent for a poll: past the deadline, the contribution is sent
-    /// again, or after the last attempt the step fails.
+    /// The host has been silent for a poll: the silence is timed from this first look,
+    /// and past the deadline the contribution is sent again, or after the last attempt the
+    /// step fails.
     fn on_silence<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
-        self,
-        cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+        mut self,
+        (cache, contribution): (&mut ReplyCache<'_, FRAME, WINDOW>, &[u8; FRAME]),
         device: &mut Device<'_>,
         link: &mut M,
         clock: &mut C,
     ) -> Result<Option<Self>, ServeError<M::Error>> {
-        if elapsed_ms(clock, self.sent_ms) < REDUCE_DEADLINE_MS {
+        let Some(since) = self.silent_since_ms else {
+            self.silent_since_ms = Some(clock.now_ms());
+            return Ok(Some(self));
+        };
+        if elapsed_ms(clock, since) < REDUCE_DEADLINE_MS {
             return Ok(Some(self));
         }
         if self.sends < REDUCE_ATTEMPTS {
-            return self.resend(cache, link, clock).map(Some);
+            return self.resend(contribution, link).map(Some);
         }
         let reply = device.end_step(ErrorCode::ReduceTimeout);
         finish(cache, self.seq, reply, link).map(|()| None)
@@ -396,12 +409,12 @@ enum Leg<'a> {
 
 /// Where a step's leg left it: its contribution sent (the step now waits), or its reply
 /// kept and sent.
-fn step_progress<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>(
-    cache: &mut ReplyCache<'_, FRAME, WINDOW>,
+fn step_progress<M: Messages, const FRAME: usize, const WINDOW: usize>(
+    (cache, contribution): (&mut ReplyCache<'_, FRAME, WINDOW>, &mut [u8; FRAME]),
     seq: u32,
     device: &mut Device<'_>,
     leg: Leg<'_>,
-    (link, clock): (&mut M, &mut C),
+    link: &mut M,
 ) -> Result<Option<Waiting>, ServeError<M::Error>> {
     let progress = match leg {
         Leg::Answer(data) => device.answer_step(data),
@@ -415,9 +428,8 @@ fn step_progress<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>
                 op,
                 data,
             });
-            // The reply's slot doubles as the contribution's buffer until the step ends.
             let limit = Server::<FRAME, WINDOW>::body_limit();
-            encode_body(&ask, &mut cache.slot(seq)[..limit]).ok()
+            encode_body(&ask, &mut contribution[..limit]).ok()
         }
         Progress::Finished(reply) => return finish(cache, seq, reply, link).map(|()| None),
     };
@@ -429,10 +441,10 @@ fn step_progress<M: Messages, C: Clock, const FRAME: usize, const WINDOW: usize>
     let waiting = Waiting {
         seq,
         len,
-        sent_ms: 0,
+        silent_since_ms: None,
         sends: 0,
     };
-    waiting.resend(cache, link, clock).map(Some)
+    waiting.resend(contribution, link).map(Some)
 }
 
 /// Keeps `reply` as request `seq`'s and sends it.
@@ -453,20 +465,19 @@ fn finish<M: Messages, const FRAME: usize, const WINDOW: usize>(
 /// Handles the message held in `state.request[..len]` while `waiting` (a step between two
 /// legs, if one is): a combination for the step, a request to run (or answer again, or
 /// drop); returns the step still waiting, if one is.
-fn answer<M, C, const FRAME: usize, const WINDOW: usize>(
+fn answer<M, const FRAME: usize, const WINDOW: usize>(
     state: &mut State<'_, '_, FRAME, WINDOW>,
     len: usize,
     device: &mut Device<'_>,
     link: &mut M,
-    clock: &mut C,
     waiting: Option<Waiting>,
 ) -> Result<Option<Waiting>, ServeError<M::Error>>
 where
     M: Messages,
-    C: Clock,
 {
     let State {
         request,
+        contribution,
         cache,
         stale_answers,
         dropped,
@@ -476,9 +487,13 @@ where
         Ok(ToDevice::Request(envelope)) => envelope,
         Ok(ToDevice::Combined(Combined { step, round, data })) => {
             return match waiting {
-                Some(w) if step == w.seq && device.awaited_round() == Some(round) => {
-                    step_progress(cache, w.seq, device, Leg::Answer(data), (link, clock))
-                }
+                Some(w) if step == w.seq && device.awaited_round() == Some(round) => step_progress(
+                    (cache, contribution),
+                    w.seq,
+                    device,
+                    Leg::Answer(data),
+                    link,
+                ),
                 // Late, repeated, or outside any step: a topic message, so it gets no
                 // reply and leaves the cache alone.
                 _ => {
@@ -494,7 +509,7 @@ where
     if let Some(w) = waiting {
         if seq == w.seq {
             // The host retried the step: it missed the contribution.
-            return w.resend(cache, link, clock).map(Some);
+            return w.resend(contribution, link).map(Some);
         }
         if !hello && !is_later(seq, w.seq) {
             **dropped = dropped.saturating_add(1);
@@ -530,7 +545,7 @@ where
         Verdict::Run => {
             if let Request::RunStep { fed, took } = envelope.body {
                 let start = Leg::Start { fed, took };
-                return step_progress(cache, seq, device, start, (link, clock));
+                return step_progress((cache, contribution), seq, device, start, link);
             }
             if hello {
                 cache.restart();

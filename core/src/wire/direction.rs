@@ -32,6 +32,7 @@ pub struct Contribution<'a> {
     pub op: ReduceOp,
     /// This replica's contribution (f32, little-endian): its rounds' buffers one after
     /// another.
+    #[serde(serialize_with = "super::bytes::serialize")]
     pub data: &'a [u8],
 }
 
@@ -44,6 +45,7 @@ pub struct Combined<'a> {
     /// The round, as the contribution named it.
     pub round: u32,
     /// The combined buffer (f32, little-endian), as long as the contribution.
+    #[serde(serialize_with = "super::bytes::serialize")]
     pub data: &'a [u8],
 }
 

@@ -79,7 +79,7 @@ pub struct Array<'a> {
     /// Dimensions; empty for a scalar.
     pub shape: heapless::Vec<u32, MAX_SHAPE_RANK>,
     /// The elements, `dtype`'s size each, little-endian.
-    #[serde(borrow)]
+    #[serde(borrow, serialize_with = "super::bytes::serialize")]
     pub data: &'a [u8],
 }
 
@@ -186,6 +186,7 @@ pub enum Request<'a> {
         /// Replicas of the run (the program's groupings resolve on them).
         replicas: u32,
         /// The program, as [`Program::encode`](crate::program::Program::encode) writes it.
+        #[serde(serialize_with = "super::bytes::serialize")]
         program: &'a [u8],
     },
     /// Runs one training step of the prepared program (`batches_per_step` batches).
@@ -279,7 +280,7 @@ pub enum Request<'a> {
         /// Byte offset.
         offset: u32,
         /// The bytes.
-        #[serde(borrow)]
+        #[serde(borrow, serialize_with = "super::bytes::serialize")]
         data: &'a [u8],
     },
     /// Reads `len` bytes of `target` at `offset`, answered with [`Response::Data`] in one
@@ -462,7 +463,7 @@ pub enum Response<'a> {
     /// Bytes read ([`Request::Read`]).
     Data {
         /// The bytes.
-        #[serde(borrow)]
+        #[serde(borrow, serialize_with = "super::bytes::serialize")]
         data: &'a [u8],
     },
     /// The random seed.

@@ -35,6 +35,7 @@
 //!
 //! Nothing here panics, whatever the bytes on the link.
 
+pub mod bytes;
 pub mod direction;
 pub mod endpoint;
 pub mod error;

@@ -1,7 +1,8 @@
 //! The device's side of the link contract (`serve`): reductions are applied only to the
 //! round they answer, bytes read together with a request are not set aside, a malformed
-//! frame leaves the reply cache alone, every frame is flushed before the device waits, and
-//! a retried step fed in place counts its inputs once.
+//! frame leaves the reply cache alone, every frame is flushed before the device waits, a
+//! retried step fed in place counts its inputs once, and a silent host gets a step's
+//! contribution again at each deadline until the step fails.
 
 use crate::support;
 
@@ -356,4 +357,156 @@ fn a_later_request_abandons_a_waiting_step() {
         "the later request is served: {replies:?}"
     );
     assert_eq!(counters.dropped, 0, "nothing dropped: {replies:?}");
+}
+
+/// Simulated time shared by [`SilentLink`] and [`SimClock`], in microseconds.
+type Time = std::rc::Rc<std::cell::Cell<u64>>;
+
+/// A link that falls silent, not closed, once its input is read while a step waits (the
+/// host has stopped answering), and notes the simulated time of every frame it sends.
+struct SilentLink {
+    inner: MemLink,
+    time: Time,
+    /// The time of each flush: one per frame the device sends.
+    sent_at: Vec<u64>,
+}
+
+impl embedded_io::ErrorType for SilentLink {
+    type Error = std::convert::Infallible;
+}
+
+impl embedded_io::Read for SilentLink {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        self.inner.read(buf)
+    }
+}
+
+impl embedded_io::ReadReady for SilentLink {
+    fn read_ready(&mut self) -> Result<bool, Self::Error> {
+        Ok(self.inner.at < self.inner.input.len())
+    }
+}
+
+impl embedded_io::Write for SilentLink {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        self.sent_at.push(self.time.get());
+        self.inner.flush()
+    }
+}
+
+/// A clock on simulated time: it moves only while the device waits.
+struct SimClock(Time);
+
+impl embedded_hal::delay::DelayNs for SimClock {
+    fn delay_ns(&mut self, ns: u32) {
+        self.0.set(self.0.get() + u64::from(ns.div_ceil(1000)));
+    }
+}
+
+impl tessera_firmware_sim::Clock for SimClock {
+    fn now_ms(&mut self) -> u64 {
+        self.0.get() / 1000
+    }
+}
+
+/// Catches a waiting step whose host's silence is timed wrongly — a contribution sent again
+/// at once (silence timed from a start left over from an earlier send) or never (silence
+/// never timed) — and a contribution whose kept bytes change before it is sent again. With the host silent after the step's first contribution, the device
+/// sends it again after each `REDUCE_DEADLINE_MS` of silence, `REDUCE_ATTEMPTS` sends in
+/// all, then fails the step with `ReduceTimeout`; never earlier than a deadline, and at
+/// most a millisecond later.
+#[test]
+fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fails() {
+    use tessera_firmware_sim::serve::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
+    let step = [frame(
+        STEP,
+        &Request::RunStep {
+            fed: false,
+            took: false,
+        },
+    )];
+    // Only the set-up and the step: the requests after it would end the step at once.
+    let mut input = script(&step);
+    input.truncate(input.len() - script_tail_len());
+    let time = Time::default();
+    let mut link = SilentLink {
+        inner: MemLink::new(input),
+        time: time.clone(),
+        sent_at: Vec::new(),
+    };
+    let mut arena = vec![0u8; 4096];
+    let mut arena = &mut arena[..];
+    let cycles = tessera_firmware_sim::CycleCounter::new();
+    let mut replies_kept = Box::new([[0u8; support::FRAME]; support::WINDOW]);
+    let mut server = Box::new(tessera_firmware_sim::Server::new(&mut replies_kept));
+    let mut device = tessera_firmware_sim::Device::new(0, &mut arena, server.link(), &cycles);
+    tessera_firmware_sim::serve(
+        &mut server,
+        &mut device,
+        &mut link,
+        &mut SimClock(time.clone()),
+        &mut support::NoPin,
+    )
+    .unwrap();
+    let frames = replies(&link.inner.output);
+    assert_eq!(frames.len(), link.sent_at.len(), "a flush per frame");
+    let sends: Vec<u64> = frames
+        .iter()
+        .zip(&link.sent_at)
+        .filter(|((seq, body), _)| *seq == STEP && body.starts_with("Contribution"))
+        .map(|(_, &at)| at)
+        .collect();
+    assert_eq!(sends.len(), REDUCE_ATTEMPTS as usize, "{frames:?}");
+    // Every send carries the same bytes: the contribution is kept, not rebuilt.
+    let bodies = contribution_bodies(&link.inner.output);
+    assert_eq!(bodies.len(), sends.len());
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
+    let (step_reply, failed_at) = frames
+        .iter()
+        .zip(&link.sent_at)
+        .find(|((seq, body), _)| *seq == STEP && !body.starts_with("Contribution"))
+        .map(|((_, body), &at)| (body.clone(), at))
+        .expect("the step is answered");
+    assert!(step_reply.contains("ReduceTimeout"), "{step_reply}");
+    let deadline = REDUCE_DEADLINE_MS * 1000;
+    let mut times = sends.clone();
+    times.push(failed_at);
+    for gap in times.windows(2).map(|w| w[1] - w[0]) {
+        assert!(
+            (deadline..=deadline + 1000).contains(&gap),
+            "{gap} µs between sends: {times:?}"
+        );
+    }
+}
+
+/// The body of every contribution in `output`, as sent.
+fn contribution_bodies(output: &[u8]) -> Vec<Vec<u8>> {
+    let mut decoder = tessera_core::wire::FrameDecoder::<{ support::FRAME }>::new();
+    let mut bodies = Vec::new();
+    for &b in output {
+        if let Some(Ok(body)) = decoder.push(b) {
+            let message = tessera_core::wire::decode_body(body);
+            if let Ok(tessera_core::wire::FromDevice::Contribution(_)) = message {
+                bodies.push(body.to_vec());
+            }
+        }
+    }
+    bodies
+}
+
+/// Bytes of the two requests [`script`] puts after the step (`STORE` and `READ`).
+fn script_tail_len() -> usize {
+    let store = Request::RemoteStore {
+        variable: 1,
+        slot: 1,
+    };
+    let read = Request::Read {
+        target: Target::Slot(1),
+        offset: 0,
+        len: 4,
+    };
+    frame(STORE, &store).len() + frame(READ, &read).len()
 }

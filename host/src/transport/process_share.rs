@@ -31,7 +31,7 @@ use std::io;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tessera_firmware_sim::std_link::{NoPin, StdClock, SPIN};
+use tessera_firmware_sim::std_link::{NoPin, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Incoming, Memory, Messages, Server};
 
 use super::device::{open_inherited, Windowed, HOST_FRAME, HOST_WINDOW};
@@ -138,7 +138,7 @@ impl Member {
 
     /// Serves every message its ring holds now; closes the member at the ring's end or
     /// on a link error.
-    fn serve(&mut self, clock: &mut StdClock, host: u32) {
+    fn serve(&mut self, host: u32) {
         let Some((inbox, outbox)) = self.rings.as_mut() else {
             return;
         };
@@ -150,13 +150,7 @@ impl Member {
             },
             window: &mut self.window,
         };
-        match serve_pending(
-            &mut self.server,
-            &mut self.device,
-            &mut link,
-            clock,
-            &mut NoPin,
-        ) {
+        match serve_pending(&mut self.server, &mut self.device, &mut link, &mut NoPin) {
             Ok(true) => {}
             // Its channel is gone.
             Ok(false) => self.rings = None,
@@ -225,12 +219,11 @@ pub fn run_process_share(
         .enumerate()
         .map(|(i, d)| Member::open(i, d, &shared, memory, window_bytes))
         .collect::<io::Result<Vec<_>>>()?;
-    let mut clock = StdClock::new();
     loop {
         let mut heard = false;
         for member in members.iter_mut().filter(|m| m.has_mail()) {
             heard = true;
-            member.serve(&mut clock, host);
+            member.serve(host);
         }
         if !members.iter().any(Member::is_open) {
             return Ok(());

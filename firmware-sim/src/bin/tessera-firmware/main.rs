@@ -32,7 +32,7 @@ const BULK_FILE: &str = "bulk.bin\0";
 #[entry]
 fn main() -> ! {
     let memory = ARENA_MEMORY.take();
-    // The server itself (three frames) lives on main's stack; its replies in .bss.
+    // The server itself (four frames) lives on main's stack; its replies in .bss.
     let server = &mut Server::new(REPLIES.take());
     // The host assigns the replica id in its hello.
     let mut device = Device::new(0, memory, server.link(), &CYCLES);

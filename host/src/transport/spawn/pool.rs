@@ -57,7 +57,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use embedded_hal::digital::OutputPin;
-use tessera_firmware_sim::std_link::{BusyLine, Message, Queue, StdClock, SPIN};
+use tessera_firmware_sim::std_link::{BusyLine, Message, Queue, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Memory, Server};
 
 use super::{DeviceHandle, Incoming, Link, Outgoing};
@@ -421,13 +421,7 @@ impl Pool {
         };
         let _ = line.set_high();
         let served = catch_unwind(AssertUnwindSafe(|| {
-            serve_pending(
-                &mut s.server,
-                &mut s.device,
-                &mut s.link,
-                &mut s.clock,
-                &mut s.busy,
-            )
+            serve_pending(&mut s.server, &mut s.device, &mut s.link, &mut s.busy)
         }));
         let _ = line.set_low();
         let ends = match served {
@@ -475,12 +469,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// One device with everything serving it takes: its memory, its server (and kept
-/// replies), its queue of mail and replies, its clock and busy line.
+/// replies), its queue of mail and replies, and its busy line.
 struct Slot {
     device: Device<'static>,
     server: Box<HostServer>,
     link: Queue,
-    clock: StdClock,
     busy: BusyLine,
     replica: u32,
 }
@@ -512,7 +505,6 @@ impl Slot {
             device: Device::owning(replica, memory, server.link()),
             server,
             link: Queue::new(mail, replies),
-            clock: StdClock::new(),
             busy: BusyLine::default(),
             replica,
         })
