@@ -9,6 +9,7 @@ use crate::support;
 use support::{combined, frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
 use tessera_core::wire::{Request, Target};
+use tessera_firmware_sim::serve::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
 
 /// The step's sequence number in these scripts: it follows the 8 set-up requests (the
 /// device runs requests strictly in order).
@@ -402,7 +403,11 @@ struct SimClock(Time);
 
 impl embedded_hal::delay::DelayNs for SimClock {
     fn delay_ns(&mut self, ns: u32) {
-        self.0.set(self.0.get() + u64::from(ns.div_ceil(1000)));
+        let now = self.0.get() + u64::from(ns.div_ceil(1000));
+        // Past every deadline of a step and then some: the device never timed its host out.
+        let limit = (u64::from(REDUCE_ATTEMPTS) + 2) * REDUCE_DEADLINE_MS * 1000;
+        assert!(now < limit, "still waiting after {now} µs of silence");
+        self.0.set(now);
     }
 }
 
@@ -414,21 +419,29 @@ impl tessera_firmware_sim::Clock for SimClock {
 
 /// Catches a waiting step whose host's silence is timed wrongly — a contribution sent again
 /// at once (silence timed from a start left over from an earlier send) or never (silence
-/// never timed) — and a contribution whose kept bytes change before it is sent again. With the host silent after the step's first contribution, the device
-/// sends it again after each `REDUCE_DEADLINE_MS` of silence, `REDUCE_ATTEMPTS` sends in
-/// all, then fails the step with `ReduceTimeout`; never earlier than a deadline, and at
-/// most a millisecond later.
+/// never timed: the clock stops the test) — and a contribution whose kept bytes change
+/// before it is sent again. The host sends a stale answer, an earlier request and a damaged
+/// frame after the step, then falls silent: the device sends its contribution again after
+/// each `REDUCE_DEADLINE_MS` of silence, `REDUCE_ATTEMPTS` sends of the same bytes in all,
+/// then fails the step with `ReduceTimeout`; never earlier than a deadline, and at most a
+/// millisecond later.
 #[test]
 fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fails() {
-    use tessera_firmware_sim::serve::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
-    let step = [frame(
-        STEP,
-        &Request::RunStep {
-            fed: false,
-            took: false,
-        },
-    )];
-    // Only the set-up and the step: the requests after it would end the step at once.
+    let step = [
+        frame(
+            STEP,
+            &Request::RunStep {
+                fed: false,
+                took: false,
+            },
+        ),
+        // Handled while the step waits, none of them its answer: a round it does not wait
+        // on, a request from before the step (dropped), a frame that fails its CRC.
+        combined(STEP, 2, &1.0f32.to_le_bytes()),
+        frame(STEP - 1, &Request::GetSeed),
+        vec![0x01, 0x02, 0x03, 0x00],
+    ];
+    // The set-up and the step only: the requests after it would end the step at once.
     let mut input = script(&step);
     input.truncate(input.len() - script_tail_len());
     let time = Time::default();
@@ -451,6 +464,12 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
         &mut support::NoPin,
     )
     .unwrap();
+    let handled = (server.stale_answers, server.dropped, server.bad_frames);
+    assert_eq!(
+        handled,
+        (1, 1, 1),
+        "the messages sent while it waited were handled"
+    );
     let frames = replies(&link.inner.output);
     assert_eq!(frames.len(), link.sent_at.len(), "a flush per frame");
     let sends: Vec<u64> = frames
@@ -460,7 +479,7 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
         .map(|(_, &at)| at)
         .collect();
     assert_eq!(sends.len(), REDUCE_ATTEMPTS as usize, "{frames:?}");
-    // Every send carries the same bytes: the contribution is kept, not rebuilt.
+    // Every send carries the same bytes, whatever the device handled in between.
     let bodies = contribution_bodies(&link.inner.output);
     assert_eq!(bodies.len(), sends.len());
     assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
