@@ -86,6 +86,15 @@ fn script_fed(step: &[Vec<u8>], fed: bool) -> Vec<u8> {
     bytes
 }
 
+/// The step's `RunStep`, its samples queued (not fed in place), framed.
+fn run_step() -> Vec<u8> {
+    let request = Request::RunStep {
+        fed: false,
+        took: false,
+    };
+    frame(STEP, &request)
+}
+
 /// The host's answer to round `round` of the step: a gradient of `value`.
 fn answer(round: u32, value: f32) -> Vec<u8> {
     combined(STEP, round, &value.to_le_bytes())
@@ -177,13 +186,7 @@ fn a_retried_fed_step_counts_its_inputs_once() {
 fn answers_for_another_step_are_discarded() {
     let other = |round| combined(STEP + 1, round, &9.0f32.to_le_bytes());
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
         other(0),
         answer(0, 1.0),
         other(1),
@@ -202,18 +205,7 @@ fn answers_for_another_step_are_discarded() {
 /// answers it had already received, and time out.
 #[test]
 fn answers_read_together_with_their_step_are_seen() {
-    let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
-        answer(0, 1.0),
-        answer(1, 2.0),
-        answer(2, 4.0),
-    ];
+    let step = [run_step(), answer(0, 1.0), answer(1, 2.0), answer(2, 4.0)];
     let input = script(&step);
     for chunk in [usize::MAX, 256, 7] {
         let mut link = MemLink::new(input.clone());
@@ -229,20 +221,8 @@ fn answers_read_together_with_their_step_are_seen() {
 #[test]
 fn every_frame_is_flushed_before_the_device_reads() {
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
+        run_step(),
         answer(0, 1.0),
         answer(1, 2.0),
         answer(2, 4.0),
@@ -332,13 +312,7 @@ fn bulk_requests_on_a_byte_link_are_refused() {
 #[test]
 fn a_later_request_abandons_a_waiting_step() {
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
         frame(STORE, &Request::GetSeed),
         frame(STORE, &Request::GetSeed), // the host's retry
     ];
@@ -428,13 +402,7 @@ impl tessera_firmware_sim::Clock for SimClock {
 #[test]
 fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fails() {
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
         // Handled while the step waits, none of them its answer: a round it does not wait
         // on, a request from before the step (dropped), a frame that fails its CRC.
         combined(STEP, 2, &1.0f32.to_le_bytes()),
