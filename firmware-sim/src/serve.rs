@@ -25,8 +25,10 @@
 //!   [`Server::stale_answers`] and discarded, never applied. The loop sends the
 //!   contribution again when the host retries the step and when the host stays silent for
 //!   [`REDUCE_DEADLINE_MS`] of real time, measured on a [`Clock`] from the first look that
-//!   finds the link silent after a send (no clock read per send: a step sends several; the
-//!   deadline can only come later, by at most one look, never earlier); after
+//!   finds the link silent after a send (no clock read per send: a step sends several). So
+//!   the deadline is never earlier than a deadline after the send, and later by the time
+//!   the loop spent on other messages (stale answers, dropped requests) before it first
+//!   found the link silent; after
 //!   [`REDUCE_ATTEMPTS`] sends the step fails (`ReduceTimeout`). A request numbered after
 //!   the step means the host gave up on it: the step fails (`StepAbandoned`) at once, and
 //!   that request runs. Requests numbered before it are dropped (they come again).
@@ -70,8 +72,9 @@ pub struct LinkLimits {
 }
 
 /// The serve loop's state and buffers: a copy of the message being handled (`FRAME`
-/// bytes), the replies kept for retries (`WINDOW` of them, in storage the caller provides),
-/// and the framing state of a byte link.
+/// bytes), a waiting step's contribution (`FRAME` bytes), the replies kept for retries
+/// (`WINDOW` of them, in storage the caller provides), and the framing state of a byte
+/// link.
 pub struct Server<'b, const FRAME: usize, const WINDOW: usize> {
     request: [u8; FRAME],
     /// A waiting step's contribution, kept to be sent again. Not a kept reply's slot: the
@@ -348,10 +351,10 @@ fn listen<M: Messages, C: Clock>(
     Ok(heard)
 }
 
-/// A step between two legs: its `RunStep`'s sequence number, and its contribution to the
-/// awaited exchange, encoded in the server's contribution buffer (`len` bytes), how often it was
-/// sent, and since when the host has been silent after the last send (`None` until a look
-/// finds the link silent).
+/// A step between two legs: its `RunStep`'s sequence number, its contribution to the
+/// awaited exchange (the first `len` bytes of the server's contribution buffer), how often
+/// it was sent, and the time of the first look that found the link silent after the last
+/// send (`None` until one does).
 #[derive(Debug, Clone, Copy)]
 struct Waiting {
     seq: u32,

@@ -35,7 +35,7 @@
 //!
 //! Nothing here panics, whatever the bytes on the link.
 
-pub mod bytes;
+pub(crate) mod bytes;
 pub mod direction;
 pub mod endpoint;
 pub mod error;

@@ -9,6 +9,7 @@ use crate::support;
 use support::{combined, frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
 use tessera_core::wire::{Request, Target};
+use tessera_firmware_sim::serve::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
 
 /// The step's sequence number in these scripts: it follows the 8 set-up requests (the
 /// device runs requests strictly in order).
@@ -83,6 +84,15 @@ fn script_fed(step: &[Vec<u8>], fed: bool) -> Vec<u8> {
         },
     ));
     bytes
+}
+
+/// The step's `RunStep`, its samples queued (not fed in place), framed.
+fn run_step() -> Vec<u8> {
+    let request = Request::RunStep {
+        fed: false,
+        took: false,
+    };
+    frame(STEP, &request)
 }
 
 /// The host's answer to round `round` of the step: a gradient of `value`.
@@ -176,13 +186,7 @@ fn a_retried_fed_step_counts_its_inputs_once() {
 fn answers_for_another_step_are_discarded() {
     let other = |round| combined(STEP + 1, round, &9.0f32.to_le_bytes());
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
         other(0),
         answer(0, 1.0),
         other(1),
@@ -201,18 +205,7 @@ fn answers_for_another_step_are_discarded() {
 /// answers it had already received, and time out.
 #[test]
 fn answers_read_together_with_their_step_are_seen() {
-    let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
-        answer(0, 1.0),
-        answer(1, 2.0),
-        answer(2, 4.0),
-    ];
+    let step = [run_step(), answer(0, 1.0), answer(1, 2.0), answer(2, 4.0)];
     let input = script(&step);
     for chunk in [usize::MAX, 256, 7] {
         let mut link = MemLink::new(input.clone());
@@ -228,20 +221,8 @@ fn answers_read_together_with_their_step_are_seen() {
 #[test]
 fn every_frame_is_flushed_before_the_device_reads() {
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
+        run_step(),
         answer(0, 1.0),
         answer(1, 2.0),
         answer(2, 4.0),
@@ -331,13 +312,7 @@ fn bulk_requests_on_a_byte_link_are_refused() {
 #[test]
 fn a_later_request_abandons_a_waiting_step() {
     let step = [
-        frame(
-            STEP,
-            &Request::RunStep {
-                fed: false,
-                took: false,
-            },
-        ),
+        run_step(),
         frame(STORE, &Request::GetSeed),
         frame(STORE, &Request::GetSeed), // the host's retry
     ];
@@ -402,7 +377,11 @@ struct SimClock(Time);
 
 impl embedded_hal::delay::DelayNs for SimClock {
     fn delay_ns(&mut self, ns: u32) {
-        self.0.set(self.0.get() + u64::from(ns.div_ceil(1000)));
+        let now = self.0.get() + u64::from(ns.div_ceil(1000));
+        // Past every deadline of a step and then some: the device never timed its host out.
+        let limit = (u64::from(REDUCE_ATTEMPTS) + 2) * REDUCE_DEADLINE_MS * 1000;
+        assert!(now < limit, "still waiting after {now} µs of silence");
+        self.0.set(now);
     }
 }
 
@@ -414,21 +393,23 @@ impl tessera_firmware_sim::Clock for SimClock {
 
 /// Catches a waiting step whose host's silence is timed wrongly — a contribution sent again
 /// at once (silence timed from a start left over from an earlier send) or never (silence
-/// never timed) — and a contribution whose kept bytes change before it is sent again. With the host silent after the step's first contribution, the device
-/// sends it again after each `REDUCE_DEADLINE_MS` of silence, `REDUCE_ATTEMPTS` sends in
-/// all, then fails the step with `ReduceTimeout`; never earlier than a deadline, and at
-/// most a millisecond later.
+/// never timed: the clock stops the test) — and a contribution whose kept bytes change
+/// before it is sent again. The host sends a stale answer, an earlier request and a damaged
+/// frame after the step, then falls silent: the device sends its contribution again after
+/// each `REDUCE_DEADLINE_MS` of silence, `REDUCE_ATTEMPTS` sends of the same bytes in all,
+/// then fails the step with `ReduceTimeout`; never earlier than a deadline, and at most a
+/// millisecond later.
 #[test]
 fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fails() {
-    use tessera_firmware_sim::serve::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
-    let step = [frame(
-        STEP,
-        &Request::RunStep {
-            fed: false,
-            took: false,
-        },
-    )];
-    // Only the set-up and the step: the requests after it would end the step at once.
+    let step = [
+        run_step(),
+        // Handled while the step waits, none of them its answer: a round it does not wait
+        // on, a request from before the step (dropped), a frame that fails its CRC.
+        combined(STEP, 2, &1.0f32.to_le_bytes()),
+        frame(STEP - 1, &Request::GetSeed),
+        vec![0x01, 0x02, 0x03, 0x00],
+    ];
+    // The set-up and the step only: the requests after it would end the step at once.
     let mut input = script(&step);
     input.truncate(input.len() - script_tail_len());
     let time = Time::default();
@@ -451,6 +432,12 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
         &mut support::NoPin,
     )
     .unwrap();
+    let handled = (server.stale_answers, server.dropped, server.bad_frames);
+    assert_eq!(
+        handled,
+        (1, 1, 1),
+        "the messages sent while it waited were handled"
+    );
     let frames = replies(&link.inner.output);
     assert_eq!(frames.len(), link.sent_at.len(), "a flush per frame");
     let sends: Vec<u64> = frames
@@ -460,7 +447,7 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
         .map(|(_, &at)| at)
         .collect();
     assert_eq!(sends.len(), REDUCE_ATTEMPTS as usize, "{frames:?}");
-    // Every send carries the same bytes: the contribution is kept, not rebuilt.
+    // Every send carries the same bytes, whatever the device handled in between.
     let bodies = contribution_bodies(&link.inner.output);
     assert_eq!(bodies.len(), sends.len());
     assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
