@@ -93,6 +93,22 @@ fn store(y: &mut [f32], o: usize, outs: usize, acc: &[f32; SIDE]) {
     }
 }
 
+/// `y[o..o + outs]` as a block, zero past `outs`: [`store`]'s way back.
+fn load(y: &[f32], o: usize, outs: usize) -> [f32; SIDE] {
+    let mut block = [0f32; SIDE];
+    if outs == SIDE {
+        if let Some(from) = y
+            .get(o..o + SIDE)
+            .and_then(|s| <&[f32; SIDE]>::try_from(s).ok())
+        {
+            block = *from;
+        }
+    } else if let (Some(to), Some(from)) = (block.get_mut(..outs), y.get(o..o + outs)) {
+        to.copy_from_slice(from);
+    }
+    block
+}
+
 /// Adds `dW += Σ_r dy_rᵀ·x_r` over the pass's `rows` rows; when `dx` is given, sets
 /// `dx_r = Wᵀ·dy_r` for each row (as [`math::linear_backward`] does row by row).
 pub fn linear_backward(
@@ -148,17 +164,7 @@ fn weight_gradient_of<const N: usize>(x: &[f32], dy: &[f32], dw: &mut [f32], m: 
             }
         }
         for (x_r, dy_r) in x.chunks_exact(N).zip(dy.chunks_exact(m.max(1))) {
-            let mut d = [0f32; SIDE];
-            if outs == SIDE {
-                if let Some(from) = dy_r
-                    .get(o..o + SIDE)
-                    .and_then(|s| <&[f32; SIDE]>::try_from(s).ok())
-                {
-                    d = *from;
-                }
-            } else if let Some(from) = dy_r.get(o..o + outs) {
-                d[..outs].copy_from_slice(from);
-            }
+            let d = load(dy_r, o, outs);
             for (acc_i, &xi) in acc.iter_mut().zip(x_r) {
                 for k in 0..SIDE {
                     acc_i[k] += d[k] * xi;
