@@ -40,9 +40,12 @@ for target in thumbv7em-none-eabihf thumbv7m-none-eabi; do
         $1 == ".text" {
             found = 1
             printf "firmware .text (%s): %d bytes (budget: at most %d)\n", t, $2, budget
-            if ($2 > budget) { printf "error: the %s firmware is %d bytes over its flash budget\n", t, $2 - budget; exit 1 }
+            if ($2 > budget) {
+                printf "error: the %s firmware is %d bytes over its flash budget\n", t, $2 - budget > "/dev/stderr"
+                exit 1
+            }
         }
-        END { if (!found) { printf "error: no .text section in the %s firmware\n", t; exit 1 } }'
+        END { if (!found) { printf "error: no .text section in the %s firmware\n", t > "/dev/stderr"; exit 1 } }'
 done
 firmware=target/thumbv7em-none-eabihf/firmware/tessera-firmware
 
