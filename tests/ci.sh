@@ -29,13 +29,23 @@ mpirun --version | head -n 1
 qemu-system-arm --version | head -n 1
 defmt-print --version
 
-step "firmware for both QEMU boards (built for size: cargo profile firmware)"
+step "firmware for both QEMU boards (built for size: cargo profile firmware), within the flash budget"
 # mps2-an386 (Cortex-M4F, hardware floats): the QEMU placement's default, and the one the
 # QEMU tests run; mps2-an385 (Cortex-M3, no FPU): built, sized and self-tested too.
+# Each board's .text must stay within 64 KiB (65536 bytes): the boards' code memory is
+# larger (memory.x), so no linker would refuse a firmware over it; this check does.
 for target in thumbv7em-none-eabihf thumbv7m-none-eabi; do
     cargo build -p tessera-firmware-sim --target "$target" --features firmware --profile firmware --locked
-    size -A "target/$target/firmware/tessera-firmware" |
-        awk -v t="$target" '$1 == ".text" { printf "firmware .text (%s): %d bytes (target: at most 65536)\n", t, $2 }'
+    size -A "target/$target/firmware/tessera-firmware" | awk -v t="$target" -v budget=65536 '
+        $1 == ".text" {
+            found = 1
+            printf "firmware .text (%s): %d bytes (budget: at most %d)\n", t, $2, budget
+            if ($2 > budget) {
+                printf "error: the %s firmware is %d bytes over its flash budget\n", t, $2 - budget > "/dev/stderr"
+                exit 1
+            }
+        }
+        END { if (!found) { printf "error: no .text section in the %s firmware\n", t > "/dev/stderr"; exit 1 } }'
 done
 firmware=target/thumbv7em-none-eabihf/firmware/tessera-firmware
 
