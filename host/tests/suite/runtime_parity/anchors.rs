@@ -108,7 +108,8 @@ fn identity_program(sample: usize, bps: usize, af: usize, anchor: AnchorReturnTy
 /// micro-batches, and what the reference returns. Catches a device loop or host
 /// reassembly that counts EveryN over batches instead of micro-batches, writes Final
 /// before the last micro-batch, resets or misses part of a Sum, or interleaves replicas'
-/// outputs in the wrong order.
+/// outputs in the wrong order; and a runtime whose second step puts items or anchored rows
+/// elsewhere than its first (it works out where they go once, at its first step).
 #[test]
 fn popart_anchor_cases_through_the_runtime() {
     const SHIFT: f32 = 10.0;
@@ -212,6 +213,13 @@ fn popart_anchor_cases_through_the_runtime() {
                 let reference = reference.step(&io).unwrap();
                 compare_anchors(&program, replicas, &anchors, &reference, &what)
                     .unwrap_or_else(|e| panic!("{e}"));
+
+                // The runtime works out where a step's items go once, at its first step:
+                // the same inputs again (learning rate 0) give the same anchors.
+                let again = runtime
+                    .run(&io)
+                    .unwrap_or_else(|e| panic!("{what}, again: {e}"));
+                assert_eq!(again, anchors, "{what}: the second step's anchors");
             }
             checked += 1;
         }
