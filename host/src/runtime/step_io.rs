@@ -13,10 +13,12 @@
 //!   type, `int64 → int32` with every value checked, `uint8` read as an 8-bit float), and
 //!   labels read by a cross-entropy are checked against its classes.
 //! - Replica `r`'s `j`-th item of a stream is the user's item `j·R + r` (`j` for a
-//!   broadcast stream): core's [`Splitter`] hands them out. Which item goes where depends
-//!   only on the replicas, the data flow and the program's streams and anchors, none of
-//!   which changes once a runtime is prepared: the splitter runs at the first step, and
-//!   its answer (a `SplitPlan`) serves every step after it. Each replica's share of a stream
+//!   broadcast stream): core's [`Splitter`] hands them out. Which item goes where, and
+//!   which row of each anchor array a replica's anchored items fill, depend only on this
+//!   instance's replicas, the data flow and the program's streams and anchors, none of
+//!   which changes once a runtime is prepared: the splitter runs at the first `run` whose
+//!   IO passes its checks, and its answer (a `SplitPlan`) serves every `run` after it
+//!   ([`Runtime::run_with`] hands items out by replica and index, without it). Each replica's share of a stream
 //!   is one span of its FIFO, written by the channel's data path (straight from the user's
 //!   array into the device's memory where the host maps it: one copy on the host), every
 //!   replica's sent before any reply is awaited. A replica whose shares all moved in place

@@ -210,16 +210,37 @@ fn popart_anchor_cases_through_the_runtime() {
                 assert_eq!(output.to_f32().unwrap(), want_output, "{what}: output");
                 assert_eq!(loss.to_f32().unwrap(), want_loss, "{what}: loss");
 
-                let reference = reference.step(&io).unwrap();
-                compare_anchors(&program, replicas, &anchors, &reference, &what)
+                let expected = reference.step(&io).unwrap();
+                compare_anchors(&program, replicas, &anchors, &expected, &what)
                     .unwrap_or_else(|e| panic!("{e}"));
 
-                // The runtime works out where a step's items go once, at its first step:
-                // the same inputs again (learning rate 0) give the same anchors.
+                // The runtime works out where a step's items go once, at its first step: a
+                // second step, on other inputs, must still put them where the reference does.
+                let x2: Vec<f32> = x.iter().map(|v| v + 1.0).collect();
+                let io2: StepIo = [
+                    (
+                        "x".to_string(),
+                        HostArray::from_f32(&[n, sample as u32], &x2).unwrap(),
+                    ),
+                    (
+                        "t".to_string(),
+                        HostArray::from_f32(&[n, sample as u32], &vec![0.0; x2.len()]).unwrap(),
+                    ),
+                ]
+                .into();
                 let again = runtime
-                    .run(&io)
+                    .run(&io2)
                     .unwrap_or_else(|e| panic!("{what}, again: {e}"));
-                assert_eq!(again, anchors, "{what}: the second step's anchors");
+                assert_ne!(again, anchors, "{what}: the second step's inputs differ");
+                let expected = reference.step(&io2).unwrap();
+                compare_anchors(
+                    &program,
+                    replicas,
+                    &again,
+                    &expected,
+                    &format!("{what}, again"),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
             }
             checked += 1;
         }
