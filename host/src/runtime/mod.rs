@@ -142,6 +142,9 @@ pub struct Runtime {
     fault: Option<StepFault>,
     /// Input bytes converted to their stream's type in a buffer of the runtime's own.
     converted: u64,
+    /// Where each step's items go, once the first step has worked it out
+    /// ([`step_io`]'s contract).
+    split: Option<Arc<step_io::SplitPlan>>,
 }
 
 /// How the bytes of a runtime's steps and weights moved so far: summed over its devices'
@@ -340,6 +343,7 @@ impl Runtime {
             recovery: recovery::Recovery::default(),
             fault: None,
             converted: 0,
+            split: None,
         })
     }
 

@@ -13,7 +13,12 @@
 //!   type, `int64 → int32` with every value checked, `uint8` read as an 8-bit float), and
 //!   labels read by a cross-entropy are checked against its classes.
 //! - Replica `r`'s `j`-th item of a stream is the user's item `j·R + r` (`j` for a
-//!   broadcast stream): core's [`Splitter`] hands them out. Each replica's share of a stream
+//!   broadcast stream): core's [`Splitter`] hands them out. Which item goes where, and
+//!   which row of each anchor array a replica's anchored items fill, depend only on this
+//!   instance's replicas, the data flow and the program's streams and anchors, none of
+//!   which changes once a runtime is prepared: the splitter runs at the first `run` whose
+//!   IO passes its checks, and its answer (a `SplitPlan`) serves every `run` after it
+//!   ([`Runtime::run_with`] hands items out by replica and index, without it). Each replica's share of a stream
 //!   is one span of its FIFO, written by the channel's data path (straight from the user's
 //!   array into the device's memory where the host maps it: one copy on the host), every
 //!   replica's sent before any reply is awaited. A replica whose shares all moved in place
@@ -33,6 +38,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tessera_core::dtype::{convert_input, ConvertError, DataType};
 use tessera_core::program::{ids, AnchorTensor, Layer};
@@ -70,6 +76,17 @@ const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::progra
 /// A step's splitter: sample and row indices for this instance's replicas.
 type StepSplitter = Splitter<usize, TENSORS, MAX_REPLICAS, 1>;
 
+/// Where a step's items go, as core's splitter orders them (module contract): the same at
+/// every step of a runtime, so worked out once.
+#[derive(Debug)]
+pub(super) struct SplitPlan {
+    /// `order[replica][stream]`: the user's items each local replica consumes, in order.
+    order: Vec<Vec<Vec<usize>>>,
+    /// `rows[anchor][replica]`: the rows of the anchor's array each local replica's items
+    /// fill, in the order it wrote them.
+    rows: Vec<Vec<Vec<usize>>>,
+}
+
 impl Runtime {
     /// Runs one training step on `io` (see the module's contract); returns the anchors.
     /// The arrays may be host arrays ([`StepIo`](super::StepIo)) or views of bytes the caller lends
@@ -77,47 +94,68 @@ impl Runtime {
     pub fn run<A: AsView>(&mut self, io: &BTreeMap<String, A>) -> Result<Anchors, RuntimeError> {
         self.ready_for_step()?;
         let streams = self.device_streams(io)?;
-        // This instance's replicas: its arrays feed only them.
-        let replicas = self.window.local;
-        let mut splitter = StepSplitter::new(replicas, self.flow)?;
-        let mut counters = Counters::default();
-        let mut inputs = Vec::with_capacity(streams.len());
-        for (k, (s, data)) in self.program.streams.iter().zip(&streams).enumerate() {
-            // One item: a micro-batch of samples.
-            let sample = self.program.item_elements(k).unwrap_or(0);
-            let tensor = splitter.add_input(sample, s.broadcast)?;
-            inputs.push((tensor, sample * s.dtype.size(), &data[..]));
-        }
-        let mut outputs = Vec::with_capacity(self.program.anchors.len());
-        for a in &self.program.anchors {
-            let width = self.anchor_width(a.tensor);
-            let tensor = splitter.add_output(width, a.return_type)?;
-            outputs.push((tensor, width, a.return_type));
-        }
-        let order = self.sample_order(&mut splitter, &mut counters, &inputs)?;
+        let plan = self.split_plan()?;
+        // Each stream's item bytes and the user's data.
+        let inputs: Vec<(usize, &[u8])> = (self.program.streams.iter().enumerate())
+            .zip(&streams)
+            .map(|((k, s), data)| {
+                let item = self.program.item_elements(k).unwrap_or(0);
+                (item * s.dtype.size(), &data[..])
+            })
+            .collect();
         let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
-            let (_, bytes, data) = inputs[k];
-            for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&order[r][k]) {
+            let (bytes, data) = inputs[k];
+            for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&plan.order[r][k]) {
                 sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
             }
         })?;
         let mut anchors = Anchors::new();
-        for (j, &output) in outputs.iter().enumerate() {
-            let split = (&mut splitter, &mut counters);
-            let (name, array) = self.anchor_array(split, j, output, &popped[j])?;
+        for (j, rows) in plan.rows.iter().enumerate() {
+            let (name, array) = self.anchor_array(j, rows, &popped[j])?;
             anchors.insert(name, array);
         }
         Ok(anchors)
     }
 
+    /// The step's split ([`SplitPlan`]): worked out by core's splitter at the first step,
+    /// kept for the runtime's life (module contract).
+    fn split_plan(&mut self) -> Result<Arc<SplitPlan>, RuntimeError> {
+        if let Some(plan) = &self.split {
+            return Ok(Arc::clone(plan));
+        }
+        // This instance's replicas: its arrays feed only them.
+        let replicas = self.window.local;
+        let mut splitter = StepSplitter::new(replicas, self.flow)?;
+        let mut counters = Counters::default();
+        let mut inputs = Vec::with_capacity(self.program.streams.len());
+        for (k, s) in self.program.streams.iter().enumerate() {
+            // One item: a micro-batch of samples.
+            let item = self.program.item_elements(k).unwrap_or(0);
+            inputs.push(splitter.add_input(item, s.broadcast)?);
+        }
+        let mut outputs = Vec::with_capacity(self.program.anchors.len());
+        for a in &self.program.anchors {
+            let width = self.anchor_width(a.tensor);
+            outputs.push((splitter.add_output(width, a.return_type)?, a.return_type));
+        }
+        let order = self.sample_order(&mut splitter, &mut counters, &inputs)?;
+        let rows = outputs
+            .iter()
+            .map(|&output| self.anchor_rows(&mut splitter, &mut counters, output))
+            .collect::<Result<_, _>>()?;
+        let plan = Arc::new(SplitPlan { order, rows });
+        self.split = Some(Arc::clone(&plan));
+        Ok(plan)
+    }
+
     /// Which of the user's samples each replica consumes (`order[replica][stream]`), stream
-    /// by stream (`inputs`: each one's splitter tensor, sample bytes and data), in order:
-    /// indices only, so that each sample's bytes are copied once, into the device.
+    /// by stream (`inputs`: each one's splitter tensor), in order: indices only, so that
+    /// each sample's bytes are copied once, into the device.
     fn sample_order(
         &self,
         splitter: &mut StepSplitter,
         counters: &mut Counters,
-        inputs: &[(usize, usize, &[u8])],
+        inputs: &[usize],
     ) -> Result<Vec<Vec<Vec<usize>>>, RuntimeError> {
         let replicas = self.window.local;
         let per_replica = self.flow.inputs_per_replica();
@@ -125,7 +163,7 @@ impl Runtime {
         let mut shared = vec![0usize; inputs.len()];
         for _ in 0..per_replica {
             for (r, order) in order.iter_mut().enumerate() {
-                for (k, &(tensor, _, _)) in inputs.iter().enumerate() {
+                for (k, &tensor) in inputs.iter().enumerate() {
                     if self.program.streams[k].broadcast && r > 0 {
                         // A broadcast sample is fetched once, by replica 0, for every
                         // replica (the splitter serves it to replica 0 only).
@@ -142,20 +180,16 @@ impl Runtime {
         Ok(order)
     }
 
-    /// Anchor `j` (its splitter tensor, width and return type) as the user gets it, named,
-    /// from each replica's bytes `popped`: every item in the row the splitter gives it.
-    fn anchor_array(
+    /// The rows of an anchor's array (`output`: its splitter tensor and return type) that
+    /// each replica's items fill, in the order the replica wrote them (`rows[replica]`).
+    fn anchor_rows(
         &self,
-        (splitter, counters): (&mut StepSplitter, &mut Counters),
-        j: usize,
-        (tensor, width, return_type): (usize, usize, AnchorReturnType),
-        popped: &[Vec<u8>],
-    ) -> Result<(String, HostArray), RuntimeError> {
+        splitter: &mut StepSplitter,
+        counters: &mut Counters,
+        (tensor, return_type): (usize, AnchorReturnType),
+    ) -> Result<Vec<Vec<usize>>, RuntimeError> {
         let replicas = self.window.local;
         let items = self.flow.outputs_per_replica(Some(return_type));
-        let item_bytes = width * 4;
-        let mut out = crate::pages::zeroed(items * replicas * item_bytes);
-        // Where each replica's items go, in the order the replica wrote them.
         let mut rows = vec![Vec::with_capacity(items); replicas];
         for _ in 0..items {
             for (r, rows) in rows.iter_mut().enumerate() {
@@ -163,12 +197,28 @@ impl Runtime {
                 splitter.output_complete(counters, tensor, r)?;
             }
         }
+        Ok(rows)
+    }
+
+    /// Anchor `j` as the user gets it, named, from each replica's bytes `popped`: every
+    /// item in its row (`rows[replica]`, [`anchor_rows`](Self::anchor_rows)).
+    fn anchor_array(
+        &self,
+        j: usize,
+        rows: &[Vec<usize>],
+        popped: &[Vec<u8>],
+    ) -> Result<(String, HostArray), RuntimeError> {
+        let a = self.program.anchors[j];
+        let width = self.anchor_width(a.tensor);
+        let replicas = self.window.local;
+        let items = self.flow.outputs_per_replica(Some(a.return_type));
+        let item_bytes = width * 4;
+        let mut out = crate::pages::zeroed(items * replicas * item_bytes);
         for (r, bytes) in popped.iter().enumerate() {
             for (item, &row) in bytes.chunks_exact(item_bytes.max(1)).zip(&rows[r]) {
                 out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
             }
         }
-        let a = self.program.anchors[j];
         let mut shape = vec![items as u32, replicas as u32];
         // A micro-batch of several samples: one row per sample (PopART's micro-batch axis).
         let samples = self.program.micro_batch_size.max(1);

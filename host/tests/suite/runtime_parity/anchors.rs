@@ -108,7 +108,8 @@ fn identity_program(sample: usize, bps: usize, af: usize, anchor: AnchorReturnTy
 /// micro-batches, and what the reference returns. Catches a device loop or host
 /// reassembly that counts EveryN over batches instead of micro-batches, writes Final
 /// before the last micro-batch, resets or misses part of a Sum, or interleaves replicas'
-/// outputs in the wrong order.
+/// outputs in the wrong order; and a runtime whose second step puts items or anchored rows
+/// elsewhere than its first (it works out where they go once, at its first step).
 #[test]
 fn popart_anchor_cases_through_the_runtime() {
     const SHIFT: f32 = 10.0;
@@ -209,9 +210,37 @@ fn popart_anchor_cases_through_the_runtime() {
                 assert_eq!(output.to_f32().unwrap(), want_output, "{what}: output");
                 assert_eq!(loss.to_f32().unwrap(), want_loss, "{what}: loss");
 
-                let reference = reference.step(&io).unwrap();
-                compare_anchors(&program, replicas, &anchors, &reference, &what)
+                let expected = reference.step(&io).unwrap();
+                compare_anchors(&program, replicas, &anchors, &expected, &what)
                     .unwrap_or_else(|e| panic!("{e}"));
+
+                // The runtime works out where a step's items go once, at its first step: a
+                // second step, on other inputs, must still put them where the reference does.
+                let x2: Vec<f32> = x.iter().map(|v| v + 1.0).collect();
+                let io2: StepIo = [
+                    (
+                        "x".to_string(),
+                        HostArray::from_f32(&[n, sample as u32], &x2).unwrap(),
+                    ),
+                    (
+                        "t".to_string(),
+                        HostArray::from_f32(&[n, sample as u32], &vec![0.0; x2.len()]).unwrap(),
+                    ),
+                ]
+                .into();
+                let again = runtime
+                    .run(&io2)
+                    .unwrap_or_else(|e| panic!("{what}, again: {e}"));
+                assert_ne!(again, anchors, "{what}: the second step's inputs differ");
+                let expected = reference.step(&io2).unwrap();
+                compare_anchors(
+                    &program,
+                    replicas,
+                    &again,
+                    &expected,
+                    &format!("{what}, again"),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
             }
             checked += 1;
         }
