@@ -18,10 +18,10 @@
 //!   instance's replicas, the data flow and the program's streams and anchors, none of
 //!   which changes once a runtime is prepared: the splitter runs at the first `run` whose
 //!   IO passes its checks, and its answer (a `SplitPlan`) serves every `run` after it
-//!   ([`Runtime::run_with`] hands items out by replica and index, without it). Each replica's share of a stream
-//!   is one span of its FIFO, written by the channel's data path (straight from the user's
-//!   array into the device's memory where the host maps it: one copy on the host), every
-//!   replica's sent before any reply is awaited. A replica whose shares all moved in place
+//!   ([`Runtime::run_with`] hands items out by replica and index, without it). Each
+//!   replica's share of a stream is one span of its FIFO, written by the channel's data
+//!   path (straight from the user's array into the device's memory where the host maps it:
+//!   one copy on the host), every replica's sent before any reply is awaited. A replica whose shares all moved in place
 //!   is not sent a `Wrote` per stream: its `RunStep` says it was fed (`fed: true`), and the
 //!   device counts its FIFOs full by the same checks.
 //! - A replica whose anchors were all read in place is not sent a `Took` per anchor: its

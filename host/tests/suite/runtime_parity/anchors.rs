@@ -144,17 +144,19 @@ fn popart_anchor_cases_through_the_runtime() {
                     }
                 }
                 let n = (micro * replicas) as u32;
-                let io: StepIo = [
-                    (
-                        "x".to_string(),
-                        HostArray::from_f32(&[n, sample as u32], &x).unwrap(),
-                    ),
-                    (
-                        "t".to_string(),
-                        HostArray::from_f32(&[n, sample as u32], &vec![0.0; x.len()]).unwrap(),
-                    ),
-                ]
-                .into();
+                // Inputs `x`, targets 0.
+                let step_io = |x: &[f32]| -> StepIo {
+                    let shape = [n, sample as u32];
+                    [
+                        ("x".to_string(), HostArray::from_f32(&shape, x).unwrap()),
+                        (
+                            "t".to_string(),
+                            HostArray::from_f32(&shape, &vec![0.0; x.len()]).unwrap(),
+                        ),
+                    ]
+                    .into()
+                };
+                let io = step_io(&x);
                 let anchors = runtime.run(&io).unwrap_or_else(|e| panic!("{what}: {e}"));
 
                 let outputs = expected.len() / sample;
@@ -210,34 +212,24 @@ fn popart_anchor_cases_through_the_runtime() {
                 assert_eq!(output.to_f32().unwrap(), want_output, "{what}: output");
                 assert_eq!(loss.to_f32().unwrap(), want_loss, "{what}: loss");
 
-                let expected = reference.step(&io).unwrap();
-                compare_anchors(&program, replicas, &anchors, &expected, &what)
+                let by_reference = reference.step(&io).unwrap();
+                compare_anchors(&program, replicas, &anchors, &by_reference, &what)
                     .unwrap_or_else(|e| panic!("{e}"));
 
                 // The runtime works out where a step's items go once, at its first step: a
                 // second step, on other inputs, must still put them where the reference does.
                 let x2: Vec<f32> = x.iter().map(|v| v + 1.0).collect();
-                let io2: StepIo = [
-                    (
-                        "x".to_string(),
-                        HostArray::from_f32(&[n, sample as u32], &x2).unwrap(),
-                    ),
-                    (
-                        "t".to_string(),
-                        HostArray::from_f32(&[n, sample as u32], &vec![0.0; x2.len()]).unwrap(),
-                    ),
-                ]
-                .into();
+                let io2 = step_io(&x2);
                 let again = runtime
                     .run(&io2)
                     .unwrap_or_else(|e| panic!("{what}, again: {e}"));
                 assert_ne!(again, anchors, "{what}: the second step's inputs differ");
-                let expected = reference.step(&io2).unwrap();
+                let by_reference = reference.step(&io2).unwrap();
                 compare_anchors(
                     &program,
                     replicas,
                     &again,
-                    &expected,
+                    &by_reference,
                     &format!("{what}, again"),
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
