@@ -33,9 +33,9 @@
 //!   rings it. A woken thread looks for a whole `SPIN` again before it sleeps again: the
 //!   device it was rung for is often gone — the host, serving in its waits, takes devices
 //!   as soon as they are ready — and the next one comes within microseconds (a step
-//!   readies its devices round after round). Sleeping again at once made every round of a
-//!   step wait for a wake-up (4–35 µs measured on a 2-core VM), and a step's first rounds
-//!   ran on the host's thread alone.
+//!   readies its devices round after round). Sleeping again at once meant a new wake-up
+//!   (4–35 µs measured on a 2-core VM) whenever the host had taken that device, and a
+//!   step's first rounds ran on the host's thread alone.
 //! - A device is readied once until a server takes it; its server marks it unready before
 //!   it reads its mail, so a message sent while it is being served readies it again: no
 //!   message waits unseen. A server that finds a ready device being served by another
@@ -632,9 +632,9 @@ mod tests {
     }
 
     /// Catches a woken thread that goes back to sleep at once when the device it was rung
-    /// for is gone (the host's wait took it first): every round of a step then waited for
-    /// a wake-up. The pool's one thread is let fall asleep, rung with nothing on the ready
-    /// queue, and must be seen awake — looking, not asleep — before it sleeps again. A
+    /// for is gone (the host's wait took it first): the next device readied then had to
+    /// wake it again. The pool's one thread is let fall asleep, rung with nothing on the
+    /// ready queue, and must be seen awake — looking, not asleep — before it sleeps again. A
     /// thread that sleeps again at once does so under the lock it woke with, so it is never
     /// seen awake; each miss rings again, so a slow wake-up cannot fail the test.
     #[test]
