@@ -28,6 +28,14 @@
 //!   that wait to its end: no busy deadline applies to it (a step's legs are bounded).
 //! - One server at a time serves a device; a device's messages are served in the order they
 //!   were sent; its replies go on a queue of its own.
+//! - A pool thread that finds no ready device looks again, yielding between looks, for
+//!   [`SPIN`], then sleeps on the pool's bell; a device readied while a thread sleeps
+//!   rings it. A woken thread looks for a whole `SPIN` again before it sleeps again: the
+//!   device it was rung for is often gone — the host, serving in its waits, takes devices
+//!   as soon as they are ready — and the next one comes within microseconds (a step
+//!   readies its devices round after round). Sleeping again at once meant a new wake-up
+//!   (4–35 µs measured on a 2-core VM) whenever the host had taken that device, and a
+//!   step's first rounds ran on the host's thread alone.
 //! - A device is readied once until a server takes it; its server marks it unready before
 //!   it reads its mail, so a message sent while it is being served readies it again: no
 //!   message waits unseen. A server that finds a ready device being served by another
@@ -343,7 +351,7 @@ impl Pool {
 
     /// For a pool thread: the next ready device, looked for without sleeping for up to
     /// [`SPIN`] (yielding between looks, as every device wait does), then asleep on the
-    /// bell; `None` once the pool has closed.
+    /// bell, and for up to `SPIN` again each time it wakes; `None` once the pool has closed.
     fn next(&self) -> Option<usize> {
         // The clock is read once a look finds nothing.
         let mut begun = None;
@@ -361,7 +369,8 @@ impl Pool {
                 ready = lock(&self.ready);
                 continue;
             }
-            // Woken (rung, or spuriously), a thread counts as awake again and looks.
+            // Woken (rung, or spuriously), a thread counts as awake again and looks, for a
+            // whole spin again (module rules: the device it was rung for may be gone).
             ready.sleepers += 1;
             ready = self
                 .bell
@@ -369,6 +378,7 @@ impl Pool {
                 .unwrap_or_else(PoisonError::into_inner);
             ready.sleepers -= 1;
             ready.waking = ready.waking.saturating_sub(1);
+            begun = None;
         }
     }
 
@@ -515,6 +525,7 @@ impl Slot {
 mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     use tessera_core::wire::endpoint::{Command, GetSeed};
     use tessera_core::wire::{Request, Response};
@@ -618,6 +629,42 @@ mod tests {
                 "{reply:?}"
             );
         }
+    }
+
+    /// Catches a woken thread that goes back to sleep at once when the device it was rung
+    /// for is gone (the host's wait took it first): the next device readied then had to
+    /// wake it again. The pool's one thread is let fall asleep, rung with nothing on the
+    /// ready queue, and must be seen awake — looking, not asleep — before it sleeps again. A
+    /// thread that sleeps again at once does so under the lock it woke with, so it is never
+    /// seen awake; each miss rings again, so a slow wake-up cannot fail the test.
+    #[test]
+    fn a_woken_thread_looks_again_before_it_sleeps() {
+        let channels = Channel::in_process_on(0..1, 4096, false, 1).unwrap();
+        let pool = Arc::clone(&workers(&channels).pool);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut rings = 0;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "the woken thread was never seen awake ({rings} rings)"
+            );
+            let mut ready = lock(&pool.ready);
+            match (ready.sleepers, ready.waking) {
+                // Awake and looking: what a ring must bring about.
+                (0, 0) if rings > 0 => break,
+                // Asleep and not being woken: ring, as a device readied and taken at once
+                // by another server would.
+                (1, 0) => {
+                    pool.ring(&mut ready);
+                    rings += 1;
+                }
+                // Still spinning after it was started, or being woken.
+                _ => {}
+            }
+            drop(ready);
+            std::thread::yield_now();
+        }
+        drop(channels);
     }
 
     /// Catches a pool of no device that starts a thread anyway: with no mailbox to close
