@@ -21,9 +21,9 @@
 //!   ([`Runtime::run_with`] hands items out by replica and index, without it). Each
 //!   replica's share of a stream is one span of its FIFO, written by the channel's data
 //!   path (straight from the user's array into the device's memory where the host maps it:
-//!   one copy on the host), every replica's sent before any reply is awaited. A replica whose shares all moved in place
-//!   is not sent a `Wrote` per stream: its `RunStep` says it was fed (`fed: true`), and the
-//!   device counts its FIFOs full by the same checks.
+//!   one copy on the host), every replica's sent before any reply is awaited. A replica
+//!   whose shares all moved in place is not sent a `Wrote` per stream: its `RunStep` says
+//!   it was fed (`fed: true`), and the device counts its FIFOs full by the same checks.
 //! - A replica whose anchors were all read in place is not sent a `Took` per anchor: its
 //!   next step's `RunStep` says they were taken (`took: true`), and the device drops them
 //!   then, by the same checks. The step's `Done` vouches for the bytes read: a device ends a
