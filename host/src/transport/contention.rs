@@ -6,14 +6,14 @@
 //! on an idle virtual machine), then sleeping until the other side wakes it. A yield lets
 //! any other runnable task on the core run first, for the whole of its time slice
 //! (milliseconds). With every core busy with other work, each hand-off of a step then waited
-//! a time slice: the default job in child processes ran at 16–86 k samples/s beside two
-//! busy loops on the 2-core VM where it runs at 1.6–2.2 M alone, while a sleeping waiter,
-//! woken by the other side, runs at once (the scheduler favours a task that slept).
+//! a time slice, and the default job in child processes ran 20–100× slower than alone; a
+//! sleeping waiter, woken by the other side, runs at once (the scheduler favours a task
+//! that slept over one that has used its slice).
 //!
 //! # Rules
 //!
 //! - A waiter on another process yields its core between looks ([`yield_core`]) while the
-//!   core is free: a yield that comes back within [`LATE`] ran nobody else, and the waiter
+//!   core is free: a yield that comes back within [`LATE`] gave nobody a time slice, and the waiter
 //!   looks again.
 //! - A yield that comes back after `LATE` or later gave the core to another task for a time
 //!   slice: the core is *contended*. The waiter stops looking and sleeps until it is woken,
@@ -24,9 +24,9 @@
 //!   time slice delays only itself, and a yield gives its turn to the thread with work.
 //!
 //! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03,
-//! medians of three to six alternated runs): with two busy loops beside it, 41–61 k
-//! samples/s yielding as before, 0.5–1.3 M with these rules; alone, and beside one busy
-//! loop, within the noise of the runs yielding as before (1.02× and 0.90×).
+//! alternated pairs against the waits before these rules): beside two busy loops, 12–63 k
+//! samples/s before, 0.56–1.56 M after (median of six pairs 36×); alone 1.00× (eight
+//! pairs) and beside one busy loop 0.99× (six pairs): within the runs' noise.
 
 use std::cell::Cell;
 use std::thread;
@@ -128,7 +128,7 @@ mod tests {
         one.set(first);
         let busy = Arc::new(AtomicBool::new(true));
         let hog = {
-            let (busy, one) = (Arc::clone(&busy), one.clone());
+            let busy = Arc::clone(&busy);
             thread::spawn(move || {
                 sched_setaffinity(None, &one).expect("the busy thread pinned");
                 while busy.load(Ordering::Relaxed) {
@@ -148,6 +148,10 @@ mod tests {
         busy.store(false, Ordering::Relaxed);
         hog.join().unwrap();
         assert_eq!(verdict, Verdict::Sleep, "no yield came back late in 10 s");
-        assert_eq!(held_after, Verdict::Sleep, "the next wait yielded again at once");
+        assert_eq!(
+            held_after,
+            Verdict::Sleep,
+            "the next wait yielded again at once"
+        );
     }
 }
