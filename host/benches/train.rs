@@ -11,13 +11,16 @@
 //! both again with the batch's 32 samples per replica as one micro-batch of 32
 //! (`--micro-batch-size 32 --accumulation 1`: the same math), the default job on one
 //! replica, and the default job in child processes — beside the loop, then beside the same
-//! job on device threads, trained in alternation; last, a fixed step of 256 samples on
+//! job on device threads, trained in alternation, alone and again with a busy loop on every
+//! core beside them (a loaded machine); last, a fixed step of 256 samples on
 //! 64 replicas beside the same step on one (the runtime's cost per replica), and that cost
 //! per replica per update (a batch's weight update) worked out from the two. Each figure is
 //! the median of three runs.
 
 use std::hint::black_box;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tessera_core::grouping::CommGroup;
@@ -72,8 +75,51 @@ fn main() {
     };
     compare("default in child processes", &processes, &spirals);
     versus("child processes vs threads", &processes, &default);
+    {
+        // Every core busy with other work (a loaded machine): how each placement's waits
+        // share the cores (see `transport::contention`).
+        let _busy = BusyCores::start(cores());
+        versus("  the same, every core busy", &processes, &default);
+    }
     scaling(steps);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The machine's cores.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Threads that keep `n` cores busy (a loop of spin hints) until dropped.
+struct BusyCores {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCores {
+    fn start(n: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for BusyCores {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// `--steps N` from the command line (cargo bench passes `--bench` too), else 400.

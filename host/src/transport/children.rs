@@ -2,11 +2,11 @@
 //! end.
 //!
 //! Every child is started by [`spawn`], which registers it in one registry while holding
-//! the registry's lock. Dropping its [`Adopted`] handle kills and reaps it. [`stop_on_signals`] makes SIGINT, SIGTERM and SIGHUP to
-//! tessera do the same for every child still registered before tessera exits with status
-//! 128 + the signal's number. Children are killed with SIGKILL, which also ends a stopped
-//! child: without this, a stopped device process, or a QEMU still serving its socket, would
-//! outlive tessera.
+//! the registry's lock. Dropping its [`Adopted`] handle kills and reaps it.
+//! [`stop_on_signals`] makes SIGINT, SIGTERM and SIGHUP to tessera do the same for every
+//! child still registered before tessera exits with status 128 + the signal's number.
+//! Children are killed with SIGKILL, which also ends a stopped child: without this, a
+//! stopped device process, or a QEMU still serving its socket, would outlive tessera.
 //!
 //! Starting and registering under one lock is what makes "every child" true: the signal
 //! handler takes the same lock, so it sees a child either not started yet (and none starts
@@ -115,7 +115,8 @@ fn stop(child: &mut Child) {
 }
 
 /// From now on, SIGINT, SIGTERM and SIGHUP stop every registered child, remove the
-/// temporary files of saves under way, and then exit with 128 + the signal's number. Calling it again does nothing.
+/// temporary files of saves under way, and then exit with 128 + the signal's number.
+/// Calling it again does nothing.
 pub fn stop_on_signals() -> io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     static INSTALLED: Once = Once::new();

@@ -8,7 +8,9 @@
 //! looks for up to the channel's spin) and then sleeps in `poll` until they come.
 //! Damaged frames are dropped as the reader thread drops them (the request is retried).
 //! A device of a process share speaks on a message ring in shared memory instead: looked
-//! at by a load, slept on by a futex (`transport::ring`).
+//! at by a load, slept on by a futex (`transport::ring`). A wait on another process (a
+//! pipe, a ring) stops yielding and sleeps while its core is contended
+//! (`transport::contention`).
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use tessera_core::wire::FrameDecoder;
 use tessera_firmware_sim::std_link::{receive_spinning, Message};
 
+use super::contention::{yield_core, Verdict};
 use super::pipe_link::Pipe;
 use super::reader::MAX_FRAME;
 use super::ring::{Received, RingError, RingReceiver};
@@ -126,7 +129,7 @@ fn receive_serving(
         }
         let start = *begun.get_or_insert_with(Instant::now);
         let limit = until.map(|u| u.saturating_duration_since(start));
-        let AfterLook::Sleep(left) = after_look(start, limit, spin)? else {
+        let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::Thread)? else {
             continue;
         };
         match queue.recv_timeout(left.map_or(NAP, |l| l.min(NAP))) {
@@ -186,7 +189,7 @@ impl RingFrames {
                     return Err(RecvTimeoutError::Disconnected);
                 }
             }
-            let AfterLook::Sleep(left) = after_look(start, limit, spin)? else {
+            let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::Process)? else {
                 continue;
             };
             if self.process_gone() {
@@ -220,13 +223,25 @@ enum AfterLook {
     Sleep(Option<Duration>),
 }
 
+/// Whom a wait waits for, which decides how it gives up its core between looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// A thread of this process: the core is yielded.
+    Thread,
+    /// Another process: the core is yielded while it is free, and the wait sleeps while it
+    /// is contended (`transport::contention`).
+    Process,
+}
+
 /// The rule of every wait here, after a look that found nothing, in a wait begun at
-/// `start` for at most `limit` (`None`: as long as it takes): a timeout once the limit has
-/// passed; while `spin` lasts, yield the core and look again; then sleep.
+/// `start` for at most `limit` (`None`: as long as it takes) on `peer`: a timeout once the
+/// limit has passed; while `spin` lasts, yield the core and look again (on a process, only
+/// while the core is not contended); then sleep.
 fn after_look(
     start: Instant,
     limit: Option<Duration>,
     spin: Duration,
+    peer: Peer,
 ) -> Result<AfterLook, RecvTimeoutError> {
     let waited = start.elapsed();
     let left = limit.map(|l| l.saturating_sub(waited));
@@ -234,7 +249,14 @@ fn after_look(
         return Err(RecvTimeoutError::Timeout);
     }
     if waited < spin {
-        std::thread::yield_now();
+        match peer {
+            Peer::Thread => std::thread::yield_now(),
+            Peer::Process => {
+                if yield_core() == Verdict::Sleep {
+                    return Ok(AfterLook::Sleep(left));
+                }
+            }
+        }
         return Ok(AfterLook::Look);
     }
     Ok(AfterLook::Sleep(left))

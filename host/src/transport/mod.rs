@@ -28,6 +28,7 @@
 
 mod channel;
 pub mod children;
+mod contention;
 mod device;
 mod error;
 pub mod fault;

@@ -16,8 +16,9 @@
 //! - A device never waits inside a request (a step runs in legs, each ending at an
 //!   exchange), so one thread serves many: it serves each device whose ring has mail
 //!   ([`serve_pending`]), and when none has, looks again (a load per ring), yielding its
-//!   core between looks for up to [`SPIN`], then sleeps on the share's doorbell, which
-//!   the host rings when it writes to a sleeping share.
+//!   core between looks for up to [`SPIN`] while the core is not contended
+//!   (`transport::contention`), then sleeps on the share's doorbell, which the host rings
+//!   when it writes to a sleeping share.
 //! - A device's requests are served in the order they came, on its own rings: its
 //!   replies, kept replies and memory are its own.
 //! - A device whose ring from the host ends (its channel dropped), or whose link fails,
@@ -28,12 +29,12 @@
 //!   pool): the host's retries stand in for it.
 
 use std::io;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use tessera_firmware_sim::std_link::{NoPin, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Incoming, Memory, Messages, Server};
 
+use super::contention::{yield_core, Verdict};
 use super::device::{open_inherited, Windowed, HOST_FRAME, HOST_WINDOW};
 use super::ring::{self, Bell, Received, RingError, RingReceiver, RingSender};
 use super::shared::{RingMemory, SharedMemory};
@@ -235,7 +236,8 @@ pub fn run_process_share(
 }
 
 /// Waits until an open member's ring has mail: looking, yielding the core between looks,
-/// for up to [`SPIN`], then asleep on the doorbell; an error once the host has gone.
+/// for up to [`SPIN`] while the core is not contended (`transport::contention`), then
+/// asleep on the doorbell; an error once the host has gone.
 fn wait_for_any(members: &[Member], doorbell: &Bell<'_>, host: u32) -> io::Result<()> {
     let any = || members.iter().any(Member::has_mail);
     let start = Instant::now();
@@ -243,7 +245,9 @@ fn wait_for_any(members: &[Member], doorbell: &Bell<'_>, host: u32) -> io::Resul
         if any() {
             return Ok(());
         }
-        thread::yield_now();
+        if yield_core() == Verdict::Sleep {
+            break;
+        }
     }
     loop {
         doorbell.sleep(Some(HOST_CHECK), any);

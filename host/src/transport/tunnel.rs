@@ -8,8 +8,8 @@
 //! - **One post office per rank.** A thread of its own makes every point-to-point MPI call
 //!   of the session, on a communicator of the offices' own (a duplicate of the world's, so
 //!   the program's own messages are never taken); links hand it their bytes through a
-//!   queue and read what it routes to them. (MPI is initialized for threads: the controller's thread may run collectives
-//!   meanwhile.)
+//!   queue and read what it routes to them. (MPI is initialized for threads: the
+//!   controller's thread may run collectives meanwhile.)
 //! - **A link is its worker's global id**, which is the MPI tag of its messages, between
 //!   the controller's rank and the worker's. MPI does not reorder messages of one tag
 //!   between two ranks, so a link's bytes arrive as they were written, whole or not at all.
