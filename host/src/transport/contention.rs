@@ -1,27 +1,32 @@
 //! Waiting for another process on a core that other processes want.
 //!
-//! A host and its device processes hand each other the work of a step message by message:
-//! each side waits for the other's next message, looking for it and yielding its core
-//! between looks for up to a spin (a sleeping process takes tens of microseconds to wake
-//! on an idle virtual machine), then sleeping until the other side wakes it. A yield lets
-//! any other runnable task on the core run first, for the whole of its time slice
-//! (milliseconds). With every core busy with other work, each hand-off of a step then waited
-//! a time slice, and the default job in child processes ran 20–100× slower than alone; a
-//! sleeping waiter, woken by the other side, runs at once (the scheduler favours a task
-//! that slept over one that has used its slice).
+//! A training runtime's host and its device processes hand each other the work of a step
+//! message by message, on message rings: each side waits for the other's next message,
+//! looking for it and yielding its core between looks for up to a spin (a sleeping process
+//! takes tens of microseconds to wake on an idle virtual machine), then sleeping until the
+//! other side wakes it. A yield lets any other runnable task on the core run first, for the
+//! whole of its time slice (milliseconds). With every core busy with other work, each
+//! hand-off of a step then waited a time slice, and the default job in child processes ran
+//! 35–180× slower than alone; a sleeping waiter, woken by the other side, runs sooner.
 //!
 //! # Rules
 //!
-//! - A waiter on another process yields its core between looks ([`yield_core`]) while the
-//!   core is free: a yield that comes back within [`LATE`] gave nobody a time slice, and the waiter
-//!   looks again.
-//! - A yield that comes back after `LATE` or later gave the core to another task for a time
-//!   slice: the core is *contended*. The waiter stops looking and sleeps until it is woken,
-//!   and every wait of the same thread sleeps at once, without a yield, for [`HOLD`] after
-//!   it; the first yield after that finds out whether the core is still contended.
-//! - Only waits on another process follow these rules. Among a process's own device
-//!   threads any server serves any ready device, so a server held behind another task's
-//!   time slice delays only itself, and a yield gives its turn to the thread with work.
+//! - A waiter that found nothing yields its core ([`yield_core`]) and looks again, while
+//!   its core is free ([`may_yield`]): a yield that comes back within [`LATE`] gave nobody
+//!   a time slice.
+//! - A yield that takes `LATE` or more gave the core to another task for a time slice: the
+//!   core is *contended*. The waiter looks once more, then sleeps until it is woken, and
+//!   every wait of the same thread sleeps after its first look, without a yield, for
+//!   [`HOLD`] after that yield; the first yield after the hold finds out whether the core is
+//!   still contended.
+//! - Only the waits between a training runtime's host and its device processes follow these
+//!   rules. Among a process's own device threads any server serves any ready device, so a
+//!   server held behind another task's time slice delays only itself (the same rule there
+//!   measured 0.5–0.6× beside two busy loops). A session's process per worker shares the
+//!   cores with the other workers, whose yields hand a core back at once: there a sleeping
+//!   worker paid a wake-up at every call (call and sync of four workers beside two busy
+//!   loops took 63–99 µs with the rule, 34–50 µs without it). The MPI post office, which
+//!   cannot sleep on an incoming message, keeps yielding.
 //!
 //! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03,
 //! alternated pairs against the waits before these rules): beside two busy loops, 12–63 k
@@ -36,41 +41,31 @@ use std::time::{Duration, Instant};
 /// once: a slice is 0.75 ms or more on Linux, a yield to nobody a microsecond, and a
 /// virtual CPU stolen by its host for a moment (tens to hundreds of microseconds on the
 /// VM measured) is not yet a contended core.
-pub(super) const LATE: Duration = Duration::from_micros(500);
+const LATE: Duration = Duration::from_micros(500);
 
 /// How long a thread's waits sleep at once after a late yield. A probe of the core costs a
 /// late yield while it is still contended, so once every `HOLD` at most.
-pub(super) const HOLD: Duration = Duration::from_millis(20);
-
-/// What a waiter does after a look that found nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
-    /// The core was yielded and came back at once: look again.
-    LookAgain,
-    /// The core is contended: sleep until woken.
-    Sleep,
-}
+const HOLD: Duration = Duration::from_millis(20);
 
 std::thread_local! {
     /// Until when this thread's core counts as contended.
     static CONTENDED_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// Yields the calling thread's core once, unless the core counts as contended, and says
-/// what the waiter does next (module rules).
-pub(super) fn yield_core() -> Verdict {
-    let until = CONTENDED_UNTIL.get();
+/// True unless the calling thread's core counts as contended (module rules): a waiter that
+/// found nothing may yield and look again; otherwise it sleeps.
+pub(super) fn may_yield() -> bool {
+    !held(CONTENDED_UNTIL.get(), Instant::now())
+}
+
+/// Yields the calling thread's core once; a yield that comes back late holds the core
+/// contended for [`HOLD`] (module rules).
+pub(super) fn yield_core() {
     let before = Instant::now();
-    if held(until, before) {
-        return Verdict::Sleep;
-    }
     thread::yield_now();
-    let after = Instant::now();
-    let (verdict, until) = judge(before, after);
-    if until.is_some() {
-        CONTENDED_UNTIL.set(until);
+    if let Some(until) = hold_after(before, Instant::now()) {
+        CONTENDED_UNTIL.set(Some(until));
     }
-    verdict
 }
 
 /// True while a core found contended until `until` still counts as such at `now`.
@@ -78,14 +73,10 @@ fn held(until: Option<Instant>, now: Instant) -> bool {
     until.is_some_and(|until| now < until)
 }
 
-/// The verdict on a yield made at `before` that came back at `after`, and, when it came
-/// back late, until when the core counts as contended.
-fn judge(before: Instant, after: Instant) -> (Verdict, Option<Instant>) {
-    if after.saturating_duration_since(before) < LATE {
-        (Verdict::LookAgain, None)
-    } else {
-        (Verdict::Sleep, Some(after + HOLD))
-    }
+/// For a yield made at `before` that came back at `after`: until when the core counts as
+/// contended, if the yield came back late.
+fn hold_after(before: Instant, after: Instant) -> Option<Instant> {
+    (after.saturating_duration_since(before) >= LATE).then(|| after + HOLD)
 }
 
 #[cfg(test)]
@@ -98,12 +89,10 @@ mod tests {
     use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
     #[test]
-    fn a_prompt_yield_looks_again_and_a_late_one_holds_the_core() {
+    fn only_a_late_yield_holds_the_core() {
         let t = Instant::now();
-        let prompt = t + LATE - Duration::from_micros(1);
-        assert_eq!(judge(t, prompt), (Verdict::LookAgain, None));
-        let late = t + LATE;
-        assert_eq!(judge(t, late), (Verdict::Sleep, Some(late + HOLD)));
+        assert_eq!(hold_after(t, t + LATE - Duration::from_micros(1)), None);
+        assert_eq!(hold_after(t, t + LATE), Some(t + LATE + HOLD));
     }
 
     #[test]
@@ -115,18 +104,29 @@ mod tests {
         assert!(!held(Some(t + HOLD), t + HOLD));
     }
 
+    /// Stops the busy thread however the test ends.
+    struct Stop(Arc<AtomicBool>);
+
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// Catches a waiter that goes on yielding to a busy task on its own core, losing a time
-    /// slice at every look (the child-process placement beside busy cores ran 30× slower):
-    /// this thread and a busy thread share one core, and within a few yields the core must
-    /// be found contended, and this thread's next waits must sleep at once.
+    /// slice at every look (the child-process placement beside busy cores ran 35–180×
+    /// slower): this thread and a busy thread share one core, and within a few yields the
+    /// core must be found contended, so that this thread's next waits sleep.
     #[test]
-    fn a_waiter_beside_a_busy_task_on_its_core_sleeps() {
-        let first = (0..CpuSet::MAX_CPU)
-            .find(|&cpu| sched_getaffinity(None).is_ok_and(|set| set.is_set(cpu)))
+    fn a_waiter_beside_a_busy_task_on_its_core_stops_yielding() {
+        let allowed = sched_getaffinity(None).expect("this thread's CPUs");
+        let cpu = (0..CpuSet::MAX_CPU)
+            .find(|&cpu| allowed.is_set(cpu))
             .expect("this thread may run on some CPU");
         let mut one = CpuSet::new();
-        one.set(first);
+        one.set(cpu);
         let busy = Arc::new(AtomicBool::new(true));
+        let _stop = Stop(Arc::clone(&busy));
         let hog = {
             let busy = Arc::clone(&busy);
             thread::spawn(move || {
@@ -140,18 +140,11 @@ mod tests {
         // Each yield either hands the busy thread the core (late) or finds it not yet
         // running here: a late one comes within a few time slices.
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut verdict = Verdict::LookAgain;
-        while verdict == Verdict::LookAgain && Instant::now() < deadline {
-            verdict = yield_core();
+        while may_yield() && Instant::now() < deadline {
+            yield_core();
         }
-        let held_after = yield_core();
-        busy.store(false, Ordering::Relaxed);
+        assert!(!may_yield(), "no yield came back late in 10 s");
+        drop(_stop);
         hog.join().unwrap();
-        assert_eq!(verdict, Verdict::Sleep, "no yield came back late in 10 s");
-        assert_eq!(
-            held_after,
-            Verdict::Sleep,
-            "the next wait yielded again at once"
-        );
     }
 }

@@ -8,9 +8,8 @@
 //! looks for up to the channel's spin) and then sleeps in `poll` until they come.
 //! Damaged frames are dropped as the reader thread drops them (the request is retried).
 //! A device of a process share speaks on a message ring in shared memory instead: looked
-//! at by a load, slept on by a futex (`transport::ring`). A wait on another process (a
-//! pipe, a ring) stops yielding and sleeps while its core is contended
-//! (`transport::contention`).
+//! at by a load, slept on by a futex (`transport::ring`); a wait on a ring stops yielding
+//! and sleeps while its core is contended (`transport::contention`).
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 use tessera_core::wire::FrameDecoder;
 use tessera_firmware_sim::std_link::{receive_spinning, Message};
 
-use super::contention::{yield_core, Verdict};
+use super::contention::{may_yield, yield_core};
 use super::pipe_link::Pipe;
 use super::reader::MAX_FRAME;
 use super::ring::{Received, RingError, RingReceiver};
@@ -129,7 +128,7 @@ fn receive_serving(
         }
         let start = *begun.get_or_insert_with(Instant::now);
         let limit = until.map(|u| u.saturating_duration_since(start));
-        let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::Thread)? else {
+        let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::Pool)? else {
             continue;
         };
         match queue.recv_timeout(left.map_or(NAP, |l| l.min(NAP))) {
@@ -189,7 +188,7 @@ impl RingFrames {
                     return Err(RecvTimeoutError::Disconnected);
                 }
             }
-            let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::Process)? else {
+            let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::ProcessShare)? else {
                 continue;
             };
             if self.process_gone() {
@@ -226,17 +225,17 @@ enum AfterLook {
 /// Whom a wait waits for, which decides how it gives up its core between looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Peer {
-    /// A thread of this process: the core is yielded.
-    Thread,
-    /// Another process: the core is yielded while it is free, and the wait sleeps while it
-    /// is contended (`transport::contention`).
-    Process,
+    /// The devices of this process's pool: the core is yielded.
+    Pool,
+    /// A device of a process share: the core is yielded while it is free, and the wait
+    /// sleeps while it is contended (`transport::contention`).
+    ProcessShare,
 }
 
 /// The rule of every wait here, after a look that found nothing, in a wait begun at
 /// `start` for at most `limit` (`None`: as long as it takes) on `peer`: a timeout once the
-/// limit has passed; while `spin` lasts, yield the core and look again (on a process, only
-/// while the core is not contended); then sleep.
+/// limit has passed; while `spin` lasts, yield the core and look again (on a process
+/// share, only while the core is not contended); then sleep.
 fn after_look(
     start: Instant,
     limit: Option<Duration>,
@@ -250,12 +249,9 @@ fn after_look(
     }
     if waited < spin {
         match peer {
-            Peer::Thread => std::thread::yield_now(),
-            Peer::Process => {
-                if yield_core() == Verdict::Sleep {
-                    return Ok(AfterLook::Sleep(left));
-                }
-            }
+            Peer::Pool => std::thread::yield_now(),
+            Peer::ProcessShare if may_yield() => yield_core(),
+            Peer::ProcessShare => return Ok(AfterLook::Sleep(left)),
         }
         return Ok(AfterLook::Look);
     }

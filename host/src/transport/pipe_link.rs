@@ -5,8 +5,8 @@
 //! sends (tens of microseconds on a small virtual machine), and then hands the bytes to
 //! the device thread: two hops per message. Here the device's own thread reads the pipe,
 //! set non-blocking (through `rustix`: no `unsafe` here): it looks for bytes as every
-//! device wait does (yielding its core between looks for up to [`SPIN`], while the core is
-//! not contended: `transport::contention`), then sleeps in `poll` until they come.
+//! device wait does (yielding its core between looks for up to [`SPIN`]), then sleeps in
+//! `poll` until they come.
 //!
 //! # Rules
 //!
@@ -18,6 +18,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
@@ -25,8 +26,6 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use rustix::io::Errno;
 use tessera_firmware_sim::std_link::SPIN;
-
-use super::contention::{yield_core, Verdict};
 
 /// Bytes read from the pipe at once.
 const CHUNK: usize = 64 * 1024;
@@ -79,9 +78,10 @@ impl<F: AsFd> Pipe<F> {
             if self.fill()? {
                 return Ok(true);
             }
-            if start.elapsed() >= spin || yield_core() == Verdict::Sleep {
+            if start.elapsed() >= spin {
                 break;
             }
+            thread::yield_now();
         }
         let left = limit.map(|l| l.saturating_sub(start.elapsed()));
         if left == Some(Duration::ZERO) {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tessera_firmware_sim::std_link::{NoPin, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Incoming, Memory, Messages, Server};
 
-use super::contention::{yield_core, Verdict};
+use super::contention::{may_yield, yield_core};
 use super::device::{open_inherited, Windowed, HOST_FRAME, HOST_WINDOW};
 use super::ring::{self, Bell, Received, RingError, RingReceiver, RingSender};
 use super::shared::{RingMemory, SharedMemory};
@@ -245,9 +245,10 @@ fn wait_for_any(members: &[Member], doorbell: &Bell<'_>, host: u32) -> io::Resul
         if any() {
             return Ok(());
         }
-        if yield_core() == Verdict::Sleep {
+        if !may_yield() {
             break;
         }
+        yield_core();
     }
     loop {
         doorbell.sleep(Some(HOST_CHECK), any);
