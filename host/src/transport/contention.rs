@@ -28,10 +28,11 @@
 //!   loops took 63–99 µs with the rule, 34–50 µs without it). The MPI post office, which
 //!   cannot sleep on an incoming message, keeps yielding.
 //!
-//! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03,
-//! alternated pairs against the waits before these rules): beside two busy loops, 12–63 k
-//! samples/s before, 0.56–1.56 M after (median of six pairs 36×); alone 1.00× (eight
-//! pairs) and beside one busy loop 0.99× (six pairs): within the runs' noise.
+//! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03, runs
+//! alternated with the waits before these rules, medians): beside two busy loops 38 k
+//! samples/s before, 753 k after (five rounds); alone, 40 steps 1.00× and 1.01× (twelve and
+//! ten rounds), 2,000 steps 1.00×; beside one busy loop 0.90× and 1.19× (five and six
+//! rounds). Holding the core on the first late yield cost the 40-step job 0.80–0.88×.
 
 use std::cell::Cell;
 use std::thread;
