@@ -25,8 +25,8 @@
 //!   measured 0.5–0.6× beside two busy loops). A session's process per worker shares the
 //!   cores with the other workers, whose yields hand a core back at once: there a sleeping
 //!   worker paid a wake-up at every call (call and sync of four workers beside two busy
-//!   loops took 63–99 µs with a first version of the rule, 34–50 µs without it). The MPI post office, which
-//!   cannot sleep on an incoming message, keeps yielding.
+//!   loops took 63–99 µs with a first version of the rule, 34–50 µs without it). The MPI
+//!   post office, which cannot sleep on an incoming message, keeps yielding.
 //!
 //! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03, runs
 //! alternated with the waits before these rules, medians): beside two busy loops 38 k
