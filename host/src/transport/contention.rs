@@ -14,24 +14,25 @@
 //! - A waiter that found nothing yields its core ([`yield_core`]) and looks again, while
 //!   its core is free ([`may_yield`]): a yield that comes back within [`LATE`] gave nobody
 //!   a time slice.
-//! - A yield that takes `LATE` or more gave the core to another task for a time slice: the
-//!   core is *contended*. The waiter looks once more, then sleeps until it is woken, and
-//!   every wait of the same thread sleeps after its first look, without a yield, for
-//!   [`HOLD`] after that yield; the first yield after the hold finds out whether the core is
-//!   still contended.
+//! - A yield that takes `LATE` or more gave the core to another task for a time slice. A
+//!   second such yield within [`AGAIN`] of the last makes the core *contended*: the waiter
+//!   looks once more, then sleeps until it is woken, and every wait of the same thread
+//!   sleeps after its first look, without a yield, for [`HOLD`] after that yield; the
+//!   first yield after the hold finds out whether the core is still contended.
 //! - Only the waits between a training runtime's host and its device processes follow these
 //!   rules. Among a process's own device threads any server serves any ready device, so a
 //!   server held behind another task's time slice delays only itself (the same rule there
 //!   measured 0.5–0.6× beside two busy loops). A session's process per worker shares the
 //!   cores with the other workers, whose yields hand a core back at once: there a sleeping
 //!   worker paid a wake-up at every call (call and sync of four workers beside two busy
-//!   loops took 63–99 µs with the rule, 34–50 µs without it). The MPI post office, which
-//!   cannot sleep on an incoming message, keeps yielding.
+//!   loops took 63–99 µs with a first version of the rule, 34–50 µs without it). The MPI
+//!   post office, which cannot sleep on an incoming message, keeps yielding.
 //!
-//! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03,
-//! alternated pairs against the waits before these rules): beside two busy loops, 12–63 k
-//! samples/s before, 0.56–1.56 M after (median of six pairs 36×); alone 1.00× (eight
-//! pairs) and beside one busy loop 0.99× (six pairs): within the runs' noise.
+//! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03, runs
+//! alternated with the waits before these rules, medians): beside two busy loops 38 k
+//! samples/s before, 753 k after (five rounds); alone, 40 steps 1.00× and 1.01× (twelve and
+//! ten rounds), 2,000 steps 1.00×; beside one busy loop 0.90× and 1.19× (five and six
+//! rounds). Holding the core on the first late yield cost the 40-step job 0.64–0.98×.
 
 use std::cell::Cell;
 use std::thread;
@@ -43,11 +44,19 @@ use std::time::{Duration, Instant};
 /// VM measured) is not yet a contended core.
 const LATE: Duration = Duration::from_micros(500);
 
-/// How long a thread's waits sleep at once after a late yield. A probe of the core costs a
-/// late yield while it is still contended, so once every `HOLD` at most.
+/// How long a thread's waits sleep at once once its core is found contended. A probe of
+/// the core costs a late yield while it is still contended, so once every `HOLD` at most.
 const HOLD: Duration = Duration::from_millis(20);
 
+/// A late yield marks the core contended only when the thread's last late yield came
+/// within this long before it. One late yield alone is no evidence: the host's core hosts
+/// its device process for the moment it starts, and a training run's checks between steps
+/// keep a core busy for a slice now and then; a busy core elsewhere makes every probe late.
+const AGAIN: Duration = Duration::from_millis(50);
+
 std::thread_local! {
+    /// When this thread's last yield came back late.
+    static LAST_LATE: Cell<Option<Instant>> = const { Cell::new(None) };
     /// Until when this thread's core counts as contended.
     static CONTENDED_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
@@ -58,13 +67,16 @@ pub(super) fn may_yield() -> bool {
     !held(CONTENDED_UNTIL.get(), Instant::now())
 }
 
-/// Yields the calling thread's core once; a yield that comes back late holds the core
-/// contended for [`HOLD`] (module rules).
+/// Yields the calling thread's core once; a yield that comes back late, within [`AGAIN`]
+/// of the last late one, holds the core contended for [`HOLD`] (module rules).
 pub(super) fn yield_core() {
     let before = Instant::now();
     thread::yield_now();
-    if let Some(until) = hold_after(before, Instant::now()) {
-        CONTENDED_UNTIL.set(Some(until));
+    let after = Instant::now();
+    if after.saturating_duration_since(before) >= LATE {
+        if let Some(until) = hold_after(LAST_LATE.replace(Some(after)), after) {
+            CONTENDED_UNTIL.set(Some(until));
+        }
     }
 }
 
@@ -73,10 +85,11 @@ fn held(until: Option<Instant>, now: Instant) -> bool {
     until.is_some_and(|until| now < until)
 }
 
-/// For a yield made at `before` that came back at `after`: until when the core counts as
-/// contended, if the yield came back late.
-fn hold_after(before: Instant, after: Instant) -> Option<Instant> {
-    (after.saturating_duration_since(before) >= LATE).then(|| after + HOLD)
+/// For a yield that came back late at `now`, the last one having come back at `last`:
+/// until when the core counts as contended, if it does.
+fn hold_after(last: Option<Instant>, now: Instant) -> Option<Instant> {
+    last.filter(|&last| now.saturating_duration_since(last) <= AGAIN)
+        .map(|_| now + HOLD)
 }
 
 #[cfg(test)]
@@ -88,11 +101,20 @@ mod tests {
 
     use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
+    /// Catches a rule that holds the core on one late yield (a device process starting on
+    /// the host's core put a short training run's every hand-off to sleep: 0.8× its speed)
+    /// or that never holds it.
     #[test]
-    fn only_a_late_yield_holds_the_core() {
+    fn a_second_late_yield_soon_after_the_first_holds_the_core() {
         let t = Instant::now();
-        assert_eq!(hold_after(t, t + LATE - Duration::from_micros(1)), None);
-        assert_eq!(hold_after(t, t + LATE), Some(t + LATE + HOLD));
+        assert_eq!(hold_after(None, t), None, "a first late yield");
+        assert_eq!(hold_after(Some(t), t + AGAIN), Some(t + AGAIN + HOLD));
+        let later = t + AGAIN + Duration::from_micros(1);
+        assert_eq!(
+            hold_after(Some(t), later),
+            None,
+            "a late yield long after the last"
+        );
     }
 
     #[test]
@@ -115,8 +137,9 @@ mod tests {
 
     /// Catches a waiter that goes on yielding to a busy task on its own core, losing a time
     /// slice at every look (the child-process placement beside busy cores ran 35–180×
-    /// slower): this thread and a busy thread share one core, and within a few yields the
-    /// core must be found contended, so that this thread's next waits sleep.
+    /// slower): this thread and a busy thread share one core, and within a few yields (two
+    /// of them late) the core must be found contended, so that this thread's next waits
+    /// sleep.
     #[test]
     fn a_waiter_beside_a_busy_task_on_its_core_stops_yielding() {
         let allowed = sched_getaffinity(None).expect("this thread's CPUs");
