@@ -51,7 +51,8 @@ const HOLD: Duration = Duration::from_millis(20);
 /// A late yield marks the core contended only when the thread's last late yield came
 /// within this long before it. One late yield alone is no evidence: the host's core hosts
 /// its device process for the moment it starts, and a training run's checks between steps
-/// keep a core busy for a slice now and then; a busy core elsewhere makes every probe late.
+/// keep a core busy for a slice now and then; a task that keeps the core busy makes every
+/// probe late.
 const AGAIN: Duration = Duration::from_millis(50);
 
 std::thread_local! {
@@ -102,7 +103,8 @@ mod tests {
     use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
     /// Catches a rule that holds the core on one late yield (a device process starting on
-    /// the host's core put a short training run's every hand-off to sleep: 0.8× its speed)
+    /// the host's core put a short training run's every hand-off to sleep: 0.64–0.98× its
+    /// speed)
     /// or that never holds it.
     #[test]
     fn a_second_late_yield_soon_after_the_first_holds_the_core() {
@@ -137,9 +139,9 @@ mod tests {
 
     /// Catches a waiter that goes on yielding to a busy task on its own core, losing a time
     /// slice at every look (the child-process placement beside busy cores ran 35–180×
-    /// slower): this thread and a busy thread share one core, and within a few yields (two
-    /// of them late) the core must be found contended, so that this thread's next waits
-    /// sleep.
+    /// slower): this thread and a busy thread share one core, and within 10 s of yields
+    /// (the busy thread takes the core at one of them and again at a later one) the core
+    /// must be found contended, so that this thread's next waits sleep.
     #[test]
     fn a_waiter_beside_a_busy_task_on_its_core_stops_yielding() {
         let allowed = sched_getaffinity(None).expect("this thread's CPUs");

@@ -40,7 +40,8 @@ pub(super) enum Frames {
 
 impl Frames {
     /// The next message before `until` (`None`: as long as it takes), looked for without
-    /// sleeping for up to `spin` first; `Disconnected` once the device's end is gone. A
+    /// sleeping for up to `spin` first (on a ring, while its core is not contended:
+    /// `transport::contention`); `Disconnected` once the device's end is gone. A
     /// message already on a queue (a device thread's) is taken without reading the clock
     /// (most are: a step's replies arrive while the host serves the devices).
     pub(super) fn receive(
@@ -156,8 +157,9 @@ pub(super) struct RingFrames {
 
 impl RingFrames {
     /// The next message within `limit` (`None`: as long as it takes): looked for without
-    /// sleeping for up to `spin` (a load a look), then asleep on the ring's bell, waking at
-    /// least every [`PROCESS_CHECK`] to see whether the device's process has gone.
+    /// sleeping for up to `spin` (a load a look) while the core is not contended
+    /// (`transport::contention`), then asleep on the ring's bell, waking at least every
+    /// [`PROCESS_CHECK`] to see whether the device's process has gone.
     fn receive(
         &mut self,
         limit: Option<Duration>,
