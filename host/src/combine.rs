@@ -10,9 +10,10 @@
 //!   the members' messages raced), and rounded once to the type: an f32 sum of four
 //!   members is the f64 sum rounded, not three f32 roundings.
 //! - A fold starts from its first input, not from zero: a sum of −0.0s is −0.0, as it is
-//!   in IEEE arithmetic (a sum started at +0.0 would turn it into +0.0). The same holds
-//!   for a partial fold that has no input at all: it is −0.0, the sum's identity
-//!   ([`NOTHING`]).
+//!   in IEEE arithmetic (a sum started at +0.0 would turn it into +0.0). A fold that
+//!   takes its inputs one at a time as they arrive (a step's round) starts from −0.0, the
+//!   sum's identity ([`NOTHING`]): `NOTHING + x` is `x`, so it ends on the same bits, and a
+//!   partial fold that has no input at all is `NOTHING`.
 //! - Integers (i32, i64) are combined in i64 with checked arithmetic: an overflow, or a
 //!   result that does not fit the type, is [`CombineError::Overflow`], never a wrap.
 //! - `Avg` divides the sum by the number of members (integers truncate, as integer
@@ -131,17 +132,15 @@ pub fn combine(
     Ok(())
 }
 
-/// Sums `inputs`, little-endian f32 arrays as long as `acc` (in the order given), into
-/// `acc`, replacing it — the first half of a sum whose partial sums are added elsewhere
-/// before [`round_f32`] (the step's rounds, across instances). With no inputs `acc`
-/// becomes [`NOTHING`].
-pub fn sum_f32(acc: &mut [f64], inputs: &[&[u8]]) -> Result<(), CombineError> {
-    same_length(inputs, acc.len() * 4, 4)?;
-    if inputs.is_empty() {
-        acc.fill(NOTHING);
-    }
-    for (block, acc) in acc.chunks_mut(BLOCK).enumerate() {
-        fold_block::<4>(acc, inputs, block * BLOCK * 4, read_f32, |a, v| a + v);
+/// Adds `input`, a little-endian f32 array as long as `acc`, into `acc`, element by element
+/// in f64: the step's rounds fold each contribution as it arrives, into sums started at
+/// [`NOTHING`], and add the partial sums across instances before [`round_f32`]. Given a
+/// group's inputs in order, the sums hold the bits a fold of all of them at once gives
+/// (`NOTHING + x` is `x`), so the step's result is the session's.
+pub fn add_f32(acc: &mut [f64], input: &[u8]) -> Result<(), CombineError> {
+    same_length(&[input], acc.len() * 4, 4)?;
+    for (a, b) in acc.iter_mut().zip(input.chunks_exact(4)) {
+        *a += read_f32(bytes(b));
     }
     Ok(())
 }
@@ -446,15 +445,14 @@ mod tests {
             assert_eq!(sum[0].to_bits(), (-0.0f32).to_bits(), "{op:?}");
             assert_eq!(sum[1].to_bits(), 0.0f32.to_bits(), "{op:?}");
         }
-        let mut acc = [1.0; 2];
-        let views: Vec<&[u8]> = zeros.iter().map(Vec::as_slice).collect();
-        sum_f32(&mut acc, &views).unwrap();
+        let mut acc = [NOTHING; 2];
+        for zero in &zeros {
+            add_f32(&mut acc, zero).unwrap();
+        }
         assert_eq!(
             acc.map(f64::to_bits),
             [(-0.0f64).to_bits(), 0.0f64.to_bits()]
         );
-        sum_f32(&mut acc, &[]).unwrap();
-        assert_eq!(acc.map(f64::to_bits), [NOTHING.to_bits(); 2], "no inputs");
     }
 
     /// Catches two kernels drifting apart: the step's sum then rounding is the session's
@@ -472,8 +470,10 @@ mod tests {
                 })
                 .collect();
             let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-            let mut acc = vec![0f64; n];
-            sum_f32(&mut acc, &views).unwrap();
+            let mut acc = vec![NOTHING; n];
+            for input in &views {
+                add_f32(&mut acc, input).unwrap();
+            }
             for (op, divisor) in [(ReduceOp::Sum, 1.0), (ReduceOp::Avg, members as f64)] {
                 let mut step = vec![0u8; n * 4];
                 round_f32(&acc, divisor, &mut step).unwrap();
@@ -484,13 +484,55 @@ mod tests {
         }
     }
 
+    /// Catches a fold on arrival that drifts from the session's fold of a whole group:
+    /// sums started at `NOTHING` with one input added at a time round to the session's
+    /// bits, signed zeros, infinities, NaN and cancellations included.
+    #[test]
+    fn folding_one_input_at_a_time_is_the_sessions_sum() {
+        let specials = [
+            -0.0f32,
+            0.0,
+            1e30,
+            -1e30,
+            1.0,
+            f32::INFINITY,
+            f32::MIN_POSITIVE,
+        ];
+        let n = specials.len();
+        for members in 1..=5usize {
+            let inputs: Vec<Vec<u8>> = (0..members)
+                .map(|m| {
+                    let values: Vec<f32> = (0..3 * n)
+                        .map(|i| match i / n {
+                            0 => specials[(i + m) % n],
+                            1 => specials[(i * 3 + m * 5) % n] * 0.5,
+                            _ if m == members - 1 && i % 2 == 0 => f32::NAN,
+                            _ => -specials[(i + 2 * m) % n],
+                        })
+                        .collect();
+                    f32s(&values)
+                })
+                .collect();
+            let mut folded = vec![NOTHING; 3 * n];
+            for input in &inputs {
+                add_f32(&mut folded, input).unwrap();
+            }
+            let mut step = vec![0u8; 3 * n * 4];
+            round_f32(&folded, 1.0, &mut step).unwrap();
+            let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut session = vec![0u8; 3 * n * 4];
+            combine(DataType::F32, ReduceOp::Sum, &views, &mut session).unwrap();
+            assert!(step == session, "{members} members");
+        }
+    }
+
     #[test]
     fn the_step_kernel_refuses_other_lengths() {
         let mut acc = [0f64; 2];
         assert_eq!(
-            sum_f32(&mut acc, &[&[0u8; 8], &[0u8; 12]]),
+            add_f32(&mut acc, &[0u8; 12]),
             Err(CombineError::Length {
-                input: 1,
+                input: 0,
                 expected: 2,
                 actual: 3
             })

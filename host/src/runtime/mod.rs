@@ -58,6 +58,7 @@ pub mod check;
 mod error;
 pub mod recovery;
 pub mod reference;
+mod round;
 mod step_driver;
 pub mod step_io;
 pub mod weights;
@@ -81,7 +82,8 @@ use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
 use crate::transport::{Channel, Traffic, TransportError};
-use step_driver::{plans, Plan};
+use round::Plan;
+use step_driver::plans;
 
 /// Most replicas one runtime drives (the splitter's capacity).
 pub const MAX_REPLICAS: usize = 64;

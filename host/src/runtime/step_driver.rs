@@ -8,13 +8,13 @@
 //! # Contract
 //!
 //! Every reduction has an identity: the step's sequence number on the device's channel
-//! (its envelope) and the round within the step. Contributions are collected per round;
-//! when every local device's is in, each segment's groups' contributions are summed in
-//! `f64` in replica order by the kernel the session's allreduce uses ([`crate::combine`]),
-//! the partial sums of the whole round are summed across instances in one collective
-//! ([`Instances::allreduce_sum`]: every instance reaches every round, in order), and every
-//! member gets its groups' combinations, segment after segment, under its own step sequence
-//! number and that round. A contribution that arrives again (the
+//! (its envelope) and the round within the step. Contributions are collected per round
+//! and folded as they arrive, each segment's groups in `f64` in replica order, by the
+//! kernel the session's allreduce uses (the `round` module's rules); when every local
+//! device's is in, the partial sums of the whole round are summed across instances in one
+//! collective ([`Instances::allreduce_sum`]: every instance reaches every round, in order),
+//! and every member gets its groups' combinations, segment after segment, under its own
+//! step sequence number and that round. A contribution that arrives again (the
 //! device re-sent it: its answer was late or lost) is answered again with the same round's
 //! combination, which the device applies only if it is still waiting for that round, so a
 //! duplicate can never stand in for a later round's answer. A contribution of another length
@@ -49,12 +49,11 @@
 
 use std::time::{Duration, Instant};
 
-use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::program::Program;
-use tessera_core::wire::{Combined, Contribution, ReduceOp, Request, RequestKind, Response};
+use tessera_core::wire::{Combined, Request, RequestKind, Response};
 
+use super::round::{Answers, Heading, OpenRound, Plan};
 use super::{RuntimeError, StepFault};
-use crate::combine::{round_f32, sum_f32, CombineError};
 use crate::instance::Instances;
 use crate::transport::{Channel, Reply, Silence};
 
@@ -103,86 +102,10 @@ impl InPlace {
     }
 }
 
-/// What the driver judges a contribution by before it keeps the message: its round, its
-/// operation and its length (decoded once; the bytes are read again only to be summed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Heading {
-    round: u32,
-    op: ReduceOp,
-    bytes: usize,
-}
-
-impl Heading {
-    fn of(c: &Contribution<'_>) -> Self {
-        Self {
-            round: c.round,
-            op: c.op,
-            bytes: c.data.len(),
-        }
-    }
-}
-
-/// One device's share of the open round: its member index and the message carrying it (its
-/// bytes are not copied out: the message is kept until the round is combined).
-struct Share {
-    from: usize,
-    message: Reply,
-}
-
-impl Share {
-    /// The contribution's bytes (checked when it was collected).
-    fn data(&self) -> &[u8] {
-        self.message.contribution().map_or(&[], |c| c.data)
-    }
-}
-
-/// The round under way: the contributions in so far.
-struct OpenRound {
-    round: u32,
-    op: ReduceOp,
-    /// Bytes every contribution carries (its plan's).
-    len: usize,
-    contributions: Vec<Share>,
-    /// Which members' contributions are in, by member index: a repeat is found in O(1),
-    /// so a round costs O(members), not O(members²).
-    present: Vec<bool>,
-}
-
 /// The last combined round: each member's answer, for devices that ask again.
 struct Answered {
     round: u32,
     answers: Answers,
-}
-
-/// A round's answers: one per distinct answer (members in the same group of every segment
-/// get the same bytes: under `All`, one for every member), and which one each member gets,
-/// indexed like the members.
-#[derive(Debug, PartialEq)]
-struct Answers {
-    distinct: Vec<Vec<u8>>,
-    of_member: Vec<usize>,
-}
-
-impl Answers {
-    /// Member `i`'s answer.
-    fn of(&self, i: usize) -> Option<&[u8]> {
-        let at = *self.of_member.get(i)?;
-        self.distinct.get(at).map(Vec::as_slice)
-    }
-}
-
-/// One exchange of a batch: its segments, in the order they lie in its message.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Plan {
-    /// One per round it carries: the grouping it combines under and its bytes.
-    pub segments: Vec<(ReplicaGrouping, usize)>,
-}
-
-impl Plan {
-    /// Bytes of a contribution to it.
-    fn bytes(&self) -> usize {
-        self.segments.iter().map(|&(_, b)| b).sum()
-    }
 }
 
 /// The plan of each exchange of one batch of `program` on `replicas` replicas, cut as the
@@ -237,9 +160,10 @@ impl Schedule<'_> {
 }
 
 /// Runs one `RunStep` of `batches` batches on every channel, telling device `i` what the
-/// host moved in place for it (`moved[i]`); `rounds` (one plan per
-/// exchange of a batch, its groupings over the channels' global replica ids) say which
-/// devices each segment of each round combines. `fault`, for tests, makes one device fail the step (see [`StepFault`]).
+/// host moved in place for it (`moved[i]`); `rounds` (one plan per exchange of a batch,
+/// its groupings over the channels' global replica ids) say which devices each segment of
+/// each round combines. `fault`, for tests, makes one device fail the step (see
+/// [`StepFault`]).
 pub(super) fn run_step(
     channels: &mut [Channel],
     moved: &[InPlace],
@@ -264,7 +188,9 @@ pub(super) fn run_step(
             next_round: 0,
         });
     }
+    let replicas = members.iter().map(|m| m.replica).collect();
     let mut step = Step {
+        replicas,
         schedule: Schedule {
             rounds,
             last: u32::try_from(rounds.len())
@@ -321,6 +247,8 @@ pub(super) fn run_step(
 struct Step<'s> {
     schedule: Schedule<'s>,
     members: Vec<Member>,
+    /// Each member's global replica, indexed like the members.
+    replicas: Vec<usize>,
     /// The round whose contributions are coming in.
     open: Option<OpenRound>,
     /// The last round combined, for devices that ask again.
@@ -369,51 +297,47 @@ impl Step<'_> {
         }
         member.waiting = true;
         let replica = member.replica;
-        let members = self.members.len();
         // `judge` let in only rounds the step has.
-        let len = self.schedule.plan(round).map_or(0, Plan::bytes);
-        let open = self.open.get_or_insert_with(|| OpenRound {
+        let out_of_step = RuntimeError::ReductionRound {
+            replica: replica as u32,
             round,
-            op,
-            len,
-            contributions: Vec::with_capacity(members),
-            present: vec![false; members],
-        });
-        collect(open, i, replica, heading, message)?;
-        if open.contributions.len() < members {
+            expected: self.schedule.last,
+        };
+        let plan = self.schedule.plan(round).ok_or(out_of_step)?;
+        let open = match &mut self.open {
+            Some(open) => open,
+            empty => empty.insert(OpenRound::open(round, op, plan, &self.replicas)?),
+        };
+        // Folded: the contribution's buffer carries its device's answer.
+        open.collect(plan, i, replica, heading, message, |m, folded| {
+            channels[m].recycle(folded)
+        })?;
+        if !open.complete() {
             return Ok(());
         }
         match self.open.take() {
-            Some(round) => self.combine_and_answer(channels, round, replica),
+            Some(open) => {
+                let answers = open.answers(plan, self.instances)?;
+                self.answer(channels, round, answers)
+            }
             None => Ok(()),
         }
     }
 
-    /// Combines `round` (every local device's contribution is in), across instances too,
-    /// and answers every member with its group's combination; `last` is the replica whose
-    /// contribution completed it.
-    fn combine_and_answer(
+    /// Answers every member of `round` (combined, across instances too) with its groups'
+    /// combination.
+    fn answer(
         &mut self,
         channels: &mut [Channel],
-        round: OpenRound,
-        last: usize,
+        round: u32,
+        answers: Answers,
     ) -> Result<(), RuntimeError> {
-        let out_of_step = RuntimeError::ReductionRound {
-            replica: last as u32,
-            round: round.round,
-            expected: self.schedule.last,
-        };
-        let plan = self.schedule.plan(round.round).ok_or(out_of_step)?;
-        let answers = combine(&round, &self.members, plan, self.instances)?;
         // The round's devices have waited by design until now: their silence starts over.
-        for Share { from, message } in round.contributions {
-            // Summed: the contribution's buffer carries its device's answer.
-            channels[from].recycle(message);
-            let m = &mut self.members[from];
+        for (from, m) in self.members.iter_mut().enumerate() {
             let answer = answers.of(from).unwrap_or_default();
             let faulty = StepFault {
                 replica: m.replica as u32,
-                round: round.round,
+                round,
             };
             let answer = if self.fault == Some(faulty) {
                 &answer[..answer.len().saturating_sub(4)]
@@ -422,7 +346,7 @@ impl Step<'_> {
             };
             channels[from].publish(&Combined {
                 step: m.seq,
-                round: round.round,
+                round,
                 data: answer,
             })?;
             m.waiting = false;
@@ -430,10 +354,7 @@ impl Step<'_> {
         }
         // Every device applied the earlier rounds' answers (it took part in this one): only
         // this round's can still be asked for again.
-        self.answered = Some(Answered {
-            round: round.round,
-            answers,
-        });
+        self.answered = Some(Answered { round, answers });
         Ok(())
     }
 }
@@ -483,49 +404,6 @@ fn listen(
     Ok(None)
 }
 
-/// Adds member `from`'s contribution (`message`, headed `heading`) to `open` (once: a
-/// repeat is already in), checking it against the round's first.
-fn collect(
-    open: &mut OpenRound,
-    from: usize,
-    replica: usize,
-    heading: Heading,
-    message: Reply,
-) -> Result<(), RuntimeError> {
-    let replica = replica as u32;
-    let Heading { round, op, bytes } = heading;
-    if open.round != round {
-        return Err(RuntimeError::ReductionRound {
-            replica,
-            round,
-            expected: open.round,
-        });
-    }
-    if open.op != op {
-        return Err(RuntimeError::ReductionOps { replica, round });
-    }
-    if !bytes.is_multiple_of(4) {
-        return Err(RuntimeError::ReductionElements {
-            replica,
-            round,
-            bytes,
-        });
-    }
-    if open.len != bytes {
-        return Err(RuntimeError::ReductionLength {
-            replica,
-            round,
-            expected: open.len,
-            actual: bytes,
-        });
-    }
-    if let Some(present @ false) = open.present.get_mut(from) {
-        *present = true;
-        open.contributions.push(Share { from, message });
-    }
-    Ok(())
-}
-
 /// Checks that `member`, which answered its step `Done`, contributed to each of the step's
 /// `rounds`: one that ended early would leave its peers waiting for a round it will never
 /// join (the step would never end).
@@ -564,158 +442,9 @@ fn judge(round: u32, next: u32, waiting: bool, rounds: u32) -> Heard {
     }
 }
 
-/// Each member's answer to one round, by the rules of [`crate::combine`]: for each segment
-/// of `plan`, each group's local contributions summed in `f64` in replica order (not in
-/// the order their messages arrived, which races); the partial sums of every segment summed
-/// across instances in one collective (an instance with no member of a group adds −0.0, the
-/// empty sum); then each segment divided by its group size for a mean and rounded once to
-/// `f32`. A member's answer is its groups' segments one after another; members in the same
-/// groups share one (see [`Answers`]).
-fn combine(
-    round: &OpenRound,
-    members: &[Member],
-    plan: &Plan,
-    instances: &dyn Instances,
-) -> Result<Answers, RuntimeError> {
-    let group_of = |grouping: &ReplicaGrouping, replica: usize| {
-        grouping
-            .group_of(replica)
-            .map_err(|_| RuntimeError::ReductionGroup {
-                replica: replica as u32,
-                round: round.round,
-            })
-    };
-    let segments = plan.segments.len();
-    // Each member's group in every segment, worked out once: `groups[m × segments + s]`.
-    let mut groups = Vec::with_capacity(members.len() * segments);
-    for m in members {
-        for (grouping, _) in &plan.segments {
-            groups.push(group_of(grouping, m.replica)?);
-        }
-    }
-    let key = |m: usize| {
-        let at = m * segments;
-        groups.get(at..at + segments).unwrap_or_default()
-    };
-    // The contributions in replica order (each group's sum runs in that order), each with
-    // its member.
-    let mut contributions: Vec<(usize, usize, &[u8])> = (round.contributions.iter())
-        .map(|c| (members[c.from].replica, c.from, c.data()))
-        .collect();
-    contributions.sort_unstable_by_key(|&(replica, _, _)| replica);
-    // Every segment's groups' sums, one segment after another.
-    let group = |c: usize, s: usize| {
-        let (_, from, _) = contributions.get(c)?;
-        key(*from).get(s).copied()
-    };
-    let mut partial = Vec::new();
-    let (mut at, mut order, mut inputs, mut of_group) = (0, Vec::new(), Vec::new(), Vec::new());
-    for (s, (grouping, bytes)) in plan.segments.iter().enumerate() {
-        let (len, count) = (bytes / 4, grouping.num_groups());
-        let base = partial.len();
-        partial.resize(base + count * len, 0f64);
-        // The contributions by group; a stable sort keeps replica order within each.
-        order.clear();
-        order.extend(0..contributions.len());
-        order.sort_by_key(|&c| group(c, s));
-        let mut next = order.iter().peekable();
-        for (g, sums) in partial[base..].chunks_mut(len.max(1)).enumerate() {
-            inputs.clear();
-            of_group.clear();
-            while let Some(&c) = next.next_if(|&&c| group(c, s) == Some(g)) {
-                let (replica, _, data) = contributions[c];
-                inputs.push(data.get(at..at + bytes).unwrap_or_default());
-                of_group.push((replica, data));
-            }
-            sum_f32(sums, &inputs).map_err(|e| length(e, &of_group, round))?;
-        }
-        at += bytes;
-    }
-    instances.allreduce_sum(&mut partial)?;
-    // Each segment's answer per group.
-    let mut by_segment = Vec::with_capacity(segments);
-    let mut base = 0;
-    for (grouping, bytes) in &plan.segments {
-        let len = bytes / 4;
-        let divisor = match round.op {
-            ReduceOp::Mean => grouping.group_size() as f64,
-            ReduceOp::Sum => 1.0,
-        };
-        let mut by_group = Vec::with_capacity(grouping.num_groups());
-        for sums in partial[base..base + grouping.num_groups() * len].chunks(len.max(1)) {
-            let mut out = vec![0u8; sums.len() * 4];
-            // `out` holds what `sums` does: the kernel refuses nothing here.
-            round_f32(sums, divisor, &mut out).map_err(|e| length(e, &[], round))?;
-            by_group.push(out);
-        }
-        by_segment.push(by_group);
-        base += grouping.num_groups() * len;
-    }
-    // A member's groups, segment by segment, name its answer: each distinct one is built
-    // once. Members sorted by their groups lie next to the others that share them
-    // (O(members × segments × log members) a round, whatever the groupings; no hashing).
-    let mut by_key: Vec<usize> = (0..members.len()).collect();
-    by_key.sort_unstable_by(|&a, &b| key(a).cmp(key(b)));
-    let mut answers = Answers {
-        distinct: Vec::new(),
-        of_member: vec![0; members.len()],
-    };
-    let mut last: Option<&[usize]> = None;
-    for m in by_key {
-        let groups = key(m);
-        if last != Some(groups) {
-            let mut answer = Vec::with_capacity(at);
-            for (by_group, &g) in by_segment.iter().zip(groups) {
-                answer.extend_from_slice(by_group.get(g).map_or(&[][..], Vec::as_slice));
-            }
-            answers.distinct.push(answer);
-            last = Some(groups);
-        }
-        answers.of_member[m] = answers.distinct.len() - 1;
-    }
-    Ok(answers)
-}
-
-/// A contribution the kernel refused: of another length than its round (`collect` checks
-/// every one against the round's first and whole elements, so this is a broken check).
-fn length(e: CombineError, group: &[(usize, &[u8])], round: &OpenRound) -> RuntimeError {
-    let input = match e {
-        CombineError::Length { input, .. } => group.get(input),
-        CombineError::Overflow | CombineError::Dtype(_) => None,
-    };
-    let (replica, actual) = input.map_or((0, 0), |&(replica, data)| (replica, data.len()));
-    RuntimeError::ReductionLength {
-        replica: replica as u32,
-        round: round.round,
-        expected: round.len,
-        actual,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Collects `message` as the driver does: judged by its heading.
-    fn collect_message(
-        open: &mut OpenRound,
-        from: usize,
-        replica: usize,
-        message: Reply,
-    ) -> Result<(), RuntimeError> {
-        let heading = Heading::of(&message.contribution().expect("a contribution"));
-        collect(open, from, replica, heading, message)
-    }
-
-    /// A contribution to `round`: `data`, to combine by `op`.
-    fn share(round: u32, op: ReduceOp, data: &[u8]) -> Reply {
-        Reply::from_contribution(Contribution {
-            step: 0,
-            round,
-            op,
-            data,
-        })
-    }
 
     /// Catches a driver that keeps a contribution for any round a device names: a device
     /// sending rounds 0, 1, …, u32::MAX without waiting grew the map by one entry each.
@@ -766,38 +495,6 @@ mod tests {
         }
     }
 
-    /// Catches contributions of one round that differ in length or operation being
-    /// combined anyway (truncated to the shortest, or summed where a mean was asked).
-    #[test]
-    fn contributions_must_match_the_rounds_first() {
-        let mut open = OpenRound {
-            round: 2,
-            op: ReduceOp::Mean,
-            len: 8,
-            contributions: Vec::new(),
-            present: vec![false; 8],
-        };
-        collect_message(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
-        collect_message(&mut open, 0, 0, share(2, ReduceOp::Mean, &[0; 8])).unwrap();
-        assert_eq!(open.contributions.len(), 1, "a repeat is in once");
-        assert!(matches!(
-            collect_message(&mut open, 1, 1, share(2, ReduceOp::Mean, &[0; 4])),
-            Err(RuntimeError::ReductionLength {
-                replica: 1,
-                expected: 8,
-                actual: 4,
-                ..
-            })
-        ));
-        assert!(matches!(
-            collect_message(&mut open, 1, 1, share(2, ReduceOp::Sum, &[0; 8])),
-            Err(RuntimeError::ReductionOps {
-                replica: 1,
-                round: 2
-            })
-        ));
-    }
-
     /// The members of a round, replica `i` at index `i`.
     fn members(n: usize) -> Vec<Member> {
         (0..n)
@@ -812,127 +509,6 @@ mod tests {
                 moved: InPlace::default(),
             })
             .collect()
-    }
-
-    /// A round of one segment.
-    fn one(grouping: ReplicaGrouping, bytes: usize) -> Plan {
-        Plan {
-            segments: vec![(grouping, bytes)],
-        }
-    }
-
-    fn f32s(values: &[f32]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    }
-
-    /// Round 0, combined by `op`, with every contribution in: member `from`'s `values` for
-    /// each `(from, values)`, arrived in that order.
-    fn arrived(op: ReduceOp, contributions: &[(usize, Vec<f32>)]) -> OpenRound {
-        let len = contributions.first().map_or(0, |(_, v)| v.len() * 4);
-        OpenRound {
-            round: 0,
-            op,
-            len,
-            present: vec![true; contributions.len()],
-            contributions: (contributions.iter())
-                .map(|(from, values)| Share {
-                    from: *from,
-                    message: share(0, op, &f32s(values)),
-                })
-                .collect(),
-        }
-    }
-
-    /// Catches a round summed in the order its contributions arrived: the device threads
-    /// race, and 1e30 + 1 − 1e30 is 0 in one order and 1 in another, so two runs of one
-    /// job could end with different weights.
-    #[test]
-    fn a_round_sums_in_replica_order_whatever_the_arrival() {
-        let values = [1e30f32, -1e30, 1.0];
-        let grouping = ReplicaGrouping::new(3, 1, 3).unwrap();
-        let sum_arriving = |order: [usize; 3]| {
-            let order = order.map(|from| (from, vec![values[from]]));
-            let round = arrived(ReduceOp::Sum, &order);
-            let answers = combine(
-                &round,
-                &members(3),
-                &one(grouping, 4),
-                &crate::instance::Single,
-            );
-            each(&answers.unwrap(), 3)
-        };
-        let in_order = sum_arriving([0, 1, 2]);
-        assert_eq!(in_order, vec![f32s(&[1.0]); 3]);
-        for order in [[2, 0, 1], [1, 2, 0], [0, 2, 1]] {
-            assert_eq!(sum_arriving(order), in_order, "arrival order {order:?}");
-        }
-    }
-
-    /// Catches a round that starts its sums at +0.0: gradients that are all −0.0 came back
-    /// +0.0, unlike the same sum in a session allreduce.
-    #[test]
-    fn a_sum_of_negative_zeros_stays_negative() {
-        let round = arrived(ReduceOp::Mean, &[(0, vec![-0.0]), (1, vec![-0.0])]);
-        let grouping = ReplicaGrouping::new(2, 1, 2).unwrap();
-        let plan = one(grouping, 4);
-        let answers = combine(&round, &members(2), &plan, &crate::instance::Single).unwrap();
-        assert_eq!(each(&answers, 2), vec![f32s(&[-0.0]); 2]);
-    }
-
-    /// Each of the first `n` members' answers.
-    fn each(answers: &Answers, n: usize) -> Vec<Vec<u8>> {
-        (0..n)
-            .map(|i| answers.of(i).expect("an answer per member").to_vec())
-            .collect()
-    }
-
-    /// Catches answers shared too widely (every member given the first group's sum) or
-    /// built once per member: groups `[0, 1]` and `[2, 3]` get their own sums, built
-    /// once each.
-    #[test]
-    fn members_share_an_answer_only_within_their_groups() {
-        let ones: Vec<_> = (0..4).map(|from| (from, vec![from as f32 + 1.0])).collect();
-        let round = arrived(ReduceOp::Sum, &ones);
-        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
-        let plan = one(pairs, 4);
-        let answers = combine(&round, &members(4), &plan, &crate::instance::Single).unwrap();
-        let (first, second) = (f32s(&[3.0]), f32s(&[7.0]));
-        assert_eq!(
-            each(&answers, 4),
-            [first.clone(), first, second.clone(), second]
-        );
-        assert_eq!(answers.distinct.len(), 2, "one answer per group");
-    }
-
-    /// Catches an answer named by one segment's group alone: under pairs `[0, 1]`, `[2, 3]`
-    /// in one segment and pairs `[0, 2]`, `[1, 3]` in the next, every member's answer
-    /// differs; under `All` and pairs, two do.
-    #[test]
-    fn an_answer_is_named_by_every_segments_group() {
-        let twos: Vec<_> = (0..4)
-            .map(|from| (from, vec![from as f32 + 1.0, 10.0 * (from as f32 + 1.0)]))
-            .collect();
-        let round = arrived(ReduceOp::Sum, &twos);
-        let all = ReplicaGrouping::new(4, 1, 4).unwrap();
-        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
-        let across = ReplicaGrouping::new(4, 2, 2).unwrap();
-        let two = |first, second| Plan {
-            segments: vec![(first, 4), (second, 4)],
-        };
-        let combined =
-            |plan: &Plan| combine(&round, &members(4), plan, &crate::instance::Single).unwrap();
-        let crossing = combined(&two(pairs, across));
-        assert_eq!(
-            each(&crossing, 4),
-            [[3.0, 40.0], [3.0, 60.0], [7.0, 40.0], [7.0, 60.0]].map(|a| f32s(&a))
-        );
-        assert_eq!(crossing.distinct.len(), 4);
-        let nested = combined(&two(all, pairs));
-        assert_eq!(
-            each(&nested, 4),
-            [[10.0, 30.0], [10.0, 30.0], [10.0, 70.0], [10.0, 70.0]].map(|a| f32s(&a))
-        );
-        assert_eq!(nested.distinct.len(), 2);
     }
 
     /// Catches a step that never ends: a device answering `Done` before it contributed to
@@ -953,26 +529,5 @@ mod tests {
             }
         ));
         assert!(e.to_string().contains("round 3"), "{e}");
-    }
-
-    /// Catches a contribution of a partial element summed as if whole (its last bytes
-    /// dropped by the kernel's element-wise walk).
-    #[test]
-    fn contributions_are_whole_elements() {
-        let mut open = OpenRound {
-            round: 0,
-            op: ReduceOp::Sum,
-            len: 6,
-            contributions: Vec::new(),
-            present: vec![false; 8],
-        };
-        assert!(matches!(
-            collect_message(&mut open, 0, 5, share(0, ReduceOp::Sum, &[0; 6])),
-            Err(RuntimeError::ReductionElements {
-                replica: 5,
-                round: 0,
-                bytes: 6
-            })
-        ));
     }
 }
