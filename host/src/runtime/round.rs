@@ -73,7 +73,10 @@ pub(super) struct OpenRound {
     bases: Vec<usize>,
     /// Every segment's groups' sums so far, one segment after another.
     sums: Vec<f64>,
-    /// Members in replica order (the order of every sum), and how many of them are folded.
+    /// Each member's global replica, indexed like the members.
+    replicas: Vec<usize>,
+    /// Members in replica order (the order of every sum), and how many of them are folded:
+    /// all of them once every contribution is in.
     order: Vec<usize>,
     folded: usize,
     /// A member's contribution that came before an earlier replica's was folded, by member.
@@ -81,8 +84,6 @@ pub(super) struct OpenRound {
     /// Which members' contributions are in, by member index: a repeat is found in O(1),
     /// so a round costs O(members), not O(members²).
     present: Vec<bool>,
-    /// Members whose contribution is in.
-    count: usize,
 }
 
 impl OpenRound {
@@ -123,17 +124,17 @@ impl OpenRound {
             groups,
             bases,
             sums: vec![NOTHING; total],
+            replicas: replicas.to_vec(),
             order,
             folded: 0,
             early: (0..replicas.len()).map(|_| None).collect(),
             present: vec![false; replicas.len()],
-            count: 0,
         })
     }
 
-    /// True once every member's contribution is in (and so folded).
+    /// True once every member's contribution is in: then every one is folded.
     pub(super) fn complete(&self) -> bool {
-        self.count == self.present.len()
+        self.folded == self.order.len()
     }
 
     /// Takes member `from`'s (replica `replica`'s) contribution, `message` headed `heading`,
@@ -153,7 +154,6 @@ impl OpenRound {
             Some(present @ false) => *present = true,
             _ => return Ok(()),
         }
-        self.count += 1;
         if let Some(slot) = self.early.get_mut(from) {
             *slot = Some(message);
         }
@@ -162,7 +162,7 @@ impl OpenRound {
             let Some(message) = self.early.get_mut(m).and_then(Option::take) else {
                 break;
             };
-            self.fold(plan, m, &message);
+            self.fold(plan, m, &message)?;
             self.folded += 1;
             done(m, message);
         }
@@ -203,7 +203,7 @@ impl OpenRound {
     }
 
     /// Adds member `m`'s contribution (judged whole) to its groups' sums.
-    fn fold(&mut self, plan: &Plan, m: usize, message: &Reply) {
+    fn fold(&mut self, plan: &Plan, m: usize, message: &Reply) -> Result<(), RuntimeError> {
         let data = message.contribution().map_or(&[][..], |c| c.data);
         let segments = plan.segments.len();
         let mut at = 0;
@@ -211,15 +211,16 @@ impl OpenRound {
             let len = bytes / 4;
             let group = self.groups.get(m * segments + s).copied().unwrap_or(0);
             let base = self.bases.get(s).copied().unwrap_or(0) + group * len;
-            if let (Some(sums), Some(input)) = (
-                self.sums.get_mut(base..base + len),
-                data.get(at..at + bytes),
-            ) {
-                // Lengths agree: judged on arrival and laid out from the same plan.
-                let _ = add_f32(sums, input);
+            let sums = self.sums.get_mut(base..base + len).unwrap_or_default();
+            // Lengths were judged on arrival and the sums laid out from the same plan, so
+            // a refusal here is a broken check, reported, never a short sum.
+            if let Err(e) = add_f32(sums, data.get(at..at + bytes).unwrap_or_default()) {
+                let replica = self.replicas.get(m).copied().unwrap_or(0);
+                return Err(self.broken(replica, e));
             }
             at += bytes;
         }
+        Ok(())
     }
 
     /// Every member's answer, once the round is complete: the sums across instances,
@@ -243,7 +244,7 @@ impl OpenRound {
             for sums in all.unwrap_or_default().chunks(len.max(1)) {
                 let mut out = vec![0u8; sums.len() * 4];
                 // `out` holds what `sums` does: the kernel refuses nothing here.
-                round_f32(sums, divisor, &mut out).map_err(|e| self.broken(e))?;
+                round_f32(sums, divisor, &mut out).map_err(|e| self.broken(0, e))?;
                 by_group.push(out);
             }
             by_segment.push(by_group);
@@ -279,14 +280,14 @@ impl OpenRound {
     }
 
     /// A kernel refusal where the lengths were checked: a broken check, reported as a
-    /// length error of the round.
-    fn broken(&self, e: CombineError) -> RuntimeError {
+    /// length error of the round, naming `replica` (0 where no one input is at fault).
+    fn broken(&self, replica: usize, e: CombineError) -> RuntimeError {
         let actual = match e {
             CombineError::Length { actual, .. } => actual * 4,
             CombineError::Overflow | CombineError::Dtype(_) => 0,
         };
         RuntimeError::ReductionLength {
-            replica: 0,
+            replica: replica as u32,
             round: self.round,
             expected: self.len,
             actual,
@@ -384,7 +385,7 @@ mod tests {
         assert!(collect(&mut open, &plan, 0, mean(&[0; 8]))
             .unwrap()
             .is_empty());
-        assert_eq!(open.count, 1, "a repeat is in once");
+        assert_eq!(open.folded, 1, "a repeat is in once");
         assert!(matches!(
             collect(&mut open, &plan, 1, mean(&[0; 4])),
             Err(RuntimeError::ReductionLength {
