@@ -320,10 +320,14 @@ impl<'d, 'a> Step<'d, 'a> {
     /// work.
     fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         let chunk = self.prepared.scratch.chunk();
-        // Item by item: a host may have read a stream FIFO, so its items need not start
-        // where a pass's would (one pop of the whole pass could straddle the ring's end).
-        for i in 0..chunk {
-            self.pop_samples(i)?;
+        if chunk > 1 && self.pass_poppable(chunk)? {
+            self.pop_pass()?;
+        } else {
+            // Item by item: a host may have read a stream FIFO, so its items need not start
+            // where a pass's would (one pop of the whole pass could straddle the ring's end).
+            for i in 0..chunk {
+                self.pop_samples(i)?;
+            }
         }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
         let mut work = forward(arena, block, prepared, self.rng)?;
@@ -346,6 +350,40 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(work)
     }
 
+    /// Whether one pop of every stream can take the pass's `chunk` items: always for FIFOs
+    /// the host filled with a step's items from the ring's start (a pass's items never
+    /// straddle its end), not always for one the host has read.
+    fn pass_poppable(&self, chunk: usize) -> Result<bool, ErrorCode> {
+        for (k, _) in self.prepared.program.streams.iter().enumerate() {
+            if self.fifos.poppable(ids::stream_fifo(k as u8))? < chunk {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The pass's items of every stream, one pop each (see [`Self::pass_poppable`]): the
+    /// input and the loss's labels or targets into their rows, whose micro-batches lie side
+    /// by side in the scratch block as their items do in the ring.
+    fn pop_pass(&mut self) -> Result<(), ErrorCode> {
+        let (p, s) = (&self.prepared.program, &self.prepared.scratch);
+        let chunk = s.chunk();
+        for (k, _) in p.streams.iter().enumerate() {
+            let fifo = ids::stream_fifo(k as u8);
+            let rows = if k == usize::from(p.input) {
+                s.act(0).ok_or(MISSING)?
+            } else if k == self.loss_stream {
+                s.target()
+            } else {
+                // A stream no layer reads still moves on with the step.
+                self.fifos.pop(self.arena, fifo, chunk)?;
+                continue;
+            };
+            pop_into(self.arena, self.fifos, fifo, chunk, self.block, rows)?;
+        }
+        Ok(())
+    }
+
     /// One item popped from every stream: the input and the loss's labels or targets into
     /// the rows of the pass's micro-batch `i` in the scratch block.
     fn pop_samples(&mut self, i: usize) -> Result<(), ErrorCode> {
@@ -358,12 +396,13 @@ impl<'d, 'a> Step<'d, 'a> {
         for (k, _) in p.streams.iter().enumerate() {
             let fifo = ids::stream_fifo(k as u8);
             if k == usize::from(p.input) {
-                pop_into(self.arena, self.fifos, fifo, self.block, part(s.act(0))?)?;
+                pop_into(self.arena, self.fifos, fifo, 1, self.block, part(s.act(0))?)?;
             } else if k == self.loss_stream {
                 pop_into(
                     self.arena,
                     self.fifos,
                     fifo,
+                    1,
                     self.block,
                     part(Some(s.target()))?,
                 )?;
@@ -736,15 +775,16 @@ fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<
     Ok(work)
 }
 
-/// Pops one item of FIFO `fifo` into elements `at` of the scratch block.
+/// Pops `items` items of FIFO `fifo` into elements `at` of the scratch block.
 fn pop_into(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
     fifo: u16,
+    items: usize,
     block: Block,
     at: Range<usize>,
 ) -> Result<(), ErrorCode> {
-    let (from, range) = fifos.pop(arena, fifo, 1)?;
+    let (from, range) = fifos.pop(arena, fifo, items)?;
     let (source, x) = arena
         .pair_mut(from, block)
         .ok_or(broken(Invariant::BlockPair))?;
