@@ -320,7 +320,9 @@ impl<'d, 'a> Step<'d, 'a> {
     /// work.
     fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         let chunk = self.prepared.scratch.chunk();
-        if chunk > 1 && self.pass_poppable(chunk)? {
+        // The firmware's passes are of one micro-batch (it has no room to search for wider
+        // ones): it has no use for the code of whole passes either.
+        if !cfg!(feature = "firmware") && chunk > 1 && self.pass_poppable(chunk)? {
             self.pop_pass()?;
         } else {
             // Item by item: a host may have read a stream FIFO, so its items need not start
