@@ -305,10 +305,16 @@ impl<'d, 'a> Step<'d, 'a> {
 
     /// Every gradient set to zero, for the micro-batches to add to.
     fn zero_gradients(&mut self) -> Result<(), ErrorCode> {
+        self.each_gradient(|g| g.fill(0.0))
+    }
+
+    /// `f` on every trained variable's gradient in the scratch block.
+    fn each_gradient(&mut self, mut f: impl FnMut(&mut [f32])) -> Result<(), ErrorCode> {
         let s = &self.prepared.scratch;
+        let x = floats(self.arena, self.block)?;
         for (i, _) in self.prepared.program.variables.iter().enumerate() {
             if let Some(grad) = s.grad(i as u8) {
-                floats(self.arena, self.block)?[grad].fill(0.0);
+                f(x.get_mut(grad).ok_or(broken(Invariant::Regions))?);
             }
         }
         Ok(())
@@ -444,13 +450,14 @@ impl<'d, 'a> Step<'d, 'a> {
             }
             AnchorAction::Accumulate { emit } => {
                 let sum = s.sum(j).ok_or(broken(Invariant::ScratchLayout))?;
-                let x = floats(arena, block)?;
-                for (t, f) in sum.clone().zip(value) {
-                    x[t] += x[f];
+                let [total, value] = regions(floats(arena, block)?, [sum.clone(), value])?;
+                for (t, v) in total.iter_mut().zip(value.iter()) {
+                    *t += *v;
                 }
                 if emit {
                     fifos.push_from(arena, fifo, block, sum.start * 4..sum.end * 4)?;
-                    floats(arena, block)?[sum].fill(0.0);
+                    let [total] = regions(floats(arena, block)?, [sum])?;
+                    total.fill(0.0);
                 }
             }
         }
@@ -460,18 +467,11 @@ impl<'d, 'a> Step<'d, 'a> {
     /// The gradients divided by the batch's samples (the gradient exchanges that follow
     /// average them across each variable's group).
     fn scale_gradients(&mut self) -> Result<(), ErrorCode> {
-        let (p, s) = (&self.prepared.program, &self.prepared.scratch);
+        let p = &self.prepared.program;
         // The mean over the batch's samples: `accumulation` micro-batches of
         // `micro_batch_size` each.
         let scale = 1.0 / (p.accumulation as f32 * p.micro_batch_size as f32);
-        for (i, _) in p.variables.iter().enumerate() {
-            if let Some(grad) = s.grad(i as u8) {
-                floats(self.arena, self.block)?[grad]
-                    .iter_mut()
-                    .for_each(|g| *g *= scale);
-            }
-        }
-        Ok(())
+        self.each_gradient(|g| g.iter_mut().for_each(|g| *g *= scale))
     }
 
     /// The optimizer on every trained variable; returns the work.
