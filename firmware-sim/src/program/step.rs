@@ -456,8 +456,8 @@ impl<'d, 'a> Step<'d, 'a> {
                 }
                 if emit {
                     fifos.push_from(arena, fifo, block, sum.start * 4..sum.end * 4)?;
-                    let [total] = regions(floats(arena, block)?, [sum])?;
-                    total.fill(0.0);
+                    let total = floats(arena, block)?.get_mut(sum);
+                    total.ok_or(broken(Invariant::Regions))?.fill(0.0);
                 }
             }
         }
