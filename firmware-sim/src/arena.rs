@@ -258,6 +258,13 @@ impl<'a> Arena<'a> {
         Ok(())
     }
 
+    /// Several distinct blocks at once, writable, in the order asked for (`None` if any two
+    /// are the same block or one lies outside the arena).
+    pub fn blocks_mut<const N: usize>(&mut self, blocks: [Block; N]) -> Option<[&mut [u8]; N]> {
+        let ranges = blocks.map(|b| b.offset..b.offset + b.len);
+        self.aligned_mut().get_disjoint_mut(ranges).ok()
+    }
+
     /// Two distinct blocks at once, writable (`None` if they are the same block).
     pub fn pair_mut(&mut self, a: Block, b: Block) -> Option<(&mut [u8], &mut [u8])> {
         if a.offset == b.offset {
@@ -352,5 +359,30 @@ mod tests {
         x[0] = 1;
         y[0] = 2;
         assert_eq!((arena.bytes(block)[0], arena.bytes(other)[0]), (1, 2));
+    }
+
+    /// A step's optimizer updates a variable, its velocity and the scratch block in one
+    /// pass: three blocks at once, each where it was asked for, and never one block twice
+    /// (two writable views of the same bytes).
+    #[test]
+    fn several_blocks_at_once_in_the_order_asked_for() {
+        let mut memory = [0u8; 96];
+        let mut arena = Arena::new(&mut memory);
+        let a = arena.alloc(Owner::Variable(1), 8).unwrap();
+        let b = arena.alloc(Owner::Variable(2), 8).unwrap();
+        let c = arena.alloc(Owner::StepScratch, 8).unwrap();
+        let [x, y, z] = arena.blocks_mut([c, a, b]).unwrap();
+        (x[0], y[0], z[0]) = (3, 1, 2);
+        assert_eq!(
+            [a, b, c].map(|block| arena.bytes(block)[0]),
+            [1, 2, 3],
+            "each view is the block asked for in its place"
+        );
+        assert!(arena.blocks_mut([a, c, a]).is_none(), "one block twice");
+        let outside = Block { offset: 96, ..a };
+        assert!(
+            arena.blocks_mut([a, outside]).is_none(),
+            "a block past the arena"
+        );
     }
 }

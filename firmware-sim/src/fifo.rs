@@ -247,6 +247,13 @@ impl Fifos {
         Ok((block, range))
     }
 
+    /// Complete items of FIFO `id` that one [`Fifos::pop`] can take: those before the
+    /// ring's end (a pop never wraps it).
+    pub fn poppable(&self, id: u16) -> Result<usize, ErrorCode> {
+        let fifo = self.get(id)?;
+        Ok(fifo.len.min(fifo.depth - fifo.head))
+    }
+
     /// Drops every item of FIFO `id`, complete and partial, keeping the FIFO: its ring
     /// restarts at the block's beginning, as a FIFO that was never pushed to.
     pub fn empty(&mut self, id: u16) -> Result<(), ErrorCode> {
@@ -303,5 +310,26 @@ mod tests {
         assert_eq!(range, 0..12);
         assert_eq!(&arena.bytes(block)[range], &[9; 12]);
         assert_eq!(fifos.empty(8), Err(ErrorCode::UnknownId { id: 8 }));
+    }
+
+    /// A step pops a pass's items at once only when one pop can take them all: items
+    /// that wrap the ring's end are poppable only up to it.
+    #[test]
+    fn poppable_items_stop_at_the_rings_end() {
+        let mut memory = [0u8; 256];
+        let mut arena = Arena::new(&mut memory);
+        let mut fifos = Fifos::default();
+        fifos.create(&mut arena, 7, 4, 4).unwrap();
+        assert_eq!(fifos.poppable(7), Ok(0));
+        fifos.push(&mut arena, 7, &[1; 12]).unwrap();
+        assert_eq!(fifos.poppable(7), Ok(3));
+        fifos.pop(&arena, 7, 2).unwrap();
+        // Three more: one before the ring's end, two from its start.
+        fifos.push(&mut arena, 7, &[2; 12]).unwrap();
+        assert_eq!(fifos.poppable(7), Ok(2));
+        assert!(fifos.pop(&arena, 7, 3).is_err(), "three would wrap the end");
+        fifos.pop(&arena, 7, 2).unwrap();
+        assert_eq!(fifos.poppable(7), Ok(2));
+        assert_eq!(fifos.poppable(8), Err(ErrorCode::UnknownId { id: 8 }));
     }
 }

@@ -120,7 +120,54 @@ fn read(device: &mut Device<'_>, target: Target, len: usize) -> Vec<u8> {
 /// prepared there for lack of memory): the pass it chose, then every anchor's bytes, then
 /// every variable's and velocity's.
 fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
-    train_fed(case, memory, false)
+    train_fed(case, memory, Feed::Requests)
+}
+
+/// How a step's inputs reach the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// `Write` requests into each stream FIFO, emptied by the step before.
+    Requests,
+    /// Straight into each FIFO's ring, as a host that maps the device's memory does.
+    InPlace,
+    /// `Write` requests, the ring's first item read back by the host before the last is
+    /// written: the step's items start one item into the ring and wrap its end.
+    Straddling,
+}
+
+/// Writes `data` (`items` items) into stream FIFO `target` so that they start one item
+/// into its ring (one step deep) and the last lies at the ring's start: a first item
+/// written and read back by the host moves the ring on.
+fn write_straddling(device: &mut Device<'_>, target: Target, data: &[u8], items: usize) {
+    let item = data.len() / items;
+    let at = |n: usize| u32::try_from(n * item).unwrap();
+    let mut write = |offset: u32, data: &[u8]| {
+        ok(
+            device,
+            Request::Write {
+                target,
+                offset,
+                data,
+            },
+        )
+    };
+    write(at(0), &data[..item]);
+    write(at(1), &data[..(items - 1) * item]);
+    let read = Request::Read {
+        target,
+        offset: 0,
+        len: at(1),
+    };
+    let read = device.handle(read);
+    assert!(matches!(read, Response::Data { .. }), "{read:?}");
+    ok(
+        device,
+        Request::Write {
+            target,
+            offset: 0,
+            data: &data[(items - 1) * item..],
+        },
+    );
 }
 
 /// [`train`], its inputs written and its anchors read `in_place` (straight into each stream
@@ -129,7 +176,8 @@ fn train(case: Case, memory: usize) -> Option<(usize, Vec<Vec<u8>>)> {
 /// `Read` requests. In place, a first step that says it took anchors the device does not
 /// hold, and one fed onto a FIFO not left empty, must be refused; the second is reset as
 /// the host resets a failed step.
-fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Vec<u8>>)> {
+fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8>>)> {
+    let in_place = feed == Feed::InPlace;
     let (mut arena, cycles) = (vec![0u8; memory], CycleCounter::new());
     let mut arena = &mut arena[..];
     let mut device = Device::new(0, &mut arena, LINK, &cycles);
@@ -209,12 +257,17 @@ fn train_fed(case: Case, memory: usize, in_place: bool) -> Option<(usize, Vec<Ve
         }
         for (k, data) in [(0u8, &x), (1, &labels)] {
             let target = Target::Fifo(ids::stream_fifo(k));
-            if in_place {
-                let len = u32::try_from(data.len()).unwrap();
-                let ring = device.place(target, 0, len, Access::Write).unwrap();
-                ring.copy_from_slice(data);
-            } else {
-                write(&mut device, target, data);
+            match feed {
+                Feed::InPlace => {
+                    let len = u32::try_from(data.len()).unwrap();
+                    let ring = device.place(target, 0, len, Access::Write).unwrap();
+                    ring.copy_from_slice(data);
+                }
+                Feed::Requests => write(&mut device, target, data),
+                Feed::Straddling => {
+                    let micro_batches = (ACCUMULATION * BATCHES) as usize;
+                    write_straddling(&mut device, target, data, micro_batches)
+                }
             }
         }
         ok(
@@ -275,6 +328,10 @@ fn smallest_arena(case: Case) -> usize {
 /// and a `RunStep { took: true }` that leaves anchors the host read in place (the next
 /// step's would not fit) or drops ones it never held: fed and read in place, the same
 /// steps end with the same bytes.
+///
+/// And catches a pass that pops its micro-batches' items at once where they wrap the ring's
+/// end (a host read a stream FIFO, so its items do not start at the ring's start): such a
+/// pass takes them item by item, to the same bytes.
 #[test]
 fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
     for anchors in 0..ANCHORS.len() {
@@ -285,8 +342,10 @@ fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
                 dropouts: 1,
             };
             let (roomy_pass, roomy) = train(case, 1 << 20).expect("the program fits a megabyte");
-            let (_, fed) = train_fed(case, 1 << 20, true).unwrap();
+            let (_, fed) = train_fed(case, 1 << 20, Feed::InPlace).unwrap();
             assert_eq!(fed, roomy, "{case:?}: fed in place");
+            let (_, straddling) = train_fed(case, 1 << 20, Feed::Straddling).unwrap();
+            assert_eq!(straddling, roomy, "{case:?}: items across the ring's end");
             let (tight_pass, tight) = train(case, smallest_arena(case)).unwrap();
             assert_eq!(
                 (roomy_pass, tight_pass),
