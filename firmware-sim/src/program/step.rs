@@ -329,12 +329,12 @@ impl<'d, 'a> Step<'d, 'a> {
         // The firmware's passes are of one micro-batch (it has no room to search for wider
         // ones): it has no use for the code of whole passes either.
         if !cfg!(feature = "firmware") && chunk > 1 && self.pass_poppable(chunk)? {
-            self.pop_pass()?;
+            self.pop_streams(chunk, None)?;
         } else {
             // Item by item: a host may have read a stream FIFO, so its items need not start
             // where a pass's would (one pop of the whole pass could straddle the ring's end).
             for i in 0..chunk {
-                self.pop_samples(i)?;
+                self.pop_streams(1, Some(i))?;
             }
         }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
@@ -370,54 +370,30 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(true)
     }
 
-    /// The pass's items of every stream, one pop each (see [`Self::pass_poppable`]): the
-    /// input and the loss's labels or targets into their rows, whose micro-batches lie side
-    /// by side in the scratch block as their items do in the ring.
-    fn pop_pass(&mut self) -> Result<(), ErrorCode> {
+    /// `items` items popped from every stream: the input and the loss's labels or targets
+    /// into their rows — the whole pass's (`micro_batch` `None`: its micro-batches lie side
+    /// by side in the scratch block as their items do in the ring) or micro-batch `i`'s —
+    /// and any other stream's dropped.
+    #[inline]
+    fn pop_streams(&mut self, items: usize, micro_batch: Option<usize>) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
-        let chunk = s.chunk();
         for (k, _) in p.streams.iter().enumerate() {
             let fifo = ids::stream_fifo(k as u8);
-            let rows = if k == usize::from(p.input) {
-                s.act(0).ok_or(MISSING)?
+            let region = if k == usize::from(p.input) {
+                s.act(0)
             } else if k == self.loss_stream {
-                s.target()
+                Some(s.target())
             } else {
                 // A stream no layer reads still moves on with the step.
-                self.fifos.pop(self.arena, fifo, chunk)?;
+                self.fifos.pop(self.arena, fifo, items)?;
                 continue;
             };
-            pop_into(self.arena, self.fifos, fifo, chunk, self.block, rows)?;
-        }
-        Ok(())
-    }
-
-    /// One item popped from every stream: the input and the loss's labels or targets into
-    /// the rows of the pass's micro-batch `i` in the scratch block.
-    fn pop_samples(&mut self, i: usize) -> Result<(), ErrorCode> {
-        let (p, s) = (&self.prepared.program, &self.prepared.scratch);
-        let part = |region: Option<Range<usize>>| {
-            region
-                .and_then(|r| s.part(r, i))
-                .ok_or(broken(Invariant::ScratchLayout))
-        };
-        for (k, _) in p.streams.iter().enumerate() {
-            let fifo = ids::stream_fifo(k as u8);
-            if k == usize::from(p.input) {
-                pop_into(self.arena, self.fifos, fifo, 1, self.block, part(s.act(0))?)?;
-            } else if k == self.loss_stream {
-                pop_into(
-                    self.arena,
-                    self.fifos,
-                    fifo,
-                    1,
-                    self.block,
-                    part(Some(s.target()))?,
-                )?;
-            } else {
-                // A stream no layer reads still moves on with the step.
-                self.fifos.pop(self.arena, fifo, 1)?;
-            }
+            let rows = match micro_batch {
+                Some(i) => region.and_then(|r| s.part(r, i)),
+                None => region,
+            };
+            let rows = rows.ok_or(broken(Invariant::ScratchLayout))?;
+            pop_into(self.arena, self.fifos, fifo, items, self.block, rows)?;
         }
         Ok(())
     }
@@ -609,7 +585,7 @@ fn update(
                     v.get_mut(at),
                     g.get(piece.src_begin..piece.src_end),
                 ) {
-                    (Some(w), Some(v), Some(g)) if w.len() == g.len() && v.len() == g.len() => {
+                    (Some(w), Some(v), Some(g)) if w.len() == g.len() => {
                         for ((w, v), g) in w.iter_mut().zip(v.iter_mut()).zip(g) {
                             *v = momentum * *v + *g;
                             *w -= lr * *v;

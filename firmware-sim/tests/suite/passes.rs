@@ -91,9 +91,8 @@ fn ok(device: &mut Device<'_>, request: Request<'_>) {
     }
 }
 
-/// Writes `data` at the start of `target` by a request.
-fn write(device: &mut Device<'_>, target: Target, data: &[u8]) {
-    let offset = 0;
+/// Writes `data` at `offset` of `target` by a request.
+fn write(device: &mut Device<'_>, target: Target, offset: u32, data: &[u8]) {
     ok(
         device,
         Request::Write {
@@ -140,34 +139,11 @@ enum Feed {
 /// written and read back by the host moves the ring on.
 fn write_straddling(device: &mut Device<'_>, target: Target, data: &[u8], items: usize) {
     let item = data.len() / items;
-    let at = |n: usize| u32::try_from(n * item).unwrap();
-    let mut write = |offset: u32, data: &[u8]| {
-        ok(
-            device,
-            Request::Write {
-                target,
-                offset,
-                data,
-            },
-        )
-    };
-    write(at(0), &data[..item]);
-    write(at(1), &data[..(items - 1) * item]);
-    let read = Request::Read {
-        target,
-        offset: 0,
-        len: at(1),
-    };
-    let read = device.handle(read);
-    assert!(matches!(read, Response::Data { .. }), "{read:?}");
-    ok(
-        device,
-        Request::Write {
-            target,
-            offset: 0,
-            data: &data[(items - 1) * item..],
-        },
-    );
+    let (first, last) = data.split_at((items - 1) * item);
+    write(device, target, 0, &data[..item]);
+    write(device, target, u32::try_from(item).unwrap(), first);
+    read(device, target, item);
+    write(device, target, 0, last);
 }
 
 /// [`train`], its inputs written and its anchors read `in_place` (straight into each stream
@@ -244,7 +220,7 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
             // The second FIFO: the first is counted before the refusal, and the reset must
             // empty it again.
             let target = Target::Fifo(ids::stream_fifo(1));
-            write(&mut device, target, &labels[..4]);
+            write(&mut device, target, 0, &labels[..4]);
             let refused = device.handle(Request::RunStep {
                 fed: true,
                 took: false,
@@ -263,7 +239,7 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
                     let ring = device.place(target, 0, len, Access::Write).unwrap();
                     ring.copy_from_slice(data);
                 }
-                Feed::Requests => write(&mut device, target, data),
+                Feed::Requests => write(&mut device, target, 0, data),
                 Feed::Straddling => {
                     let micro_batches = (ACCUMULATION * BATCHES) as usize;
                     write_straddling(&mut device, target, data, micro_batches)
