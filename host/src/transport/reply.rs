@@ -70,7 +70,8 @@ impl Reply {
     }
 
     /// The contribution to a reduction this message is instead of a reply, during a step
-    /// (see [`Channel::poll`](super::Channel::poll)): read from its [`Share`], not decoded.
+    /// (see [`Channel::poll`](super::Channel::poll)): read from the heading kept when the
+    /// message came in, not decoded again.
     pub fn contribution(&self) -> Option<Contribution<'_>> {
         let share = self.share.as_ref()?;
         Some(Contribution {
