@@ -13,9 +13,11 @@
 //! replica, and the default job in child processes — beside the loop, then beside the same
 //! job on device threads, trained in alternation, alone and again with a busy loop on every
 //! core beside them (a loaded machine); last, a fixed step of 256 samples on
-//! 64 replicas beside the same step on one (the runtime's cost per replica), and that cost
-//! per replica per update (a batch's weight update) worked out from the two. Each figure is
-//! the median of three runs.
+//! 64 replicas beside the same step on one (the runtime's cost per replica), the limit of
+//! a device walk per replica beside the same step on one (one replica's share of the step
+//! trained alone, times the cores: the replicas' walks with nothing between them), and the
+//! runtime's cost per replica per update (a batch's weight update) worked out from the
+//! first two. Each figure is the median of three runs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -178,7 +180,8 @@ fn versus(name: &str, job: &TrainJob, baseline: &TrainJob) {
 }
 
 /// A fixed step of 256 samples (2 batches of 128) on 64 replicas beside the same step on
-/// one: how the runtime's cost per replica grows.
+/// one: how the runtime's cost per replica grows; then how far a device walk per replica
+/// could go at best.
 fn scaling(steps: usize) {
     let fixed = |replicas: usize| TrainJob {
         replicas,
@@ -187,20 +190,39 @@ fn scaling(steps: usize) {
         accumulation: 128 / replicas,
         ..default_job(steps)
     };
-    let speed = |job: &TrainJob| {
-        median(
-            (0..RUNS)
-                .map(|_| train(job).expect("the job trains").samples_per_second)
-                .collect(),
-        )
+    // The limit of walking each replica's batches apart: one replica on a replica's share
+    // of the 64-replica step (2 micro-batches a batch, so nothing to exchange), as many
+    // samples as the 64-replica runs, times the cores — the 64 replicas' walks spread over
+    // every core with nothing between them: no exchange, no message, no wait.
+    let share = TrainJob {
+        replicas: 1,
+        steps: steps * 64,
+        ..fixed(64)
     };
-    let (one, many) = (speed(&fixed(1)), speed(&fixed(64)));
+    // The three trained in turn, run after run: a VM whose cores slow down for a while
+    // slows all three alike.
+    let speed = |job: &TrainJob| train(job).expect("the job trains").samples_per_second;
+    let (mut ones, mut manys, mut shares) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        ones.push(speed(&fixed(1)));
+        manys.push(speed(&fixed(64)));
+        shares.push(speed(&share));
+    }
+    let (one, many) = (median(ones), median(manys));
+    let apart = median(shares) * cores() as f64;
     println!(
         "{:<34} {:>14} {:>14} {:>7.2}×",
         "256 per step: 64 replicas vs 1",
         format!("{many:.0}"),
         format!("{one:.0}"),
         many / one
+    );
+    println!(
+        "{:<34} {:>14} {:>14} {:>7.2}×",
+        format!("  limit: 64 walks apart, {} cores", cores()),
+        format!("{apart:.0}"),
+        format!("{one:.0}"),
+        apart / one
     );
     // The runtime's cost per replica per update (a batch: one weight update): the time of
     // a step on 64 replicas beyond the time of the same step on one, divided by the 64

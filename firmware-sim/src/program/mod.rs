@@ -18,6 +18,8 @@
 //! [`grouping`]: tessera_core::grouping
 //! [`shard`]: tessera_core::shard
 
+mod held;
+mod layers;
 pub mod math;
 pub mod narrow;
 pub mod scratch;

@@ -41,17 +41,16 @@ use core::ops::Range;
 
 use tessera_core::program::{ids, Anchor, Layer, Reduction};
 use tessera_core::rng::Rng;
-use tessera_core::shard::Piece;
 use tessera_core::stream::{AnchorAction, AnchorReturnType};
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
-use super::{math, narrow, Prepared};
+use super::{held, layers, Prepared};
 use crate::arena::{Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
 
 /// A tensor the scratch layout lacks.
-const MISSING: ErrorCode = broken(Invariant::ScratchLayout);
+pub(super) const MISSING: ErrorCode = broken(Invariant::ScratchLayout);
 
 /// Everything a step touches.
 #[derive(Debug)]
@@ -297,7 +296,7 @@ impl<'d, 'a> Step<'d, 'a> {
         let s = &self.prepared.scratch;
         for (i, _) in self.prepared.program.variables.iter().enumerate() {
             if let Some(full) = s.full(i as u8) {
-                load_whole(self.arena, self.prepared, self.block, i as u8, full)?;
+                held::load_whole(self.arena, self.prepared, self.block, i as u8, full)?;
             }
         }
         Ok(())
@@ -338,9 +337,9 @@ impl<'d, 'a> Step<'d, 'a> {
             }
         }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
-        let mut work = forward(arena, block, prepared, self.rng)?;
-        loss(arena, block, prepared)?;
-        work += backward(arena, block, prepared)?;
+        let mut work = layers::forward(arena, block, prepared, self.rng)?;
+        layers::loss(arena, block, prepared)?;
+        work += layers::backward(arena, block, prepared)?;
         // Each anchor's FIFO gets its micro-batches' values in order (anchors are apart).
         for (j, anchor) in prepared.program.anchors.iter().enumerate() {
             if anchor.return_type == AnchorReturnType::All {
@@ -455,7 +454,7 @@ impl<'d, 'a> Step<'d, 'a> {
         let mut work = 0u64;
         for (i, _) in self.prepared.program.variables.iter().enumerate() {
             if self.prepared.scratch.grad(i as u8).is_some() {
-                work += update(
+                work += held::update(
                     self.arena,
                     self.prepared,
                     self.block,
@@ -469,7 +468,10 @@ impl<'d, 'a> Step<'d, 'a> {
 }
 
 /// The scratch block as `f32`s.
-fn floats<'x>(arena: &'x mut Arena<'_>, block: Block) -> Result<&'x mut [f32], ErrorCode> {
+pub(super) fn floats<'x>(
+    arena: &'x mut Arena<'_>,
+    block: Block,
+) -> Result<&'x mut [f32], ErrorCode> {
     as_floats(arena.bytes_mut(block))
 }
 
@@ -486,7 +488,7 @@ fn bytes<'x>(
 
 /// Disjoint mutable regions of `x`, in the order asked for; an error if any two overlap or
 /// one lies outside `x`.
-fn regions<const N: usize>(
+pub(super) fn regions<const N: usize>(
     x: &mut [f32],
     ranges: [Range<usize>; N],
 ) -> Result<[&mut [f32]; N], ErrorCode> {
@@ -494,263 +496,9 @@ fn regions<const N: usize>(
         .map_err(|_| broken(Invariant::Regions))
 }
 
-/// The pieces of variable `index` this replica holds (worked out at prepare: [`Held`]).
-///
-/// [`Held`]: super::Held
-fn held_pieces(
-    prepared: &Prepared,
-    index: u8,
-    mut each: impl FnMut(Piece),
-) -> Result<(), ErrorCode> {
-    let held = prepared
-        .held
-        .get(usize::from(index))
-        .ok_or(broken(Invariant::Sharding))?;
-    held.iter().copied().for_each(&mut each);
-    Ok(())
-}
-
-/// Variable `index` from what the replica holds into `full` (the rest zeroed).
-fn load_whole(
-    arena: &mut Arena<'_>,
-    prepared: &Prepared,
-    block: Block,
-    index: u8,
-    full: Range<usize>,
-) -> Result<(), ErrorCode> {
-    let held = arena
-        .find(Owner::Variable(ids::variable(index)))
-        .ok_or(broken(Invariant::Variable))?;
-    let (w, x) = arena
-        .pair_mut(held, block)
-        .ok_or(broken(Invariant::BlockPair))?;
-    let w: &[f32] = bytemuck::try_cast_slice(w).map_err(|_| broken(Invariant::Alignment))?;
-    let x: &mut [f32] =
-        bytemuck::try_cast_slice_mut(x).map_err(|_| broken(Invariant::Alignment))?;
-    let full = x.get_mut(full).ok_or(broken(Invariant::Regions))?;
-    full.fill(0.0);
-    let mut fits = true;
-    held_pieces(prepared, index, |piece| {
-        match (
-            full.get_mut(piece.src_begin..piece.src_end),
-            w.get(piece.dst_offset..piece.dst_offset + piece.len()),
-        ) {
-            (Some(to), Some(from)) => to.copy_from_slice(from),
-            _ => fits = false,
-        }
-    })?;
-    fits.then_some(()).ok_or(broken(Invariant::Piece))
-}
-
-/// The optimizer on what the replica holds of variable `index`; returns the work.
-///
-/// One pass over each piece it holds: with momentum `v ← μ·v + g` then `w ← w − lr·v`
-/// element by element, else `w ← w − lr·g`. (Two passes, the velocity's first, cost a
-/// lookup, a borrow and a walk of the pieces more per variable, which a step on many
-/// replicas of a small model pays once per replica per batch.)
-fn update(
-    arena: &mut Arena<'_>,
-    prepared: &Prepared,
-    block: Block,
-    index: u8,
-    (lr, momentum): (f32, f32),
-) -> Result<u64, ErrorCode> {
-    let grad = prepared
-        .scratch
-        .grad(index)
-        .ok_or(broken(Invariant::ScratchLayout))?;
-    let held = |id: u16| {
-        arena
-            .find(Owner::Variable(id))
-            .ok_or(broken(Invariant::Variable))
-    };
-    let weights = held(ids::variable(index))?;
-    let velocity = if prepared.program.optimizer.has_velocity() {
-        Some(held(ids::velocity(index))?)
-    } else {
-        None
-    };
-    let mut fits = true;
-    match velocity {
-        Some(velocity) => {
-            let [w, x, v] = arena
-                .blocks_mut([weights, block, velocity])
-                .ok_or(broken(Invariant::BlockPair))?;
-            let (w, g, v) = (as_floats(w)?, as_floats(x)?, as_floats(v)?);
-            let g = g.get(grad.clone()).ok_or(broken(Invariant::Regions))?;
-            held_pieces(prepared, index, |piece| {
-                let at = piece.dst_offset..piece.dst_offset + piece.len();
-                match (
-                    w.get_mut(at.clone()),
-                    v.get_mut(at),
-                    g.get(piece.src_begin..piece.src_end),
-                ) {
-                    (Some(w), Some(v), Some(g)) if w.len() == g.len() => {
-                        for ((w, v), g) in w.iter_mut().zip(v.iter_mut()).zip(g) {
-                            *v = momentum * *v + *g;
-                            *w -= lr * *v;
-                        }
-                    }
-                    _ => fits = false,
-                }
-            })?;
-        }
-        None => {
-            let [w, x] = arena
-                .blocks_mut([weights, block])
-                .ok_or(broken(Invariant::BlockPair))?;
-            let (w, g) = (as_floats(w)?, as_floats(x)?);
-            let g = g.get(grad.clone()).ok_or(broken(Invariant::Regions))?;
-            held_pieces(prepared, index, |piece| {
-                match (
-                    w.get_mut(piece.dst_offset..piece.dst_offset + piece.len()),
-                    g.get(piece.src_begin..piece.src_end),
-                ) {
-                    (Some(w), Some(g)) if w.len() == g.len() => {
-                        for (w, g) in w.iter_mut().zip(g) {
-                            *w -= lr * *g;
-                        }
-                    }
-                    _ => fits = false,
-                }
-            })?;
-        }
-    }
-    fits.then_some(grad.len() as u64)
-        .ok_or(broken(Invariant::Piece))
-}
-
 /// A block's bytes as `f32`s.
-fn as_floats(bytes: &mut [u8]) -> Result<&mut [f32], ErrorCode> {
+pub(super) fn as_floats(bytes: &mut [u8]) -> Result<&mut [f32], ErrorCode> {
     bytemuck::try_cast_slice_mut(bytes).map_err(|_| broken(Invariant::Alignment))
-}
-
-/// The layers before the loss, in order; returns the work.
-fn forward(
-    arena: &mut Arena<'_>,
-    block: Block,
-    prepared: &Prepared,
-    rng: &mut Rng,
-) -> Result<u64, ErrorCode> {
-    let (p, s) = (&prepared.program, &prepared.scratch);
-    let x = floats(arena, block)?;
-    let mut work = 0u64;
-    for (k, layer) in p.layers.iter().enumerate().take(s.last()) {
-        let (a, y) = (s.act(k).ok_or(MISSING)?, s.act(k + 1).ok_or(MISSING)?);
-        work += y.len() as u64;
-        match *layer {
-            Layer::Linear { weight } => {
-                let [w, a, y] = regions(x, [s.full(weight).ok_or(MISSING)?, a, y])?;
-                narrow::linear(w, a, y, s.rows());
-                work += (w.len() * s.rows()) as u64;
-            }
-            Layer::Bias { bias } => {
-                let [b, a, y] = regions(x, [s.full(bias).ok_or(MISSING)?, a, y])?;
-                for (a, y) in rows(a, s.rows()).zip(rows_mut(y, s.rows())) {
-                    math::bias(b, a, y);
-                }
-            }
-            Layer::Relu => {
-                let [a, y] = regions(x, [a, y])?;
-                math::relu(a, y);
-            }
-            Layer::Dropout { rate } => {
-                let [a, mask, y] = regions(x, [a, s.mask(k).ok_or(MISSING)?, y])?;
-                math::dropout(rng, rate, a, mask, y);
-            }
-            Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
-                return Err(broken(Invariant::LossLayer))
-            }
-        }
-    }
-    Ok(work)
-}
-
-/// The loss layer, sample by sample: each sample's loss into the losses region, and the
-/// gradient of its input.
-fn loss(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<(), ErrorCode> {
-    let (p, s) = (&prepared.program, &prepared.scratch);
-    let x = floats(arena, block)?;
-    let last = s.last();
-    let [y, t, dy, losses] = regions(
-        x,
-        [
-            s.act(last).ok_or(MISSING)?,
-            s.target(),
-            s.delta(last).ok_or(MISSING)?,
-            s.losses(),
-        ],
-    )?;
-    let n = s.rows();
-    let samples = rows(y, n).zip(rows(t, n)).zip(rows_mut(dy, n));
-    for (((y, t), dy), loss) in samples.zip(losses.iter_mut()) {
-        *loss = match p.layers.last() {
-            Some(Layer::SoftmaxCrossEntropy { .. }) => {
-                let label = t.first().map_or(-1, |l| l.to_bits() as i32);
-                math::softmax_cross_entropy(y, label, dy).ok_or(ErrorCode::BadArguments)?
-            }
-            Some(Layer::MeanSquaredError { .. }) => math::mean_squared_error(y, t, dy),
-            _ => return Err(broken(Invariant::LossLayer)),
-        };
-    }
-    Ok(())
-}
-
-/// `x` as `n` rows (the samples of a pass).
-fn rows(x: &[f32], n: usize) -> core::slice::ChunksExact<'_, f32> {
-    x.chunks_exact((x.len() / n.max(1)).max(1))
-}
-
-/// `x` as `n` writable rows.
-fn rows_mut(x: &mut [f32], n: usize) -> core::slice::ChunksExactMut<'_, f32> {
-    x.chunks_exact_mut((x.len() / n.max(1)).max(1))
-}
-
-/// The layers before the loss, last first, adding to the gradients; returns the work.
-fn backward(arena: &mut Arena<'_>, block: Block, prepared: &Prepared) -> Result<u64, ErrorCode> {
-    let (p, s) = (&prepared.program, &prepared.scratch);
-    let x = floats(arena, block)?;
-    let mut work = 0u64;
-    for (k, layer) in p.layers.iter().enumerate().take(s.last()).rev() {
-        let (dy, dx) = (s.delta(k + 1).ok_or(MISSING)?, s.delta(k).ok_or(MISSING)?);
-        work += dx.len() as u64;
-        match *layer {
-            Layer::Linear { weight } => {
-                let (w, g) = (
-                    s.full(weight).ok_or(MISSING)?,
-                    s.grad(weight).ok_or(MISSING)?,
-                );
-                let a = s.act(k).ok_or(MISSING)?;
-                let [w, a, dy, g, dx] = regions(x, [w, a, dy, g, dx])?;
-                let n = s.rows();
-                let passes = if k > 0 { 2 } else { 1 };
-                work += (w.len() * passes * n) as u64;
-                // Sample by sample, in order: the gradient sums as it would one sample per
-                // micro-batch. The input's gradient is needed only below the first layer.
-                let dx = Some(dx).filter(|_| k > 0);
-                narrow::linear_backward(w, a, dy, g, dx, n);
-            }
-            Layer::Bias { bias } => {
-                let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(MISSING)?, dy, dx])?;
-                for dy in rows(dy, s.rows()) {
-                    g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
-                }
-                dx.copy_from_slice(dy);
-            }
-            Layer::Relu => {
-                let [y, dy, dx] = regions(x, [s.act(k + 1).ok_or(MISSING)?, dy, dx])?;
-                math::relu_backward(y, dy, dx);
-            }
-            Layer::Dropout { .. } => {
-                let [mask, dy, dx] = regions(x, [s.mask(k).ok_or(MISSING)?, dy, dx])?;
-                math::multiply(mask, dy, dx);
-            }
-            Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
-                return Err(broken(Invariant::LossLayer))
-            }
-        }
-    }
-    Ok(work)
 }
 
 /// Pops `items` items of FIFO `fifo` into elements `at` of the scratch block.

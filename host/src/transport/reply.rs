@@ -1,11 +1,17 @@
 //! What a channel hands back: a reply (its frame body, decoded on demand, and any bulk
 //! bytes that came beside it), and a reply known to be of an endpoint's type.
+//!
+//! A contribution to a step's reduction is decoded once, when the channel takes it in: its
+//! heading and where its data lie in the body ([`Share`]) travel with it, so the step
+//! driver, which reads a contribution twice (to judge it, then to fold it), decodes nothing
+//! again, and a reply that is no contribution is known as one without a decode.
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{Contribution, Endpoint, Envelope, FromDevice, Response};
+use tessera_core::wire::{Contribution, Endpoint, Envelope, FromDevice, ReduceOp, Response};
 use tessera_firmware_sim::std_link::Bulk;
 
 /// A reply: the frame body it came in, its decoded response, and any bulk bytes beside it.
@@ -14,6 +20,34 @@ pub struct Reply {
     pub(super) seq: u32,
     pub(super) body: Vec<u8>,
     pub(super) bulk: Option<Bulk>,
+    /// The contribution the body holds instead of a reply, if it does.
+    pub(super) share: Option<Share>,
+}
+
+/// A contribution's heading, decoded when its message came in, and where its data lie in
+/// the message's body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Share {
+    step: u32,
+    round: u32,
+    op: ReduceOp,
+    data: Range<usize>,
+}
+
+impl Share {
+    /// `c`'s heading, `c` decoded from `body` (its data borrow from it); `None` if they do
+    /// not lie in `body` (a decoder that copied them).
+    pub(super) fn of(c: &Contribution<'_>, body: &[u8]) -> Option<Self> {
+        let start = (c.data.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+        let data = start..start.checked_add(c.data.len())?;
+        // The same bytes, at the same place: the range names them and nothing else.
+        (body.get(data.clone())?.as_ptr() == c.data.as_ptr()).then_some(Self {
+            step: c.step,
+            round: c.round,
+            op: c.op,
+            data,
+        })
+    }
 }
 
 impl fmt::Debug for Reply {
@@ -36,12 +70,16 @@ impl Reply {
     }
 
     /// The contribution to a reduction this message is instead of a reply, during a step
-    /// (see [`Channel::poll`](super::Channel::poll)).
+    /// (see [`Channel::poll`](super::Channel::poll)): read from the heading kept when the
+    /// message came in, not decoded again.
     pub fn contribution(&self) -> Option<Contribution<'_>> {
-        match decode_body::<FromDevice<'_>>(&self.body) {
-            Ok(FromDevice::Contribution(c)) => Some(c),
-            _ => None,
-        }
+        let share = self.share.as_ref()?;
+        Some(Contribution {
+            step: share.step,
+            round: share.round,
+            op: share.op,
+            data: self.body.get(share.data.clone())?,
+        })
     }
 
     /// A message carrying `contribution`, as a device sends it: for the step driver's tests.
@@ -49,10 +87,15 @@ impl Reply {
     pub(crate) fn from_contribution(contribution: Contribution<'_>) -> Self {
         let message = FromDevice::Contribution(contribution);
         let body = postcard::to_allocvec(&message).expect("a contribution encodes");
+        let share = match decode_body::<FromDevice<'_>>(&body) {
+            Ok(FromDevice::Contribution(c)) => Share::of(&c, &body),
+            _ => None,
+        };
         Self {
             seq: 0,
             body,
             bulk: None,
+            share,
         }
     }
 
@@ -87,5 +130,66 @@ impl<E: Endpoint> Typed<E> {
 impl<E> fmt::Debug for Typed<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.reply.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a contribution read back from the wrong bytes of its message: the heading
+    /// and the data its [`Share`] names must be the ones the device sent, whatever the
+    /// lengths of the varints before them.
+    #[test]
+    fn a_contribution_reads_back_as_it_was_sent() {
+        for (step, round, len) in [(0, 0, 0), (1, 2, 3), (u32::MAX, 300, 1000)] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let sent = Contribution {
+                step,
+                round,
+                op: ReduceOp::Mean,
+                data: &data,
+            };
+            let reply = Reply::from_contribution(sent.clone());
+            assert_eq!(reply.contribution(), Some(sent));
+        }
+    }
+
+    /// Catches a share taken from bytes the body does not hold (a decoder that copied
+    /// them would leave a range that names other bytes).
+    #[test]
+    fn a_share_of_bytes_outside_the_body_is_none() {
+        let body = vec![0u8; 16];
+        let elsewhere = [1u8; 4];
+        let c = Contribution {
+            step: 0,
+            round: 0,
+            op: ReduceOp::Sum,
+            data: &elsewhere,
+        };
+        assert_eq!(Share::of(&c, &body), None);
+        let inside = Contribution {
+            data: &body[4..8],
+            ..c
+        };
+        assert_eq!(Share::of(&inside, &body).map(|s| s.data), Some(4..8));
+    }
+
+    /// A reply that is no contribution says so without a share.
+    #[test]
+    fn a_reply_is_no_contribution() {
+        let body = postcard::to_allocvec(&FromDevice::Reply(Envelope {
+            seq: 5,
+            body: Response::Done,
+        }))
+        .unwrap();
+        let reply = Reply {
+            seq: 5,
+            body,
+            bulk: None,
+            share: None,
+        };
+        assert_eq!(reply.contribution(), None);
+        assert_eq!(reply.response(), Response::Done);
     }
 }

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::{Combined, Request, RequestKind, ToDevice};
-use tessera_firmware_sim::std_link::Message;
 
 use super::{transmit, Channel, Reply, TransportError};
 
@@ -48,7 +47,7 @@ impl Channel {
         }
         let reply = self.receive(seq);
         // The abandoned steps' replies and contributions are nobody's now.
-        self.arrived.retain(|(seq, _)| !steps.contains(seq));
+        self.arrived.retain(|a| !steps.contains(&a.seq));
         reply
     }
 
@@ -56,20 +55,15 @@ impl Channel {
     /// arrives within `wait`, without sending anything again: for a caller that manages
     /// its own retries (the runtime's step driver).
     pub fn poll(&mut self, seq: u32, wait: Duration) -> Result<Option<Reply>, TransportError> {
-        let reply = |message: Message| Reply {
-            seq,
-            body: message.body,
-            bulk: message.bulk,
-        };
-        if let Some(message) = self.take(seq) {
-            return Ok(Some(reply(message)));
+        if let Some(arrival) = self.take(seq) {
+            return Ok(Some(arrival.reply()));
         }
         // The clock is read once a poll has to wait (a step's polls mostly do not).
         let until = Instant::now() + wait;
         loop {
             self.pump(Some(until), false)?;
-            if let Some(message) = self.take(seq) {
-                return Ok(Some(reply(message)));
+            if let Some(arrival) = self.take(seq) {
+                return Ok(Some(arrival.reply()));
             }
             if Instant::now() >= until {
                 return Ok(None);

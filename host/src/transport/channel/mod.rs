@@ -50,7 +50,7 @@ use tessera_core::wire::{
 use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::reader::MAX_FRAME;
-use super::reply::{Reply, Typed};
+use super::reply::{Reply, Share, Typed};
 use super::shared::{SharedMemory, Window};
 use super::spawn::{DeviceHandle, Liveness, Outgoing};
 use super::TransportError;
@@ -134,7 +134,7 @@ pub struct Channel {
     /// Replies not yet claimed, with their sequence numbers, in the order they arrived; a
     /// step's reductions queue here too. Replies are claimed oldest first, so a search
     /// stops at the front: cheaper than a hash map's hashing and allocation per message.
-    arrived: VecDeque<(u32, Message)>,
+    arrived: VecDeque<Arrival>,
     retries: u64,
     /// The window bulk bytes pass through (child processes, QEMU).
     window: Option<Window>,
@@ -480,11 +480,7 @@ impl Channel {
     pub fn receive(&mut self, seq: u32) -> Result<Reply, TransportError> {
         loop {
             if let Some(message) = self.take(seq) {
-                let reply = Reply {
-                    seq,
-                    body: message.body,
-                    bulk: message.bulk,
-                };
+                let reply = message.reply();
                 if let Response::Error { request, code } = reply.response() {
                     tracing::debug!(replica = self.limits.replica, ?request, %code, "device error");
                     return Err(TransportError::Device {
@@ -573,9 +569,30 @@ impl Channel {
     }
 
     /// The oldest unclaimed message under `seq`.
-    fn take(&mut self, seq: u32) -> Option<Message> {
-        let at = self.arrived.iter().position(|&(s, _)| s == seq)?;
-        self.arrived.remove(at).map(|(_, message)| message)
+    fn take(&mut self, seq: u32) -> Option<Arrival> {
+        let at = self.arrived.iter().position(|a| a.seq == seq)?;
+        self.arrived.remove(at)
+    }
+}
+
+/// A message taken in and not yet claimed: its sequence number (a contribution's is its
+/// step's), the message, and the contribution it holds, decoded as it came in.
+#[derive(Debug)]
+pub(super) struct Arrival {
+    seq: u32,
+    message: Message,
+    share: Option<Share>,
+}
+
+impl Arrival {
+    /// The message, handed back as a [`Reply`].
+    fn reply(self) -> Reply {
+        Reply {
+            seq: self.seq,
+            body: self.message.body,
+            bulk: self.message.bulk,
+            share: self.share,
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Envelope, FromDevice, Response};
 use tessera_firmware_sim::std_link::{Bulk, Message};
 
-use super::{transmit, Channel, Outgoing, Silence, TransportError, ATTEMPTS};
+use super::{transmit, Arrival, Channel, Outgoing, Share, Silence, TransportError, ATTEMPTS};
 
 impl Channel {
     /// Takes in what the device sent, until one message arrives or `until` passes; with
@@ -51,16 +51,19 @@ impl Channel {
     /// Files a message from the device: a reply to a request in flight completes it; a
     /// reduction (during a step) is queued under the step; anything else is stale.
     pub(super) fn accept(&mut self, mut message: Message) {
-        let (seq, completes, bulk) = match decode_body::<FromDevice<'_>>(&message.body) {
+        let (seq, completes, bulk, share) = match decode_body::<FromDevice<'_>>(&message.body) {
             Ok(FromDevice::Reply(Envelope { seq, body })) => {
                 let bulk = match body {
                     Response::Bulk { len } => Some(len),
                     _ => None,
                 };
-                (seq, true, bulk)
+                (seq, true, bulk, None)
             }
             // A contribution waits under its step, which it does not complete.
-            Ok(FromDevice::Contribution(c)) => (c.step, false, None),
+            Ok(FromDevice::Contribution(c)) => match Share::of(&c, &message.body) {
+                Some(share) => (c.step, false, None, Some(share)),
+                None => return self.spares.give_back(message.body),
+            },
             Err(_) => return self.spares.give_back(message.body),
         };
         let Some(at) = self.in_flight.iter().position(|f| f.seq == seq) else {
@@ -81,7 +84,11 @@ impl Channel {
                 self.oldest_sent = Instant::now();
             }
         }
-        self.arrived.push_back((seq, message));
+        self.arrived.push_back(Arrival {
+            seq,
+            message,
+            share,
+        });
     }
 
     /// Sends every unanswered request again, oldest first (go-back-N).

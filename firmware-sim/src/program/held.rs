@@ -1,0 +1,147 @@
+//! What a replica holds of each variable, moved at every batch: made whole in the step's
+//! scratch block before the layers read it, and updated by the optimizer after the
+//! gradient exchanges. Both walk the pieces worked out at prepare ([`Held`]): a sharded
+//! variable's shard fills its share of the whole (the rest zeroed, for the gather exchange
+//! to complete), and the optimizer changes only those elements (padding stays zero).
+//!
+//! A piece that does not fit the blocks it is moved between is a broken layout
+//! ([`Invariant::Piece`]), answered instead of a panic.
+//!
+//! [`Held`]: super::Held
+
+use core::ops::Range;
+
+use tessera_core::program::ids;
+use tessera_core::shard::Piece;
+use tessera_core::wire::{ErrorCode, Invariant};
+
+use super::step::as_floats;
+use super::Prepared;
+use crate::arena::{Arena, Block, Owner};
+use crate::broken;
+
+/// The pieces of variable `index` this replica holds (worked out at prepare: [`Held`]).
+///
+/// [`Held`]: super::Held
+fn held_pieces(
+    prepared: &Prepared,
+    index: u8,
+    mut each: impl FnMut(Piece),
+) -> Result<(), ErrorCode> {
+    let held = prepared
+        .held
+        .get(usize::from(index))
+        .ok_or(broken(Invariant::Sharding))?;
+    held.iter().copied().for_each(&mut each);
+    Ok(())
+}
+
+/// Variable `index` from what the replica holds into `full` (the rest zeroed).
+pub(super) fn load_whole(
+    arena: &mut Arena<'_>,
+    prepared: &Prepared,
+    block: Block,
+    index: u8,
+    full: Range<usize>,
+) -> Result<(), ErrorCode> {
+    let held = arena
+        .find(Owner::Variable(ids::variable(index)))
+        .ok_or(broken(Invariant::Variable))?;
+    let (w, x) = arena
+        .pair_mut(held, block)
+        .ok_or(broken(Invariant::BlockPair))?;
+    let w: &[f32] = bytemuck::try_cast_slice(w).map_err(|_| broken(Invariant::Alignment))?;
+    let x: &mut [f32] =
+        bytemuck::try_cast_slice_mut(x).map_err(|_| broken(Invariant::Alignment))?;
+    let full = x.get_mut(full).ok_or(broken(Invariant::Regions))?;
+    full.fill(0.0);
+    let mut fits = true;
+    held_pieces(prepared, index, |piece| {
+        match (
+            full.get_mut(piece.src_begin..piece.src_end),
+            w.get(piece.dst_offset..piece.dst_offset + piece.len()),
+        ) {
+            (Some(to), Some(from)) => to.copy_from_slice(from),
+            _ => fits = false,
+        }
+    })?;
+    fits.then_some(()).ok_or(broken(Invariant::Piece))
+}
+
+/// The optimizer on what the replica holds of variable `index`; returns the work.
+///
+/// One pass over each piece it holds: with momentum `v ← μ·v + g` then `w ← w − lr·v`
+/// element by element, else `w ← w − lr·g`. (Two passes, the velocity's first, cost a
+/// lookup, a borrow and a walk of the pieces more per variable, which a step on many
+/// replicas of a small model pays once per replica per batch.)
+pub(super) fn update(
+    arena: &mut Arena<'_>,
+    prepared: &Prepared,
+    block: Block,
+    index: u8,
+    (lr, momentum): (f32, f32),
+) -> Result<u64, ErrorCode> {
+    let grad = prepared
+        .scratch
+        .grad(index)
+        .ok_or(broken(Invariant::ScratchLayout))?;
+    let held = |id: u16| {
+        arena
+            .find(Owner::Variable(id))
+            .ok_or(broken(Invariant::Variable))
+    };
+    let weights = held(ids::variable(index))?;
+    let velocity = if prepared.program.optimizer.has_velocity() {
+        Some(held(ids::velocity(index))?)
+    } else {
+        None
+    };
+    let mut fits = true;
+    match velocity {
+        Some(velocity) => {
+            let [w, x, v] = arena
+                .blocks_mut([weights, block, velocity])
+                .ok_or(broken(Invariant::BlockPair))?;
+            let (w, g, v) = (as_floats(w)?, as_floats(x)?, as_floats(v)?);
+            let g = g.get(grad.clone()).ok_or(broken(Invariant::Regions))?;
+            held_pieces(prepared, index, |piece| {
+                let at = piece.dst_offset..piece.dst_offset + piece.len();
+                match (
+                    w.get_mut(at.clone()),
+                    v.get_mut(at),
+                    g.get(piece.src_begin..piece.src_end),
+                ) {
+                    (Some(w), Some(v), Some(g)) if w.len() == g.len() => {
+                        for ((w, v), g) in w.iter_mut().zip(v.iter_mut()).zip(g) {
+                            *v = momentum * *v + *g;
+                            *w -= lr * *v;
+                        }
+                    }
+                    _ => fits = false,
+                }
+            })?;
+        }
+        None => {
+            let [w, x] = arena
+                .blocks_mut([weights, block])
+                .ok_or(broken(Invariant::BlockPair))?;
+            let (w, g) = (as_floats(w)?, as_floats(x)?);
+            let g = g.get(grad.clone()).ok_or(broken(Invariant::Regions))?;
+            held_pieces(prepared, index, |piece| {
+                match (
+                    w.get_mut(piece.dst_offset..piece.dst_offset + piece.len()),
+                    g.get(piece.src_begin..piece.src_end),
+                ) {
+                    (Some(w), Some(g)) if w.len() == g.len() => {
+                        for (w, g) in w.iter_mut().zip(g) {
+                            *w -= lr * *g;
+                        }
+                    }
+                    _ => fits = false,
+                }
+            })?;
+        }
+    }
+    fits.then_some(grad.len() as u64)
+        .ok_or(broken(Invariant::Piece))
+}
