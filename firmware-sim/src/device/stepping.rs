@@ -21,7 +21,6 @@ use tessera_core::wire::{ErrorCode, Invariant, ReduceOp, RequestKind, Response};
 
 use super::data::Rings;
 use super::Device;
-use crate::arena::Owner;
 use crate::program::{self as step, Cursor, Leg, StepContext};
 
 /// A step between two legs: where it stands, and the exchange it waits on.
@@ -93,7 +92,7 @@ impl Device<'_> {
     pub fn contribution(&mut self) -> Option<Progress<'_>> {
         let s = self.stepping.as_ref()?;
         let (round, op, span) = (s.round, s.op, s.span.clone());
-        let block = self.arena.find(Owner::StepScratch)?;
+        let block = self.prepared.as_ref()?.placed.scratch;
         let data = self.arena.bytes(block).get(span.start * 4..span.end * 4)?;
         Some(Progress::Contribute { round, op, data })
     }

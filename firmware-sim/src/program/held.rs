@@ -11,13 +11,12 @@
 
 use core::ops::Range;
 
-use tessera_core::program::ids;
 use tessera_core::shard::Piece;
 use tessera_core::wire::{ErrorCode, Invariant};
 
 use super::step::as_floats;
 use super::Prepared;
-use crate::arena::{Arena, Block, Owner};
+use crate::arena::{Arena, Block};
 use crate::broken;
 
 /// The pieces of variable `index` this replica holds (worked out at prepare: [`Held`]).
@@ -36,6 +35,17 @@ fn held_pieces(
     Ok(())
 }
 
+/// The blocks of variable `index` and of its velocity (when the optimizer has one), as
+/// they were placed.
+fn placed(prepared: &Prepared, index: u8) -> Result<(Block, Option<Block>), ErrorCode> {
+    prepared
+        .placed
+        .variables
+        .get(usize::from(index))
+        .copied()
+        .ok_or(broken(Invariant::Variable))
+}
+
 /// Variable `index` from what the replica holds into `full` (the rest zeroed).
 pub(super) fn load_whole(
     arena: &mut Arena<'_>,
@@ -44,9 +54,7 @@ pub(super) fn load_whole(
     index: u8,
     full: Range<usize>,
 ) -> Result<(), ErrorCode> {
-    let held = arena
-        .find(Owner::Variable(ids::variable(index)))
-        .ok_or(broken(Invariant::Variable))?;
+    let (held, _) = placed(prepared, index)?;
     let (w, x) = arena
         .pair_mut(held, block)
         .ok_or(broken(Invariant::BlockPair))?;
@@ -85,17 +93,7 @@ pub(super) fn update(
         .scratch
         .grad(index)
         .ok_or(broken(Invariant::ScratchLayout))?;
-    let held = |id: u16| {
-        arena
-            .find(Owner::Variable(id))
-            .ok_or(broken(Invariant::Variable))
-    };
-    let weights = held(ids::variable(index))?;
-    let velocity = if prepared.program.optimizer.has_velocity() {
-        Some(held(ids::velocity(index))?)
-    } else {
-        None
-    };
+    let (weights, velocity) = placed(prepared, index)?;
     let mut fits = true;
     match velocity {
         Some(velocity) => {

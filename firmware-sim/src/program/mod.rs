@@ -32,7 +32,7 @@ use tessera_core::program::{
 use tessera_core::shard::Piece;
 use tessera_core::wire::{ErrorCode, Invariant, Limits};
 
-use crate::arena::{saturate, Arena, Owner};
+use crate::arena::{saturate, Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
 use scratch::Scratch;
@@ -55,6 +55,21 @@ pub struct Prepared {
     pub exchanges: Exchanges,
     /// What the replica holds of each variable, in variable order (see [`Held`]).
     pub held: Holdings,
+    /// Where the step's blocks lie (see [`Placed`]).
+    pub placed: Placed,
+}
+
+/// The blocks a step reads at every batch, found once when the program is placed: a block
+/// never moves while it is allocated, and these are freed only with the program. A step
+/// on many replicas of a small model looked each one up at every leg and batch (a search
+/// of the arena's table, a few percent of the step).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    /// The step's scratch block.
+    pub scratch: Block,
+    /// Each variable's block, and its velocity's when the optimizer has one, in variable
+    /// order.
+    pub variables: heapless::Vec<(Block, Option<Block>), MAX_VARIABLES>,
 }
 
 /// The pieces of one variable a replica holds: its shard's (core's [`ShardLayout`] rule
@@ -124,7 +139,7 @@ pub fn prepare(
     release(arena, fifos, &program);
     #[cfg(not(feature = "firmware"))]
     let scratch = wider(arena, fifos, &program, replicas, &scratch).unwrap_or(scratch);
-    place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
+    let placed = place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
         release(arena, fifos, &program);
     })?;
     Ok(Prepared {
@@ -135,6 +150,7 @@ pub fn prepare(
         rounds,
         exchanges,
         held,
+        placed,
     })
 }
 
@@ -212,11 +228,12 @@ fn place(
     program: &Program,
     replicas: usize,
     scratch: &Scratch,
-) -> Result<(), ErrorCode> {
+) -> Result<Placed, ErrorCode> {
     let flow = program
         .data_flow()
         .map_err(|_| broken(Invariant::Placement))?;
     let momentum = program.optimizer.has_velocity();
+    let mut variables = heapless::Vec::new();
     for i in 0..program.variables.len() {
         let held = program
             .held_elements(i, replicas)
@@ -224,11 +241,16 @@ fn place(
             .and_then(|n| n.checked_mul(4))
             .ok_or(broken(Invariant::Placement))?;
         let index = i as u8; // At most MAX_VARIABLES variables.
-        arena.alloc(Owner::Variable(ids::variable(index)), held)?;
+        let variable = arena.alloc(Owner::Variable(ids::variable(index)), held)?;
         arena.alloc(Owner::Slot(ids::slot(index)), held)?;
-        if momentum {
-            arena.alloc(Owner::Variable(ids::velocity(index)), held)?;
-        }
+        let velocity = if momentum {
+            Some(arena.alloc(Owner::Variable(ids::velocity(index)), held)?)
+        } else {
+            None
+        };
+        variables
+            .push((variable, velocity))
+            .map_err(|_| broken(Invariant::Placement))?;
     }
     // A FIFO holds one step's items; a step of more than u16::MAX of them, or an item of
     // more than u32::MAX bytes, cannot be placed.
@@ -256,8 +278,8 @@ fn place(
         let (item, depth) = shape(width.and_then(|w| w.checked_mul(4)), items)?;
         fifos.create(arena, ids::anchor_fifo(j as u8), item, depth)?;
     }
-    arena.alloc(Owner::StepScratch, scratch.bytes())?;
-    Ok(())
+    let scratch = arena.alloc(Owner::StepScratch, scratch.bytes())?;
+    Ok(Placed { scratch, variables })
 }
 
 /// Puts `prepared`'s step state back to where a step starts (after a failed one): every
@@ -277,9 +299,7 @@ pub fn reset(
     for j in 0..program.anchors.len() as u8 {
         fifos.empty(ids::anchor_fifo(j))?;
     }
-    if let Some(block) = arena.find(Owner::StepScratch) {
-        arena.bytes_mut(block).fill(0);
-    }
+    arena.bytes_mut(prepared.placed.scratch).fill(0);
     Ok(())
 }
 
@@ -301,11 +321,16 @@ fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program) {
 
 #[cfg(test)]
 mod tests {
+    use tessera_core::dtype::DataType;
     use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-    use tessera_core::program::{Optimizer, Program, Sharding};
+    use tessera_core::program::{ids, Layer, Optimizer, Program, Sharding};
     use tessera_core::shard::Piece;
+    use tessera_core::stream::AnchorReturnType;
+    use tessera_core::wire::Limits;
 
-    use super::holdings;
+    use super::{holdings, prepare, Prepared};
+    use crate::arena::{Arena, Owner};
+    use crate::fifo::Fifos;
 
     fn piece(src: core::ops::Range<usize>) -> Piece {
         Piece {
@@ -336,5 +361,93 @@ mod tests {
             assert_eq!(held[0].as_slice(), w.as_slice(), "replica {replica}'s w");
             assert_eq!(held[1].as_slice(), [piece(0..3)], "replica {replica}'s b");
         }
+    }
+
+    /// A one-layer classifier of `inputs` features, trained with `optimizer`.
+    fn classifier(inputs: u32, optimizer: Optimizer) -> Program {
+        let mut p = Program::new(1, 2, optimizer);
+        let all = GroupingSpec::Comm(CommGroup::All);
+        let one = RetrievalMode::OnePerGroup;
+        let w = p
+            .add_variable("w", &[3, inputs], all, one, Sharding::Balanced)
+            .unwrap();
+        p.input = p.add_stream("x", DataType::F32, &[inputs], false).unwrap();
+        let labels = p.add_stream("label", DataType::I32, &[1], false).unwrap();
+        p.add_layer(Layer::Linear { weight: w }).unwrap();
+        p.add_layer(Layer::SoftmaxCrossEntropy { labels }).unwrap();
+        p.add_anchor(
+            tessera_core::program::AnchorTensor::Loss,
+            AnchorReturnType::All,
+        )
+        .unwrap();
+        p
+    }
+
+    /// The blocks `prepared` says its step reads are the ones the arena holds for them.
+    fn placed_as_held(arena: &Arena<'_>, prepared: &Prepared) {
+        let placed = &prepared.placed;
+        assert_eq!(arena.find(Owner::StepScratch), Some(placed.scratch));
+        assert_eq!(placed.variables.len(), prepared.program.variables.len());
+        for (i, &(variable, velocity)) in placed.variables.iter().enumerate() {
+            let i = i as u8;
+            assert_eq!(
+                arena.find(Owner::Variable(ids::variable(i))),
+                Some(variable)
+            );
+            assert_eq!(velocity, arena.find(Owner::Variable(ids::velocity(i))));
+        }
+    }
+
+    /// Catches a step that reads blocks found at placement after they moved or went: the
+    /// blocks a prepared program keeps are the arena's for its variables, velocities and
+    /// scratch, and a program prepared in its place (other sizes, a velocity now) keeps
+    /// the new ones, the old ones freed.
+    #[test]
+    fn the_placed_blocks_are_the_arenas() {
+        let mut memory = [0u8; 1 << 14];
+        let mut arena = Arena::new(&mut memory);
+        let mut fifos = Fifos::default();
+        let limits = Limits {
+            memory: 1 << 14,
+            max_frame: 1024,
+            replica: 1,
+            window: 4,
+        };
+        let mut previous = None;
+        let sgd = Optimizer::Sgd { learning_rate: 0.1 };
+        let first = prepare(
+            &mut arena,
+            &mut fifos,
+            classifier(2, sgd),
+            4,
+            &limits,
+            &mut previous,
+        )
+        .unwrap();
+        placed_as_held(&arena, &first);
+        assert_eq!(
+            first.placed.variables[0].1, None,
+            "no velocity without momentum"
+        );
+        let momentum = Optimizer::SgdMomentum {
+            learning_rate: 0.1,
+            momentum: 0.9,
+        };
+        let mut previous = Some(first.clone());
+        let second = prepare(
+            &mut arena,
+            &mut fifos,
+            classifier(6, momentum),
+            4,
+            &limits,
+            &mut previous,
+        )
+        .unwrap();
+        placed_as_held(&arena, &second);
+        assert!(
+            second.placed.variables[0].1.is_some(),
+            "a velocity with momentum"
+        );
+        assert_ne!(second.placed.variables[0].0, first.placed.variables[0].0);
     }
 }

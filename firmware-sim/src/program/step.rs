@@ -238,9 +238,8 @@ impl<'d, 'a> Step<'d, 'a> {
             prepared,
             optimizer,
         } = ctx;
-        let block = arena
-            .find(Owner::StepScratch)
-            .filter(|b| b.len == prepared.scratch.bytes())
+        let block = Some(prepared.placed.scratch)
+            .filter(|b| b.owner == Owner::StepScratch && b.len == prepared.scratch.bytes())
             .ok_or(broken(Invariant::StepScratch))?;
         Ok(Self {
             arena,

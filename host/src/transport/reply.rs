@@ -35,13 +35,21 @@ pub(super) struct Share {
 }
 
 impl Share {
-    /// `c`'s heading, `c` decoded from `body` (its data borrow from it); `None` if they do
-    /// not lie in `body` (a decoder that copied them).
+    /// `c`'s heading, `c` decoded from `body` (its data borrow from it: postcard lends a
+    /// byte string out of its input); `None` if they do not lie in `body` (a decoder that
+    /// copied them).
     pub(super) fn of(c: &Contribution<'_>, body: &[u8]) -> Option<Self> {
-        let start = (c.data.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-        let data = start..start.checked_add(c.data.len())?;
-        // The same bytes, at the same place: the range names them and nothing else.
-        (body.get(data.clone())?.as_ptr() == c.data.as_ptr()).then_some(Self {
+        let data = if c.data.is_empty() {
+            // No bytes to find: an empty slice may point anywhere.
+            0..0
+        } else {
+            let start = (c.data.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+            let data = start..start.checked_add(c.data.len())?;
+            // Inside the body: the range names the very bytes decoded.
+            body.get(data.clone())?;
+            data
+        };
+        Some(Self {
             step: c.step,
             round: c.round,
             op: c.op,
@@ -168,6 +176,8 @@ mod tests {
             data: &elsewhere,
         };
         assert_eq!(Share::of(&c, &body), None);
+        let empty = Contribution { data: &[], ..c };
+        assert_eq!(Share::of(&empty, &body).map(|s| s.data), Some(0..0));
         let inside = Contribution {
             data: &body[4..8],
             ..c

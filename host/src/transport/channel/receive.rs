@@ -59,7 +59,8 @@ impl Channel {
                 };
                 (seq, true, bulk, None)
             }
-            // A contribution waits under its step, which it does not complete.
+            // A contribution waits under its step, which it does not complete. Its data
+            // always lie in its body (postcard lends them out of it): a share is found.
             Ok(FromDevice::Contribution(c)) => match Share::of(&c, &message.body) {
                 Some(share) => (c.step, false, None, Some(share)),
                 None => return self.spares.give_back(message.body),
