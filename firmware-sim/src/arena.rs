@@ -265,24 +265,10 @@ impl<'a> Arena<'a> {
         self.aligned_mut().get_disjoint_mut(ranges).ok()
     }
 
-    /// Two distinct blocks at once, writable (`None` if they are the same block).
+    /// Two distinct blocks at once, writable: [`Arena::blocks_mut`] of two.
     pub fn pair_mut(&mut self, a: Block, b: Block) -> Option<(&mut [u8], &mut [u8])> {
-        if a.offset == b.offset {
-            return None;
-        }
-        let (low, high, swapped) = if a.offset < b.offset {
-            (a, b, false)
-        } else {
-            (b, a, true)
-        };
-        let (head, tail) = self.aligned_mut().split_at_mut_checked(high.offset)?;
-        let low_bytes = head.get_mut(low.offset..low.offset + low.len)?;
-        let high_bytes = tail.get_mut(..high.len)?;
-        Some(if swapped {
-            (high_bytes, low_bytes)
-        } else {
-            (low_bytes, high_bytes)
-        })
+        let [a, b] = self.blocks_mut([a, b])?;
+        Some((a, b))
     }
 }
 
