@@ -24,8 +24,9 @@ use tessera_core::wire::{ErrorCode, Invariant};
 use crate::arena::{saturate, Access, Arena, Block, Owner};
 use crate::broken;
 
-/// FIFOs a device can hold.
-pub const MAX_FIFOS: usize = 16;
+/// FIFOs a device can hold: 16 per lane it can run (every lane has its own stream and
+/// anchor FIFOs).
+pub const MAX_FIFOS: usize = 16 * crate::program::MAX_LANES;
 
 /// One FIFO's bookkeeping; its items live in the arena block of [`Owner::Fifo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +43,13 @@ pub struct Fifo {
     len: usize,
     /// Bytes of the next item already written.
     partial: usize,
+    /// Its ring: the arena's block for it, found once (a block never moves while it is
+    /// allocated, and this one is freed only with the FIFO).
+    block: Block,
 }
 
-/// The device's FIFOs.
+/// The device's FIFOs, in id order: a lookup is a binary search (a device of many lanes
+/// has hundreds, looked up at every pop and push of a step).
 #[derive(Debug, Default)]
 pub struct Fifos {
     table: heapless::Vec<Fifo, MAX_FIFOS>,
@@ -59,9 +64,9 @@ impl Fifos {
         item_bytes: u32,
         depth: u16,
     ) -> Result<(), ErrorCode> {
-        if self.get(id).is_ok() {
+        let Err(at) = self.index(id) else {
             return Err(ErrorCode::IdInUse { id });
-        }
+        };
         if self.table.is_full() {
             return Err(ErrorCode::TableFull);
         }
@@ -76,7 +81,7 @@ impl Fifos {
                 requested: u32::MAX,
                 available: saturate(arena.free()),
             })?;
-        arena.alloc(Owner::Fifo(id), bytes)?;
+        let block = arena.alloc(Owner::Fifo(id), bytes)?;
         let fifo = Fifo {
             id,
             item_bytes,
@@ -84,22 +89,32 @@ impl Fifos {
             head: 0,
             len: 0,
             partial: 0,
+            block,
         };
-        self.table.push(fifo).map_err(|_| ErrorCode::TableFull)
+        self.table.push(fifo).map_err(|_| ErrorCode::TableFull)?;
+        // Back to its place in id order.
+        for i in (at + 1..self.table.len()).rev() {
+            self.table.swap(i, i - 1);
+        }
+        Ok(())
+    }
+
+    /// Where FIFO `id` is in the table, or where it would go.
+    fn index(&self, id: u16) -> Result<usize, usize> {
+        self.table.binary_search_by_key(&id, |f| f.id)
     }
 
     /// FIFO `id`.
     pub fn get(&self, id: u16) -> Result<Fifo, ErrorCode> {
-        self.table
-            .iter()
+        (self.index(id).ok())
+            .and_then(|at| self.table.get(at))
             .copied()
-            .find(|f| f.id == id)
             .ok_or(ErrorCode::UnknownId { id })
     }
 
     /// Appends `data` (see the module's contract).
     pub fn push(&mut self, arena: &mut Arena<'_>, id: u16, data: &[u8]) -> Result<(), ErrorCode> {
-        let (block, start) = self.reserve(arena, id, data.len())?;
+        let (block, start) = self.reserve(id, data.len())?;
         let (first, second) = data.split_at(data.len().min(block.len - start));
         let bytes = arena.bytes_mut(block);
         bytes[start..start + first.len()].copy_from_slice(first);
@@ -117,7 +132,7 @@ impl Fifos {
         range: Range<usize>,
     ) -> Result<(), ErrorCode> {
         let len = range.len();
-        let (block, start) = self.reserve(arena, id, len)?;
+        let (block, start) = self.reserve(id, len)?;
         let (source, ring) = arena
             .pair_mut(from, block)
             .ok_or(broken(Invariant::BlockPair))?;
@@ -136,13 +151,13 @@ impl Fifos {
     /// changes until [`Fifos::settle`].
     pub fn place(
         &self,
-        arena: &Arena<'_>,
         id: u16,
         offset: u32,
         len: usize,
         access: Access,
     ) -> Result<(Block, Range<usize>), ErrorCode> {
-        let (fifo, block) = self.slot(arena, id)?;
+        let fifo = self.get(id)?;
+        let block = fifo.block;
         let ring = block.len;
         let used = fifo.len * fifo.item_bytes + fifo.partial;
         let position = match access {
@@ -196,8 +211,9 @@ impl Fifos {
     }
 
     /// FIFO `id`'s block and the ring offset where `len` more bytes start, if they fit.
-    fn reserve(&self, arena: &Arena<'_>, id: u16, len: usize) -> Result<(Block, usize), ErrorCode> {
-        let (fifo, block) = self.slot(arena, id)?;
+    fn reserve(&self, id: u16, len: usize) -> Result<(Block, usize), ErrorCode> {
+        let fifo = self.get(id)?;
+        let block = fifo.block;
         // `len ≤ depth` and `partial < item_bytes`, and the block holds `depth·item_bytes`
         // (> 0, checked at creation).
         let ring = block.len;
@@ -219,30 +235,22 @@ impl Fifos {
 
     /// Forgets FIFO `id` and frees its block.
     pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
-        self.table.retain(|f| f.id != id);
+        if let Ok(at) = self.index(id) {
+            self.table.remove(at);
+        }
         arena.free_block(Owner::Fifo(id));
     }
 
     /// Removes the `items` oldest items; returns the block and byte range where they still
     /// lie (valid until the next push).
-    pub fn pop(
-        &mut self,
-        arena: &Arena<'_>,
-        id: u16,
-        items: usize,
-    ) -> Result<(Block, Range<usize>), ErrorCode> {
+    pub fn pop(&mut self, id: u16, items: usize) -> Result<(Block, Range<usize>), ErrorCode> {
         let fifo = self.get(id)?;
         if items == 0 {
             return Err(ErrorCode::FifoEmpty { fifo: id });
         }
         let at = saturate(fifo.head * fifo.item_bytes);
-        let (block, range) = self.place(
-            arena,
-            id,
-            at,
-            items.saturating_mul(fifo.item_bytes),
-            Access::Read,
-        )?;
+        let (block, range) =
+            self.place(id, at, items.saturating_mul(fifo.item_bytes), Access::Read)?;
         self.settle(id, range.len(), Access::Read);
         Ok((block, range))
     }
@@ -271,16 +279,8 @@ impl Fifos {
         self.table.clear();
     }
 
-    fn slot(&self, arena: &Arena<'_>, id: u16) -> Result<(Fifo, Block), ErrorCode> {
-        let fifo = self.get(id)?;
-        let block = arena
-            .find(Owner::Fifo(id))
-            .ok_or(ErrorCode::UnknownId { id })?;
-        Ok((fifo, block))
-    }
-
     fn update(&mut self, id: u16, change: impl FnOnce(&mut Fifo)) {
-        if let Some(f) = self.table.iter_mut().find(|f| f.id == id) {
+        if let Some(f) = self.index(id).ok().and_then(|at| self.table.get_mut(at)) {
             change(f);
         }
     }
@@ -300,13 +300,10 @@ mod tests {
         fifos.create(&mut arena, 7, 4, 3).unwrap();
         fifos.push(&mut arena, 7, &[1, 2, 3, 4, 5, 6]).unwrap();
         fifos.empty(7).unwrap();
-        assert_eq!(
-            fifos.pop(&arena, 7, 1),
-            Err(ErrorCode::FifoEmpty { fifo: 7 })
-        );
+        assert_eq!(fifos.pop(7, 1), Err(ErrorCode::FifoEmpty { fifo: 7 }));
         // The whole depth fits again, and items start at the first byte.
         fifos.push(&mut arena, 7, &[9; 12]).unwrap();
-        let (block, range) = fifos.pop(&arena, 7, 3).unwrap();
+        let (block, range) = fifos.pop(7, 3).unwrap();
         assert_eq!(range, 0..12);
         assert_eq!(&arena.bytes(block)[range], &[9; 12]);
         assert_eq!(fifos.empty(8), Err(ErrorCode::UnknownId { id: 8 }));
@@ -323,12 +320,12 @@ mod tests {
         assert_eq!(fifos.poppable(7), Ok(0));
         fifos.push(&mut arena, 7, &[1; 12]).unwrap();
         assert_eq!(fifos.poppable(7), Ok(3));
-        fifos.pop(&arena, 7, 2).unwrap();
+        fifos.pop(7, 2).unwrap();
         // Three more: one before the ring's end, two from its start.
         fifos.push(&mut arena, 7, &[2; 12]).unwrap();
         assert_eq!(fifos.poppable(7), Ok(2));
-        assert!(fifos.pop(&arena, 7, 3).is_err(), "three would wrap the end");
-        fifos.pop(&arena, 7, 2).unwrap();
+        assert!(fifos.pop(7, 3).is_err(), "three would wrap the end");
+        fifos.pop(7, 2).unwrap();
         assert_eq!(fifos.poppable(7), Ok(2));
         assert_eq!(fifos.poppable(8), Err(ErrorCode::UnknownId { id: 8 }));
     }

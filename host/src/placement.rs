@@ -3,7 +3,8 @@
 //! A [`Placement`] names how a device runs: a thread of this process, a child process
 //! (`tessera device` for a session's worker, `tessera devices` serving a share of a
 //! training runtime's devices), or the firmware under QEMU. [`open`] starts one device per
-//! replica on it, in replica order, for the runtime and the session alike; everything the
+//! replica on it, in replica order, for the session (and [`open_devices`] a training
+//! runtime's devices, each running consecutive replicas as lanes: [`devices`] says how); everything the
 //! placement needs (QEMU's firmware and tools) is checked once, before the first device
 //! starts, so a missing piece fails at once instead of after some devices are up.
 //! `serve` (feature `mpi`) starts one device on a byte link whose controller is on
@@ -11,6 +12,8 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
+
+use tessera_core::program::Program;
 
 use crate::transport::{check_firmware, Channel, TransportError};
 
@@ -51,6 +54,70 @@ pub fn check(placement: &Placement) -> Result<(), TransportError> {
     }
 }
 
+/// How a training runtime's replicas `local` (of a run of `replicas`) of `program` share
+/// devices on `placement`, one range of consecutive replicas per device: on threads and in
+/// child processes, runs of ⌈n / cores⌉ replicas as the lanes of one device (one walk of
+/// the step per core instead of one per replica, and one message per device where there
+/// was one per replica) when every run shares each variable's group (core's
+/// [`lanes`](tessera_core::program::lanes) rule); else — and always on QEMU, whose firmware
+/// runs one lane — one device per replica.
+pub fn devices(
+    placement: &Placement,
+    program: &Program,
+    replicas: usize,
+    local: Range<u32>,
+) -> Vec<Range<u32>> {
+    let singles = || local.clone().map(|r| r..r + 1).collect();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let lanes = match placement {
+        Placement::Qemu(_) => 1,
+        Placement::Thread | Placement::Process(_) => local.len().div_ceil(cores).max(1),
+    };
+    let Ok(step) = u32::try_from(lanes) else {
+        return singles();
+    };
+    if step <= 1 {
+        return singles();
+    }
+    let runs: Vec<Range<u32>> = (local.clone())
+        .step_by(lanes)
+        .map(|first| first..first.saturating_add(step).min(local.end))
+        .collect();
+    let shared = runs.iter().all(|run| {
+        let lanes = run.len();
+        program
+            .check_lanes(replicas, run.start as usize, lanes)
+            .is_ok()
+    });
+    if shared {
+        runs
+    } else {
+        singles()
+    }
+}
+
+/// Starts a training runtime's devices on `placement`, one for each range of `devices`
+/// (consecutive replicas, run as its lanes: see [`devices`]), each with `memory` bytes per
+/// lane where the host places it, in replica order, after [`check`]. A device that does not
+/// start is an error naming its replica; the devices started before it stop as the error
+/// returns.
+pub fn open_devices(
+    placement: &Placement,
+    devices: &[Range<u32>],
+    memory: usize,
+) -> Result<Vec<Channel>, TransportError> {
+    check(placement)?;
+    match placement {
+        Placement::Thread => Channel::in_process_lanes(devices, memory, true),
+        Placement::Process(exe) => Channel::device_processes(exe, devices, memory),
+        Placement::Qemu(firmware) => devices
+            .iter()
+            .flat_map(|d| d.clone())
+            .map(|replica| Channel::qemu_checked(firmware, replica))
+            .collect(),
+    }
+}
+
 /// Starts one device for each of `replicas` on `placement` (each with `memory` bytes where
 /// the host places it), in replica order, after [`check`]. A device that does not start is
 /// an error naming its replica; the devices started before it stop as the error returns.
@@ -70,7 +137,10 @@ pub fn open(
             Serving::Alongside => replicas
                 .map(|replica| Channel::child_process(exe, replica, memory))
                 .collect(),
-            Serving::HostWaits => Channel::device_processes(exe, replicas, memory),
+            Serving::HostWaits => {
+                let devices: Vec<_> = replicas.map(|r| r..r + 1).collect();
+                Channel::device_processes(exe, &devices, memory)
+            }
         },
         Placement::Qemu(firmware) => replicas
             .map(|replica| Channel::qemu_checked(firmware, replica))

@@ -466,7 +466,11 @@ pub(super) fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
             },
             "1a 01 02",
         ),
-        ("NoSuchLane", ErrorCode::NoSuchLane { lane: 3, lanes: 2 }, "1b 03 02"),
+        (
+            "NoSuchLane",
+            ErrorCode::NoSuchLane { lane: 3, lanes: 2 },
+            "1b 03 02",
+        ),
     ]
 }
 
