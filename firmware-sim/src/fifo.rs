@@ -24,9 +24,9 @@ use tessera_core::wire::{ErrorCode, Invariant};
 use crate::arena::{saturate, Access, Arena, Block, Owner};
 use crate::broken;
 
-/// FIFOs a device can hold: 16 per lane it can run (every lane has its own stream and
-/// anchor FIFOs).
-pub const MAX_FIFOS: usize = 16 * crate::program::MAX_LANES;
+/// FIFOs a device can hold: 16 for a device of one lane; 8 more per lane it can run (a
+/// program has at most 4 streams and 2 anchors, each a FIFO in every lane).
+pub const MAX_FIFOS: usize = 8 + 8 * crate::program::MAX_LANES;
 
 /// One FIFO's bookkeeping; its items live in the arena block of [`Owner::Fifo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,6 +16,7 @@
 
 use core::ops::Range;
 
+use tessera_core::program::Sharding;
 use tessera_core::shard::Piece;
 use tessera_core::wire::{ErrorCode, Invariant};
 
@@ -24,8 +25,9 @@ use super::Prepared;
 use crate::arena::{Arena, Block};
 use crate::broken;
 
-/// The pieces of variable `index` lane `lane`'s replica holds (worked out at prepare:
-/// [`Held`]).
+/// The pieces of variable `index` lane `lane`'s replica holds: the first lane's worked out
+/// at prepare ([`Held`]), and every lane's of a variable held whole; another lane's shard
+/// worked out here.
 ///
 /// [`Held`]: super::Held
 fn held_pieces(
@@ -34,9 +36,13 @@ fn held_pieces(
     index: u8,
     mut each: impl FnMut(Piece),
 ) -> Result<(), ErrorCode> {
-    let held = (prepared.held.get(lane))
-        .and_then(|h| h.get(usize::from(index)))
-        .ok_or(broken(Invariant::Sharding))?;
+    let i = usize::from(index);
+    let sharded = (prepared.program.variables.get(i)).is_some_and(|v| v.sharding != Sharding::None);
+    if super::MAX_LANES > 1 && lane > 0 && sharded {
+        let replica = (prepared.replicas, prepared.replica + lane);
+        return super::shard_pieces(&prepared.program, replica, i, each);
+    }
+    let held = prepared.held.get(i).ok_or(broken(Invariant::Sharding))?;
     held.iter().copied().for_each(&mut each);
     Ok(())
 }
@@ -99,7 +105,7 @@ pub(super) fn update(
         .grad(index)
         .ok_or(broken(Invariant::ScratchLayout))?;
     let whole = (prepared.program.variables.get(usize::from(index)))
-        .is_some_and(|v| v.sharding == tessera_core::program::Sharding::None);
+        .is_some_and(|v| v.sharding == Sharding::None);
     update_lane(arena, prepared, block, (0, index), grad.clone(), optimizer)?;
     for lane in 1..prepared.lanes() {
         if whole {

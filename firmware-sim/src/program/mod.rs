@@ -80,9 +80,11 @@ pub struct Prepared {
     pub rounds: Rounds,
     /// How they travel, for this device's frame.
     pub exchanges: Exchanges,
-    /// What each lane's replica holds of each variable, lane by lane, in variable order
-    /// (see [`Held`]).
-    pub held: heapless::Vec<Holdings, MAX_LANES>,
+    /// What the first lane's replica holds of each variable, in variable order (see
+    /// [`Held`]). The other lanes hold the same of every variable held whole; their shards
+    /// of a sharded one are worked out as they are moved (kept for every lane, they made a
+    /// device of many lanes too large to move on a thread's stack).
+    pub held: Holdings,
     /// Where the step's blocks lie (see [`Placed`]).
     pub placed: Placed,
 }
@@ -201,12 +203,7 @@ pub fn prepare(
         lanes,
     };
     let scratch = Scratch::new(&program, replicas, cut).ok_or(broken(Invariant::Placement))?;
-    let mut held = heapless::Vec::new();
-    for lane in 0..lanes {
-        let holdings = holdings(&program, replicas, replica + lane)?;
-        held.push(holdings)
-            .map_err(|_| broken(Invariant::Placement))?;
-    }
+    let held = holdings(&program, replicas, replica)?;
     // Every anchored value leaves in one reply.
     let output = saturate(scratch.output_elements().saturating_mul(4));
     if program
@@ -243,36 +240,54 @@ pub fn prepare(
 /// checked: a failure here is a broken invariant, not a bad program).
 fn holdings(program: &Program, replicas: usize, replica: usize) -> Result<Holdings, ErrorCode> {
     let mut all = Holdings::new();
-    for (i, v) in program.variables.iter().enumerate() {
+    let fault = broken(Invariant::Sharding);
+    for i in 0..program.variables.len() {
         let mut held = Held::new();
-        let fault = broken(Invariant::Sharding);
-        if v.sharding == Sharding::None {
-            let n = elements(&v.shape).ok_or(fault)?;
-            let whole = Piece {
-                src_begin: 0,
-                src_end: n,
-                dst_offset: 0,
-            };
-            held.push(whole).map_err(|_| fault)?;
-        } else {
-            let layout = program
-                .shard_layout(i, replicas)
-                .ok()
-                .flatten()
-                .ok_or(fault)?;
-            let settings = program.settings(i, replicas).map_err(|_| fault)?;
-            let shard = settings
-                .grouping()
-                .index_in_group(replica)
-                .map_err(|_| fault)?;
-            // A shard's pieces are its share of the layout's intervals: at most as many.
-            for piece in layout.pieces(shard).map_err(|_| fault)? {
-                held.push(piece).map_err(|_| fault)?;
-            }
+        let mut fits = true;
+        shard_pieces(program, (replicas, replica), i, |piece| {
+            fits &= held.push(piece).is_ok();
+        })?;
+        // A shard's pieces are its share of the layout's intervals: at most as many.
+        if !fits {
+            return Err(fault);
         }
         all.push(held).map_err(|_| fault)?;
     }
     Ok(all)
+}
+
+/// `each` on every piece of variable `index` replica `replica` of `replicas` holds: its
+/// shard's (core's layout for its group), or the whole variable at offset 0 when it is not
+/// sharded.
+pub(super) fn shard_pieces(
+    program: &Program,
+    (replicas, replica): (usize, usize),
+    index: usize,
+    mut each: impl FnMut(Piece),
+) -> Result<(), ErrorCode> {
+    let fault = broken(Invariant::Sharding);
+    let v = program.variables.get(index).ok_or(fault)?;
+    if v.sharding == Sharding::None {
+        let n = elements(&v.shape).ok_or(fault)?;
+        each(Piece {
+            src_begin: 0,
+            src_end: n,
+            dst_offset: 0,
+        });
+        return Ok(());
+    }
+    let layout = program
+        .shard_layout(index, replicas)
+        .ok()
+        .flatten()
+        .ok_or(fault)?;
+    let settings = program.settings(index, replicas).map_err(|_| fault)?;
+    let shard = settings
+        .grouping()
+        .index_in_group(replica)
+        .map_err(|_| fault)?;
+    layout.pieces(shard).map_err(|_| fault)?.for_each(each);
+    Ok(())
 }
 
 /// The layout of the widest pass of several micro-batches whose block grows `single`'s
