@@ -70,7 +70,7 @@ use tessera_core::program::{Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
-use tessera_core::wire::Request;
+use tessera_core::wire::{Limits, Request};
 
 pub use error::RuntimeError;
 pub use recovery::{StepFault, StepPhase};
@@ -119,6 +119,18 @@ fn start(
     let local = window.offset as u32..(window.offset + window.local) as u32;
     let devices = placement::devices(placement, program, replicas, local);
     Ok(placement::open_devices(placement, &devices, device_memory)?)
+}
+
+/// `limits` as one replica's: a device of several lanes has the memory of one per lane.
+/// An executable keeps these, so that it runs on devices of other lanes (another machine's
+/// cores) as long as each replica has the memory, frame and window it was prepared for.
+fn per_replica(limits: Limits) -> Limits {
+    let lanes = u32::from(limits.lanes.max(1));
+    Limits {
+        memory: limits.memory / lanes,
+        lanes: 1,
+        ..limits
+    }
 }
 
 /// A program prepared on its replicas.
@@ -250,7 +262,7 @@ impl Runtime {
         let channels = start(program, replicas, window, placement, device_memory)?;
         let saved = executable.limits;
         for c in &channels {
-            let actual = c.limits();
+            let actual = per_replica(c.limits());
             if (actual.memory, actual.max_frame, actual.window)
                 != (saved.memory, saved.max_frame, saved.window)
             {
@@ -275,8 +287,15 @@ impl Runtime {
         Executable {
             program: self.program.clone(),
             replicas: self.replicas as u32, // At most MAX_REPLICAS.
-            limits: self.channels[0].limits(),
+            limits: per_replica(self.channels[0].limits()),
         }
+    }
+
+    /// The replicas each device runs, device by device (one each, or several as its lanes:
+    /// [`placement::devices`]).
+    pub fn devices(&self) -> Vec<std::ops::Range<u32>> {
+        let lanes = |c: &Channel| c.replica()..c.replica() + c.lanes() as u32;
+        self.channels.iter().map(lanes).collect()
     }
 
     /// Like [`Runtime::prepare`], on devices the caller has already opened (in replica
