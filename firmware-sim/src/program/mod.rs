@@ -3,7 +3,7 @@
 //! that runs it.
 //!
 //! [`prepare`] places a core [`Program`] in the device's arena, for each lane (with the
-//! lane's own ids, [`in_lane`]): each variable as the
+//! lane's own ids, [`in_lane`](tessera_core::program::lanes::in_lane)): each variable as the
 //! replica holds it (its shard, padding included, when it is sharded across its group; the
 //! whole variable otherwise), the variable's remote-buffer slot of the same size, the
 //! momentum's velocity when the optimizer has one, a FIFO per stream and per anchor deep
