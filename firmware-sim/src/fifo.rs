@@ -104,22 +104,27 @@ impl Fifos {
         self.table.binary_search_by_key(&id, |f| f.id)
     }
 
+    /// FIFO `id`'s entry: where it is in the table, and the entry. (Every operation looks
+    /// its FIFO up once: a step pops and pushes hundreds of them on a device of many lanes.)
+    fn entry(&self, id: u16) -> Result<(usize, &Fifo), ErrorCode> {
+        (self.index(id).ok())
+            .and_then(|at| Some((at, self.table.get(at)?)))
+            .ok_or(ErrorCode::UnknownId { id })
+    }
+
     /// FIFO `id`.
     pub fn get(&self, id: u16) -> Result<Fifo, ErrorCode> {
-        (self.index(id).ok())
-            .and_then(|at| self.table.get(at))
-            .copied()
-            .ok_or(ErrorCode::UnknownId { id })
+        self.entry(id).map(|(_, f)| *f)
     }
 
     /// Appends `data` (see the module's contract).
     pub fn push(&mut self, arena: &mut Arena<'_>, id: u16, data: &[u8]) -> Result<(), ErrorCode> {
-        let (block, start) = self.reserve(id, data.len())?;
+        let (at, block, start) = self.reserve(id, data.len())?;
         let (first, second) = data.split_at(data.len().min(block.len - start));
         let bytes = arena.bytes_mut(block);
         bytes[start..start + first.len()].copy_from_slice(first);
         bytes[..second.len()].copy_from_slice(second);
-        self.commit(id, data.len());
+        self.commit(at, data.len());
         Ok(())
     }
 
@@ -132,7 +137,7 @@ impl Fifos {
         range: Range<usize>,
     ) -> Result<(), ErrorCode> {
         let len = range.len();
-        let (block, start) = self.reserve(id, len)?;
+        let (at, block, start) = self.reserve(id, len)?;
         let (source, ring) = arena
             .pair_mut(from, block)
             .ok_or(broken(Invariant::BlockPair))?;
@@ -140,7 +145,7 @@ impl Fifos {
         let (first, second) = data.split_at(len.min(ring.len() - start));
         ring[start..start + first.len()].copy_from_slice(first);
         ring[..second.len()].copy_from_slice(second);
-        self.commit(id, len);
+        self.commit(at, len);
         Ok(())
     }
 
@@ -156,63 +161,53 @@ impl Fifos {
         len: usize,
         access: Access,
     ) -> Result<(Block, Range<usize>), ErrorCode> {
-        let fifo = self.get(id)?;
-        let block = fifo.block;
-        let ring = block.len;
-        let used = fifo.len * fifo.item_bytes + fifo.partial;
-        let position = match access {
-            Access::Write => (fifo.head * fifo.item_bytes + used) % ring,
-            Access::Read => fifo.head * fifo.item_bytes,
-        };
-        if offset as usize != position {
-            return Err(ErrorCode::FifoPosition {
-                fifo: id,
-                expected: saturate(position),
-                offset,
-            });
-        }
-        match access {
-            Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
-            Access::Read if !len.is_multiple_of(fifo.item_bytes) => {
-                return Err(ErrorCode::ItemSize {
-                    expected: saturate(fifo.item_bytes),
-                    actual: saturate(len),
-                })
-            }
-            Access::Read if len / fifo.item_bytes > fifo.len => {
-                return Err(ErrorCode::FifoEmpty { fifo: id })
-            }
-            _ => {}
-        }
-        if position + len > ring {
-            return Err(ErrorCode::OutOfBounds {
-                offset,
-                len: saturate(len),
-                size: saturate(ring),
-            });
-        }
-        Ok((block, position..position + len))
+        let (_, fifo) = self.entry(id)?;
+        fifo.place(offset, len, access)
     }
 
     /// Counts `len` bytes placed by [`Fifos::place`] as moved: written ones become the
     /// FIFO's (items as they complete), read ones leave it.
     pub fn settle(&mut self, id: u16, len: usize, access: Access) {
+        if let Ok(at) = self.index(id) {
+            self.settle_at(at, len, access);
+        }
+    }
+
+    /// Checks a move of FIFO `id`'s whole ring from its start by [`Fifos::place`]'s rules
+    /// (the host wrote a step's items into the empty FIFO, or read every item of a full
+    /// one), and counts it when `settle`.
+    pub fn whole(&mut self, id: u16, access: Access, settle: bool) -> Result<(), ErrorCode> {
+        let (at, fifo) = self.entry(id)?;
+        let len = fifo.item_bytes * fifo.depth;
+        fifo.place(0, len, access)?;
+        if settle {
+            self.settle_at(at, len, access);
+        }
+        Ok(())
+    }
+
+    /// [`Fifos::settle`] for the FIFO at `at` in the table.
+    fn settle_at(&mut self, at: usize, len: usize, access: Access) {
+        let Some(f) = self.table.get_mut(at) else {
+            return;
+        };
         match access {
-            Access::Write => self.commit(id, len),
-            Access::Read => self.update(id, |f| {
+            Access::Write => f.commit(len),
+            Access::Read => {
                 let items = len / f.item_bytes;
                 f.head = (f.head + items) % f.depth;
                 f.len -= items.min(f.len);
                 if f.len == 0 && f.partial == 0 {
                     f.head = 0;
                 }
-            }),
+            }
         }
     }
 
-    /// FIFO `id`'s block and the ring offset where `len` more bytes start, if they fit.
-    fn reserve(&self, id: u16, len: usize) -> Result<(Block, usize), ErrorCode> {
-        let fifo = self.get(id)?;
+    /// FIFO `id`'s place in the table, its block and the ring offset where `len` more
+    /// bytes start, if they fit.
+    fn reserve(&self, id: u16, len: usize) -> Result<(usize, Block, usize), ErrorCode> {
+        let (at, fifo) = self.entry(id)?;
         let block = fifo.block;
         // `len ≤ depth` and `partial < item_bytes`, and the block holds `depth·item_bytes`
         // (> 0, checked at creation).
@@ -221,16 +216,14 @@ impl Fifos {
         if len > ring - used {
             return Err(ErrorCode::FifoFull { fifo: id });
         }
-        Ok((block, (fifo.head * fifo.item_bytes + used) % ring))
+        Ok((at, block, (fifo.head * fifo.item_bytes + used) % ring))
     }
 
-    /// Counts `len` bytes written by a push.
-    fn commit(&mut self, id: u16, len: usize) {
-        self.update(id, |f| {
-            let written = f.partial + len;
-            f.len += written / f.item_bytes;
-            f.partial = written % f.item_bytes;
-        });
+    /// Counts `len` bytes written by a push into the FIFO at `at` in the table.
+    fn commit(&mut self, at: usize, len: usize) {
+        if let Some(f) = self.table.get_mut(at) {
+            f.commit(len);
+        }
     }
 
     /// Forgets FIFO `id` and frees its block.
@@ -244,33 +237,33 @@ impl Fifos {
     /// Removes the `items` oldest items; returns the block and byte range where they still
     /// lie (valid until the next push).
     pub fn pop(&mut self, id: u16, items: usize) -> Result<(Block, Range<usize>), ErrorCode> {
-        let fifo = self.get(id)?;
+        let (at, fifo) = self.entry(id)?;
         if items == 0 {
             return Err(ErrorCode::FifoEmpty { fifo: id });
         }
-        let at = saturate(fifo.head * fifo.item_bytes);
-        let (block, range) =
-            self.place(id, at, items.saturating_mul(fifo.item_bytes), Access::Read)?;
-        self.settle(id, range.len(), Access::Read);
+        let oldest = saturate(fifo.head * fifo.item_bytes);
+        let len = items.saturating_mul(fifo.item_bytes);
+        let (block, range) = fifo.place(oldest, len, Access::Read)?;
+        self.settle_at(at, range.len(), Access::Read);
         Ok((block, range))
     }
 
     /// Complete items of FIFO `id` that one [`Fifos::pop`] can take: those before the
     /// ring's end (a pop never wraps it).
     pub fn poppable(&self, id: u16) -> Result<usize, ErrorCode> {
-        let fifo = self.get(id)?;
+        let (_, fifo) = self.entry(id)?;
         Ok(fifo.len.min(fifo.depth - fifo.head))
     }
 
     /// Drops every item of FIFO `id`, complete and partial, keeping the FIFO: its ring
     /// restarts at the block's beginning, as a FIFO that was never pushed to.
     pub fn empty(&mut self, id: u16) -> Result<(), ErrorCode> {
-        self.get(id)?;
-        self.update(id, |f| {
+        let (at, _) = self.entry(id)?;
+        if let Some(f) = self.table.get_mut(at) {
             f.head = 0;
             f.len = 0;
             f.partial = 0;
-        });
+        }
         Ok(())
     }
 
@@ -278,11 +271,58 @@ impl Fifos {
     pub fn clear(&mut self) {
         self.table.clear();
     }
+}
 
-    fn update(&mut self, id: u16, change: impl FnOnce(&mut Fifo)) {
-        if let Some(f) = self.index(id).ok().and_then(|at| self.table.get_mut(at)) {
-            change(f);
+impl Fifo {
+    /// [`Fifos::place`]'s rules on this FIFO.
+    fn place(
+        &self,
+        offset: u32,
+        len: usize,
+        access: Access,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        let id = self.id;
+        let ring = self.block.len;
+        let used = self.len * self.item_bytes + self.partial;
+        let position = match access {
+            Access::Write => (self.head * self.item_bytes + used) % ring,
+            Access::Read => self.head * self.item_bytes,
+        };
+        if offset as usize != position {
+            return Err(ErrorCode::FifoPosition {
+                fifo: id,
+                expected: saturate(position),
+                offset,
+            });
         }
+        match access {
+            Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
+            Access::Read if !len.is_multiple_of(self.item_bytes) => {
+                return Err(ErrorCode::ItemSize {
+                    expected: saturate(self.item_bytes),
+                    actual: saturate(len),
+                })
+            }
+            Access::Read if len / self.item_bytes > self.len => {
+                return Err(ErrorCode::FifoEmpty { fifo: id })
+            }
+            _ => {}
+        }
+        if position + len > ring {
+            return Err(ErrorCode::OutOfBounds {
+                offset,
+                len: saturate(len),
+                size: saturate(ring),
+            });
+        }
+        Ok((self.block, position..position + len))
+    }
+
+    /// Counts `len` bytes written: items as they complete.
+    fn commit(&mut self, len: usize) {
+        let written = self.partial + len;
+        self.len += written / self.item_bytes;
+        self.partial = written % self.item_bytes;
     }
 }
 

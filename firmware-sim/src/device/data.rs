@@ -165,13 +165,7 @@ impl Device<'_> {
                     Rings::Anchors => ids::anchor_fifo(k),
                 };
                 let id = crate::program::lane_id(lane, id);
-                let fifo = self.fifos.get(id)?;
-                let len = fifo.item_bytes * fifo.depth;
-                self.range(Target::Fifo(id), 0, saturate(len), access)?;
-                if settle {
-                    // A ring over u32::MAX bytes would have been refused just above.
-                    self.settle(Target::Fifo(id), len, access);
-                }
+                self.fifos.whole(id, access, settle)?;
             }
         }
         Ok(())

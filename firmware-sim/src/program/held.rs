@@ -27,7 +27,7 @@ use crate::broken;
 
 /// The pieces of variable `index` lane `lane`'s replica holds: the first lane's worked out
 /// at prepare ([`Held`]), and every lane's of a variable held whole; another lane's shard
-/// worked out here.
+/// kept at prepare when it is one piece, else worked out here.
 ///
 /// [`Held`]: super::Held
 fn held_pieces(
@@ -39,6 +39,16 @@ fn held_pieces(
     let i = usize::from(index);
     let sharded = (prepared.program.variables.get(i)).is_some_and(|v| v.sharding != Sharding::None);
     if super::MAX_LANES > 1 && lane > 0 && sharded {
+        let one = prepared
+            .shards
+            .get(lane)
+            .and_then(|s| s.get(i))
+            .copied()
+            .flatten();
+        if let Some(piece) = one {
+            each(piece);
+            return Ok(());
+        }
         let replica = (prepared.replicas, prepared.replica + lane);
         return super::shard_pieces(&prepared.program, replica, i, each);
     }

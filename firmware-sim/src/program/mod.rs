@@ -81,10 +81,13 @@ pub struct Prepared {
     /// How they travel, for this device's frame.
     pub exchanges: Exchanges,
     /// What the first lane's replica holds of each variable, in variable order (see
-    /// [`Held`]). The other lanes hold the same of every variable held whole; their shards
-    /// of a sharded one are worked out as they are moved (kept for every lane, they made a
-    /// device of many lanes too large to move on a thread's stack).
+    /// [`Held`]). The other lanes hold the same of every variable held whole.
     pub held: Holdings,
+    /// Each lane's shard of each sharded variable when it is one piece (a balanced or
+    /// padded-tail layout's always are), lane by lane; a shard of several pieces is worked
+    /// out as it is moved. (Every lane's [`Held`] made a device of many lanes too large to
+    /// move on a thread's stack.)
+    pub shards: heapless::Vec<[Option<Piece>; MAX_VARIABLES], MAX_LANES>,
     /// Where the step's blocks lie (see [`Placed`]).
     pub placed: Placed,
 }
@@ -204,6 +207,26 @@ pub fn prepare(
     };
     let scratch = Scratch::new(&program, replicas, cut).ok_or(broken(Invariant::Placement))?;
     let held = holdings(&program, replicas, replica)?;
+    let mut shards = heapless::Vec::new();
+    // The firmware runs one lane, whose pieces `held` has.
+    if MAX_LANES > 1 {
+        for lane in 0..lanes {
+            let mut pieces = [None; MAX_VARIABLES];
+            for (i, one) in pieces.iter_mut().enumerate().take(program.variables.len()) {
+                let mut count = 0;
+                shard_pieces(&program, (replicas, replica + lane), i, |piece| {
+                    *one = Some(piece);
+                    count += 1;
+                })?;
+                if count != 1 {
+                    *one = None;
+                }
+            }
+            shards
+                .push(pieces)
+                .map_err(|_| broken(Invariant::Placement))?;
+        }
+    }
     // Every anchored value leaves in one reply.
     let output = saturate(scratch.output_elements().saturating_mul(4));
     if program
@@ -232,6 +255,7 @@ pub fn prepare(
         rounds,
         exchanges,
         held,
+        shards,
         placed,
     })
 }
