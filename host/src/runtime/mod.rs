@@ -6,9 +6,14 @@
 //! # Contract
 //!
 //! - [`Runtime::prepare`] checks the program with core's rules ([`Program::check`]) before
-//!   any device starts, then starts one device per replica (an unreachable one is an error
-//!   naming its replica) and places the program on each; a device that cannot hold it
-//!   refuses with the reason (memory, a reduction larger than a frame).
+//!   any device starts, then starts the replicas' devices — on threads and in child
+//!   processes one per core, each running consecutive replicas as its lanes when they
+//!   share every variable's group (core's [`lanes`](tessera_core::program::lanes) rule;
+//!   [`placement::devices`]), else one per replica (an unreachable one is an error naming
+//!   its replica) — and places the program on each; a device that cannot hold it refuses
+//!   with the reason (memory, a reduction larger than a frame). A replica's weights, step
+//!   IO, RNG state and cycle count are its lane's, whatever device runs it: the results
+//!   are the bits of a device per replica.
 //! - Weights travel by name ([`WeightsIo`]), through core's [`transfer`] layouts: in their
 //!   *host shape* from the host (the group dimension first when a variable has several
 //!   groups) and in their *returned shape* to the host (one row per group or per replica, as
