@@ -24,8 +24,9 @@ use tessera_core::wire::{ErrorCode, Invariant};
 use crate::arena::{saturate, Access, Arena, Block, Owner};
 use crate::broken;
 
-/// FIFOs a device can hold.
-pub const MAX_FIFOS: usize = 16;
+/// FIFOs a device can hold: 16 for a device of one lane; 8 more per lane it can run (a
+/// program has at most 4 streams and 2 anchors, each a FIFO in every lane).
+pub const MAX_FIFOS: usize = 8 + 8 * crate::program::MAX_LANES;
 
 /// One FIFO's bookkeeping; its items live in the arena block of [`Owner::Fifo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +43,13 @@ pub struct Fifo {
     len: usize,
     /// Bytes of the next item already written.
     partial: usize,
+    /// Its ring: the arena's block for it, found once (a block never moves while it is
+    /// allocated, and this one is freed only with the FIFO).
+    block: Block,
 }
 
-/// The device's FIFOs.
+/// The device's FIFOs, in id order: a lookup is a binary search (a device of many lanes
+/// has hundreds, looked up at every pop and push of a step).
 #[derive(Debug, Default)]
 pub struct Fifos {
     table: heapless::Vec<Fifo, MAX_FIFOS>,
@@ -59,9 +64,9 @@ impl Fifos {
         item_bytes: u32,
         depth: u16,
     ) -> Result<(), ErrorCode> {
-        if self.get(id).is_ok() {
+        let Err(at) = self.index(id) else {
             return Err(ErrorCode::IdInUse { id });
-        }
+        };
         if self.table.is_full() {
             return Err(ErrorCode::TableFull);
         }
@@ -76,7 +81,7 @@ impl Fifos {
                 requested: u32::MAX,
                 available: saturate(arena.free()),
             })?;
-        arena.alloc(Owner::Fifo(id), bytes)?;
+        let block = arena.alloc(Owner::Fifo(id), bytes)?;
         let fifo = Fifo {
             id,
             item_bytes,
@@ -84,27 +89,42 @@ impl Fifos {
             head: 0,
             len: 0,
             partial: 0,
+            block,
         };
-        self.table.push(fifo).map_err(|_| ErrorCode::TableFull)
+        self.table.push(fifo).map_err(|_| ErrorCode::TableFull)?;
+        // Back to its place in id order.
+        for i in (at + 1..self.table.len()).rev() {
+            self.table.swap(i, i - 1);
+        }
+        Ok(())
+    }
+
+    /// Where FIFO `id` is in the table, or where it would go.
+    fn index(&self, id: u16) -> Result<usize, usize> {
+        self.table.binary_search_by_key(&id, |f| f.id)
+    }
+
+    /// FIFO `id`'s entry: where it is in the table, and the entry. (Every operation looks
+    /// its FIFO up once: a step pops and pushes hundreds of them on a device of many lanes.)
+    fn entry(&self, id: u16) -> Result<(usize, &Fifo), ErrorCode> {
+        (self.index(id).ok())
+            .and_then(|at| Some((at, self.table.get(at)?)))
+            .ok_or(ErrorCode::UnknownId { id })
     }
 
     /// FIFO `id`.
     pub fn get(&self, id: u16) -> Result<Fifo, ErrorCode> {
-        self.table
-            .iter()
-            .copied()
-            .find(|f| f.id == id)
-            .ok_or(ErrorCode::UnknownId { id })
+        self.entry(id).map(|(_, f)| *f)
     }
 
     /// Appends `data` (see the module's contract).
     pub fn push(&mut self, arena: &mut Arena<'_>, id: u16, data: &[u8]) -> Result<(), ErrorCode> {
-        let (block, start) = self.reserve(arena, id, data.len())?;
+        let (at, block, start) = self.reserve(id, data.len())?;
         let (first, second) = data.split_at(data.len().min(block.len - start));
         let bytes = arena.bytes_mut(block);
         bytes[start..start + first.len()].copy_from_slice(first);
         bytes[..second.len()].copy_from_slice(second);
-        self.commit(id, data.len());
+        self.commit(at, data.len());
         Ok(())
     }
 
@@ -117,7 +137,7 @@ impl Fifos {
         range: Range<usize>,
     ) -> Result<(), ErrorCode> {
         let len = range.len();
-        let (block, start) = self.reserve(arena, id, len)?;
+        let (at, block, start) = self.reserve(id, len)?;
         let (source, ring) = arena
             .pair_mut(from, block)
             .ok_or(broken(Invariant::BlockPair))?;
@@ -125,7 +145,7 @@ impl Fifos {
         let (first, second) = data.split_at(len.min(ring.len() - start));
         ring[start..start + first.len()].copy_from_slice(first);
         ring[..second.len()].copy_from_slice(second);
-        self.commit(id, len);
+        self.commit(at, len);
         Ok(())
     }
 
@@ -136,18 +156,137 @@ impl Fifos {
     /// changes until [`Fifos::settle`].
     pub fn place(
         &self,
-        arena: &Arena<'_>,
         id: u16,
         offset: u32,
         len: usize,
         access: Access,
     ) -> Result<(Block, Range<usize>), ErrorCode> {
-        let (fifo, block) = self.slot(arena, id)?;
+        let (_, fifo) = self.entry(id)?;
+        fifo.place(offset, len, access)
+    }
+
+    /// Counts `len` bytes placed by [`Fifos::place`] as moved: written ones become the
+    /// FIFO's (items as they complete), read ones leave it.
+    pub fn settle(&mut self, id: u16, len: usize, access: Access) {
+        if let Ok(at) = self.index(id) {
+            self.settle_at(at, len, access);
+        }
+    }
+
+    /// Checks a move of FIFO `id`'s whole ring from its start by [`Fifos::place`]'s rules
+    /// (the host wrote a step's items into the empty FIFO, or read every item of a full
+    /// one), and counts it when `settle`.
+    pub fn whole(&mut self, id: u16, access: Access, settle: bool) -> Result<(), ErrorCode> {
+        let (at, fifo) = self.entry(id)?;
+        let len = fifo.item_bytes * fifo.depth;
+        fifo.place(0, len, access)?;
+        if settle {
+            self.settle_at(at, len, access);
+        }
+        Ok(())
+    }
+
+    /// [`Fifos::settle`] for the FIFO at `at` in the table.
+    fn settle_at(&mut self, at: usize, len: usize, access: Access) {
+        let Some(f) = self.table.get_mut(at) else {
+            return;
+        };
+        match access {
+            Access::Write => f.commit(len),
+            Access::Read => {
+                let items = len / f.item_bytes;
+                f.head = (f.head + items) % f.depth;
+                f.len -= items.min(f.len);
+                if f.len == 0 && f.partial == 0 {
+                    f.head = 0;
+                }
+            }
+        }
+    }
+
+    /// FIFO `id`'s place in the table, its block and the ring offset where `len` more
+    /// bytes start, if they fit.
+    fn reserve(&self, id: u16, len: usize) -> Result<(usize, Block, usize), ErrorCode> {
+        let (at, fifo) = self.entry(id)?;
+        let block = fifo.block;
+        // `len ≤ depth` and `partial < item_bytes`, and the block holds `depth·item_bytes`
+        // (> 0, checked at creation).
         let ring = block.len;
         let used = fifo.len * fifo.item_bytes + fifo.partial;
+        if len > ring - used {
+            return Err(ErrorCode::FifoFull { fifo: id });
+        }
+        Ok((at, block, (fifo.head * fifo.item_bytes + used) % ring))
+    }
+
+    /// Counts `len` bytes written by a push into the FIFO at `at` in the table.
+    fn commit(&mut self, at: usize, len: usize) {
+        if let Some(f) = self.table.get_mut(at) {
+            f.commit(len);
+        }
+    }
+
+    /// Forgets FIFO `id` and frees its block.
+    pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
+        if let Ok(at) = self.index(id) {
+            self.table.remove(at);
+        }
+        arena.free_block(Owner::Fifo(id));
+    }
+
+    /// Removes the `items` oldest items; returns the block and byte range where they still
+    /// lie (valid until the next push).
+    pub fn pop(&mut self, id: u16, items: usize) -> Result<(Block, Range<usize>), ErrorCode> {
+        let (at, fifo) = self.entry(id)?;
+        if items == 0 {
+            return Err(ErrorCode::FifoEmpty { fifo: id });
+        }
+        let oldest = saturate(fifo.head * fifo.item_bytes);
+        let len = items.saturating_mul(fifo.item_bytes);
+        let (block, range) = fifo.place(oldest, len, Access::Read)?;
+        self.settle_at(at, range.len(), Access::Read);
+        Ok((block, range))
+    }
+
+    /// Complete items of FIFO `id` that one [`Fifos::pop`] can take: those before the
+    /// ring's end (a pop never wraps it).
+    pub fn poppable(&self, id: u16) -> Result<usize, ErrorCode> {
+        let (_, fifo) = self.entry(id)?;
+        Ok(fifo.len.min(fifo.depth - fifo.head))
+    }
+
+    /// Drops every item of FIFO `id`, complete and partial, keeping the FIFO: its ring
+    /// restarts at the block's beginning, as a FIFO that was never pushed to.
+    pub fn empty(&mut self, id: u16) -> Result<(), ErrorCode> {
+        let (at, _) = self.entry(id)?;
+        if let Some(f) = self.table.get_mut(at) {
+            f.head = 0;
+            f.len = 0;
+            f.partial = 0;
+        }
+        Ok(())
+    }
+
+    /// Forgets every FIFO (their blocks go with the arena's).
+    pub fn clear(&mut self) {
+        self.table.clear();
+    }
+}
+
+impl Fifo {
+    /// [`Fifos::place`]'s rules on this FIFO.
+    fn place(
+        &self,
+        offset: u32,
+        len: usize,
+        access: Access,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        let id = self.id;
+        let ring = self.block.len;
+        let used = self.len * self.item_bytes + self.partial;
         let position = match access {
-            Access::Write => (fifo.head * fifo.item_bytes + used) % ring,
-            Access::Read => fifo.head * fifo.item_bytes,
+            Access::Write => (self.head * self.item_bytes + used) % ring,
+            Access::Read => self.head * self.item_bytes,
         };
         if offset as usize != position {
             return Err(ErrorCode::FifoPosition {
@@ -158,13 +297,13 @@ impl Fifos {
         }
         match access {
             Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
-            Access::Read if !len.is_multiple_of(fifo.item_bytes) => {
+            Access::Read if !len.is_multiple_of(self.item_bytes) => {
                 return Err(ErrorCode::ItemSize {
-                    expected: saturate(fifo.item_bytes),
+                    expected: saturate(self.item_bytes),
                     actual: saturate(len),
                 })
             }
-            Access::Read if len / fifo.item_bytes > fifo.len => {
+            Access::Read if len / self.item_bytes > self.len => {
                 return Err(ErrorCode::FifoEmpty { fifo: id })
             }
             _ => {}
@@ -176,113 +315,14 @@ impl Fifos {
                 size: saturate(ring),
             });
         }
-        Ok((block, position..position + len))
+        Ok((self.block, position..position + len))
     }
 
-    /// Counts `len` bytes placed by [`Fifos::place`] as moved: written ones become the
-    /// FIFO's (items as they complete), read ones leave it.
-    pub fn settle(&mut self, id: u16, len: usize, access: Access) {
-        match access {
-            Access::Write => self.commit(id, len),
-            Access::Read => self.update(id, |f| {
-                let items = len / f.item_bytes;
-                f.head = (f.head + items) % f.depth;
-                f.len -= items.min(f.len);
-                if f.len == 0 && f.partial == 0 {
-                    f.head = 0;
-                }
-            }),
-        }
-    }
-
-    /// FIFO `id`'s block and the ring offset where `len` more bytes start, if they fit.
-    fn reserve(&self, arena: &Arena<'_>, id: u16, len: usize) -> Result<(Block, usize), ErrorCode> {
-        let (fifo, block) = self.slot(arena, id)?;
-        // `len ≤ depth` and `partial < item_bytes`, and the block holds `depth·item_bytes`
-        // (> 0, checked at creation).
-        let ring = block.len;
-        let used = fifo.len * fifo.item_bytes + fifo.partial;
-        if len > ring - used {
-            return Err(ErrorCode::FifoFull { fifo: id });
-        }
-        Ok((block, (fifo.head * fifo.item_bytes + used) % ring))
-    }
-
-    /// Counts `len` bytes written by a push.
-    fn commit(&mut self, id: u16, len: usize) {
-        self.update(id, |f| {
-            let written = f.partial + len;
-            f.len += written / f.item_bytes;
-            f.partial = written % f.item_bytes;
-        });
-    }
-
-    /// Forgets FIFO `id` and frees its block.
-    pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
-        self.table.retain(|f| f.id != id);
-        arena.free_block(Owner::Fifo(id));
-    }
-
-    /// Removes the `items` oldest items; returns the block and byte range where they still
-    /// lie (valid until the next push).
-    pub fn pop(
-        &mut self,
-        arena: &Arena<'_>,
-        id: u16,
-        items: usize,
-    ) -> Result<(Block, Range<usize>), ErrorCode> {
-        let fifo = self.get(id)?;
-        if items == 0 {
-            return Err(ErrorCode::FifoEmpty { fifo: id });
-        }
-        let at = saturate(fifo.head * fifo.item_bytes);
-        let (block, range) = self.place(
-            arena,
-            id,
-            at,
-            items.saturating_mul(fifo.item_bytes),
-            Access::Read,
-        )?;
-        self.settle(id, range.len(), Access::Read);
-        Ok((block, range))
-    }
-
-    /// Complete items of FIFO `id` that one [`Fifos::pop`] can take: those before the
-    /// ring's end (a pop never wraps it).
-    pub fn poppable(&self, id: u16) -> Result<usize, ErrorCode> {
-        let fifo = self.get(id)?;
-        Ok(fifo.len.min(fifo.depth - fifo.head))
-    }
-
-    /// Drops every item of FIFO `id`, complete and partial, keeping the FIFO: its ring
-    /// restarts at the block's beginning, as a FIFO that was never pushed to.
-    pub fn empty(&mut self, id: u16) -> Result<(), ErrorCode> {
-        self.get(id)?;
-        self.update(id, |f| {
-            f.head = 0;
-            f.len = 0;
-            f.partial = 0;
-        });
-        Ok(())
-    }
-
-    /// Forgets every FIFO (their blocks go with the arena's).
-    pub fn clear(&mut self) {
-        self.table.clear();
-    }
-
-    fn slot(&self, arena: &Arena<'_>, id: u16) -> Result<(Fifo, Block), ErrorCode> {
-        let fifo = self.get(id)?;
-        let block = arena
-            .find(Owner::Fifo(id))
-            .ok_or(ErrorCode::UnknownId { id })?;
-        Ok((fifo, block))
-    }
-
-    fn update(&mut self, id: u16, change: impl FnOnce(&mut Fifo)) {
-        if let Some(f) = self.table.iter_mut().find(|f| f.id == id) {
-            change(f);
-        }
+    /// Counts `len` bytes written: items as they complete.
+    fn commit(&mut self, len: usize) {
+        let written = self.partial + len;
+        self.len += written / self.item_bytes;
+        self.partial = written % self.item_bytes;
     }
 }
 
@@ -300,13 +340,10 @@ mod tests {
         fifos.create(&mut arena, 7, 4, 3).unwrap();
         fifos.push(&mut arena, 7, &[1, 2, 3, 4, 5, 6]).unwrap();
         fifos.empty(7).unwrap();
-        assert_eq!(
-            fifos.pop(&arena, 7, 1),
-            Err(ErrorCode::FifoEmpty { fifo: 7 })
-        );
+        assert_eq!(fifos.pop(7, 1), Err(ErrorCode::FifoEmpty { fifo: 7 }));
         // The whole depth fits again, and items start at the first byte.
         fifos.push(&mut arena, 7, &[9; 12]).unwrap();
-        let (block, range) = fifos.pop(&arena, 7, 3).unwrap();
+        let (block, range) = fifos.pop(7, 3).unwrap();
         assert_eq!(range, 0..12);
         assert_eq!(&arena.bytes(block)[range], &[9; 12]);
         assert_eq!(fifos.empty(8), Err(ErrorCode::UnknownId { id: 8 }));
@@ -323,12 +360,12 @@ mod tests {
         assert_eq!(fifos.poppable(7), Ok(0));
         fifos.push(&mut arena, 7, &[1; 12]).unwrap();
         assert_eq!(fifos.poppable(7), Ok(3));
-        fifos.pop(&arena, 7, 2).unwrap();
+        fifos.pop(7, 2).unwrap();
         // Three more: one before the ring's end, two from its start.
         fifos.push(&mut arena, 7, &[2; 12]).unwrap();
         assert_eq!(fifos.poppable(7), Ok(2));
-        assert!(fifos.pop(&arena, 7, 3).is_err(), "three would wrap the end");
-        fifos.pop(&arena, 7, 2).unwrap();
+        assert!(fifos.pop(7, 3).is_err(), "three would wrap the end");
+        fifos.pop(7, 2).unwrap();
         assert_eq!(fifos.poppable(7), Ok(2));
         assert_eq!(fifos.poppable(8), Err(ErrorCode::UnknownId { id: 8 }));
     }

@@ -13,9 +13,11 @@
 //! replica, and the default job in child processes — beside the loop, then beside the same
 //! job on device threads, trained in alternation, alone and again with a busy loop on every
 //! core beside them (a loaded machine); last, a fixed step of 256 samples on
-//! 64 replicas beside the same step on one (the runtime's cost per replica), the limit of
-//! a device walk per replica beside the same step on one (one replica's share of the step
-//! trained alone, times the cores: the replicas' walks with nothing between them), and the
+//! 64 replicas beside the same step on one (the runtime's cost per replica; its devices
+//! run the replicas as lanes, a device per core), the limit of a device walk per replica
+//! beside the same step on one (one replica's share of the step trained alone, times the
+//! cores: the replicas' walks with nothing between them — what a runtime that walks each
+//! replica apart could reach at best, as it did before lanes), and the
 //! runtime's cost per replica per update (a batch's weight update) worked out from the
 //! first two. Each figure is the median of three runs.
 
@@ -219,7 +221,7 @@ fn scaling(steps: usize) {
     );
     println!(
         "{:<34} {:>14} {:>14} {:>7.2}×",
-        format!("  limit: 64 walks apart, {} cores", cores()),
+        format!("  walked apart at best, {} cores", cores()),
         format!("{apart:.0}"),
         format!("{one:.0}"),
         apart / one

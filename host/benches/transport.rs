@@ -34,7 +34,7 @@ fn placements() -> Vec<(&'static str, Channel)> {
         ),
         (
             "process_share",
-            Channel::device_processes(exe, 0..1, 4 << 20)
+            Channel::device_processes(exe, std::slice::from_ref(&(0..1)), 4 << 20)
                 .unwrap()
                 .remove(0),
         ),

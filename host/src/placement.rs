@@ -3,7 +3,8 @@
 //! A [`Placement`] names how a device runs: a thread of this process, a child process
 //! (`tessera device` for a session's worker, `tessera devices` serving a share of a
 //! training runtime's devices), or the firmware under QEMU. [`open`] starts one device per
-//! replica on it, in replica order, for the runtime and the session alike; everything the
+//! replica on it, in replica order, for the session (and [`open_devices`] a training
+//! runtime's devices, each running consecutive replicas as lanes: [`devices`] says how); everything the
 //! placement needs (QEMU's firmware and tools) is checked once, before the first device
 //! starts, so a missing piece fails at once instead of after some devices are up.
 //! `serve` (feature `mpi`) starts one device on a byte link whose controller is on
@@ -11,6 +12,8 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
+
+use tessera_core::program::Program;
 
 use crate::transport::{check_firmware, Channel, TransportError};
 
@@ -51,6 +54,70 @@ pub fn check(placement: &Placement) -> Result<(), TransportError> {
     }
 }
 
+/// How a training runtime's replicas `local` (of a run of `replicas`) of `program` share
+/// devices on `placement`, one range of consecutive replicas per device: on threads and in
+/// child processes, runs of ⌈n / cores⌉ replicas as the lanes of one device (one walk of
+/// the step per core instead of one per replica, and one message per device where there
+/// was one per replica) when every run shares each variable's group (core's
+/// [`lanes`](tessera_core::program::lanes) rule); else — and always on QEMU, whose firmware
+/// runs one lane — one device per replica.
+pub fn devices(
+    placement: &Placement,
+    program: &Program,
+    replicas: usize,
+    local: Range<u32>,
+) -> Vec<Range<u32>> {
+    let singles = || local.clone().map(|r| r..r + 1).collect();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let lanes = match placement {
+        Placement::Qemu(_) => 1,
+        Placement::Thread | Placement::Process(_) => local.len().div_ceil(cores).max(1),
+    };
+    let Ok(step) = u32::try_from(lanes) else {
+        return singles();
+    };
+    if step <= 1 {
+        return singles();
+    }
+    let runs: Vec<Range<u32>> = (local.clone())
+        .step_by(lanes)
+        .map(|first| first..first.saturating_add(step).min(local.end))
+        .collect();
+    let shared = runs.iter().all(|run| {
+        let lanes = run.len();
+        program
+            .check_lanes(replicas, run.start as usize, lanes)
+            .is_ok()
+    });
+    if shared {
+        runs
+    } else {
+        singles()
+    }
+}
+
+/// Starts a training runtime's devices on `placement`, one for each range of `devices`
+/// (consecutive replicas, run as its lanes: see [`devices`]), each with `memory` bytes per
+/// lane where the host places it, in replica order, after [`check`]. A device that does not
+/// start is an error naming its replica; the devices started before it stop as the error
+/// returns.
+pub fn open_devices(
+    placement: &Placement,
+    devices: &[Range<u32>],
+    memory: usize,
+) -> Result<Vec<Channel>, TransportError> {
+    check(placement)?;
+    match placement {
+        Placement::Thread => Channel::in_process_lanes(devices, memory, true),
+        Placement::Process(exe) => Channel::device_processes(exe, devices, memory),
+        Placement::Qemu(firmware) => devices
+            .iter()
+            .flat_map(|d| d.clone())
+            .map(|replica| Channel::qemu_checked(firmware, replica))
+            .collect(),
+    }
+}
+
 /// Starts one device for each of `replicas` on `placement` (each with `memory` bytes where
 /// the host places it), in replica order, after [`check`]. A device that does not start is
 /// an error naming its replica; the devices started before it stop as the error returns.
@@ -70,7 +137,10 @@ pub fn open(
             Serving::Alongside => replicas
                 .map(|replica| Channel::child_process(exe, replica, memory))
                 .collect(),
-            Serving::HostWaits => Channel::device_processes(exe, replicas, memory),
+            Serving::HostWaits => {
+                let devices: Vec<_> = replicas.map(|r| r..r + 1).collect();
+                Channel::device_processes(exe, &devices, memory)
+            }
         },
         Placement::Qemu(firmware) => replicas
             .map(|replica| Channel::qemu_checked(firmware, replica))
@@ -95,5 +165,104 @@ pub(crate) fn serve(
         Placement::Thread => thread_on(replica, memory, reader.into_chunks(), writer),
         Placement::Process(exe) => child_on(exe, replica, memory, reader, writer),
         Placement::Qemu(firmware) => qemu_on(firmware, replica, reader, writer),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Runtime, StepIo};
+    use crate::train::data::Dataset;
+    use crate::train::{model, TrainJob};
+    use tessera_core::grouping::CommGroup;
+    use tessera_core::transfer::InstanceWindow;
+
+    /// The default job's program with `job`'s changes, on 2 features and 3 classes.
+    fn program(job: &TrainJob) -> Program {
+        model::program(job, 2, 3).unwrap()
+    }
+
+    /// Catches lanes given to replicas that cannot share a walk, or none where they can:
+    /// runs of ⌈n / cores⌉ replicas when every run shares each variable's group, one
+    /// device per replica otherwise and always on QEMU.
+    #[test]
+    fn replicas_share_a_device_only_where_they_share_every_group() {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let all = TrainJob {
+            replicas: 64,
+            output_comm: CommGroup::All,
+            ..TrainJob::default()
+        };
+        let shared = devices(&Placement::Thread, &program(&all), 64, 0..64);
+        let lanes = 64usize.div_ceil(cores) as u32;
+        assert_eq!(shared.len(), 64usize.div_ceil(lanes as usize));
+        assert!(shared.iter().all(|d| d.len() as u32 <= lanes));
+        assert_eq!(shared.first().map(|d| d.start), Some(0));
+        assert_eq!(shared.last().map(|d| d.end), Some(64));
+        let orthogonal = TrainJob {
+            replicas: 64,
+            output_comm: CommGroup::Orthogonal(2),
+            ..TrainJob::default()
+        };
+        let apart = devices(&Placement::Thread, &program(&orthogonal), 64, 0..64);
+        let singles: Vec<_> = (0..64).map(|r| r..r + 1).collect();
+        assert_eq!(apart, singles, "orthogonal pairs share no run of replicas");
+        let qemu = Placement::Qemu(PathBuf::from("firmware"));
+        assert_eq!(devices(&qemu, &program(&all), 64, 0..64), singles);
+    }
+
+    /// Three steps of the default job's program (4 replicas, `w1` sharded across all,
+    /// `w2` in pairs, momentum, dropout) on devices running `devices`' replicas: every
+    /// anchor, weight and velocity, RNG state and cycle count.
+    fn train(devices: &[Range<u32>]) -> Vec<u8> {
+        let job = TrainJob::default();
+        let p = program(&job);
+        let channels = Channel::in_process_lanes(devices, 1 << 20, true).unwrap();
+        let mut runtime = Runtime::prepare_on(p.clone(), channels).unwrap();
+        let weights = model::initial_weights(&p, 4, 7).unwrap();
+        runtime.weights_from_host(&weights).unwrap();
+        runtime.set_random_seed(11).unwrap();
+        let data = Dataset::spirals(3000, 3, 5);
+        let micro_batches = job.batches_per_step * job.accumulation;
+        let mut out = Vec::new();
+        for step in 0..3 {
+            let start = step * micro_batches * 4;
+            let window = InstanceWindow::whole(4);
+            let (x, labels) = data.share(start, micro_batches, 4, window, 1).unwrap();
+            let io: StepIo = [(model::INPUT.into(), x), (model::LABELS.into(), labels)].into();
+            for anchor in runtime.run(&io).unwrap().values() {
+                out.extend_from_slice(anchor.bytes());
+            }
+        }
+        let weights = runtime.weights_to_host().unwrap();
+        let velocity = runtime.optimizer_state_to_host().unwrap();
+        for array in weights.values().chain(velocity.values()) {
+            out.extend_from_slice(array.bytes());
+        }
+        out.extend(
+            runtime
+                .rng_state()
+                .unwrap()
+                .iter()
+                .flat_map(|w| w.to_le_bytes()),
+        );
+        out.extend(
+            runtime
+                .cycle_counts()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c.to_le_bytes()),
+        );
+        out
+    }
+
+    /// Catches a runtime whose replicas train otherwise as lanes of shared devices than on
+    /// devices of their own: a lane's stream items or anchors taken from another lane, a
+    /// contribution folded as one replica's, a lane's weights or RNG state read from
+    /// another's, a device answered with the wrong groups' combination.
+    #[test]
+    fn lanes_train_to_the_bits_of_a_device_per_replica() {
+        let alone = train(&[0..1, 1..2, 2..3, 3..4]);
+        assert_eq!(train(&[0..2, 2..4]), alone, "two devices of two lanes");
     }
 }

@@ -7,7 +7,8 @@
 //!   travels through the variable's slot;
 //! - stream `i` fills FIFO `i + 1`; anchor `j` fills FIFO [`ANCHOR_BASE`]` + j + 1`.
 //!
-//! The arithmetic cannot overflow: indices are `u8`.
+//! The arithmetic cannot overflow: indices are `u8`. These are one replica's ids; a device
+//! running several replicas gives each lane its own copy ([`lanes`](super::lanes)).
 
 use super::{MAX_STREAMS, MAX_VARIABLES};
 
@@ -43,3 +44,6 @@ pub const fn anchor_fifo(index: u8) -> u16 {
 
 // Variables and velocities must not collide.
 const _: () = assert!(MAX_VARIABLES < VELOCITY_BASE as usize);
+// Every id is one lane's (see [`lanes`](super::lanes)): the highest is the last velocity.
+const _: () = assert!(VELOCITY_BASE as usize + MAX_VARIABLES < super::lanes::LANE_IDS as usize);
+const _: () = assert!(ANCHOR_BASE as usize + super::MAX_ANCHORS < super::lanes::LANE_IDS as usize);

@@ -66,11 +66,13 @@ mod error;
 pub mod exchange;
 mod fault;
 pub mod ids;
+pub mod lanes;
 
 pub use build::CapacityError;
 pub use error::{ProgramError, ProgramRule};
 pub use exchange::{Exchange, Exchanges};
 pub use fault::{ProgramFault, ProgramPart, RuleKind};
+pub use lanes::{LaneError, MAX_LANES};
 
 use heapless::Vec;
 use serde::{Deserialize, Serialize};

@@ -36,9 +36,9 @@ impl<'a> Command<'a> {
                 | Request::ReadBulk { .. }
                 | Request::Locate { .. }
                 | Request::GetSeed
-                | Request::GetRngState
+                | Request::GetRngState { .. }
                 | Request::RunStep { .. }
-                | Request::CycleCount
+                | Request::CycleCount { .. }
                 | Request::GetRegister { .. }
                 | Request::DescribeRegister { .. }
         );
@@ -61,8 +61,10 @@ impl Endpoint for Command<'_> {
 pub struct Hello {
     /// The host's protocol version.
     pub version: u16,
-    /// The replica the device serves.
+    /// The replica the device serves (its first lane's).
     pub replica: u32,
+    /// Replicas it serves from `replica` on.
+    pub lanes: u16,
 }
 
 impl Endpoint for Hello {
@@ -71,6 +73,7 @@ impl Endpoint for Hello {
         Request::Hello {
             version: self.version,
             replica: self.replica,
+            lanes: self.lanes,
         }
     }
     fn reply(response: Response<'_>) -> Option<(u16, Limits)> {
@@ -98,14 +101,14 @@ impl Endpoint for GetSeed {
     }
 }
 
-/// [`Request::GetRngState`]: the generator's words.
+/// [`Request::GetRngState`]: the generator's words of lane `.0`'s replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GetRngState;
+pub struct GetRngState(pub u16);
 
 impl Endpoint for GetRngState {
     type Reply<'r> = [u32; 4];
     fn request(&self) -> Request<'_> {
-        Request::GetRngState
+        Request::GetRngState { lane: self.0 }
     }
     fn reply(response: Response<'_>) -> Option<[u32; 4]> {
         match response {
@@ -115,14 +118,14 @@ impl Endpoint for GetRngState {
     }
 }
 
-/// [`Request::CycleCount`]: cycles counted.
+/// [`Request::CycleCount`]: cycles counted by lane `.0`'s replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CycleCount;
+pub struct CycleCount(pub u16);
 
 impl Endpoint for CycleCount {
     type Reply<'r> = u64;
     fn request(&self) -> Request<'_> {
-        Request::CycleCount
+        Request::CycleCount { lane: self.0 }
     }
     fn reply(response: Response<'_>) -> Option<u64> {
         match response {

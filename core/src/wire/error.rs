@@ -136,6 +136,28 @@ pub enum ErrorCode {
     StepAbandoned,
     /// A cycle count from a device whose program is not instrumented.
     NotInstrumented,
+    /// A hello asking a device to run more lanes than it can (or none).
+    Lanes {
+        /// The lanes asked for.
+        lanes: u16,
+        /// The most this device runs.
+        max: u16,
+    },
+    /// A program whose groupings put two of the device's lanes in different groups of a
+    /// variable: they cannot share a walk ([`lanes`](crate::program::lanes)).
+    LanesApart {
+        /// The variable's index.
+        variable: u8,
+        /// The lane's replica outside the first lane's group.
+        replica: u32,
+    },
+    /// A request naming a lane the device does not run.
+    NoSuchLane {
+        /// The lane named.
+        lane: u16,
+        /// Lanes the device runs.
+        lanes: u16,
+    },
 }
 
 impl fmt::Display for ErrorCode {
@@ -201,6 +223,18 @@ impl fmt::Display for ErrorCode {
             }
             Self::BulkUnavailable => {
                 f.write_str("no bulk bytes of that length came with the request on this link")
+            }
+            Self::Lanes { lanes, max } => write!(
+                f,
+                "the device runs 1 to {max} lanes (replicas in one walk), not {lanes}"
+            ),
+            Self::LanesApart { variable, replica } => write!(
+                f,
+                "variable {variable} puts replica {replica} in another group than the \
+                 device's first lane: its lanes cannot share a walk"
+            ),
+            Self::NoSuchLane { lane, lanes } => {
+                write!(f, "no lane {lane}: the device runs {lanes} lanes")
             }
             Self::ReductionTooLarge { bytes, max } => write!(
                 f,

@@ -266,7 +266,7 @@ mod tests {
         });
         let b = frame(&Envelope {
             seq: 2,
-            body: Request::CycleCount,
+            body: Request::CycleCount { lane: 0 },
         });
         let mut flipped = a.clone();
         flipped[2] ^= 0x10;

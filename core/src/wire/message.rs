@@ -11,7 +11,7 @@ use super::target::Target;
 /// The protocol version a [`Request::Hello`] carries; bumped on any change to the bytes of
 /// any message (host and device must run exactly the same one: see the [`wire`](super)
 /// module).
-pub const PROTOCOL_VERSION: u16 = 18;
+pub const PROTOCOL_VERSION: u16 = 19;
 
 /// Registers hold shapes of at most this rank.
 pub const MAX_SHAPE_RANK: usize = 8;
@@ -37,8 +37,11 @@ pub struct Limits {
     pub memory: u32,
     /// Largest frame the device accepts or sends, delimiter included.
     pub max_frame: u32,
-    /// The replica this device is.
+    /// The replica this device is (its first lane's, when it runs several).
     pub replica: u32,
+    /// Replicas it runs from `replica` on, one per lane
+    /// ([`lanes`](crate::program::lanes)): as the hello asked.
+    pub lanes: u16,
     /// Requests whose replies the device keeps for retries: the host never has more than
     /// this many outstanding.
     pub window: u16,
@@ -126,13 +129,17 @@ pub enum ReduceOp {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request<'a> {
-    /// Opens a session and tells the device which replica it is (the controller assigns
-    /// worker ids); the device answers with its limits.
+    /// Opens a session and tells the device which replicas it is (the controller assigns
+    /// worker ids); the device answers with its limits. A device refuses more lanes than
+    /// it can run ([`ErrorCode::Lanes`]).
     Hello {
         /// The host's [`PROTOCOL_VERSION`].
         version: u16,
-        /// The replica this device serves from now on.
+        /// The replica this device serves from now on (its first lane's).
         replica: u32,
+        /// Replicas it serves, `replica` and the ones after it, one per lane
+        /// ([`lanes`](crate::program::lanes)): 1 for a device of one replica.
+        lanes: u16,
     },
     /// Reserves a remote-buffer slot of `bytes` bytes, zeroed.
     AllocSlot {
@@ -164,13 +171,18 @@ pub enum Request<'a> {
     },
     /// Random seed to host.
     GetSeed,
-    /// RNG state from host.
+    /// RNG state from host, for one lane's replica.
     SetRngState {
+        /// The lane.
+        lane: u16,
         /// The generator's words.
         state: [u32; 4],
     },
-    /// RNG state to host.
-    GetRngState,
+    /// RNG state to host, of one lane's replica.
+    GetRngState {
+        /// The lane.
+        lane: u16,
+    },
     /// Places a program for a run on `replicas` replicas: its variables, their optimizer
     /// state and remote-buffer slots, a FIFO per stream and per anchor deep enough for one
     /// step (ids as [`program::ids`](crate::program::ids) assigns them), and the model's
@@ -208,8 +220,12 @@ pub enum Request<'a> {
         /// unreported (the anchors left by requests of their own, or nothing to drop).
         took: bool,
     },
-    /// Cycle count to host.
-    CycleCount,
+    /// Cycle count to host, of one lane's replica: the work it would have counted on a
+    /// device of its own.
+    CycleCount {
+        /// The lane.
+        lane: u16,
+    },
     /// Stores a value in register `id` (replacing what it held).
     SetRegister {
         /// Register id (0 is reserved).
@@ -423,10 +439,10 @@ impl Request<'_> {
             Self::SetSeed { .. } => RequestKind::SetSeed,
             Self::GetSeed => RequestKind::GetSeed,
             Self::SetRngState { .. } => RequestKind::SetRngState,
-            Self::GetRngState => RequestKind::GetRngState,
+            Self::GetRngState { .. } => RequestKind::GetRngState,
             Self::Prepare { .. } => RequestKind::Prepare,
             Self::RunStep { .. } => RequestKind::RunStep,
-            Self::CycleCount => RequestKind::CycleCount,
+            Self::CycleCount { .. } => RequestKind::CycleCount,
             Self::SetRegister { .. } => RequestKind::SetRegister,
             Self::GetRegister { .. } => RequestKind::GetRegister,
             Self::FreeRegister { .. } => RequestKind::FreeRegister,

@@ -20,8 +20,13 @@ fn target() -> impl Strategy<Value = Target> {
 
 fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
     prop_oneof![
-        (any::<u16>(), any::<u32>())
-            .prop_map(|(version, replica)| Request::Hello { version, replica }),
+        (any::<u16>(), any::<u32>(), any::<u16>()).prop_map(|(version, replica, lanes)| {
+            Request::Hello {
+                version,
+                replica,
+                lanes,
+            }
+        }),
         (any::<bool>(), any::<bool>()).prop_map(|(fed, took)| Request::RunStep { fed, took }),
         (any::<u16>(), any::<u32>()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
         (target(), any::<u32>(), 0..=data.len()).prop_map(move |(target, offset, n)| {
@@ -47,7 +52,11 @@ fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
             }
         ),
         any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
-        any::<[u32; 4]>().prop_map(|state| Request::SetRngState { state }),
+        (0..3u8, any::<u16>(), any::<[u32; 4]>()).prop_map(|(kind, lane, state)| match kind {
+            0 => Request::SetRngState { lane, state },
+            1 => Request::GetRngState { lane },
+            _ => Request::CycleCount { lane },
+        }),
         (any::<u16>(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {
             id,
             value: Value::Int(v)

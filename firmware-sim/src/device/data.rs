@@ -149,7 +149,7 @@ impl Device<'_> {
             .map_err(|_| broken(Invariant::AnchorsWhole))
     }
 
-    /// Checks a whole-ring move of every FIFO of `rings` (see [`Device::count_whole`]),
+    /// Checks a whole-ring move of every lane's FIFO of `rings` (see [`Device::count_whole`]),
     /// counting each when `settle`.
     fn whole_rings(&mut self, rings: Rings, settle: bool) -> Result<(), ErrorCode> {
         let program = self.prepared.as_ref().map(|p| &p.program);
@@ -157,17 +157,15 @@ impl Device<'_> {
             Rings::Streams => (program.map_or(0, |p| p.streams.len()), Access::Write),
             Rings::Anchors => (program.map_or(0, |p| p.anchors.len()), Access::Read),
         };
-        for k in 0..count as u8 {
-            let id = match rings {
-                Rings::Streams => ids::stream_fifo(k),
-                Rings::Anchors => ids::anchor_fifo(k),
-            };
-            let fifo = self.fifos.get(id)?;
-            let len = fifo.item_bytes * fifo.depth;
-            self.range(Target::Fifo(id), 0, saturate(len), access)?;
-            if settle {
-                // A ring over u32::MAX bytes would have been refused just above.
-                self.settle(Target::Fifo(id), len, access);
+        let lanes = self.prepared.as_ref().map_or(0, |p| p.lanes());
+        for lane in 0..lanes {
+            for k in 0..count as u8 {
+                let id = match rings {
+                    Rings::Streams => ids::stream_fifo(k),
+                    Rings::Anchors => ids::anchor_fifo(k),
+                };
+                let id = crate::program::lane_id(lane, id);
+                self.fifos.whole(id, access, settle)?;
             }
         }
         Ok(())
@@ -191,9 +189,7 @@ impl Device<'_> {
     ) -> Result<(Block, Range<usize>), ErrorCode> {
         match target {
             Target::Register(id) => self.registers.range(&self.arena, id, offset, len, access),
-            Target::Fifo(id) => self
-                .fifos
-                .place(&self.arena, id, offset, len as usize, access),
+            Target::Fifo(id) => self.fifos.place(id, offset, len as usize, access),
             Target::Slot(_) | Target::Variable(_) => {
                 let block = self.block(target)?;
                 let size = saturate(block.len);

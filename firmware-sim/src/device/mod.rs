@@ -40,7 +40,7 @@ use crate::arena::{saturate, Arena, Memory};
 use crate::fifo::Fifos;
 use crate::functions::Function;
 use crate::lent::Shared;
-use crate::program::Prepared;
+use crate::program::{Prepared, MAX_LANES};
 use crate::registers::Registers;
 use crate::serve::LinkLimits;
 pub use stepping::Progress;
@@ -89,7 +89,8 @@ pub struct Device<'a> {
     registers: Registers,
     limits: Limits,
     seed: u64,
-    rng: Rng,
+    /// Each lane's generator, lane by lane (as many as the hello's lanes).
+    rngs: heapless::Vec<Rng, MAX_LANES>,
     /// Learning rate and momentum.
     optimizer: (f32, f32),
     prepared: Option<Prepared>,
@@ -123,7 +124,7 @@ impl<'a> Device<'a> {
     /// let link = LinkLimits { max_frame: 256, window: 4 };
     /// let mut device = Device::new(0, &mut memory, link, &cycles);
     /// // The host's hello assigns the replica; the device answers with its limits.
-    /// let hello = Request::Hello { version: PROTOCOL_VERSION, replica: 3 };
+    /// let hello = Request::Hello { version: PROTOCOL_VERSION, replica: 3, lanes: 1 };
     /// let Response::Hello { version, limits } = device.handle(hello) else {
     ///     panic!("a hello is answered with a hello");
     /// };
@@ -151,15 +152,18 @@ impl<'a> Device<'a> {
             max_frame: saturate(link.max_frame),
             window: link.window,
             replica,
+            lanes: 1,
         };
+        let mut rngs = heapless::Vec::new();
+        // Replicas draw their own streams even before a seed arrives (one lane: room).
+        let _ = rngs.push(Rng::for_replica(0, replica));
         Self {
             arena,
             fifos: Fifos::default(),
             registers: Registers::default(),
             limits,
             seed: 0,
-            // Replicas draw their own streams even before a seed arrives.
-            rng: Rng::for_replica(0, replica),
+            rngs,
             optimizer: (0.0, 0.0),
             prepared: None,
             stepping: None,
@@ -242,7 +246,11 @@ impl<'a> Device<'a> {
     fn route(&mut self, request: &Request<'_>) -> Answer<'_> {
         use Request as R;
         match *request {
-            R::Hello { version, replica } => self.hello(version, replica),
+            R::Hello {
+                version,
+                replica,
+                lanes,
+            } => self.hello(version, replica, lanes),
             R::Write { .. }
             | R::Read { .. }
             | R::WriteBulk { .. }
@@ -258,10 +266,10 @@ impl<'a> Device<'a> {
             | R::SetSeed { .. }
             | R::GetSeed
             | R::SetRngState { .. }
-            | R::GetRngState
+            | R::GetRngState { .. }
             | R::RunStep { .. }
             | R::ResetStep
-            | R::CycleCount => program::handle(self, request),
+            | R::CycleCount { .. } => program::handle(self, request),
             // Taken by `handle` itself.
             R::Prepare { .. } => Err(crate::broken(tessera_core::wire::Invariant::Routing)),
             R::SetRegister { .. }
@@ -275,18 +283,44 @@ impl<'a> Device<'a> {
     }
 
     /// A hello: the exact protocol version (see the [`wire`](tessera_core::wire) module), then
-    /// this device's replica from now on.
-    fn hello(&mut self, version: u16, replica: u32) -> Answer<'_> {
+    /// this device's replicas from now on: `lanes` of them from `replica` on, 1 to
+    /// [`MAX_LANES`] ([`ErrorCode::Lanes`] otherwise), each drawing its own stream.
+    fn hello(&mut self, version: u16, replica: u32, lanes: u16) -> Answer<'_> {
         if version != PROTOCOL_VERSION {
             return Err(ErrorCode::Version {
                 device: PROTOCOL_VERSION,
             });
         }
+        if lanes == 0 || usize::from(lanes) > MAX_LANES {
+            return Err(ErrorCode::Lanes {
+                lanes,
+                max: MAX_LANES as u16, // At most core's MAX_LANES.
+            });
+        }
         self.limits.replica = replica;
-        self.rng = Rng::for_replica(self.seed, replica);
+        self.limits.lanes = lanes;
+        self.reseed();
         Ok(Some(Response::Hello {
             version: PROTOCOL_VERSION,
             limits: self.limits,
         }))
+    }
+
+    /// Every lane's generator at the start of its replica's stream for the seed.
+    fn reseed(&mut self) {
+        self.rngs.clear();
+        for lane in 0..crate::program::one_to_max(usize::from(self.limits.lanes)) {
+            let replica = self.limits.replica.wrapping_add(lane as u32);
+            // At most MAX_LANES lanes (the hello's rule): always room.
+            let _ = self.rngs.push(Rng::for_replica(self.seed, replica));
+        }
+    }
+
+    /// Lane `lane`'s generator ([`ErrorCode::NoSuchLane`] past the device's lanes).
+    fn lane_rng(&mut self, lane: u16) -> Result<&mut Rng, ErrorCode> {
+        let lanes = self.limits.lanes;
+        self.rngs
+            .get_mut(usize::from(lane))
+            .ok_or(ErrorCode::NoSuchLane { lane, lanes })
     }
 }

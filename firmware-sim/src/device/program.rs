@@ -7,15 +7,18 @@
 //!
 //! - Optimizer values from the host obey the program's own rule for them
 //!   ([`Optimizer::check_values`]); refused values leave the old ones in place.
-//! - A seed reseeds the RNG with this replica's stream for it; an RNG state replaces the
-//!   generator's words as they are.
+//! - A seed reseeds every lane's RNG with its replica's stream for it; an RNG state
+//!   replaces one lane's generator's words as they are (a lane the device does not run is
+//!   [`ErrorCode::NoSuchLane`]).
 //! - A prepare replaces the prepared program only when the new one is accepted whole
 //!   (core's rules, then the device's room): a refused prepare keeps the old one.
 //! - A step and a reset-step need a prepared program: without one they are refused as
 //!   [`ErrorCode::NotPrepared`], and change nothing.
 //! - A step runs leg by leg under the serve loop ([`stepping`](super::stepping)); one
 //!   asked for here runs whole, so only on a replica that needs no peer.
-//! - Cycle counts come only from an instrumented program.
+//! - Cycle counts come only from an instrumented program. Every lane counts the work a
+//!   device of its own would (its rows', and each update once), which is the same for
+//!   every lane: the device keeps one count and answers it for any lane it runs.
 //!
 //! # Errors
 //!
@@ -32,7 +35,9 @@
 //! [`ReduceTimeout`](ErrorCode::ReduceTimeout), [`StepAbandoned`](ErrorCode::StepAbandoned),
 //! [`UnexpectedReduced`](ErrorCode::UnexpectedReduced) (a combined result of the wrong
 //! length) and [`Internal`](ErrorCode::Internal) (a step);
-//! [`NotInstrumented`](ErrorCode::NotInstrumented).
+//! [`NotInstrumented`](ErrorCode::NotInstrumented);
+//! [`NoSuchLane`](ErrorCode::NoSuchLane) (RNG state, cycle count);
+//! [`LanesApart`](ErrorCode::LanesApart) (prepare).
 
 use tessera_core::program::{Optimizer, Program, ProgramFault, ProgramPart, RuleKind};
 use tessera_core::rng::Rng;
@@ -76,12 +81,12 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
         }
         Request::SetSeed { seed } => {
             device.seed = seed;
-            device.rng = Rng::for_replica(seed, device.limits.replica);
+            device.reseed();
         }
         Request::GetSeed => return Ok(Some(Response::Seed { seed: device.seed })),
-        Request::SetRngState { state } => device.rng = Rng::from_state(state),
-        Request::GetRngState => {
-            let state = device.rng.state();
+        Request::SetRngState { lane, state } => *device.lane_rng(lane)? = Rng::from_state(state),
+        Request::GetRngState { lane } => {
+            let state = device.lane_rng(lane)?.state();
             return Ok(Some(Response::RngState { state }));
         }
         Request::RunStep { fed, took } => {
@@ -100,7 +105,8 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;
             step::reset(&mut device.arena, &mut device.fifos, prepared)?;
         }
-        Request::CycleCount => {
+        Request::CycleCount { lane } => {
+            device.lane_rng(lane)?;
             let instrumented = device.prepared.as_ref().map(|p| p.program.instrumented);
             if instrumented != Some(true) {
                 return Err(ErrorCode::NotInstrumented);

@@ -113,7 +113,7 @@ impl Device<'_> {
         let ctx = StepContext {
             arena: &mut self.arena,
             fifos: &mut self.fifos,
-            rng: &mut self.rng,
+            rngs: &mut self.rngs,
             prepared,
             optimizer: self.optimizer,
         };

@@ -1,8 +1,13 @@
 //! The model's layers over a pass's rows, in the step's scratch block: forward through the
 //! layers before the loss, the loss and its gradient sample by sample, and backward, last
-//! layer first, adding each weight's gradient. Every tensor is a region of the block that
+//! layer first, adding each weight's gradient. A pass holds every lane's rows, lane after
+//! lane: one weight serves them all, while each lane's dropout draws from its own generator
+//! and each lane's rows add into its own gradient (in order: the bits a device of its own
+//! gives). Every tensor is a region of the block that
 //! the scratch layout names ([`scratch`](super::scratch)); a region it lacks is a broken
 //! layout, answered instead of a panic.
+
+use core::ops::Range;
 
 use tessera_core::program::Layer;
 use tessera_core::rng::Rng;
@@ -13,24 +18,26 @@ use super::{math, narrow, Prepared};
 use crate::arena::{Arena, Block};
 use crate::broken;
 
-/// The layers before the loss, in order; returns the work.
+/// The layers before the loss, in order; returns the work one lane counts (its rows':
+/// every lane has as many).
 pub(super) fn forward(
     arena: &mut Arena<'_>,
     block: Block,
     prepared: &Prepared,
-    rng: &mut Rng,
+    rngs: &mut [Rng],
 ) -> Result<u64, ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
+    let lanes = s.lanes().max(1);
     let mut work = 0u64;
     for (k, layer) in p.layers.iter().enumerate().take(s.last()) {
         let (a, y) = (s.act(k).ok_or(MISSING)?, s.act(k + 1).ok_or(MISSING)?);
-        work += y.len() as u64;
+        work += (y.len() / lanes) as u64;
         match *layer {
             Layer::Linear { weight } => {
                 let [w, a, y] = regions(x, [s.full(weight).ok_or(MISSING)?, a, y])?;
                 narrow::linear(w, a, y, s.rows());
-                work += (w.len() * s.rows()) as u64;
+                work += (w.len() * (s.rows() / lanes)) as u64;
             }
             Layer::Bias { bias } => {
                 let [b, a, y] = regions(x, [s.full(bias).ok_or(MISSING)?, a, y])?;
@@ -43,8 +50,12 @@ pub(super) fn forward(
                 math::relu(a, y);
             }
             Layer::Dropout { rate } => {
-                let [a, mask, y] = regions(x, [a, s.mask(k).ok_or(MISSING)?, y])?;
-                math::dropout(rng, rate, a, mask, y);
+                let mask = s.mask(k).ok_or(MISSING)?;
+                for (lane, rng) in rngs.iter_mut().enumerate() {
+                    let part = |r: &Range<usize>| s.lane_part(r.clone(), lane).ok_or(MISSING);
+                    let [a, mask, y] = regions(x, [part(&a)?, part(&mask)?, part(&y)?])?;
+                    math::dropout(rng, rate, a, mask, y);
+                }
             }
             Layer::SoftmaxCrossEntropy { .. } | Layer::MeanSquaredError { .. } => {
                 return Err(broken(Invariant::LossLayer))
@@ -98,7 +109,8 @@ fn rows_mut(x: &mut [f32], n: usize) -> core::slice::ChunksExactMut<'_, f32> {
     x.chunks_exact_mut((x.len() / n.max(1)).max(1))
 }
 
-/// The layers before the loss, last first, adding to the gradients; returns the work.
+/// The layers before the loss, last first, adding each lane's rows to its gradients;
+/// returns the work one lane counts.
 pub(super) fn backward(
     arena: &mut Arena<'_>,
     block: Block,
@@ -106,31 +118,39 @@ pub(super) fn backward(
 ) -> Result<u64, ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
+    let n = s.rows() / s.lanes().max(1);
     let mut work = 0u64;
     for (k, layer) in p.layers.iter().enumerate().take(s.last()).rev() {
         let (dy, dx) = (s.delta(k + 1).ok_or(MISSING)?, s.delta(k).ok_or(MISSING)?);
-        work += dx.len() as u64;
+        work += (dx.len() / s.lanes().max(1)) as u64;
         match *layer {
             Layer::Linear { weight } => {
-                let (w, g) = (
-                    s.full(weight).ok_or(MISSING)?,
-                    s.grad(weight).ok_or(MISSING)?,
-                );
+                let w = s.full(weight).ok_or(MISSING)?;
                 let a = s.act(k).ok_or(MISSING)?;
-                let [w, a, dy, g, dx] = regions(x, [w, a, dy, g, dx])?;
-                let n = s.rows();
                 let passes = if k > 0 { 2 } else { 1 };
                 work += (w.len() * passes * n) as u64;
-                // Sample by sample, in order: the gradient sums as it would one sample per
-                // micro-batch. The input's gradient is needed only below the first layer.
-                let dx = Some(dx).filter(|_| k > 0);
-                narrow::linear_backward(w, a, dy, g, dx, n);
+                for lane in 0..s.lanes() {
+                    let part = |r: &Range<usize>| s.lane_part(r.clone(), lane).ok_or(MISSING);
+                    let g = s.grad_in(weight, lane).ok_or(MISSING)?;
+                    let parts = [w.clone(), part(&a)?, part(&dy)?, g, part(&dx)?];
+                    let [w, a, dy, g, dx] = regions(x, parts)?;
+                    // Sample by sample, in order: the gradient sums as it would one sample
+                    // per micro-batch. The input's gradient is needed only below the first
+                    // layer.
+                    let dx = Some(dx).filter(|_| k > 0);
+                    narrow::linear_backward(w, a, dy, g, dx, n);
+                }
             }
             Layer::Bias { bias } => {
-                let [g, dy, dx] = regions(x, [s.grad(bias).ok_or(MISSING)?, dy, dx])?;
-                for dy in rows(dy, s.rows()) {
-                    g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
+                for lane in 0..s.lanes() {
+                    let g = s.grad_in(bias, lane).ok_or(MISSING)?;
+                    let dy = s.lane_part(dy.clone(), lane).ok_or(MISSING)?;
+                    let [g, dy] = regions(x, [g, dy])?;
+                    for dy in rows(dy, n) {
+                        g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
+                    }
                 }
+                let [dy, dx] = regions(x, [dy, dx])?;
                 dx.copy_from_slice(dy);
             }
             Layer::Relu => {

@@ -1,13 +1,17 @@
-//! A program prepared on one replica, and the training step that runs it.
+//! A program prepared on one replica — or on several consecutive ones that share a walk,
+//! the device's *lanes* ([`lanes`](tessera_core::program::lanes)) — and the training step
+//! that runs it.
 //!
-//! [`prepare`] places a core [`Program`] in the device's arena: each variable as the
+//! [`prepare`] places a core [`Program`] in the device's arena, for each lane (with the
+//! lane's own ids, [`in_lane`](tessera_core::program::lanes::in_lane)): each variable as the
 //! replica holds it (its shard, padding included, when it is sharded across its group; the
 //! whole variable otherwise), the variable's remote-buffer slot of the same size, the
 //! momentum's velocity when the optimizer has one, a FIFO per stream and per anchor deep
 //! enough for one step, and one scratch block for the model ([`scratch`]). Ids come from
 //! core's [`ids`]. The program is checked with core's own rules first (a broken one is
-//! refused with [`ErrorCode::Program`], naming the rule and the tensor), the device must be
-//! one of the run's replicas, every exchange of reductions it will make must fit one frame, every FIFO
+//! refused with [`ErrorCode::Program`], naming the rule and the tensor), the device's lanes
+//! must be replicas of the run that share every variable's group
+//! ([`ErrorCode::LanesApart`] otherwise), every exchange of reductions it will make must fit one frame, every FIFO
 //! must hold its step's items, and a placement that runs out of memory is rolled back: a
 //! refused program leaves nothing behind.
 //!
@@ -25,8 +29,9 @@ pub mod narrow;
 pub mod scratch;
 pub mod step;
 
+use tessera_core::program::lanes::{lane_bytes, LANE_IDS};
 use tessera_core::program::{
-    elements, ids, AnchorTensor, Exchange, Program, Reduction, Sharding, MAX_INTERVALS,
+    elements, ids, AnchorTensor, Exchange, LaneError, Program, Reduction, Sharding, MAX_INTERVALS,
     MAX_VARIABLES,
 };
 use tessera_core::shard::Piece;
@@ -35,28 +40,64 @@ use tessera_core::wire::{ErrorCode, Invariant, Limits};
 use crate::arena::{saturate, Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
-use scratch::Scratch;
+use scratch::{Cut, Scratch};
 pub use step::{advance, Cursor, Leg, StepContext};
 
-/// A program placed on this replica.
+/// Lanes a device runs at most: as many as a run has replicas on a host; one in the
+/// firmware binary, whose flash has no room for more code.
+pub const MAX_LANES: usize = if cfg!(feature = "firmware") {
+    1
+} else {
+    tessera_core::program::MAX_LANES
+};
+
+/// `lanes` as 1 to [`MAX_LANES`]: what prepare keeps them to, known to the compiler too, so
+/// that a build of one lane (the firmware's) computes no lane arithmetic at all.
+pub(crate) const fn one_to_max(lanes: usize) -> usize {
+    if MAX_LANES == 1 || lanes == 0 {
+        1
+    } else if lanes > MAX_LANES {
+        MAX_LANES
+    } else {
+        lanes
+    }
+}
+
+/// A program placed on this device's lanes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prepared {
     /// The program.
     pub program: Program,
     /// Replicas of the run.
     pub replicas: usize,
-    /// This replica.
+    /// The first lane's replica.
     pub replica: usize,
+    /// Lanes: replicas `replica ..` run in one walk (see [`Prepared::lanes`]).
+    lanes: usize,
     /// Where the model's tensors lie in the scratch block.
     pub scratch: Scratch,
     /// The reduction rounds of one batch, in [`Program::reductions`] order.
     pub rounds: Rounds,
     /// How they travel, for this device's frame.
     pub exchanges: Exchanges,
-    /// What the replica holds of each variable, in variable order (see [`Held`]).
+    /// What the first lane's replica holds of each variable, in variable order (see
+    /// [`Held`]). The other lanes hold the same of every variable held whole.
     pub held: Holdings,
+    /// Each lane's shard of each sharded variable when it is one piece (a balanced or
+    /// padded-tail layout's always are), lane by lane; a shard of several pieces is worked
+    /// out as it is moved. (Every lane's [`Held`] made a device of many lanes too large to
+    /// move on a thread's stack.)
+    pub shards: heapless::Vec<[Option<Piece>; MAX_VARIABLES], MAX_LANES>,
     /// Where the step's blocks lie (see [`Placed`]).
     pub placed: Placed,
+}
+
+impl Prepared {
+    /// Lanes the program runs: replicas `replica ..` in one walk, 1 to [`MAX_LANES`] as
+    /// prepare took them (said again here so that a build of one lane drops its loops).
+    pub fn lanes(&self) -> usize {
+        one_to_max(self.lanes)
+    }
 }
 
 /// The blocks a step reads at every batch, found once when the program is placed: a block
@@ -67,9 +108,27 @@ pub struct Prepared {
 pub struct Placed {
     /// The step's scratch block.
     pub scratch: Block,
-    /// Each variable's block, and its velocity's when the optimizer has one, in variable
-    /// order.
-    pub variables: heapless::Vec<(Block, Option<Block>), MAX_VARIABLES>,
+    /// Each lane's [`Variables`], lane by lane.
+    pub lanes: heapless::Vec<Variables, MAX_LANES>,
+}
+
+/// One lane's blocks of each variable, and of its velocity when the optimizer has one, in
+/// variable order.
+pub type Variables = heapless::Vec<(Block, Option<Block>), MAX_VARIABLES>;
+
+/// Lane `lane`'s copy of one-replica id `id`, as core's
+/// [`in_lane`](tessera_core::program::lanes::in_lane) numbers it, for the lanes and ids a
+/// prepared program has: a lane below [`MAX_LANES`] (prepare takes no more) and an id of
+/// core's [`ids`] (all below [`LANE_IDS`], core's rule), where `in_lane` never refuses.
+/// Worked out without its refusal: the step asks at every pop and push, and the firmware's
+/// flash has no room for the error paths.
+pub(crate) const fn lane_id(lane: usize, id: u16) -> u16 {
+    let lane = if lane < MAX_LANES {
+        lane
+    } else {
+        MAX_LANES - 1
+    };
+    lane as u16 * LANE_IDS + id % LANE_IDS
 }
 
 /// The pieces of one variable a replica holds: its shard's (core's [`ShardLayout`] rule
@@ -89,9 +148,10 @@ pub type Rounds = heapless::Vec<Reduction, { 2 * MAX_VARIABLES }>;
 /// A batch's exchanges: at most one per round.
 pub type Exchanges = heapless::Vec<Exchange, { 2 * MAX_VARIABLES }>;
 
-/// Places `program` for replica `limits.replica` of `replicas` (see the module
-/// documentation). `previous`, the program placed before, stays placed when the checks
-/// refuse the new one, and is freed (and taken) once they pass.
+/// Places `program` for the lanes `limits` names (replicas `limits.replica ..`, one per
+/// lane) of `replicas` (see the module documentation). `previous`, the program placed
+/// before, stays placed when the checks refuse the new one, and is freed (and taken) once
+/// they pass.
 pub fn prepare(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
@@ -101,27 +161,71 @@ pub fn prepare(
     previous: &mut Option<Prepared>,
 ) -> Result<Prepared, ErrorCode> {
     let (replicas, replica) = (replicas as usize, limits.replica as usize);
+    // The hello took at most MAX_LANES, and at least one.
+    let lanes = one_to_max(usize::from(limits.lanes));
     program
         .check(replicas)
         .map_err(|e| ErrorCode::Program(e.fault(&program)))?;
-    if replica >= replicas {
+    if replica.saturating_add(lanes) > replicas {
         return Err(ErrorCode::ReplicaOutOfRange {
-            replica: limits.replica,
+            replica: saturate(replica.saturating_add(lanes) - 1),
             replicas: saturate(replicas),
         });
     }
-    let scratch = Scratch::new(&program, replicas).ok_or(broken(Invariant::Placement))?;
-    // Every exchange of reductions travels in one frame.
+    if lanes > 1 {
+        if let Err(e) = program.check_lanes(replicas, replica, lanes) {
+            let LaneError::Apart {
+                variable, replica, ..
+            } = e
+            else {
+                return Err(broken(Invariant::Placement));
+            };
+            return Err(ErrorCode::LanesApart {
+                variable: variable as u8, // At most MAX_VARIABLES.
+                replica: saturate(replica),
+            });
+        }
+    }
+    // Every exchange of reductions travels in one frame, every lane's side by side.
     let max = limits.max_chunk();
-    let cut = program.exchanges(replicas, max);
+    let cut = program.exchanges(replicas, lane_bytes(max, lanes));
     let rounds = Rounds::from_slice(cut.rounds()).map_err(|_| broken(Invariant::Placement))?;
     let exchanges: Exchanges = cut.take(2 * MAX_VARIABLES).collect();
-    let held = holdings(&program, replicas, replica)?;
-    if let Some(e) = exchanges.iter().find(|e| e.bytes > max) {
+    if let Some(e) = exchanges
+        .iter()
+        .find(|e| e.bytes.saturating_mul(lanes) > max)
+    {
         return Err(ErrorCode::ReductionTooLarge {
-            bytes: saturate(e.bytes),
+            bytes: saturate(e.bytes.saturating_mul(lanes)),
             max: saturate(max),
         });
+    }
+    let cut = Cut {
+        rounds: &rounds,
+        exchanges: &exchanges,
+        lanes,
+    };
+    let scratch = Scratch::new(&program, replicas, cut).ok_or(broken(Invariant::Placement))?;
+    let held = holdings(&program, replicas, replica)?;
+    let mut shards = heapless::Vec::new();
+    // The firmware runs one lane, whose pieces `held` has.
+    if MAX_LANES > 1 {
+        for lane in 0..lanes {
+            let mut pieces = [None; MAX_VARIABLES];
+            for (i, one) in pieces.iter_mut().enumerate().take(program.variables.len()) {
+                let mut count = 0;
+                shard_pieces(&program, (replicas, replica + lane), i, |piece| {
+                    *one = Some(piece);
+                    count += 1;
+                })?;
+                if count != 1 {
+                    *one = None;
+                }
+            }
+            shards
+                .push(pieces)
+                .map_err(|_| broken(Invariant::Placement))?;
+        }
     }
     // Every anchored value leaves in one reply.
     let output = saturate(scratch.output_elements().saturating_mul(4));
@@ -134,22 +238,24 @@ pub fn prepare(
         return Err(ErrorCode::ReplyTooLarge);
     }
     if let Some(old) = previous.take() {
-        release(arena, fifos, &old.program);
+        release(arena, fifos, &old.program, old.lanes());
     }
-    release(arena, fifos, &program);
+    release(arena, fifos, &program, lanes);
     #[cfg(not(feature = "firmware"))]
-    let scratch = wider(arena, fifos, &program, replicas, &scratch).unwrap_or(scratch);
-    let placed = place(arena, fifos, &program, replicas, &scratch).inspect_err(|_| {
-        release(arena, fifos, &program);
+    let scratch = wider(arena, fifos, &program, replicas, cut, &scratch).unwrap_or(scratch);
+    let placed = place(arena, fifos, &program, replicas, lanes, &scratch).inspect_err(|_| {
+        release(arena, fifos, &program, lanes);
     })?;
     Ok(Prepared {
         program,
         replicas,
         replica,
+        lanes,
         scratch,
         rounds,
         exchanges,
         held,
+        shards,
         placed,
     })
 }
@@ -158,36 +264,54 @@ pub fn prepare(
 /// checked: a failure here is a broken invariant, not a bad program).
 fn holdings(program: &Program, replicas: usize, replica: usize) -> Result<Holdings, ErrorCode> {
     let mut all = Holdings::new();
-    for (i, v) in program.variables.iter().enumerate() {
+    let fault = broken(Invariant::Sharding);
+    for i in 0..program.variables.len() {
         let mut held = Held::new();
-        let fault = broken(Invariant::Sharding);
-        if v.sharding == Sharding::None {
-            let n = elements(&v.shape).ok_or(fault)?;
-            let whole = Piece {
-                src_begin: 0,
-                src_end: n,
-                dst_offset: 0,
-            };
-            held.push(whole).map_err(|_| fault)?;
-        } else {
-            let layout = program
-                .shard_layout(i, replicas)
-                .ok()
-                .flatten()
-                .ok_or(fault)?;
-            let settings = program.settings(i, replicas).map_err(|_| fault)?;
-            let shard = settings
-                .grouping()
-                .index_in_group(replica)
-                .map_err(|_| fault)?;
-            // A shard's pieces are its share of the layout's intervals: at most as many.
-            for piece in layout.pieces(shard).map_err(|_| fault)? {
-                held.push(piece).map_err(|_| fault)?;
-            }
+        let mut fits = true;
+        shard_pieces(program, (replicas, replica), i, |piece| {
+            fits &= held.push(piece).is_ok();
+        })?;
+        // A shard's pieces are its share of the layout's intervals: at most as many.
+        if !fits {
+            return Err(fault);
         }
         all.push(held).map_err(|_| fault)?;
     }
     Ok(all)
+}
+
+/// `each` on every piece of variable `index` replica `replica` of `replicas` holds: its
+/// shard's (core's layout for its group), or the whole variable at offset 0 when it is not
+/// sharded.
+pub(super) fn shard_pieces(
+    program: &Program,
+    (replicas, replica): (usize, usize),
+    index: usize,
+    mut each: impl FnMut(Piece),
+) -> Result<(), ErrorCode> {
+    let fault = broken(Invariant::Sharding);
+    let v = program.variables.get(index).ok_or(fault)?;
+    if v.sharding == Sharding::None {
+        let n = elements(&v.shape).ok_or(fault)?;
+        each(Piece {
+            src_begin: 0,
+            src_end: n,
+            dst_offset: 0,
+        });
+        return Ok(());
+    }
+    let layout = program
+        .shard_layout(index, replicas)
+        .ok()
+        .flatten()
+        .ok_or(fault)?;
+    let settings = program.settings(index, replicas).map_err(|_| fault)?;
+    let shard = settings
+        .grouping()
+        .index_in_group(replica)
+        .map_err(|_| fault)?;
+    layout.pieces(shard).map_err(|_| fault)?.for_each(each);
+    Ok(())
 }
 
 /// The layout of the widest pass of several micro-batches whose block grows `single`'s
@@ -201,55 +325,66 @@ fn wider(
     fifos: &mut Fifos,
     program: &Program,
     replicas: usize,
+    cut: Cut<'_>,
     single: &Scratch,
 ) -> Option<Scratch> {
-    let placed = place(arena, fifos, program, replicas, single).is_ok();
+    let lanes = cut.lanes;
+    let placed = place(arena, fifos, program, replicas, lanes, single).is_ok();
     let free = arena.free();
-    release(arena, fifos, program);
+    release(arena, fifos, program, lanes);
     if !placed {
         return None;
     }
     Scratch::passes(program)
         .take_while(|&chunk| chunk > 1)
-        .filter_map(|chunk| Scratch::passing(program, replicas, chunk))
+        .filter_map(|chunk| Scratch::passing(program, replicas, chunk, cut))
         .filter(|wide| wide.bytes().saturating_sub(single.bytes()) <= free / 4)
         .find(|wide| {
             // Free bytes may lie in pieces: the block must fit where placing puts it.
-            let fits = place(arena, fifos, program, replicas, wide).is_ok();
-            release(arena, fifos, program);
+            let fits = place(arena, fifos, program, replicas, lanes, wide).is_ok();
+            release(arena, fifos, program, lanes);
             fits
         })
 }
 
-/// Allocates everything the module documentation lists.
+/// Allocates everything the module documentation lists, for each of `lanes` lanes.
 fn place(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
     program: &Program,
     replicas: usize,
+    lanes: usize,
     scratch: &Scratch,
 ) -> Result<Placed, ErrorCode> {
     let flow = program
         .data_flow()
         .map_err(|_| broken(Invariant::Placement))?;
     let momentum = program.optimizer.has_velocity();
-    let mut variables = heapless::Vec::new();
-    for i in 0..program.variables.len() {
-        let held = program
-            .held_elements(i, replicas)
-            .ok()
-            .and_then(|n| n.checked_mul(4))
-            .ok_or(broken(Invariant::Placement))?;
-        let index = i as u8; // At most MAX_VARIABLES variables.
-        let variable = arena.alloc(Owner::Variable(ids::variable(index)), held)?;
-        arena.alloc(Owner::Slot(ids::slot(index)), held)?;
-        let velocity = if momentum {
-            Some(arena.alloc(Owner::Variable(ids::velocity(index)), held)?)
-        } else {
-            None
-        };
-        variables
-            .push((variable, velocity))
+    let mut placed = heapless::Vec::new();
+    for lane in 0..lanes {
+        let mut variables = Variables::new();
+        for i in 0..program.variables.len() {
+            let held = program
+                .held_elements(i, replicas)
+                .ok()
+                .and_then(|n| n.checked_mul(4))
+                .ok_or(broken(Invariant::Placement))?;
+            let index = i as u8; // At most MAX_VARIABLES variables.
+            let variable = Owner::Variable(lane_id(lane, ids::variable(index)));
+            let variable = arena.alloc(variable, held)?;
+            arena.alloc(Owner::Slot(lane_id(lane, ids::slot(index))), held)?;
+            let velocity = if momentum {
+                let velocity = Owner::Variable(lane_id(lane, ids::velocity(index)));
+                Some(arena.alloc(velocity, held)?)
+            } else {
+                None
+            };
+            variables
+                .push((variable, velocity))
+                .map_err(|_| broken(Invariant::Placement))?;
+        }
+        placed
+            .push(variables)
             .map_err(|_| broken(Invariant::Placement))?;
     }
     // A FIFO holds one step's items; a step of more than u16::MAX of them, or an item of
@@ -264,57 +399,69 @@ fn place(
             }),
         }
     };
-    for (i, s) in program.streams.iter().enumerate() {
-        // One item: a micro-batch of samples.
-        let item = program
-            .item_elements(i)
-            .and_then(|n| n.checked_mul(s.dtype.size()));
-        let (item, depth) = shape(item, flow.inputs_per_replica())?;
-        fifos.create(arena, ids::stream_fifo(i as u8), item, depth)?;
-    }
-    for (j, a) in program.anchors.iter().enumerate() {
-        let width = program.anchor_width(a.tensor);
-        let items = flow.outputs_per_replica(Some(a.return_type));
-        let (item, depth) = shape(width.and_then(|w| w.checked_mul(4)), items)?;
-        fifos.create(arena, ids::anchor_fifo(j as u8), item, depth)?;
+    for lane in 0..lanes {
+        for (i, s) in program.streams.iter().enumerate() {
+            // One item: a micro-batch of samples.
+            let item = program
+                .item_elements(i)
+                .and_then(|n| n.checked_mul(s.dtype.size()));
+            let (item, depth) = shape(item, flow.inputs_per_replica())?;
+            let fifo = lane_id(lane, ids::stream_fifo(i as u8));
+            fifos.create(arena, fifo, item, depth)?;
+        }
+        for (j, a) in program.anchors.iter().enumerate() {
+            let width = program.anchor_width(a.tensor);
+            let items = flow.outputs_per_replica(Some(a.return_type));
+            let (item, depth) = shape(width.and_then(|w| w.checked_mul(4)), items)?;
+            let fifo = lane_id(lane, ids::anchor_fifo(j as u8));
+            fifos.create(arena, fifo, item, depth)?;
+        }
     }
     let scratch = arena.alloc(Owner::StepScratch, scratch.bytes())?;
-    Ok(Placed { scratch, variables })
+    Ok(Placed {
+        scratch,
+        lanes: placed,
+    })
 }
 
 /// Puts `prepared`'s step state back to where a step starts (after a failed one): every
-/// stream and anchor FIFO emptied and the step's scratch zeroed, so no sample, anchored
-/// value or partial `Sum` anchor of the failed step reaches the next. Variables, their
-/// velocity and slots keep their values: which of them a failed step changed is for the
-/// host to settle.
+/// lane's stream and anchor FIFOs emptied and the step's scratch zeroed, so no sample,
+/// anchored value or partial `Sum` anchor of the failed step reaches the next. Variables,
+/// their velocity and slots keep their values: which of them a failed step changed is for
+/// the host to settle.
 pub fn reset(
     arena: &mut Arena<'_>,
     fifos: &mut Fifos,
     prepared: &Prepared,
 ) -> Result<(), ErrorCode> {
     let program = &prepared.program;
-    for i in 0..program.streams.len() as u8 {
-        fifos.empty(ids::stream_fifo(i))?;
-    }
-    for j in 0..program.anchors.len() as u8 {
-        fifos.empty(ids::anchor_fifo(j))?;
+    for lane in 0..prepared.lanes() {
+        for i in 0..program.streams.len() as u8 {
+            fifos.empty(lane_id(lane, ids::stream_fifo(i)))?;
+        }
+        for j in 0..program.anchors.len() as u8 {
+            fifos.empty(lane_id(lane, ids::anchor_fifo(j)))?;
+        }
     }
     arena.bytes_mut(prepared.placed.scratch).fill(0);
     Ok(())
 }
 
-/// Frees every block and FIFO `program` may have placed.
-fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program) {
-    for i in 0..program.variables.len() as u8 {
-        arena.free_block(Owner::Variable(ids::variable(i)));
-        arena.free_block(Owner::Variable(ids::velocity(i)));
-        arena.free_block(Owner::Slot(ids::slot(i)));
-    }
-    for i in 0..program.streams.len() as u8 {
-        fifos.remove(arena, ids::stream_fifo(i));
-    }
-    for j in 0..program.anchors.len() as u8 {
-        fifos.remove(arena, ids::anchor_fifo(j));
+/// Frees every block and FIFO `program` may have placed on `lanes` lanes.
+fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program, lanes: usize) {
+    for lane in 0..one_to_max(lanes) {
+        let id = |id| lane_id(lane, id);
+        for i in 0..program.variables.len() as u8 {
+            arena.free_block(Owner::Variable(id(ids::variable(i))));
+            arena.free_block(Owner::Variable(id(ids::velocity(i))));
+            arena.free_block(Owner::Slot(id(ids::slot(i))));
+        }
+        for i in 0..program.streams.len() as u8 {
+            fifos.remove(arena, id(ids::stream_fifo(i)));
+        }
+        for j in 0..program.anchors.len() as u8 {
+            fifos.remove(arena, id(ids::anchor_fifo(j)));
+        }
     }
     arena.free_block(Owner::StepScratch);
 }
@@ -383,24 +530,26 @@ mod tests {
         p
     }
 
-    /// The blocks `prepared` says its step reads are the ones the arena holds for them.
+    /// The blocks `prepared` says its step reads are the ones the arena holds for them, on
+    /// every lane.
     fn placed_as_held(arena: &Arena<'_>, prepared: &Prepared) {
         let placed = &prepared.placed;
         assert_eq!(arena.find(Owner::StepScratch), Some(placed.scratch));
-        assert_eq!(placed.variables.len(), prepared.program.variables.len());
-        for (i, &(variable, velocity)) in placed.variables.iter().enumerate() {
-            let i = i as u8;
-            assert_eq!(
-                arena.find(Owner::Variable(ids::variable(i))),
-                Some(variable)
-            );
-            assert_eq!(velocity, arena.find(Owner::Variable(ids::velocity(i))));
+        assert_eq!(placed.lanes.len(), prepared.lanes());
+        for (lane, variables) in placed.lanes.iter().enumerate() {
+            assert_eq!(variables.len(), prepared.program.variables.len());
+            for (i, &(variable, velocity)) in variables.iter().enumerate() {
+                let id = |id| Owner::Variable(super::lane_id(lane, id));
+                let i = i as u8;
+                assert_eq!(arena.find(id(ids::variable(i))), Some(variable));
+                assert_eq!(velocity, arena.find(id(ids::velocity(i))));
+            }
         }
     }
 
     /// Catches a step that reads blocks found at placement after they moved or went: the
-    /// blocks a prepared program keeps are the arena's for its variables, velocities and
-    /// scratch, and a program prepared in its place (other sizes, a velocity now) keeps
+    /// blocks a prepared program keeps are the arena's for every lane's variables and
+    /// velocities and the scratch, and a program prepared in its place (other sizes, a velocity now) keeps
     /// the new ones, the old ones freed.
     #[test]
     fn the_placed_blocks_are_the_arenas() {
@@ -411,6 +560,7 @@ mod tests {
             memory: 1 << 14,
             max_frame: 1024,
             replica: 1,
+            lanes: 2,
             window: 4,
         };
         let mut previous = None;
@@ -426,7 +576,7 @@ mod tests {
         .unwrap();
         placed_as_held(&arena, &first);
         assert_eq!(
-            first.placed.variables[0].1, None,
+            first.placed.lanes[1][0].1, None,
             "no velocity without momentum"
         );
         let momentum = Optimizer::SgdMomentum {
@@ -445,9 +595,9 @@ mod tests {
         .unwrap();
         placed_as_held(&arena, &second);
         assert!(
-            second.placed.variables[0].1.is_some(),
+            second.placed.lanes[1][0].1.is_some(),
             "a velocity with momentum"
         );
-        assert_ne!(second.placed.variables[0].0, first.placed.variables[0].0);
+        assert_ne!(second.placed.lanes[1][0].0, first.placed.lanes[1][0].0);
     }
 }

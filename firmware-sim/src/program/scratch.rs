@@ -2,9 +2,10 @@
 //!
 //! One block holds everything a step computes, one region after another: for each
 //! variable a layer trains, its whole value (gathered from the group when it is sharded),
-//! then for each its gradient (in both lists the variables that take a round of that kind
-//! come first, in round order: the rounds of an exchange are then one span, sent as it
-//! lies); the activations `a₀ … a_L` (`a₀` the pass's inputs, `a_{k+1}` the output of
+//! and its gradient — the ones an exchange carries first, exchange after exchange, each
+//! exchange's rounds side by side in round order once per lane (lane 0's, then lane 1's,
+//! …: an exchange is then one span, sent as it lies, its lanes in replica order); then the
+//! rest; the activations `a₀ … a_L` (`a₀` the pass's inputs, `a_{k+1}` the output of
 //! layer `k`, `a_L` the loss layer's input) and a gradient region of the same size for
 //! each; a dropout mask per dropout layer; the labels or targets of the pass (a label is
 //! stored as the bits of its `i32`); the loss of each of its samples; and a running sum
@@ -12,8 +13,17 @@
 //! [`Sum`](tessera_core::stream::AnchorReturnType::Sum) anchors.
 //!
 //! Activations, their gradients, masks, targets and losses hold one *pass*: `chunk`
-//! consecutive micro-batches of one batch, `rows` = `chunk` × the program's micro-batch
-//! size rows of their width, sample after sample.
+//! consecutive micro-batches of one batch of every lane, `rows` = `lanes` × `chunk` × the
+//! program's micro-batch size rows of their width, sample after sample, lane after lane.
+//!
+//! # Lanes
+//!
+//! A device running several replicas in one walk ([`lanes`](tessera_core::program::lanes))
+//! keeps one whole value of each variable it does not gather (every lane reads it), and
+//! per lane: the gathered whole it contributes (its shard in place), its gradient, its
+//! rows, and its anchors' running sums. A region of lane `l` lies `l` strides after lane
+//! 0's ([`Scratch::full_in`], [`Scratch::grad_in`]); the combination the host answers an
+//! exchange with goes into lane 0's part, which the rest of the batch reads.
 //!
 //! # Passes
 //!
@@ -40,7 +50,8 @@
 use core::ops::Range;
 
 use tessera_core::program::{
-    elements, AnchorTensor, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
+    elements, AnchorTensor, Exchange, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS,
+    MAX_VARIABLES,
 };
 
 /// Most rows a pass of several micro-batches computes: enough to amortise the walk over
@@ -64,11 +75,38 @@ impl Region {
     }
 }
 
+/// How a device sends a batch's rounds: cut into `exchanges` (positions in `rounds`, the
+/// batch's [`Program::reductions`]), each carrying `lanes` lanes' rounds side by side.
+#[derive(Debug, Clone, Copy)]
+pub struct Cut<'c> {
+    /// The batch's rounds.
+    pub rounds: &'c [Reduction],
+    /// How they travel.
+    pub exchanges: &'c [Exchange],
+    /// Lanes the device runs (at least 1).
+    pub lanes: usize,
+}
+
+/// A region held per lane: lane 0's, and the elements from one lane's to the next (0 when
+/// every lane shares it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Laned {
+    region: Region,
+    stride: usize,
+}
+
+impl Laned {
+    fn lane(self, lane: usize) -> Option<Range<usize>> {
+        let at = self.region.at.checked_add(self.stride.checked_mul(lane)?)?;
+        Some(at..at.checked_add(self.region.len)?)
+    }
+}
+
 /// The regions of one program's scratch block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scratch {
-    full: [Option<Region>; MAX_VARIABLES],
-    grad: [Option<Region>; MAX_VARIABLES],
+    full: [Option<Laned>; MAX_VARIABLES],
+    grad: [Option<Laned>; MAX_VARIABLES],
     /// `a₀ … a_L`.
     acts: heapless::Vec<Region, { MAX_LAYERS + 1 }>,
     /// The gradient of the loss with respect to each activation.
@@ -76,19 +114,22 @@ pub struct Scratch {
     masks: [Option<Region>; MAX_LAYERS],
     target: Region,
     losses: Region,
-    sums: [Region; MAX_ANCHORS],
-    /// Samples per pass.
+    sums: [Laned; MAX_ANCHORS],
+    /// Samples per pass, every lane's.
     rows: usize,
-    /// Micro-batches per pass.
+    /// Micro-batches per pass, of each lane.
     chunk: usize,
+    /// Lanes whose rows a pass holds.
+    lanes: usize,
     total: usize,
 }
 
 impl Scratch {
-    /// The layout for `program` on `replicas` replicas, one micro-batch per pass; `None`
-    /// when the program does not pass [`Program::check`] or its size overflows.
-    pub fn new(program: &Program, replicas: usize) -> Option<Self> {
-        Self::passing(program, replicas, 1)
+    /// The layout for `program` on `replicas` replicas, its rounds sent as `cut` says,
+    /// one micro-batch per pass; `None` when the program does not pass [`Program::check`]
+    /// or its size overflows.
+    pub fn new(program: &Program, replicas: usize, cut: Cut<'_>) -> Option<Self> {
+        Self::passing(program, replicas, 1, cut)
     }
 
     /// The micro-batches per pass `program` allows, largest first (module doc): each a
@@ -108,14 +149,16 @@ impl Scratch {
             .filter(move |c| a.is_multiple_of(*c))
     }
 
-    /// The layout for `program` on `replicas` replicas, `chunk` micro-batches per pass;
-    /// `None` when the program does not pass [`Program::check`], `chunk` does not divide
-    /// its accumulation, or the size overflows.
-    pub fn passing(program: &Program, replicas: usize, chunk: usize) -> Option<Self> {
+    /// The layout for `program` on `replicas` replicas, its rounds sent as `cut` says,
+    /// `chunk` micro-batches per pass; `None` when the program does not pass
+    /// [`Program::check`], `chunk` does not divide its accumulation, there are no lanes,
+    /// an exchange names rounds `cut` lacks, or the size overflows.
+    pub fn passing(program: &Program, replicas: usize, chunk: usize, cut: Cut<'_>) -> Option<Self> {
         program.check(replicas).ok()?;
-        if chunk == 0 || !(program.accumulation as usize).is_multiple_of(chunk) {
+        if chunk == 0 || !(program.accumulation as usize).is_multiple_of(chunk) || cut.lanes == 0 {
             return None;
         }
+        let lanes = cut.lanes;
         let mut next = 0usize;
         let mut take = |len: usize| -> Option<Region> {
             let region = Region { at: next, len };
@@ -124,22 +167,52 @@ impl Scratch {
         };
         let mut full = [None; MAX_VARIABLES];
         let mut grad = [None; MAX_VARIABLES];
-        // The variables one kind of round carries come first, in round order, so that an
-        // exchange's rounds are one span of the block; then the rest.
-        let trained = || (0..program.variables.len()).filter(|&i| program.layer_of(i).is_some());
-        for (regions, gathers) in [(&mut full, true), (&mut grad, false)] {
-            let first = program
-                .reductions(replicas)
-                .filter(|r| matches!(r, Reduction::Gather { .. }) == gathers)
-                .map(|r| usize::from(r.variable()));
-            for i in first.chain(trained()) {
-                let slot = regions.get_mut(i)?;
-                if slot.is_none() {
-                    *slot = Some(take(elements(&program.variables.get(i)?.shape)?)?);
-                }
+        // Exchange after exchange, each lane's copy of its rounds side by side; the whole
+        // a round gathers is its `full`, the gradient it averages its `grad`.
+        for e in cut.exchanges {
+            let rounds = cut.rounds.get(e.rounds.clone())?;
+            let mut len = 0usize;
+            for r in rounds {
+                len = len.checked_add(elements(
+                    &program.variables.get(usize::from(r.variable()))?.shape,
+                )?)?;
+            }
+            let base = take(len.checked_mul(lanes)?)?.at;
+            let mut at = base;
+            for r in rounds {
+                let i = usize::from(r.variable());
+                let n = elements(&program.variables.get(i)?.shape)?;
+                let regions = match r {
+                    Reduction::Gather { .. } => &mut full,
+                    Reduction::Gradient { .. } => &mut grad,
+                };
+                *regions.get_mut(i)? = Some(Laned {
+                    region: Region { at, len: n },
+                    stride: len,
+                });
+                at = at.checked_add(n)?;
             }
         }
-        let rows = (program.micro_batch_size as usize).checked_mul(chunk)?;
+        // The rest: one whole every lane reads, a gradient per lane.
+        for i in (0..program.variables.len()).filter(|&i| program.layer_of(i).is_some()) {
+            let n = elements(&program.variables.get(i)?.shape)?;
+            if full.get(i)?.is_none() {
+                full[i] = Some(Laned {
+                    region: take(n)?,
+                    stride: 0,
+                });
+            }
+            if grad.get(i)?.is_none() {
+                let at = take(n.checked_mul(lanes)?)?.at;
+                grad[i] = Some(Laned {
+                    region: Region { at, len: n },
+                    stride: n,
+                });
+            }
+        }
+        let rows = (program.micro_batch_size as usize)
+            .checked_mul(chunk)?
+            .checked_mul(lanes)?;
         // A region of `rows` rows of `width`.
         let batch = |width: usize| width.checked_mul(rows);
         let input = program.streams.get(usize::from(program.input))?;
@@ -156,7 +229,8 @@ impl Scratch {
                 Layer::Dropout { .. } => masks[k] = Some(take(batch(width)?)?),
                 Layer::SoftmaxCrossEntropy { labels: s }
                 | Layer::MeanSquaredError { targets: s } => {
-                    target = take(program.item_elements(usize::from(s))?.checked_mul(chunk)?)?;
+                    let items = chunk.checked_mul(lanes)?;
+                    target = take(program.item_elements(usize::from(s))?.checked_mul(items)?)?;
                     continue;
                 }
                 Layer::Bias { .. } | Layer::Relu => {}
@@ -170,9 +244,14 @@ impl Scratch {
             deltas.push(take(batch(w)?)?).ok()?;
         }
         let losses = take(rows)?;
-        let mut sums = [Region::default(); MAX_ANCHORS];
+        let mut sums = [Laned::default(); MAX_ANCHORS];
         for (j, a) in program.anchors.iter().enumerate() {
-            sums[j] = take(program.anchor_width(a.tensor)?)?;
+            let width = program.anchor_width(a.tensor)?;
+            let at = take(width.checked_mul(lanes)?)?.at;
+            sums[j] = Laned {
+                region: Region { at, len: width },
+                stride: width,
+            };
         }
         let total = next;
         Some(Self {
@@ -186,6 +265,7 @@ impl Scratch {
             sums,
             rows,
             chunk,
+            lanes,
             total,
         })
     }
@@ -195,32 +275,62 @@ impl Scratch {
         self.total.saturating_mul(4)
     }
 
-    /// Variable `index`'s whole value, if a layer trains it.
+    /// Variable `index`'s whole value, if a layer trains it: the one every lane reads (for
+    /// a gathered variable, lane 0's, where the gather's combination lands).
     pub fn full(&self, index: u8) -> Option<Range<usize>> {
+        self.full_in(index, 0)
+    }
+
+    /// Lane `lane`'s whole of variable `index`: its own part of a gather exchange, or the
+    /// one whole every lane shares.
+    pub fn full_in(&self, index: u8, lane: usize) -> Option<Range<usize>> {
         self.full
             .get(usize::from(index))
             .copied()
-            .flatten()
-            .map(Region::range)
+            .flatten()?
+            .lane(lane)
     }
 
-    /// Variable `index`'s gradient, if a layer trains it.
+    /// Lanes that hold a whole of their own of variable `index` (all of them when it is
+    /// gathered, each contributing its shard; else 1: every lane reads lane 0's).
+    pub fn full_lanes(&self, index: u8) -> usize {
+        match self.full.get(usize::from(index)).copied().flatten() {
+            Some(f) if f.stride > 0 => self.lanes(),
+            _ => 1,
+        }
+    }
+
+    /// Variable `index`'s gradient, if a layer trains it: lane 0's, where the gradient
+    /// exchange's combination lands.
     pub fn grad(&self, index: u8) -> Option<Range<usize>> {
+        self.grad_in(index, 0)
+    }
+
+    /// Lane `lane`'s gradient of variable `index`.
+    pub fn grad_in(&self, index: u8, lane: usize) -> Option<Range<usize>> {
         self.grad
             .get(usize::from(index))
             .copied()
-            .flatten()
-            .map(Region::range)
+            .flatten()?
+            .lane(lane)
     }
 
-    /// The elements from the first of `rounds`' buffers (a variable's whole value for a
-    /// gather, its gradient for a gradient round) to the end of the last.
+    /// The elements of an exchange of `rounds`: from lane 0's first buffer (a variable's
+    /// whole value for a gather, its gradient for a gradient round) to the last lane's
+    /// last.
     pub fn span(&self, rounds: &[Reduction]) -> Option<Range<usize>> {
-        let region = |r: &Reduction| match *r {
-            Reduction::Gather { variable } => self.full(variable),
-            Reduction::Gradient { variable } => self.grad(variable),
+        let region = |r: &Reduction, lane| match *r {
+            Reduction::Gather { variable } => self.full_in(variable, lane),
+            Reduction::Gradient { variable } => self.grad_in(variable, lane),
         };
-        Some(region(rounds.first()?)?.start..region(rounds.last()?)?.end)
+        let last = self.lanes().checked_sub(1)?;
+        Some(region(rounds.first()?, 0)?.start..region(rounds.last()?, last)?.end)
+    }
+
+    /// Lanes whose rows a pass holds (1 to [`MAX_LANES`](super::MAX_LANES), said again so
+    /// that a build of one lane drops its loops).
+    pub fn lanes(&self) -> usize {
+        super::one_to_max(self.lanes)
     }
 
     /// Activation `a_k`.
@@ -248,23 +358,40 @@ impl Scratch {
         self.losses.range()
     }
 
-    /// Samples per pass: the rows of every activation.
+    /// Samples per pass: the rows of every activation, every lane's.
     pub fn rows(&self) -> usize {
         self.rows
     }
 
-    /// Micro-batches per pass.
+    /// Micro-batches per pass, of each lane.
     pub fn chunk(&self) -> usize {
         self.chunk
     }
 
-    /// The part of `region` (one of the pass's: an activation, the targets, the losses)
-    /// that holds the pass's micro-batch `i`: its rows.
-    pub fn part(&self, region: Range<usize>, i: usize) -> Option<Range<usize>> {
-        let len = region.len() / self.chunk.max(1);
-        let start = region.start.checked_add(len.checked_mul(i)?)?;
-        let end = start.checked_add(len)?;
-        (i < self.chunk).then_some(start..end)
+    /// The part of `region` (one of the pass's: an activation, the targets, the losses, a
+    /// mask) that holds lane `lane`'s rows.
+    pub fn lane_part(&self, region: Range<usize>, lane: usize) -> Option<Range<usize>> {
+        let lanes = self.lanes();
+        if lane >= lanes {
+            return None;
+        }
+        // Within `region`: `lane` lanes' rows and one more are at most all of its rows.
+        let len = region.len() / lanes;
+        let start = region.start + len * lane;
+        Some(start..start + len)
+    }
+
+    /// The part of `region` (one of the pass's) that holds lane `lane`'s micro-batch `i` of
+    /// the pass: its rows.
+    pub fn part(&self, region: Range<usize>, lane: usize, i: usize) -> Option<Range<usize>> {
+        let lane = self.lane_part(region, lane)?;
+        if i >= self.chunk {
+            return None;
+        }
+        // Within the lane's rows, as above.
+        let len = lane.len() / self.chunk;
+        let start = lane.start + len * i;
+        Some(start..start + len)
     }
 
     /// The pass's values of an anchored tensor: the losses, or the loss layer's input.
@@ -275,9 +402,9 @@ impl Scratch {
         }
     }
 
-    /// Anchor `j`'s running sum.
-    pub fn sum(&self, j: usize) -> Option<Range<usize>> {
-        self.sums.get(j).map(|r| r.range())
+    /// Lane `lane`'s running sum of anchor `j`.
+    pub fn sum(&self, j: usize, lane: usize) -> Option<Range<usize>> {
+        self.sums.get(j)?.lane(lane)
     }
 
     /// `L`: the index of the loss layer's input activation.
@@ -287,7 +414,8 @@ impl Scratch {
 
     /// Elements of the loss layer's input for one micro-batch: the model's output of it.
     pub fn output_elements(&self) -> usize {
-        self.acts.last().map_or(0, |r| r.len / self.chunk.max(1))
+        let micro_batches = self.chunk.saturating_mul(self.lanes()).max(1);
+        self.acts.last().map_or(0, |r| r.len / micro_batches)
     }
 }
 
@@ -329,18 +457,50 @@ mod tests {
 
     /// Catches an exchange whose rounds are not side by side in the block: with `b1`
     /// (no round) stored between `w1` and `w2` in variable order, the gradient exchange
-    /// sent as one span carried `b1`'s gradient and missed `b2`'s.
+    /// sent as one span carried `b1`'s gradient and missed `b2`'s. With lanes, an
+    /// exchange is each lane's rounds one after another: lane `l`'s buffers lie `l`
+    /// lane-lengths into the span, and a lane's gradient is apart from every other's.
     #[test]
     fn every_exchange_is_one_span_of_its_rounds() {
         let p = two_layers();
         assert_eq!(p.check(4), Ok(()));
-        let s = Scratch::new(&p, 4).unwrap();
-        for max in [usize::MAX, 40, 0] {
-            let cut = p.exchanges(4, max);
-            let rounds: heapless::Vec<Reduction, 16> = cut.rounds().iter().copied().collect();
-            for e in cut {
-                let span = s.span(&rounds[e.rounds.clone()]).unwrap();
-                assert_eq!(span.len() * 4, e.bytes, "frame {max}: {e:?}");
+        for lanes in [1, 2, 3] {
+            for max in [usize::MAX, 40, 0] {
+                let cut = p.exchanges(4, max);
+                let rounds: heapless::Vec<Reduction, 16> = cut.rounds().iter().copied().collect();
+                let exchanges: heapless::Vec<Exchange, 16> = cut.collect();
+                let cut = Cut {
+                    rounds: &rounds,
+                    exchanges: &exchanges,
+                    lanes,
+                };
+                let s = Scratch::new(&p, 4, cut).unwrap();
+                for e in &exchanges {
+                    let rounds = &rounds[e.rounds.clone()];
+                    let span = s.span(rounds).unwrap();
+                    assert_eq!(span.len() * 4, e.bytes * lanes, "frame {max}: {e:?}");
+                    let first = rounds[0];
+                    let lane_len = e.bytes / 4;
+                    for lane in 0..lanes {
+                        let region = match first {
+                            Reduction::Gather { variable } => s.full_in(variable, lane),
+                            Reduction::Gradient { variable } => s.grad_in(variable, lane),
+                        };
+                        assert_eq!(region.unwrap().start, span.start + lane * lane_len);
+                    }
+                }
+                let grads: heapless::Vec<Range<usize>, 16> = (0..4u8)
+                    .flat_map(|v| (0..lanes).map(move |l| (v, l)))
+                    .map(|(v, l)| s.grad_in(v, l).unwrap())
+                    .collect();
+                for (i, a) in grads.iter().enumerate() {
+                    for b in &grads[i + 1..] {
+                        assert!(
+                            a.end <= b.start || b.end <= a.start,
+                            "{a:?} and {b:?} overlap"
+                        );
+                    }
+                }
             }
         }
         assert_eq!(

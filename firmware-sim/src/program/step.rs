@@ -44,7 +44,7 @@ use tessera_core::rng::Rng;
 use tessera_core::stream::{AnchorAction, AnchorReturnType};
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
-use super::{held, layers, Prepared};
+use super::{held, lane_id, layers, Prepared};
 use crate::arena::{Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
@@ -59,8 +59,8 @@ pub struct StepContext<'d, 'a> {
     pub arena: &'d mut Arena<'a>,
     /// The device FIFOs.
     pub fifos: &'d mut Fifos,
-    /// The replica's RNG.
-    pub rng: &'d mut Rng,
+    /// Each lane's RNG, lane by lane (at least as many as the program's lanes).
+    pub rngs: &'d mut [Rng],
     /// The prepared program.
     pub prepared: &'d Prepared,
     /// Learning rate and momentum, as the host last set them.
@@ -130,10 +130,10 @@ pub enum Leg {
 }
 
 /// Runs the step from `cursor` to its next exchange or its end; `answer`, when given, is
-/// the combination of the exchange `cursor` waits on, put in its place first. At an
-/// exchange it stops and says which: only an answer moves past one. A combination of
-/// another length than its exchange is refused ([`ErrorCode::UnexpectedReduced`]) and
-/// changes nothing.
+/// the combination of the exchange `cursor` waits on, put in its place first (lane 0's
+/// part: one combination answers every lane). At an exchange it stops and says which: only
+/// an answer moves past one. A combination of another length than one lane's part of its
+/// exchange is refused ([`ErrorCode::UnexpectedReduced`]) and changes nothing.
 pub fn advance(
     ctx: StepContext<'_, '_>,
     cursor: &mut Cursor,
@@ -149,7 +149,8 @@ pub fn advance(
         let Leg::Exchange { span, .. } = step.exchange(cursor.batch, j)? else {
             return Err(broken(Invariant::Round));
         };
-        let target = bytes(step.arena, step.block, span)?;
+        let lane = span.len() / step.prepared.lanes().max(1);
+        let target = bytes(step.arena, step.block, span.start..span.start + lane)?;
         if target.len() != data.len() {
             return Err(ErrorCode::UnexpectedReduced);
         }
@@ -216,8 +217,8 @@ struct Step<'d, 'a> {
     arena: &'d mut Arena<'a>,
     /// The device FIFOs.
     fifos: &'d mut Fifos,
-    /// The replica's RNG.
-    rng: &'d mut Rng,
+    /// Each lane's RNG.
+    rngs: &'d mut [Rng],
     /// The prepared program.
     prepared: &'d Prepared,
     /// Learning rate and momentum.
@@ -234,17 +235,20 @@ impl<'d, 'a> Step<'d, 'a> {
         let StepContext {
             arena,
             fifos,
-            rng,
+            rngs,
             prepared,
             optimizer,
         } = ctx;
         let block = Some(prepared.placed.scratch)
             .filter(|b| b.owner == Owner::StepScratch && b.len == prepared.scratch.bytes())
             .ok_or(broken(Invariant::StepScratch))?;
+        let rngs = rngs
+            .get_mut(..prepared.lanes())
+            .ok_or(broken(Invariant::Placement))?;
         Ok(Self {
             arena,
             fifos,
-            rng,
+            rngs,
             prepared,
             optimizer,
             block,
@@ -273,7 +277,7 @@ impl<'d, 'a> Step<'d, 'a> {
             .get(e.rounds.clone())
             .unwrap_or_default();
         let span = self.prepared.scratch.span(rounds).ok_or(MISSING)?;
-        if span.len().checked_mul(4) != Some(e.bytes) {
+        if span.len().checked_mul(4) != e.bytes.checked_mul(self.prepared.lanes()) {
             return Err(MISSING);
         }
         let per_batch = exchanges.len() as u32; // At most 2·MAX_VARIABLES.
@@ -290,12 +294,16 @@ impl<'d, 'a> Step<'d, 'a> {
     }
 
     /// Every trained variable made whole in the scratch block from what the replica holds
-    /// (a shard is completed by the gather exchanges that follow).
+    /// (a shard is completed by the gather exchanges that follow): each lane's into its
+    /// own whole when the variable is gathered, else lane 0's into the one every lane reads.
     fn load_wholes(&mut self) -> Result<(), ErrorCode> {
         let s = &self.prepared.scratch;
         for (i, _) in self.prepared.program.variables.iter().enumerate() {
-            if let Some(full) = s.full(i as u8) {
-                held::load_whole(self.arena, self.prepared, self.block, i as u8, full)?;
+            let i = i as u8; // At most MAX_VARIABLES.
+            for lane in 0..s.full_lanes(i) {
+                if let Some(full) = s.full_in(i, lane) {
+                    held::load_whole(self.arena, self.prepared, self.block, (lane, i), full)?;
+                }
             }
         }
         Ok(())
@@ -306,89 +314,105 @@ impl<'d, 'a> Step<'d, 'a> {
         self.each_gradient(|g| g.fill(0.0))
     }
 
-    /// `f` on every trained variable's gradient in the scratch block.
+    /// `f` on every lane's gradient of every trained variable in the scratch block.
     fn each_gradient(&mut self, mut f: impl FnMut(&mut [f32])) -> Result<(), ErrorCode> {
         let s = &self.prepared.scratch;
         let x = floats(self.arena, self.block)?;
         for (i, _) in self.prepared.program.variables.iter().enumerate() {
-            if let Some(grad) = s.grad(i as u8) {
-                f(x.get_mut(grad).ok_or(broken(Invariant::Regions))?);
+            for lane in 0..self.prepared.lanes() {
+                if let Some(grad) = s.grad_in(i as u8, lane) {
+                    f(x.get_mut(grad).ok_or(broken(Invariant::Regions))?);
+                }
             }
         }
         Ok(())
     }
 
-    /// The pass of micro-batches `m…` of batch `b` (see `scratch`): one item (a
-    /// micro-batch of samples) of every stream for each, the layers forward over all their
-    /// rows, the losses, the layers backward, then each one's anchors in turn; returns the
-    /// work.
+    /// The pass of micro-batches `m…` of batch `b` of every lane (see `scratch`): one item
+    /// (a micro-batch of samples) of every stream for each, the layers forward over all
+    /// their rows, the losses, the layers backward, then each one's anchors in turn;
+    /// returns the work one lane counts (its rows': every lane has as many).
     fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         let chunk = self.prepared.scratch.chunk();
-        // The firmware's passes are of one micro-batch (it has no room to search for wider
-        // ones): it has no use for the code of whole passes either.
-        if !cfg!(feature = "firmware") && chunk > 1 && self.pass_poppable(chunk)? {
-            self.pop_streams(chunk, None)?;
-        } else {
-            // Item by item: a host may have read a stream FIFO, so its items need not start
-            // where a pass's would (one pop of the whole pass could straddle the ring's end).
-            for i in 0..chunk {
-                self.pop_streams(1, Some(i))?;
+        let lanes = self.prepared.lanes();
+        for lane in 0..lanes {
+            // The firmware's passes are of one micro-batch (it has no room to search for
+            // wider ones): it has no use for the code of whole passes either.
+            if !cfg!(feature = "firmware") && chunk > 1 && self.pass_poppable(lane, chunk)? {
+                self.pop_streams(lane, chunk, None)?;
+            } else {
+                // Item by item: a host may have read a stream FIFO, so its items need not
+                // start where a pass's would (one pop of the whole pass could straddle the
+                // ring's end).
+                for i in 0..chunk {
+                    self.pop_streams(lane, 1, Some(i))?;
+                }
             }
         }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
-        let mut work = layers::forward(arena, block, prepared, self.rng)?;
+        let mut work = layers::forward(arena, block, prepared, self.rngs)?;
         layers::loss(arena, block, prepared)?;
         work += layers::backward(arena, block, prepared)?;
         // Each anchor's FIFO gets its micro-batches' values in order (anchors are apart).
-        for (j, anchor) in prepared.program.anchors.iter().enumerate() {
-            if anchor.return_type == AnchorReturnType::All {
-                // Every micro-batch's values, in order: one push of the pass's rows.
-                let rows = prepared.scratch.anchored(anchor.tensor).ok_or(MISSING)?;
-                let fifo = ids::anchor_fifo(j as u8);
-                self.fifos
-                    .push_from(self.arena, fifo, block, rows.start * 4..rows.end * 4)?;
-                continue;
-            }
-            for i in 0..chunk {
-                self.write_anchor(j, anchor, (b, m + i as u32), i)?;
+        for lane in 0..lanes {
+            for (j, anchor) in prepared.program.anchors.iter().enumerate() {
+                let fifo = lane_id(lane, ids::anchor_fifo(j as u8));
+                if anchor.return_type == AnchorReturnType::All {
+                    // Every micro-batch's values, in order: one push of the lane's rows.
+                    let values = prepared.scratch.anchored(anchor.tensor);
+                    let rows = (values.and_then(|v| prepared.scratch.lane_part(v, lane)))
+                        .ok_or(MISSING)?;
+                    self.fifos
+                        .push_from(self.arena, fifo, block, rows.start * 4..rows.end * 4)?;
+                    continue;
+                }
+                for i in 0..chunk {
+                    self.write_anchor((j, fifo), anchor, (b, m + i as u32), (lane, i))?;
+                }
             }
         }
         Ok(work)
     }
 
-    /// Whether one pop of every stream can take the pass's `chunk` items: always for FIFOs
-    /// the host filled with a step's items from the ring's start (a pass's items never
-    /// straddle its end), not always for one the host has read.
-    fn pass_poppable(&self, chunk: usize) -> Result<bool, ErrorCode> {
+    /// Whether one pop of every stream of lane `lane` can take the pass's `chunk` items:
+    /// always for FIFOs the host filled with a step's items from the ring's start (a pass's
+    /// items never straddle its end), not always for one the host has read.
+    fn pass_poppable(&self, lane: usize, chunk: usize) -> Result<bool, ErrorCode> {
         for (k, _) in self.prepared.program.streams.iter().enumerate() {
-            if self.fifos.poppable(ids::stream_fifo(k as u8))? < chunk {
+            let fifo = lane_id(lane, ids::stream_fifo(k as u8));
+            if self.fifos.poppable(fifo)? < chunk {
                 return Ok(false);
             }
         }
         Ok(true)
     }
 
-    /// `items` items popped from every stream: the input and the loss's labels or targets
-    /// into their rows — the whole pass's (`micro_batch` `None`: its micro-batches lie side
-    /// by side in the scratch block as their items do in the ring) or micro-batch `i`'s —
-    /// and any other stream's dropped.
+    /// `items` items popped from every stream of lane `lane`: the input and the loss's
+    /// labels or targets into the lane's rows — the whole pass's (`micro_batch` `None`: its
+    /// micro-batches lie side by side in the scratch block as their items do in the ring)
+    /// or micro-batch `i`'s — and any other stream's dropped.
     #[inline]
-    fn pop_streams(&mut self, items: usize, micro_batch: Option<usize>) -> Result<(), ErrorCode> {
+    fn pop_streams(
+        &mut self,
+        lane: usize,
+        items: usize,
+        micro_batch: Option<usize>,
+    ) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
         for (k, _) in p.streams.iter().enumerate() {
-            let fifo = ids::stream_fifo(k as u8);
+            let fifo = lane_id(lane, ids::stream_fifo(k as u8));
             let region = if k == usize::from(p.input) {
                 s.act(0)
             } else if k == self.loss_stream {
                 Some(s.target())
             } else {
                 // A stream no layer reads still moves on with the step.
-                self.fifos.pop(self.arena, fifo, items)?;
+                self.fifos.pop(fifo, items)?;
                 continue;
             };
             let rows = match micro_batch {
-                Some(i) => region.and_then(|r| s.part(r, i)),
-                None => region,
+                Some(i) => region.and_then(|r| s.part(r, lane, i)),
+                None => region.and_then(|r| s.lane_part(r, lane)),
             };
             let rows = rows.ok_or(broken(Invariant::ScratchLayout))?;
             pop_into(self.arena, self.fifos, fifo, items, self.block, rows)?;
@@ -396,14 +420,15 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(())
     }
 
-    /// Anchor `j`, `a`, after micro-batch `m` of batch `b` (the pass's `i`-th): skipped,
-    /// written, or added to its sum (emitted and cleared when its rule says so).
+    /// Anchor `j` (filling FIFO `fifo`), `a`, after micro-batch `m` of batch `b` (the
+    /// pass's `i`-th of lane `lane`): skipped, written, or added to the lane's sum
+    /// (emitted and cleared when its rule says so).
     fn write_anchor(
         &mut self,
-        j: usize,
+        (j, fifo): (usize, u16),
         a: &Anchor,
         (b, m): (u32, u32),
-        i: usize,
+        (lane, i): (usize, usize),
     ) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
         let (arena, fifos, block) = (&mut *self.arena, &mut *self.fifos, self.block);
@@ -414,16 +439,15 @@ impl<'d, 'a> Step<'d, 'a> {
             p.accumulation as usize,
         );
         let value = (s.anchored(a.tensor))
-            .and_then(|v| s.part(v, i))
+            .and_then(|v| s.part(v, lane, i))
             .ok_or(MISSING)?;
-        let fifo = ids::anchor_fifo(j as u8);
         match action {
             AnchorAction::Skip => {}
             AnchorAction::Write => {
                 fifos.push_from(arena, fifo, block, value.start * 4..value.end * 4)?
             }
             AnchorAction::Accumulate { emit } => {
-                let sum = s.sum(j).ok_or(broken(Invariant::ScratchLayout))?;
+                let sum = s.sum(j, lane).ok_or(broken(Invariant::ScratchLayout))?;
                 let [total, value] = regions(floats(arena, block)?, [sum.clone(), value])?;
                 for (t, v) in total.iter_mut().zip(value.iter()) {
                     *t += *v;
@@ -509,7 +533,7 @@ fn pop_into(
     block: Block,
     at: Range<usize>,
 ) -> Result<(), ErrorCode> {
-    let (from, range) = fifos.pop(arena, fifo, items)?;
+    let (from, range) = fifos.pop(fifo, items)?;
     let (source, x) = arena
         .pair_mut(from, block)
         .ok_or(broken(Invariant::BlockPair))?;

@@ -88,13 +88,15 @@ fn program(
 
 fn request() -> impl Strategy<Value = Request<'static>> {
     prop_oneof![
-        any::<u32>().prop_map(|replica| Request::Hello {
+        (any::<u32>(), 0..4u16).prop_map(|(replica, lanes)| Request::Hello {
             version: tessera_core::wire::PROTOCOL_VERSION,
-            replica
+            replica,
+            lanes,
         }),
         any::<u16>().prop_map(|version| Request::Hello {
             version,
-            replica: 0
+            replica: 0,
+            lanes: 1,
         }),
         Just(Request::ResetStep),
         (id(), small()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
@@ -139,7 +141,7 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             depth
         }),
         any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
-        any::<[u32; 4]>().prop_map(|state| Request::SetRngState { state }),
+        (0..3u16, any::<[u32; 4]>()).prop_map(|(lane, state)| Request::SetRngState { lane, state }),
         (
             0u32..4,
             0u32..4,
@@ -170,7 +172,7 @@ fn request() -> impl Strategy<Value = Request<'static>> {
         (any::<bool>(), any::<bool>()).prop_map(|(fed, took)| Request::RunStep { fed, took }),
         (id(), id()).prop_map(|(slot, variable)| Request::RemoteLoad { slot, variable }),
         (id(), id()).prop_map(|(variable, slot)| Request::RemoteStore { variable, slot }),
-        Just(Request::CycleCount),
+        (0..3u16).prop_map(|lane| Request::CycleCount { lane }),
         (id(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {
             id,
             value: Value::Int(v)

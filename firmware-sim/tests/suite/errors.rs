@@ -146,6 +146,7 @@ fn a_hello_of_another_version_is_refused_with_the_devices_version() {
         let hello = Request::Hello {
             version: PROTOCOL_VERSION - 1,
             replica: 0,
+            lanes: 1,
         };
         let (kind, code) = refusal(d, &hello);
         assert_eq!(kind, RequestKind::Hello);

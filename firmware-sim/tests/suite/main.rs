@@ -7,5 +7,6 @@ mod support;
 mod device_props;
 mod errors;
 mod functions;
+mod lanes;
 mod link;
 mod passes;

@@ -7,7 +7,7 @@ use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Shardi
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{ErrorCode, Request, Response, Target};
 use tessera_firmware_sim::arena::Access;
-use tessera_firmware_sim::program::scratch::Scratch;
+use tessera_firmware_sim::program::scratch::{Cut, Scratch};
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
 const LINK: LinkLimits = LinkLimits {
@@ -361,7 +361,14 @@ fn a_wide_pass_leaves_three_quarters_of_the_free_memory() {
         dropouts: 1,
     };
     let p = program(case);
-    let extra = Scratch::passing(&p, 1, 8).unwrap().bytes() - Scratch::new(&p, 1).unwrap().bytes();
+    // One replica: no rounds to cut.
+    let cut = Cut {
+        rounds: &[],
+        exchanges: &[],
+        lanes: 1,
+    };
+    let wide = Scratch::passing(&p, 1, 8, cut).unwrap().bytes();
+    let extra = wide - Scratch::new(&p, 1, cut).unwrap().bytes();
     let smallest = smallest_arena(case);
     assert_eq!(
         train(case, smallest).unwrap().0,

@@ -36,9 +36,10 @@ pub enum RuntimeError {
         /// Instances of the job.
         instances: usize,
     },
-    /// A number of channels other than the number of replicas.
+    /// Devices whose replicas (their lanes, in channel order) are not the run's replicas
+    /// in order.
     Channels {
-        /// Channels given.
+        /// Replicas the channels' devices run.
         channels: usize,
         /// Replicas of the run.
         replicas: usize,
@@ -248,7 +249,8 @@ impl fmt::Display for RuntimeError {
             ),
             Self::Channels { channels, replicas } => write!(
                 f,
-                "{channels} channels for {replicas} replicas: one channel per replica"
+                "channels to devices of {channels} replicas for {replicas}: the devices must run \
+                 the replicas in order, each starting where the one before ends"
             ),
             Self::UnknownTensor { name, expected } => {
                 write!(f, "`{name}` is no {expected} of the program")

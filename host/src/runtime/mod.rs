@@ -6,9 +6,14 @@
 //! # Contract
 //!
 //! - [`Runtime::prepare`] checks the program with core's rules ([`Program::check`]) before
-//!   any device starts, then starts one device per replica (an unreachable one is an error
-//!   naming its replica) and places the program on each; a device that cannot hold it
-//!   refuses with the reason (memory, a reduction larger than a frame).
+//!   any device starts, then starts the replicas' devices — on threads and in child
+//!   processes one per core, each running consecutive replicas as its lanes when they
+//!   share every variable's group (core's [`lanes`](tessera_core::program::lanes) rule;
+//!   [`placement::devices`]), else one per replica (an unreachable one is an error naming
+//!   its replica) — and places the program on each; a device that cannot hold it refuses
+//!   with the reason (memory, a reduction larger than a frame). A replica's weights, step
+//!   IO, RNG state and cycle count are its lane's, whatever device runs it: the results
+//!   are the bits of a device per replica.
 //! - Weights travel by name ([`WeightsIo`]), through core's [`transfer`] layouts: in their
 //!   *host shape* from the host (the group dimension first when a variable has several
 //!   groups) and in their *returned shape* to the host (one row per group or per replica, as
@@ -70,7 +75,7 @@ use tessera_core::program::{Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
-use tessera_core::wire::Request;
+use tessera_core::wire::{Limits, Request};
 
 pub use error::RuntimeError;
 pub use recovery::{StepFault, StepPhase};
@@ -81,7 +86,7 @@ use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
 pub use crate::placement::Placement;
-use crate::transport::{Channel, Traffic, TransportError};
+use crate::transport::{Channel, Seat, Traffic, TransportError};
 use round::Plan;
 use step_driver::plans;
 
@@ -105,26 +110,41 @@ fn window(replicas: usize, instances: &dyn Instances) -> Result<InstanceWindow, 
     )
 }
 
-/// Starts one device per replica of `window` on `placement`, in replica order.
+/// Starts the devices of `window`'s replicas of a run of `replicas` on `placement`, in
+/// replica order: as lanes of fewer devices where `program` lets them share a walk
+/// ([`placement::devices`]).
 fn start(
+    program: &Program,
+    replicas: usize,
     window: InstanceWindow,
     placement: &Placement,
     device_memory: usize,
 ) -> Result<Vec<Channel>, RuntimeError> {
     // At most MAX_REPLICAS: the window's bounds fit 32 bits.
-    let replicas = window.offset as u32..(window.offset + window.local) as u32;
-    Ok(placement::open(
-        placement,
-        replicas,
-        device_memory,
-        placement::Serving::HostWaits,
-    )?)
+    let local = window.offset as u32..(window.offset + window.local) as u32;
+    let devices = placement::devices(placement, program, replicas, local);
+    Ok(placement::open_devices(placement, &devices, device_memory)?)
+}
+
+/// `limits` as one replica's: a device of several lanes has the memory of one per lane.
+/// An executable keeps these, so that it runs on devices of other lanes (another machine's
+/// cores) as long as each replica has the memory, frame and window it was prepared for.
+fn per_replica(limits: Limits) -> Limits {
+    let lanes = u32::from(limits.lanes.max(1));
+    Limits {
+        memory: limits.memory / lanes,
+        lanes: 1,
+        ..limits
+    }
 }
 
 /// A program prepared on its replicas.
 #[derive(Debug)]
 pub struct Runtime {
+    /// One per device, in replica order.
     channels: Vec<Channel>,
+    /// Where each local replica runs, in replica order.
+    seats: Vec<Seat>,
     program: Program,
     replicas: usize,
     window: InstanceWindow,
@@ -136,8 +156,8 @@ pub struct Runtime {
     weights_in_sync: bool,
     /// What failed steps left to settle (see [`recovery`]).
     recovery: recovery::Recovery,
-    /// Per local replica: its last step's anchors were read in place and not reported yet;
-    /// its next `RunStep` reports them (`took`). Cleared by that step and by a reset (which
+    /// Per device: its last step's anchors were read in place and not reported yet; its
+    /// next `RunStep` reports them (`took`). Cleared by that step and by a reset (which
     /// empties the FIFOs).
     anchors_taken: Vec<bool>,
     /// A failure the next step injects, for tests.
@@ -214,7 +234,7 @@ impl Runtime {
     ) -> Result<Self, RuntimeError> {
         Self::check(&program, replicas)?;
         let window = window(replicas, &*instances)?;
-        let channels = start(window, placement, device_memory)?;
+        let channels = start(&program, replicas, window, placement, device_memory)?;
         Self::set_up(program, replicas, channels, instances, window)
     }
 
@@ -243,10 +263,11 @@ impl Runtime {
         // refuse it as a bad configuration.
         Self::check(&executable.program, replicas)?;
         let window = window(replicas, &*instances)?;
-        let channels = start(window, placement, device_memory)?;
+        let program = &executable.program;
+        let channels = start(program, replicas, window, placement, device_memory)?;
         let saved = executable.limits;
         for c in &channels {
-            let actual = c.limits();
+            let actual = per_replica(c.limits());
             if (actual.memory, actual.max_frame, actual.window)
                 != (saved.memory, saved.max_frame, saved.window)
             {
@@ -271,15 +292,22 @@ impl Runtime {
         Executable {
             program: self.program.clone(),
             replicas: self.replicas as u32, // At most MAX_REPLICAS.
-            limits: self.channels[0].limits(),
+            limits: per_replica(self.channels[0].limits()),
         }
     }
 
-    /// Like [`Runtime::prepare`], on devices the caller has already opened (one channel per
-    /// replica, in replica order): for links with faults injected, or devices placed in
-    /// ways [`Placement`] does not name.
+    /// The replicas each device runs, device by device (one each, or several as its lanes:
+    /// [`placement::devices`]).
+    pub fn devices(&self) -> Vec<std::ops::Range<u32>> {
+        let lanes = |c: &Channel| c.replica()..c.replica() + c.lanes() as u32;
+        self.channels.iter().map(lanes).collect()
+    }
+
+    /// Like [`Runtime::prepare`], on devices the caller has already opened (in replica
+    /// order, each running one replica or several as lanes): for links with faults
+    /// injected, or devices placed in ways [`Placement`] does not name.
     pub fn prepare_on(program: Program, channels: Vec<Channel>) -> Result<Self, RuntimeError> {
-        let replicas = channels.len();
+        let replicas = Seat::all(&channels).len();
         Self::check(&program, replicas)?;
         let window = InstanceWindow::whole(replicas);
         Self::set_up(program, replicas, channels, Arc::new(Single), window)
@@ -303,9 +331,18 @@ impl Runtime {
         instances: Arc<dyn Instances>,
         window: InstanceWindow,
     ) -> Result<Self, RuntimeError> {
-        if channels.len() != window.local {
+        let seats = Seat::all(&channels);
+        // Each device's lanes start where the one before it ends: the window's replicas in
+        // order.
+        let mut next = window.offset;
+        let in_order = channels.iter().all(|c| {
+            let first = c.replica() as usize == next;
+            next += c.lanes();
+            first
+        });
+        if seats.len() != window.local || !in_order {
             return Err(RuntimeError::Channels {
-                channels: channels.len(),
+                channels: seats.len(),
                 replicas: window.local,
             });
         }
@@ -335,6 +372,7 @@ impl Runtime {
         Ok(Self {
             anchors_taken: vec![false; channels.len()],
             channels,
+            seats,
             program,
             replicas,
             window,
@@ -422,9 +460,10 @@ impl Runtime {
 
     /// Every replica's RNG state (of every instance), concatenated in replica order.
     pub fn rng_state(&mut self) -> Result<Vec<u32>, RuntimeError> {
-        let mut local = Vec::with_capacity(RNG_WORDS * 4 * self.channels.len());
-        for c in &mut self.channels {
-            for w in c.call(&GetRngState)?.get() {
+        let mut local = Vec::with_capacity(RNG_WORDS * 4 * self.seats.len());
+        for seat in &self.seats {
+            let c = &mut self.channels[seat.channel];
+            for w in c.call(&GetRngState(seat.wire_lane()))?.get() {
                 local.extend_from_slice(&w.to_le_bytes());
             }
         }
@@ -446,9 +485,10 @@ impl Runtime {
             });
         }
         let mine = &words[RNG_WORDS * self.window.offset..][..RNG_WORDS * self.window.local];
-        for (c, state) in self.channels.iter_mut().zip(mine.chunks_exact(RNG_WORDS)) {
+        for (seat, state) in self.seats.iter().zip(mine.chunks_exact(RNG_WORDS)) {
             let state = [state[0], state[1], state[2], state[3]];
-            c.request(&Request::SetRngState { state })?;
+            let lane = seat.wire_lane();
+            self.channels[seat.channel].request(&Request::SetRngState { lane, state })?;
         }
         Ok(())
     }
@@ -456,9 +496,10 @@ impl Runtime {
     /// The work each replica has counted, in multiply-adds; refused by the devices unless
     /// the program is instrumented.
     pub fn cycle_counts(&mut self) -> Result<Vec<u64>, RuntimeError> {
-        let mut local = Vec::with_capacity(8 * self.channels.len());
-        for c in &mut self.channels {
-            local.extend_from_slice(&c.call(&CycleCount)?.get().to_le_bytes());
+        let mut local = Vec::with_capacity(8 * self.seats.len());
+        for seat in &self.seats {
+            let c = &mut self.channels[seat.channel];
+            local.extend_from_slice(&c.call(&CycleCount(seat.wire_lane()))?.get().to_le_bytes());
         }
         let all = self.instances.allgather(&local)?;
         Ok(all
@@ -467,7 +508,25 @@ impl Runtime {
             .collect())
     }
 
-    /// Sends `request` to every replica, all before any reply is awaited.
+    /// Sends every replica the request `of` makes for it (its seat), all before any reply
+    /// is awaited.
+    pub(crate) fn send_every_replica(
+        &mut self,
+        of: impl Fn(Seat) -> Result<Request<'static>, RuntimeError>,
+    ) -> Result<(), RuntimeError> {
+        let mut sent = Vec::with_capacity(self.seats.len());
+        for &seat in &self.seats {
+            let request = of(seat)?;
+            sent.push((seat.channel, self.channels[seat.channel].submit(&request)?));
+        }
+        for (channel, seq) in sent {
+            self.channels[channel].receive(seq)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `request` to every device (whatever its lanes), all before any reply is
+    /// awaited.
     pub(crate) fn broadcast(&mut self, request: &Request<'_>) -> Result<(), RuntimeError> {
         let seqs = self
             .channels

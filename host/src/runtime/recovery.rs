@@ -62,11 +62,11 @@ use super::{Runtime, RuntimeError};
 use crate::transport::TransportError;
 
 /// One device failing a training step at a chosen reduction round, on any placement: the
-/// host answers `replica`'s contribution to round `round` of the step (its exchanges,
-/// numbered across the step's batches as the devices number them:
-/// [`Runtime::rounds_per_step`]) one element short, which the
-/// device refuses ([`ErrorCode::UnexpectedReduced`]) and fails its step there, while its
-/// peers have the round's answer and go on.
+/// host answers the contribution of `replica`'s device (all of its lanes, when it runs
+/// several: [`Runtime::devices`]) to round `round` of the step (its exchanges, numbered
+/// across the step's batches as the devices number them: [`Runtime::rounds_per_step`]) one
+/// element short, which the device refuses ([`ErrorCode::UnexpectedReduced`]) and fails
+/// its step there, while its peers have the round's answer and go on.
 ///
 /// [`ErrorCode::UnexpectedReduced`]: tessera_core::wire::ErrorCode::UnexpectedReduced
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

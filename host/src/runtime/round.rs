@@ -3,8 +3,11 @@
 //!
 //! # Rules
 //!
+//! - A member is a device: one replica, or several consecutive ones run as its lanes
+//!   (core's [`lanes`](tessera_core::program::lanes) rule), whose contribution holds each
+//!   lane's in lane order, side by side.
 //! - Every contribution is judged against the round before it is kept: the round's number
-//!   and operation, whole `f32` elements, the plan's length. One that fails is an error
+//!   and operation, whole `f32` elements, the plan's length for each of its lanes. One that fails is an error
 //!   naming its replica, never truncated; a member's second one is ignored (the first is
 //!   in).
 //! - Each segment's groups are summed in `f64` in replica order, whatever order the
@@ -65,15 +68,18 @@ impl Heading {
 pub(super) struct OpenRound {
     round: u32,
     op: ReduceOp,
-    /// Bytes every contribution carries (its plan's).
+    /// Bytes every lane's part of a contribution carries (its plan's).
     len: usize,
-    /// Each member's group in every segment: `groups[m × segments + s]`.
+    /// Each member's group in every segment (every lane's: they share it):
+    /// `groups[m × segments + s]`.
     groups: Vec<usize>,
+    /// Each member's lanes.
+    lanes: Vec<usize>,
     /// Where each segment's groups' sums begin in `sums`.
     bases: Vec<usize>,
     /// Every segment's groups' sums so far, one segment after another.
     sums: Vec<f64>,
-    /// Each member's global replica, indexed like the members.
+    /// Each member's global replica (its first lane's), indexed like the members.
     replicas: Vec<usize>,
     /// Members in replica order (the order of every sum), and how many of them are folded:
     /// all of them once every contribution is in.
@@ -88,27 +94,53 @@ pub(super) struct OpenRound {
 
 impl OpenRound {
     /// Round `round`, combined by `op` under `plan`, of the members whose global replicas
-    /// are `replicas` (indexed like the members).
+    /// are `replicas` (indexed like the members), one replica each.
+    #[cfg(test)]
     pub(super) fn open(
         round: u32,
         op: ReduceOp,
         plan: &Plan,
         replicas: &[usize],
     ) -> Result<Self, RuntimeError> {
+        let members: Vec<_> = replicas.iter().map(|&r| r..r + 1).collect();
+        Self::open_lanes(round, op, plan, &members)
+    }
+
+    /// Round `round`, combined by `op` under `plan`, of members running the global
+    /// replicas `members` (one range per member: its lanes). Lanes of one member in
+    /// different groups of a segment cannot share its one answer: an error naming the
+    /// first lane apart.
+    pub(super) fn open_lanes(
+        round: u32,
+        op: ReduceOp,
+        plan: &Plan,
+        members: &[std::ops::Range<usize>],
+    ) -> Result<Self, RuntimeError> {
         let segments = plan.segments.len();
-        let mut groups = Vec::with_capacity(replicas.len() * segments);
-        for &replica in replicas {
+        let mut groups = Vec::with_capacity(members.len() * segments);
+        for lanes in members {
             for (grouping, _) in &plan.segments {
-                let group =
+                let group_of = |replica: usize| {
                     grouping
                         .group_of(replica)
                         .map_err(|_| RuntimeError::ReductionGroup {
                             replica: replica as u32,
                             round,
-                        })?;
+                        })
+                };
+                let group = group_of(lanes.start)?;
+                for replica in lanes.clone() {
+                    if group_of(replica)? != group {
+                        return Err(RuntimeError::ReductionGroup {
+                            replica: replica as u32,
+                            round,
+                        });
+                    }
+                }
                 groups.push(group);
             }
         }
+        let replicas: Vec<usize> = members.iter().map(|m| m.start).collect();
         let mut bases = Vec::with_capacity(segments);
         let mut total = 0usize;
         for (grouping, bytes) in &plan.segments {
@@ -122,6 +154,7 @@ impl OpenRound {
             op,
             len: plan.bytes(),
             groups,
+            lanes: members.iter().map(|m| m.len()).collect(),
             bases,
             sums: vec![NOTHING; total],
             replicas: replicas.to_vec(),
@@ -149,7 +182,8 @@ impl OpenRound {
         message: Reply,
         mut done: impl FnMut(usize, Reply),
     ) -> Result<(), RuntimeError> {
-        self.judge(replica, heading)?;
+        let lanes = self.lanes.get(from).copied().unwrap_or(1);
+        self.judge(replica, lanes, heading)?;
         match self.present.get_mut(from) {
             Some(present @ false) => *present = true,
             _ => return Ok(()),
@@ -169,9 +203,9 @@ impl OpenRound {
         Ok(())
     }
 
-    /// A contribution of another round, operation or length than this round's is an
-    /// error naming its replica.
-    fn judge(&self, replica: usize, heading: Heading) -> Result<(), RuntimeError> {
+    /// A contribution of another round, operation or length (this round's for each of its
+    /// `lanes`) than this round's is an error naming its replica.
+    fn judge(&self, replica: usize, lanes: usize, heading: Heading) -> Result<(), RuntimeError> {
         let replica = replica as u32;
         let Heading { round, op, bytes } = heading;
         if self.round != round {
@@ -191,34 +225,38 @@ impl OpenRound {
                 bytes,
             });
         }
-        if self.len != bytes {
+        let expected = self.len.saturating_mul(lanes);
+        if expected != bytes {
             return Err(RuntimeError::ReductionLength {
                 replica,
                 round,
-                expected: self.len,
+                expected,
                 actual: bytes,
             });
         }
         Ok(())
     }
 
-    /// Adds member `m`'s contribution (judged whole) to its groups' sums.
+    /// Adds member `m`'s contribution (judged whole) to its groups' sums, lane after lane:
+    /// its replicas in order.
     fn fold(&mut self, plan: &Plan, m: usize, message: &Reply) -> Result<(), RuntimeError> {
         let data = message.contribution().map_or(&[][..], |c| c.data);
         let segments = plan.segments.len();
         let mut at = 0;
-        for (s, (_, bytes)) in plan.segments.iter().enumerate() {
-            let len = bytes / 4;
-            let group = self.groups.get(m * segments + s).copied().unwrap_or(0);
-            let base = self.bases.get(s).copied().unwrap_or(0) + group * len;
-            let sums = self.sums.get_mut(base..base + len).unwrap_or_default();
-            // Lengths were judged on arrival and the sums laid out from the same plan, so
-            // a refusal here is a broken check, reported, never a short sum.
-            if let Err(e) = add_f32(sums, data.get(at..at + bytes).unwrap_or_default()) {
-                let replica = self.replicas.get(m).copied().unwrap_or(0);
-                return Err(self.broken(replica, e));
+        for _lane in 0..self.lanes.get(m).copied().unwrap_or(1) {
+            for (s, (_, bytes)) in plan.segments.iter().enumerate() {
+                let len = bytes / 4;
+                let group = self.groups.get(m * segments + s).copied().unwrap_or(0);
+                let base = self.bases.get(s).copied().unwrap_or(0) + group * len;
+                let sums = self.sums.get_mut(base..base + len).unwrap_or_default();
+                // Lengths were judged on arrival and the sums laid out from the same plan,
+                // so a refusal here is a broken check, reported, never a short sum.
+                if let Err(e) = add_f32(sums, data.get(at..at + bytes).unwrap_or_default()) {
+                    let replica = self.replicas.get(m).copied().unwrap_or(0);
+                    return Err(self.broken(replica, e));
+                }
+                at += bytes;
             }
-            at += bytes;
         }
         Ok(())
     }

@@ -66,8 +66,12 @@ const STEP_ATTEMPTS: u32 = 8;
 struct Member {
     /// The step's sequence number on this device's channel.
     seq: u32,
-    /// The device's global replica.
+    /// The device's global replica (its first lane's).
     replica: usize,
+    /// Its lanes: replicas `replica ..` (core's
+    /// [`lanes`](tessera_core::program::lanes)), whose parts its contribution carries side
+    /// by side and whose one answer it takes.
+    lanes: usize,
     /// It answered the step.
     done: bool,
     /// When a poll first found it silent since it was last heard from (or since its round
@@ -181,6 +185,7 @@ pub(super) fn run_step(
             seq: c.submit(&moved.run_step())?,
             moved,
             replica: c.replica() as usize,
+            lanes: c.lanes(),
             done: false,
             quiet_since: None,
             resent: 0,
@@ -188,7 +193,10 @@ pub(super) fn run_step(
             next_round: 0,
         });
     }
-    let replicas = members.iter().map(|m| m.replica).collect();
+    let replicas = members
+        .iter()
+        .map(|m| m.replica..m.replica + m.lanes)
+        .collect();
     let mut step = Step {
         replicas,
         schedule: Schedule {
@@ -247,8 +255,8 @@ pub(super) fn run_step(
 struct Step<'s> {
     schedule: Schedule<'s>,
     members: Vec<Member>,
-    /// Each member's global replica, indexed like the members.
-    replicas: Vec<usize>,
+    /// Each member's global replicas (its lanes), indexed like the members.
+    replicas: Vec<std::ops::Range<usize>>,
     /// The round whose contributions are coming in.
     open: Option<OpenRound>,
     /// The last round combined, for devices that ask again.
@@ -306,7 +314,7 @@ impl Step<'_> {
         let plan = self.schedule.plan(round).ok_or(out_of_step)?;
         let open = match &mut self.open {
             Some(open) => open,
-            empty => empty.insert(OpenRound::open(round, op, plan, &self.replicas)?),
+            empty => empty.insert(OpenRound::open_lanes(round, op, plan, &self.replicas)?),
         };
         // Folded: the contribution's buffer carries its device's answer.
         open.collect(plan, i, replica, heading, message, |m, folded| {
@@ -335,11 +343,10 @@ impl Step<'_> {
         // The round's devices have waited by design until now: their silence starts over.
         for (from, m) in self.members.iter_mut().enumerate() {
             let answer = answers.of(from).unwrap_or_default();
-            let faulty = StepFault {
-                replica: m.replica as u32,
-                round,
-            };
-            let answer = if self.fault == Some(faulty) {
+            let lanes = m.replica..m.replica + m.lanes;
+            let faulty = (self.fault)
+                .is_some_and(|f| f.round == round && lanes.contains(&(f.replica as usize)));
+            let answer = if faulty {
                 &answer[..answer.len().saturating_sub(4)]
             } else {
                 answer
@@ -501,6 +508,7 @@ mod tests {
             .map(|replica| Member {
                 seq: 0,
                 replica,
+                lanes: 1,
                 done: false,
                 quiet_since: None,
                 resent: 0,

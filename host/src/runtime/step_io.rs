@@ -50,7 +50,7 @@ use tessera_core::wire::Target;
 use super::step_driver::{self, InPlace};
 use super::{Runtime, RuntimeError, StepPhase, MAX_REPLICAS};
 use crate::array::{AsView, HostArray};
-use crate::transport::Span;
+use crate::transport::{Seat, Span};
 
 /// Anchored tensors by name.
 pub type Anchors = BTreeMap<String, HostArray>;
@@ -325,20 +325,26 @@ impl Runtime {
     /// its `RunStep` then reports them (`fed`).
     fn feed(&mut self, fill: &mut Fill<'_>) -> Result<Vec<bool>, RuntimeError> {
         let per_replica = self.flow.inputs_per_replica();
-        let spans: Vec<Span> = (self.program.streams.iter().enumerate())
-            .map(|(k, s)| Span {
-                target: Target::Fifo(ids::stream_fifo(k as u8)), // At most MAX_STREAMS.
-                offset: 0,
-                len: per_replica * self.program.item_elements(k).unwrap_or(0) * s.dtype.size(),
+        let streams = self.program.streams.len();
+        let one: Vec<(u16, usize)> = (self.program.streams.iter().enumerate())
+            .map(|(k, s)| {
+                let fifo = ids::stream_fifo(k as u8); // At most MAX_STREAMS.
+                let item = self.program.item_elements(k).unwrap_or(0) * s.dtype.size();
+                (fifo, per_replica * item)
             })
             .collect();
         let mut sent = Vec::with_capacity(self.channels.len());
         let mut fed = Vec::with_capacity(self.channels.len());
-        for (r, channel) in self.channels.iter_mut().enumerate() {
-            let (requests, in_place) =
-                channel.write_step_inputs(&spans, |k, into| fill(r, k, into))?;
+        // Each device's lanes' FIFOs in one go: lane after lane, stream after stream.
+        let mut first = 0;
+        for channel in &mut self.channels {
+            let lanes = channel.lanes();
+            let fill = |i: usize, into: &mut [u8]| fill(first + i / streams, i % streams, into);
+            let spans = lane_spans(&one, lanes)?;
+            let (requests, in_place) = channel.write_step_inputs(&spans, fill)?;
             sent.push(requests);
             fed.push(in_place);
+            first += lanes;
         }
         for (channel, sent) in self.channels.iter_mut().zip(sent) {
             channel.confirm(sent)?;
@@ -348,26 +354,31 @@ impl Runtime {
 
     /// Reads every anchor of a finished step out of its FIFO: `[anchor][replica]`.
     fn collect(&mut self) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
-        let spans: Vec<Span> = (self.program.anchors.iter().enumerate())
-            .map(|(j, a)| Span {
-                target: Target::Fifo(ids::anchor_fifo(j as u8)), // At most MAX_ANCHORS.
-                offset: 0,
-                len: self.flow.outputs_per_replica(Some(a.return_type))
-                    * self.anchor_width(a.tensor)
-                    * 4,
+        let anchors = self.program.anchors.len();
+        let one: Vec<(u16, usize)> = (self.program.anchors.iter().enumerate())
+            .map(|(j, a)| {
+                let fifo = ids::anchor_fifo(j as u8); // At most MAX_ANCHORS.
+                let values = self.flow.outputs_per_replica(Some(a.return_type));
+                (fifo, values * self.anchor_width(a.tensor) * 4)
             })
             .collect();
-        let replicas = self.channels.len();
-        let mut popped = vec![vec![Vec::new(); replicas]; spans.len()];
-        let mut readings = Vec::with_capacity(replicas);
-        for (r, channel) in self.channels.iter_mut().enumerate() {
-            let take = |j: usize, bytes: &[u8]| popped[j][r] = bytes.to_vec();
-            let (reading, took) = channel.read_step_outputs(&spans, take)?;
-            readings.push(reading);
-            self.anchors_taken[r] = took;
+        let mut popped = vec![vec![Vec::new(); self.seats.len()]; anchors];
+        let mut readings = Vec::with_capacity(self.channels.len());
+        let mut first = 0;
+        for (c, channel) in self.channels.iter_mut().enumerate() {
+            let lanes = channel.lanes();
+            let take = |i: usize, bytes: &[u8]| {
+                popped[i % anchors][first + i / anchors] = bytes.to_vec();
+            };
+            let (reading, took) = channel.read_step_outputs(&lane_spans(&one, lanes)?, take)?;
+            readings.push((reading, first));
+            self.anchors_taken[c] = took;
+            first += lanes;
         }
-        for ((r, channel), reading) in self.channels.iter_mut().enumerate().zip(readings) {
-            channel.finish_read(reading, |j, bytes| popped[j][r] = bytes.to_vec())?;
+        for (channel, (reading, first)) in self.channels.iter_mut().zip(readings) {
+            channel.finish_read(reading, |i, bytes| {
+                popped[i % anchors][first + i / anchors] = bytes.to_vec();
+            })?;
         }
         Ok(popped)
     }
@@ -544,4 +555,21 @@ impl Counters {
         *slot += 1;
         Some(*slot - 1)
     }
+}
+
+/// The spans of every lane of a device of `lanes` lanes: each lane's FIFOs (named by one
+/// replica's ids in `one`, with their lengths) as its own, lane after lane.
+fn lane_spans(one: &[(u16, usize)], lanes: usize) -> Result<Vec<Span>, RuntimeError> {
+    let mut spans = Vec::with_capacity(lanes * one.len());
+    for lane in 0..lanes {
+        let seat = Seat { channel: 0, lane };
+        for &(fifo, len) in one {
+            spans.push(Span {
+                target: Target::Fifo(seat.id(fifo)?),
+                offset: 0,
+                len,
+            });
+        }
+    }
+    Ok(spans)
 }

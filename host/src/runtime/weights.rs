@@ -147,11 +147,13 @@ impl Runtime {
             layout
                 .to_replicas(array.bytes(), &mut slots)
                 .map_err(|e| transfer_error(name, e))?;
-            let load = Request::RemoteLoad {
-                slot,
-                variable: target(index as u8),
-            };
-            self.broadcast(&load)?;
+            let variable = target(index as u8);
+            self.send_every_replica(|seat| {
+                Ok(Request::RemoteLoad {
+                    slot: seat.id(slot)?,
+                    variable: seat.id(variable)?,
+                })
+            })?;
             loaded(&mut self.recovery, index);
         }
         Ok(())

@@ -5,21 +5,22 @@
 use tessera_core::transfer::RemoteSlots;
 use tessera_core::wire::{Request, Target};
 
-use super::{Channel, Span, TransportError};
+use super::{Channel, Seat, Span, TransportError};
 
-/// Slot `slot` on each of `channels` (local replica `i` is `channels[i]`), all `bytes`
-/// long: allocate them with [`ChannelSlots::allocate`]. Or any other byte range core's
-/// layout code may treat as one: an on-device variable read in place
-/// ([`ChannelSlots::variable`]).
+/// Slot `slot` of each local replica (replica `i` at `seats[i]`: its channel, and its lane
+/// there, whose own slot it is), all `bytes` long: allocate them with
+/// [`ChannelSlots::allocate`]. Or any other byte range core's layout code may treat as
+/// one: an on-device variable read in place ([`ChannelSlots::variable`]).
 #[derive(Debug)]
 pub struct ChannelSlots<'c> {
     channels: &'c mut [Channel],
+    seats: Vec<Seat>,
     target: Target,
     bytes: usize,
 }
 
 impl<'c> ChannelSlots<'c> {
-    /// Allocates slot `slot` of `bytes` bytes on every channel.
+    /// Allocates slot `slot` of `bytes` bytes for every replica of `channels`.
     pub fn allocate(
         channels: &'c mut [Channel],
         slot: u16,
@@ -29,36 +30,42 @@ impl<'c> ChannelSlots<'c> {
             what: "slot size",
             value: bytes,
         })?;
-        for channel in channels.iter_mut() {
-            channel.request(&Request::AllocSlot { slot, bytes: size })?;
+        for seat in Seat::all(channels) {
+            let slot = seat.id(slot)?;
+            channels[seat.channel].request(&Request::AllocSlot { slot, bytes: size })?;
         }
         Ok(Self::existing(channels, slot, bytes))
     }
 
-    /// Slot `slot` already allocated with `bytes` bytes on every channel.
+    /// Slot `slot` already allocated with `bytes` bytes for every replica of `channels`.
     pub fn existing(channels: &'c mut [Channel], slot: u16, bytes: usize) -> Self {
         Self {
+            seats: Seat::all(channels),
             channels,
             target: Target::Slot(slot),
             bytes,
         }
     }
 
-    /// The on-device variable `variable` (`bytes` held on every channel), read and written
-    /// where it lies: no copy through a slot on the device.
+    /// The on-device variable `variable` (`bytes` held by every replica of `channels`),
+    /// read and written where it lies: no copy through a slot on the device.
     pub fn variable(channels: &'c mut [Channel], variable: u16, bytes: usize) -> Self {
         Self {
+            seats: Seat::all(channels),
             channels,
             target: Target::Variable(variable),
             bytes,
         }
     }
 
-    fn channel(&mut self, local: usize) -> Result<&mut Channel, TransportError> {
-        let replicas = self.channels.len();
-        self.channels
-            .get_mut(local)
-            .ok_or(TransportError::NoReplica { local, replicas })
+    /// Local replica `local`'s channel, and the target as its lane's.
+    fn channel(&mut self, local: usize) -> Result<(&mut Channel, Target), TransportError> {
+        let replicas = self.seats.len();
+        let seat = *(self.seats.get(local)).ok_or(TransportError::NoReplica { local, replicas })?;
+        let target = seat.target(self.target)?;
+        let channel = (self.channels.get_mut(seat.channel))
+            .ok_or(TransportError::NoReplica { local, replicas })?;
+        Ok((channel, target))
     }
 }
 
@@ -66,36 +73,35 @@ impl RemoteSlots for ChannelSlots<'_> {
     type Error = TransportError;
 
     fn slot_len(&self, local: usize) -> Result<usize, TransportError> {
-        if local < self.channels.len() {
+        if local < self.seats.len() {
             Ok(self.bytes)
         } else {
             Err(TransportError::NoReplica {
                 local,
-                replicas: self.channels.len(),
+                replicas: self.seats.len(),
             })
         }
     }
 
     fn write(&mut self, local: usize, at: usize, data: &[u8]) -> Result<(), TransportError> {
-        let target = self.target;
-        let channel = self.channel(local)?;
+        let (channel, target) = self.channel(local)?;
         let sent = channel.write(target, at, data, None)?;
         channel.confirm(sent)
     }
 
     fn zero(&mut self, local: usize, at: usize, len: usize) -> Result<(), TransportError> {
+        let (channel, target) = self.channel(local)?;
         let span = Span {
-            target: self.target,
+            target,
             offset: at,
             len,
         };
-        let channel = self.channel(local)?;
         let sent = channel.write_spans(&[span], |_, bytes| bytes.fill(0))?;
         channel.confirm(sent)
     }
 
     fn read(&mut self, local: usize, at: usize, out: &mut [u8]) -> Result<(), TransportError> {
-        let target = self.target;
-        self.channel(local)?.read(target, at, out)
+        let (channel, target) = self.channel(local)?;
+        channel.read(target, at, out)
     }
 }

@@ -41,7 +41,7 @@ fn seed_round_trip(c: &mut Channel, seed: u64) -> Result<u64, TransportError> {
 #[test]
 fn a_process_serves_a_share_and_each_device_keeps_its_state() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
-    let mut channels = Channel::device_processes(exe, 0..8, SHARED_MEMORY).unwrap();
+    let mut channels = Channel::device_processes(exe, &singles(0..8), SHARED_MEMORY).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let processes = process_shares(SHARED_MEMORY);
     assert_eq!(
@@ -76,7 +76,7 @@ fn a_process_serves_a_share_and_each_device_keeps_its_state() {
 #[test]
 fn a_stopped_process_share_is_reported_stopped() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
-    let mut channels = Channel::device_processes(exe, 0..2, STOPPED_MEMORY).unwrap();
+    let mut channels = Channel::device_processes(exe, &singles(0..2), STOPPED_MEMORY).unwrap();
     let processes = process_shares(STOPPED_MEMORY);
     assert_eq!(processes.len(), 1, "device processes: {processes:?}");
     let signal = |name: &str| {
@@ -108,7 +108,7 @@ fn a_stopped_process_share_is_reported_stopped() {
 #[test]
 fn a_killed_process_share_fails_each_of_its_devices() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
-    let mut channels = Channel::device_processes(exe, 0..2, KILLED_MEMORY).unwrap();
+    let mut channels = Channel::device_processes(exe, &singles(0..2), KILLED_MEMORY).unwrap();
     for c in &mut channels {
         assert_eq!(seed_round_trip(c, 5).unwrap(), 5);
     }
@@ -131,4 +131,9 @@ fn a_killed_process_share_fails_each_of_its_devices() {
             "reported promptly, not after a hang"
         );
     }
+}
+
+/// One device per replica of `replicas`, each running its replica alone.
+fn singles(replicas: std::ops::Range<u32>) -> Vec<std::ops::Range<u32>> {
+    replicas.map(|r| r..r + 1).collect()
 }

@@ -82,14 +82,16 @@ fn a_step_input_byte_is_copied_once_on_the_host_on_threads() {
 /// Catches a step whose in-place moves are reported by requests of their own — a `Wrote`
 /// per stream or a `Took` per anchor, each with its reply, per replica — instead of by its
 /// `RunStep`: from the second step on (the first locates each FIFO, and has no anchors
-/// before it to report), a step on threads sends each replica one request.
+/// before it to report), a step on threads sends each device one request (a device runs
+/// one replica, or several as its lanes).
 #[test]
-fn a_step_in_place_is_one_request_per_replica() {
+fn a_step_in_place_is_one_request_per_device() {
     let (_, mut runtime, io) = after_one_step();
+    let devices = runtime.devices().len() as u64;
     for step in 2..=3 {
         let before = runtime.traffic().channels.requests;
         runtime.run(&io).unwrap();
         let sent = runtime.traffic().channels.requests - before;
-        assert_eq!(sent, R as u64, "step {step}: requests sent");
+        assert_eq!(sent, devices, "step {step}: requests sent");
     }
 }

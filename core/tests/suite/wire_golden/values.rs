@@ -77,6 +77,7 @@ pub(super) fn limits() -> Limits {
         memory: 65536,
         max_frame: 1024,
         replica: 3,
+        lanes: 2,
         window: 16,
     }
 }
@@ -99,8 +100,9 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
             env(Request::Hello {
                 version: 2,
                 replica: 3,
+                lanes: 2,
             }),
-            "05 00 02 03",
+            "05 00 02 03 02",
         ),
         (
             "AllocSlot",
@@ -138,11 +140,16 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
         (
             "SetRngState",
             env(Request::SetRngState {
+                lane: 1,
                 state: [1, 2, 3, 4],
             }),
-            "05 06 01 02 03 04",
+            "05 06 01 01 02 03 04",
         ),
-        ("GetRngState", env(Request::GetRngState), "05 07"),
+        (
+            "GetRngState",
+            env(Request::GetRngState { lane: 1 }),
+            "05 07 01",
+        ),
         (
             "Prepare",
             env(Request::Prepare {
@@ -160,7 +167,11 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
             }),
             "05 09 01 00",
         ),
-        ("CycleCount", env(Request::CycleCount), "05 0a"),
+        (
+            "CycleCount",
+            env(Request::CycleCount { lane: 1 }),
+            "05 0a 01",
+        ),
         (
             "SetRegister",
             env(Request::SetRegister {
@@ -299,7 +310,7 @@ pub(super) fn responses() -> Vec<(&'static str, Envelope<Response<'static>>, &'s
                 version: 2,
                 limits: limits(),
             }),
-            "05 00 02 80 80 04 80 08 03 10",
+            "05 00 02 80 80 04 80 08 03 02 10",
         ),
         ("Done", env(Response::Done), "05 01"),
         (
@@ -446,6 +457,20 @@ pub(super) fn error_codes() -> Vec<(&'static str, ErrorCode, &'static str)> {
         ("BulkUnavailable", ErrorCode::BulkUnavailable, "16"),
         ("StepAbandoned", ErrorCode::StepAbandoned, "17"),
         ("NotInstrumented", ErrorCode::NotInstrumented, "18"),
+        ("Lanes", ErrorCode::Lanes { lanes: 65, max: 64 }, "19 41 40"),
+        (
+            "LanesApart",
+            ErrorCode::LanesApart {
+                variable: 1,
+                replica: 2,
+            },
+            "1a 01 02",
+        ),
+        (
+            "NoSuchLane",
+            ErrorCode::NoSuchLane { lane: 3, lanes: 2 },
+            "1b 03 02",
+        ),
     ]
 }
 

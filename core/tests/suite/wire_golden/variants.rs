@@ -15,10 +15,10 @@ pub(super) fn request_variant(request: &Request<'_>) -> u32 {
         Request::SetSeed { .. } => 4,
         Request::GetSeed => 5,
         Request::SetRngState { .. } => 6,
-        Request::GetRngState => 7,
+        Request::GetRngState { .. } => 7,
         Request::Prepare { .. } => 8,
         Request::RunStep { .. } => 9,
-        Request::CycleCount => 10,
+        Request::CycleCount { .. } => 10,
         Request::SetRegister { .. } => 11,
         Request::GetRegister { .. } => 12,
         Request::FreeRegister { .. } => 13,
@@ -82,6 +82,9 @@ pub(super) fn error_variant(code: &ErrorCode) -> u32 {
         ErrorCode::BulkUnavailable => 22,
         ErrorCode::StepAbandoned => 23,
         ErrorCode::NotInstrumented => 24,
+        ErrorCode::Lanes { .. } => 25,
+        ErrorCode::LanesApart { .. } => 26,
+        ErrorCode::NoSuchLane { .. } => 27,
     }
 }
 

@@ -189,9 +189,15 @@ impl Channel {
         self.retries
     }
 
-    /// The replica this channel reaches.
+    /// The replica this channel reaches (its first lane's, when the device runs several:
+    /// [`lanes`](tessera_core::program::lanes)).
     pub fn replica(&self) -> u32 {
         self.limits.replica
+    }
+
+    /// Replicas the device runs from [`replica`](Self::replica) on, one per lane.
+    pub fn lanes(&self) -> usize {
+        usize::from(self.limits.lanes).max(1)
     }
 
     /// What keeps the device running (a test looks at how devices share threads).

@@ -41,7 +41,7 @@ impl Channel {
         memory: usize,
         faults: Option<FaultConfig>,
     ) -> Result<Self, TransportError> {
-        Self::open(spawn::in_process(replica, memory, faults)?, replica)
+        Self::open(spawn::in_process(replica, memory, faults)?, replica, 1)
     }
 
     /// One device per replica of `replicas` in threads of this process, `memory` bytes of
@@ -54,10 +54,23 @@ impl Channel {
         memory: usize,
         host_serves: bool,
     ) -> Result<Vec<Self>, TransportError> {
-        spawn::in_process_pool(replicas.clone(), memory, host_serves)?
+        let devices: Vec<_> = replicas.map(|r| r..r + 1).collect();
+        Self::in_process_lanes(&devices, memory, host_serves)
+    }
+
+    /// Like [`in_process_all`](Self::in_process_all), one device for each range of
+    /// `devices`, running its replicas as lanes ([`lanes`](tessera_core::program::lanes)),
+    /// `memory` bytes of arena per lane.
+    pub(crate) fn in_process_lanes(
+        devices: &[std::ops::Range<u32>],
+        memory: usize,
+        host_serves: bool,
+    ) -> Result<Vec<Self>, TransportError> {
+        let (firsts, memory) = laned(devices, memory);
+        spawn::in_process_pool(&firsts, memory, host_serves)?
             .into_iter()
-            .zip(replicas)
-            .map(|(link, replica)| Self::open(link, replica))
+            .zip(devices)
+            .map(|(link, lanes)| Self::open_lanes(link, lanes))
             .collect()
     }
 
@@ -69,32 +82,35 @@ impl Channel {
         host_serves: bool,
         cores: usize,
     ) -> Result<Vec<Self>, TransportError> {
-        spawn::pool_on(replicas.clone(), memory, host_serves, cores)?
+        let firsts: Vec<u32> = replicas.clone().collect();
+        spawn::pool_on(&firsts, memory, host_serves, cores)?
             .into_iter()
             .zip(replicas)
-            .map(|(link, replica)| Self::open(link, replica))
+            .map(|(link, replica)| Self::open(link, replica, 1))
             .collect()
     }
 
     /// A device in a child process (`tessera device`, `exe` being the `tessera` binary),
     /// speaking over its stdio.
     pub fn child_process(exe: &Path, replica: u32, memory: usize) -> Result<Self, TransportError> {
-        Self::open(spawn::child_process(exe, replica, memory)?, replica)
+        Self::open(spawn::child_process(exe, replica, memory)?, replica, 1)
     }
 
-    /// One device per replica of `replicas` for a training runtime, `memory` bytes each, in
-    /// child processes that each serve a share of them (`tessera devices`, `exe` being the
-    /// `tessera` binary; how many: `spawn::process`); channels in replica order, each ready
-    /// once its device has answered its hello.
+    /// One device for each range of `devices` for a training runtime, running its replicas
+    /// as lanes ([`lanes`](tessera_core::program::lanes)), `memory` bytes per lane, in child
+    /// processes that each serve a share of them (`tessera devices`, `exe` being the
+    /// `tessera` binary; how many: `spawn::process`); channels in the order of `devices`,
+    /// each ready once its device has answered its hello.
     pub fn device_processes(
         exe: &Path,
-        replicas: std::ops::Range<u32>,
+        devices: &[std::ops::Range<u32>],
         memory: usize,
     ) -> Result<Vec<Self>, TransportError> {
-        spawn::device_processes(exe, replicas.clone(), memory)?
+        let (firsts, memory) = laned(devices, memory);
+        spawn::device_processes(exe, &firsts, memory)?
             .into_iter()
-            .zip(replicas)
-            .map(|(link, replica)| Self::open(link, replica))
+            .zip(devices)
+            .map(|(link, lanes)| Self::open_lanes(link, lanes))
             .collect()
     }
 
@@ -110,7 +126,7 @@ impl Channel {
     /// Like [`Channel::qemu`], for a caller that has checked the firmware and the tools
     /// already (once for all its devices: `placement::open`).
     pub(crate) fn qemu_checked(firmware: &Path, replica: u32) -> Result<Self, TransportError> {
-        Self::open(spawn::qemu(firmware, replica)?, replica)
+        Self::open(spawn::qemu(firmware, replica)?, replica, 1)
     }
 
     /// Worker `worker`, served by another rank of an MPI job (which started it), over a
@@ -131,12 +147,19 @@ impl Channel {
             window: None,
             memory: None,
         };
-        Self::open(link, worker)
+        Self::open(link, worker, 1)
     }
 
-    /// A channel to replica `replica` over `link`, ready once the device has answered its
-    /// hello.
-    fn open(link: Link, replica: u32) -> Result<Self, TransportError> {
+    /// A channel to the device of replicas `lanes` over `link` (see [`Channel::open`]).
+    fn open_lanes(link: Link, lanes: &std::ops::Range<u32>) -> Result<Self, TransportError> {
+        // At most MAX_REPLICAS replicas: their count fits 16 bits.
+        let count = u16::try_from(lanes.len()).unwrap_or(u16::MAX);
+        Self::open(link, lanes.start, count)
+    }
+
+    /// A channel to replica `replica` and the `lanes − 1` after it over `link`, ready once
+    /// the device has answered its hello.
+    fn open(link: Link, replica: u32, lanes: u16) -> Result<Self, TransportError> {
         let Link {
             incoming,
             outgoing: writer,
@@ -155,6 +178,7 @@ impl Channel {
                 memory: 0,
                 max_frame: 256,
                 replica,
+                lanes,
                 window: 1,
             },
             scratch: vec![0; MAX_FRAME],
@@ -174,16 +198,17 @@ impl Channel {
             },
             handle,
         };
-        channel.hello(replica)?;
+        channel.hello(replica, lanes)?;
         Ok(channel)
     }
 
-    /// The hello: checks the device's protocol version and replica, and takes the limits it
-    /// announces.
-    fn hello(&mut self, replica: u32) -> Result<(), TransportError> {
+    /// The hello: checks the device's protocol version, replica and lanes, and takes the
+    /// limits it announces.
+    fn hello(&mut self, replica: u32, lanes: u16) -> Result<(), TransportError> {
         let hello = Hello {
             version: PROTOCOL_VERSION,
             replica,
+            lanes,
         };
         let (version, limits) = match self.call(&hello) {
             Ok(reply) => reply.get(),
@@ -210,7 +235,7 @@ impl Channel {
             }
             Err(e) => return Err(e),
         };
-        if version != PROTOCOL_VERSION || limits.replica != replica {
+        if version != PROTOCOL_VERSION || limits.replica != replica || limits.lanes != lanes {
             return Err(TransportError::UnexpectedReply {
                 replica,
                 request: RequestKind::Hello,
@@ -224,6 +249,14 @@ impl Channel {
         tracing::debug!(replica, ?limits, "device ready");
         Ok(())
     }
+}
+
+/// The first replica of each device of `devices`, and the memory of the device of the most
+/// lanes at `memory` bytes per lane (every device gets as much: one pool of one size).
+fn laned(devices: &[std::ops::Range<u32>], memory: usize) -> (Vec<u32>, usize) {
+    let most = devices.iter().map(|d| d.len()).max().unwrap_or(1).max(1);
+    let firsts = devices.iter().map(|d| d.start).collect();
+    (firsts, memory.saturating_mul(most))
 }
 
 /// The messages from device `replica`'s link: a byte link gets a thread that decodes its

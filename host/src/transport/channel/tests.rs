@@ -35,6 +35,7 @@ fn channel(writer: Outgoing) -> Channel {
             memory: 0,
             max_frame: 256,
             replica: 0,
+            lanes: 1,
             window: 4,
         },
         scratch: vec![0; 512],

@@ -56,7 +56,6 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -158,32 +157,33 @@ impl Drop for Workers {
     }
 }
 
-/// One device per replica of `replicas`, each with `memory` bytes of arena (shared with
-/// the host when the device can name every offset of it on the wire), served by `k =
-/// min(n, cores)` servers: with `host_serves`, the calling thread (inside its waits on the
-/// pool's channels) and `k − 1` threads; without, `k` threads. Links in replica order.
+/// One device per first replica of `devices` (each device's first lane's), each with
+/// `memory` bytes of arena (shared with the host when the device can name every offset of
+/// it on the wire), served by `k = min(n, cores)` servers: with `host_serves`, the calling
+/// thread (inside its waits on the pool's channels) and `k − 1` threads; without, `k`
+/// threads. Links in the order of `devices`.
 pub(in crate::transport) fn in_process_pool(
-    replicas: Range<u32>,
+    devices: &[u32],
     memory: usize,
     host_serves: bool,
 ) -> Result<Vec<Link>, TransportError> {
     let cores = thread::available_parallelism().map_or(1, |c| c.get());
-    pool_on(replicas, memory, host_serves, cores)
+    pool_on(devices, memory, host_serves, cores)
 }
 
 /// [`in_process_pool`] on a machine of `cores` cores.
 pub(in crate::transport) fn pool_on(
-    replicas: Range<u32>,
+    devices: &[u32],
     memory: usize,
     host_serves: bool,
     cores: usize,
 ) -> Result<Vec<Link>, TransportError> {
-    let n = replicas.len();
+    let n = devices.len();
     // No device, no server (a thread would wait for mail forever).
     let servers = n.min(cores.max(1));
     let mut members = Vec::with_capacity(n);
     let mut ends = Vec::with_capacity(n);
-    for replica in replicas {
+    for &replica in devices {
         let (host_memory, shared) = match u32::try_from(memory) {
             Ok(1..) => {
                 let host = SharedMemory::create(memory)?;

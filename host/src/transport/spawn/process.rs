@@ -18,7 +18,6 @@
 //!   (a killed process never closes its rings).
 
 use std::io;
-use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{ChildStdin, Command, Stdio};
@@ -117,14 +116,15 @@ pub(in crate::transport) fn child_process(
     })
 }
 
-/// One device per replica of `replicas` for a training runtime, `memory` bytes each, in
-/// as many `tessera devices` processes as the module's rules say; links in replica order.
+/// One device per first replica of `devices` (each device's first lane's) for a training
+/// runtime, `memory` bytes each, in as many `tessera devices` processes as the module's
+/// rules say; links in the order of `devices`.
 pub(in crate::transport) fn device_processes(
     exe: &Path,
-    replicas: Range<u32>,
+    devices: &[u32],
     memory: usize,
 ) -> Result<Vec<Link>, TransportError> {
-    let n = replicas.len();
+    let n = devices.len();
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -132,8 +132,7 @@ pub(in crate::transport) fn device_processes(
     let k = n.min(cores.saturating_sub(1).max(1)).max(1);
     let mut links: Vec<Option<Link>> = (0..n).map(|_| None).collect();
     for share in 0..k {
-        let members: Vec<(usize, u32)> = replicas
-            .clone()
+        let members: Vec<(usize, u32)> = (devices.iter().copied())
             .enumerate()
             .skip(share)
             .step_by(k)

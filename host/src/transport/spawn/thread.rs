@@ -21,7 +21,7 @@ pub(in crate::transport) fn in_process(
     faults: Option<FaultConfig>,
 ) -> Result<Link, TransportError> {
     if faults.is_none() {
-        let pooled = super::in_process_pool(replica..replica.saturating_add(1), memory, false)?;
+        let pooled = super::in_process_pool(&[replica], memory, false)?;
         return pooled
             .into_iter()
             .next()
