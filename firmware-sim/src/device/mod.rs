@@ -1,4 +1,6 @@
-//! One replica's device: its memory, its programs, and the answer to every request.
+//! One device — a replica, or several consecutive ones run as its lanes (see
+//! [`lanes`](tessera_core::program::lanes)) — its memory, its programs, and the answer to
+//! every request.
 //!
 //! [`Device::handle`] is the one entry point. It answers a hello itself (the protocol
 //! version must match exactly) and hands every other request to the area that serves it,
@@ -81,7 +83,7 @@ impl CycleCounter {
     }
 }
 
-/// A simulated accelerator replica. All its memory is the arena it was given, which it
+/// A simulated accelerator: one replica, or several as its lanes. All its memory is the arena it was given, which it
 /// borrows only while it runs a request.
 pub struct Device<'a> {
     arena: Arena<'a>,

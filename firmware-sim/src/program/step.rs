@@ -26,6 +26,17 @@
 //! weight gradient, and input gradient below the first layer), one per element each layer
 //! before the loss writes forward and backward, and one per element an update changes.
 //!
+//! # Lanes
+//!
+//! On a device of several lanes (replicas run in one walk: core's
+//! [`lanes`](tessera_core::program::lanes) rule) one walk serves them all: a pass holds
+//! every lane's micro-batches as rows, each lane popping its own FIFOs, drawing dropout
+//! from its own generator, adding its rows into its own gradients and writing its own
+//! anchors; an exchange is every lane's part side by side, and the host's one combination
+//! goes into lane 0's part, which the rest of the batch reads; the optimizer updates each
+//! lane's shard, and a variable held whole once, on lane 0, copied to the other lanes. Each
+//! lane counts the work a device of its own would.
+//!
 //! # Errors
 //!
 //! A step fails on what the host can get wrong: an empty stream FIFO, a full anchor FIFO,
