@@ -222,6 +222,17 @@ pub enum RuntimeError {
         /// The round.
         round: u32,
     },
+    /// A device whose lanes lie in different groups of a round's grouping: one answer
+    /// cannot serve them all (core's lane rule, checked before any device starts, keeps
+    /// this from happening).
+    LanesApart {
+        /// The device's first replica.
+        first: u32,
+        /// Its replica in another group.
+        replica: u32,
+        /// The round.
+        round: u32,
+    },
     /// A step or a read of weights refused because a failed step may have left the
     /// replicas of one group holding different values of `name`.
     Diverged {
@@ -399,6 +410,15 @@ impl fmt::Display for RuntimeError {
                 f,
                 "device {replica} ended its step without contributing to reduction round \
                  {round} (the step has {rounds}): its peers would wait for it forever"
+            ),
+            Self::LanesApart {
+                first,
+                replica,
+                round,
+            } => write!(
+                f,
+                "replicas {first} and {replica} run on one device but lie in different groups \
+                 of reduction round {round}: a device's lanes share every variable's group"
             ),
             Self::ReductionGroup { replica, round } => write!(
                 f,

@@ -7,9 +7,9 @@
 //!   (core's [`lanes`](tessera_core::program::lanes) rule), whose contribution holds each
 //!   lane's in lane order, side by side.
 //! - Every contribution is judged against the round before it is kept: the round's number
-//!   and operation, whole `f32` elements, the plan's length for each of its lanes. One that fails is an error
-//!   naming its replica, never truncated; a member's second one is ignored (the first is
-//!   in).
+//!   and operation, whole `f32` elements, the plan's length for each of its lanes. One that
+//!   fails is an error naming its replica, never truncated; a member's second one is
+//!   ignored (the first is in).
 //! - Each segment's groups are summed in `f64` in replica order, whatever order the
 //!   messages raced in: a contribution is folded as soon as every member before it in
 //!   replica order is folded, and kept until then. A sum starts at [`NOTHING`] and adds one
@@ -131,7 +131,8 @@ impl OpenRound {
                 let group = group_of(lanes.start)?;
                 for replica in lanes.clone() {
                     if group_of(replica)? != group {
-                        return Err(RuntimeError::ReductionGroup {
+                        return Err(RuntimeError::LanesApart {
+                            first: lanes.start as u32,
                             replica: replica as u32,
                             round,
                         });
@@ -523,6 +524,53 @@ mod tests {
         }
         let answers = open.answers(&plan, &crate::instance::Single).unwrap();
         assert_eq!(each(&answers, 3), vec![f32s(&[1.0]); 3]);
+    }
+
+    /// Catches a device of several lanes folded as one replica, or out of replica order:
+    /// a device of replicas 0 and 1 and one of 2 and 3 get the answer four devices of one
+    /// get, each lane's part folded in replica order, whatever device's message comes
+    /// first (1e30, −1e30, 1, 5 sum to 6 only in that order); a device whose lanes straddle
+    /// two pairs of a grouping is refused, naming both replicas; a contribution of one
+    /// lane's length from a device of two is refused.
+    #[test]
+    fn a_device_of_lanes_is_folded_lane_by_lane() {
+        let plan = one(ReplicaGrouping::new(4, 1, 4).unwrap(), 8);
+        let values = [[1e30f32, 1.0], [-1e30, 2.0], [1.0, 3.0], [5.0, 4.0]];
+        let each_alone: Vec<_> = values.iter().map(|v| v.to_vec()).enumerate().collect();
+        let alone = arrived(ReduceOp::Sum, &plan, &each_alone);
+        assert_eq!(alone.of(0), Some(&f32s(&[6.0, 10.0])[..]));
+        let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
+        for (m, lanes) in [(1, [2, 3]), (0, [0, 1])] {
+            let data: Vec<f32> = lanes.iter().flat_map(|&r| values[r]).collect();
+            let message = share(0, ReduceOp::Sum, &f32s(&data));
+            let heading = Heading::of(&message.contribution().unwrap());
+            open.collect(&plan, m, lanes[0], heading, message, |_, _| {})
+                .unwrap();
+        }
+        assert!(open.complete());
+        let laned = open.answers(&plan, &crate::instance::Single).unwrap();
+        assert_eq!(each(&laned, 2), each(&alone, 2));
+        let pairs = one(ReplicaGrouping::new(4, 1, 2).unwrap(), 8);
+        let apart = OpenRound::open_lanes(0, ReduceOp::Sum, &pairs, &[0..1, 1..3, 3..4]);
+        assert!(matches!(
+            apart,
+            Err(RuntimeError::LanesApart {
+                first: 1,
+                replica: 2,
+                round: 0
+            })
+        ));
+        let short = share(0, ReduceOp::Sum, &f32s(&[1.0, 2.0]));
+        let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
+        let heading = Heading::of(&short.contribution().unwrap());
+        assert!(matches!(
+            open.collect(&plan, 0, 0, heading, short, |_, _| {}),
+            Err(RuntimeError::ReductionLength {
+                expected: 16,
+                actual: 8,
+                ..
+            })
+        ));
     }
 
     /// Catches a round that starts its sums at +0.0: gradients that are all −0.0 came back
