@@ -56,9 +56,9 @@ pub fn check(placement: &Placement) -> Result<(), TransportError> {
 
 /// How a training runtime's replicas `local` (of a run of `replicas`) of `program` share
 /// devices on `placement`, one range of consecutive replicas per device: on threads and in
-/// child processes, runs of ⌈n / cores⌉ replicas as the lanes of one device (one walk of
-/// the step per core instead of one per replica, and one message per device where there
-/// was one per replica) when every run shares each variable's group (core's
+/// child processes, runs of [`lanes_per_device`] replicas as the lanes of one device (one
+/// walk of the step per core instead of one per replica, and one message per device where
+/// there was one per replica) when every run shares each variable's group (core's
 /// [`lanes`](tessera_core::program::lanes) rule); else — and always on QEMU, whose firmware
 /// runs one lane — one device per replica.
 pub fn devices(
@@ -71,7 +71,7 @@ pub fn devices(
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let lanes = match placement {
         Placement::Qemu(_) => 1,
-        Placement::Thread | Placement::Process(_) => local.len().div_ceil(cores).max(1),
+        Placement::Thread | Placement::Process(_) => lanes_per_device(local.len(), cores),
     };
     let Ok(step) = u32::try_from(lanes) else {
         return singles();
@@ -94,6 +94,15 @@ pub fn devices(
     } else {
         singles()
     }
+}
+
+/// Lanes per device for `n` replicas on `cores` cores: the most, up to ⌈n / cores⌉ (a
+/// device per core), that divide `n`, so that every device runs as many replicas — and
+/// has the memory of as many (an executable keeps one replica's, and is refused on
+/// devices of another).
+pub fn lanes_per_device(n: usize, cores: usize) -> usize {
+    let most = n.div_ceil(cores.max(1)).max(1);
+    (1..=most).rev().find(|k| n.is_multiple_of(*k)).unwrap_or(1)
 }
 
 /// Starts a training runtime's devices on `placement`, one for each range of `devices`
@@ -194,9 +203,9 @@ mod tests {
             ..TrainJob::default()
         };
         let shared = devices(&Placement::Thread, &program(&all), 64, 0..64);
-        let lanes = 64usize.div_ceil(cores) as u32;
-        assert_eq!(shared.len(), 64usize.div_ceil(lanes as usize));
-        assert!(shared.iter().all(|d| d.len() as u32 <= lanes));
+        let lanes = lanes_per_device(64, cores) as u32;
+        assert_eq!(shared.len(), 64 / lanes as usize);
+        assert!(shared.iter().all(|d| d.len() as u32 == lanes));
         assert_eq!(shared.first().map(|d| d.start), Some(0));
         assert_eq!(shared.last().map(|d| d.end), Some(64));
         let orthogonal = TrainJob {
@@ -209,6 +218,28 @@ mod tests {
         assert_eq!(apart, singles, "orthogonal pairs share no run of replicas");
         let qemu = Placement::Qemu(PathBuf::from("firmware"));
         assert_eq!(devices(&qemu, &program(&all), 64, 0..64), singles);
+    }
+
+    /// Catches devices of unequal lanes (the last one short): their memory per replica
+    /// differed, and a saved executable was refused on them.
+    #[test]
+    fn every_device_runs_as_many_replicas() {
+        assert_eq!(lanes_per_device(64, 2), 32);
+        assert_eq!(lanes_per_device(4, 2), 2);
+        assert_eq!(lanes_per_device(6, 4), 2);
+        assert_eq!(
+            lanes_per_device(5, 2),
+            1,
+            "3 lanes would leave a device of 2"
+        );
+        assert_eq!(
+            lanes_per_device(64, 3),
+            16,
+            "22 lanes would leave a device of 20"
+        );
+        assert_eq!(lanes_per_device(1, 8), 1);
+        assert_eq!(lanes_per_device(0, 2), 1);
+        assert_eq!(lanes_per_device(8, 0), 8);
     }
 
     /// Three steps of the default job's program (4 replicas, `w1` sharded across all,

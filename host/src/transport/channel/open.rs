@@ -252,7 +252,8 @@ impl Channel {
 }
 
 /// The first replica of each device of `devices`, and the memory of the device of the most
-/// lanes at `memory` bytes per lane (every device gets as much: one pool of one size).
+/// lanes at `memory` bytes per lane (every device gets as much: one pool of one size; a
+/// runtime's devices run as many lanes each: `placement::lanes_per_device`).
 fn laned(devices: &[std::ops::Range<u32>], memory: usize) -> (Vec<u32>, usize) {
     let most = devices.iter().map(|d| d.len()).max().unwrap_or(1).max(1);
     let firsts = devices.iter().map(|d| d.start).collect();
