@@ -13,9 +13,11 @@
 use std::ops::Range;
 use std::path::PathBuf;
 
+use tessera_core::program::lanes::lane_bytes;
 use tessera_core::program::Program;
+use tessera_core::wire::Limits;
 
-use crate::transport::{check_firmware, Channel, TransportError};
+use crate::transport::{check_firmware, Channel, TransportError, HOST_FRAME};
 
 /// Where the devices run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,33 +69,46 @@ pub fn devices(
     replicas: usize,
     local: Range<u32>,
 ) -> Vec<Range<u32>> {
-    let singles = || local.clone().map(|r| r..r + 1).collect();
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let lanes = match placement {
+    let n = local.len();
+    let most = match placement {
         Placement::Qemu(_) => 1,
-        Placement::Thread | Placement::Process(_) => lanes_per_device(local.len(), cores),
+        Placement::Thread | Placement::Process(_) => {
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            lanes_per_device(n, cores)
+        }
     };
-    let Ok(step) = u32::try_from(lanes) else {
-        return singles();
-    };
-    if step <= 1 {
-        return singles();
-    }
-    let runs: Vec<Range<u32>> = (local.clone())
+    // The most lanes, at most `most` and dividing the replicas, that the rule and the
+    // frame allow.
+    let lanes = (2..=most)
+        .rev()
+        .filter(|k| n.is_multiple_of(*k))
+        .find(|&k| shares_a_device(program, replicas, local.clone(), k))
+        .unwrap_or(1);
+    let step = lanes as u32; // At most the window's replicas, which fit 32 bits.
+    (local.clone())
         .step_by(lanes)
         .map(|first| first..first.saturating_add(step).min(local.end))
-        .collect();
-    let shared = runs.iter().all(|run| {
-        let lanes = run.len();
-        program
-            .check_lanes(replicas, run.start as usize, lanes)
-            .is_ok()
-    });
-    if shared {
-        runs
-    } else {
-        singles()
-    }
+        .collect()
+}
+
+/// Whether runs of `lanes` replicas of `local` may each be one device's lanes: every run
+/// shares each variable's group (core's lane rule), and every reduction round of a lane
+/// fits its share of a device's frame (a device of `lanes` lanes sends each lane's part of
+/// an exchange side by side in one frame of [`HOST_FRAME`] bytes, and refuses a program
+/// whose round would not fit).
+fn shares_a_device(program: &Program, replicas: usize, local: Range<u32>, lanes: usize) -> bool {
+    let limits = Limits {
+        memory: 0,
+        max_frame: HOST_FRAME as u32, // 66 KiB.
+        replica: 0,
+        lanes: 1,
+        window: 1,
+    };
+    let share = lane_bytes(limits.max_chunk(), lanes);
+    let fits = (program.reductions(replicas)).all(|r| program.round_bytes(r.variable()) <= share);
+    fits && local
+        .step_by(lanes)
+        .all(|first| program.check_lanes(replicas, first as usize, lanes).is_ok())
 }
 
 /// Lanes per device for `n` replicas on `cores` cores: the most, up to ⌈n / cores⌉ (a
@@ -180,6 +195,7 @@ pub(crate) fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::array::HostArray;
     use crate::runtime::{Runtime, StepIo};
     use crate::train::data::Dataset;
     use crate::train::{model, TrainJob};
@@ -218,6 +234,44 @@ mod tests {
         assert_eq!(apart, singles, "orthogonal pairs share no run of replicas");
         let qemu = Placement::Qemu(PathBuf::from("firmware"));
         assert_eq!(devices(&qemu, &program(&all), 64, 0..64), singles);
+    }
+
+    /// Catches lanes granted on the grouping alone: a device of 32 lanes of the 64 → 64 → 3
+    /// model (a 16 KiB weight) cannot send a lane's part of its gradient in its share of a
+    /// frame, and refused the program that a device per replica ran. Fewer lanes, whose
+    /// parts fit, are granted instead (4 in a frame of 66 KiB).
+    #[test]
+    fn a_lanes_rounds_fit_its_share_of_a_frame() {
+        let wide = TrainJob {
+            replicas: 64,
+            output_comm: CommGroup::All,
+            hidden: 64,
+            ..TrainJob::default()
+        };
+        let p = model::program(&wide, 64, 3).unwrap();
+        let share = |lanes| {
+            let limits = Limits {
+                memory: 0,
+                max_frame: HOST_FRAME as u32,
+                replica: 0,
+                lanes: 1,
+                window: 1,
+            };
+            lane_bytes(limits.max_chunk(), lanes)
+        };
+        let largest = (p.reductions(64))
+            .map(|r| p.round_bytes(r.variable()))
+            .max()
+            .unwrap();
+        assert_eq!(largest, 64 * 64 * 4);
+        for d in devices(&Placement::Thread, &p, 64, 0..64) {
+            assert!(largest <= share(d.len()), "{} lanes", d.len());
+        }
+        assert!(shares_a_device(&p, 64, 0..64, 4));
+        assert!(
+            !shares_a_device(&p, 64, 0..64, 8),
+            "16 KiB for each of 8 lanes"
+        );
     }
 
     /// Catches devices of unequal lanes (the last one short): their memory per replica
@@ -285,6 +339,50 @@ mod tests {
                 .flat_map(|c| c.to_le_bytes()),
         );
         out
+    }
+
+    /// Catches a host that cuts a batch's rounds for a whole frame while a device of two
+    /// lanes cuts them for its lanes' half of one: with a 64 → 128 → 3 model (a 32 KiB
+    /// weight, 35 KiB of gradients a batch) the device sends two gradient exchanges where
+    /// the host expected one, and every step failed. Both now cut for the lanes' share, and
+    /// two devices of two lanes train to the bits of four devices.
+    #[test]
+    fn host_and_lanes_cut_the_rounds_alike() {
+        let job = TrainJob {
+            hidden: 128,
+            ..TrainJob::default()
+        };
+        let p = model::program(&job, 64, 3).unwrap();
+        let samples = (job.batches_per_step * job.accumulation * 4) as u32;
+        let x: Vec<f32> = (0..samples * 64).map(|i| (i as f32 * 0.37).sin()).collect();
+        let labels: Vec<i32> = (0..samples as i32).map(|i| i % 3).collect();
+        let io: StepIo = [
+            (
+                model::INPUT.into(),
+                HostArray::from_f32(&[samples, 64], &x).unwrap(),
+            ),
+            (
+                model::LABELS.into(),
+                HostArray::from_i32(&[samples], &labels).unwrap(),
+            ),
+        ]
+        .into();
+        let run = |devices: &[Range<u32>]| {
+            let channels = Channel::in_process_lanes(devices, 1 << 21, true).unwrap();
+            let mut runtime = Runtime::prepare_on(p.clone(), channels).unwrap();
+            runtime
+                .weights_from_host(&model::initial_weights(&p, 4, 3).unwrap())
+                .unwrap();
+            let mut out: Vec<u8> = Vec::new();
+            for anchor in runtime.run(&io).unwrap().values() {
+                out.extend_from_slice(anchor.bytes());
+            }
+            for array in runtime.weights_to_host().unwrap().values() {
+                out.extend_from_slice(array.bytes());
+            }
+            out
+        };
+        assert_eq!(run(&[0..2, 2..4]), run(&[0..1, 1..2, 2..3, 3..4]));
     }
 
     /// Catches a runtime whose replicas train otherwise as lanes of shared devices than on

@@ -171,16 +171,6 @@ impl Program {
         }
         Ok(())
     }
-
-    /// The most lanes, at most `most`, that replicas from `first` on may share a walk with
-    /// (at least 1 while `first` is a replica of the run; 0 otherwise).
-    pub fn lanes_from(&self, replicas: usize, first: usize, most: usize) -> usize {
-        let mut lanes = most.min(MAX_LANES).min(replicas.saturating_sub(first));
-        while lanes > 1 && self.check_lanes(replicas, first, lanes).is_err() {
-            lanes -= 1;
-        }
-        lanes
-    }
 }
 
 #[cfg(test)]
@@ -242,12 +232,6 @@ mod tests {
             orthogonal.check_lanes(4, 0, 2).is_err(),
             "replicas 0 and 1 in two groups"
         );
-        assert_eq!(orthogonal.lanes_from(4, 0, 4), 1);
-        assert_eq!(p.lanes_from(4, 0, 4), 2);
-        assert_eq!(
-            program(CommGroup::All, CommGroup::All).lanes_from(64, 32, 64),
-            32
-        );
     }
 
     /// Catches a count or a range no device could run: no lanes, too many, or past the
@@ -268,7 +252,6 @@ mod tests {
             p.check_lanes(4, usize::MAX, 2),
             Err(LaneError::Replicas { .. })
         ));
-        assert_eq!(p.lanes_from(4, 4, 2), 0);
         assert_eq!(p.check_lanes(1, 0, 1), Ok(()));
     }
 

@@ -286,7 +286,9 @@ impl<'a> Device<'a> {
 
     /// A hello: the exact protocol version (see the [`wire`](tessera_core::wire) module), then
     /// this device's replicas from now on: `lanes` of them from `replica` on, 1 to
-    /// [`MAX_LANES`] ([`ErrorCode::Lanes`] otherwise), each drawing its own stream.
+    /// [`MAX_LANES`] ([`ErrorCode::Lanes`] otherwise), each drawing its own stream. A hello
+    /// that changes them frees the program prepared for the old ones and ends any step of
+    /// it (a step after it is [`ErrorCode::NotPrepared`]).
     fn hello(&mut self, version: u16, replica: u32, lanes: u16) -> Answer<'_> {
         if version != PROTOCOL_VERSION {
             return Err(ErrorCode::Version {
@@ -298,6 +300,13 @@ impl<'a> Device<'a> {
                 lanes,
                 max: MAX_LANES as u16, // At most core's MAX_LANES.
             });
+        }
+        if (replica, lanes) != (self.limits.replica, self.limits.lanes) {
+            // A program placed for other replicas is theirs: it goes, with any step of it.
+            if let Some(old) = self.prepared.take() {
+                crate::program::unplace(&mut self.arena, &mut self.fifos, &old);
+            }
+            self.stepping = None;
         }
         self.limits.replica = replica;
         self.limits.lanes = lanes;

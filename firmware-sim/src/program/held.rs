@@ -65,7 +65,7 @@ fn placed(
     lane: usize,
     index: u8,
 ) -> Result<(Block, Option<Block>), ErrorCode> {
-    (prepared.placed.lanes.get(lane))
+    (prepared.placed.per_lane.get(lane))
         .and_then(|v| v.get(usize::from(index)))
         .copied()
         .ok_or(broken(Invariant::Variable))

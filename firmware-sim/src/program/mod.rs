@@ -11,13 +11,15 @@
 //! core's [`ids`]. The program is checked with core's own rules first (a broken one is
 //! refused with [`ErrorCode::Program`], naming the rule and the tensor), the device's lanes
 //! must be replicas of the run that share every variable's group
-//! ([`ErrorCode::LanesApart`] otherwise), every exchange of reductions it will make must fit one frame, every FIFO
-//! must hold its step's items, and a placement that runs out of memory is rolled back: a
-//! refused program leaves nothing behind.
+//! ([`ErrorCode::LanesApart`] otherwise), every exchange of reductions it will make must
+//! fit one frame, every FIFO must hold its step's items, and a placement that runs out of
+//! memory is rolled back: a refused program leaves nothing of it behind.
 //!
-//! [`advance`] executes one step, leg by leg, as [`step`] describes, with core's [`grouping`] placing the
-//! replica in each variable's group and core's [`shard`] saying which elements its shard
-//! holds (both worked out once, at [`prepare`]: [`Held`]).
+//! [`advance`] executes one step, leg by leg, as [`step`] describes, with core's
+//! [`grouping`] placing each lane's replica in each variable's group and core's [`shard`]
+//! saying which elements its shard holds (worked out once, at [`prepare`]: [`Held`] for the
+//! first lane, and every lane's shard that is one piece; another lane's shard of several
+//! pieces is worked out as it is moved).
 //!
 //! [`grouping`]: tessera_core::grouping
 //! [`shard`]: tessera_core::shard
@@ -109,7 +111,7 @@ pub struct Placed {
     /// The step's scratch block.
     pub scratch: Block,
     /// Each lane's [`Variables`], lane by lane.
-    pub lanes: heapless::Vec<Variables, MAX_LANES>,
+    pub per_lane: heapless::Vec<Variables, MAX_LANES>,
 }
 
 /// One lane's blocks of each variable, and of its velocity when the optimizer has one, in
@@ -123,6 +125,10 @@ pub type Variables = heapless::Vec<(Block, Option<Block>), MAX_VARIABLES>;
 /// Worked out without its refusal: the step asks at every pop and push, and the firmware's
 /// flash has no room for the error paths.
 pub(crate) const fn lane_id(lane: usize, id: u16) -> u16 {
+    debug_assert!(
+        lane < MAX_LANES && id < LANE_IDS,
+        "a lane or an id past the lanes' space"
+    );
     let lane = if lane < MAX_LANES {
         lane
     } else {
@@ -420,7 +426,7 @@ fn place(
     let scratch = arena.alloc(Owner::StepScratch, scratch.bytes())?;
     Ok(Placed {
         scratch,
-        lanes: placed,
+        per_lane: placed,
     })
 }
 
@@ -445,6 +451,11 @@ pub fn reset(
     }
     arena.bytes_mut(prepared.placed.scratch).fill(0);
     Ok(())
+}
+
+/// Frees everything `prepared` placed (a hello gave the device other replicas).
+pub(crate) fn unplace(arena: &mut Arena<'_>, fifos: &mut Fifos, prepared: &Prepared) {
+    release(arena, fifos, &prepared.program, prepared.lanes());
 }
 
 /// Frees every block and FIFO `program` may have placed on `lanes` lanes.
@@ -535,8 +546,8 @@ mod tests {
     fn placed_as_held(arena: &Arena<'_>, prepared: &Prepared) {
         let placed = &prepared.placed;
         assert_eq!(arena.find(Owner::StepScratch), Some(placed.scratch));
-        assert_eq!(placed.lanes.len(), prepared.lanes());
-        for (lane, variables) in placed.lanes.iter().enumerate() {
+        assert_eq!(placed.per_lane.len(), prepared.lanes());
+        for (lane, variables) in placed.per_lane.iter().enumerate() {
             assert_eq!(variables.len(), prepared.program.variables.len());
             for (i, &(variable, velocity)) in variables.iter().enumerate() {
                 let id = |id| Owner::Variable(super::lane_id(lane, id));
@@ -576,7 +587,7 @@ mod tests {
         .unwrap();
         placed_as_held(&arena, &first);
         assert_eq!(
-            first.placed.lanes[1][0].1, None,
+            first.placed.per_lane[1][0].1, None,
             "no velocity without momentum"
         );
         let momentum = Optimizer::SgdMomentum {
@@ -595,9 +606,12 @@ mod tests {
         .unwrap();
         placed_as_held(&arena, &second);
         assert!(
-            second.placed.lanes[1][0].1.is_some(),
+            second.placed.per_lane[1][0].1.is_some(),
             "a velocity with momentum"
         );
-        assert_ne!(second.placed.lanes[1][0].0, first.placed.lanes[1][0].0);
+        assert_ne!(
+            second.placed.per_lane[1][0].0,
+            first.placed.per_lane[1][0].0
+        );
     }
 }

@@ -378,3 +378,42 @@ fn lanes_apart_in_a_group_are_refused_at_prepare() {
     };
     assert_eq!(code, ErrorCode::Lanes { lanes: 65, max: 64 });
 }
+
+/// Catches a device that keeps a program prepared for other lanes after a hello changes
+/// them: its step would walk the old lanes (or fail as a device bug) while RNG states and
+/// cycle counts answered for the new ones. The program goes with the hello: a step is then
+/// refused as not prepared, and the new lanes are the ones answered for.
+#[test]
+fn a_hello_of_other_lanes_drops_the_program() {
+    let p = program();
+    let mut devices = devices(&p, 2);
+    let device = &mut devices[0];
+    let hello = |lanes| Request::Hello {
+        version: tessera_core::wire::PROTOCOL_VERSION,
+        replica: 0,
+        lanes,
+    };
+    ok(device, hello(2));
+    let step = Request::RunStep {
+        fed: false,
+        took: false,
+    };
+    // No host answers its first exchange here: the step is refused for that.
+    let Response::Error { code, .. } = device.handle(step.clone()) else {
+        panic!("a step without a host ran");
+    };
+    assert_eq!(
+        code,
+        ErrorCode::ReduceTimeout,
+        "the same hello keeps the program"
+    );
+    ok(device, hello(1));
+    let Response::Error { code, .. } = device.handle(step) else {
+        panic!("a step ran on a program of other lanes");
+    };
+    assert_eq!(code, ErrorCode::NotPrepared);
+    let Response::Error { code, .. } = device.handle(Request::GetRngState { lane: 1 }) else {
+        panic!("a lane the device no longer runs answered");
+    };
+    assert_eq!(code, ErrorCode::NoSuchLane { lane: 1, lanes: 1 });
+}

@@ -40,7 +40,7 @@ pub enum RuntimeError {
     /// in order.
     Channels {
         /// Replicas the channels' devices run.
-        channels: usize,
+        run: usize,
         /// Replicas of the run.
         replicas: usize,
     },
@@ -222,6 +222,16 @@ pub enum RuntimeError {
         /// The round.
         round: u32,
     },
+    /// Devices of different lane counts: they would cut a batch's rounds into different
+    /// exchanges (each for its own share of a frame).
+    MixedLanes {
+        /// The first device's lanes.
+        lanes: usize,
+        /// The first replica of a device with other lanes.
+        replica: u32,
+        /// Its lanes.
+        other: usize,
+    },
     /// A device whose lanes lie in different groups of a round's grouping: one answer
     /// cannot serve them all (core's lane rule, checked before any device starts, keeps
     /// this from happening).
@@ -258,7 +268,19 @@ impl fmt::Display for RuntimeError {
                 f,
                 "{replicas} replicas do not split evenly over {instances} instances"
             ),
-            Self::Channels { channels, replicas } => write!(
+            Self::MixedLanes {
+                lanes,
+                replica,
+                other,
+            } => write!(
+                f,
+                "the device of replica {replica} runs {other} lanes, the first device {lanes}: \
+                 a runtime's devices run as many lanes each"
+            ),
+            Self::Channels {
+                run: channels,
+                replicas,
+            } => write!(
                 f,
                 "channels to devices of {channels} replicas for {replicas}: the devices must run \
                  the replicas in order, each starting where the one before ends"

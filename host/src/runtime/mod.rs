@@ -13,7 +13,10 @@
 //!   its replica) — and places the program on each; a device that cannot hold it refuses
 //!   with the reason (memory, a reduction larger than a frame). A replica's weights, step
 //!   IO, RNG state and cycle count are its lane's, whatever device runs it: the results
-//!   are the bits of a device per replica.
+//!   are the bits of a device per replica. One exception: a step that fails on a device
+//!   (an empty FIFO, a label outside the classes) fails every lane of it, where the other
+//!   replicas on devices of their own would have finished; the failed step is settled by
+//!   [`recovery`]'s rule either way.
 //! - Weights travel by name ([`WeightsIo`]), through core's [`transfer`] layouts: in their
 //!   *host shape* from the host (the group dimension first when a variable has several
 //!   groups) and in their *returned shape* to the host (one row per group or per replica, as
@@ -342,8 +345,17 @@ impl Runtime {
         });
         if seats.len() != window.local || !in_order {
             return Err(RuntimeError::Channels {
-                channels: seats.len(),
+                run: seats.len(),
                 replicas: window.local,
+            });
+        }
+        // Devices of one placement cut a batch's rounds alike only with as many lanes each.
+        let lanes = channels.first().map_or(1, Channel::lanes);
+        if let Some(other) = channels.iter().find(|c| c.lanes() != lanes) {
+            return Err(RuntimeError::MixedLanes {
+                lanes,
+                replica: other.replica(),
+                other: other.lanes(),
             });
         }
         let flow = program

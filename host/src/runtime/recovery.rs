@@ -6,8 +6,9 @@
 //!
 //! 1. **Feeding** — each replica's inputs are pushed to its stream FIFOs. No device has
 //!    run anything of the step: every variable is as it was. (Inputs moved in place are
-//!    counted by the replica's `RunStep` instead, so a replica refusing them fails the step
-//!    while running, when another may have run a batch.)
+//!    counted by the device's `RunStep` instead, so a device refusing them fails the step
+//!    while running, when another may have run a batch.) A device runs one replica or
+//!    several as its lanes: whatever fails on it fails every lane of it.
 //! 2. **Running** — the devices run the step and the host combines their reductions. A
 //!    failure here (a device error, a silent or lost device, a refused reduction) can come
 //!    after some replicas applied a batch's update that others never got: the replicas of
@@ -17,7 +18,7 @@
 //!    variables are the step's result on every replica; only the anchors are lost.
 //!
 //! (The anchors of the step before, read in place, are reported by this step's `RunStep`
-//! (`took`): a replica refusing that report fails the step while running too. So does a
+//! (`took`): a device refusing that report fails the step while running too. So does a
 //! device that ends the step without every anchor FIFO holding exactly its ring — a
 //! broken device, whose anchors the host would otherwise read in place — though it
 //! applied every update: the runtime cannot tell which replicas did.)

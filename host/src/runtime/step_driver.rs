@@ -49,6 +49,7 @@
 
 use std::time::{Duration, Instant};
 
+use tessera_core::program::lanes::lane_bytes;
 use tessera_core::program::Program;
 use tessera_core::wire::{Combined, Request, RequestKind, Response};
 
@@ -114,7 +115,8 @@ struct Answered {
 
 /// The plan of each exchange of one batch of `program` on `replicas` replicas, cut as the
 /// devices of `channels` cut them: by core's rule for the smallest frame among them (they
-/// are of one placement, so of one frame).
+/// are of one placement, so of one frame), shared by a device's lanes (core's
+/// [`lane_bytes`]: a contribution carries every lane's part).
 pub(super) fn plans(
     program: &Program,
     replicas: usize,
@@ -122,7 +124,7 @@ pub(super) fn plans(
 ) -> Result<Vec<Plan>, RuntimeError> {
     let max = channels
         .iter()
-        .map(|c| c.limits().max_chunk())
+        .map(|c| lane_bytes(c.limits().max_chunk(), c.lanes()))
         .min()
         .unwrap_or(usize::MAX);
     let exchanges = program.exchanges(replicas, max);

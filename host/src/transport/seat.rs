@@ -29,11 +29,16 @@ impl Seat {
             .collect()
     }
 
-    /// One-replica id `id` as this lane's.
+    /// One-replica id `id` as this lane's: lane 0's is `id` itself (any id a device of one
+    /// replica takes); another lane's is core's [`in_lane`] (ids of a prepared program,
+    /// all within a lane's space).
     pub fn id(self, id: u16) -> Result<u16, TransportError> {
+        if self.lane == 0 {
+            return Ok(id);
+        }
         in_lane(self.lane, id).ok_or(TransportError::Overflow {
-            what: "lane id",
-            value: self.lane,
+            what: "an id of a lane past the first (ids of a prepared program only)",
+            value: usize::from(id),
         })
     }
 
@@ -73,5 +78,11 @@ mod tests {
             Target::Register(3)
         );
         assert!(lane(64).target(Target::Variable(1)).is_err());
+        assert_eq!(
+            lane(0).id(0x300).unwrap(),
+            0x300,
+            "a one-lane device takes any id"
+        );
+        assert!(lane(1).id(0x300).is_err());
     }
 }
