@@ -10,8 +10,11 @@
 //! - A seed reseeds every lane's RNG with its replica's stream for it; an RNG state
 //!   replaces one lane's generator's words as they are (a lane the device does not run is
 //!   [`ErrorCode::NoSuchLane`]).
-//! - A prepare replaces the prepared program only when the new one is accepted whole
-//!   (core's rules, then the device's room): a refused prepare keeps the old one.
+//! - A prepare checks the new program first (core's rules, the lanes, the frame): one
+//!   refused there keeps the old program. Then the old one is freed and the new one
+//!   placed; one that does not fit the memory is rolled back, and the device is left with
+//!   no program ([`ErrorCode::NotPrepared`] until a prepare succeeds): the old one's room
+//!   was needed to try.
 //! - A step and a reset-step need a prepared program: without one they are refused as
 //!   [`ErrorCode::NotPrepared`], and change nothing.
 //! - A step runs leg by leg under the serve loop ([`stepping`](super::stepping)); one
