@@ -77,6 +77,10 @@ pub(super) struct OpenRound {
     lanes: Vec<usize>,
     /// Where each segment's groups' sums begin in `sums`.
     bases: Vec<usize>,
+    /// Where a member's sums begin when they lie in `sums` as its lanes' contributions do,
+    /// segment after segment (one group, or consecutive groups in every segment): then each
+    /// lane is added in one run, by member.
+    runs: Vec<Option<usize>>,
     /// Every segment's groups' sums so far, one segment after another.
     sums: Vec<f64>,
     /// Each member's global replica (its first lane's), indexed like the members.
@@ -148,6 +152,9 @@ impl OpenRound {
             bases.push(total);
             total += grouping.num_groups() * (bytes / 4);
         }
+        let runs = (0..members.len())
+            .map(|m| run_start(plan, &bases, groups.get(m * segments..(m + 1) * segments)))
+            .collect();
         let mut order: Vec<usize> = (0..replicas.len()).collect();
         order.sort_by_key(|&m| replicas[m]);
         Ok(Self {
@@ -157,6 +164,7 @@ impl OpenRound {
             groups,
             lanes: members.iter().map(|m| m.len()).collect(),
             bases,
+            runs,
             sums: vec![NOTHING; total],
             replicas: replicas.to_vec(),
             order,
@@ -243,8 +251,21 @@ impl OpenRound {
     fn fold(&mut self, plan: &Plan, m: usize, message: &Reply) -> Result<(), RuntimeError> {
         let data = message.contribution().map_or(&[][..], |c| c.data);
         let segments = plan.segments.len();
+        let lanes = self.lanes.get(m).copied().unwrap_or(1);
+        if let Some(&Some(base)) = self.runs.get(m) {
+            // Each lane's segments land one after another: one kernel call a lane.
+            let sums = self.sums.get_mut(base..base + self.len / 4);
+            let sums = sums.unwrap_or_default();
+            for lane in data.chunks(self.len.max(1)).take(lanes) {
+                if let Err(e) = add_f32(sums, lane) {
+                    let replica = self.replicas.get(m).copied().unwrap_or(0);
+                    return Err(self.broken(replica, e));
+                }
+            }
+            return Ok(());
+        }
         let mut at = 0;
-        for _lane in 0..self.lanes.get(m).copied().unwrap_or(1) {
+        for _lane in 0..lanes {
             for (s, (_, bytes)) in plan.segments.iter().enumerate() {
                 let len = bytes / 4;
                 let group = self.groups.get(m * segments + s).copied().unwrap_or(0);
@@ -332,6 +353,22 @@ impl OpenRound {
             actual,
         }
     }
+}
+
+/// Where a member whose group in each segment is `groups` finds its sums, when they lie
+/// one segment after another as its contribution's parts do; `None` otherwise.
+fn run_start(plan: &Plan, bases: &[usize], groups: Option<&[usize]>) -> Option<usize> {
+    let groups = groups?;
+    let mut start = None;
+    let mut next = 0;
+    for (((_, bytes), &base), &group) in plan.segments.iter().zip(bases).zip(groups) {
+        let at = base + group * (bytes / 4);
+        if *start.get_or_insert(at) + next != at {
+            return None;
+        }
+        next += bytes / 4;
+    }
+    start
 }
 
 /// A round's answers: one per distinct answer (members in the same group of every segment
@@ -624,5 +661,40 @@ mod tests {
             [[10.0, 30.0], [10.0, 30.0], [10.0, 70.0], [10.0, 70.0]].map(|a| f32s(&a))
         );
         assert_eq!(nested.distinct.len(), 2);
+    }
+
+    /// Catches a lane's contribution added in one run where its sums do not lie as its
+    /// parts do: under pairs in the first segment and `All` in the second, the device of
+    /// replicas 0 and 1 finds its second segment's sums past the other pair's (folded
+    /// segment by segment), the device of 2 and 3 right after its own (one run a lane);
+    /// both end on the sums in replica order (1e30, −1e30, 1 in the second segment make 1
+    /// only in that order), and where a run is allowed is worked out as said.
+    #[test]
+    fn a_lane_runs_into_its_sums_only_where_they_lie_as_its_parts() {
+        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
+        let all = ReplicaGrouping::new(4, 1, 4).unwrap();
+        let plan = Plan {
+            segments: vec![(pairs, 8), (all, 4)],
+        };
+        let values = [
+            [1.0f32, 2.0, 1e30],
+            [3.0, 4.0, -1e30],
+            [5.0, 6.0, 1.0],
+            [7.0, 8.0, 0.0],
+        ];
+        let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
+        assert_eq!(open.runs, [None, Some(2)]);
+        for (m, lanes) in [(1, [2, 3]), (0, [0, 1])] {
+            let data: Vec<f32> = lanes.iter().flat_map(|&r| values[r]).collect();
+            let message = share(0, ReduceOp::Sum, &f32s(&data));
+            let heading = Heading::of(&message.contribution().unwrap());
+            open.collect(&plan, m, lanes[0], heading, message, |_, _| {})
+                .unwrap();
+        }
+        let answers = open.answers(&plan, &crate::instance::Single).unwrap();
+        assert_eq!(
+            each(&answers, 2),
+            [f32s(&[4.0, 6.0, 1.0]), f32s(&[12.0, 14.0, 1.0])]
+        );
     }
 }
