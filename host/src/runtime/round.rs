@@ -17,6 +17,11 @@
 //!   at once gives ([`crate::combine`]'s rule). Folding on arrival keeps the fold off the
 //!   round's end: when the last contribution comes in, only it is left to add, and every
 //!   other message is already back with its channel.
+//! - A round's layout (each member's groups, where its sums lie, the fold order) depends only
+//!   on its plan and its members: once answered, a round is kept and opened again for the
+//!   same exchange of a later batch or step ([`OpenRound::again`]), its sums started over,
+//!   instead of working out every lane's group again (divisions by the groupings' strides,
+//!   on the host's critical path, every round).
 //! - Once every member is folded: the partial sums of the whole round are summed across
 //!   instances in one collective (an instance with no member of a group adds −0.0, the
 //!   empty sum), each segment is divided by its group size for a mean and rounded once to
@@ -65,6 +70,7 @@ impl Heading {
 }
 
 /// The round whose contributions are coming in.
+#[derive(Debug)]
 pub(super) struct OpenRound {
     round: u32,
     op: ReduceOp,
@@ -75,6 +81,8 @@ pub(super) struct OpenRound {
     groups: Vec<usize>,
     /// Each member's lanes.
     lanes: Vec<usize>,
+    /// Each member's global replicas, as opened: a round is opened again only for the same.
+    members: Vec<std::ops::Range<usize>>,
     /// Where each segment's groups' sums begin in `sums`.
     bases: Vec<usize>,
     /// Where a member's sums begin when they lie in `sums` as its lanes' contributions do,
@@ -163,6 +171,7 @@ impl OpenRound {
             len: plan.bytes(),
             groups,
             lanes: members.iter().map(|m| m.len()).collect(),
+            members: members.to_vec(),
             bases,
             runs,
             sums: vec![NOTHING; total],
@@ -172,6 +181,27 @@ impl OpenRound {
             early: (0..replicas.len()).map(|_| None).collect(),
             present: vec![false; replicas.len()],
         })
+    }
+
+    /// This round, answered, opened again as round `round` of the same plan combined by
+    /// `op`, its sums started over; `None` (drop it, open anew) unless its members are
+    /// `members` and it was answered.
+    pub(super) fn again(
+        mut self,
+        round: u32,
+        op: ReduceOp,
+        members: &[std::ops::Range<usize>],
+    ) -> Option<Self> {
+        if self.members != members || !self.complete() {
+            return None;
+        }
+        self.round = round;
+        self.op = op;
+        self.sums.fill(NOTHING);
+        self.folded = 0;
+        self.early.iter_mut().for_each(|e| *e = None);
+        self.present.fill(false);
+        Some(self)
     }
 
     /// True once every member's contribution is in: then every one is folded.
@@ -286,7 +316,7 @@ impl OpenRound {
     /// Every member's answer, once the round is complete: the sums across instances,
     /// divided for a mean and rounded (module rules).
     pub(super) fn answers(
-        mut self,
+        &mut self,
         plan: &Plan,
         instances: &dyn Instances,
     ) -> Result<Answers, RuntimeError> {
@@ -696,5 +726,40 @@ mod tests {
             each(&answers, 2),
             [f32s(&[4.0, 6.0, 1.0]), f32s(&[12.0, 14.0, 1.0])]
         );
+    }
+    /// Catches a round opened again that keeps anything of its last use: sums, members
+    /// folded, contributions held early. Opened again for the same members, a round gives
+    /// what a new one gives; for other members, or unanswered, it is not opened again.
+    #[test]
+    fn a_round_opened_again_starts_over() {
+        let plan = one(ReplicaGrouping::new(4, 1, 2).unwrap(), 8);
+        let members = [0..2, 2..4];
+        let values =
+            |k: f32| -> Vec<Vec<f32>> { vec![vec![k, 1.0, 2.0, k], vec![3.0, -k, 4.0, 5.0]] };
+        let run = |mut open: OpenRound, k: f32| {
+            // The second device's message first: held until the first's is folded.
+            for (m, data) in values(k).iter().enumerate().rev() {
+                let message = share(open.round, ReduceOp::Sum, &f32s(data));
+                let heading = Heading::of(&message.contribution().unwrap());
+                open.collect(&plan, m, members[m].start, heading, message, |_, _| {})
+                    .unwrap();
+            }
+            let answers = open.answers(&plan, &crate::instance::Single).unwrap();
+            (open, each(&answers, 2))
+        };
+        let first = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
+        let (used, _) = run(first, 7.0);
+        let fresh = OpenRound::open_lanes(3, ReduceOp::Sum, &plan, &members).unwrap();
+        let (_, expected) = run(fresh, 11.0);
+        let again = used
+            .again(3, ReduceOp::Sum, &members)
+            .expect("same members");
+        assert_eq!(again.round, 3);
+        let (used, answered) = run(again, 11.0);
+        assert_eq!(answered, expected);
+        assert_eq!(answered[0], f32s(&[13.0, 12.0]));
+        assert!(used.again(4, ReduceOp::Sum, &[0..1, 1..4]).is_none());
+        let unanswered = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
+        assert!(unanswered.again(1, ReduceOp::Sum, &members).is_none());
     }
 }

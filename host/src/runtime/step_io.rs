@@ -320,7 +320,7 @@ impl Runtime {
         let step = step_driver::run_step(
             &mut self.channels,
             &moved,
-            &self.rounds,
+            (&self.rounds, &mut self.kept_rounds),
             batches,
             &*self.instances,
             fault,
