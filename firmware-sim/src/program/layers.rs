@@ -6,6 +6,9 @@
 //! gives). Every tensor is a region of the block that
 //! the scratch layout names ([`scratch`](super::scratch)); a region it lacks is a broken
 //! layout, answered instead of a panic.
+
+use core::ops::Range;
+
 use tessera_core::program::Layer;
 use tessera_core::rng::Rng;
 use tessera_core::wire::{ErrorCode, Invariant};
@@ -47,10 +50,10 @@ pub(super) fn forward(
                 math::relu(a, y);
             }
             Layer::Dropout { rate } => {
-                let [a, mask, y] = regions(x, [a, s.mask(k).ok_or(MISSING)?, y])?;
-                let parts = lanes_of(a, lanes).zip(lanes_of_mut(mask, lanes));
-                for (rng, ((a, mask), y)) in rngs.iter_mut().zip(parts.zip(lanes_of_mut(y, lanes)))
-                {
+                let mask = s.mask(k).ok_or(MISSING)?;
+                for (lane, rng) in rngs.iter_mut().enumerate() {
+                    let part = |r: &Range<usize>| s.lane_part(r.clone(), lane).ok_or(MISSING);
+                    let [a, mask, y] = regions(x, [part(&a)?, part(&mask)?, part(&y)?])?;
                     math::dropout(rng, rate, a, mask, y);
                 }
             }
@@ -96,36 +99,6 @@ pub(super) fn loss(
     Ok(())
 }
 
-/// A pass's region `x` as its `lanes` lanes' parts, lane after lane (as
-/// [`Scratch::lane_part`](super::scratch::Scratch::lane_part) cuts it): split once a layer,
-/// not looked up lane by lane.
-fn lanes_of(x: &[f32], lanes: usize) -> core::slice::ChunksExact<'_, f32> {
-    rows(x, lanes)
-}
-
-/// [`lanes_of`], writable.
-fn lanes_of_mut(x: &mut [f32], lanes: usize) -> core::slice::ChunksExactMut<'_, f32> {
-    rows_mut(x, lanes)
-}
-
-/// Lane `lane`'s gradient of variable `index` within `grads`, every lane's gradients of it
-/// (from lane 0's, which begins at element `from` of the block).
-fn lane_gradient<'g>(
-    s: &super::scratch::Scratch,
-    grads: &'g mut [f32],
-    from: usize,
-    (index, lane): (u8, usize),
-) -> Result<&'g mut [f32], ErrorCode> {
-    let g = s.grad_in(index, lane).ok_or(MISSING)?;
-    let at = g
-        .start
-        .checked_sub(from)
-        .ok_or(broken(Invariant::Regions))?;
-    grads
-        .get_mut(at..at + g.len())
-        .ok_or(broken(Invariant::Regions))
-}
-
 /// `x` as `n` rows (the samples of a pass).
 fn rows(x: &[f32], n: usize) -> core::slice::ChunksExact<'_, f32> {
     x.chunks_exact((x.len() / n.max(1)).max(1))
@@ -145,8 +118,7 @@ pub(super) fn backward(
 ) -> Result<u64, ErrorCode> {
     let (p, s) = (&prepared.program, &prepared.scratch);
     let x = floats(arena, block)?;
-    let lanes = s.lanes().max(1);
-    let n = s.rows() / lanes;
+    let n = s.rows() / s.lanes().max(1);
     let mut work = 0u64;
     for (k, layer) in p.layers.iter().enumerate().take(s.last()).rev() {
         let (dy, dx) = (s.delta(k + 1).ok_or(MISSING)?, s.delta(k).ok_or(MISSING)?);
@@ -157,12 +129,11 @@ pub(super) fn backward(
                 let a = s.act(k).ok_or(MISSING)?;
                 let passes = if k > 0 { 2 } else { 1 };
                 work += (w.len() * passes * n) as u64;
-                let grads = s.grad_span(weight).ok_or(MISSING)?;
-                let from = grads.start;
-                let [w, a, dy, grads, dx] = regions(x, [w, a, dy, grads, dx])?;
-                let parts = lanes_of(a, lanes).zip(lanes_of(dy, lanes));
-                for (lane, ((a, dy), dx)) in parts.zip(lanes_of_mut(dx, lanes)).enumerate() {
-                    let g = lane_gradient(s, grads, from, (weight, lane))?;
+                for lane in 0..s.lanes() {
+                    let part = |r: &Range<usize>| s.lane_part(r.clone(), lane).ok_or(MISSING);
+                    let g = s.grad_in(weight, lane).ok_or(MISSING)?;
+                    let parts = [w.clone(), part(&a)?, part(&dy)?, g, part(&dx)?];
+                    let [w, a, dy, g, dx] = regions(x, parts)?;
                     // Sample by sample, in order: the gradient sums as it would one sample
                     // per micro-batch. The input's gradient is needed only below the first
                     // layer.
@@ -171,15 +142,15 @@ pub(super) fn backward(
                 }
             }
             Layer::Bias { bias } => {
-                let grads = s.grad_span(bias).ok_or(MISSING)?;
-                let from = grads.start;
-                let [grads, dy, dx] = regions(x, [grads, dy, dx])?;
-                for (lane, dy) in lanes_of(dy, lanes).enumerate() {
-                    let g = lane_gradient(s, grads, from, (bias, lane))?;
+                for lane in 0..s.lanes() {
+                    let g = s.grad_in(bias, lane).ok_or(MISSING)?;
+                    let dy = s.lane_part(dy.clone(), lane).ok_or(MISSING)?;
+                    let [g, dy] = regions(x, [g, dy])?;
                     for dy in rows(dy, n) {
                         g.iter_mut().zip(dy.iter()).for_each(|(g, d)| *g += d);
                     }
                 }
+                let [dy, dx] = regions(x, [dy, dx])?;
                 dx.copy_from_slice(dy);
             }
             Layer::Relu => {

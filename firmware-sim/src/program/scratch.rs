@@ -315,13 +315,6 @@ impl Scratch {
             .lane(lane)
     }
 
-    /// Every lane's gradient of variable `index`: from lane 0's first element to the last
-    /// lane's last (other variables' gradients may lie between them).
-    pub fn grad_span(&self, index: u8) -> Option<Range<usize>> {
-        let last = self.lanes().checked_sub(1)?;
-        Some(self.grad_in(index, 0)?.start..self.grad_in(index, last)?.end)
-    }
-
     /// The elements of an exchange of `rounds`: from lane 0's first buffer (a variable's
     /// whole value for a gather, its gradient for a gradient round) to the last lane's
     /// last.
