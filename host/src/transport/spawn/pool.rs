@@ -20,8 +20,8 @@
 //! it served last first, when that one is ready: a device of 32 lanes keeps tens of
 //! kilobytes (its lanes' activations, gradients, FIFOs) in its server's core caches, and
 //! taking whichever came first moved it to the other core at half of its legs. Measured on
-//! 2 cores (64 replicas, 2 devices of 32 lanes), the devices' legs took 167 µs a step
-//! that way and 136 µs this way, and a step 95–125 µs against 82–90 µs.
+//! 2 cores (64 replicas, 2 devices of 32 lanes), the devices' legs took 138–195 µs a step
+//! that way and 134–142 µs this way, and a step 85–125 µs against 82–90 µs.
 //!
 //! # Rules
 //!
