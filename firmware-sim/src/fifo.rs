@@ -53,6 +53,10 @@ pub struct Fifo {
 #[derive(Debug, Default)]
 pub struct Fifos {
     table: heapless::Vec<Fifo, MAX_FIFOS>,
+    /// Where the last lookup found its FIFO. A step looks up each lane's FIFOs in turn, in
+    /// id order, so the next one is most often there or just after it: looked at before a
+    /// binary search (a device of 32 lanes has over a hundred FIFOs).
+    last: core::cell::Cell<usize>,
 }
 
 impl Fifos {
@@ -101,7 +105,18 @@ impl Fifos {
 
     /// Where FIFO `id` is in the table, or where it would go.
     fn index(&self, id: u16) -> Result<usize, usize> {
-        self.table.binary_search_by_key(&id, |f| f.id)
+        let hint = self.last.get();
+        for at in [hint, hint.wrapping_add(1)] {
+            if self.table.get(at).is_some_and(|f| f.id == id) {
+                self.last.set(at);
+                return Ok(at);
+            }
+        }
+        let found = self.table.binary_search_by_key(&id, |f| f.id);
+        if let Ok(at) = found {
+            self.last.set(at);
+        }
+        found
     }
 
     /// FIFO `id`'s entry: where it is in the table, and the entry. (Every operation looks
@@ -180,8 +195,14 @@ impl Fifos {
         let (at, fifo) = self.entry(id)?;
         let len = fifo.item_bytes * fifo.depth;
         fifo.place(0, len, access)?;
-        if settle {
-            self.settle_at(at, len, access);
+        // The whole ring from position 0 was free (a write) or held whole items (a read):
+        // settled, it is full from its start, or empty (what `settle` would count, without
+        // its divisions: a step settles every lane's FIFOs).
+        if let (true, Some(f)) = (settle, self.table.get_mut(at)) {
+            match access {
+                Access::Write => f.len = f.depth,
+                Access::Read => (f.head, f.len) = (0, 0),
+            }
         }
         Ok(())
     }
@@ -195,7 +216,8 @@ impl Fifos {
             Access::Write => f.commit(len),
             Access::Read => {
                 let items = len / f.item_bytes;
-                f.head = (f.head + items) % f.depth;
+                // `head < depth` and `items ≤ len ≤ depth`: one turn of the ring at most.
+                f.head = wrap(f.head + items, f.depth);
                 f.len -= items.min(f.len);
                 if f.len == 0 && f.partial == 0 {
                     f.head = 0;
@@ -216,7 +238,7 @@ impl Fifos {
         if len > ring - used {
             return Err(ErrorCode::FifoFull { fifo: id });
         }
-        Ok((at, block, (fifo.head * fifo.item_bytes + used) % ring))
+        Ok((at, block, wrap(fifo.head * fifo.item_bytes + used, ring)))
     }
 
     /// Counts `len` bytes written by a push into the FIFO at `at` in the table.
@@ -285,7 +307,7 @@ impl Fifo {
         let ring = self.block.len;
         let used = self.len * self.item_bytes + self.partial;
         let position = match access {
-            Access::Write => (self.head * self.item_bytes + used) % ring,
+            Access::Write => wrap(self.head * self.item_bytes + used, ring),
             Access::Read => self.head * self.item_bytes,
         };
         if offset as usize != position {
@@ -303,7 +325,7 @@ impl Fifo {
                     actual: saturate(len),
                 })
             }
-            Access::Read if len / self.item_bytes > self.len => {
+            Access::Read if len > self.len * self.item_bytes => {
                 return Err(ErrorCode::FifoEmpty { fifo: id })
             }
             _ => {}
@@ -323,6 +345,17 @@ impl Fifo {
         let written = self.partial + len;
         self.len += written / self.item_bytes;
         self.partial = written % self.item_bytes;
+    }
+}
+
+/// `at` within a ring of `ring` (items or bytes, at least one): a position past the end
+/// starts again from the beginning. Positions come within two turns of the ring, where a
+/// comparison does what a division's remainder does.
+fn wrap(at: usize, ring: usize) -> usize {
+    match at.checked_sub(ring) {
+        None => at,
+        Some(past) if past < ring => past,
+        Some(_) => at % ring.max(1),
     }
 }
 
@@ -368,5 +401,62 @@ mod tests {
         fifos.pop(7, 2).unwrap();
         assert_eq!(fifos.poppable(7), Ok(2));
         assert_eq!(fifos.poppable(8), Err(ErrorCode::UnknownId { id: 8 }));
+    }
+    /// Catches a wrap that differs from the remainder it stands for: every position of up
+    /// to three turns of rings of 1 to 9.
+    #[test]
+    fn wrap_is_the_remainder() {
+        for ring in 1..10 {
+            for at in 0..3 * ring {
+                assert_eq!(wrap(at, ring), at % ring, "{at} in {ring}");
+            }
+        }
+    }
+
+    /// Catches a lookup that trusts its hint: FIFOs created out of id order, looked up in
+    /// every order, some removed, are each found by their own id, and a missing id is
+    /// unknown (never the FIFO the last lookup found, nor its neighbour).
+    #[test]
+    fn a_lookup_finds_its_own_fifo_whatever_the_last_one() {
+        let mut memory = [0u8; 1024];
+        let mut arena = Arena::new(&mut memory);
+        let mut fifos = Fifos::default();
+        let ids = [0x205u16, 3, 0x201, 1, 0x203, 2];
+        for (k, &id) in ids.iter().enumerate() {
+            fifos.create(&mut arena, id, 4, 1 + k as u16).unwrap();
+        }
+        let order = [1u16, 2, 3, 0x201, 0x203, 0x205, 3, 1, 0x205, 0x201, 2];
+        for &id in order.iter().chain(order.iter().rev()) {
+            assert_eq!(fifos.get(id).map(|f| f.id), Ok(id));
+        }
+        fifos.remove(&mut arena, 0x201);
+        fifos.get(1).unwrap();
+        for missing in [0x201, 0x202, 0, 4] {
+            assert_eq!(
+                fifos.get(missing),
+                Err(ErrorCode::UnknownId { id: missing })
+            );
+        }
+        for &id in &[0x203u16, 0x205, 1, 2, 3] {
+            assert_eq!(fifos.get(id).map(|f| f.id), Ok(id));
+        }
+    }
+
+    /// Catches a whole ring settled otherwise than its bytes moved by position would be: a
+    /// whole write and a whole read leave each FIFO as `place` then `settle` do.
+    #[test]
+    fn a_whole_ring_settles_as_its_bytes_would() {
+        let (mut one, mut other) = ([0u8; 64], [0u8; 64]);
+        let (mut whole, mut moved) = (Fifos::default(), Fifos::default());
+        for (fifos, memory) in [(&mut whole, &mut one), (&mut moved, &mut other)] {
+            fifos.create(&mut Arena::new(memory), 9, 4, 3).unwrap();
+        }
+        for access in [Access::Write, Access::Read] {
+            whole.whole(9, access, true).unwrap();
+            let (_, range) = moved.place(9, 0, 12, access).unwrap();
+            moved.settle(9, range.len(), access);
+            assert_eq!(whole.get(9), moved.get(9), "{access:?}");
+        }
+        assert_eq!(whole.poppable(9), Ok(0));
     }
 }

@@ -156,6 +156,9 @@ pub struct Runtime {
     /// The grouping each reduction round of a batch combines, in schedule order.
     /// How each exchange of a batch combines.
     rounds: Vec<Plan>,
+    /// By exchange, its last round answered, opened again by the next step (see
+    /// [`step_driver::run_step`]).
+    kept_rounds: Vec<Option<round::OpenRound>>,
     weights_in_sync: bool,
     /// What failed steps left to settle (see [`recovery`]).
     recovery: recovery::Recovery,
@@ -391,6 +394,7 @@ impl Runtime {
             instances,
             flow,
             rounds,
+            kept_rounds: Vec::new(),
             weights_in_sync: false,
             recovery: recovery::Recovery::default(),
             fault: None,

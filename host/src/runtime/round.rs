@@ -17,6 +17,11 @@
 //!   at once gives ([`crate::combine`]'s rule). Folding on arrival keeps the fold off the
 //!   round's end: when the last contribution comes in, only it is left to add, and every
 //!   other message is already back with its channel.
+//! - A round's layout (each member's groups, where its sums lie, the fold order) depends only
+//!   on its plan and its members: once answered, a round is kept and opened again for the
+//!   same exchange of a later batch or step ([`OpenRound::again`]), its sums started over,
+//!   instead of working out every lane's group again (divisions by the groupings' strides,
+//!   on the host's critical path, every round).
 //! - Once every member is folded: the partial sums of the whole round are summed across
 //!   instances in one collective (an instance with no member of a group adds −0.0, the
 //!   empty sum), each segment is divided by its group size for a mean and rounded once to
@@ -65,6 +70,7 @@ impl Heading {
 }
 
 /// The round whose contributions are coming in.
+#[derive(Debug)]
 pub(super) struct OpenRound {
     round: u32,
     op: ReduceOp,
@@ -75,8 +81,14 @@ pub(super) struct OpenRound {
     groups: Vec<usize>,
     /// Each member's lanes.
     lanes: Vec<usize>,
+    /// Each member's global replicas, as opened: a round is opened again only for the same.
+    members: Vec<std::ops::Range<usize>>,
     /// Where each segment's groups' sums begin in `sums`.
     bases: Vec<usize>,
+    /// Where a member's sums begin when they lie in `sums` as its lanes' contributions do,
+    /// segment after segment (one group, or consecutive groups in every segment): then each
+    /// lane is added in one run, by member.
+    runs: Vec<Option<usize>>,
     /// Every segment's groups' sums so far, one segment after another.
     sums: Vec<f64>,
     /// Each member's global replica (its first lane's), indexed like the members.
@@ -148,6 +160,9 @@ impl OpenRound {
             bases.push(total);
             total += grouping.num_groups() * (bytes / 4);
         }
+        let runs = (0..members.len())
+            .map(|m| run_start(plan, &bases, groups.get(m * segments..(m + 1) * segments)))
+            .collect();
         let mut order: Vec<usize> = (0..replicas.len()).collect();
         order.sort_by_key(|&m| replicas[m]);
         Ok(Self {
@@ -156,7 +171,9 @@ impl OpenRound {
             len: plan.bytes(),
             groups,
             lanes: members.iter().map(|m| m.len()).collect(),
+            members: members.to_vec(),
             bases,
+            runs,
             sums: vec![NOTHING; total],
             replicas: replicas.to_vec(),
             order,
@@ -164,6 +181,27 @@ impl OpenRound {
             early: (0..replicas.len()).map(|_| None).collect(),
             present: vec![false; replicas.len()],
         })
+    }
+
+    /// This round, answered, opened again as round `round` of the same plan combined by
+    /// `op`, its sums started over; `None` (drop it, open anew) unless its members are
+    /// `members` and it was answered.
+    pub(super) fn again(
+        mut self,
+        round: u32,
+        op: ReduceOp,
+        members: &[std::ops::Range<usize>],
+    ) -> Option<Self> {
+        if self.members != members || !self.complete() {
+            return None;
+        }
+        self.round = round;
+        self.op = op;
+        self.sums.fill(NOTHING);
+        self.folded = 0;
+        self.early.iter_mut().for_each(|e| *e = None);
+        self.present.fill(false);
+        Some(self)
     }
 
     /// True once every member's contribution is in: then every one is folded.
@@ -243,8 +281,21 @@ impl OpenRound {
     fn fold(&mut self, plan: &Plan, m: usize, message: &Reply) -> Result<(), RuntimeError> {
         let data = message.contribution().map_or(&[][..], |c| c.data);
         let segments = plan.segments.len();
+        let lanes = self.lanes.get(m).copied().unwrap_or(1);
+        if let Some(&Some(base)) = self.runs.get(m) {
+            // Each lane's segments land one after another: one kernel call a lane.
+            let sums = self.sums.get_mut(base..base + self.len / 4);
+            let sums = sums.unwrap_or_default();
+            for lane in data.chunks(self.len.max(1)).take(lanes) {
+                if let Err(e) = add_f32(sums, lane) {
+                    let replica = self.replicas.get(m).copied().unwrap_or(0);
+                    return Err(self.broken(replica, e));
+                }
+            }
+            return Ok(());
+        }
         let mut at = 0;
-        for _lane in 0..self.lanes.get(m).copied().unwrap_or(1) {
+        for _lane in 0..lanes {
             for (s, (_, bytes)) in plan.segments.iter().enumerate() {
                 let len = bytes / 4;
                 let group = self.groups.get(m * segments + s).copied().unwrap_or(0);
@@ -265,7 +316,7 @@ impl OpenRound {
     /// Every member's answer, once the round is complete: the sums across instances,
     /// divided for a mean and rounded (module rules).
     pub(super) fn answers(
-        mut self,
+        &mut self,
         plan: &Plan,
         instances: &dyn Instances,
     ) -> Result<Answers, RuntimeError> {
@@ -332,6 +383,22 @@ impl OpenRound {
             actual,
         }
     }
+}
+
+/// Where a member whose group in each segment is `groups` finds its sums, when they lie
+/// one segment after another as its contribution's parts do; `None` otherwise.
+fn run_start(plan: &Plan, bases: &[usize], groups: Option<&[usize]>) -> Option<usize> {
+    let groups = groups?;
+    let mut start = None;
+    let mut next = 0;
+    for (((_, bytes), &base), &group) in plan.segments.iter().zip(bases).zip(groups) {
+        let at = base + group * (bytes / 4);
+        if *start.get_or_insert(at) + next != at {
+            return None;
+        }
+        next += bytes / 4;
+    }
+    start
 }
 
 /// A round's answers: one per distinct answer (members in the same group of every segment
@@ -624,5 +691,75 @@ mod tests {
             [[10.0, 30.0], [10.0, 30.0], [10.0, 70.0], [10.0, 70.0]].map(|a| f32s(&a))
         );
         assert_eq!(nested.distinct.len(), 2);
+    }
+
+    /// Catches a lane's contribution added in one run where its sums do not lie as its
+    /// parts do: under pairs in the first segment and `All` in the second, the device of
+    /// replicas 0 and 1 finds its second segment's sums past the other pair's (folded
+    /// segment by segment), the device of 2 and 3 right after its own (one run a lane);
+    /// both end on the sums in replica order (1e30, −1e30, 1 in the second segment make 1
+    /// only in that order), and where a run is allowed is worked out as said.
+    #[test]
+    fn a_lane_runs_into_its_sums_only_where_they_lie_as_its_parts() {
+        let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
+        let all = ReplicaGrouping::new(4, 1, 4).unwrap();
+        let plan = Plan {
+            segments: vec![(pairs, 8), (all, 4)],
+        };
+        let values = [
+            [1.0f32, 2.0, 1e30],
+            [3.0, 4.0, -1e30],
+            [5.0, 6.0, 1.0],
+            [7.0, 8.0, 0.0],
+        ];
+        let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
+        assert_eq!(open.runs, [None, Some(2)]);
+        for (m, lanes) in [(1, [2, 3]), (0, [0, 1])] {
+            let data: Vec<f32> = lanes.iter().flat_map(|&r| values[r]).collect();
+            let message = share(0, ReduceOp::Sum, &f32s(&data));
+            let heading = Heading::of(&message.contribution().unwrap());
+            open.collect(&plan, m, lanes[0], heading, message, |_, _| {})
+                .unwrap();
+        }
+        let answers = open.answers(&plan, &crate::instance::Single).unwrap();
+        assert_eq!(
+            each(&answers, 2),
+            [f32s(&[4.0, 6.0, 1.0]), f32s(&[12.0, 14.0, 1.0])]
+        );
+    }
+    /// Catches a round opened again that keeps anything of its last use: sums, members
+    /// folded, contributions held early. Opened again for the same members, a round gives
+    /// what a new one gives; for other members, or unanswered, it is not opened again.
+    #[test]
+    fn a_round_opened_again_starts_over() {
+        let plan = one(ReplicaGrouping::new(4, 1, 2).unwrap(), 8);
+        let members = [0..2, 2..4];
+        let values =
+            |k: f32| -> Vec<Vec<f32>> { vec![vec![k, 1.0, 2.0, k], vec![3.0, -k, 4.0, 5.0]] };
+        let run = |mut open: OpenRound, k: f32| {
+            // The second device's message first: held until the first's is folded.
+            for (m, data) in values(k).iter().enumerate().rev() {
+                let message = share(open.round, ReduceOp::Sum, &f32s(data));
+                let heading = Heading::of(&message.contribution().unwrap());
+                open.collect(&plan, m, members[m].start, heading, message, |_, _| {})
+                    .unwrap();
+            }
+            let answers = open.answers(&plan, &crate::instance::Single).unwrap();
+            (open, each(&answers, 2))
+        };
+        let first = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
+        let (used, _) = run(first, 7.0);
+        let fresh = OpenRound::open_lanes(3, ReduceOp::Sum, &plan, &members).unwrap();
+        let (_, expected) = run(fresh, 11.0);
+        let again = used
+            .again(3, ReduceOp::Sum, &members)
+            .expect("same members");
+        assert_eq!(again.round, 3);
+        let (used, answered) = run(again, 11.0);
+        assert_eq!(answered, expected);
+        assert_eq!(answered[0], f32s(&[13.0, 12.0]));
+        assert!(used.again(4, ReduceOp::Sum, &[0..1, 1..4]).is_none());
+        let unanswered = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
+        assert!(unanswered.again(1, ReduceOp::Sum, &members).is_none());
     }
 }

@@ -157,11 +157,15 @@ struct Schedule<'a> {
 impl Schedule<'_> {
     /// The plan round `round` follows, if the step has that round.
     fn plan(&self, round: u32) -> Option<&Plan> {
+        self.rounds.get(self.exchange(round)?)
+    }
+
+    /// The exchange of a batch round `round` is, if the step has that round.
+    fn exchange(&self, round: u32) -> Option<usize> {
         if round >= self.last {
             return None;
         }
-        self.rounds
-            .get((round as usize).checked_rem(self.rounds.len())?)
+        (round as usize).checked_rem(self.rounds.len())
     }
 }
 
@@ -169,11 +173,12 @@ impl Schedule<'_> {
 /// host moved in place for it (`moved[i]`); `rounds` (one plan per exchange of a batch,
 /// its groupings over the channels' global replica ids) say which devices each segment of
 /// each round combines. `fault`, for tests, makes one device fail the step (see
-/// [`StepFault`]).
+/// [`StepFault`]). `kept` holds, by exchange, its last round once answered, to be opened
+/// again ([`OpenRound::again`]); it grows to one per exchange.
 pub(super) fn run_step(
     channels: &mut [Channel],
     moved: &[InPlace],
-    rounds: &[Plan],
+    (rounds, kept): (&[Plan], &mut Vec<Option<OpenRound>>),
     batches: u32,
     instances: &dyn Instances,
     fault: Option<StepFault>,
@@ -209,6 +214,7 @@ pub(super) fn run_step(
         },
         members,
         open: None,
+        kept,
         answered: None,
         instances,
         fault,
@@ -261,6 +267,8 @@ struct Step<'s> {
     replicas: Vec<std::ops::Range<usize>>,
     /// The round whose contributions are coming in.
     open: Option<OpenRound>,
+    /// By exchange, its last round answered (see [`run_step`]).
+    kept: &'s mut Vec<Option<OpenRound>>,
     /// The last round combined, for devices that ask again.
     answered: Option<Answered>,
     instances: &'s dyn Instances,
@@ -313,10 +321,22 @@ impl Step<'_> {
             round,
             expected: self.schedule.last,
         };
-        let plan = self.schedule.plan(round).ok_or(out_of_step)?;
+        let (Some(plan), Some(exchange)) =
+            (self.schedule.plan(round), self.schedule.exchange(round))
+        else {
+            return Err(out_of_step);
+        };
         let open = match &mut self.open {
             Some(open) => open,
-            empty => empty.insert(OpenRound::open_lanes(round, op, plan, &self.replicas)?),
+            empty => {
+                let kept = self.kept.get_mut(exchange).and_then(Option::take);
+                let again = kept.and_then(|k| k.again(round, op, &self.replicas));
+                let open = match again {
+                    Some(open) => open,
+                    None => OpenRound::open_lanes(round, op, plan, &self.replicas)?,
+                };
+                empty.insert(open)
+            }
         };
         // Folded: the contribution's buffer carries its device's answer.
         open.collect(plan, i, replica, heading, message, |m, folded| {
@@ -326,8 +346,12 @@ impl Step<'_> {
             return Ok(());
         }
         match self.open.take() {
-            Some(open) => {
+            Some(mut open) => {
                 let answers = open.answers(plan, self.instances)?;
+                if self.kept.len() <= exchange {
+                    self.kept.resize_with(exchange + 1, || None);
+                }
+                self.kept[exchange] = Some(open);
                 self.answer(channels, round, answers)
             }
             None => Ok(()),

@@ -70,6 +70,9 @@ pub trait StepCallbacks {
 /// Writes replica `r`'s share of stream `k` into `bytes` (`fill(r, k, bytes)`).
 type Fill<'a> = dyn FnMut(usize, usize, &mut [u8]) + 'a;
 
+/// Takes the values replica `r` wrote to anchor `j` (`take(j, r, bytes)`), each once.
+type Take<'a> = dyn FnMut(usize, usize, &[u8]) + 'a;
+
 /// Streams plus anchors the splitter tracks.
 const TENSORS: usize = tessera_core::program::MAX_STREAMS + tessera_core::program::MAX_ANCHORS;
 
@@ -103,15 +106,34 @@ impl Runtime {
                 (item * s.dtype.size(), &data[..])
             })
             .collect();
-        let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
-            let (bytes, data) = inputs[k];
-            for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&plan.order[r][k]) {
-                sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
-            }
-        })?;
+        // Each anchor's array, its values put in their rows as they are read: no copy per
+        // replica between the device and the user.
+        let mut outs: Vec<(usize, Vec<u8>)> = (self.program.anchors.iter())
+            .map(|a| {
+                let item_bytes = self.anchor_width(a.tensor) * 4;
+                let items = self.flow.outputs_per_replica(Some(a.return_type));
+                let bytes = items * self.window.local * item_bytes;
+                (item_bytes, crate::pages::zeroed(bytes))
+            })
+            .collect();
+        self.step_bytes(
+            &mut |r, k, into: &mut [u8]| {
+                let (bytes, data) = inputs[k];
+                for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&plan.order[r][k]) {
+                    sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
+                }
+            },
+            &mut |j, r, bytes| {
+                let (item_bytes, out) = &mut outs[j];
+                let item_bytes = (*item_bytes).max(1);
+                for (item, &row) in bytes.chunks_exact(item_bytes).zip(&plan.rows[j][r]) {
+                    out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
+                }
+            },
+        )?;
         let mut anchors = Anchors::new();
-        for (j, rows) in plan.rows.iter().enumerate() {
-            let (name, array) = self.anchor_array(j, rows, &popped[j])?;
+        for (j, (_, out)) in outs.into_iter().enumerate() {
+            let (name, array) = self.anchor_array(j, out)?;
             anchors.insert(name, array);
         }
         Ok(anchors)
@@ -200,25 +222,13 @@ impl Runtime {
         Ok(rows)
     }
 
-    /// Anchor `j` as the user gets it, named, from each replica's bytes `popped`: every
-    /// item in its row (`rows[replica]`, [`anchor_rows`](Self::anchor_rows)).
-    fn anchor_array(
-        &self,
-        j: usize,
-        rows: &[Vec<usize>],
-        popped: &[Vec<u8>],
-    ) -> Result<(String, HostArray), RuntimeError> {
+    /// Anchor `j` as the user gets it, named, its bytes `out` (every item in its row:
+    /// [`anchor_rows`](Self::anchor_rows)).
+    fn anchor_array(&self, j: usize, out: Vec<u8>) -> Result<(String, HostArray), RuntimeError> {
         let a = self.program.anchors[j];
         let width = self.anchor_width(a.tensor);
         let replicas = self.window.local;
         let items = self.flow.outputs_per_replica(Some(a.return_type));
-        let item_bytes = width * 4;
-        let mut out = crate::pages::zeroed(items * replicas * item_bytes);
-        for (r, bytes) in popped.iter().enumerate() {
-            for (item, &row) in bytes.chunks_exact(item_bytes.max(1)).zip(&rows[r]) {
-                out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
-            }
-        }
         let mut shape = vec![items as u32, replicas as u32];
         // A micro-batch of several samples: one row per sample (PopART's micro-batch axis).
         let samples = self.program.micro_batch_size.max(1);
@@ -271,9 +281,11 @@ impl Runtime {
                 check_labels(name, &share[usize::from(labels)], classes)?;
             }
         }
-        let popped = self.step_bytes(&mut |r, k, into: &mut [u8]| {
-            into.copy_from_slice(&shares[r][k]);
-        })?;
+        let mut popped = vec![vec![Vec::new(); replicas]; p.anchors.len()];
+        self.step_bytes(
+            &mut |r, k, into: &mut [u8]| into.copy_from_slice(&shares[r][k]),
+            &mut |j, r, bytes| popped[j][r] = bytes.to_vec(),
+        )?;
         for (j, a) in p.anchors.iter().enumerate() {
             let item_bytes = self.anchor_width(a.tensor) * 4;
             for (r, bytes) in popped[j].iter().enumerate() {
@@ -287,10 +299,11 @@ impl Runtime {
 
     /// Feeds each local replica its share of each stream (`fill(replica, stream, bytes)`
     /// writes it, in the order the replica consumes it), runs the step, and reads every
-    /// anchor: `[anchor][replica]`, the values in the order the replica wrote them. A
+    /// anchor (`take(anchor, replica, bytes)`: the values in the order the replica wrote
+    /// them, each replica's of each anchor taken once, read in place where it can be). A
     /// failure in any phase is settled by [`recovery`](super::recovery)'s rule before it
     /// is returned.
-    fn step_bytes(&mut self, fill: &mut Fill<'_>) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
+    fn step_bytes(&mut self, fill: &mut Fill<'_>, take: &mut Take<'_>) -> Result<(), RuntimeError> {
         let fed = match self.feed(fill) {
             Ok(fed) => fed,
             Err(e) => return Err(self.step_failed(StepPhase::Feeding, e)),
@@ -307,7 +320,7 @@ impl Runtime {
         let step = step_driver::run_step(
             &mut self.channels,
             &moved,
-            &self.rounds,
+            (&self.rounds, &mut self.kept_rounds),
             batches,
             &*self.instances,
             fault,
@@ -315,7 +328,7 @@ impl Runtime {
         if let Err(e) = step {
             return Err(self.step_failed(StepPhase::Running, e));
         }
-        self.collect()
+        self.collect(take)
             .map_err(|e| self.step_failed(StepPhase::Collecting, e))
     }
 
@@ -352,8 +365,9 @@ impl Runtime {
         Ok(fed)
     }
 
-    /// Reads every anchor of a finished step out of its FIFO: `[anchor][replica]`.
-    fn collect(&mut self) -> Result<Vec<Vec<Vec<u8>>>, RuntimeError> {
+    /// Reads every anchor of a finished step out of its FIFO, each replica's handed to
+    /// `take`.
+    fn collect(&mut self, take: &mut Take<'_>) -> Result<(), RuntimeError> {
         let anchors = self.program.anchors.len();
         let one: Vec<(u16, usize)> = (self.program.anchors.iter().enumerate())
             .map(|(j, a)| {
@@ -362,25 +376,22 @@ impl Runtime {
                 (fifo, values * self.anchor_width(a.tensor) * 4)
             })
             .collect();
-        let mut popped = vec![vec![Vec::new(); self.seats.len()]; anchors];
         let mut readings = Vec::with_capacity(self.channels.len());
         let mut first = 0;
         for (c, channel) in self.channels.iter_mut().enumerate() {
             let lanes = channel.lanes();
-            let take = |i: usize, bytes: &[u8]| {
-                popped[i % anchors][first + i / anchors] = bytes.to_vec();
-            };
-            let (reading, took) = channel.read_step_outputs(&lane_spans(&one, lanes)?, take)?;
+            let lane = |i: usize, bytes: &[u8]| take(i % anchors, first + i / anchors, bytes);
+            let (reading, took) = channel.read_step_outputs(&lane_spans(&one, lanes)?, lane)?;
             readings.push((reading, first));
             self.anchors_taken[c] = took;
             first += lanes;
         }
         for (channel, (reading, first)) in self.channels.iter_mut().zip(readings) {
             channel.finish_read(reading, |i, bytes| {
-                popped[i % anchors][first + i / anchors] = bytes.to_vec();
+                take(i % anchors, first + i / anchors, bytes)
             })?;
         }
-        Ok(popped)
+        Ok(())
     }
 
     /// Elements of one value of an anchored tensor.

@@ -16,7 +16,12 @@
 //! The devices were first split into fixed shares, one per server. The host, whose waits
 //! also run the step driver, then ended each round late while the pool's thread sat idle
 //! for half of a step (perf, 64 replicas on 2 cores). Any server now takes any ready
-//! device, so a round's work spreads over the servers as they come free.
+//! device, so a round's work spreads over the servers as they come free — but the device
+//! it served last first, when that one is ready: a device of 32 lanes keeps tens of
+//! kilobytes (its lanes' activations, gradients, FIFOs) in its server's core caches, and
+//! taking whichever came first moved it to the other core at half of its legs. Measured on
+//! 2 cores (64 replicas, 2 devices of 32 lanes), the devices' legs took 138–195 µs a step
+//! that way and 134–142 µs this way, and a step 85–125 µs against 82–90 µs.
 //!
 //! # Rules
 //!
@@ -28,6 +33,9 @@
 //!   that wait to its end: no busy deadline applies to it (a step's legs are bounded).
 //! - One server at a time serves a device; a device's messages are served in the order they
 //!   were sent; its replies go on a queue of its own.
+//! - A server takes the device it served last if it is ready, else the one readied first
+//!   (`Ready::take`): a preference, never a wait — a server whose device is not ready takes
+//!   another, so no ready device waits while a server looks for work.
 //! - A pool thread that finds no ready device looks again, yielding between looks, for
 //!   [`SPIN`], then sleeps on the pool's bell; a device readied while a thread sleeps
 //!   rings it. A woken thread looks for a whole `SPIN` again before it sleeps again: the
@@ -217,6 +225,7 @@ pub(in crate::transport) fn pool_on(
         // The host's line is the first, whether it serves or not.
         lines: (0..servers.max(1)).map(|_| BusyLine::default()).collect(),
         first_thread: usize::from(host_serves),
+        host_last: AtomicUsize::new(usize::MAX),
     });
     // The mailboxes come first: should a thread fail to start, they drop with the links,
     // the pool closes, and the threads already started end.
@@ -240,8 +249,10 @@ pub(in crate::transport) fn pool_on(
                 let Some(mut line) = pool.lines.get(server).cloned() else {
                     return;
                 };
-                while let Some(device) = pool.next() {
+                let mut last = None;
+                while let Some(device) = pool.next(last) {
                     pool.serve(device, &mut line);
+                    last = Some(device);
                 }
             })?;
         threads.push(thread);
@@ -279,6 +290,8 @@ pub(in crate::transport) struct Pool {
     lines: Vec<BusyLine>,
     /// The first of `lines` that is a pool thread's.
     first_thread: usize,
+    /// The device the host's waits served last (`usize::MAX`: none yet).
+    host_last: AtomicUsize,
 }
 
 /// One device of the pool: what serves it, under its lock (only a server takes it), and
@@ -299,6 +312,18 @@ impl std::fmt::Debug for Pool {
         f.debug_struct("Pool")
             .field("devices", &self.members.len())
             .finish_non_exhaustive()
+    }
+}
+
+impl Ready {
+    /// The next device to serve: `last`, the device its server served before, if it is
+    /// ready (its memory is still in that server's core's caches), else the first readied.
+    fn take(&mut self, last: Option<usize>) -> Option<usize> {
+        let mine = last.and_then(|d| self.devices.iter().position(|&r| r == d));
+        match mine {
+            Some(at) => self.devices.remove(at),
+            None => self.devices.pop_front(),
+        }
     }
 }
 
@@ -352,12 +377,12 @@ impl Pool {
     /// For a pool thread: the next ready device, looked for without sleeping for up to
     /// [`SPIN`] (yielding between looks, as every device wait does), then asleep on the
     /// bell, and for up to `SPIN` again each time it wakes; `None` once the pool has closed.
-    fn next(&self) -> Option<usize> {
+    fn next(&self, last: Option<usize>) -> Option<usize> {
         // The clock is read once a look finds nothing.
         let mut begun = None;
         let mut ready = lock(&self.ready);
         loop {
-            if let Some(device) = ready.devices.pop_front() {
+            if let Some(device) = ready.take(last) {
                 return Some(device);
             }
             if ready.closed {
@@ -389,10 +414,12 @@ impl Pool {
             return false;
         };
         loop {
-            let Some(device) = lock(&self.ready).devices.pop_front() else {
+            let last = self.host_last.load(Ordering::Relaxed);
+            let Some(device) = lock(&self.ready).take(Some(last)) else {
                 return false;
             };
             if self.serve(device, &mut line) {
+                self.host_last.store(device, Ordering::Relaxed);
                 return true;
             }
         }
@@ -532,7 +559,7 @@ mod tests {
 
     use embedded_hal::digital::OutputPin;
 
-    use super::{lock, Workers};
+    use super::{lock, Ready, Workers};
     use crate::transport::spawn::{DeviceHandle, Liveness};
     use crate::transport::{Channel, TransportError};
 
@@ -719,5 +746,27 @@ mod tests {
         for c in &mut channels {
             assert_eq!(seed_round_trip(c, 9).unwrap(), 9, "replica {}", c.replica());
         }
+    }
+
+    /// Catches a server that takes the first device readied while the one it served last
+    /// is ready too (a device moved between cores' caches at every leg), and one that waits
+    /// for its own device while another is ready.
+    #[test]
+    fn a_server_takes_its_last_device_first_and_else_the_first_readied() {
+        let mut ready = Ready {
+            devices: [4, 1, 7].into(),
+            again: vec![false; 8],
+            sleepers: 0,
+            waking: 0,
+            closed: false,
+        };
+        assert_eq!(ready.take(Some(1)), Some(1));
+        assert_eq!(
+            ready.take(Some(1)),
+            Some(4),
+            "its own not ready: the first readied"
+        );
+        assert_eq!(ready.take(None), Some(7));
+        assert_eq!(ready.take(Some(7)), None);
     }
 }
