@@ -402,6 +402,7 @@ mod tests {
         assert_eq!(fifos.poppable(7), Ok(2));
         assert_eq!(fifos.poppable(8), Err(ErrorCode::UnknownId { id: 8 }));
     }
+
     /// Catches a wrap that differs from the remainder it stands for: every position of up
     /// to three turns of rings of 1 to 9.
     #[test]

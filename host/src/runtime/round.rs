@@ -727,6 +727,7 @@ mod tests {
             [f32s(&[4.0, 6.0, 1.0]), f32s(&[12.0, 14.0, 1.0])]
         );
     }
+
     /// Catches a round opened again that keeps anything of its last use: sums, members
     /// folded, contributions held early. Opened again for the same members, a round gives
     /// what a new one gives; for other members, or unanswered, it is not opened again.
