@@ -216,8 +216,9 @@ impl Fifos {
             Access::Write => f.commit(len),
             Access::Read => {
                 let items = len / f.item_bytes;
-                // `head < depth` and `items ≤ len ≤ depth`: one turn of the ring at most.
-                f.head = wrap(f.head + items, f.depth);
+                // A read placed by `place` takes at most the items held: within one turn of
+                // the ring (`wrap` is exact for any count, should a caller settle more).
+                f.head = wrap(f.head.saturating_add(items), f.depth);
                 f.len -= items.min(f.len);
                 if f.len == 0 && f.partial == 0 {
                     f.head = 0;
@@ -402,6 +403,7 @@ mod tests {
         assert_eq!(fifos.poppable(7), Ok(2));
         assert_eq!(fifos.poppable(8), Err(ErrorCode::UnknownId { id: 8 }));
     }
+
     /// Catches a wrap that differs from the remainder it stands for: every position of up
     /// to three turns of rings of 1 to 9.
     #[test]

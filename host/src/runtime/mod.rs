@@ -156,8 +156,8 @@ pub struct Runtime {
     /// The grouping each reduction round of a batch combines, in schedule order.
     /// How each exchange of a batch combines.
     rounds: Vec<Plan>,
-    /// By exchange, its last round answered, opened again by the next step (see
-    /// [`step_driver::run_step`]).
+    /// By exchange, its last round answered (its layout, not its sums), opened again by
+    /// the next batch or step (see [`step_driver::run_step`]).
     kept_rounds: Vec<Option<round::OpenRound>>,
     weights_in_sync: bool,
     /// What failed steps left to settle (see [`recovery`]).

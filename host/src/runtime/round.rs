@@ -85,12 +85,14 @@ pub(super) struct OpenRound {
     members: Vec<std::ops::Range<usize>>,
     /// Where each segment's groups' sums begin in `sums`.
     bases: Vec<usize>,
-    /// Where a member's sums begin when they lie in `sums` as its lanes' contributions do,
-    /// segment after segment (one group, or consecutive groups in every segment): then each
+    /// Where a member's sums begin when its segments' sums lie back to back in `sums`, in
+    /// the order of its contribution's parts (as under groupings of one group): then each
     /// lane is added in one run, by member.
     runs: Vec<Option<usize>>,
-    /// Every segment's groups' sums so far, one segment after another.
+    /// Every segment's groups' sums so far, one segment after another (`total` of them;
+    /// none once the round is answered).
     sums: Vec<f64>,
+    total: usize,
     /// Each member's global replica (its first lane's), indexed like the members.
     replicas: Vec<usize>,
     /// Members in replica order (the order of every sum), and how many of them are folded:
@@ -175,6 +177,7 @@ impl OpenRound {
             bases,
             runs,
             sums: vec![NOTHING; total],
+            total,
             replicas: replicas.to_vec(),
             order,
             folded: 0,
@@ -197,7 +200,7 @@ impl OpenRound {
         }
         self.round = round;
         self.op = op;
-        self.sums.fill(NOTHING);
+        self.sums = vec![NOTHING; self.total];
         self.folded = 0;
         self.early.iter_mut().for_each(|e| *e = None);
         self.present.fill(false);
@@ -366,6 +369,9 @@ impl OpenRound {
             }
             answers.of_member[m] = answers.distinct.len() - 1;
         }
+        // Rounded, the sums are spent: a round kept for its layout holds none of them (a
+        // model's exchanges together hold every element of it, in f64).
+        self.sums = Vec::new();
         Ok(answers)
     }
 
@@ -697,8 +703,9 @@ mod tests {
     /// parts do: under pairs in the first segment and `All` in the second, the device of
     /// replicas 0 and 1 finds its second segment's sums past the other pair's (folded
     /// segment by segment), the device of 2 and 3 right after its own (one run a lane);
-    /// both end on the sums in replica order (1e30, −1e30, 1 in the second segment make 1
-    /// only in that order), and where a run is allowed is worked out as said.
+    /// both end on the sums in replica order (−1e30, 0, 1e30, 1 in the second segment make 1
+    /// only in that order: the run's two lanes the other way round make 0), and where a run
+    /// is allowed is worked out as said.
     #[test]
     fn a_lane_runs_into_its_sums_only_where_they_lie_as_its_parts() {
         let pairs = ReplicaGrouping::new(4, 1, 2).unwrap();
@@ -707,10 +714,10 @@ mod tests {
             segments: vec![(pairs, 8), (all, 4)],
         };
         let values = [
-            [1.0f32, 2.0, 1e30],
-            [3.0, 4.0, -1e30],
-            [5.0, 6.0, 1.0],
-            [7.0, 8.0, 0.0],
+            [1.0f32, 2.0, -1e30],
+            [3.0, 4.0, 0.0],
+            [5.0, 6.0, 1e30],
+            [7.0, 8.0, 1.0],
         ];
         let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
         assert_eq!(open.runs, [None, Some(2)]);
@@ -727,9 +734,11 @@ mod tests {
             [f32s(&[4.0, 6.0, 1.0]), f32s(&[12.0, 14.0, 1.0])]
         );
     }
-    /// Catches a round opened again that keeps anything of its last use: sums, members
-    /// folded, contributions held early. Opened again for the same members, a round gives
-    /// what a new one gives; for other members, or unanswered, it is not opened again.
+
+    /// Catches a round opened again that keeps anything of its last use: its sums, its
+    /// members folded, its operation. Opened again for the same members as a round of
+    /// another operation, a round gives what a new one gives; for other members, or
+    /// unanswered, it is not opened again.
     #[test]
     fn a_round_opened_again_starts_over() {
         let plan = one(ReplicaGrouping::new(4, 1, 2).unwrap(), 8);
@@ -739,7 +748,7 @@ mod tests {
         let run = |mut open: OpenRound, k: f32| {
             // The second device's message first: held until the first's is folded.
             for (m, data) in values(k).iter().enumerate().rev() {
-                let message = share(open.round, ReduceOp::Sum, &f32s(data));
+                let message = share(open.round, open.op, &f32s(data));
                 let heading = Heading::of(&message.contribution().unwrap());
                 open.collect(&plan, m, members[m].start, heading, message, |_, _| {})
                     .unwrap();
@@ -749,15 +758,15 @@ mod tests {
         };
         let first = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
         let (used, _) = run(first, 7.0);
-        let fresh = OpenRound::open_lanes(3, ReduceOp::Sum, &plan, &members).unwrap();
+        let fresh = OpenRound::open_lanes(3, ReduceOp::Mean, &plan, &members).unwrap();
         let (_, expected) = run(fresh, 11.0);
         let again = used
-            .again(3, ReduceOp::Sum, &members)
+            .again(3, ReduceOp::Mean, &members)
             .expect("same members");
-        assert_eq!(again.round, 3);
+        assert_eq!((again.round, again.op), (3, ReduceOp::Mean));
         let (used, answered) = run(again, 11.0);
         assert_eq!(answered, expected);
-        assert_eq!(answered[0], f32s(&[13.0, 12.0]));
+        assert_eq!(answered[0], f32s(&[6.5, 6.0]), "the pair's mean");
         assert!(used.again(4, ReduceOp::Sum, &[0..1, 1..4]).is_none());
         let unanswered = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
         assert!(unanswered.again(1, ReduceOp::Sum, &members).is_none());

@@ -35,7 +35,9 @@
 //!   were sent; its replies go on a queue of its own.
 //! - A server takes the device it served last if it is ready, else the one readied first
 //!   (`Ready::take`): a preference, never a wait — a server whose device is not ready takes
-//!   another, so no ready device waits while a server looks for work.
+//!   another, so no ready device waits while a server looks for work — and a bounded one:
+//!   the device first in line is passed over at most twice, then taken, so a device readied
+//!   again and again while its server serves it keeps no other waiting longer.
 //! - A pool thread that finds no ready device looks again, yielding between looks, for
 //!   [`SPIN`], then sleeps on the pool's bell; a device readied while a thread sleeps
 //!   rings it. A woken thread looks for a whole `SPIN` again before it sleeps again: the
@@ -215,6 +217,7 @@ pub(in crate::transport) fn pool_on(
         members,
         ready: Mutex::new(Ready {
             devices: VecDeque::new(),
+            passed: 0,
             again: vec![false; n],
             sleepers: 0,
             waking: 0,
@@ -251,8 +254,10 @@ pub(in crate::transport) fn pool_on(
                 };
                 let mut last = None;
                 while let Some(device) = pool.next(last) {
-                    pool.serve(device, &mut line);
-                    last = Some(device);
+                    // Only a device it served is in its core's caches.
+                    if pool.serve(device, &mut line) {
+                        last = Some(device);
+                    }
                 }
             })?;
         threads.push(thread);
@@ -315,14 +320,26 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// Times the device first in line may be passed over for a server's own before it is
+/// taken: a device readied again and again while its server serves it cannot keep the
+/// others waiting (more devices than servers) for longer than that.
+const PASSES: usize = 2;
+
 impl Ready {
     /// The next device to serve: `last`, the device its server served before, if it is
-    /// ready (its memory is still in that server's core's caches), else the first readied.
+    /// ready (its memory is still in that server's core's caches) and the first in line has
+    /// not been passed over [`PASSES`] times already; else the first readied.
     fn take(&mut self, last: Option<usize>) -> Option<usize> {
         let mine = last.and_then(|d| self.devices.iter().position(|&r| r == d));
         match mine {
-            Some(at) => self.devices.remove(at),
-            None => self.devices.pop_front(),
+            Some(at) if at > 0 && self.passed < PASSES => {
+                self.passed += 1;
+                self.devices.remove(at)
+            }
+            _ => {
+                self.passed = 0;
+                self.devices.pop_front()
+            }
         }
     }
 }
@@ -330,6 +347,8 @@ impl Ready {
 /// Devices with mail, in the order they were readied.
 struct Ready {
     devices: VecDeque<usize>,
+    /// Times the device first in line was passed over (`take`).
+    passed: usize,
     /// Device `i` was found being served while it was ready: its server readies it again
     /// when it lets go (module rules).
     again: Vec<bool>,
@@ -755,6 +774,7 @@ mod tests {
     fn a_server_takes_its_last_device_first_and_else_the_first_readied() {
         let mut ready = Ready {
             devices: [4, 1, 7].into(),
+            passed: 0,
             again: vec![false; 8],
             sleepers: 0,
             waking: 0,
@@ -768,5 +788,26 @@ mod tests {
         );
         assert_eq!(ready.take(None), Some(7));
         assert_eq!(ready.take(Some(7)), None);
+    }
+
+    /// Catches a preference without a bound: a server whose device is readied again each
+    /// time it lets go would pass over the first in line forever; it is taken after two.
+    #[test]
+    fn the_first_in_line_is_passed_over_at_most_twice() {
+        let mut ready = Ready {
+            devices: [3].into(),
+            passed: 0,
+            again: vec![false; 4],
+            sleepers: 0,
+            waking: 0,
+            closed: false,
+        };
+        for round in 0..3 {
+            ready.devices.push_back(1);
+            let taken = ready.take(Some(1));
+            assert_eq!(taken, Some(if round < 2 { 1 } else { 3 }), "take {round}");
+        }
+        assert_eq!(ready.take(Some(1)), Some(1));
+        assert_eq!(ready.take(Some(1)), None);
     }
 }
