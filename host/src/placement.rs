@@ -97,6 +97,16 @@ pub fn devices(
 /// an exchange side by side in one frame of [`HOST_FRAME`] bytes, and refuses a program
 /// whose round would not fit).
 fn shares_a_device(program: &Program, replicas: usize, local: Range<u32>, lanes: usize) -> bool {
+    let share = frame_share(lanes);
+    let fits = (program.reductions(replicas)).all(|r| program.round_bytes(r.variable()) <= share);
+    fits && local
+        .step_by(lanes)
+        .all(|first| program.check_lanes(replicas, first as usize, lanes).is_ok())
+}
+
+/// A lane's share of a host frame's payload when `lanes` lanes send their rounds in one
+/// contribution (core's [`lane_bytes`]).
+fn frame_share(lanes: usize) -> usize {
     let limits = Limits {
         memory: 0,
         max_frame: HOST_FRAME as u32, // 66 KiB.
@@ -104,11 +114,7 @@ fn shares_a_device(program: &Program, replicas: usize, local: Range<u32>, lanes:
         lanes: 1,
         window: 1,
     };
-    let share = lane_bytes(limits.max_chunk(), lanes);
-    let fits = (program.reductions(replicas)).all(|r| program.round_bytes(r.variable()) <= share);
-    fits && local
-        .step_by(lanes)
-        .all(|first| program.check_lanes(replicas, first as usize, lanes).is_ok())
+    lane_bytes(limits.max_chunk(), lanes)
 }
 
 /// Lanes per device for `n` replicas on `cores` cores: the most, up to ⌈n / cores⌉ (a
@@ -249,23 +255,13 @@ mod tests {
             ..TrainJob::default()
         };
         let p = model::program(&wide, 64, 3).unwrap();
-        let share = |lanes| {
-            let limits = Limits {
-                memory: 0,
-                max_frame: HOST_FRAME as u32,
-                replica: 0,
-                lanes: 1,
-                window: 1,
-            };
-            lane_bytes(limits.max_chunk(), lanes)
-        };
         let largest = (p.reductions(64))
             .map(|r| p.round_bytes(r.variable()))
             .max()
             .unwrap();
         assert_eq!(largest, 64 * 64 * 4);
         for d in devices(&Placement::Thread, &p, 64, 0..64) {
-            assert!(largest <= share(d.len()), "{} lanes", d.len());
+            assert!(largest <= frame_share(d.len()), "{} lanes", d.len());
         }
         assert!(shares_a_device(&p, 64, 0..64, 4));
         assert!(

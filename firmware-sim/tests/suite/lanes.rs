@@ -9,12 +9,9 @@ use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Reduct
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{ErrorCode, ReduceOp, Request, Response, Target};
 use tessera_firmware_sim::device::Progress;
-use tessera_firmware_sim::{CycleCounter, Device, LinkLimits, Memory};
+use tessera_firmware_sim::{CycleCounter, Device, Memory};
 
-const LINK: LinkLimits = LinkLimits {
-    max_frame: 1 << 16,
-    window: 1,
-};
+use crate::support::WIDE_LINK as LINK;
 const REPLICAS: usize = 4;
 const ACCUMULATION: u32 = 4;
 const SAMPLES: u32 = 2;

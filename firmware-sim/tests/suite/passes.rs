@@ -8,12 +8,9 @@ use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{ErrorCode, Request, Response, Target};
 use tessera_firmware_sim::arena::Access;
 use tessera_firmware_sim::program::scratch::{Cut, Scratch};
-use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
+use tessera_firmware_sim::{CycleCounter, Device};
 
-const LINK: LinkLimits = LinkLimits {
-    max_frame: 1 << 16,
-    window: 1,
-};
+use crate::support::WIDE_LINK as LINK;
 
 /// Micro-batches per batch, and samples per micro-batch.
 const ACCUMULATION: u32 = 8;

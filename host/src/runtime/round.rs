@@ -468,6 +468,22 @@ mod tests {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
+    /// Round 0's contributions (a sum) of two devices of two lanes, replicas 0–1 and 2–3:
+    /// each lane's `values` side by side, the second device's message first.
+    fn second_device_first<const N: usize>(
+        open: &mut OpenRound,
+        plan: &Plan,
+        values: &[[f32; N]; 4],
+    ) {
+        for (m, lanes) in [(1, [2, 3]), (0, [0, 1])] {
+            let data: Vec<f32> = lanes.iter().flat_map(|&r| values[r]).collect();
+            let message = share(0, ReduceOp::Sum, &f32s(&data));
+            let heading = Heading::of(&message.contribution().unwrap());
+            open.collect(plan, m, lanes[0], heading, message, |_, _| {})
+                .unwrap();
+        }
+    }
+
     /// Round 0 under `plan`, combined by `op`, every member's contribution in: member
     /// `from`'s `values` for each `(from, values)`, arrived in that order; its answers.
     fn arrived(op: ReduceOp, plan: &Plan, contributions: &[(usize, Vec<f32>)]) -> Answers {
@@ -613,13 +629,7 @@ mod tests {
         let alone = arrived(ReduceOp::Sum, &plan, &each_alone);
         assert_eq!(alone.of(0), Some(&f32s(&[6.0, 10.0])[..]));
         let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
-        for (m, lanes) in [(1, [2, 3]), (0, [0, 1])] {
-            let data: Vec<f32> = lanes.iter().flat_map(|&r| values[r]).collect();
-            let message = share(0, ReduceOp::Sum, &f32s(&data));
-            let heading = Heading::of(&message.contribution().unwrap());
-            open.collect(&plan, m, lanes[0], heading, message, |_, _| {})
-                .unwrap();
-        }
+        second_device_first(&mut open, &plan, &values);
         assert!(open.complete());
         let laned = open.answers(&plan, &crate::instance::Single).unwrap();
         assert_eq!(each(&laned, 2), each(&alone, 2));
@@ -721,13 +731,7 @@ mod tests {
         ];
         let mut open = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &[0..2, 2..4]).unwrap();
         assert_eq!(open.runs, [None, Some(2)]);
-        for (m, lanes) in [(1, [2, 3]), (0, [0, 1])] {
-            let data: Vec<f32> = lanes.iter().flat_map(|&r| values[r]).collect();
-            let message = share(0, ReduceOp::Sum, &f32s(&data));
-            let heading = Heading::of(&message.contribution().unwrap());
-            open.collect(&plan, m, lanes[0], heading, message, |_, _| {})
-                .unwrap();
-        }
+        second_device_first(&mut open, &plan, &values);
         let answers = open.answers(&plan, &crate::instance::Single).unwrap();
         assert_eq!(
             each(&answers, 2),

@@ -19,6 +19,13 @@ pub const FRAME: usize = 1024;
 /// Requests they keep replies for.
 pub const WINDOW: usize = 4;
 
+/// The limits of a link whose frames carry a whole step's exchanges (the passes' and the
+/// lanes' suites step devices directly, without framing).
+pub const WIDE_LINK: tessera_firmware_sim::LinkLimits = tessera_firmware_sim::LinkLimits {
+    max_frame: 1 << 16,
+    window: 1,
+};
+
 /// A link that reads a fixed input (at most `chunk` bytes per read) and collects what the
 /// device writes.
 pub struct MemLink {
