@@ -19,6 +19,7 @@
 //!   ([`ErrorCode::FifoShape`] otherwise).
 use core::ops::Range;
 
+use tessera_core::program::lanes::LANE_IDS;
 use tessera_core::wire::{ErrorCode, Invariant};
 
 use crate::arena::{saturate, Access, Arena, Block, Owner};
@@ -48,15 +49,39 @@ pub struct Fifo {
     block: Block,
 }
 
-/// The device's FIFOs, in id order: a lookup is a binary search (a device of many lanes
-/// has hundreds, looked up at every pop and push of a step).
-#[derive(Debug, Default)]
+/// The device's FIFOs, in id order, found by their id's lane: a step pops and pushes every
+/// lane's FIFOs (hundreds on a device of many lanes), in orders the device does not choose
+/// (the host feeds and reads them too), so a lookup goes straight to its lane's few
+/// entries and searches only those.
+#[derive(Debug)]
 pub struct Fifos {
     table: heapless::Vec<Fifo, MAX_FIFOS>,
-    /// Where the last lookup found its FIFO. A step looks up each lane's FIFOs in turn, in
-    /// id order, so the next one is most often there or just after it: looked at before a
-    /// binary search (a device of 32 lanes has over a hundred FIFOs).
-    last: core::cell::Cell<usize>,
+    /// Where each lane's entries start in the table (lane `l`'s lie in
+    /// `starts[l]..starts[l + 1]`), rebuilt whenever the table changes. The lane of an id
+    /// is its place in core's lanes rule (`id / LANE_IDS`); a device of one lane may use
+    /// any id, so every id's "lane" has its place.
+    starts: [u16; LANES_OF_IDS + 1],
+}
+
+/// The lanes ids fall into: every u16 has one. The firmware's one lane needs no index.
+const LANES_OF_IDS: usize = if crate::program::MAX_LANES == 1 {
+    1
+} else {
+    (u16::MAX as usize + 1) / LANE_IDS as usize
+};
+
+/// The lane `id` falls into (see [`Fifos::starts`]).
+fn lane_of(id: u16) -> usize {
+    usize::from(id / LANE_IDS).min(LANES_OF_IDS - 1)
+}
+
+impl Default for Fifos {
+    fn default() -> Self {
+        Self {
+            table: heapless::Vec::new(),
+            starts: [0; LANES_OF_IDS + 1],
+        }
+    }
 }
 
 impl Fifos {
@@ -100,23 +125,30 @@ impl Fifos {
         for i in (at + 1..self.table.len()).rev() {
             self.table.swap(i, i - 1);
         }
+        self.index_lanes();
         Ok(())
+    }
+
+    /// Works out where each lane's entries start, after the table changed.
+    fn index_lanes(&mut self) {
+        let mut at = 0;
+        for (lane, start) in self.starts.iter_mut().enumerate() {
+            while self.table.get(at).is_some_and(|f| lane_of(f.id) < lane) {
+                at += 1;
+            }
+            *start = at as u16; // At most MAX_FIFOS.
+        }
     }
 
     /// Where FIFO `id` is in the table, or where it would go.
     fn index(&self, id: u16) -> Result<usize, usize> {
-        let hint = self.last.get();
-        for at in [hint, hint.wrapping_add(1)] {
-            if self.table.get(at).is_some_and(|f| f.id == id) {
-                self.last.set(at);
-                return Ok(at);
-            }
+        let lane = lane_of(id);
+        let (start, end) = (self.starts[lane].into(), self.starts[lane + 1].into());
+        let entries = self.table.get(start..end).unwrap_or_default();
+        match entries.binary_search_by_key(&id, |f| f.id) {
+            Ok(i) => Ok(start + i),
+            Err(i) => Err(start + i),
         }
-        let found = self.table.binary_search_by_key(&id, |f| f.id);
-        if let Ok(at) = found {
-            self.last.set(at);
-        }
-        found
     }
 
     /// FIFO `id`'s entry: where it is in the table, and the entry. (Every operation looks
@@ -253,6 +285,7 @@ impl Fifos {
     pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
         if let Ok(at) = self.index(id) {
             self.table.remove(at);
+            self.index_lanes();
         }
         arena.free_block(Owner::Fifo(id));
     }
@@ -293,6 +326,7 @@ impl Fifos {
     /// Forgets every FIFO (their blocks go with the arena's).
     pub fn clear(&mut self) {
         self.table.clear();
+        self.index_lanes();
     }
 }
 
@@ -415,9 +449,9 @@ mod tests {
         }
     }
 
-    /// Catches a lookup that trusts its hint: FIFOs created out of id order, looked up in
-    /// every order, some removed, are each found by their own id, and a missing id is
-    /// unknown (never the FIFO the last lookup found, nor its neighbour).
+    /// Catches a lookup that searches the wrong lane's entries: FIFOs created out of id
+    /// order, looked up in every order, some removed, are each found by their own id, and
+    /// a missing id is unknown (never a neighbour's FIFO).
     #[test]
     fn a_lookup_finds_its_own_fifo_whatever_the_last_one() {
         let mut memory = [0u8; 1024];
@@ -442,6 +476,48 @@ mod tests {
         for &id in &[0x203u16, 0x205, 1, 2, 3] {
             assert_eq!(fifos.get(id).map(|f| f.id), Ok(id));
         }
+    }
+
+    /// Catches a lane index left stale by a create, a remove or a clear: FIFOs of many
+    /// lanes (ids up to the last u16) created and removed in a scrambled order are each
+    /// found where a search of the whole table finds them, and nothing else is.
+    #[cfg(not(feature = "firmware"))]
+    #[test]
+    fn every_lookup_agrees_with_a_search_of_the_whole_table() {
+        let mut memory = [0u8; 4096];
+        let mut arena = Arena::new(&mut memory);
+        let mut fifos = Fifos::default();
+        let mut state = 7u32;
+        let mut scrambled = |n: u32| {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (state >> 8) % n
+        };
+        let lanes = [0u16, 1, 2, 5, 63, 64, 127];
+        let ids: heapless::Vec<u16, 64> = (0..40)
+            .map(|_| {
+                let lane = lanes[scrambled(lanes.len() as u32) as usize];
+                (lane * LANE_IDS).wrapping_add(scrambled(8) as u16 + 0x1f8 * (scrambled(2) as u16))
+            })
+            .collect();
+        for round in 0..3 {
+            for &id in &ids {
+                // Twice the same id is refused, as it should be.
+                let _ = fifos.create(&mut arena, id, 1, 1);
+            }
+            for &id in ids.iter().step_by(3 + round) {
+                fifos.remove(&mut arena, id);
+            }
+            for probe in ids
+                .iter()
+                .flat_map(|&id| [id, id.wrapping_add(1), id.wrapping_sub(1)])
+            {
+                let whole = fifos.table.iter().find(|f| f.id == probe).map(|f| f.id);
+                assert_eq!(fifos.get(probe).ok().map(|f| f.id), whole, "{probe:#x}");
+            }
+            assert!(fifos.table.windows(2).all(|w| w[0].id < w[1].id));
+        }
+        fifos.clear();
+        assert_eq!(fifos.get(ids[0]), Err(ErrorCode::UnknownId { id: ids[0] }));
     }
 
     /// Catches a whole ring settled otherwise than its bytes moved by position would be: a
