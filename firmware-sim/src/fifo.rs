@@ -23,7 +23,7 @@ use tessera_core::program::lanes::LANE_IDS;
 use tessera_core::wire::{ErrorCode, Invariant};
 
 use crate::arena::{saturate, Access, Arena, Block, Owner};
-use crate::broken;
+use crate::{broken, shift};
 
 /// FIFOs a device can hold: 16 for a device of one lane; 8 more per lane it can run (a
 /// program has at most 4 streams and 2 anchors, each a FIFO in every lane).
@@ -120,11 +120,7 @@ impl Fifos {
             partial: 0,
             block,
         };
-        self.table.push(fifo).map_err(|_| ErrorCode::TableFull)?;
-        // Back to its place in id order.
-        for i in (at + 1..self.table.len()).rev() {
-            self.table.swap(i, i - 1);
-        }
+        shift::insert(&mut self.table, at, fifo).map_err(|_| ErrorCode::TableFull)?;
         self.index_lanes();
         Ok(())
     }
@@ -225,8 +221,8 @@ impl Fifos {
     /// one), and counts it when `settle`.
     pub fn whole(&mut self, id: u16, access: Access, settle: bool) -> Result<(), ErrorCode> {
         let (at, fifo) = self.entry(id)?;
-        let len = fifo.item_bytes * fifo.depth;
-        fifo.place(0, len, access)?;
+        // The whole ring: whole items by construction.
+        fifo.place_items(0, fifo.item_bytes * fifo.depth, access)?;
         // The whole ring from position 0 was free (a write) or held whole items (a read):
         // settled, it is full from its start, or empty (what `settle` would count, without
         // its divisions: a step settles every lane's FIFOs).
@@ -246,16 +242,7 @@ impl Fifos {
         };
         match access {
             Access::Write => f.commit(len),
-            Access::Read => {
-                let items = len / f.item_bytes;
-                // A read placed by `place` takes at most the items held: within one turn of
-                // the ring (`wrap` is exact for any count, should a caller settle more).
-                f.head = wrap(f.head.saturating_add(items), f.depth);
-                f.len -= items.min(f.len);
-                if f.len == 0 && f.partial == 0 {
-                    f.head = 0;
-                }
-            }
+            Access::Read => f.take(len / f.item_bytes),
         }
     }
 
@@ -284,7 +271,7 @@ impl Fifos {
     /// Forgets FIFO `id` and frees its block.
     pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
         if let Ok(at) = self.index(id) {
-            self.table.remove(at);
+            shift::remove(&mut self.table, at);
             self.index_lanes();
         }
         arena.free_block(Owner::Fifo(id));
@@ -299,8 +286,12 @@ impl Fifos {
         }
         let oldest = saturate(fifo.head * fifo.item_bytes);
         let len = items.saturating_mul(fifo.item_bytes);
-        let (block, range) = fifo.place(oldest, len, Access::Read)?;
-        self.settle_at(at, range.len(), Access::Read);
+        // Whole items by construction, counted as such: a step pops every lane's FIFOs,
+        // and a division per pop is a good part of a pop's cost.
+        let (block, range) = fifo.place_items(oldest, len, Access::Read)?;
+        if let Some(f) = self.table.get_mut(at) {
+            f.take(items);
+        }
         Ok((block, range))
     }
 
@@ -338,6 +329,23 @@ impl Fifo {
         len: usize,
         access: Access,
     ) -> Result<(Block, Range<usize>), ErrorCode> {
+        if access == Access::Read && !len.is_multiple_of(self.item_bytes) {
+            return Err(ErrorCode::ItemSize {
+                expected: saturate(self.item_bytes),
+                actual: saturate(len),
+            });
+        }
+        self.place_items(offset, len, access)
+    }
+
+    /// [`Fifo::place`] for a move of whole items (the caller counted them): every rule
+    /// but that one.
+    fn place_items(
+        &self,
+        offset: u32,
+        len: usize,
+        access: Access,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
         let id = self.id;
         let ring = self.block.len;
         let used = self.len * self.item_bytes + self.partial;
@@ -354,12 +362,6 @@ impl Fifo {
         }
         match access {
             Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
-            Access::Read if !len.is_multiple_of(self.item_bytes) => {
-                return Err(ErrorCode::ItemSize {
-                    expected: saturate(self.item_bytes),
-                    actual: saturate(len),
-                })
-            }
             Access::Read if len > self.len * self.item_bytes => {
                 return Err(ErrorCode::FifoEmpty { fifo: id })
             }
@@ -373,6 +375,17 @@ impl Fifo {
             });
         }
         Ok((self.block, position..position + len))
+    }
+
+    /// Counts `items` items read: they leave the ring. A read placed by `place` takes at
+    /// most the items held: within one turn of the ring (`wrap` is exact for any count,
+    /// should a caller settle more).
+    fn take(&mut self, items: usize) {
+        self.head = wrap(self.head.saturating_add(items), self.depth);
+        self.len -= items.min(self.len);
+        if self.len == 0 && self.partial == 0 {
+            self.head = 0;
+        }
     }
 
     /// Counts `len` bytes written: items as they complete.

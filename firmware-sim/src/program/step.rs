@@ -325,17 +325,29 @@ impl<'d, 'a> Step<'d, 'a> {
         self.each_gradient(|g| g.fill(0.0))
     }
 
-    /// `f` on every lane's gradient of every trained variable in the scratch block.
+    /// `f`, which treats every element alike, on every lane's gradient of every trained
+    /// variable in the scratch block. On a device of many lanes they lie back to back
+    /// (lane by lane, variable by variable: the order an exchange carries them in), and
+    /// `f` gets runs of them: one call where there would be one per lane and variable.
     fn each_gradient(&mut self, mut f: impl FnMut(&mut [f32])) -> Result<(), ErrorCode> {
         let s = &self.prepared.scratch;
+        let (lanes, variables) = (self.prepared.lanes(), self.prepared.program.variables.len());
         let x = floats(self.arena, self.block)?;
-        for (i, _) in self.prepared.program.variables.iter().enumerate() {
-            for lane in 0..self.prepared.lanes() {
-                if let Some(grad) = s.grad_in(i as u8, lane) {
-                    f(x.get_mut(grad).ok_or(broken(Invariant::Regions))?);
+        let mut run = 0..0;
+        for lane in 0..lanes {
+            for i in 0..variables {
+                let Some(grad) = s.grad_in(i as u8, lane) else {
+                    continue;
+                };
+                if !run.is_empty() && run.end == grad.start {
+                    run.end = grad.end;
+                } else {
+                    let done = core::mem::replace(&mut run, grad);
+                    f(x.get_mut(done).ok_or(broken(Invariant::Regions))?);
                 }
             }
         }
+        f(x.get_mut(run).ok_or(broken(Invariant::Regions))?);
         Ok(())
     }
 
