@@ -12,7 +12,8 @@
 //! "Faster remainder by direct computation", 2019.)
 //!
 //! A larger dividend or divisor, and a divisor of 1, divide as `/` does; a divisor of 0 is
-//! taken as 1 (never a panic).
+//! taken as 1 (never a panic). So does the firmware: a Cortex-M divides in hardware in a
+//! few cycles, where a 64-bit multiplication is a library call.
 
 /// `d`, ready to divide by ([`Divisor::divide`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,7 @@ impl Divisor {
     /// Division by `d` (0 is taken as 1).
     pub const fn new(d: usize) -> Self {
         let d = if d == 0 { 1 } else { d };
-        let reciprocal = if d == 1 || d > u32::MAX as usize {
+        let reciprocal = if cfg!(feature = "firmware") || d == 1 || d > u32::MAX as usize {
             0
         } else {
             // `⌊(2⁶⁴ − 1) / d⌋ + 1` is `⌈2⁶⁴ / d⌉` for every d ≥ 2.
@@ -37,6 +38,9 @@ impl Divisor {
 
     /// `⌊n / d⌋`.
     pub fn divide(self, n: usize) -> usize {
+        if cfg!(feature = "firmware") {
+            return n / self.d;
+        }
         match u32::try_from(n) {
             Ok(n) if self.reciprocal != 0 => {
                 ((u128::from(self.reciprocal) * u128::from(n)) >> 64) as usize

@@ -23,6 +23,7 @@ use tessera_core::program::lanes::LANE_IDS;
 use tessera_core::wire::{ErrorCode, Invariant};
 
 use crate::arena::{saturate, Access, Arena, Block, Owner};
+use crate::divisor::Divisor;
 use crate::{broken, shift};
 
 /// FIFOs a device can hold: 16 for a device of one lane; 8 more per lane it can run (a
@@ -36,6 +37,8 @@ pub struct Fifo {
     pub id: u16,
     /// Bytes per item.
     pub item_bytes: usize,
+    /// Division by `item_bytes`: a step counts every lane's pushes in items.
+    per_item: Divisor,
     /// Items it holds.
     pub depth: usize,
     /// Index of the oldest item.
@@ -118,6 +121,7 @@ impl Fifos {
         let fifo = Fifo {
             id,
             item_bytes,
+            per_item: Divisor::new(item_bytes),
             depth,
             head: 0,
             len: 0,
@@ -248,7 +252,7 @@ impl Fifos {
         };
         match access {
             Access::Write => f.commit(len),
-            Access::Read => f.take(len / f.item_bytes),
+            Access::Read => f.take(f.per_item.divide(len)),
         }
     }
 
@@ -337,7 +341,7 @@ impl Fifo {
         len: usize,
         access: Access,
     ) -> Result<(Block, Range<usize>), ErrorCode> {
-        if access == Access::Read && !len.is_multiple_of(self.item_bytes) {
+        if access == Access::Read && self.per_item.divide(len) * self.item_bytes != len {
             return Err(ErrorCode::ItemSize {
                 expected: saturate(self.item_bytes),
                 actual: saturate(len),
@@ -399,8 +403,9 @@ impl Fifo {
     /// Counts `len` bytes written: items as they complete.
     fn commit(&mut self, len: usize) {
         let written = self.partial + len;
-        self.len += written / self.item_bytes;
-        self.partial = written % self.item_bytes;
+        let items = self.per_item.divide(written);
+        self.len += items;
+        self.partial = written - items * self.item_bytes;
     }
 }
 

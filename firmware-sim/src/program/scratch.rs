@@ -123,9 +123,10 @@ pub struct Scratch {
     chunk: usize,
     /// Lanes whose rows a pass holds.
     lanes: usize,
-    /// Division by the lanes, for their parts of a region (a step takes them at every
-    /// lane of every layer).
+    /// Division by the lanes and by the chunk, for their parts of a region (a step takes
+    /// them at every lane of every layer, and at every micro-batch's anchors).
     per_lane: Divisor,
+    per_chunk: Divisor,
     total: usize,
 }
 
@@ -272,6 +273,7 @@ impl Scratch {
             chunk,
             lanes,
             per_lane: Divisor::new(super::one_to_max(lanes)),
+            per_chunk: Divisor::new(chunk),
             total,
         })
     }
@@ -398,7 +400,7 @@ impl Scratch {
             return None;
         }
         // Within the lane's rows, as above.
-        let len = lane.len() / self.chunk;
+        let len = self.per_chunk.divide(lane.len());
         let start = lane.start + len * i;
         Some(start..start + len)
     }
