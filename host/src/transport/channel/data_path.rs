@@ -438,8 +438,8 @@ impl Channel {
     /// Where `target` lies in the device's memory, remembered; `None` when the device
     /// refuses to say (the move then goes by request, and the device's refusal with it).
     fn locate(&mut self, target: Target) -> Result<Option<Range<usize>>, TransportError> {
-        if let Some(range) = self.located.get(&target) {
-            return Ok(Some(range.clone()));
+        if let Some(range) = self.located.get(target) {
+            return Ok(Some(range));
         }
         match self.call(&Locate { target }) {
             Ok(reply) => {
