@@ -76,9 +76,13 @@ const LANES_OF_IDS: usize = if crate::program::MAX_LANES == 1 {
     (u16::MAX as usize + 1) / LANE_IDS as usize
 };
 
-/// The lane `id` falls into (see [`Fifos::starts`]).
+/// The lane `id` falls into (see [`Fifos::starts`]): below [`LANES_OF_IDS`].
 fn lane_of(id: u16) -> usize {
-    usize::from(id / LANE_IDS).min(LANES_OF_IDS - 1)
+    if LANES_OF_IDS == 1 {
+        0
+    } else {
+        usize::from(id / LANE_IDS)
+    }
 }
 
 impl Default for Fifos {
@@ -149,7 +153,10 @@ impl Fifos {
     /// Where FIFO `id` is in the table, or where it would go.
     fn index(&self, id: u16) -> Result<usize, usize> {
         let lane = lane_of(id);
-        let (start, end) = (self.starts[lane].into(), self.starts[lane + 1].into());
+        let (start, end) = match (self.starts.get(lane), self.starts.get(lane + 1)) {
+            (Some(&start), Some(&end)) => (usize::from(start), usize::from(end)),
+            _ => (0, self.ids.len()),
+        };
         let ids = self.ids.get(start..end).unwrap_or_default();
         match ids.binary_search(&id) {
             Ok(i) => Ok(start + i),
@@ -291,7 +298,33 @@ impl Fifos {
     /// Removes the `items` oldest items; returns the block and byte range where they still
     /// lie (valid until the next push).
     pub fn pop(&mut self, id: u16, items: usize) -> Result<(Block, Range<usize>), ErrorCode> {
+        let (at, _) = self.entry(id)?;
+        self.pop_at(at, id, items)
+    }
+
+    /// [`Fifos::pop`] when the `items` oldest items lie in one piece before the ring's end
+    /// (what [`Fifos::poppable`] counts), else `None` and nothing changes: a step pops a
+    /// whole pass's items at once where it can, with one lookup.
+    pub fn pop_in_one(
+        &mut self,
+        id: u16,
+        items: usize,
+    ) -> Result<Option<(Block, Range<usize>)>, ErrorCode> {
         let (at, fifo) = self.entry(id)?;
+        if fifo.len.min(fifo.depth - fifo.head) < items {
+            return Ok(None);
+        }
+        self.pop_at(at, id, items).map(Some)
+    }
+
+    /// [`Fifos::pop`] of FIFO `id`, found at `at` in the table.
+    fn pop_at(
+        &mut self,
+        at: usize,
+        id: u16,
+        items: usize,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        let fifo = self.table.get(at).ok_or(ErrorCode::UnknownId { id })?;
         if items == 0 {
             return Err(ErrorCode::FifoEmpty { fifo: id });
         }
