@@ -1,7 +1,8 @@
 //! Division by a number known in advance, as a multiplication.
 //!
 //! A device of many lanes cuts its pass's regions into the lanes' parts at every lane of
-//! every layer: a length divided by the lane count, hundreds of times a step. A hardware
+//! every layer (a length divided by the lane count) and counts every lane's FIFO bytes in
+//! items (divided by the item's size): hundreds of divisions a step. A hardware
 //! division takes tens of cycles; a multiplication by the divisor's reciprocal, rounded up
 //! to 64 bits, gives the same quotient:
 //!

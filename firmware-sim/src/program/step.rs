@@ -399,7 +399,7 @@ impl<'d, 'a> Step<'d, 'a> {
             let fifo = lane_id(lane, ids::stream_fifo(k as u8));
             // A stream no layer reads still moves on with the step.
             let region = if k == usize::from(p.input) {
-                s.act(0)
+                Some(s.act(0).ok_or(MISSING)?)
             } else if k == self.loss_stream {
                 Some(s.target())
             } else {
