@@ -237,7 +237,28 @@ impl Fifos {
     /// (the host wrote a step's items into the empty FIFO, or read every item of a full
     /// one), and counts it when `settle`.
     pub fn whole(&mut self, id: u16, access: Access, settle: bool) -> Result<(), ErrorCode> {
-        let (at, fifo) = self.entry(id)?;
+        let mut walk = self.entry(id)?.0;
+        self.whole_walking(&mut walk, id, access, settle)
+    }
+
+    /// [`Fifos::whole`] of FIFO `id`, found by a walk over the table in id order that
+    /// stands at `walk` (left past the FIFO): a step's whole rings are every lane's FIFOs
+    /// in id order, found one after the other in the table instead of looked up one by
+    /// one. An id behind the walk, or one it does not meet, is looked up.
+    pub fn whole_walking(
+        &mut self,
+        walk: &mut usize,
+        id: u16,
+        access: Access,
+        settle: bool,
+    ) -> Result<(), ErrorCode> {
+        let ahead = self.ids.get(*walk..).unwrap_or_default();
+        let at = match ahead.iter().position(|&next| next >= id) {
+            Some(i) if ahead.get(i) == Some(&id) => *walk + i,
+            _ => self.entry(id)?.0,
+        };
+        *walk = at + 1;
+        let fifo = self.table.get(at).ok_or(ErrorCode::UnknownId { id })?;
         // The whole ring: whole items by construction.
         fifo.place_items(0, fifo.item_bytes * fifo.depth, access)?;
         // The whole ring from position 0 was free (a write) or held whole items (a read):
@@ -579,6 +600,30 @@ mod tests {
         }
         fifos.clear();
         assert_eq!(fifos.get(ids[0]), Err(ErrorCode::UnknownId { id: ids[0] }));
+    }
+
+    /// Catches a walk that settles another FIFO than the one named, or skips one: ids in
+    /// order, with gaps, out of order and missing, walked, each ring counted as a lookup
+    /// would count it.
+    #[test]
+    fn a_walk_finds_what_a_lookup_finds() {
+        let (mut one, mut other) = ([0u8; 512], [0u8; 512]);
+        let (mut walked, mut looked) = (Fifos::default(), Fifos::default());
+        let ids = [1u16, 2, 5, 7, 0x201, 0x202, 0x205];
+        for (fifos, memory) in [(&mut walked, &mut one), (&mut looked, &mut other)] {
+            let mut arena = Arena::new(memory);
+            for &id in &ids {
+                fifos.create(&mut arena, id, 4, 2).unwrap();
+            }
+        }
+        let mut walk = 0;
+        for id in [1u16, 5, 0x201, 2, 0x205, 0x205, 3] {
+            let got = walked.whole_walking(&mut walk, id, Access::Write, true);
+            assert_eq!(got, looked.whole(id, Access::Write, true), "{id:#x}");
+        }
+        for &id in &ids {
+            assert_eq!(walked.get(id), looked.get(id), "{id:#x}");
+        }
     }
 
     /// Catches a whole ring settled otherwise than its bytes moved by position would be: a
