@@ -18,6 +18,7 @@
 use tessera_core::wire::ErrorCode;
 
 use crate::lent::Lent;
+use crate::shift;
 
 /// Objects a device can hold at once, all kinds together: one block for every register's
 /// bytes ([`MAX_REGISTERS`](crate::registers::MAX_REGISTERS)), and 64 more for every FIFO
@@ -207,9 +208,7 @@ impl<'a> Arena<'a> {
             offset: start,
             len,
         };
-        self.blocks
-            .insert(position, block)
-            .map_err(|_| ErrorCode::TableFull)?;
+        shift::insert(&mut self.blocks, position, block).map_err(|_| ErrorCode::TableFull)?;
         self.bytes_mut(block).fill(0);
         Ok(block)
     }

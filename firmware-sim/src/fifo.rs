@@ -19,10 +19,12 @@
 //!   ([`ErrorCode::FifoShape`] otherwise).
 use core::ops::Range;
 
+use tessera_core::program::lanes::LANE_IDS;
 use tessera_core::wire::{ErrorCode, Invariant};
 
 use crate::arena::{saturate, Access, Arena, Block, Owner};
-use crate::broken;
+use crate::divisor::Divisor;
+use crate::{broken, shift};
 
 /// FIFOs a device can hold: 16 for a device of one lane; 8 more per lane it can run (a
 /// program has at most 4 streams and 2 anchors, each a FIFO in every lane).
@@ -35,6 +37,8 @@ pub struct Fifo {
     pub id: u16,
     /// Bytes per item.
     pub item_bytes: usize,
+    /// Division by `item_bytes`: a step counts every lane's pushes in items.
+    per_item: Divisor,
     /// Items it holds.
     pub depth: usize,
     /// Index of the oldest item.
@@ -48,15 +52,47 @@ pub struct Fifo {
     block: Block,
 }
 
-/// The device's FIFOs, in id order: a lookup is a binary search (a device of many lanes
-/// has hundreds, looked up at every pop and push of a step).
-#[derive(Debug, Default)]
+/// The device's FIFOs, in id order, found by their id's lane: a step pops and pushes every
+/// lane's FIFOs (hundreds on a device of many lanes), in orders the device does not choose
+/// (the host feeds and reads them too), so a lookup goes straight to its lane's few
+/// entries and searches only their ids, which lie apart from the entries: a search reads
+/// a few bytes of one cache line, not a line of every entry it passes.
+#[derive(Debug)]
 pub struct Fifos {
     table: heapless::Vec<Fifo, MAX_FIFOS>,
-    /// Where the last lookup found its FIFO. A step looks up each lane's FIFOs in turn, in
-    /// id order, so the next one is most often there or just after it: looked at before a
-    /// binary search (a device of 32 lanes has over a hundred FIFOs).
-    last: core::cell::Cell<usize>,
+    /// Each entry's id, in the table's order.
+    ids: heapless::Vec<u16, MAX_FIFOS>,
+    /// Where each lane's entries start in the table (lane `l`'s lie in
+    /// `starts[l]..starts[l + 1]`), rebuilt whenever the table changes. The lane of an id
+    /// is its place in core's lanes rule (`id / LANE_IDS`); a device of one lane may use
+    /// any id, so every id's "lane" has its place.
+    starts: [u16; LANES_OF_IDS + 1],
+}
+
+/// The lanes ids fall into: every u16 has one. The firmware's one lane needs no index.
+const LANES_OF_IDS: usize = if crate::program::MAX_LANES == 1 {
+    1
+} else {
+    (u16::MAX as usize + 1) / LANE_IDS as usize
+};
+
+/// The lane `id` falls into (see [`Fifos::starts`]): below [`LANES_OF_IDS`].
+fn lane_of(id: u16) -> usize {
+    if LANES_OF_IDS == 1 {
+        0
+    } else {
+        usize::from(id / LANE_IDS)
+    }
+}
+
+impl Default for Fifos {
+    fn default() -> Self {
+        Self {
+            table: heapless::Vec::new(),
+            ids: heapless::Vec::new(),
+            starts: [0; LANES_OF_IDS + 1],
+        }
+    }
 }
 
 impl Fifos {
@@ -89,34 +125,43 @@ impl Fifos {
         let fifo = Fifo {
             id,
             item_bytes,
+            per_item: Divisor::new(item_bytes),
             depth,
             head: 0,
             len: 0,
             partial: 0,
             block,
         };
-        self.table.push(fifo).map_err(|_| ErrorCode::TableFull)?;
-        // Back to its place in id order.
-        for i in (at + 1..self.table.len()).rev() {
-            self.table.swap(i, i - 1);
-        }
+        // Both have room: the table was not full.
+        shift::insert(&mut self.table, at, fifo).map_err(|_| ErrorCode::TableFull)?;
+        shift::insert(&mut self.ids, at, id).map_err(|_| ErrorCode::TableFull)?;
+        self.index_lanes();
         Ok(())
+    }
+
+    /// Works out where each lane's entries start, after the table changed.
+    fn index_lanes(&mut self) {
+        let mut at = 0;
+        for (lane, start) in self.starts.iter_mut().enumerate() {
+            while self.ids.get(at).is_some_and(|&id| lane_of(id) < lane) {
+                at += 1;
+            }
+            *start = at as u16; // At most MAX_FIFOS.
+        }
     }
 
     /// Where FIFO `id` is in the table, or where it would go.
     fn index(&self, id: u16) -> Result<usize, usize> {
-        let hint = self.last.get();
-        for at in [hint, hint.wrapping_add(1)] {
-            if self.table.get(at).is_some_and(|f| f.id == id) {
-                self.last.set(at);
-                return Ok(at);
-            }
+        let lane = lane_of(id);
+        let (start, end) = match (self.starts.get(lane), self.starts.get(lane + 1)) {
+            (Some(&start), Some(&end)) => (usize::from(start), usize::from(end)),
+            _ => (0, self.ids.len()),
+        };
+        let ids = self.ids.get(start..end).unwrap_or_default();
+        match ids.binary_search(&id) {
+            Ok(i) => Ok(start + i),
+            Err(i) => Err(start + i),
         }
-        let found = self.table.binary_search_by_key(&id, |f| f.id);
-        if let Ok(at) = found {
-            self.last.set(at);
-        }
-        found
     }
 
     /// FIFO `id`'s entry: where it is in the table, and the entry. (Every operation looks
@@ -192,9 +237,30 @@ impl Fifos {
     /// (the host wrote a step's items into the empty FIFO, or read every item of a full
     /// one), and counts it when `settle`.
     pub fn whole(&mut self, id: u16, access: Access, settle: bool) -> Result<(), ErrorCode> {
-        let (at, fifo) = self.entry(id)?;
-        let len = fifo.item_bytes * fifo.depth;
-        fifo.place(0, len, access)?;
+        let mut walk = self.entry(id)?.0;
+        self.whole_walking(&mut walk, id, access, settle)
+    }
+
+    /// [`Fifos::whole`] of FIFO `id`, found by a walk over the table in id order that
+    /// stands at `walk` (left past the FIFO): a step's whole rings are every lane's FIFOs
+    /// in id order, found one after the other in the table instead of looked up one by
+    /// one. An id behind the walk, or one it does not meet, is looked up.
+    pub fn whole_walking(
+        &mut self,
+        walk: &mut usize,
+        id: u16,
+        access: Access,
+        settle: bool,
+    ) -> Result<(), ErrorCode> {
+        let ahead = self.ids.get(*walk..).unwrap_or_default();
+        let at = match ahead.iter().position(|&next| next >= id) {
+            Some(i) if ahead.get(i) == Some(&id) => *walk + i,
+            _ => self.entry(id)?.0,
+        };
+        *walk = at + 1;
+        let fifo = self.table.get(at).ok_or(ErrorCode::UnknownId { id })?;
+        // The whole ring: whole items by construction.
+        fifo.place_items(0, fifo.item_bytes * fifo.depth, access)?;
         // The whole ring from position 0 was free (a write) or held whole items (a read):
         // settled, it is full from its start, or empty (what `settle` would count, without
         // its divisions: a step settles every lane's FIFOs).
@@ -214,16 +280,7 @@ impl Fifos {
         };
         match access {
             Access::Write => f.commit(len),
-            Access::Read => {
-                let items = len / f.item_bytes;
-                // A read placed by `place` takes at most the items held: within one turn of
-                // the ring (`wrap` is exact for any count, should a caller settle more).
-                f.head = wrap(f.head.saturating_add(items), f.depth);
-                f.len -= items.min(f.len);
-                if f.len == 0 && f.partial == 0 {
-                    f.head = 0;
-                }
-            }
+            Access::Read => f.take(f.per_item.divide(len)),
         }
     }
 
@@ -252,7 +309,9 @@ impl Fifos {
     /// Forgets FIFO `id` and frees its block.
     pub fn remove(&mut self, arena: &mut Arena<'_>, id: u16) {
         if let Ok(at) = self.index(id) {
-            self.table.remove(at);
+            shift::remove(&mut self.table, at);
+            shift::remove(&mut self.ids, at);
+            self.index_lanes();
         }
         arena.free_block(Owner::Fifo(id));
     }
@@ -260,14 +319,44 @@ impl Fifos {
     /// Removes the `items` oldest items; returns the block and byte range where they still
     /// lie (valid until the next push).
     pub fn pop(&mut self, id: u16, items: usize) -> Result<(Block, Range<usize>), ErrorCode> {
+        let (at, _) = self.entry(id)?;
+        self.pop_at(at, id, items)
+    }
+
+    /// [`Fifos::pop`] when the `items` oldest items lie in one piece before the ring's end
+    /// (what [`Fifos::poppable`] counts), else `None` and nothing changes: a step pops a
+    /// whole pass's items at once where it can, with one lookup.
+    pub fn pop_in_one(
+        &mut self,
+        id: u16,
+        items: usize,
+    ) -> Result<Option<(Block, Range<usize>)>, ErrorCode> {
         let (at, fifo) = self.entry(id)?;
+        if fifo.len.min(fifo.depth - fifo.head) < items {
+            return Ok(None);
+        }
+        self.pop_at(at, id, items).map(Some)
+    }
+
+    /// [`Fifos::pop`] of FIFO `id`, found at `at` in the table.
+    fn pop_at(
+        &mut self,
+        at: usize,
+        id: u16,
+        items: usize,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        let fifo = self.table.get(at).ok_or(ErrorCode::UnknownId { id })?;
         if items == 0 {
             return Err(ErrorCode::FifoEmpty { fifo: id });
         }
         let oldest = saturate(fifo.head * fifo.item_bytes);
         let len = items.saturating_mul(fifo.item_bytes);
-        let (block, range) = fifo.place(oldest, len, Access::Read)?;
-        self.settle_at(at, range.len(), Access::Read);
+        // Whole items by construction, counted as such: a step pops every lane's FIFOs,
+        // and a division per pop is a good part of a pop's cost.
+        let (block, range) = fifo.place_items(oldest, len, Access::Read)?;
+        if let Some(f) = self.table.get_mut(at) {
+            f.take(items);
+        }
         Ok((block, range))
     }
 
@@ -293,12 +382,31 @@ impl Fifos {
     /// Forgets every FIFO (their blocks go with the arena's).
     pub fn clear(&mut self) {
         self.table.clear();
+        self.ids.clear();
+        self.index_lanes();
     }
 }
 
 impl Fifo {
     /// [`Fifos::place`]'s rules on this FIFO.
     fn place(
+        &self,
+        offset: u32,
+        len: usize,
+        access: Access,
+    ) -> Result<(Block, Range<usize>), ErrorCode> {
+        if access == Access::Read && self.per_item.divide(len) * self.item_bytes != len {
+            return Err(ErrorCode::ItemSize {
+                expected: saturate(self.item_bytes),
+                actual: saturate(len),
+            });
+        }
+        self.place_items(offset, len, access)
+    }
+
+    /// [`Fifo::place`] for a move of whole items (the caller counted them): every rule
+    /// but that one.
+    fn place_items(
         &self,
         offset: u32,
         len: usize,
@@ -320,12 +428,6 @@ impl Fifo {
         }
         match access {
             Access::Write if len > ring - used => return Err(ErrorCode::FifoFull { fifo: id }),
-            Access::Read if !len.is_multiple_of(self.item_bytes) => {
-                return Err(ErrorCode::ItemSize {
-                    expected: saturate(self.item_bytes),
-                    actual: saturate(len),
-                })
-            }
             Access::Read if len > self.len * self.item_bytes => {
                 return Err(ErrorCode::FifoEmpty { fifo: id })
             }
@@ -341,11 +443,23 @@ impl Fifo {
         Ok((self.block, position..position + len))
     }
 
+    /// Counts `items` items read: they leave the ring. A read placed by `place` takes at
+    /// most the items held: within one turn of the ring (`wrap` is exact for any count,
+    /// should a caller settle more).
+    fn take(&mut self, items: usize) {
+        self.head = wrap(self.head.saturating_add(items), self.depth);
+        self.len -= items.min(self.len);
+        if self.len == 0 && self.partial == 0 {
+            self.head = 0;
+        }
+    }
+
     /// Counts `len` bytes written: items as they complete.
     fn commit(&mut self, len: usize) {
         let written = self.partial + len;
-        self.len += written / self.item_bytes;
-        self.partial = written % self.item_bytes;
+        let items = self.per_item.divide(written);
+        self.len += items;
+        self.partial = written - items * self.item_bytes;
     }
 }
 
@@ -415,9 +529,9 @@ mod tests {
         }
     }
 
-    /// Catches a lookup that trusts its hint: FIFOs created out of id order, looked up in
-    /// every order, some removed, are each found by their own id, and a missing id is
-    /// unknown (never the FIFO the last lookup found, nor its neighbour).
+    /// Catches a lookup that searches the wrong lane's entries: FIFOs created out of id
+    /// order, looked up in every order, some removed, are each found by their own id, and
+    /// a missing id is unknown (never a neighbour's FIFO).
     #[test]
     fn a_lookup_finds_its_own_fifo_whatever_the_last_one() {
         let mut memory = [0u8; 1024];
@@ -441,6 +555,74 @@ mod tests {
         }
         for &id in &[0x203u16, 0x205, 1, 2, 3] {
             assert_eq!(fifos.get(id).map(|f| f.id), Ok(id));
+        }
+    }
+
+    /// Catches a lane index, or the ids beside the table, left stale by a create, a remove
+    /// or a clear: FIFOs of many lanes (ids up to the last u16) created and removed in a
+    /// scrambled order are each found where a search of the whole table finds them, and
+    /// nothing else is.
+    #[cfg(not(feature = "firmware"))]
+    #[test]
+    fn every_lookup_agrees_with_a_search_of_the_whole_table() {
+        let mut memory = [0u8; 4096];
+        let mut arena = Arena::new(&mut memory);
+        let mut fifos = Fifos::default();
+        let mut state = 7u32;
+        let mut scrambled = |n: u32| {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (state >> 8) % n
+        };
+        let lanes = [0u16, 1, 2, 5, 63, 64, 127];
+        let ids: heapless::Vec<u16, 64> = (0..40)
+            .map(|_| {
+                let lane = lanes[scrambled(lanes.len() as u32) as usize];
+                (lane * LANE_IDS).wrapping_add(scrambled(8) as u16 + 0x1f8 * (scrambled(2) as u16))
+            })
+            .collect();
+        for round in 0..3 {
+            for &id in &ids {
+                // Twice the same id is refused, as it should be.
+                let _ = fifos.create(&mut arena, id, 1, 1);
+            }
+            for &id in ids.iter().step_by(3 + round) {
+                fifos.remove(&mut arena, id);
+            }
+            for probe in ids
+                .iter()
+                .flat_map(|&id| [id, id.wrapping_add(1), id.wrapping_sub(1)])
+            {
+                let whole = fifos.table.iter().find(|f| f.id == probe).map(|f| f.id);
+                assert_eq!(fifos.get(probe).ok().map(|f| f.id), whole, "{probe:#x}");
+            }
+            assert!(fifos.table.windows(2).all(|w| w[0].id < w[1].id));
+            assert!(fifos.ids.iter().eq(fifos.table.iter().map(|f| &f.id)));
+        }
+        fifos.clear();
+        assert_eq!(fifos.get(ids[0]), Err(ErrorCode::UnknownId { id: ids[0] }));
+    }
+
+    /// Catches a walk that settles another FIFO than the one named, or skips one: ids in
+    /// order, with gaps, out of order and missing, walked, each ring counted as a lookup
+    /// would count it.
+    #[test]
+    fn a_walk_finds_what_a_lookup_finds() {
+        let (mut one, mut other) = ([0u8; 512], [0u8; 512]);
+        let (mut walked, mut looked) = (Fifos::default(), Fifos::default());
+        let ids = [1u16, 2, 5, 7, 0x201, 0x202, 0x205];
+        for (fifos, memory) in [(&mut walked, &mut one), (&mut looked, &mut other)] {
+            let mut arena = Arena::new(memory);
+            for &id in &ids {
+                fifos.create(&mut arena, id, 4, 2).unwrap();
+            }
+        }
+        let mut walk = 0;
+        for id in [1u16, 5, 0x201, 2, 0x205, 0x205, 3] {
+            let got = walked.whole_walking(&mut walk, id, Access::Write, true);
+            assert_eq!(got, looked.whole(id, Access::Write, true), "{id:#x}");
+        }
+        for &id in &ids {
+            assert_eq!(walked.get(id), looked.get(id), "{id:#x}");
         }
     }
 

@@ -31,6 +31,7 @@ extern crate std;
 pub mod arena;
 pub mod clock;
 pub mod device;
+pub mod divisor;
 pub mod fifo;
 pub mod functions;
 pub mod lent;
@@ -39,6 +40,7 @@ pub mod program;
 pub mod registers;
 pub mod reply_cache;
 pub mod serve;
+pub mod shift;
 
 pub use arena::Memory;
 pub use clock::Clock;

@@ -158,6 +158,8 @@ impl Device<'_> {
             Rings::Anchors => (program.map_or(0, |p| p.anchors.len()), Access::Read),
         };
         let lanes = self.prepared.as_ref().map_or(0, |p| p.lanes());
+        // Lane after lane, each in id order: one walk over the FIFO table.
+        let mut walk = 0;
         for lane in 0..lanes {
             for k in 0..count as u8 {
                 let id = match rings {
@@ -165,7 +167,7 @@ impl Device<'_> {
                     Rings::Anchors => ids::anchor_fifo(k),
                 };
                 let id = crate::program::lane_id(lane, id);
-                self.fifos.whole(id, access, settle)?;
+                self.fifos.whole_walking(&mut walk, id, access, settle)?;
             }
         }
         Ok(())

@@ -86,8 +86,8 @@ pub struct Prepared {
     /// [`Held`]). The other lanes hold the same of every variable held whole.
     pub held: Holdings,
     /// Each lane's shard of each sharded variable when it is one piece (a balanced or
-    /// padded-tail layout's always are), lane by lane; a shard of several pieces is worked
-    /// out as it is moved. (Every lane's [`Held`] made a device of many lanes too large to
+    /// padded-tail layout's always are) or none (an empty piece stands for it), lane by
+    /// lane; a shard of several pieces is worked out as it is moved. (Every lane's [`Held`] made a device of many lanes too large to
     /// move on a thread's stack.)
     pub shards: heapless::Vec<[Option<Piece>; MAX_VARIABLES], MAX_LANES>,
     /// Where the step's blocks lie (see [`Placed`]).
@@ -224,8 +224,19 @@ pub fn prepare(
                     *one = Some(piece);
                     count += 1;
                 })?;
-                if count != 1 {
-                    *one = None;
+                match count {
+                    1 => {}
+                    // A shard of only padding (more replicas than elements) moves nothing:
+                    // an empty piece says so, where working it out again at every batch
+                    // would cost a layout.
+                    0 => {
+                        *one = Some(Piece {
+                            src_begin: 0,
+                            src_end: 0,
+                            dst_offset: 0,
+                        })
+                    }
+                    _ => *one = None,
                 }
             }
             shards

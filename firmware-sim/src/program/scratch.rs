@@ -49,6 +49,8 @@
 
 use core::ops::Range;
 
+use crate::divisor::Divisor;
+
 use tessera_core::program::{
     elements, AnchorTensor, Exchange, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS,
     MAX_VARIABLES,
@@ -121,6 +123,10 @@ pub struct Scratch {
     chunk: usize,
     /// Lanes whose rows a pass holds.
     lanes: usize,
+    /// Division by the lanes and by the chunk, for their parts of a region (a step takes
+    /// them at every lane of every layer, and at every micro-batch's anchors).
+    per_lane: Divisor,
+    per_chunk: Divisor,
     total: usize,
 }
 
@@ -266,6 +272,8 @@ impl Scratch {
             rows,
             chunk,
             lanes,
+            per_lane: Divisor::new(super::one_to_max(lanes)),
+            per_chunk: Divisor::new(chunk),
             total,
         })
     }
@@ -371,12 +379,15 @@ impl Scratch {
     /// The part of `region` (one of the pass's: an activation, the targets, the losses, a
     /// mask) that holds lane `lane`'s rows.
     pub fn lane_part(&self, region: Range<usize>, lane: usize) -> Option<Range<usize>> {
-        let lanes = self.lanes();
-        if lane >= lanes {
+        if lane >= self.lanes() {
             return None;
         }
         // Within `region`: `lane` lanes' rows and one more are at most all of its rows.
-        let len = region.len() / lanes;
+        let len = match super::MAX_LANES {
+            // The firmware's one lane: no division at all.
+            1 => region.len(),
+            _ => self.per_lane.divide(region.len()),
+        };
         let start = region.start + len * lane;
         Some(start..start + len)
     }
@@ -389,7 +400,7 @@ impl Scratch {
             return None;
         }
         // Within the lane's rows, as above.
-        let len = lane.len() / self.chunk;
+        let len = self.per_chunk.divide(lane.len());
         let start = lane.start + len * i;
         Some(start..start + len)
     }

@@ -325,17 +325,29 @@ impl<'d, 'a> Step<'d, 'a> {
         self.each_gradient(|g| g.fill(0.0))
     }
 
-    /// `f` on every lane's gradient of every trained variable in the scratch block.
+    /// `f`, which treats every element alike, on every lane's gradient of every trained
+    /// variable in the scratch block. On a device of many lanes they lie back to back
+    /// (lane by lane, variable by variable: the order an exchange carries them in), and
+    /// `f` gets runs of them: one call where there would be one per lane and variable.
     fn each_gradient(&mut self, mut f: impl FnMut(&mut [f32])) -> Result<(), ErrorCode> {
         let s = &self.prepared.scratch;
+        let (lanes, variables) = (self.prepared.lanes(), self.prepared.program.variables.len());
         let x = floats(self.arena, self.block)?;
-        for (i, _) in self.prepared.program.variables.iter().enumerate() {
-            for lane in 0..self.prepared.lanes() {
-                if let Some(grad) = s.grad_in(i as u8, lane) {
-                    f(x.get_mut(grad).ok_or(broken(Invariant::Regions))?);
+        let mut run = 0..0;
+        for lane in 0..lanes {
+            for i in 0..variables {
+                let Some(grad) = s.grad_in(i as u8, lane) else {
+                    continue;
+                };
+                if !run.is_empty() && run.end == grad.start {
+                    run.end = grad.end;
+                } else {
+                    let done = core::mem::replace(&mut run, grad);
+                    f(x.get_mut(done).ok_or(broken(Invariant::Regions))?);
                 }
             }
         }
+        f(x.get_mut(run).ok_or(broken(Invariant::Regions))?);
         Ok(())
     }
 
@@ -347,18 +359,7 @@ impl<'d, 'a> Step<'d, 'a> {
         let chunk = self.prepared.scratch.chunk();
         let lanes = self.prepared.lanes();
         for lane in 0..lanes {
-            // The firmware's passes are of one micro-batch (it has no room to search for
-            // wider ones): it has no use for the code of whole passes either.
-            if !cfg!(feature = "firmware") && chunk > 1 && self.pass_poppable(lane, chunk)? {
-                self.pop_streams(lane, chunk, None)?;
-            } else {
-                // Item by item: a host may have read a stream FIFO, so its items need not
-                // start where a pass's would (one pop of the whole pass could straddle the
-                // ring's end).
-                for i in 0..chunk {
-                    self.pop_streams(lane, 1, Some(i))?;
-                }
-            }
+            self.pop_streams(lane, chunk)?;
         }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
         let mut work = layers::forward(arena, block, prepared, self.rngs)?;
@@ -385,48 +386,41 @@ impl<'d, 'a> Step<'d, 'a> {
         Ok(work)
     }
 
-    /// Whether one pop of every stream of lane `lane` can take the pass's `chunk` items:
-    /// always for FIFOs the host filled with a step's items from the ring's start (a pass's
-    /// items never straddle its end), not always for one the host has read.
-    fn pass_poppable(&self, lane: usize, chunk: usize) -> Result<bool, ErrorCode> {
-        for (k, _) in self.prepared.program.streams.iter().enumerate() {
-            let fifo = lane_id(lane, ids::stream_fifo(k as u8));
-            if self.fifos.poppable(fifo)? < chunk {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// `items` items popped from every stream of lane `lane`: the input and the loss's
-    /// labels or targets into the lane's rows — the whole pass's (`micro_batch` `None`: its
-    /// micro-batches lie side by side in the scratch block as their items do in the ring)
-    /// or micro-batch `i`'s — and any other stream's dropped.
+    /// Lane `lane`'s `chunk` items of the pass from every stream: the input and the loss's
+    /// labels or targets into the lane's rows, any other stream's dropped. A stream's items
+    /// go in one pop when they lie in one piece before the ring's end (always in FIFOs the
+    /// host filled with a step's items from the ring's start: a pass's micro-batches then
+    /// lie side by side in the scratch block as they do in the ring), else item by item (a
+    /// host may have read the FIFO, so its items need not start where a pass's would).
     #[inline]
-    fn pop_streams(
-        &mut self,
-        lane: usize,
-        items: usize,
-        micro_batch: Option<usize>,
-    ) -> Result<(), ErrorCode> {
+    fn pop_streams(&mut self, lane: usize, chunk: usize) -> Result<(), ErrorCode> {
         let (p, s) = (&self.prepared.program, &self.prepared.scratch);
         for (k, _) in p.streams.iter().enumerate() {
             let fifo = lane_id(lane, ids::stream_fifo(k as u8));
+            // A stream no layer reads still moves on with the step.
             let region = if k == usize::from(p.input) {
-                s.act(0)
+                Some(s.act(0).ok_or(MISSING)?)
             } else if k == self.loss_stream {
                 Some(s.target())
             } else {
-                // A stream no layer reads still moves on with the step.
-                self.fifos.pop(fifo, items)?;
-                continue;
+                None
             };
-            let rows = match micro_batch {
-                Some(i) => region.and_then(|r| s.part(r, lane, i)),
-                None => region.and_then(|r| s.lane_part(r, lane)),
-            };
-            let rows = rows.ok_or(broken(Invariant::ScratchLayout))?;
-            pop_into(self.arena, self.fifos, fifo, items, self.block, rows)?;
+            // The firmware's passes are of one micro-batch (it has no room to search for
+            // wider ones): it has no use for the code of whole passes either.
+            if !cfg!(feature = "firmware") && chunk > 1 {
+                if let Some(item) = self.fifos.pop_in_one(fifo, chunk)? {
+                    let rows = region.map(|r| s.lane_part(r, lane).ok_or(MISSING));
+                    let rows = rows.transpose()?;
+                    copy_items(self.arena, item, self.block, rows)?;
+                    continue;
+                }
+            }
+            for i in 0..chunk {
+                let item = self.fifos.pop(fifo, 1)?;
+                let rows = region.clone().map(|r| s.part(r, lane, i).ok_or(MISSING));
+                let rows = rows.transpose()?;
+                copy_items(self.arena, item, self.block, rows)?;
+            }
         }
         Ok(())
     }
@@ -535,16 +529,17 @@ pub(super) fn as_floats(bytes: &mut [u8]) -> Result<&mut [f32], ErrorCode> {
     bytemuck::try_cast_slice_mut(bytes).map_err(|_| broken(Invariant::Alignment))
 }
 
-/// Pops `items` items of FIFO `fifo` into elements `at` of the scratch block.
-fn pop_into(
+/// Items just popped (`from`, bytes `range` of its block) into elements `at` of the
+/// scratch block (`None`: a stream no layer reads, dropped).
+fn copy_items(
     arena: &mut Arena<'_>,
-    fifos: &mut Fifos,
-    fifo: u16,
-    items: usize,
+    (from, range): (Block, Range<usize>),
     block: Block,
-    at: Range<usize>,
+    at: Option<Range<usize>>,
 ) -> Result<(), ErrorCode> {
-    let (from, range) = fifos.pop(fifo, items)?;
+    let Some(at) = at else {
+        return Ok(());
+    };
     let (source, x) = arena
         .pair_mut(from, block)
         .ok_or(broken(Invariant::BlockPair))?;

@@ -18,8 +18,9 @@ const SAMPLES: u32 = 2;
 const BATCHES: u32 = 2;
 
 /// `x[3] → w1[6, 3] → +b1 → ReLU → dropout → w2[4, 6] → +b2 → softmax cross-entropy`:
-/// `w1` sharded across all four replicas, `b1` shared by all, `w2` in consecutive pairs
-/// and `b2` in pairs and sharded; a loss anchor of every micro-batch and a summed output.
+/// `w1` sharded across all four replicas, `b1` too with a padded tail (shards of two: the
+/// last replica's is only padding), `w2` in consecutive pairs and `b2` in pairs and
+/// sharded; a loss anchor of every micro-batch and a summed output.
 fn program() -> Program {
     let momentum = Optimizer::SgdMomentum {
         learning_rate: 0.3,
@@ -34,7 +35,7 @@ fn program() -> Program {
     };
     let pairs = CommGroup::Consecutive(2);
     let w1 = var("w1", &[6, 3], CommGroup::All, Sharding::Balanced);
-    let b1 = var("b1", &[6], CommGroup::All, Sharding::None);
+    let b1 = var("b1", &[6], CommGroup::All, Sharding::PaddedTail);
     let w2 = var("w2", &[4, 6], pairs, Sharding::None);
     let b2 = var("b2", &[4], pairs, Sharding::PaddedTail);
     p.input = p.add_stream("x", DataType::F32, &[3], false).unwrap();
@@ -325,8 +326,8 @@ fn contribution(progress: Progress<'_>) -> Option<(u32, ReduceOp, Vec<f32>)> {
 /// Catches a device of several lanes that trains its replicas other than devices of their
 /// own would: a weight gradient that sums every lane's rows into one, a dropout mask drawn
 /// from one generator for all lanes, a lane's stream items or anchors taken from
-/// another's FIFO, a shard updated for the wrong lane, a copy of a shared variable left
-/// behind, the combination put where only one lane reads it, a cycle count of all lanes.
+/// another's FIFO, a shard updated for the wrong lane (or one of only padding given
+/// elements), a copy of a shared variable left behind, the combination put where only one lane reads it, a cycle count of all lanes.
 #[test]
 fn lanes_train_to_the_bits_of_one_device_per_replica() {
     let alone = train(1);

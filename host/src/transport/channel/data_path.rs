@@ -115,8 +115,13 @@ enum Pending {
 
 /// How one span moves.
 enum Route {
-    /// Through the host's mapping, at this address of the device's memory.
-    InPlace(usize),
+    /// Through the host's mapping, at address `at` of the device's memory; `whole_ring`
+    /// when the span covers its target's whole range from its start (as the device
+    /// located it: for a FIFO, its whole ring).
+    InPlace {
+        at: usize,
+        whole_ring: bool,
+    },
     Bulk,
     Chunks,
 }
@@ -164,11 +169,11 @@ impl Channel {
         let mut whole = 0;
         for (i, span) in spans.iter().enumerate() {
             match self.route(span)? {
-                Route::InPlace(at) => {
+                Route::InPlace { at, whole_ring } => {
                     self.fill_in_place(span, at, |into| fill(i, into))?;
                     if span.target.is_stream() {
                         reports.push(*span);
-                        whole += usize::from(self.is_whole_ring(span));
+                        whole += usize::from(whole_ring);
                     }
                 }
                 route => {
@@ -204,7 +209,7 @@ impl Channel {
             len: data.len(),
         };
         match self.route(&span)? {
-            Route::InPlace(at) => {
+            Route::InPlace { at, .. } => {
                 self.fill_in_place(&span, at, |into| into.copy_from_slice(data))?;
                 let mut sent = Sent::default();
                 if span.target.is_stream() {
@@ -307,7 +312,7 @@ impl Channel {
         let mut whole = 0;
         for (i, span) in spans.iter().enumerate() {
             pending.push(match self.route(span)? {
-                Route::InPlace(at) => {
+                Route::InPlace { at, whole_ring } => {
                     let memory = self.memory.as_ref().and_then(|m| m.range(at, span.len));
                     let Some(bytes) = memory else {
                         return Err(self.outside_memory(span, at));
@@ -316,7 +321,7 @@ impl Channel {
                     self.traffic.in_place += span.len as u64;
                     if span.target.is_stream() {
                         reports.push(*span);
-                        whole += usize::from(self.is_whole_ring(span));
+                        whole += usize::from(whole_ring);
                     }
                     Pending::Done(None)
                 }
@@ -417,7 +422,10 @@ impl Channel {
                 let end = span.offset.checked_add(span.len);
                 if end.is_some_and(|end| end <= range.len()) {
                     self.drain()?;
-                    return Ok(Route::InPlace(range.start + span.offset));
+                    return Ok(Route::InPlace {
+                        at: range.start + span.offset,
+                        whole_ring: span.offset == 0 && span.len == range.len(),
+                    });
                 }
             }
         }
@@ -430,8 +438,8 @@ impl Channel {
     /// Where `target` lies in the device's memory, remembered; `None` when the device
     /// refuses to say (the move then goes by request, and the device's refusal with it).
     fn locate(&mut self, target: Target) -> Result<Option<Range<usize>>, TransportError> {
-        if let Some(range) = self.located.get(&target) {
-            return Ok(Some(range.clone()));
+        if let Some(range) = self.located.get(target) {
+            return Ok(Some(range));
         }
         match self.call(&Locate { target }) {
             Ok(reply) => {
@@ -532,13 +540,6 @@ impl Channel {
             sent.seqs.push(self.submit(&request)?);
         }
         Ok(())
-    }
-
-    /// True when `span` covers its FIFO's whole ring from the ring's start, as the device
-    /// located it: the span a `RunStep`'s `fed` or `took` stands for.
-    fn is_whole_ring(&self, span: &Span) -> bool {
-        let ring = self.located.get(&span.target).map(Range::len);
-        span.offset == 0 && ring == Some(span.len)
     }
 
     fn outside_memory(&self, span: &Span, at: usize) -> TransportError {

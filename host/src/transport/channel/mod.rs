@@ -28,6 +28,7 @@
 
 mod abandoned;
 mod data_path;
+mod located;
 mod open;
 mod receive;
 mod spares;
@@ -35,16 +36,13 @@ mod spares;
 pub use data_path::{Reading, Sent, Span, Traffic};
 
 use super::frames::Frames;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write;
-use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use foldhash::fast::FixedState;
 use tessera_core::wire::{
-    encode_body, encode_frame, Endpoint, Envelope, Limits, Request, RequestKind, Response, Target,
-    ToDevice,
+    encode_body, encode_frame, Endpoint, Envelope, Limits, Request, RequestKind, Response, ToDevice,
 };
 
 use tessera_firmware_sim::std_link::{Bulk, Message};
@@ -54,6 +52,7 @@ use super::reply::{Reply, Share, Typed};
 use super::shared::{SharedMemory, Window};
 use super::spawn::{DeviceHandle, Liveness, Outgoing};
 use super::TransportError;
+use located::Located;
 use spares::Spares;
 
 /// How long the oldest unanswered request waits before everything unanswered is sent again.
@@ -141,10 +140,8 @@ pub struct Channel {
     /// The host's mapping of the device's memory (device threads, child processes).
     memory: Option<SharedMemory>,
     /// Where targets lie in that memory, as the device located them; forgotten whenever a
-    /// request that may move device memory is sent ([`keeps_layout`]). Looked up for every
-    /// span of every step, so hashed by foldhash: SipHash's cost for these few small keys
-    /// was some 1.9 k instructions per device per step at 64 replicas.
-    located: HashMap<Target, Range<usize>, FixedState>,
+    /// request that may move device memory is sent ([`keeps_layout`]).
+    located: Located,
     /// Bytes moved, by path.
     traffic: Traffic,
     /// How long a wait for the device looks without sleeping: [`SPIN`] for devices that

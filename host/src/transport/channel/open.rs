@@ -2,7 +2,7 @@
 //! of their own where it is a byte link, and the hello that checks the protocol version
 //! and the replica before anything else is sent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
@@ -16,6 +16,7 @@ use super::super::fault::FaultConfig;
 use super::super::frames::Frames;
 use super::super::reader::{read_frames, MAX_FRAME};
 use super::super::spawn::{self, DeviceHandle, Incoming, Link};
+use super::located::Located;
 use super::spares::Spares;
 use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
 
@@ -190,7 +191,7 @@ impl Channel {
             retries: 0,
             window,
             memory,
-            located: HashMap::with_hasher(Default::default()),
+            located: Located::default(),
             traffic: Traffic::default(),
             spin: match handle {
                 DeviceHandle::Qemu { .. } => Duration::ZERO,

@@ -47,7 +47,7 @@ fn channel(writer: Outgoing) -> Channel {
         retries: 0,
         window: None,
         memory: None,
-        located: HashMap::with_hasher(Default::default()),
+        located: Located::default(),
         traffic: Traffic::default(),
         spin: SPIN,
         handle: DeviceHandle::Thread(None, Some(ours), Default::default()),
