@@ -6,8 +6,12 @@
 //!
 //! On a device of several lanes every lane holds its own copy; a variable held whole is
 //! equal on every lane (they share its group: [`lanes`](tessera_core::program::lanes)), so
-//! it is made whole from lane 0's copy, updated there once, and copied to the other lanes
-//! (the same bits an update on each would give, for a copy's cost).
+//! it is made whole from lane 0's copy and updated there once, batch after batch, and lane
+//! 0's is copied to the other lanes when the step's last batch is updated
+//! ([`share_wholes`]: the same bits an update on each would give, for a copy's cost, once
+//! a step). Nothing reads the other lanes' copies during a step; a step that fails between
+//! two batches leaves them a batch behind lane 0's, as it may leave any replica behind
+//! another, and the host's recovery rule has every variable loaded again then.
 //!
 //! A piece that does not fit the blocks it is moved between is a broken layout
 //! ([`Invariant::Piece`]), answered instead of a panic.
@@ -114,14 +118,11 @@ pub(super) fn update(
         .scratch
         .grad(index)
         .ok_or(broken(Invariant::ScratchLayout))?;
-    let whole = (prepared.program.variables.get(usize::from(index)))
-        .is_some_and(|v| v.sharding == Sharding::None);
     update_lane(arena, prepared, block, (0, index), grad.clone(), optimizer)?;
-    for lane in 1..prepared.lanes() {
-        if whole {
-            // Equal on every lane (module doc): lane 0's update, copied.
-            copy_lane_0(arena, prepared, lane, index)?;
-        } else {
+    // Held whole, equal on every lane: lane 0's update is copied at the step's end
+    // (module doc).
+    if !held_whole(prepared, index) {
+        for lane in 1..prepared.lanes() {
             update_lane(
                 arena,
                 prepared,
@@ -133,6 +134,27 @@ pub(super) fn update(
         }
     }
     Ok(grad.len() as u64)
+}
+
+/// Whether every lane holds variable `index` whole.
+fn held_whole(prepared: &Prepared, index: u8) -> bool {
+    (prepared.program.variables.get(usize::from(index)))
+        .is_some_and(|v| v.sharding == Sharding::None)
+}
+
+/// Lane 0's copy of every trained variable held whole, and its velocity, copied to the
+/// other lanes: after the step's last batch is updated (module doc).
+pub(super) fn share_wholes(arena: &mut Arena<'_>, prepared: &Prepared) -> Result<(), ErrorCode> {
+    for (i, _) in prepared.program.variables.iter().enumerate() {
+        let index = i as u8; // At most MAX_VARIABLES.
+        if prepared.scratch.grad(index).is_none() || !held_whole(prepared, index) {
+            continue;
+        }
+        for lane in 1..prepared.lanes() {
+            copy_lane_0(arena, prepared, lane, index)?;
+        }
+    }
+    Ok(())
 }
 
 /// Lane 0's variable `index`, and its velocity, copied to lane `lane`.

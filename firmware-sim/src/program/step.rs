@@ -34,8 +34,8 @@
 //! from its own generator, adding its rows into its own gradients and writing its own
 //! anchors; an exchange is every lane's part side by side, and the host's one combination
 //! goes into lane 0's part, which the rest of the batch reads; the optimizer updates each
-//! lane's shard, and a variable held whole once, on lane 0, copied to the other lanes. Each
-//! lane counts the work a device of its own would.
+//! lane's shard, and a variable held whole once, on lane 0, copied to the other lanes when
+//! the step's last batch is updated. Each lane counts the work a device of its own would.
 //!
 //! # Errors
 //!
@@ -205,6 +205,9 @@ pub fn advance(
             At::Update => {
                 cursor.work += step.update_variables()?;
                 cursor.batch += 1;
+                if cursor.batch == step.prepared.program.batches_per_step {
+                    held::share_wholes(step.arena, step.prepared)?;
+                }
                 At::Start
             }
         };

@@ -36,7 +36,9 @@ impl Seat {
         if self.lane == 0 {
             return Ok(id);
         }
-        in_lane(self.lane, id).ok_or(TransportError::Overflow {
+        // Built only when refused: an error built and dropped at every call cost a step on
+        // many lanes a drop of it per span.
+        in_lane(self.lane, id).ok_or_else(|| TransportError::Overflow {
             what: "an id of a lane past the first (ids of a prepared program only)",
             value: usize::from(id),
         })
