@@ -9,9 +9,10 @@
 //! it is made whole from lane 0's copy and updated there once, batch after batch, and lane
 //! 0's is copied to the other lanes when the step's last batch is updated
 //! ([`share_wholes`]: the same bits an update on each would give, for a copy's cost, once
-//! a step). Nothing reads the other lanes' copies during a step; a step that fails between
-//! two batches leaves them a batch behind lane 0's, as it may leave any replica behind
-//! another, and the host's recovery rule has every variable loaded again then.
+//! a step). Nothing reads the other lanes' copies during a step; a step that fails after
+//! one of its batches but before its last leaves them behind lane 0's, as it may leave any
+//! replica behind another, and the host's recovery rule has every variable loaded again
+//! then.
 //!
 //! A piece that does not fit the blocks it is moved between is a broken layout
 //! ([`Invariant::Piece`]), answered instead of a panic.
