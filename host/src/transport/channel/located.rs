@@ -57,9 +57,15 @@ impl Located {
         self.next = 0;
     }
 
-    /// The run goes on with `target`, cut where it was expected to go otherwise.
+    /// The run goes on with `target`, cut where it was expected to go otherwise. A run twice
+    /// as long as the targets known (a step looks some up twice) starts again from
+    /// `target` instead of growing: lookups that never come back to its first target would
+    /// grow it without end.
     fn follow(&mut self, target: Target, place: Range<usize>) {
         self.run.truncate(self.next);
+        if self.run.len() >= 2 * self.places.len() {
+            self.run.clear();
+        }
         self.run.push((target, place));
         self.next = self.run.len();
     }
@@ -102,6 +108,25 @@ mod tests {
         assert_eq!(located.get(Target::Fifo(9)), None);
         located.clear();
         assert_eq!(located.get(targets[0]), None, "forgotten with the map");
+    }
+
+    /// Catches a run that grows without end: lookups that go round two targets and never
+    /// come back to the first one looked up keep a run at most twice the targets known.
+    #[test]
+    fn a_run_never_outgrows_the_targets_known() {
+        let mut located = Located::default();
+        for k in 0..3 {
+            located.insert(Target::Fifo(k), k as usize..k as usize + 1);
+        }
+        for _ in 0..100 {
+            for k in [1, 2] {
+                assert_eq!(
+                    located.get(Target::Fifo(k)),
+                    Some(k as usize..k as usize + 1)
+                );
+            }
+        }
+        assert!(located.run.len() <= 6, "{} entries", located.run.len());
     }
 
     /// Catches a run that grows without end: a step's lookups repeated answer from a run
