@@ -155,17 +155,14 @@ struct Schedule<'a> {
 }
 
 impl Schedule<'_> {
-    /// The plan round `round` follows, if the step has that round.
-    fn plan(&self, round: u32) -> Option<&Plan> {
-        self.rounds.get(self.exchange(round)?)
-    }
-
-    /// The exchange of a batch round `round` is, if the step has that round.
-    fn exchange(&self, round: u32) -> Option<usize> {
+    /// The exchange of a batch round `round` is, and the plan it follows, if the step has
+    /// that round.
+    fn exchange(&self, round: u32) -> Option<(usize, &Plan)> {
         if round >= self.last {
             return None;
         }
-        (round as usize).checked_rem(self.rounds.len())
+        let exchange = (round as usize).checked_rem(self.rounds.len())?;
+        Some((exchange, self.rounds.get(exchange)?))
     }
 }
 
@@ -321,11 +318,7 @@ impl Step<'_> {
             round,
             expected: self.schedule.last,
         };
-        let (Some(plan), Some(exchange)) =
-            (self.schedule.plan(round), self.schedule.exchange(round))
-        else {
-            return Err(out_of_step);
-        };
+        let (exchange, plan) = self.schedule.exchange(round).ok_or(out_of_step)?;
         let open = match &mut self.open {
             Some(open) => open,
             empty => {

@@ -767,19 +767,24 @@ mod tests {
         }
     }
 
+    /// An open pool's line of `devices` readied in that order, of `n` devices.
+    fn readied(devices: &[usize], n: usize) -> Ready {
+        Ready {
+            devices: devices.iter().copied().collect(),
+            passed: 0,
+            again: vec![false; n],
+            sleepers: 0,
+            waking: 0,
+            closed: false,
+        }
+    }
+
     /// Catches a server that takes the first device readied while the one it served last
     /// is ready too (a device moved between cores' caches at every leg), and one that waits
     /// for its own device while another is ready.
     #[test]
     fn a_server_takes_its_last_device_first_and_else_the_first_readied() {
-        let mut ready = Ready {
-            devices: [4, 1, 7].into(),
-            passed: 0,
-            again: vec![false; 8],
-            sleepers: 0,
-            waking: 0,
-            closed: false,
-        };
+        let mut ready = readied(&[4, 1, 7], 8);
         assert_eq!(ready.take(Some(1)), Some(1));
         assert_eq!(
             ready.take(Some(1)),
@@ -794,14 +799,7 @@ mod tests {
     /// time it lets go would pass over the first in line forever; it is taken after two.
     #[test]
     fn the_first_in_line_is_passed_over_at_most_twice() {
-        let mut ready = Ready {
-            devices: [3].into(),
-            passed: 0,
-            again: vec![false; 4],
-            sleepers: 0,
-            waking: 0,
-            closed: false,
-        };
+        let mut ready = readied(&[3], 4);
         for round in 0..3 {
             ready.devices.push_back(1);
             let taken = ready.take(Some(1));
