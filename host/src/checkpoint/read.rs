@@ -4,11 +4,12 @@
 //!
 //! - **Only a regular file**, opened without blocking and read no further than its size
 //!   ([`crate::input`]).
-//! - **Every size is checked against the file before it is allocated.** The header's
-//!   length against the bytes after it (and safetensors' limit of 100 MB), each tensor's
-//!   range against the data there is, the data's total against the file's size. A claim
-//!   that does not fit is [`CheckpointError::Claim`], naming the part, the size claimed and
-//!   the size there is; nothing of the claimed size is allocated.
+//! - **Every size is checked against the file before it is allocated**, by the reader of
+//!   safetensors headers every file tessera reads shares ([`crate::input::safetensors`]):
+//!   the header's length against the bytes after it (and safetensors' limit of 100 MB),
+//!   each tensor's range against the data there is, the data's total against the file's
+//!   size. A claim that does not fit is [`CheckpointError::Claim`], naming the part, the
+//!   size claimed and the size there is; nothing of the claimed size is allocated.
 //! - **With the program known** ([`Checkpoint::load_for`](super::Checkpoint::load_for)),
 //!   the fingerprint and every tensor's name, type and shape are checked against the
 //!   program from the header alone, before any tensor byte is read: no tensor is allocated
@@ -26,20 +27,19 @@ use std::path::Path;
 use std::sync::{mpsc, Arc};
 
 use safetensors::tensor::{Metadata, TensorInfo};
-use safetensors::{Dtype, SafeTensorError};
+use safetensors::Dtype;
 use tessera_core::dtype::DataType;
 
 use super::format::{Checksum, DATA_FINGERPRINT, DATA_SAMPLES};
 use super::{Checkpoint, CheckpointError, DataRecord, Summary, FORMAT, MAX_STEP, VERSION};
 use crate::array::HostArray;
+use crate::input::safetensors::{self as safetensors_header, HeaderError};
 use crate::input::Input;
 use crate::runtime::{WeightsIo, MAX_REPLICAS, RNG_WORDS};
 
 /// A tensor read from a file: its type, its shape and its bytes.
 type Tensor = (Dtype, Vec<u32>, Arc<Vec<u8>>);
 
-/// The largest header read (safetensors' own limit).
-const MAX_HEADER: u64 = 100_000_000;
 /// Bytes a [`scan`] holds at a time.
 pub(super) const PIECE: usize = 1 << 20;
 
@@ -84,21 +84,29 @@ fn data_type(dtype: Dtype) -> DataType {
     }
 }
 
-/// Reads and checks the header: sizes against the file, format, version, the checksum's
-/// presence, and (with `expected`) the program's fingerprint and tensors.
+/// Reads and checks the header: sizes against the file ([`crate::input::safetensors`]), format,
+/// version, the checksum's presence, and (with `expected`) the program's fingerprint and
+/// tensors; the file is left at the first tensor byte.
 fn read_header(path: &Path, expected: Option<&Expected>) -> Result<Header, CheckpointError> {
     let mut input = Input::open(path).map_err(CheckpointError::Input)?;
-    let len = input.len();
-    let (metadata, data_start) = read_metadata(path, &mut input, len)?;
-    let available = len - data_start;
-    let tensors = tensor_list(path, &metadata, available)?;
-    if metadata.data_len() as u64 != available {
-        // Bytes beyond the last tensor: not a file this code wrote.
-        return Err(CheckpointError::Format(
-            SafeTensorError::MetadataIncompleteBuffer,
-        ));
-    }
-    let meta: BTreeMap<String, String> = metadata
+    let header = safetensors_header::Header::read(&input).map_err(|e| match e {
+        HeaderError::Input(e) => CheckpointError::Input(e),
+        HeaderError::Claim {
+            path,
+            part,
+            claimed,
+            actual,
+        } => CheckpointError::Claim {
+            path,
+            field: part,
+            claimed,
+            actual,
+        },
+        HeaderError::Format { source, .. } => CheckpointError::Format(source),
+    })?;
+    let tensors = tensor_list(&header.metadata)?;
+    let meta: BTreeMap<String, String> = header
+        .metadata
         .metadata()
         .iter()
         .flatten()
@@ -108,79 +116,28 @@ fn read_header(path: &Path, expected: Option<&Expected>) -> Result<Header, Check
     if let Some(expected) = expected {
         check_expected(&meta, &tensors, expected)?;
     }
+    input
+        .seek(header.data_start)
+        .map_err(CheckpointError::Input)?;
     Ok(Header {
         input,
         meta,
         tensors,
-        data_start,
+        data_start: header.data_start,
         recorded,
     })
 }
 
-/// A claim of the file in `path` larger than what is there.
-fn claim(path: &Path, field: String, claimed: u64, actual: u64) -> CheckpointError {
-    CheckpointError::Claim {
-        path: path.to_owned(),
-        field,
-        claimed,
-        actual,
-    }
-}
-
-/// The safetensors header of `input` (`len` bytes, at its start), its length checked
-/// against the file before it is read; returns it and where the tensor data starts.
-fn read_metadata(
-    path: &Path,
-    input: &mut Input,
-    len: u64,
-) -> Result<(Metadata, u64), CheckpointError> {
-    if len < 8 {
-        return Err(CheckpointError::Format(SafeTensorError::HeaderTooSmall));
-    }
-    let mut prefix = [0u8; 8];
-    input
-        .read_exact(&mut prefix)
-        .map_err(CheckpointError::Input)?;
-    let n = u64::from_le_bytes(prefix);
-    if n > len - 8 {
-        return Err(claim(path, "the header".to_string(), n, len - 8));
-    }
-    if n > MAX_HEADER {
-        return Err(CheckpointError::Format(SafeTensorError::HeaderTooLarge));
-    }
-    // At most the file's size (checked above).
-    let mut json = Vec::new();
-    input
-        .read_into(n, &mut json)
-        .map_err(CheckpointError::Input)?;
-    // Deserializing checks the ranges follow each other from 0 and fit their shapes.
-    let metadata: Metadata = serde_json::from_slice(&json)
-        .map_err(|e| CheckpointError::Format(SafeTensorError::InvalidHeaderDeserialization(e)))?;
-    Ok((metadata, 8 + n))
-}
-
-/// The header's tensors in file order, each with its shape in 32 bits, and each range
-/// checked against the `available` bytes of data.
+/// The header's tensors in file order, each with its shape in 32 bits (their ranges were
+/// checked against the file with the header).
 fn tensor_list(
-    path: &Path,
     metadata: &Metadata,
-    available: u64,
 ) -> Result<Vec<(String, TensorInfo, Vec<u32>)>, CheckpointError> {
     let mut tensors = Vec::new();
     for name in metadata.offset_keys() {
         let Some(info) = metadata.info(&name) else {
             continue;
         };
-        let (start, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
-        if end > available {
-            let field = format!("tensor `{name}`");
-            return Err(claim(
-                path,
-                field,
-                end - start,
-                available.saturating_sub(start),
-            ));
-        }
         let mut shape = Vec::with_capacity(info.shape.len());
         for &d in &info.shape {
             let d32 = u32::try_from(d).map_err(|_| CheckpointError::Dimension {

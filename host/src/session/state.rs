@@ -12,7 +12,7 @@ use tessera_core::wire::{Request, Target, Value, ValueKind};
 
 use super::claims;
 use super::pending::{Parked, Pending};
-use super::{byte_len, ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
+use super::{ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::array::{ArrayView, ArrayViewMut};
 use crate::transport::{Channel, SharedMemory, Span};
 
@@ -134,32 +134,6 @@ impl State {
             &Request::SetRegister { id, value },
             Command::Set(id),
         )
-    }
-
-    /// Makes register `id` on `worker` an array of `dtype` and `shape` holding `data`
-    /// (pipelined: an allocation, then one write per chunk).
-    pub(super) fn write_array(
-        &mut self,
-        worker: usize,
-        id: u16,
-        dtype: DataType,
-        shape: &[u32],
-        data: &[u8],
-    ) -> Result<(), SessionError> {
-        let expected = byte_len(dtype, shape)?;
-        if data.len() != expected {
-            return Err(ArrayError::Length {
-                expected,
-                actual: data.len(),
-            }
-            .into());
-        }
-        self.submit(
-            worker,
-            &alloc_request(id, dtype, shape)?,
-            Command::Alloc(id),
-        )?;
-        self.write_bytes(worker, id, data, None)
     }
 
     /// Writes `data` over the array register `id` on `worker` by the channel's data path

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use safetensors::{Dtype, SafeTensorError};
 use tessera_core::dtype::DataType;
 
+use super::part::PartError;
 use super::ShardRule;
 use crate::array::ArrayError;
+use crate::input::InputError;
 use crate::session::SessionError;
 
 /// Why a load failed. See the module documentation.
@@ -20,6 +22,35 @@ pub enum LoadError {
         file: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The file was refused (not a regular file) or could not be read.
+    Input(InputError),
+    /// The header claims more bytes than the file holds.
+    Claim {
+        /// The file.
+        file: PathBuf,
+        /// The part (`the header`, a tensor).
+        part: String,
+        /// Bytes claimed.
+        claimed: u64,
+        /// Bytes there are.
+        actual: u64,
+    },
+    /// The host could not allocate the buffer one part of a tensor is read into.
+    HostMemory {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The part's bytes.
+        bytes: usize,
+    },
+    /// A part of a tensor could not be read from its file.
+    Part {
+        /// The tensor.
+        tensor: String,
+        /// Why (the error names the file).
+        source: PartError,
     },
     /// Not a well-formed safetensors file: truncated, a corrupt header, offsets that do not
     /// cover the data.
@@ -139,6 +170,28 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Read { file, source } => write!(f, "cannot read {}: {source}", file.display()),
+            Self::Input(e) => write!(f, "cannot load {e}"),
+            Self::Claim {
+                file,
+                part,
+                claimed,
+                actual,
+            } => write!(
+                f,
+                "{}: the header claims {claimed} bytes for {part}; the file has {actual}",
+                file.display()
+            ),
+            Self::HostMemory {
+                file,
+                tensor,
+                bytes,
+            } => write!(
+                f,
+                "{}: tensor {tensor:?}: the host cannot allocate the {bytes} bytes of one \
+                 worker's part",
+                file.display()
+            ),
+            Self::Part { tensor, source } => write!(f, "tensor {tensor:?}: {source}"),
             Self::Format { file, source } => {
                 write!(
                     f,
@@ -245,11 +298,19 @@ impl std::error::Error for LoadError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Read { source, .. } => Some(source),
+            Self::Input(e) => Some(e),
+            Self::Part { source, .. } => Some(source),
             Self::Format { source, .. } => Some(source),
             Self::Shape { source, .. } => Some(source),
             Self::Worker { source, .. } => Some(&**source),
             Self::Session { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+impl From<InputError> for LoadError {
+    fn from(e: InputError) -> Self {
+        Self::Input(e)
     }
 }

@@ -16,9 +16,17 @@
 //!   gives worker *i* file *i*'s tensors as they are: no worker's data goes anywhere but
 //!   to that worker. Every file must hold the same tensor names, each with the same type
 //!   and shape (what an even split gives).
-//! - **Checked before anything moves.** Every file is read and every tensor checked — its
-//!   element type, its shape, the rule's dimension and that the dimension divides — before
-//!   the first register is allocated: a refused load allocates nothing and sends nothing.
+//! - **Checked before anything moves.** Every file is opened under the rules of every file
+//!   tessera reads ([`crate::input`]: a regular file, never read past its size) and its
+//!   header read and checked ([`crate::input::safetensors`]: every size it claims against
+//!   the file), and every tensor checked — its element type, its shape, the rule's
+//!   dimension and that the dimension divides — before the first register is allocated: a
+//!   refused load allocates nothing and sends nothing.
+//! - **Room before bytes.** Every register is allocated on every worker, and the workers
+//!   answer, before a tensor byte is read: a tensor no worker has room for is refused
+//!   before the host reads it.
+//! - **Read by ranges.** Each worker's part is read from the file where it lies, part by
+//!   part (`part`): the host holds one part at a time, never the file.
 //! - **All or nothing.** A load waits for its workers. If one fails (out of memory, a
 //!   full register table, a broken link) the error names the tensor and the worker, the
 //!   load's registers are freed, and the session stays usable.
@@ -54,23 +62,29 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 
-use safetensors::{Dtype, SafeTensors};
+use safetensors::tensor::TensorInfo;
+use safetensors::Dtype;
 use tessera_core::dtype::DataType;
 
 use super::collective::Scope;
 use super::{Command, Register, Session, SessionError, State};
 use crate::array::{byte_len, ArrayError, HostArray};
+use crate::input::safetensors::{Header, HeaderError};
+use crate::input::Input;
 
 #[cfg(feature = "mpi")]
 pub(in crate::session) mod across;
 mod error;
+mod part;
+
+use part::Cut;
 
 pub use error::LoadError;
+pub use part::PartError;
 
 /// How one tensor is spread over the workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -182,23 +196,19 @@ impl Session {
         if let Some(loaded) = self.load_across_ranks(file, rules)? {
             return Ok(loaded);
         }
-        let bytes = read(file)?;
-        let tensors = parse(file, &bytes)?
-            .into_iter()
-            .map(|(name, view)| (name, Described::from(&view)))
-            .collect();
+        let (input, tensors) = open(file)?;
         let planned = self.plan_file(file, tensors, rules)?;
-        self.write_planned(&[file], planned, Writing::FromHost)
+        self.write_planned(&[input], planned, Writing::FromHost)
     }
 
     /// Every tensor of `file` (`tensors`) checked under `rules` and planned: the rules
     /// name only tensors the file has, and each rule fits its tensor.
-    fn plan_file<'a>(
+    fn plan_file(
         &self,
         file: &Path,
-        tensors: Vec<(String, Described<'a>)>,
+        tensors: Vec<(String, Described)>,
         rules: &ShardRules,
-    ) -> Result<Vec<Planned<'a>>, LoadError> {
+    ) -> Result<Vec<Planned>, LoadError> {
         for (name, &rule) in &rules.named {
             if !tensors.iter().any(|(n, _)| n == name) {
                 return Err(LoadError::UnknownTensor {
@@ -236,20 +246,17 @@ impl Session {
             });
         }
         let files: Vec<&Path> = paths.iter().map(AsRef::as_ref).collect();
-        let buffers = files
-            .iter()
-            .map(|file| read(file))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut inputs = Vec::with_capacity(workers);
         let mut parsed = Vec::with_capacity(workers);
-        for (file, bytes) in files.iter().zip(&buffers) {
-            parsed.push(parse(file, bytes)?);
+        for file in &files {
+            let (input, tensors) = open(file)?;
+            inputs.push(input);
+            parsed.push(tensors);
         }
         let mut planned = Vec::new();
         for (name, view) in &parsed[0] {
-            let described = Described::from(view);
-            let mut first =
-                plan_split(files[0], name.clone(), &described, ShardRule::Replicate, 1)?;
-            let mut parts = Vec::with_capacity(workers);
+            let mut first = plan_split(files[0], name.clone(), view, ShardRule::Replicate, 1)?;
+            let mut offsets = Vec::with_capacity(workers);
             for (worker, tensors) in parsed.iter().enumerate() {
                 let found = tensors.binary_search_by(|(n, _)| n.as_str().cmp(name));
                 let Ok(at) = found else {
@@ -261,19 +268,19 @@ impl Session {
                     });
                 };
                 let other = &tensors[at].1;
-                let dtype = element_type(files[worker], name, other.dtype())?;
-                if (dtype, other.shape()) != (first.dtype, view.shape()) {
+                let dtype = element_type(files[worker], name, other.dtype)?;
+                if (dtype, &other.shape) != (first.dtype, &view.shape) {
                     return Err(LoadError::ShardMismatch {
                         file: files[worker].to_path_buf(),
                         worker,
                         tensor: name.clone(),
-                        found: (dtype, other.shape().to_vec()),
-                        expected: (first.dtype, view.shape().to_vec()),
+                        found: (dtype, other.shape.clone()),
+                        expected: (first.dtype, view.shape.clone()),
                     });
                 }
-                parts.push(other.data());
+                offsets.push(other.offset);
             }
-            first.source = Source::PerWorker(parts);
+            first.source = Source::PerWorker(offsets);
             planned.push(first);
         }
         // Every file holds worker 0's names; one holding more has a name worker 0's lacks.
@@ -292,7 +299,7 @@ impl Session {
                 });
             }
         }
-        self.write_planned(&files, planned, Writing::FromHost)
+        self.write_planned(&inputs, planned, Writing::FromHost)
     }
 
     /// Copies `arrays[i]` from the host to worker *i*, all into one new register (the
@@ -330,15 +337,16 @@ impl Session {
         Ok((state.workers.len(), state.num_groups))
     }
 
-    /// Writes every planned tensor (worker `w`'s part from `files[w % files.len()]`), waits
-    /// for the workers, and hands out the registers — or frees them all on a failure.
+    /// Allocates every planned tensor's register on every worker and waits for them, then
+    /// fills them (worker `w`'s part from `files[w % files.len()]`, or by the ranks) and
+    /// waits again; hands out the registers — or frees them all on a failure.
     fn write_planned(
         &self,
-        files: &[&Path],
-        planned: Vec<Planned<'_>>,
+        files: &[Input],
+        planned: Vec<Planned>,
         writing: Writing,
     ) -> Result<HashMap<String, Register>, LoadError> {
-        let file_of = |worker: usize| files[worker % files.len()].to_path_buf();
+        let file_of = |worker: usize| files[worker % files.len()].path().to_path_buf();
         let session_error = |source| LoadError::Session {
             file: file_of(0),
             source,
@@ -348,54 +356,35 @@ impl Session {
         // Earlier failures are reported now, not blamed on this load.
         state.sync_each(0..workers).map_err(session_error)?;
         let mut ids: Vec<u16> = Vec::with_capacity(planned.len());
-        let with_data = matches!(writing, Writing::FromHost);
-        let bytes = match send(&mut state, &planned, &mut ids, with_data) {
-            Ok(bytes) => bytes,
-            Err(source) => {
-                // What was sent is claimed (its outcome overshadowed), so no later sync
-                // reports this load's commands.
-                for worker in 0..workers {
-                    let _ = state.sync(worker);
-                }
-                release(&mut state, &ids);
-                return Err(session_error(source));
-            }
-        };
+        if let Err(source) = allocate(&mut state, &planned, &mut ids) {
+            abandon(&mut state, &ids);
+            return Err(session_error(source));
+        }
+        // Room on every worker before a byte is read.
         if let Err(source) = state.sync_each(0..workers) {
             release(&mut state, &ids);
-            // The first failure that names one of this load's tensors names the tensor.
-            let failed = source
-                .worker_failures()
-                .into_iter()
-                .find_map(|(worker, command, _)| match command {
-                    Command::Alloc(id) | Command::Set(id) => ids
-                        .iter()
-                        .position(|i| i == id)
-                        .map(|at| (worker, planned[at].name.clone())),
-                    _ => None,
-                });
-            return Err(match failed {
-                Some((worker, tensor)) => LoadError::Worker {
-                    file: file_of(worker),
-                    tensor,
-                    source: Box::new(source),
-                },
-                None => session_error(source),
-            });
+            return Err(named(source, &ids, &planned, file_of).unwrap_or_else(session_error));
         }
-        #[cfg(feature = "mpi")]
-        if let Writing::ByRanks(offsets) = &writing {
-            if let Err(source) = state.fill_by_ranks(files[0], &planned, offsets, &ids) {
-                release(&mut state, &ids);
-                return Err(session_error(source));
-            }
+        let filled = match &writing {
+            Writing::FromHost => fill_from_host(&mut state, files, &planned, &ids),
+            #[cfg(feature = "mpi")]
+            Writing::ByRanks => state
+                .fill_by_ranks(files[0].path(), files[0].len(), &planned, &ids)
+                .map_err(session_error),
+        };
+        if let Err(e) = filled {
+            abandon(&mut state, &ids);
+            return Err(e);
+        }
+        if let Err(source) = state.sync_each(0..workers) {
+            release(&mut state, &ids);
+            return Err(named(source, &ids, &planned, file_of).unwrap_or_else(session_error));
         }
         drop(state);
         tracing::debug!(
             file = %file_of(0).display(),
             files = files.len(),
             tensors = planned.len(),
-            bytes,
             "loaded safetensors"
         );
         Ok(planned
@@ -406,40 +395,104 @@ impl Session {
     }
 }
 
+/// The worker failure in `source` that names one of this load's registers (`ids`, of the
+/// tensors `planned`), as an error naming the tensor and the file (`file_of` the worker).
+fn named(
+    source: SessionError,
+    ids: &[u16],
+    planned: &[Planned],
+    file_of: impl Fn(usize) -> std::path::PathBuf,
+) -> Result<LoadError, SessionError> {
+    let failed =
+        source
+            .worker_failures()
+            .into_iter()
+            .find_map(|(worker, command, _)| match command {
+                Command::Alloc(id) | Command::Set(id) => ids
+                    .iter()
+                    .position(|i| i == id)
+                    .map(|at| (worker, planned[at].name.clone())),
+                _ => None,
+            });
+    match failed {
+        Some((worker, tensor)) => Ok(LoadError::Worker {
+            file: file_of(worker),
+            tensor,
+            source: Box::new(source),
+        }),
+        None => Err(source),
+    }
+}
+
 /// How a load's bytes reach the workers.
 enum Writing {
-    /// From the host, which read the files.
+    /// From the host, which reads the files part by part.
     FromHost,
     /// Each rank of a session across MPI ranks reads its workers' parts from the file
-    /// itself, into their memory; the tensors' data start at these offsets of the file.
+    /// itself, into their memory.
     #[cfg(feature = "mpi")]
-    ByRanks(Vec<u64>),
+    ByRanks,
 }
 
 /// Allocates a register per planned tensor (its id pushed to `ids` at once, so a failure
-/// can free it) on every worker, with its part when `with_data`; returns the bytes sent.
-fn send(
+/// can free it) on every worker.
+fn allocate(
     state: &mut State,
-    planned: &[Planned<'_>],
+    planned: &[Planned],
     ids: &mut Vec<u16>,
-    with_data: bool,
-) -> Result<usize, SessionError> {
-    let mut bytes = 0usize;
+) -> Result<(), SessionError> {
     for tensor in planned {
         let id = state.allocate_id()?;
         ids.push(id);
+        let alloc = super::state::alloc_request(id, tensor.dtype, &tensor.shape)?;
         for worker in 0..state.workers.len() {
-            if !with_data {
-                let alloc = super::state::alloc_request(id, tensor.dtype, &tensor.shape)?;
-                state.submit(worker, &alloc, Command::Alloc(id))?;
-                continue;
-            }
-            let data = tensor.part(worker);
-            bytes = bytes.saturating_add(data.len());
-            state.write_array(worker, id, tensor.dtype, &tensor.shape, &data)?;
+            state.submit(worker, &alloc, Command::Alloc(id))?;
         }
     }
-    Ok(bytes)
+    Ok(())
+}
+
+/// Every worker's part of every planned tensor (registers `ids`) read from `files` and
+/// written to its register, part by part: a part shared by several workers (a replicated
+/// tensor, or a group's split) is read once for them.
+fn fill_from_host(
+    state: &mut State,
+    files: &[Input],
+    planned: &[Planned],
+    ids: &[u16],
+) -> Result<(), LoadError> {
+    let session_error = |worker: usize, source| LoadError::Session {
+        file: files[worker % files.len()].path().to_path_buf(),
+        source,
+    };
+    let mut buffer = Vec::new();
+    for (tensor, &id) in planned.iter().zip(ids) {
+        // The file and the part the buffer holds.
+        let mut held = None;
+        for worker in 0..state.workers.len() {
+            let (file, part) = match &tensor.source {
+                Source::Split { cut } => (0, worker % cut.parts.max(1)),
+                Source::PerWorker(_) => (worker % files.len(), 0),
+            };
+            if held != Some((file, part)) {
+                tensor.read_part(&files[file], part, worker, &mut buffer)?;
+                held = Some((file, part));
+            }
+            state
+                .write_bytes(worker, id, &buffer, None)
+                .map_err(|e| session_error(worker, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// After a load failed part-way: what was sent is claimed (its outcome overshadowed), so
+/// no later sync reports this load's commands, and its registers are freed.
+fn abandon(state: &mut State, ids: &[u16]) {
+    for worker in 0..state.workers.len() {
+        let _ = state.sync(worker);
+    }
+    release(state, ids);
 }
 
 /// Frees `ids` on every worker after a failed load (a failure to free is already
@@ -453,90 +506,90 @@ fn release(state: &mut State, ids: &[u16]) {
 }
 
 /// One tensor, checked and ready to write.
-struct Planned<'a> {
+struct Planned {
     name: String,
     dtype: DataType,
     /// Each worker's register shape.
     shape: Vec<u32>,
-    source: Source<'a>,
+    source: Source,
 }
 
-/// Where each worker's bytes come from.
-enum Source<'a> {
-    /// Part `rank` of `parts` of one row-major tensor, cut on `dim`, worker `w` having
-    /// rank `w % parts` (one part: the whole tensor).
-    Split {
-        data: &'a [u8],
-        shape: Vec<usize>,
-        dim: usize,
-        parts: usize,
-    },
-    /// Worker `w`'s bytes are `data[w]`.
-    PerWorker(Vec<&'a [u8]>),
+/// Where each worker's bytes lie.
+enum Source {
+    /// Part `worker % cut.parts` of one tensor of the (first) file.
+    Split { cut: Cut },
+    /// Worker `w`'s bytes, the whole of its register, at offset `w` of file `w`.
+    PerWorker(Vec<u64>),
 }
 
-impl Planned<'_> {
-    /// Worker `worker`'s bytes.
-    fn part(&self, worker: usize) -> Cow<'_, [u8]> {
-        match &self.source {
-            Source::PerWorker(data) => Cow::Borrowed(data[worker % data.len()]),
-            Source::Split {
-                data,
-                shape,
-                dim,
-                parts,
-            } => slice(data, shape, self.dtype.size(), *dim, *parts, worker % parts),
-        }
+impl Planned {
+    /// Part `part` of the tensor, for `worker`, read from `file` into `buffer` (resized to
+    /// the part's length, the allocation fallible).
+    fn read_part(
+        &self,
+        file: &Input,
+        part: usize,
+        worker: usize,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(), LoadError> {
+        let whole;
+        let (cut, part) = match &self.source {
+            Source::Split { cut } => (cut, part),
+            Source::PerWorker(offsets) => {
+                // One part, the whole tensor, at this file's own offset.
+                whole = Cut {
+                    offset: offsets[worker % offsets.len()],
+                    shape: self.shape.iter().map(|&d| d as usize).collect(),
+                    size: self.dtype.size(),
+                    dim: 0,
+                    parts: 1,
+                };
+                (&whole, 0)
+            }
+        };
+        let len = cut.part_len();
+        buffer.clear();
+        buffer
+            .try_reserve_exact(len)
+            .map_err(|_| LoadError::HostMemory {
+                file: file.path().to_path_buf(),
+                tensor: self.name.clone(),
+                bytes: len,
+            })?;
+        buffer.resize(len, 0);
+        cut.read(file, part, buffer)
+            .map_err(|source| LoadError::Part {
+                tensor: self.name.clone(),
+                source,
+            })
     }
 }
 
-/// Part `rank` of `parts` equal parts of `data` (row-major, `shape`, `size`-byte elements)
-/// cut on dimension `dim`. The caller checked that `dim` exists and divides, and that
-/// `data` holds exactly the shape's bytes, so every product below is at most its length.
-fn slice<'a>(
-    data: &'a [u8],
-    shape: &[usize],
-    size: usize,
-    dim: usize,
-    parts: usize,
-    rank: usize,
-) -> Cow<'a, [u8]> {
-    if parts <= 1 || data.is_empty() {
-        return Cow::Borrowed(data);
-    }
-    let outer: usize = shape[..dim].iter().product();
-    let inner: usize = shape[dim + 1..].iter().product::<usize>() * size;
-    let run = shape[dim] / parts * inner;
-    let stride = shape[dim] * inner;
-    if outer == 1 {
-        return Cow::Borrowed(&data[rank * run..][..run]);
-    }
-    let mut out = Vec::with_capacity(outer * run);
-    for row in data.chunks_exact(stride) {
-        out.extend_from_slice(&row[rank * run..][..run]);
-    }
-    Cow::Owned(out)
-}
-
-fn read(file: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(file).map_err(|source| LoadError::Read {
-        file: file.to_path_buf(),
-        source,
-    })
-}
-
-/// The tensors of a file, sorted by name (so register ids follow the names).
-fn parse<'a>(
-    file: &Path,
-    bytes: &'a [u8],
-) -> Result<Vec<(String, safetensors::tensor::TensorView<'a>)>, LoadError> {
-    let parsed = SafeTensors::deserialize(bytes).map_err(|source| LoadError::Format {
-        file: file.to_path_buf(),
-        source,
+/// `file` opened under the input rules, and its tensors (sorted by name, so register ids
+/// follow the names) as its checked header describes them.
+fn open(file: &Path) -> Result<(Input, Vec<(String, Described)>), LoadError> {
+    let input = Input::open(file)?;
+    let header = Header::read(&input).map_err(|e| match e {
+        HeaderError::Input(e) => LoadError::Input(e),
+        HeaderError::Claim {
+            path,
+            part,
+            claimed,
+            actual,
+        } => LoadError::Claim {
+            file: path,
+            part,
+            claimed,
+            actual,
+        },
+        HeaderError::Format { path, source } => LoadError::Format { file: path, source },
     })?;
-    let mut tensors = parsed.tensors();
-    tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(tensors)
+    let tensors = header
+        .by_name()
+        .into_iter()
+        .map(|(name, info)| (name, Described::of(&header, info)))
+        .collect();
+    Ok((input, tensors))
 }
 
 /// The tessera type of a safetensors type.
@@ -567,35 +620,34 @@ fn element_type(file: &Path, tensor: &str, dtype: Dtype) -> Result<DataType, Loa
     })
 }
 
-/// What planning needs of a tensor: its type, its shape, and its data — empty where they
-/// stay in the file (a load across ranks reads them there), `data_len` saying how long
-/// they are.
-struct Described<'a> {
+/// What planning needs of a tensor: its type, its shape, where its data start in the file
+/// and how long they are.
+struct Described {
     dtype: Dtype,
     shape: Vec<usize>,
-    data: &'a [u8],
+    offset: u64,
     data_len: usize,
 }
 
-impl<'a> From<&safetensors::tensor::TensorView<'a>> for Described<'a> {
-    fn from(view: &safetensors::tensor::TensorView<'a>) -> Self {
+impl Described {
+    fn of(header: &Header, info: &TensorInfo) -> Self {
         Self {
-            dtype: view.dtype(),
-            shape: view.shape().to_vec(),
-            data: view.data(),
-            data_len: view.data().len(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            offset: header.start_of(info),
+            data_len: info.data_offsets.1 - info.data_offsets.0,
         }
     }
 }
 
 /// Checks tensor `name` under `rule` across `span` workers and plans its parts.
-fn plan_split<'a>(
+fn plan_split(
     file: &Path,
     name: String,
-    view: &Described<'a>,
+    view: &Described,
     rule: ShardRule,
     span: usize,
-) -> Result<Planned<'a>, LoadError> {
+) -> Result<Planned, LoadError> {
     let dtype = element_type(file, &name, view.dtype)?;
     let shape = view.shape.clone();
     let (dim, parts) = match rule {
@@ -621,7 +673,6 @@ fn plan_split<'a>(
             (dim, span)
         }
     };
-    let data = view.data;
     let checked = shape
         .iter()
         .map(|&d| u32::try_from(d).map_err(|_| ArrayError::Overflow))
@@ -656,10 +707,13 @@ fn plan_split<'a>(
         dtype,
         shape: part_shape,
         source: Source::Split {
-            data,
-            shape,
-            dim,
-            parts,
+            cut: Cut {
+                offset: view.offset,
+                shape,
+                size: dtype.size(),
+                dim,
+                parts,
+            },
         },
     })
 }

@@ -5,11 +5,12 @@
 //! other on `mps2-an385` (Cortex-M3, floats in software routines).
 
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use super::qemu::QEMU;
+use crate::input::{Input, InputError};
 
 /// What is wrong with the firmware or the tools the QEMU placement needs.
 #[derive(Debug)]
@@ -21,6 +22,8 @@ pub enum FirmwareError {
         /// Why.
         source: io::Error,
     },
+    /// The firmware file was refused (not a regular file) or could not be read.
+    Refused(InputError),
     /// The file is not a 32-bit little-endian ARM ELF executable.
     NotArmElf {
         /// The path given.
@@ -64,14 +67,16 @@ const FLOAT_HARD: u32 = 0x400;
 /// The board `firmware` was built for, from its ELF header (which must be a 32-bit
 /// little-endian ARM executable).
 pub fn board_of(firmware: &Path) -> Result<Board, FirmwareError> {
-    let unreadable = |source| FirmwareError::Unreadable {
-        path: firmware.to_path_buf(),
-        source,
-    };
     let mut header = [0u8; 40];
-    File::open(firmware)
-        .and_then(|mut file| file.read_exact(&mut header))
-        .map_err(unreadable)?;
+    let input = Input::open(firmware).map_err(FirmwareError::Refused)?;
+    if input.len() < header.len() as u64 {
+        return Err(FirmwareError::NotArmElf {
+            path: firmware.to_path_buf(),
+        });
+    }
+    input
+        .read_exact_at(&mut header, 0)
+        .map_err(FirmwareError::Refused)?;
     // e_ident: magic, ELFCLASS32 (1), ELFDATA2LSB (1); e_type ET_EXEC (2); e_machine EM_ARM (40).
     let elf = header[..4] == *b"\x7fELF"
         && header[4] == 1
@@ -99,6 +104,7 @@ impl fmt::Display for FirmwareError {
                 "cannot read the firmware {}: {source} ({BUILD_FIRMWARE})",
                 path.display()
             ),
+            Self::Refused(e) => write!(f, "cannot read the firmware: {e} ({BUILD_FIRMWARE})"),
             Self::NotArmElf { path } => write!(
                 f,
                 "{} is not the device firmware: it is not a 32-bit ARM ELF executable ({BUILD_FIRMWARE})",
@@ -115,6 +121,7 @@ impl std::error::Error for FirmwareError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Unreadable { source, .. } => Some(source),
+            Self::Refused(e) => Some(e),
             _ => None,
         }
     }

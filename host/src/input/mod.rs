@@ -16,12 +16,23 @@
 //!   shrinks while it is read is an error naming both sizes, never a short read taken as
 //!   the whole.
 //!
+//! - **Read by ranges.** A reader takes the bytes it needs where they lie
+//!   ([`Input::read_exact_at`]), never more than the file has: a large file is never held
+//!   whole to use a part of it.
+//!
+//! Every reader of a file the user names goes through here: the command line's `--data`,
+//! `--executable` and `--resume`, `tessera inspect`, checkpoints, executables, the
+//! firmware's ELF header and the session's safetensors loader (whose header, and the
+//! checkpoint's, [`safetensors`] reads).
+//!
 //! Nothing here panics.
+
+pub mod safetensors;
 
 use std::fmt;
 use std::fs::{File, Metadata};
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why a file named for reading was refused.
@@ -52,6 +63,18 @@ pub enum InputError {
         /// What the file was read as.
         what: &'static str,
     },
+    /// A read that would go past the file's end: a size the file claims that it does not
+    /// hold.
+    PastEnd {
+        /// The file.
+        path: PathBuf,
+        /// Where the read would start.
+        at: u64,
+        /// Bytes it would read.
+        count: u64,
+        /// The file's size.
+        size: u64,
+    },
     /// The file shrank while it was read (another process truncated it).
     Shrunk {
         /// The file.
@@ -80,6 +103,16 @@ impl fmt::Display for InputError {
             } => write!(
                 f,
                 "{} is {size} bytes; a {what} is at most {limit} bytes",
+                path.display()
+            ),
+            Self::PastEnd {
+                path,
+                at,
+                count,
+                size,
+            } => write!(
+                f,
+                "{}: {count} bytes at {at} lie past the end of the file ({size} bytes)",
                 path.display()
             ),
             Self::Shrunk { path, size, read } => write!(
@@ -212,6 +245,30 @@ impl Input {
             .map_err(|source| InputError::Io {
                 path: self.path.clone(),
                 source,
+            })
+    }
+
+    /// Reads exactly `buf.len()` bytes at byte `at`, leaving the position alone; a read past
+    /// [`len`](Self::len) is refused before it is tried ([`InputError::PastEnd`]), and a
+    /// file that ends first shrank since it was opened.
+    pub fn read_exact_at(&self, buf: &mut [u8], at: u64) -> Result<(), InputError> {
+        let count = buf.len() as u64;
+        if at.checked_add(count).is_none_or(|end| end > self.len) {
+            return Err(InputError::PastEnd {
+                path: self.path.clone(),
+                at,
+                count,
+                size: self.len,
+            });
+        }
+        self.file
+            .read_exact_at(buf, at)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => self.shrunk(),
+                _ => InputError::Io {
+                    path: self.path.clone(),
+                    source,
+                },
             })
     }
 
