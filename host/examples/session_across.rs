@@ -7,8 +7,8 @@
 //!
 //! Rank 0 calls `add_one` on every worker and syncs, `rounds` times (0, the default: until
 //! something fails), printing `running` once the first round is done and, at the end,
-//! every worker's last result; a failure is printed with its reason and ends rank 0 with
-//! status 1. Given a rank, that rank panics 1.5 s after it starts serving (a worker's rank
+//! every worker's last result; a failure is printed with its reason (before the session's
+//! teardown) and ends rank 0 with status 1. Given a rank, that rank panics 1.5 s after it starts serving (a worker's rank
 //! failing while the session runs).
 
 use std::path::PathBuf;
@@ -43,14 +43,23 @@ fn main() {
             panic!("rank {rank} panics on purpose");
         });
     }
-    if let Err(e) = run(&placement, workers, rounds) {
+    let session = match Session::new(&placement, workers, 1, 1 << 20) {
+        Ok(session) => session,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = run(&session, rounds) {
+        // Said while the session lives: its teardown waits for the other ranks (up to the
+        // MPI deadline when one of them is stopped).
         eprintln!("error: {e}");
+        drop(session);
         std::process::exit(1);
     }
 }
 
-fn run(placement: &Placement, workers: usize, rounds: usize) -> Result<(), SessionError> {
-    let session = Session::new(placement, workers, 1, 1 << 20)?;
+fn run(session: &Session, rounds: usize) -> Result<(), SessionError> {
     let add_one = session.get_function("add_one")?;
     let replica_id = session.get_function("replica_id")?;
     let mut round = 0;

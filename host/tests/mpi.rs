@@ -371,12 +371,17 @@ struct Running {
 }
 
 /// `session_across` under `mpirun -np 2` with 4 workers in child processes (`extra`
-/// appended), once rank 0 has run a round on every worker.
-fn session_running(name: &str, extra: &[&str]) -> Running {
+/// appended), once rank 0 has run a round on every worker; `deadline`, if given, is the
+/// job's `TESSERA_MPI_DEADLINE` in seconds.
+fn session_running(name: &str, extra: &[&str], deadline: Option<u64>) -> Running {
     let dir = scratch(name);
     let mut args = vec!["4", TESSERA];
     args.extend_from_slice(extra);
-    let mut job = mpirun(2, &session_across(), &args, &dir)
+    let mut command = mpirun(2, &session_across(), &args, &dir);
+    if let Some(seconds) = deadline {
+        command.env("TESSERA_MPI_DEADLINE", seconds.to_string());
+    }
+    let mut job = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -461,7 +466,7 @@ fn a_killed_serving_rank_ends_the_session() {
         job,
         ranks,
         devices,
-    } = session_running("session-kill-1", &[]);
+    } = session_running("session-kill-1", &[], None);
     assert_eq!(
         devices.iter().map(|(_, d)| d.len()).sum::<usize>(),
         4,
@@ -485,7 +490,7 @@ fn a_killed_controller_ends_every_rank() {
         job,
         ranks,
         devices,
-    } = session_running("session-kill-0", &[]);
+    } = session_running("session-kill-0", &[], None);
     let (victim, _) = ranks.iter().find(|(_, rank)| *rank == 0).expect("rank 0");
     assert!(Command::new("kill")
         .args(["-KILL", &victim.to_string()])
@@ -506,7 +511,7 @@ fn a_remote_worker_failure_names_its_global_id() {
         job,
         ranks,
         devices,
-    } = session_running("session-kill-device", &[]);
+    } = session_running("session-kill-device", &[], None);
     let (_, on_rank_1) = devices.iter().find(|(rank, _)| *rank == 1).expect("rank 1");
     let victim = on_rank_1.first().expect("a device process on rank 1");
     assert!(Command::new("kill")
@@ -531,9 +536,66 @@ fn a_panic_on_a_serving_rank_aborts_the_session() {
         job,
         ranks,
         devices,
-    } = session_running("session-panic", &["0", "1"]);
+    } = session_running("session-panic", &["0", "1"], None);
     let stderr = fails_promptly(job, "rank 1 panicked");
     assert!(stderr.contains("rank 1 panics on purpose"), "{stderr}");
     assert_no_rank_left(&ranks);
     assert_no_device_left(&devices);
+}
+
+/// Stops rank `victim` (SIGSTOP) of a session job running with a deadline of 3 s; returns
+/// the job's stderr once it has ended, after checking that it ended within the deadline
+/// plus a few seconds and that no rank or device process is left.
+fn stopped_rank_ends_the_session(victim: u32, name: &str) -> String {
+    let Running {
+        job,
+        ranks,
+        devices,
+    } = session_running(name, &[], Some(3));
+    let (pid, _) = ranks
+        .iter()
+        .find(|(_, rank)| *rank == victim)
+        .expect("the rank");
+    let start = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let stderr = fails_promptly(job, "a rank was stopped");
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(3 + 10),
+        "the job ended {took:?} after rank {victim} was stopped (deadline 3 s)"
+    );
+    assert_no_rank_left(&ranks);
+    assert_no_device_left(&devices);
+    stderr
+}
+
+/// A serving rank stopped (SIGSTOP) while the session runs is not gone: MPI sees nothing
+/// wrong. Before the post offices watched each other, rank 0's command timed out and then
+/// rank 0 hung for ever, joining its post office stuck sending to the stopped rank, with
+/// nothing printed. Now the job ends within the deadline plus a few seconds, rank 0 naming
+/// the stopped rank and the deadline.
+#[test]
+fn a_stopped_serving_rank_ends_the_session_at_the_deadline() {
+    let stderr = stopped_rank_ends_the_session(1, "session-stop-1");
+    assert!(
+        stderr.contains("rank 1 is stopped or gone") && stderr.contains("TESSERA_MPI_DEADLINE"),
+        "rank 0 names the stopped rank and the deadline: {stderr}"
+    );
+}
+
+/// The controller stopped (SIGSTOP): before, the serving rank waited for its next command
+/// for ever. Now the serving rank, hearing nothing from rank 0 for the deadline, ends the
+/// job naming it.
+#[test]
+fn a_stopped_controller_ends_every_rank_at_the_deadline() {
+    let stderr = stopped_rank_ends_the_session(0, "session-stop-0");
+    assert!(
+        stderr.contains("rank 1: rank 0 is stopped or gone")
+            && stderr.contains("TESSERA_MPI_DEADLINE"),
+        "rank 1 names the stopped controller and the deadline: {stderr}"
+    );
 }

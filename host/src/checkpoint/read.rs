@@ -235,7 +235,15 @@ pub(super) fn load(
             // Within the file (checked with the header): read into spare capacity, no pass
             // zeroing the buffer first.
             let want = end - start;
-            let mut data = Vec::with_capacity(want);
+            let mut data = Vec::new();
+            data.try_reserve_exact(want).map_err(|_| {
+                CheckpointError::Input(crate::input::InputError::TooLarge {
+                    path: path.to_owned(),
+                    size: want as u64,
+                    limit: isize::MAX as u64,
+                    what: "checkpoint tensor held in memory",
+                })
+            })?;
             input
                 .read_into(want as u64, &mut data)
                 .map_err(CheckpointError::Input)?;

@@ -44,7 +44,7 @@ mod peers;
 use std::fmt;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::{Mpi, MpiGuard};
+pub use self::mpi::{Mpi, MpiGuard, DEADLINE_VAR};
 #[cfg(feature = "mpi")]
 pub use self::peers::Peers;
 

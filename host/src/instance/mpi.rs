@@ -135,7 +135,7 @@ impl Mpi {
     }
 
     /// Runs the collective `what` under the deadline.
-    pub(super) fn guarded<T>(&self, what: &'static str, collective: impl FnOnce() -> T) -> T {
+    pub(crate) fn guarded<T>(&self, what: &'static str, collective: impl FnOnce() -> T) -> T {
         let set = |value| *UNDER_WAY.lock().unwrap_or_else(|e| e.into_inner()) = value;
         set(Some((Instant::now() + self.deadline, what)));
         let out = collective();

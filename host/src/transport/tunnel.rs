@@ -23,6 +23,18 @@
 //!   office keeps receiving until it is delivered: two ranks sending large messages to
 //!   each other at once (MPI delivers those only once the receiver takes them) would
 //!   otherwise each wait for the other forever.
+//! - **A peer that stops answering ends the job, within the deadline.** Each office sends
+//!   the ranks it serves or is served by (its watched peers: rank 0 watches every serving
+//!   rank, a serving rank watches rank 0) a heartbeat on [`BEAT_TAG`] every [`beat`] of
+//!   the deadline, and notes when it last heard from each. A watched peer silent for the
+//!   whole deadline (`TESSERA_MPI_DEADLINE`), or a message to a peer not taken for that
+//!   long, means the peer is stopped (SIGSTOP, a debugger) or gone without MPI noticing:
+//!   the office prints which rank was silent, for how long and what this rank was waiting
+//!   for ([`PostOffice::waiting_for`]), and ends the process (`abort`, as the collectives'
+//!   watchdog does), so `mpirun` ends the job. Every wait of a session between ranks — a
+//!   worker's reply, a rank's answer, a collective, the finish — is thereby bounded by the
+//!   deadline, and a thread joining the office never waits longer: its sends end
+//!   delivered, or the process ends.
 //! - **Waiting.** While traffic flows the office looks for work without sleeping, yielding
 //!   its core between looks, for [`LOOK`]; after a quiet spell it sleeps on its queue in
 //!   steps of [`IDLE`], looking for incoming messages between steps — so the first message
@@ -31,17 +43,21 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
+use crate::instance::DEADLINE_VAR;
+
 /// The tag of control messages between ranks (worker ids stay below it).
 pub const CONTROL_TAG: i32 = 32_767;
 /// The tag of bulk bytes between ranks (worker ids stay below it).
 pub const BULK_TAG: i32 = 32_766;
+/// The tag of heartbeats between offices (worker ids stay below it).
+pub const BEAT_TAG: i32 = 32_765;
 /// How long a quiet office sleeps before it looks for incoming messages again.
 pub const IDLE: Duration = Duration::from_millis(1);
 /// How long after its last message the office keeps looking without sleeping (yielding its
@@ -51,6 +67,13 @@ pub const IDLE: Duration = Duration::from_millis(1);
 /// on 2 ranks): looking for 200 µs, 3,392 µs per call + sync (every reply waited for a
 /// sleep step); for 5 ms, 42 µs; for 50 ms, 43 µs.
 pub const LOOK: Duration = Duration::from_millis(5);
+
+/// How often an office with `deadline` sends each watched peer a heartbeat: a quarter of
+/// the deadline, at most a second, so that a live peer is heard from several times within
+/// any deadline.
+pub fn beat(deadline: Duration) -> Duration {
+    (deadline / 4).min(Duration::from_secs(1))
+}
 
 /// The kind byte of a message carrying bytes of a link.
 const BYTES: u8 = 0;
@@ -83,13 +106,20 @@ pub struct PostOffice {
     control: Mutex<Receiver<(usize, Vec<u8>)>>,
     /// Bulk messages that arrived, with the rank that sent each.
     bulk: Mutex<Receiver<(usize, Vec<u8>)>>,
+    /// What this rank waits for, for the message that ends the job (module rules).
+    waiting: Arc<Mutex<String>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl PostOffice {
-    /// Opens `links` (whose tags must be below [`BULK_TAG`]) and starts the office; each
+    /// Opens `links` (whose tags must be below [`BEAT_TAG`]) and starts the office of rank
+    /// `me`, which watches every rank at the other end of a link under `deadline`; each
     /// link's reader and writer, in the order given.
-    pub fn open(links: &[LinkId]) -> io::Result<(Self, Vec<(LinkReader, LinkWriter)>)> {
+    pub fn open(
+        me: usize,
+        links: &[LinkId],
+        deadline: Duration,
+    ) -> io::Result<(Self, Vec<(LinkReader, LinkWriter)>)> {
         let (posts, queue) = mpsc::channel();
         let (control_tx, control) = mpsc::channel();
         let (bulk_tx, bulk) = mpsc::channel();
@@ -113,10 +143,21 @@ impl PostOffice {
                 },
             ));
         }
+        let mut watched: Vec<i32> = routes.keys().map(|&(peer, _)| peer).collect();
+        watched.sort_unstable();
+        watched.dedup();
+        let waiting = Arc::new(Mutex::new(String::from("its session's messages")));
+        let now = Instant::now();
         let office = Office {
             routes,
             control: control_tx,
             bulk: bulk_tx,
+            me,
+            heard: watched.into_iter().map(|peer| (peer, now)).collect(),
+            deadline,
+            last_beat: now,
+            last_look: now,
+            waiting: waiting.clone(),
         };
         let thread = thread::Builder::new()
             .name("tessera-post-office".into())
@@ -126,10 +167,17 @@ impl PostOffice {
                 posts,
                 control: Mutex::new(control),
                 bulk: Mutex::new(bulk),
+                waiting,
                 thread: Some(thread),
             },
             ends,
         ))
+    }
+
+    /// Notes what this rank waits for from now on, for the message that ends the job if a
+    /// peer falls silent (module rules).
+    pub fn waiting_for(&self, what: impl Into<String>) {
+        *self.waiting.lock().unwrap_or_else(PoisonError::into_inner) = what.into();
     }
 
     /// Sends control message `message` to rank `to` (after everything posted before).
@@ -183,13 +231,25 @@ impl Drop for PostOffice {
     }
 }
 
-/// The office's side: where incoming messages go. (The world communicator is looked up
-/// where it is used, on the office's thread.)
+/// The office's side: where incoming messages go, and the peers it watches. (The world
+/// communicator is looked up where it is used, on the office's thread.)
 struct Office {
     /// Each link's reader, by (the rank at the other end, tag).
     routes: HashMap<(i32, i32), Sender<Vec<u8>>>,
     control: Sender<(usize, Vec<u8>)>,
     bulk: Sender<(usize, Vec<u8>)>,
+    /// This rank.
+    me: usize,
+    /// Each watched peer and when it was last heard from.
+    heard: Vec<(i32, Instant)>,
+    /// How long a watched peer may be silent, or a message to it untaken.
+    deadline: Duration,
+    /// When the last heartbeats went out.
+    last_beat: Instant,
+    /// When the office last looked at its peers' silence.
+    last_look: Instant,
+    /// What this rank waits for (shared with [`PostOffice::waiting_for`]).
+    waiting: Arc<Mutex<String>>,
 }
 
 impl Office {
@@ -201,6 +261,14 @@ impl Office {
         let mut last_traffic = Instant::now();
         loop {
             let mut worked = self.receive_all(&comm);
+            self.watch();
+            if self.last_beat.elapsed() >= beat(self.deadline) {
+                self.last_beat = Instant::now();
+                for at in 0..self.heard.len() {
+                    let peer = self.heard[at].0;
+                    self.send(&comm, peer, BEAT_TAG, &[]);
+                }
+            }
             let quiet = !worked && last_traffic.elapsed() >= LOOK;
             let post = if quiet {
                 match queue.recv_timeout(IDLE) {
@@ -231,8 +299,10 @@ impl Office {
         }
     }
 
-    /// Sends `bytes` to rank `to` under `tag`, receiving meanwhile (module doc).
+    /// Sends `bytes` to rank `to` under `tag`, receiving meanwhile (module doc); a message
+    /// not taken within the deadline ends the job.
     fn send(&mut self, comm: &SimpleCommunicator, to: i32, tag: i32, bytes: &[u8]) {
+        let start = Instant::now();
         mpi::request::scope(|scope| {
             let mut request = comm
                 .process_at_rank(to)
@@ -242,11 +312,62 @@ impl Office {
                     Ok(_) => break,
                     Err(pending) => request = pending,
                 }
+                if start.elapsed() > self.deadline {
+                    self.end_job(
+                        to,
+                        &format!(
+                            "a message of {} bytes to it was not taken for {} s",
+                            bytes.len(),
+                            self.deadline.as_secs_f64()
+                        ),
+                    );
+                }
+                self.watch();
                 if !self.receive_all(comm) {
                     thread::yield_now();
                 }
             }
         });
+    }
+
+    /// Ends the job if a watched peer has been silent for the whole deadline. An office
+    /// that has not looked for longer than a heartbeat was not running (this rank was
+    /// stopped, or starved of its core): its peers' silence is counted from now, as they
+    /// could not have been heard meanwhile.
+    fn watch(&mut self) {
+        let now = Instant::now();
+        if now.saturating_duration_since(self.last_look) > beat(self.deadline) {
+            for (_, heard) in &mut self.heard {
+                *heard = (*heard).max(now - beat(self.deadline));
+            }
+        }
+        self.last_look = now;
+        let silent = self
+            .heard
+            .iter()
+            .find(|(_, heard)| now.saturating_duration_since(*heard) > self.deadline);
+        if let Some(&(peer, heard)) = silent {
+            self.end_job(
+                peer,
+                &format!(
+                    "it has sent nothing (not even a heartbeat) for {:.1} s",
+                    now.saturating_duration_since(heard).as_secs_f64()
+                ),
+            );
+        }
+    }
+
+    /// Prints why the job ends (the silent `peer`, `what` it did not do, what this rank
+    /// waited for) and ends the process: `mpirun` then ends the other ranks. No MPI call
+    /// and no exit handler, either of which could wait on the silent peer.
+    fn end_job(&self, peer: i32, what: &str) -> ! {
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        eprintln!(
+            "tessera: rank {}: rank {peer} is stopped or gone: {what} (the deadline, \
+             {DEADLINE_VAR}); this rank was waiting for {waiting}; ending the job",
+            self.me
+        );
+        std::process::abort();
     }
 
     /// Takes every message that has arrived and routes it; true if there was one.
@@ -261,7 +382,11 @@ impl Office {
     }
 
     fn route(&mut self, from: i32, tag: i32, mut bytes: Vec<u8>) {
+        if let Some(heard) = self.heard.iter_mut().find(|(peer, _)| *peer == from) {
+            heard.1 = Instant::now();
+        }
         match tag {
+            BEAT_TAG => return,
             CONTROL_TAG => {
                 let _ = self.control.send((from as usize, bytes));
                 return;
@@ -389,10 +514,10 @@ fn gone() -> io::Error {
 
 fn tag_of(worker: u32) -> io::Result<i32> {
     match i32::try_from(worker) {
-        Ok(tag) if tag < BULK_TAG => Ok(tag),
+        Ok(tag) if tag < BEAT_TAG => Ok(tag),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("worker {worker}: ids across ranks stay below {BULK_TAG} (MPI tags)"),
+            format!("worker {worker}: ids across ranks stay below {BEAT_TAG} (MPI tags)"),
         )),
     }
 }

@@ -43,7 +43,11 @@
 //!   ranks and names the rank that failed; tessera's panic hook calls `MPI_Abort`), and so
 //!   does a rank that cannot start its workers (it says why, then `MPI_Abort`); a
 //!   controller that dies ends every rank the same way, and each rank's device processes
-//!   with it (their reapers). A remote worker that stops answering while its rank lives is
+//!   with it (their reapers). A rank that is stopped (SIGSTOP, a debugger) is not gone to
+//!   MPI; its peers' post offices hear no heartbeat from it, and the first to have heard
+//!   nothing for the MPI deadline (`TESSERA_MPI_DEADLINE`) ends the job, naming it and
+//!   what it was waiting for (`transport::tunnel`); finalizing MPI runs under the same
+//!   deadline. A remote worker that stops answering while its rank lives is
 //!   treated like a local one: its channel asks its rank what it is doing (busy with a long
 //!   kernel: waited for up to the busy deadline; stopped, ended, idle: reported by its
 //!   global id).
@@ -72,6 +76,8 @@ pub const FINISH_LIMIT: Duration = Duration::from_secs(30);
 /// The most bytes one MPI call moves here (MPI counts are 32-bit): larger data take the
 /// path through rank 0, which moves them in chunks.
 const MPI_BYTES: usize = i32::MAX as usize - 64;
+/// What rank 0 waits for when no command of its own is under way.
+const CONTROLLER_IDLE: &str = "its remote workers' replies (or nothing: an idle session)";
 /// How long rank 0 waits for a rank to say what a silent worker is doing.
 const LIVENESS_LIMIT: Duration = Duration::from_secs(1);
 
@@ -133,6 +139,8 @@ impl Across {
         let number = self.current.load(Ordering::Relaxed);
         let deadline = self.mpi.deadline();
         let until = Instant::now() + deadline;
+        self.office
+            .waiting_for(format!("the other ranks' answers to {operation}"));
         let mut answers: Vec<Option<FromRank>> = self.serving.iter().map(|_| None).collect();
         while let Some(waiting) = answers.iter().position(Option::is_none) {
             let left = until.saturating_duration_since(Instant::now());
@@ -155,6 +163,7 @@ impl Across {
                 }
             }
         }
+        self.office.waiting_for(CONTROLLER_IDLE);
         Ok(answers.into_iter().flatten().collect())
     }
 
@@ -197,6 +206,8 @@ impl Across {
         }
         let number = self.current.load(Ordering::Relaxed);
         let until = Instant::now() + FINISH_LIMIT;
+        self.office
+            .waiting_for("the other ranks to finish the session");
         let mut waiting = self.serving.clone();
         while !waiting.is_empty() {
             let left = until.saturating_duration_since(Instant::now());
@@ -214,13 +225,16 @@ impl Across {
         if !waiting.is_empty() {
             tracing::warn!(?waiting, "ranks still serving at shutdown");
         }
-        let Self { office, guard, .. } = self;
+        let Self {
+            office, guard, mpi, ..
+        } = self;
         // The channels (which shared the office) are gone: this is its last holder.
         match Arc::try_unwrap(office) {
             Ok(office) => office.stop(),
             Err(shared) => drop(shared),
         }
-        drop(guard);
+        // MPI_Finalize waits for every rank: under the deadline, as a collective.
+        mpi.guarded("finalizing MPI", || drop(guard));
     }
 }
 
@@ -302,7 +316,8 @@ fn start(
             eprintln!("tessera: rank {}: {e}", mpi.rank());
             mpi.abort(1);
         }
-        drop(guard);
+        // MPI_Finalize waits for every rank: under the deadline, as a collective.
+        mpi.guarded("finalizing MPI", || drop(guard));
         return Ok(None);
     }
     let links: Vec<LinkId> = (per_rank..workers)
@@ -311,7 +326,9 @@ fn start(
             worker: worker as u32,
         })
         .collect();
-    let (office, ends) = PostOffice::open(&links).map_err(TransportError::from)?;
+    let (office, ends) =
+        PostOffice::open(0, &links, mpi.deadline()).map_err(TransportError::from)?;
+    office.waiting_for(CONTROLLER_IDLE);
     let office = Arc::new(office);
     let numbers = Arc::new(AtomicU64::new(0));
     let across = Across {
@@ -408,7 +425,9 @@ fn serve(
             worker: worker as u32,
         })
         .collect();
-    let (office, ends) = PostOffice::open(&links).map_err(TransportError::from)?;
+    let (office, ends) =
+        PostOffice::open(mpi.rank(), &links, mpi.deadline()).map_err(TransportError::from)?;
+    office.waiting_for("rank 0's next command");
     let mut served = Vec::with_capacity(links.len());
     for (link, (reader, writer)) in links.iter().zip(ends) {
         served.push(placement::serve(
@@ -444,7 +463,8 @@ fn answer_commands(
     };
     let mut scratch = collectives::Scratch::default();
     loop {
-        // Rank 0 going away ends the job (mpirun): waiting here has no deadline.
+        // Rank 0 going away ends the job (mpirun), and rank 0 stopped ends it at the
+        // deadline (the post office hears no heartbeat): waiting here needs no deadline.
         let Some((from, bytes)) = office.next_control(Duration::from_secs(1)) else {
             continue;
         };
