@@ -50,7 +50,7 @@ fn main() {
         "job", "tessera/s", "baseline/s", "ratio"
     );
     let default = default_job(steps);
-    let spirals = Dataset::spirals(3000, 3, default.seed);
+    let spirals = Dataset::spirals(3000, 3, default.seed).unwrap();
     compare("default (4 replicas, 2→24→3)", &default, &spirals);
     let wide_job = TrainJob {
         hidden: 64,

@@ -34,6 +34,11 @@ pub enum ArrayError {
     },
     /// A shape whose byte size overflows.
     Overflow,
+    /// An array larger than the host can allocate.
+    HostMemory {
+        /// Bytes asked for.
+        bytes: usize,
+    },
 }
 
 impl std::fmt::Display for ArrayError {
@@ -48,6 +53,9 @@ impl std::fmt::Display for ArrayError {
                 "the shape and element type need {expected} bytes, not {actual}"
             ),
             Self::Overflow => f.write_str("the array's byte size overflows"),
+            Self::HostMemory { bytes } => {
+                write!(f, "the host cannot allocate the array's {bytes} bytes")
+            }
         }
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! # Rule
 //!
-//! [`zeroed`] returns a zeroed `Vec<u8>` like `vec![0; len]`; when it is at least
+//! [`zeroed`] returns a zeroed `Vec<u8>` like `vec![0; len]`, or [`OutOfMemory`] where the
+//! host cannot allocate it (never an abort: sizes come from devices and users); when it is at least
 //! [`HUGE`] long, the whole 2 MiB-aligned part of it is advised `MADV_HUGEPAGE`, best
 //! effort: a large buffer is usually a fresh mapping not touched yet (the advice then
 //! decides how it is faulted in), but the allocator may hand out reused, already-faulted
@@ -25,13 +26,23 @@
 /// buffer advised: below it no huge page fits inside.
 pub const HUGE: usize = 2 << 20;
 
+/// The host could not allocate a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the host cannot allocate {bytes} bytes")]
+pub struct OutOfMemory {
+    /// Bytes asked for.
+    pub bytes: usize,
+}
+
 /// A zeroed buffer of `len` bytes, on huge pages where it is large enough (see the rule).
-pub fn zeroed(len: usize) -> Vec<u8> {
-    let buffer = vec![0u8; len];
+pub fn zeroed(len: usize) -> Result<Vec<u8>, OutOfMemory> {
+    // Zeroed by the allocator (fresh pages come zeroed: no pass writing them), fallibly.
+    let buffer: Vec<u8> =
+        bytemuck::allocation::try_zeroed_vec(len).map_err(|()| OutOfMemory { bytes: len })?;
     if len >= HUGE {
         advise_huge(&buffer);
     }
-    buffer
+    Ok(buffer)
 }
 
 /// Advises the 2 MiB-aligned interior of `buffer` as huge pages (best effort).
@@ -69,9 +80,21 @@ mod tests {
     #[test]
     fn a_zeroed_buffer_is_zero_and_as_long_as_asked_at_every_size() {
         for len in [0, 1, HUGE - 1, HUGE, HUGE + 1, 3 * HUGE + 4097] {
-            let buffer = zeroed(len);
+            let buffer = zeroed(len).unwrap();
             assert_eq!(buffer.len(), len);
             assert!(buffer.iter().all(|&b| b == 0), "{len} bytes");
         }
+    }
+
+    /// Caught: a buffer larger than any host holds aborted the process (`vec![0; len]`);
+    /// it is an error naming the size.
+    #[test]
+    fn a_buffer_no_host_holds_is_an_error() {
+        assert_eq!(
+            zeroed(usize::MAX / 2),
+            Err(OutOfMemory {
+                bytes: usize::MAX / 2
+            })
+        );
     }
 }

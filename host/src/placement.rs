@@ -9,8 +9,18 @@
 //! starts, so a missing piece fails at once instead of after some devices are up.
 //! `serve` (feature `mpi`) starts one device on a byte link whose controller is on
 //! another rank.
+//!
+//! # Memory
+//!
+//! A device the host places (a thread or a child process) gets the memory its caller asks
+//! for, per replica: [`DEVICE_MEMORY`], 4 KiB (the smallest arena a program fits) to 1 GiB
+//! (what one process maps per device without surprising its host), checked before anything
+//! starts. A device running several replicas as lanes holds as many times that, and a
+//! device's memory travels as 32 bits ([`Limits`]): [`devices`] runs no more lanes on one
+//! device than fit [`MAX_DEVICE_BYTES`]. QEMU's boards have the memory they have; the
+//! request is not theirs to take.
 
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
 use std::path::PathBuf;
 
 use tessera_core::program::lanes::lane_bytes;
@@ -47,11 +57,23 @@ pub enum Serving {
     HostWaits,
 }
 
+/// Bytes of memory per replica a host-placed device may be given (module doc).
+pub const DEVICE_MEMORY: RangeInclusive<usize> = (4 << 10)..=(1 << 30);
+/// The most bytes one device (all its lanes) holds: its memory travels as 32 bits.
+pub const MAX_DEVICE_BYTES: usize = u32::MAX as usize;
+
 /// Everything `placement` needs before any device starts: for QEMU, its firmware and
-/// tools.
-pub fn check(placement: &Placement) -> Result<(), TransportError> {
+/// tools; for the host's own devices, `memory` within [`DEVICE_MEMORY`].
+pub fn check(placement: &Placement, memory: usize) -> Result<(), TransportError> {
     match placement {
         Placement::Qemu(firmware) => Ok(check_firmware(firmware)?),
+        Placement::Thread | Placement::Process(_) if !DEVICE_MEMORY.contains(&memory) => {
+            Err(TransportError::DeviceMemory {
+                bytes: memory,
+                min: *DEVICE_MEMORY.start(),
+                max: *DEVICE_MEMORY.end(),
+            })
+        }
         Placement::Thread | Placement::Process(_) => Ok(()),
     }
 }
@@ -62,12 +84,14 @@ pub fn check(placement: &Placement) -> Result<(), TransportError> {
 /// walk of the step per core instead of one per replica, and one message per device where
 /// there was one per replica) when every run shares each variable's group (core's
 /// [`lanes`](tessera_core::program::lanes) rule); else — and always on QEMU, whose firmware
-/// runs one lane — one device per replica.
+/// runs one lane — one device per replica. No device runs more lanes than
+/// [`MAX_DEVICE_BYTES`] holds at `memory` bytes each.
 pub fn devices(
     placement: &Placement,
     program: &Program,
     replicas: usize,
     local: Range<u32>,
+    memory: usize,
 ) -> Vec<Range<u32>> {
     let n = local.len();
     let most = match placement {
@@ -82,6 +106,7 @@ pub fn devices(
     let lanes = (2..=most)
         .rev()
         .filter(|k| n.is_multiple_of(*k))
+        .filter(|k| k.checked_mul(memory).is_some_and(|b| b <= MAX_DEVICE_BYTES))
         .find(|&k| shares_a_device(program, replicas, local.clone(), k))
         .unwrap_or(1);
     let step = lanes as u32; // At most the window's replicas, which fit 32 bits.
@@ -136,7 +161,7 @@ pub fn open_devices(
     devices: &[Range<u32>],
     memory: usize,
 ) -> Result<Vec<Channel>, TransportError> {
-    check(placement)?;
+    check(placement, memory)?;
     match placement {
         Placement::Thread => Channel::in_process_lanes(devices, memory, true),
         Placement::Process(exe) => Channel::device_processes(exe, devices, memory),
@@ -157,7 +182,7 @@ pub fn open(
     memory: usize,
     serving: Serving,
 ) -> Result<Vec<Channel>, TransportError> {
-    check(placement)?;
+    check(placement, memory)?;
     match placement {
         // Together: they share threads (at most one per core).
         Placement::Thread => {
@@ -190,7 +215,7 @@ pub(crate) fn serve(
     writer: crate::transport::tunnel::LinkWriter,
 ) -> Result<crate::transport::Served, TransportError> {
     use crate::transport::{child_on, qemu_on, thread_on};
-    check(placement)?;
+    check(placement, memory)?;
     match placement {
         Placement::Thread => thread_on(replica, memory, reader.into_chunks(), writer),
         Placement::Process(exe) => child_on(exe, replica, memory, reader, writer),
@@ -224,7 +249,7 @@ mod tests {
             output_comm: CommGroup::All,
             ..TrainJob::default()
         };
-        let shared = devices(&Placement::Thread, &program(&all), 64, 0..64);
+        let shared = devices(&Placement::Thread, &program(&all), 64, 0..64, 1 << 20);
         let lanes = lanes_per_device(64, cores) as u32;
         assert_eq!(shared.len(), 64 / lanes as usize);
         assert!(shared.iter().all(|d| d.len() as u32 == lanes));
@@ -235,11 +260,42 @@ mod tests {
             output_comm: CommGroup::Orthogonal(2),
             ..TrainJob::default()
         };
-        let apart = devices(&Placement::Thread, &program(&orthogonal), 64, 0..64);
+        let apart = devices(
+            &Placement::Thread,
+            &program(&orthogonal),
+            64,
+            0..64,
+            1 << 20,
+        );
         let singles: Vec<_> = (0..64).map(|r| r..r + 1).collect();
         assert_eq!(apart, singles, "orthogonal pairs share no run of replicas");
         let qemu = Placement::Qemu(PathBuf::from("firmware"));
-        assert_eq!(devices(&qemu, &program(&all), 64, 0..64), singles);
+        assert_eq!(devices(&qemu, &program(&all), 64, 0..64, 1 << 20), singles);
+    }
+
+    /// Catches lanes granted without counting their memory: 1 GiB per replica on a device of
+    /// 32 lanes is 32 GiB, which a device's 32-bit memory cannot say (and a thread's pool
+    /// then allocated whole). Every device holds at most `MAX_DEVICE_BYTES`.
+    #[test]
+    fn no_device_holds_more_memory_than_32_bits_say() {
+        let all = TrainJob {
+            replicas: 64,
+            output_comm: CommGroup::All,
+            ..TrainJob::default()
+        };
+        let most = *DEVICE_MEMORY.end();
+        let laned = devices(&Placement::Thread, &program(&all), 64, 0..64, most);
+        assert_eq!(laned.iter().map(|d| d.len()).sum::<usize>(), 64);
+        assert!(
+            laned.iter().all(|d| d.len() * most <= MAX_DEVICE_BYTES),
+            "{laned:?}"
+        );
+        let refused = check(&Placement::Thread, most + 1).unwrap_err();
+        assert!(
+            matches!(refused, TransportError::DeviceMemory { .. }),
+            "{refused}"
+        );
+        assert!(check(&Placement::Process("tessera".into()), 100).is_err());
     }
 
     /// Catches lanes granted on the grouping alone: a device of 32 lanes of the 64 → 64 → 3
@@ -260,7 +316,7 @@ mod tests {
             .max()
             .unwrap();
         assert_eq!(largest, 64 * 64 * 4);
-        for d in devices(&Placement::Thread, &p, 64, 0..64) {
+        for d in devices(&Placement::Thread, &p, 64, 0..64, 1 << 20) {
             assert!(largest <= frame_share(d.len()), "{} lanes", d.len());
         }
         assert!(shares_a_device(&p, 64, 0..64, 4));
@@ -303,7 +359,7 @@ mod tests {
         let weights = model::initial_weights(&p, 4, 7).unwrap();
         runtime.weights_from_host(&weights).unwrap();
         runtime.set_random_seed(11).unwrap();
-        let data = Dataset::spirals(3000, 3, 5);
+        let data = Dataset::spirals(3000, 3, 5).unwrap();
         let micro_batches = job.batches_per_step * job.accumulation;
         let mut out = Vec::new();
         for step in 0..3 {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use tessera_host::placement::Placement;
+use tessera_host::placement::{Placement, DEVICE_MEMORY};
 
 /// The placement Python names, with what it needs found.
 pub(crate) fn placement(
@@ -45,12 +45,10 @@ pub(crate) fn placement(
     }
 }
 
-/// Bounds of a host-placed device's memory (see the module doc).
-const MEMORY: std::ops::RangeInclusive<usize> = (4 << 10)..=(1 << 30);
-
-/// `memory` once it is within [`MEMORY`].
+/// `memory` once it is within the bounds of a host-placed device's memory
+/// ([`DEVICE_MEMORY`]).
 pub(crate) fn device_memory(memory: usize) -> PyResult<usize> {
-    if MEMORY.contains(&memory) {
+    if DEVICE_MEMORY.contains(&memory) {
         Ok(memory)
     } else {
         Err(PyValueError::new_err(format!(

@@ -346,16 +346,8 @@ pub(crate) fn spirals<'py>(
     classes: usize,
     seed: u64,
 ) -> PyResult<(Bound<'py, PyUntypedArray>, Bound<'py, PyUntypedArray>)> {
-    if !(2..=tessera_host::train::MAX_CLASSES).contains(&classes)
-        || !(classes..=tessera_host::train::MAX_SAMPLES).contains(&samples)
-    {
-        return Err(PyValueError::new_err(format!(
-            "spirals need 2 to {} classes and classes to {} samples, not {classes} and {samples}",
-            tessera_host::train::MAX_CLASSES,
-            tessera_host::train::MAX_SAMPLES
-        )));
-    }
-    let data = Dataset::spirals(samples, classes, seed);
+    let data = Dataset::spirals(samples, classes, seed)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let (inputs, labels) = data
         .batch(0, samples)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;

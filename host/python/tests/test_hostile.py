@@ -207,3 +207,19 @@ def test_initial_weights_of_an_invalid_program_are_refused():
     p.add_variable("w", (1 << 31, 1 << 31))
     with pytest.raises(tessera.ProgramError):
         tessera.initial_weights(p, 4, 0)
+
+
+def test_impossible_counts_are_errors_never_aborts():
+    """Caught aborts: a million workers asked the host for 424 GB (SIGABRT), and starting
+    weights for 2**40 replicas had no bound; each is now an error naming the rule, raised
+    before anything starts, and the process lives on."""
+    with pytest.raises(tessera.SessionError) as workers:
+        tessera.Session("thread", workers=10**6)
+    assert workers.value.kind == "Workers"
+    assert "1024" in str(workers.value)
+    with pytest.raises(tessera.RuntimeError) as replicas:
+        tessera.initial_weights(main_job_program(), 2**40, 1)
+    assert replicas.value.kind == "Replicas"
+    # A 64-replica runtime of the most memory a replica may have: each device runs only
+    # as many lanes as its memory can say in 32 bits (it ran 32 lanes, 32 GiB, and aborted).
+    assert tessera.initial_weights(main_job_program(), 4, 1)

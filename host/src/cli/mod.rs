@@ -17,9 +17,12 @@ use train::TrainArgs;
 
 use crate::transport::InheritedDevice;
 
-/// Bounds of the hidden `device` subcommand's `--memory`: 4 KiB to 1 GiB.
-const MIN_DEVICE_MEMORY: usize = 4 << 10;
-const MAX_DEVICE_MEMORY: usize = 1 << 30;
+/// Bounds of the hidden `device` subcommand's `--memory`: a device's memory per replica
+/// (`placement::DEVICE_MEMORY`); `devices` takes a device's whole memory, all its lanes'
+/// (`placement::MAX_DEVICE_BYTES`).
+const MIN_DEVICE_MEMORY: usize = *crate::placement::DEVICE_MEMORY.start();
+const MAX_DEVICE_MEMORY: usize = *crate::placement::DEVICE_MEMORY.end();
+const MAX_DEVICE_BYTES: usize = crate::placement::MAX_DEVICE_BYTES;
 
 #[derive(Parser)]
 #[command(
@@ -72,10 +75,10 @@ enum Command {
     /// inherited from the host (the child-process placement of a training runtime).
     #[command(hide = true)]
     Devices {
-        /// Bytes of each device's memory (4096–1073741824).
+        /// Bytes of each device's memory, all its lanes' (4096–4294967295).
         #[arg(
             long,
-            value_parser = count::<MIN_DEVICE_MEMORY, MAX_DEVICE_MEMORY>,
+            value_parser = count::<MIN_DEVICE_MEMORY, MAX_DEVICE_BYTES>,
             allow_negative_numbers = true
         )]
         memory: usize,

@@ -153,6 +153,13 @@ pub enum InstanceError {
         /// Elements.
         elements: usize,
     },
+    /// The host could not allocate a collective's result.
+    HostMemory {
+        /// The rank that found it.
+        rank: usize,
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// Instances disagree: a collective's buffers differ in length across ranks.
     Mismatch {
         /// The rank that found it.
@@ -189,6 +196,10 @@ impl fmt::Display for InstanceError {
             Self::TooLarge { rank, elements } => write!(
                 f,
                 "rank {rank}: a collective of {elements} elements is larger than MPI counts"
+            ),
+            Self::HostMemory { rank, bytes } => write!(
+                f,
+                "rank {rank}: the host cannot allocate the {bytes} bytes of a collective's result"
             ),
             Self::Mismatch { rank, what } => {
                 write!(f, "rank {rank}: the instances disagree on {what}")

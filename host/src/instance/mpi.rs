@@ -225,7 +225,10 @@ impl Instances for Mpi {
             displs.push(self.count(total)?);
             total += c as usize;
         }
-        let mut out = crate::pages::zeroed(total);
+        let mut out = crate::pages::zeroed(total).map_err(|e| InstanceError::HostMemory {
+            rank: self.rank,
+            bytes: e.bytes,
+        })?;
         {
             let mut partition = PartitionMut::new(&mut out[..], counts, &displs[..]);
             self.guarded("an allgather", || {

@@ -243,6 +243,13 @@ pub enum RuntimeError {
         /// The round.
         round: u32,
     },
+    /// The host could not allocate a buffer of `bytes` for `name`.
+    HostMemory {
+        /// The variable or tensor.
+        name: String,
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// A step or a read of weights refused because a failed step may have left the
     /// replicas of one group holding different values of `name`.
     Diverged {
@@ -258,6 +265,9 @@ impl fmt::Display for RuntimeError {
         match self {
             Self::Transport(e) => e.fmt(f),
             Self::Program(e) => write!(f, "the program is invalid: {e}"),
+            Self::HostMemory { name, bytes } => {
+                write!(f, "`{name}`: the host cannot allocate {bytes} bytes for it")
+            }
             Self::Replicas { replicas, max } => {
                 write!(f, "a runtime drives 1 to {max} replicas, not {replicas}")
             }

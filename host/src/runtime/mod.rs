@@ -125,7 +125,7 @@ fn start(
 ) -> Result<Vec<Channel>, RuntimeError> {
     // At most MAX_REPLICAS: the window's bounds fit 32 bits.
     let local = window.offset as u32..(window.offset + window.local) as u32;
-    let devices = placement::devices(placement, program, replicas, local);
+    let devices = placement::devices(placement, program, replicas, local, device_memory);
     Ok(placement::open_devices(placement, &devices, device_memory)?)
 }
 

@@ -113,9 +113,13 @@ impl Runtime {
                 let item_bytes = self.anchor_width(a.tensor) * 4;
                 let items = self.flow.outputs_per_replica(Some(a.return_type));
                 let bytes = items * self.window.local * item_bytes;
-                (item_bytes, crate::pages::zeroed(bytes))
+                let buffer = crate::pages::zeroed(bytes).map_err(|e| RuntimeError::HostMemory {
+                    name: format!("{:?} anchor", a.tensor),
+                    bytes: e.bytes,
+                })?;
+                Ok((item_bytes, buffer))
             })
-            .collect();
+            .collect::<Result<_, RuntimeError>>()?;
         self.step_bytes(
             &mut |r, k, into: &mut [u8]| {
                 let (bytes, data) = inputs[k];

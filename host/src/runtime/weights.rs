@@ -166,7 +166,12 @@ impl Runtime {
         for index in 0..self.program.variables.len() {
             let name = self.program.variables[index].name.to_string();
             let layout = layout(&self.program, self.replicas, self.window, index)?;
-            let mut bytes = crate::pages::zeroed(layout.to_host_bytes());
+            let mut bytes = crate::pages::zeroed(layout.to_host_bytes()).map_err(|e| {
+                RuntimeError::HostMemory {
+                    name: name.clone(),
+                    bytes: e.bytes,
+                }
+            })?;
             self.store_one(index, source, &mut bytes)?;
             let shape: Vec<u32> = self
                 .host_shape(&name, true)?

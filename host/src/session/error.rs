@@ -68,6 +68,17 @@ impl fmt::Display for WorkerFailure {
 pub enum SessionError {
     /// Starting or reaching a worker failed.
     Transport(TransportError),
+    /// The host could not allocate a buffer for a command's bytes.
+    HostMemory(crate::pages::OutOfMemory),
+    /// A session of no workers, or of more than it may have ([`MAX_WORKERS`]).
+    ///
+    /// [`MAX_WORKERS`]: super::MAX_WORKERS
+    Workers {
+        /// Workers asked for.
+        workers: usize,
+        /// The most a session has.
+        max: usize,
+    },
     /// The groups do not divide the workers.
     Groups {
         /// Workers.
@@ -261,6 +272,11 @@ impl fmt::Display for SessionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Transport(e) => e.fmt(f),
+            Self::HostMemory(e) => write!(f, "{e} for a command's bytes; nothing was read"),
+            Self::Workers { workers, max } => write!(
+                f,
+                "a session has 1 to {max} workers, not {workers}; nothing was started"
+            ),
             Self::Groups { workers, groups } => write!(
                 f,
                 "{groups} groups do not divide {workers} workers: groups are equal contiguous blocks"
@@ -483,6 +499,12 @@ impl std::error::Error for SessionError {
             Self::Instances(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl From<crate::pages::OutOfMemory> for SessionError {
+    fn from(e: crate::pages::OutOfMemory) -> Self {
+        Self::HostMemory(e)
     }
 }
 

@@ -27,7 +27,10 @@
 //!   on every placement). The controller hands out ids 1 to [`MAX_REGISTERS`] only, so the
 //!   one that would exceed it is refused where it is asked for
 //!   ([`SessionError::RegistersExhausted`]), before anything is sent, and no worker's
-//!   table ever fills.
+//!   table ever fills. A session has 1 to [`MAX_WORKERS`] workers, and each a memory within
+//!   the placement's bounds ([`placement::DEVICE_MEMORY`]): every worker is a thread or a
+//!   process of the host's with buffers of its own, so an impossible count is refused
+//!   ([`SessionError::Workers`]) before anything starts, never attempted.
 //! - **Groups** are `num_groups` equal contiguous blocks of workers; a group's leader is its
 //!   first worker. Collectives (see [`collective`]) run on the host between the workers'
 //!   registers, destination-passing: the result goes into a register the caller allocated
@@ -101,6 +104,11 @@ use state::{alloc_request, State};
 
 use crate::placement::{self, Placement};
 use crate::transport::{Channel, TransportError};
+
+/// The most workers a session has: each costs the host a device thread (or two processes)
+/// and about 2 MiB of buffers besides its memory, and across MPI ranks a worker's id is an
+/// MPI tag, which stays below 32,765.
+pub const MAX_WORKERS: usize = 1024;
 
 /// Registers a worker holds: the ids a session hands out are 1 to `MAX_REGISTERS`.
 pub use tessera_firmware_sim::registers::MAX_REGISTERS;
@@ -592,6 +600,12 @@ impl Drop for Session {
 }
 
 fn check_groups(workers: usize, groups: usize) -> Result<(), SessionError> {
+    if !(1..=MAX_WORKERS).contains(&workers) {
+        return Err(SessionError::Workers {
+            workers,
+            max: MAX_WORKERS,
+        });
+    }
     if workers == 0 || groups == 0 || !workers.is_multiple_of(groups) {
         return Err(SessionError::Groups { workers, groups });
     }

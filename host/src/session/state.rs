@@ -223,7 +223,7 @@ impl State {
         let mut bytes: Vec<Vec<u8>> = described
             .iter()
             .map(|held| crate::pages::zeroed(held.bytes as usize))
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mut readings = Vec::with_capacity(described.len());
         for (worker, out) in workers.clone().zip(bytes.iter_mut()) {
             let span = register_span(id, out.len());
@@ -316,7 +316,7 @@ impl State {
         id: u16,
         len: usize,
     ) -> Result<Vec<u8>, SessionError> {
-        let mut data = crate::pages::zeroed(len);
+        let mut data = crate::pages::zeroed(len)?;
         self.workers[worker].read(Target::Register(id), 0, &mut data)?;
         Ok(data)
     }

@@ -20,6 +20,7 @@ use safetensors::{Dtype, SafeTensors};
 use tessera_core::dtype::DataType;
 use tessera_core::rng::Rng;
 
+use super::{MAX_CLASSES, MAX_SAMPLES};
 use crate::array::{ArrayError, HostArray};
 use crate::checkpoint::DataRecord;
 use crate::input::{Input, InputError};
@@ -47,6 +48,13 @@ pub struct Dataset {
 pub enum DataError {
     /// The file is not a regular file, or cannot be read.
     Input(InputError),
+    /// Spirals of classes or samples outside the bounds.
+    Spirals {
+        /// Samples asked for.
+        samples: usize,
+        /// Classes asked for.
+        classes: usize,
+    },
     /// The file is not safetensors.
     Format {
         /// The file.
@@ -90,6 +98,11 @@ pub enum DataError {
 impl fmt::Display for DataError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Spirals { samples, classes } => write!(
+                f,
+                "spirals have 2 to {MAX_CLASSES} classes and as many samples as classes to \
+                 {MAX_SAMPLES}, not {samples} samples of {classes} classes"
+            ),
             Self::Input(e) => write!(f, "cannot read {e}"),
             Self::NotFinite {
                 path,
@@ -132,8 +145,13 @@ impl std::error::Error for DataError {
 
 impl Dataset {
     /// `samples` points on `classes` interleaved spirals, a little noise added, in a
-    /// shuffled order; the same `seed` always gives the same data.
-    pub fn spirals(samples: usize, classes: usize, seed: u64) -> Self {
+    /// shuffled order; the same `seed` always gives the same data. `classes` is 2 to
+    /// [`MAX_CLASSES`] and `samples` `classes` to [`MAX_SAMPLES`] (the command's bounds);
+    /// others are [`DataError::Spirals`].
+    pub fn spirals(samples: usize, classes: usize, seed: u64) -> Result<Self, DataError> {
+        if !(2..=MAX_CLASSES).contains(&classes) || !(classes..=MAX_SAMPLES).contains(&samples) {
+            return Err(DataError::Spirals { samples, classes });
+        }
         let mut rng = Rng::from_seed(seed ^ 0x5350_4952_414c_5321);
         let mut points: Vec<([f32; 2], i64)> = (0..samples)
             .map(|i| {
@@ -151,13 +169,13 @@ impl Dataset {
             let j = (rng.next_u32() as usize) % (i + 1);
             points.swap(i, j);
         }
-        Self {
+        Ok(Self {
             inputs: points.iter().flat_map(|(p, _)| *p).collect(),
             labels: points.iter().map(|&(_, l)| l).collect(),
             features: SPIRAL_FEATURES,
             classes,
             label_type: DataType::I32,
-        }
+        })
     }
 
     /// The dataset in `path` (see the module documentation).
@@ -241,7 +259,9 @@ impl Dataset {
     /// `count` samples from position `start` on, wrapping around: the inputs as `[count,
     /// features]` `f32` and the labels as `[count]` in the source's label type.
     pub fn batch(&self, start: usize, count: usize) -> Result<(HostArray, HostArray), ArrayError> {
-        self.samples((start..start + count).collect())
+        let mut positions = positions(count)?;
+        positions.extend((0..count).map(|k| start.wrapping_add(k)));
+        self.samples(positions)
     }
 
     /// The share of replicas `window` of a step of `micro_batches × replicas` items of
@@ -256,10 +276,21 @@ impl Dataset {
         window: tessera_core::transfer::InstanceWindow,
         rows: usize,
     ) -> Result<(HostArray, HostArray), ArrayError> {
-        let positions = (0..micro_batches)
-            .flat_map(|m| (window.offset..window.offset + window.local).map(move |r| (m, r)))
-            .flat_map(|(m, r)| (0..rows).map(move |row| start + (m * replicas + r) * rows + row))
-            .collect();
+        let count = micro_batches
+            .checked_mul(window.local)
+            .and_then(|n| n.checked_mul(rows))
+            .ok_or(ArrayError::Overflow)?;
+        let mut positions = positions(count)?;
+        positions.extend(
+            (0..micro_batches)
+                .flat_map(|m| (window.offset..window.offset + window.local).map(move |r| (m, r)))
+                .flat_map(|(m, r)| {
+                    (0..rows).map(move |row| {
+                        let item = m.wrapping_mul(replicas).wrapping_add(r);
+                        start.wrapping_add(item.wrapping_mul(rows).wrapping_add(row))
+                    })
+                }),
+        );
         self.samples(positions)
     }
 
@@ -267,8 +298,17 @@ impl Dataset {
     fn samples(&self, positions: Vec<usize>) -> Result<(HostArray, HostArray), ArrayError> {
         let n = self.len().max(1);
         let count = positions.len();
-        let mut inputs = Vec::with_capacity(count * self.features);
-        let mut labels = Vec::with_capacity(count);
+        let mut inputs = Vec::new();
+        let mut labels = Vec::new();
+        let values = count
+            .checked_mul(self.features)
+            .ok_or(ArrayError::Overflow)?;
+        inputs
+            .try_reserve_exact(values)
+            .and_then(|()| labels.try_reserve_exact(count))
+            .map_err(|_| ArrayError::HostMemory {
+                bytes: values.saturating_mul(4),
+            })?;
         for position in positions {
             let i = position % n;
             inputs.extend_from_slice(&self.inputs[i * self.features..(i + 1) * self.features]);
@@ -286,6 +326,19 @@ impl Dataset {
         };
         Ok((inputs, labels))
     }
+}
+
+/// Room for `count` sample positions: a count whose arrays' 32-bit shape cannot say it is
+/// [`ArrayError::Overflow`], one the host cannot hold [`ArrayError::HostMemory`].
+fn positions(count: usize) -> Result<Vec<usize>, ArrayError> {
+    u32::try_from(count).map_err(|_| ArrayError::Overflow)?;
+    let mut positions = Vec::new();
+    positions
+        .try_reserve_exact(count)
+        .map_err(|_| ArrayError::HostMemory {
+            bytes: count.saturating_mul(size_of::<usize>()),
+        })?;
+    Ok(positions)
 }
 
 /// The labels of `labels` as `i64`, and their type in the file; `None` unless they are
@@ -363,9 +416,9 @@ mod tests {
     /// cluster in one part of the data (steps would see one class only).
     #[test]
     fn spirals_repeat_and_mix_their_classes() {
-        let a = Dataset::spirals(300, 3, 7);
-        assert_eq!(a, Dataset::spirals(300, 3, 7));
-        assert_ne!(a, Dataset::spirals(300, 3, 8));
+        let a = Dataset::spirals(300, 3, 7).unwrap();
+        assert_eq!(a, Dataset::spirals(300, 3, 7).unwrap());
+        assert_ne!(a, Dataset::spirals(300, 3, 8).unwrap());
         assert_eq!((a.len(), a.features, a.classes), (300, 2, 3));
         for class in 0..3 {
             let first_30 = a.labels[..30].iter().filter(|&&l| l == class).count();
@@ -377,7 +430,7 @@ mod tests {
     /// Catches a batch that does not wrap around, or labels of the wrong type.
     #[test]
     fn batches_wrap_around() {
-        let a = Dataset::spirals(10, 2, 1);
+        let a = Dataset::spirals(10, 2, 1).unwrap();
         let (x, l) = a.batch(8, 4).unwrap();
         assert_eq!(x.shape(), [4, 2]);
         assert_eq!(l.dtype(), DataType::I32);

@@ -16,7 +16,7 @@ use tessera_core::stream::AnchorReturnType;
 
 use super::TrainJob;
 use crate::array::HostArray;
-use crate::runtime::WeightsIo;
+use crate::runtime::{RuntimeError, WeightsIo, MAX_REPLICAS};
 
 /// The input stream's name.
 pub const INPUT: &str = "x";
@@ -78,37 +78,60 @@ pub fn default_anchors() -> Vec<(AnchorTensor, AnchorReturnType)> {
 }
 
 /// Starting weights in their host shapes: Glorot-uniform matrices and zero biases, one
-/// row per group (each group starts from its own draw), from `seed`.
+/// row per group (each group starts from its own draw), from `seed`, for a runtime of
+/// `replicas` (1 to [`MAX_REPLICAS`], as a runtime drives; more is
+/// [`RuntimeError::Replicas`]). Every buffer is allocated fallibly: weights larger than
+/// the host can hold are [`RuntimeError::HostMemory`], never an abort.
 pub fn initial_weights(
     program: &Program,
     replicas: usize,
     seed: u64,
-) -> Result<WeightsIo, crate::runtime::RuntimeError> {
+) -> Result<WeightsIo, RuntimeError> {
+    if !(1..=MAX_REPLICAS).contains(&replicas) {
+        return Err(RuntimeError::Replicas {
+            replicas,
+            max: MAX_REPLICAS,
+        });
+    }
     let mut rng = Rng::from_seed(seed ^ 0x494e_4954);
     let mut weights = WeightsIo::new();
     for (i, v) in program.variables.iter().enumerate() {
         let groups = program.settings(i, replicas)?.group_count();
         let n: usize = v.shape.iter().map(|&d| d as usize).product();
-        let values: Vec<f32> = if v.shape.len() == 2 {
-            let bound = (6.0 / (v.shape[0] + v.shape[1]) as f32).sqrt();
-            (0..groups * n)
-                .map(|_| bound * (2.0 * rng.next_f32() - 1.0))
-                .collect()
-        } else {
-            vec![0.0; groups * n]
+        let too_large = |bytes| RuntimeError::HostMemory {
+            name: v.name.to_string(),
+            bytes,
         };
+        // An overflow means more bytes than any host holds.
+        let bytes = groups
+            .checked_mul(n)
+            .and_then(|count| count.checked_mul(4))
+            .ok_or(too_large(usize::MAX))?;
+        let mut values: Vec<u8> = Vec::new();
+        values
+            .try_reserve_exact(bytes)
+            .map_err(|_| too_large(bytes))?;
+        if v.shape.len() == 2 {
+            let bound = (6.0 / (v.shape[0] as f32 + v.shape[1] as f32)).sqrt();
+            for _ in 0..bytes / 4 {
+                let value = bound * (2.0 * rng.next_f32() - 1.0);
+                values.extend_from_slice(&value.to_le_bytes());
+            }
+        } else {
+            values.resize(bytes, 0);
+        }
         let mut shape: Vec<u32> = v.shape.to_vec();
         if groups > 1 {
+            // At most MAX_REPLICAS groups.
             shape.insert(0, groups as u32);
         }
-        let array = HostArray::from_f32(&shape, &values).map_err(|_| {
-            crate::runtime::RuntimeError::Bytes {
+        let array =
+            HostArray::new(DataType::F32, &shape, values).map_err(|_| RuntimeError::Bytes {
                 name: v.name.to_string(),
                 expected: shape.iter().map(|&d| d as usize).product::<usize>() * 4,
-                actual: values.len() * 4,
+                actual: bytes,
                 what: "host buffer",
-            }
-        })?;
+            })?;
         weights.insert(v.name.to_string(), array);
     }
     Ok(weights)

@@ -143,7 +143,9 @@ impl Prepared {
         let seed = resume.as_ref().map_or(job.seed, |c| c.seed);
         let data = match source {
             Loaded::File(d) => d,
-            Loaded::Spirals(samples, classes) => Dataset::spirals(samples, classes, seed),
+            Loaded::Spirals(samples, classes) => {
+                Dataset::spirals(samples, classes, seed).map_err(JobError::Data)?
+            }
         };
         let record = data.record();
         let first_step = match &resume {

@@ -41,7 +41,14 @@ pub(super) fn run_device_watched(
     writer: impl Write,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
-    let mut arena = vec![0u8; memory];
+    let mut arena = Vec::new();
+    arena.try_reserve_exact(memory).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("device {replica}: the host cannot allocate {memory} bytes of memory"),
+        )
+    })?;
+    arena.resize(memory, 0u8);
     run_device_on(replica, &mut arena, reader, writer, busy)
 }
 

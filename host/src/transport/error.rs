@@ -137,6 +137,16 @@ pub enum TransportError {
         /// Its value.
         value: usize,
     },
+    /// A device's memory outside what the host gives a device it places (checked before
+    /// anything starts).
+    DeviceMemory {
+        /// Bytes asked for.
+        bytes: usize,
+        /// The fewest bytes a device is given.
+        min: usize,
+        /// The most.
+        max: usize,
+    },
     /// A device located a target's bytes outside the memory it shares with the host: a
     /// device that breaks its own layout, refused before a byte moves.
     OutsideMemory {
@@ -239,6 +249,11 @@ impl fmt::Display for TransportError {
             Self::Overflow { what, value } => {
                 write!(f, "{what} {value} does not fit the protocol's 32 bits")
             }
+            Self::DeviceMemory { bytes, min, max } => write!(
+                f,
+                "a device's memory is {min} to {max} bytes per replica, not {bytes}; \
+                 nothing was started"
+            ),
             Self::OutsideMemory {
                 replica,
                 target,

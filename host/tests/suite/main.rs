@@ -16,6 +16,7 @@
 
 mod common;
 
+mod bounds;
 mod busy_device;
 mod checkpoint;
 mod cli_arguments;

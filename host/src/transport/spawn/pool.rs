@@ -555,7 +555,19 @@ impl Slot {
         let server = Box::new(Server::owning(kept));
         let memory: Box<dyn Memory + Send> = match shared {
             Some(shared) => Box::new(shared),
-            None => Box::new(vec![0u8; bytes]),
+            None => {
+                let mut own = Vec::new();
+                own.try_reserve_exact(bytes).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!(
+                            "device {replica}: the host cannot allocate {bytes} bytes of memory"
+                        ),
+                    )
+                })?;
+                own.resize(bytes, 0u8);
+                Box::new(own)
+            }
         };
         Ok(Self {
             device: Device::owning(replica, memory, server.link()),
