@@ -20,6 +20,7 @@
 //! - [`transfer`]: weights between a host buffer and the replicas' remote buffers.
 //! - [`stream`]: step IO: anchors, data flow and size checks, the per-replica splitter.
 //! - [`dtype`]: element types and the checked conversion of input buffers.
+//! - [`finite`]: which `f32` values may enter training.
 //! - [`program`]: what a device runs: named variables, streams, anchors, data flow, the
 //!   optimizer and the layers, checked before anything is placed.
 //! - [`rng`]: the replicas' random generator and the seed-derivation rule both sides use.
@@ -32,6 +33,7 @@
 extern crate std;
 
 pub mod dtype;
+pub mod finite;
 pub mod grouping;
 pub mod program;
 pub mod rng;

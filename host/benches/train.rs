@@ -51,13 +51,13 @@ fn main() {
     );
     let default = default_job(steps);
     let spirals = Dataset::spirals(3000, 3, default.seed).unwrap();
-    compare("default (4 replicas, 2→24→3)", &default, &spirals);
+    let default_speed = compare("default (4 replicas, 2→24→3)", &default, &spirals);
     let wide_job = TrainJob {
         hidden: 64,
         data: DataSource::File(wide.clone()),
         ..default_job(steps)
     };
-    compare("64→64→10 (4 replicas)", &wide_job, &wide_data);
+    let wide_speed = compare("64→64→10 (4 replicas)", &wide_job, &wide_data);
     // The same samples per update, as one micro-batch of 32 per replica.
     let batched = |job: &TrainJob| TrainJob {
         micro_batch_size: 32,
@@ -86,7 +86,38 @@ fn main() {
         versus("  the same, every core busy", &processes, &default);
     }
     scaling(steps);
+    println!("\nthe step inputs' value check (core::finite) beside the step it is part of");
+    println!("{:<34} {:>14} {:>14} {:>8}", "job", "check ns", "step ns", "share");
+    input_check("default (4 replicas, 2→24→3)", &default, 2, default_speed);
+    input_check("64→64→10 (4 replicas)", &wide_job, 64, wide_speed);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The time the runtime's check of a step's `f32` inputs takes for `job` (samples of
+/// `features` values), beside the step's time at `speed` samples per second (measured
+/// above in this run).
+fn input_check(name: &str, job: &TrainJob, features: usize, speed: f64) {
+    let samples = job.batches_per_step * job.accumulation * job.micro_batch_size * job.replicas;
+    let inputs: Vec<u8> = (0..samples * features)
+        .flat_map(|i| (i as f32 * 1e-3).to_le_bytes())
+        .collect();
+    const REPS: u32 = 2000;
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        for _ in 0..REPS {
+            black_box(tessera_core::finite::first_unfit(black_box(&inputs)));
+        }
+        runs.push(start.elapsed().as_secs_f64() / f64::from(REPS));
+    }
+    let check = median(runs);
+    let step = samples as f64 / speed;
+    println!(
+        "{name:<34} {:>14} {:>14} {:>7.2}%",
+        format!("{:.0}", check * 1e9),
+        format!("{:.0}", step * 1e9),
+        100.0 * check / step
+    );
 }
 
 /// The machine's cores.
@@ -144,8 +175,9 @@ fn default_job(steps: usize) -> TrainJob {
     }
 }
 
-/// Trains `job` and the baseline on `data` in alternation and prints their medians.
-fn compare(name: &str, job: &TrainJob, data: &Dataset) {
+/// Trains `job` and the baseline on `data` in alternation and prints their medians;
+/// returns `job`'s (samples per second).
+fn compare(name: &str, job: &TrainJob, data: &Dataset) -> f64 {
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for _ in 0..RUNS {
@@ -160,6 +192,7 @@ fn compare(name: &str, job: &TrainJob, data: &Dataset) {
         format!("{:.0}", theirs),
         ours / theirs
     );
+    ours
 }
 
 /// Trains `job` and `baseline` (another placement of it) in alternation and prints their

@@ -345,6 +345,16 @@ fn record(
         return Err(bad("inputs are [samples, features]"));
     };
     let values = inputs.to_f32().ok_or_else(|| bad("inputs are float32"))?;
+    // The same rule as `--data`: values a run trains from, labels that are classes.
+    if let Some((at, value)) = tessera_core::finite::first_unfit(inputs.bytes()) {
+        let features = (*features as usize).max(1);
+        return Err(bad(&format!(
+            "inputs hold {value} at row {}, column {}; every input must be finite and of \
+             magnitude below 2^64 (1.8e19)",
+            at / features,
+            at % features
+        )));
+    }
     let label_values: Vec<i64> = match labels.dtype() {
         DataType::I32 => labels
             .to_i32()
@@ -357,6 +367,12 @@ fn record(
     };
     if label_values.len() != *n as usize {
         return Err(bad("one label per sample"));
+    }
+    if let Some(at) = label_values.iter().position(|&l| l < 0) {
+        return Err(bad(&format!(
+            "label {} of sample {at} is negative: labels are classes, from 0",
+            label_values[at]
+        )));
     }
     let classes = label_values
         .iter()

@@ -223,3 +223,34 @@ def test_impossible_counts_are_errors_never_aborts():
     # A 64-replica runtime of the most memory a replica may have: each device runs only
     # as many lanes as its memory can say in 32 bits (it ran 32 lanes, 32 GiB, and aborted).
     assert tessera.initial_weights(main_job_program(), 4, 1)
+
+
+def test_values_no_run_trains_from_are_refused_where_they_enter(tmp_path):
+    """Caught: Python accepted NaN weights, optimizer state and checkpoint data (the
+    run then failed with "the accelerator differs ... (device NaN, reference NaN)");
+    each is refused naming the tensor and the first bad value's place."""
+    runtime = start("thread")
+    weights = runtime.weights_to_host()
+    for value in [np.nan, np.inf, -3e38]:
+        spoiled = {name: array.copy() for name, array in weights.items()}
+        spoiled["w2"].reshape(-1)[5] = value
+        with pytest.raises(tessera.RuntimeError) as refused:
+            runtime.weights_from_host(spoiled)
+        assert refused.value.kind == "BadValue"
+        assert "w2" in str(refused.value) and "weights" in str(refused.value)
+        with pytest.raises(tessera.RuntimeError) as refused:
+            runtime.optimizer_state_from_host(spoiled)
+        assert refused.value.kind == "BadValue"
+    inputs, labels = tessera.spirals()
+    bad = inputs[:256].copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(tessera.RuntimeError) as refused:
+        runtime.run({"x": bad, "label": labels[:256]})
+    assert refused.value.kind == "BadValue" and "[3, 1]" in str(refused.value)
+    inputs = inputs.copy()
+    inputs[7, 0] = np.inf
+    with pytest.raises(ValueError, match="row 7, column 0"):
+        runtime.save_checkpoint(tmp_path / "c.ckpt", 0, 1, data=(inputs, labels))
+    # Nothing was loaded: the weights are those the runtime held.
+    for name, array in runtime.weights_to_host().items():
+        np.testing.assert_array_equal(array, weights[name])

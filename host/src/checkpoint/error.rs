@@ -94,6 +94,16 @@ pub enum CheckpointError {
         /// The tensor's type (the variable's is f32).
         dtype: DataType,
     },
+    /// A tensor holding a value no run can train from: NaN, an infinity or a magnitude of
+    /// 2^64 or more (core's `finite` rule). A run that wrote one had already failed.
+    BadValue {
+        /// The tensor, as the file names it.
+        tensor: String,
+        /// The first such value's index in the tensor's shape.
+        index: Vec<usize>,
+        /// The value.
+        value: f32,
+    },
     /// An RNG state of the wrong length.
     RngState {
         /// Words the run has.
@@ -123,6 +133,15 @@ impl CheckpointError {
                 actual,
                 dtype,
             },
+            Self::BadValue {
+                tensor,
+                index,
+                value,
+            } => Self::BadValue {
+                tensor: super::format::velocity_name(&tensor),
+                index,
+                value,
+            },
             other => other,
         }
     }
@@ -133,6 +152,15 @@ impl fmt::Display for CheckpointError {
         match self {
             Self::Input(e) => e.fmt(f),
             Self::Save(e) => e.fmt(f),
+            Self::BadValue {
+                tensor,
+                index,
+                value,
+            } => write!(
+                f,
+                "tensor `{tensor}` holds {value} at {index:?}: a run trains only from values \
+                 finite and of magnitude below 2^64 (1.8e19); nothing was loaded"
+            ),
             Self::Claim {
                 path,
                 field,

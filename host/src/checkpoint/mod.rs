@@ -30,8 +30,10 @@
 //!   fingerprint and every tensor's shape from the header, before reading any tensor.
 //!   [`Checkpoint::restore`] refuses one made for another program (the fingerprints
 //!   differ) or whose tensors do not match the program (naming the tensor and both
-//!   shapes). Every check passes before anything reaches a device: a refused checkpoint
-//!   loads nothing.
+//!   shapes) or that holds a value no run trains from (NaN, an infinity, a magnitude of
+//!   2^64 or more: core's `finite` rule, [`CheckpointError::BadValue`], checked by
+//!   [`Checkpoint::load`] too). Every check passes before anything reaches a device: a
+//!   refused checkpoint loads nothing.
 //! - **Exact resume.** Weights, optimizer state and RNG state are everything a device keeps
 //!   between steps, so a run resumed from a checkpoint continues exactly as the run that
 //!   wrote it would have (the data position is the step count).
@@ -355,5 +357,21 @@ fn check_tensor(arrays: &WeightsIo, name: &str, shape: &[u32]) -> Result<(), Che
             dtype: array.dtype(),
         });
     }
-    Ok(())
+    check_values(name, array)
+}
+
+/// Every value of the `f32` tensor `array` (named `name`) one a run trains from (core's
+/// `finite` rule).
+fn check_values(name: &str, array: &HostArray) -> Result<(), CheckpointError> {
+    if array.dtype() != tessera_core::dtype::DataType::F32 {
+        return Ok(());
+    }
+    match tessera_core::finite::first_unfit(array.bytes()) {
+        None => Ok(()),
+        Some((flat, value)) => Err(CheckpointError::BadValue {
+            tensor: name.to_string(),
+            index: crate::runtime::values::index_in(array.shape(), flat),
+            value,
+        }),
+    }
 }

@@ -18,7 +18,9 @@
 //!   matches; then a value that no run writes is refused ([`CheckpointError::Impossible`]):
 //!   a step above [`MAX_STEP`], replicas outside `1..=MAX_REPLICAS`, an RNG state that is
 //!   not [`RNG_WORDS`] per replica or is all zeros for a replica (a generator never reaches
-//!   that state), a data record of no samples.
+//!   that state), a data record of no samples; and an `f32` tensor holding a value no run
+//!   trains from ([`CheckpointError::BadValue`]: NaN, an infinity, a magnitude of 2^64 or
+//!   more), naming the tensor and the value's index.
 //! - **A summary keeps no tensor.** [`scan`] reads the tensor bytes through the checksum in
 //!   pieces of [`PIECE`] bytes: `tessera inspect` holds no more than that at a time.
 
@@ -274,6 +276,7 @@ pub(super) fn load(
     for (name, (dtype, shape, data)) in read {
         let array = HostArray::shared(data_type(dtype), &shape, data)
             .map_err(|_| CheckpointError::NotACheckpoint { entry: "tensors" })?;
+        super::check_values(&name, &array)?;
         match name
             .strip_prefix("optimizer/")
             .and_then(|n| n.strip_suffix("/velocity"))

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::runtime::check::CheckError;
 use crate::runtime::Placement;
 use crate::train::model::default_anchors;
 use crate::train::{
@@ -361,6 +362,10 @@ fn verdict(job: &TrainJob, report: &TrainReport, rank: usize) -> ExitCode {
     } else {
         ("anchors", &report.anchor_check)
     };
+    if let Err(CheckError::Overflowed { .. }) = check.outcome {
+        eprintln!("error: the training overflowed{on}: {what} {check}");
+        return ExitCode::FAILURE;
+    }
     eprintln!(
         "error: the accelerator differs from the host reference{on} beyond {:e}: \
          {what} {check}",

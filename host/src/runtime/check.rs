@@ -14,7 +14,18 @@ pub enum CheckError {
         /// Values from the reference.
         reference: usize,
     },
-    /// A NaN or an infinity on either side.
+    /// A NaN or an infinity on both sides: the run's arithmetic left `f32`'s range on the
+    /// device and on the host alike (the values trained on, or the learning rate, made
+    /// numbers too large), which says nothing about the accelerator. Still a failure.
+    Overflowed {
+        /// Position of the first such value.
+        index: usize,
+        /// The device's value there.
+        device: f32,
+        /// The reference's value there.
+        reference: f64,
+    },
+    /// A NaN or an infinity on one side only.
     NotFinite {
         /// Position of the first such value.
         index: usize,
@@ -39,6 +50,17 @@ impl fmt::Display for CheckError {
             } => write!(
                 f,
                 "value {index} is not finite (device {}, reference {})",
+                Number(device),
+                Number(reference)
+            ),
+            Self::Overflowed {
+                index,
+                device,
+                reference,
+            } => write!(
+                f,
+                "value {index} left f32's range on the device and the host alike (device {}, \
+                 reference {}): the training overflowed, the accelerator agrees",
                 Number(device),
                 Number(reference)
             ),
@@ -77,6 +99,13 @@ pub fn max_relative_error(device: &[f32], reference: &[f64]) -> Result<f64, Chec
     }
     let mut largest = 0.0f64;
     for (index, (&d, &r)) in device.iter().zip(reference).enumerate() {
+        if !d.is_finite() && !r.is_finite() {
+            return Err(CheckError::Overflowed {
+                index,
+                device: d,
+                reference: r,
+            });
+        }
         if !d.is_finite() || !r.is_finite() {
             return Err(CheckError::NotFinite {
                 index,
@@ -226,6 +255,19 @@ mod tests {
             "value 0 is not finite (device inf, reference 8e38)"
         );
         assert!(max_relative_error(&[1.0], &[f64::NEG_INFINITY]).is_err());
+    }
+
+    /// Caught: NaN on both sides read "the accelerator differs … (device NaN, reference
+    /// NaN)" — the run overflowed on the host as on the device. Still a failure, said as
+    /// what it is.
+    #[test]
+    fn nan_on_both_sides_is_an_overflow_not_a_difference() {
+        let err = max_relative_error(&[1.0, f32::NAN], &[1.0, f64::INFINITY]).unwrap_err();
+        assert!(matches!(err, CheckError::Overflowed { index: 1, .. }), "{err:?}");
+        assert!(err.to_string().contains("overflowed"), "{err}");
+        let mut tally = Tally::new();
+        tally.record(3, "w", &[f32::NAN], &[f64::NAN]);
+        assert!(!tally.within(1e9));
     }
 
     #[test]

@@ -243,6 +243,18 @@ pub enum RuntimeError {
         /// The round.
         round: u32,
     },
+    /// A value the host handed the program that training cannot take: NaN, an infinity or
+    /// a magnitude of 2^64 or more (core's `finite` rule); nothing of the call moved.
+    BadValue {
+        /// The tensor (variable or stream).
+        name: String,
+        /// What it was loaded as: "weights", "optimizer state", "step input".
+        what: &'static str,
+        /// The first such value's index in the array's shape.
+        index: Vec<usize>,
+        /// The value.
+        value: f32,
+    },
     /// The host could not allocate a buffer of `bytes` for `name`.
     HostMemory {
         /// The variable or tensor.
@@ -265,6 +277,16 @@ impl fmt::Display for RuntimeError {
         match self {
             Self::Transport(e) => e.fmt(f),
             Self::Program(e) => write!(f, "the program is invalid: {e}"),
+            Self::BadValue {
+                name,
+                what,
+                index,
+                value,
+            } => write!(
+                f,
+                "`{name}` ({what}) holds {value} at {index:?}: every value training takes is \
+                 finite and of magnitude below 2^64 (1.8e19); nothing was loaded"
+            ),
             Self::HostMemory { name, bytes } => {
                 write!(f, "`{name}`: the host cannot allocate {bytes} bytes for it")
             }

@@ -69,6 +69,7 @@ pub mod reference;
 mod round;
 mod step_driver;
 pub mod step_io;
+pub(crate) mod values;
 pub mod weights;
 
 use std::collections::BTreeMap;

@@ -285,6 +285,12 @@ impl Runtime {
                 check_labels(name, &share[usize::from(labels)], classes)?;
             }
         }
+        for (k, s) in p.streams.iter().enumerate() {
+            for share in &shares {
+                // Indexed within the replica's share of the step, flat.
+                super::values::check(&s.name, "step input", s.dtype, &[], &share[k])?;
+            }
+        }
         let mut popped = vec![vec![Vec::new(); replicas]; p.anchors.len()];
         self.step_bytes(
             &mut |r, k, into: &mut [u8]| into.copy_from_slice(&shares[r][k]),
@@ -455,6 +461,7 @@ impl Runtime {
             if labels == Some(i) {
                 check_labels(name, &data, classes)?;
             }
+            super::values::check(name, "step input", s.dtype, array.shape(), &data)?;
             out.push(data);
         }
         Ok(out)

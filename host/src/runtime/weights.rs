@@ -50,7 +50,7 @@ impl Runtime {
         &mut self,
         weights: &BTreeMap<String, A>,
     ) -> Result<(), RuntimeError> {
-        self.load(weights, ids::variable, Recovery::weights_loaded)
+        self.load(weights, "weights", ids::variable, Recovery::weights_loaded)
     }
 
     /// Weights to host: every variable in its returned shape.
@@ -97,7 +97,7 @@ impl Runtime {
         state: &BTreeMap<String, A>,
     ) -> Result<(), RuntimeError> {
         self.check_optimizer_state()?;
-        self.load(state, ids::velocity, Recovery::velocity_loaded)
+        self.load(state, "optimizer state", ids::velocity, Recovery::velocity_loaded)
     }
 
     /// The optimizer's state to host: each variable's velocity in the variable's returned
@@ -118,12 +118,14 @@ impl Runtime {
         }
     }
 
-    /// Host arrays (host shapes) into the on-device variables `target` names, through each
-    /// variable's slot; every array is checked before the first one moves.
+    /// Host arrays (host shapes) into the on-device variables `target` names (`what` they
+    /// are), through each variable's slot; every array is checked — its shape and type, and
+    /// every value ([`values`](super::values)) — before the first one moves.
     /// `loaded` records each variable as settled once every replica holds it.
     fn load<A: AsView>(
         &mut self,
         arrays: &BTreeMap<String, A>,
+        what: &'static str,
         target: fn(u8) -> u16,
         loaded: fn(&mut Recovery, usize),
     ) -> Result<(), RuntimeError> {
@@ -137,6 +139,7 @@ impl Runtime {
                 array.shape(),
                 &self.host_shape(name, false)?,
             )?;
+            super::values::check(name, what, array.dtype(), array.shape(), array.bytes())?;
             plan.push((index, array));
         }
         for (index, array) in plan {

@@ -73,7 +73,7 @@ pub enum DataError {
     },
     /// A batch's arrays could not be built.
     Shape(ArrayError),
-    /// An input that is NaN or infinite.
+    /// An input no run trains from: NaN, infinite, or of magnitude 2^64 or more.
     NotFinite {
         /// The file.
         path: PathBuf,
@@ -113,7 +113,7 @@ impl fmt::Display for DataError {
             } => write!(
                 f,
                 "{}: tensor `{tensor}` holds {value} at row {row}, column {column}; every \
-                 input must be a finite number",
+                 input must be finite and of magnitude below 2^64 (1.8e19)",
                 path.display()
             ),
             Self::Format { path, source } => {
@@ -385,27 +385,26 @@ fn classes_of(path: &Path, labels: &[i64]) -> Result<usize, DataError> {
 }
 
 /// The `float32` values of `inputs` (of the file `path`, `features` to a sample), once
-/// every one is finite.
+/// every one may enter training (core's `finite` rule).
 fn finite_inputs(
     path: &Path,
     inputs: &TensorView<'_>,
     features: usize,
 ) -> Result<Vec<f32>, DataError> {
-    let inputs: Vec<f32> = inputs
-        .data()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    if let Some(at) = inputs.iter().position(|v| !v.is_finite()) {
+    if let Some((at, value)) = tessera_core::finite::first_unfit(inputs.data()) {
         return Err(DataError::NotFinite {
             path: path.to_owned(),
             tensor: "inputs",
-            row: at / features,
-            column: at % features,
-            value: inputs[at],
+            row: at / features.max(1),
+            column: at % features.max(1),
+            value,
         });
     }
-    Ok(inputs)
+    Ok(inputs
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 #[cfg(test)]

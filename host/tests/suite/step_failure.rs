@@ -211,3 +211,65 @@ fn a_runtime_that_never_failed_is_never_refused() {
     runtime.run(&step_io(&p, R, 1)).unwrap();
     runtime.weights_to_host().unwrap();
 }
+
+/// Sets element `at` of `name` in `arrays` (f32) to `value`.
+fn spoiled(arrays: &WeightsIo, name: &str, at: usize, value: f32) -> WeightsIo {
+    let mut arrays = arrays.clone();
+    let mut array = arrays[name].clone();
+    array.bytes_mut()[at * 4..at * 4 + 4].copy_from_slice(&value.to_le_bytes());
+    arrays.insert(name.to_string(), array);
+    arrays
+}
+
+/// Caught: NaN weights, optimizer state or step inputs from the host were accepted and
+/// trained, and the run failed later ("the accelerator differs … (device NaN, reference
+/// NaN)"), far from its cause. Each is refused where it enters, naming the tensor, what it
+/// was loaded as and the first bad value's index, with nothing loaded or run: the runtime
+/// then gives the step it would have given.
+#[test]
+fn values_no_run_trains_from_are_refused_where_they_enter() {
+    let p = program(true);
+    let mut runtime = Runtime::prepare(p.clone(), R, &Placement::Thread, MEMORY).unwrap();
+    let weights = initial_weights(&p, R, 3);
+    let io = step_io(&p, R, 100);
+    load(&mut runtime, &weights);
+    let expected = bytes(&runtime.run(&io).unwrap());
+    let refused = |e: RuntimeError, name: &str, what: &str, index: &[usize], value: f32| match e
+    {
+        RuntimeError::BadValue {
+            name: n,
+            what: w,
+            index: i,
+            value: v,
+        } => {
+            assert_eq!((n.as_str(), w, i.as_slice()), (name, what, index));
+            assert_eq!(v.to_bits(), value.to_bits());
+        }
+        other => panic!("{name} ({what}) holding {value}: refused as {other:?}"),
+    };
+    // w2 is [2, 4]: element 5 is [1, 1].
+    let shape = weights["w2"].shape().to_vec();
+    assert_eq!(shape, [2, 4]);
+    for value in [f32::NAN, f32::INFINITY, -3e38] {
+        let e = runtime
+            .weights_from_host(&spoiled(&weights, "w2", 5, value))
+            .unwrap_err();
+        refused(e, "w2", "weights", &[1, 1], value);
+        let e = runtime
+            .optimizer_state_from_host(&spoiled(&zero_velocity(&weights), "w2", 5, value))
+            .unwrap_err();
+        refused(e, "w2", "optimizer state", &[1, 1], value);
+    }
+    let stream = p.streams[0].name.to_string();
+    let mut bad_io = io.clone();
+    let mut inputs = bad_io[&stream].clone();
+    inputs.bytes_mut()[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+    // Samples of 3 features: element 1 is [0, 1].
+    assert_eq!(inputs.shape()[1], 3);
+    bad_io.insert(stream.clone(), inputs);
+    let e = runtime.run(&bad_io).unwrap_err();
+    refused(e, &stream, "step input", &[0, 1], f32::NAN);
+    // Nothing was loaded or run: the step from the same weights gives the same results.
+    load(&mut runtime, &weights);
+    assert_eq!(bytes(&runtime.run(&io).unwrap()), expected);
+}

@@ -390,3 +390,52 @@ fn a_checkpoint_with_velocity_of_no_variable_loads_nothing() {
     let e = t.refuse_checkpoint("a velocity of no variable", &c);
     assert!(e.to_string().contains("ghost"), "{e}");
 }
+
+/// Catches: NaN or 3e38 weights in a resealed checkpoint (its checksum right) resumed and
+/// trained, failing only later with "the accelerator differs … (device NaN, reference
+/// NaN)". Both loading and restoring refuse such a tensor, naming it and the first bad
+/// value's index, before anything reaches a device.
+#[test]
+fn a_checkpoint_holding_values_no_run_trains_from_is_refused() {
+    let mut t = Refusals::new("values");
+    let spoil = |c: &mut Checkpoint, optimizer: bool, name: &str, at: usize, value: f32| {
+        let map = if optimizer {
+            &mut c.optimizer
+        } else {
+            &mut c.weights
+        };
+        let mut array = map[name].clone();
+        array.bytes_mut()[at * 4..at * 4 + 4].copy_from_slice(&value.to_le_bytes());
+        map.insert(name.to_string(), array);
+    };
+    // w1 is [8, 4]: element 6 is [1, 2].
+    for (optimizer, value, tensor) in [
+        (false, f32::NAN, "w1"),
+        (false, 3e38, "w1"),
+        (true, f32::NEG_INFINITY, "optimizer/w1/velocity"),
+    ] {
+        let mut c = t.good.clone();
+        spoil(&mut c, optimizer, "w1", 6, value);
+        let what = format!("{tensor} holding {value}");
+        let path = t.scratch.path("spoiled.safetensors");
+        c.save(&path).unwrap();
+        for e in [t.refuse_file(&what, &path), {
+            let e = c.restore(&mut t.target).unwrap_err();
+            assert_same_state(&what, &state(&mut t.target), &t.target_state);
+            e
+        }] {
+            match &e {
+                CheckpointError::BadValue {
+                    tensor: named,
+                    index,
+                    value: found,
+                } => {
+                    assert_eq!((named.as_str(), index.as_slice()), (tensor, &[1, 2][..]));
+                    assert_eq!(found.to_bits(), value.to_bits());
+                }
+                other => panic!("{what}: expected a bad value, got {other:?}"),
+            }
+            assert!(e.to_string().contains(tensor), "{e}");
+        }
+    }
+}
