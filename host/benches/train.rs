@@ -87,7 +87,10 @@ fn main() {
     }
     scaling(steps);
     println!("\nthe step inputs' value check (core::finite) beside the step it is part of");
-    println!("{:<34} {:>14} {:>14} {:>8}", "job", "check ns", "step ns", "share");
+    println!(
+        "{:<34} {:>14} {:>14} {:>8}",
+        "job", "check ns", "step ns", "share"
+    );
     input_check("default (4 replicas, 2→24→3)", &default, 2, default_speed);
     input_check("64→64→10 (4 replicas)", &wide_job, 64, wide_speed);
     let _ = std::fs::remove_dir_all(&dir);

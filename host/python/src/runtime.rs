@@ -151,6 +151,14 @@ impl PyRuntime {
         self.with(py, |r| r.rounds_per_step())
     }
 
+    /// The device (its first replica) lost for good in a failed step, or `None`: once one
+    /// is, this runtime cannot run again (every call raises `DeviceLost`); make a new
+    /// `Runtime`, then load its weights or resume a checkpoint.
+    #[getter]
+    fn lost(&self, py: Python<'_>) -> Option<u32> {
+        self.with(py, |r| r.lost())
+    }
+
     /// True after `weights_to_host`, until the next step (PopART's `weightsInSync`: the
     /// host's copy is the replicas' weights). A step that failed after some replicas
     /// applied updates is another matter: steps and weights to host then raise

@@ -263,7 +263,10 @@ mod tests {
     #[test]
     fn nan_on_both_sides_is_an_overflow_not_a_difference() {
         let err = max_relative_error(&[1.0, f32::NAN], &[1.0, f64::INFINITY]).unwrap_err();
-        assert!(matches!(err, CheckError::Overflowed { index: 1, .. }), "{err:?}");
+        assert!(
+            matches!(err, CheckError::Overflowed { index: 1, .. }),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("overflowed"), "{err}");
         let mut tally = Tally::new();
         tally.record(3, "w", &[f32::NAN], &[f64::NAN]);

@@ -165,6 +165,17 @@ pub enum RuntimeError {
         /// Why the devices could not be reset, if they could not (the next step tries
         /// again before anything else).
         reset: Option<TransportError>,
+        /// The device (its first replica) lost for good, if one was: the runtime cannot
+        /// run again ([`RuntimeError::DeviceLost`]).
+        lost: Option<u32>,
+    },
+    /// A device of this runtime was lost (its link gone for good: its process ended, its
+    /// link closed): nothing more runs on this runtime.
+    DeviceLost {
+        /// The device's first replica.
+        replica: u32,
+        /// How it was lost.
+        cause: String,
     },
     /// A collective between instances failed.
     Instance(InstanceError),
@@ -271,6 +282,10 @@ pub enum RuntimeError {
         what: &'static str,
     },
 }
+
+/// What to do once a device is lost.
+const PREPARE_AGAIN: &str = "prepare a new runtime (`Runtime::prepare`, or \
+    `Runtime::load_executable`), then load its weights or resume a checkpoint";
 
 impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -402,8 +417,16 @@ impl fmt::Display for RuntimeError {
                 cause,
                 diverged,
                 reset,
+                lost,
             } => {
                 write!(f, "the step failed while {phase}: {cause}")?;
+                if let Some(replica) = lost {
+                    return write!(
+                        f,
+                        "; device {replica} was lost: this runtime cannot run again; \
+                         {PREPARE_AGAIN}"
+                    );
+                }
                 match reset {
                     None => f.write_str("; every device's step state was reset")?,
                     Some(e) => write!(
@@ -421,6 +444,11 @@ impl fmt::Display for RuntimeError {
                 }
                 Ok(())
             }
+            Self::DeviceLost { replica, cause } => write!(
+                f,
+                "device {replica} was lost ({cause}): this runtime cannot run again; \
+                 {PREPARE_AGAIN}"
+            ),
             Self::Instance(e) => write!(f, "between instances: {e}"),
             Self::ReductionOps { replica, round } => write!(
                 f,

@@ -472,11 +472,13 @@ impl Runtime {
 
     /// The random seed, as this instance's first replica holds it.
     pub fn random_seed(&mut self) -> Result<u64, RuntimeError> {
+        self.check_alive()?;
         Ok(self.channels[0].call(&GetSeed)?.get())
     }
 
     /// Every replica's RNG state (of every instance), concatenated in replica order.
     pub fn rng_state(&mut self) -> Result<Vec<u32>, RuntimeError> {
+        self.check_alive()?;
         let mut local = Vec::with_capacity(RNG_WORDS * 4 * self.seats.len());
         for seat in &self.seats {
             let c = &mut self.channels[seat.channel];
@@ -494,6 +496,7 @@ impl Runtime {
     /// Sets every replica's RNG state from exactly `RNG_WORDS × replicas` words (every
     /// instance takes its window's).
     pub fn set_rng_state(&mut self, words: &[u32]) -> Result<(), RuntimeError> {
+        self.check_alive()?;
         let expected = RNG_WORDS * self.replicas;
         if words.len() != expected {
             return Err(RuntimeError::RngState {
@@ -513,6 +516,7 @@ impl Runtime {
     /// The work each replica has counted, in multiply-adds; refused by the devices unless
     /// the program is instrumented.
     pub fn cycle_counts(&mut self) -> Result<Vec<u64>, RuntimeError> {
+        self.check_alive()?;
         let mut local = Vec::with_capacity(8 * self.seats.len());
         for seat in &self.seats {
             let c = &mut self.channels[seat.channel];
@@ -531,6 +535,7 @@ impl Runtime {
         &mut self,
         of: impl Fn(Seat) -> Result<Request<'static>, RuntimeError>,
     ) -> Result<(), RuntimeError> {
+        self.check_alive()?;
         let mut sent = Vec::with_capacity(self.seats.len());
         for &seat in &self.seats {
             let request = of(seat)?;
@@ -545,6 +550,7 @@ impl Runtime {
     /// Sends `request` to every device (whatever its lanes), all before any reply is
     /// awaited.
     pub(crate) fn broadcast(&mut self, request: &Request<'_>) -> Result<(), RuntimeError> {
+        self.check_alive()?;
         let seqs = self
             .channels
             .iter_mut()

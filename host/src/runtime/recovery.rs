@@ -38,6 +38,14 @@
 //! come in any number of calls; each clears what it wrote. The runtime never guesses which
 //! replica holds the right values: only the host's copy is known good.
 //!
+//! A device whose link is gone for good (its process killed, its link closed: a failure
+//! no reset can mend) is **lost**, and with it the runtime: a device's program, variables
+//! and FIFOs live on it, and nothing brings it back. The failed step's error says so, and
+//! every later call that would reach the devices — a step, a load, a read, the seed —
+//! refuses with [`RuntimeError::DeviceLost`], before the advice to load the weights again
+//! (which could not help): prepare a new runtime, then load its weights or resume a
+//! checkpoint. [`Runtime::lost`] tells whether a runtime is lost.
+//!
 //! The replicas' RNG states and cycle counts stay as the failed step left them (each
 //! replica draws its own stream, so they cannot disagree within a group); set the RNG
 //! state with [`Runtime::set_rng_state`] to repeat a step exactly.
@@ -109,6 +117,8 @@ pub(super) struct Recovery {
     velocities: BTreeSet<usize>,
     /// The last reset did not reach every device.
     reset_pending: bool,
+    /// The first device found lost (its replica) and why: the runtime cannot run again.
+    lost: Option<(u32, String)>,
 }
 
 impl Recovery {
@@ -131,6 +141,7 @@ impl Runtime {
         weights: bool,
         velocities: bool,
     ) -> Result<(), RuntimeError> {
+        self.check_alive()?;
         let diverged = |set: &BTreeSet<usize>, what| {
             set.iter().next().map(|&i| RuntimeError::Diverged {
                 name: self.program.variables[i].name.to_string(),
@@ -146,6 +157,24 @@ impl Runtime {
                     .flatten()
             });
         first.map_or(Ok(()), Err)
+    }
+
+    /// Refuses once a device is lost (see the module's rule): before anything is sent, and
+    /// before any other advice.
+    pub(super) fn check_alive(&self) -> Result<(), RuntimeError> {
+        match &self.recovery.lost {
+            None => Ok(()),
+            Some((replica, cause)) => Err(RuntimeError::DeviceLost {
+                replica: *replica,
+                cause: cause.clone(),
+            }),
+        }
+    }
+
+    /// The device (its first replica) lost by a failure no reset can mend, if one was: then
+    /// this runtime cannot run again, and a new one must be prepared (module rule).
+    pub fn lost(&self) -> Option<u32> {
+        self.recovery.lost.as_ref().map(|(replica, _)| *replica)
     }
 
     /// What a step must find before it sends anything: no divergence left, and devices
@@ -176,6 +205,7 @@ impl Runtime {
             cause: Box::new(cause),
             diverged,
             reset,
+            lost: self.lost(),
         }
     }
 
@@ -189,6 +219,9 @@ impl Runtime {
         for c in &mut self.channels {
             if let Err(e) = c.request_after_abandoned_step(&Request::ResetStep) {
                 tracing::warn!(replica = c.replica(), error = %e, "device not reset");
+                if e.link_gone() && self.recovery.lost.is_none() {
+                    self.recovery.lost = Some((c.replica(), e.to_string()));
+                }
                 first.get_or_insert(e);
             }
         }

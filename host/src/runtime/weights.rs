@@ -97,7 +97,12 @@ impl Runtime {
         state: &BTreeMap<String, A>,
     ) -> Result<(), RuntimeError> {
         self.check_optimizer_state()?;
-        self.load(state, "optimizer state", ids::velocity, Recovery::velocity_loaded)
+        self.load(
+            state,
+            "optimizer state",
+            ids::velocity,
+            Recovery::velocity_loaded,
+        )
     }
 
     /// The optimizer's state to host: each variable's velocity in the variable's returned
@@ -129,6 +134,7 @@ impl Runtime {
         target: fn(u8) -> u16,
         loaded: fn(&mut Recovery, usize),
     ) -> Result<(), RuntimeError> {
+        self.check_alive()?;
         let mut plan = Vec::with_capacity(arrays.len());
         for (name, array) in arrays {
             let index = self.variable(name)?;

@@ -163,6 +163,18 @@ pub enum TransportError {
     },
 }
 
+impl TransportError {
+    /// True when the device's link is gone for good (closed, its process ended, its ring
+    /// broken, its pipe or socket failed): the device will not answer again, whatever is
+    /// retried. A busy, stopped or silent device may still.
+    pub fn link_gone(&self) -> bool {
+        matches!(
+            self,
+            Self::Closed { .. } | Self::Exited { .. } | Self::Ring { .. } | Self::Io(_)
+        )
+    }
+}
+
 impl fmt::Display for TransportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

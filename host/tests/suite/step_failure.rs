@@ -118,6 +118,7 @@ fn fail_and_recover(placement: &Placement, anchors: bool, what: &str) {
                 cause,
                 diverged: true,
                 reset: None,
+                lost: None,
             }) => match *cause {
                 RuntimeError::Transport(TransportError::Device {
                     replica: r,
@@ -234,8 +235,7 @@ fn values_no_run_trains_from_are_refused_where_they_enter() {
     let io = step_io(&p, R, 100);
     load(&mut runtime, &weights);
     let expected = bytes(&runtime.run(&io).unwrap());
-    let refused = |e: RuntimeError, name: &str, what: &str, index: &[usize], value: f32| match e
-    {
+    let refused = |e: RuntimeError, name: &str, what: &str, index: &[usize], value: f32| match e {
         RuntimeError::BadValue {
             name: n,
             what: w,
@@ -272,4 +272,67 @@ fn values_no_run_trains_from_are_refused_where_they_enter() {
     // Nothing was loaded or run: the step from the same weights gives the same results.
     load(&mut runtime, &weights);
     assert_eq!(bytes(&runtime.run(&io).unwrap()), expected);
+}
+
+/// Device memory per replica of the lost-device test's own (see `common`).
+const LOST_MEMORY: usize = (1 << 16) + 4096 * 59;
+
+/// Caught: after a device process was killed in a step, every later call said "load it
+/// again from the host", and the reload failed with "device 0 closed its link" — nothing
+/// said the runtime must be prepared again. Now the failed step says the device was lost,
+/// every later call refuses with `DeviceLost` (before any advice to reload), the runtime
+/// says it is lost, and a new runtime runs the step.
+#[test]
+fn a_device_lost_in_a_step_asks_for_a_new_runtime() {
+    let p = program(true);
+    let exe = Placement::Process(env!("CARGO_BIN_EXE_tessera").into());
+    let mut runtime = Runtime::prepare(p.clone(), R, &exe, LOST_MEMORY).unwrap();
+    let weights = initial_weights(&p, R, 3);
+    let io = step_io(&p, R, 100);
+    load(&mut runtime, &weights);
+    let expected = bytes(&runtime.run(&io).unwrap());
+    // Each device process holds its lanes' memory: one to four replicas' worth.
+    let sizes: Vec<String> = (1..=R).map(|k| (k * LOST_MEMORY).to_string()).collect();
+    let pattern = format!("tessera devices --memory ({}) ", sizes.join("|"));
+    let devices = common::children_matching(&pattern);
+    assert!(!devices.is_empty(), "the runtime's device processes");
+    let victim = devices[0];
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    while std::fs::read_to_string(format!("/proc/{victim}/stat"))
+        .is_ok_and(|stat| !stat.contains(") Z "))
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let failed = runtime.run(&io).unwrap_err();
+    assert!(
+        matches!(failed, RuntimeError::StepFailed { lost: Some(_), .. }),
+        "the step names the lost device: {failed:?}"
+    );
+    let text = failed.to_string();
+    assert!(
+        text.contains("prepare a new runtime") && !text.contains("load every variable"),
+        "{text}"
+    );
+    assert!(runtime.lost().is_some());
+    let lost = |what: &str, result: Result<(), RuntimeError>| match result {
+        Err(RuntimeError::DeviceLost { .. }) => {}
+        other => panic!("{what} after a device was lost: {other:?}"),
+    };
+    lost("a step", runtime.run(&io).map(drop));
+    lost("weights from the host", runtime.weights_from_host(&weights));
+    lost(
+        "optimizer state from the host",
+        runtime.optimizer_state_from_host(&zero_velocity(&weights)),
+    );
+    lost("weights to the host", runtime.weights_to_host().map(drop));
+    lost("the seed", runtime.set_random_seed(1));
+    lost("the RNG state", runtime.rng_state().map(drop));
+    // A new runtime runs the step the lost one ran.
+    let mut fresh = Runtime::prepare(p, R, &exe, LOST_MEMORY).unwrap();
+    load(&mut fresh, &weights);
+    assert_eq!(bytes(&fresh.run(&io).unwrap()), expected);
 }

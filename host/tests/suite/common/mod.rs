@@ -9,6 +9,7 @@
 //! no other test gives its devices; the sizes taken:
 //!
 //! - `dead_device`: `(1 << 16) + 4096 * 47`;
+//! - `step_failure`: `(1 << 16) + 4096 * 59` per replica;
 //! - `process_share`: `(1 << 16) + 4096 * n` for n = 51, 55 and 57;
 //! - `busy_device`: `(4 << 20) + 4096 * 53`;
 //! - `session_errors`: `(17 << 20) + 4096 * 41` and `(4 << 20) + 4096 * 43`;
