@@ -254,3 +254,21 @@ def test_values_no_run_trains_from_are_refused_where_they_enter(tmp_path):
     # Nothing was loaded: the weights are those the runtime held.
     for name, array in runtime.weights_to_host().items():
         np.testing.assert_array_equal(array, weights[name])
+
+
+def test_a_function_of_another_session_is_refused_and_a_call_of_nothing_says_so(sess):
+    """Caught: a function handle of another session was accepted (registers of another
+    session were refused), and a call of a function that returns nothing (`scale` works in
+    place) handed back a register that named nothing when read."""
+    with tessera.Session("thread", workers=2) as other:
+        theirs = other.get_function("add_one")
+    with pytest.raises(tessera.SessionError) as foreign:
+        sess.call(theirs, 1)
+    assert foreign.value.kind == "ForeignFunction"
+    x = sess.copy_to_worker0(np.array([1.5, 2.0], np.float32))
+    nothing = sess.call(sess.get_function("scale"), x, 2.0)
+    sess.sync_all()
+    with pytest.raises(tessera.SessionError) as empty:
+        sess.debug_get(nothing, 0)
+    assert empty.value.kind == "NoValue" and "scale" in str(empty.value)
+    np.testing.assert_array_equal(sess.copy_from_worker0(x), [3.0, 4.0])

@@ -133,8 +133,9 @@ pub(crate) struct TrainArgs {
     /// Default: loss=all and output=all.
     #[arg(long, value_name = "NAME=TYPE", value_parser = anchor)]
     anchor: Vec<(AnchorTensor, AnchorReturnType)>,
-    /// Seed of the data, the starting weights and the replicas' RNGs.
-    #[arg(long, default_value_t = 42)]
+    /// Seed of the data, the starting weights and the replicas' RNGs (refused with
+    /// --resume: a resumed run keeps its checkpoint's seed).
+    #[arg(long, default_value_t = 42, conflicts_with = "resume")]
     seed: u64,
     /// Where the devices run.
     #[arg(long, value_enum, default_value_t = Where::Thread)]
@@ -168,7 +169,7 @@ pub(crate) struct TrainArgs {
     )]
     every: usize,
     /// Resume from the checkpoint at PATH and train --steps more steps: bit for bit the run
-    /// that wrote it would have continued.
+    /// that wrote it would have continued, with its seed.
     #[arg(long, value_name = "PATH")]
     resume: Option<PathBuf>,
     /// Save the prepared program (and the device limits it was prepared for) to PATH.

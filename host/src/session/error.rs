@@ -130,6 +130,26 @@ pub enum SessionError {
         /// The session it was handed to.
         session: u64,
     },
+    /// A function handle used in another session than the one that checked it; nothing
+    /// was sent.
+    ForeignFunction {
+        /// The function's name.
+        name: String,
+        /// The session it belongs to.
+        owner: u64,
+        /// The session it was handed to.
+        session: u64,
+    },
+    /// A register that holds no value on a worker: the call that made it returned nothing
+    /// (a function that changes an argument in place), or it was never written.
+    NoValue {
+        /// The worker.
+        worker: usize,
+        /// The register.
+        register: u16,
+        /// The function whose call made it, if a call did.
+        function: Option<String>,
+    },
     /// A register that must hold an array holds something else.
     NotAnArray {
         /// The worker.
@@ -315,6 +335,28 @@ impl fmt::Display for SessionError {
                 "register {register} belongs to session {owner}, not to session {session}: a \
                  register is only valid in the session that made it; nothing was sent"
             ),
+            Self::ForeignFunction {
+                name,
+                owner,
+                session,
+            } => write!(
+                f,
+                "function {name:?} was looked up in session {owner}, not in session {session}: \
+                 look it up in this session; nothing was sent"
+            ),
+            Self::NoValue {
+                worker,
+                register,
+                function,
+            } => match function {
+                Some(function) => write!(
+                    f,
+                    "register {register} holds no value on worker {worker}: the call of \
+                     {function:?} that made it returned nothing (a function that works in \
+                     place changes its argument)"
+                ),
+                None => write!(f, "register {register} holds no value on worker {worker}"),
+            },
             Self::NotAnArray {
                 worker,
                 register,

@@ -18,7 +18,7 @@
 //! - **Registers.** Ids come from the controller, from 1 (0 means "discard"); a freed id is
 //!   reused last-in-first-out. A [`Register`] handle frees its id on every worker when it
 //!   is dropped; after shutdown, dropping one does nothing.
-//! - **A register belongs to its session.** Every session has an identity of its own in
+//! - **A register belongs to its session**, and so does a function handle. Every session has an identity of its own in
 //!   this process ([`Session::id`]), and every [`Register`] carries the one of the session
 //!   that made it. Another session refuses it ([`SessionError::ForeignRegister`]) before
 //!   it sends anything: the same id names an unrelated value there, which a read would
@@ -88,7 +88,7 @@ pub mod ranks;
 mod state;
 mod value;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -162,16 +162,24 @@ impl Drop for Register {
     }
 }
 
-/// A function the workers have, checked by [`Session::get_function`].
+/// A function the workers of one session have, checked by [`Session::get_function`]:
+/// valid in that session only, as its registers are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Function {
     name: String,
+    /// The session that checked it.
+    session: u64,
 }
 
 impl Function {
     /// Its name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The identity of the session whose workers have it ([`Session::id`]).
+    pub fn session(&self) -> u64 {
+        self.session
     }
 }
 
@@ -234,6 +242,7 @@ impl Session {
                 parked: Vec::new(),
                 next_id: 1,
                 free_ids: Vec::new(),
+                called: HashMap::new(),
                 num_groups,
                 shut_down: false,
                 #[cfg(feature = "mpi")]
@@ -319,17 +328,30 @@ impl Session {
                 first = Err(failure);
             }
         }
-        first.map(|()| Function { name: name.into() })
+        first.map(|()| Function {
+            name: name.into(),
+            session: self.id,
+        })
     }
 
     /// Calls `function` on every worker with `args` (a register argument is each worker's
     /// own value); the result goes into a new register. Returns once the call is sent:
-    /// failures come back at the next sync.
+    /// failures come back at the next sync. A function that returns nothing (one that
+    /// changes an argument in place) leaves the new register without a value: reading it
+    /// is [`SessionError::NoValue`], naming the function. A function handle of another
+    /// session is refused ([`SessionError::ForeignFunction`]) before anything is sent.
     pub fn call(
         &self,
         function: &Function,
         args: &[CallArg<'_>],
     ) -> Result<Register, SessionError> {
+        if function.session != self.id {
+            return Err(SessionError::ForeignFunction {
+                name: function.name.clone(),
+                owner: function.session,
+                session: self.id,
+            });
+        }
         // Checked before the result register is made: dropping that one would send frees.
         for arg in args {
             if let CallArg::Register(register) = arg {
@@ -375,6 +397,7 @@ impl Session {
         for worker in 0..state.workers.len() {
             state.submit(worker, &request, Command::Call(function.name.clone()))?;
         }
+        state.called.insert(register.id, function.name.clone());
         Ok(register)
     }
 
@@ -434,7 +457,10 @@ impl Session {
         let held = match state.describe(0, id) {
             Ok(held) => Some(held),
             // An empty register, say: it is replaced.
-            Err(SessionError::Transport(TransportError::Device { .. })) => None,
+            Err(
+                SessionError::Transport(TransportError::Device { .. })
+                | SessionError::NoValue { .. },
+            ) => None,
             Err(e) => return Err(e),
         };
         let fits = held.as_ref().is_some_and(|held| {

@@ -2,19 +2,19 @@
 //! the register ids, and arrays moved between the host and a worker's register — by the
 //! channel's one data path, which picks in place, bulk or chunks for the placement.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister};
-use tessera_core::wire::{Request, Target, Value, ValueKind};
+use tessera_core::wire::{ErrorCode, Request, Target, Value, ValueKind};
 
 use super::claims;
 use super::pending::{Parked, Pending};
 use super::{ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::array::{ArrayView, ArrayViewMut};
-use crate::transport::{Channel, SharedMemory, Span};
+use crate::transport::{Channel, SharedMemory, Span, TransportError};
 
 /// Everything the controller holds; register handles reach it through a weak reference.
 #[derive(Debug)]
@@ -28,6 +28,9 @@ pub(super) struct State {
     pub(super) next_id: u16,
     /// Freed ids, reused last-in-first-out.
     pub(super) free_ids: Vec<u16>,
+    /// The function whose call made each register (until it is freed): a register a call
+    /// left without a value names it when read.
+    pub(super) called: HashMap<u16, String>,
     pub(super) num_groups: usize,
     pub(super) shut_down: bool,
     /// The other ranks and MPI, when the session spans an MPI job's ranks.
@@ -120,6 +123,7 @@ impl State {
             }
         }
         self.free_ids.push(id);
+        self.called.remove(&id);
         first
     }
 
@@ -169,9 +173,30 @@ impl State {
     /// ([`claims`](super::claims)).
     pub(super) fn describe(&mut self, worker: usize, id: u16) -> Result<Description, SessionError> {
         let channel = &mut self.workers[worker];
-        let described = channel.call(&DescribeRegister { id })?.get();
+        let described = channel
+            .call(&DescribeRegister { id })
+            .map_err(|e| self.no_value(worker, id, e))?
+            .get();
+        let channel = &mut self.workers[worker];
         claims::check(worker, id, &described, channel.limits().memory)?;
         Ok(described)
+    }
+
+    /// `error` from asking `worker` about register `id`: a register it does not know is
+    /// [`SessionError::NoValue`] (naming the call that made it, if one did), any other
+    /// error as it is.
+    fn no_value(&self, worker: usize, id: u16, error: TransportError) -> SessionError {
+        match error {
+            TransportError::Device {
+                code: ErrorCode::UnknownId { id: unknown },
+                ..
+            } if unknown == id => SessionError::NoValue {
+                worker,
+                register: id,
+                function: self.called.get(&id).cloned(),
+            },
+            other => other.into(),
+        }
     }
 
     /// Register `id`'s description on each of `workers`, every request sent before any
@@ -192,7 +217,11 @@ impl State {
         let mut described = Vec::with_capacity(tickets.len());
         for (worker, ticket) in tickets {
             let channel = &mut self.workers[worker];
-            let description = channel.receive_typed(ticket)?.get();
+            let description = channel
+                .receive_typed(ticket)
+                .map_err(|e| self.no_value(worker, id, e))?
+                .get();
+            let channel = &mut self.workers[worker];
             claims::check(worker, id, &description, channel.limits().memory)?;
             described.push(description);
         }

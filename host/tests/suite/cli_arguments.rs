@@ -194,6 +194,13 @@ fn train_rejects_out_of_range_arguments() {
             "--hidden",
             "1..=256",
         ),
+        // --seed beside --resume was silently ignored (the checkpoint's seed won): refused,
+        // before the file is read.
+        rejected(
+            &["train", "--seed", "7", "--resume", "no-such.safetensors"],
+            "--seed",
+            "--resume",
+        ),
         // The embedded data: at least two classes, at least one sample per class, bounded.
         rejected(&["train", "--classes", "1"], "--classes", "2..=16"),
         rejected(&["train", "--classes", "17"], "--classes", "2..=16"),

@@ -100,6 +100,19 @@ fn foreign_register(placement: Placement) {
         .unwrap_err();
     assert_foreign(err, &theirs, &a, &b);
 
+    // A function handle of session a: refused as a's registers are, before anything is
+    // sent (it was accepted, and run on b's workers, which need not have it).
+    let a_add_one = a.get_function("add_one").unwrap();
+    assert_eq!(a_add_one.session(), a.id());
+    match b.call(&a_add_one, &[CallArg::Int(1)]).unwrap_err() {
+        SessionError::ForeignFunction {
+            name,
+            owner,
+            session,
+        } => assert_eq!((name.as_str(), owner, session), ("add_one", a.id(), b.id())),
+        other => panic!("a's function in b: {other:?}"),
+    }
+
     // Nothing was sent: nothing to report, b's register kept its value, and the refused
     // call took no register id.
     b.sync_all().unwrap();
@@ -119,6 +132,57 @@ fn foreign_register(placement: Placement) {
     let c = open(&placement, workers);
     let _first = c.copy_to_worker0(&f32s(&[2], &[3.0, 3.0])).unwrap();
     assert_foreign(c.debug_get(&theirs, 0).unwrap_err(), &theirs, &a, &c);
+}
+
+/// Bug: a call of a function that returns nothing (`scale` works in place) handed back a
+/// register naming nothing: reading it failed with an opaque "unknown id" from the worker.
+/// It says the call returned nothing, naming the function, on every read; the argument
+/// holds the result, and a copy into the register replaces its emptiness.
+fn a_call_that_returns_nothing(placement: Placement) {
+    let session = open(&placement, 2);
+    let x = session.copy_to_worker0(&f32s(&[2], &[1.5, 2.0])).unwrap();
+    let scale = session.get_function("scale").unwrap();
+    let nothing = session
+        .call(&scale, &[CallArg::Register(&x), CallArg::Float(2.0)])
+        .unwrap();
+    session.sync_worker(0).unwrap();
+    let says_so = |err: SessionError| match err {
+        SessionError::NoValue {
+            worker: 0,
+            register,
+            function: Some(function),
+        } => {
+            assert_eq!((register, function.as_str()), (nothing.id(), "scale"));
+        }
+        other => panic!("a read of the empty register: {other:?}"),
+    };
+    says_so(session.debug_get(&nothing, 0).unwrap_err());
+    says_so(session.copy_from_worker0(&nothing).unwrap_err());
+    assert_eq!(
+        session.copy_from_worker0(&x).unwrap().to_f32().unwrap(),
+        [3.0, 4.0]
+    );
+    session
+        .copy_to_worker0_into(&f32s(&[1], &[5.0]), &nothing)
+        .unwrap();
+    assert_eq!(
+        session
+            .copy_from_worker0(&nothing)
+            .unwrap()
+            .to_f32()
+            .unwrap(),
+        [5.0]
+    );
+}
+
+#[test]
+fn a_call_that_returns_nothing_says_so_when_read_thread() {
+    a_call_that_returns_nothing(Placement::Thread);
+}
+
+#[test]
+fn a_call_that_returns_nothing_says_so_when_read_process() {
+    a_call_that_returns_nothing(process());
 }
 
 /// Bug: session B, handed session A's register, read or overwrote its own register of the
