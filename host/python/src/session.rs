@@ -7,8 +7,13 @@
 //!   collectives checked before the first byte moves); see `tessera_host::session`.
 //! - **The GIL is released** while the workers work: every method that reaches a worker
 //!   lets other Python threads run meanwhile (and never waits for the session's lock, or
-//!   frees a register on the workers, while holding it). A Ctrl-C during a call is raised
-//!   as `KeyboardInterrupt` once the call returns, which its deadlines bound. A NumPy array handed to a method is borrowed
+//!   frees a register on the workers, while holding it).
+//! - **Ctrl-C while waiting.** A method that waits for the workers (a sync, a read, a
+//!   collective, a function's lookup) waits in slices of [`SLICE`], looking for signals
+//!   between them: a Ctrl-C is raised as `KeyboardInterrupt` within a slice. Nothing is
+//!   cancelled — the commands already sent keep running on the workers and stay pending in
+//!   order, and the session stays usable: the next sync waits for them and reports their
+//!   failures (`shutdown()` abandons them instead). A NumPy array handed to a method is borrowed
 //!   for the call (NumPy refuses to hand it to another writer meanwhile); a Python thread
 //!   writing into it while a copy reads it races, as with any native library.
 //! - **Registers are Python objects** ([`PyRegister`]): collected, or freed with `free()`,
@@ -40,6 +45,9 @@ use tessera_host::session::{
 
 use crate::arrays::{self, to_host, to_numpy, with_view, with_view_mut};
 use crate::error::{freed, OrRaise};
+
+/// How long a wait for the workers runs between looks for a signal (module doc).
+const SLICE: Duration = Duration::from_millis(100);
 
 /// A controller and its workers (see the module documentation).
 #[pyclass(name = "Session", module = "tessera", frozen)]
@@ -273,6 +281,24 @@ impl PySession {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Waits for `worker`'s commands (every worker's: `None`) as `sync_worker` (`sync_all`)
+    /// does, in slices of [`SLICE`] with the GIL released, looking for signals between
+    /// them (module doc: Ctrl-C while waiting).
+    fn wait(&self, py: Python<'_>, worker: Option<usize>) -> PyResult<()> {
+        loop {
+            let done = py
+                .detach(|| match worker {
+                    Some(worker) => self.session.sync_worker_for(worker, SLICE),
+                    None => self.session.sync_all_for(SLICE),
+                })
+                .or_raise()?;
+            if done {
+                return Ok(());
+            }
+            py.check_signals()?;
+        }
+    }
+
     /// Runs `f` with the GIL released, `registers` held until it is done (and, if they
     /// are the last references, freed on the workers before the GIL is taken back).
     fn run<R: Send>(
@@ -296,6 +322,7 @@ impl PySession {
         dst: &PyRegister,
         op: impl FnOnce(&Session, &Register, &Register) -> Result<(), RustSessionError> + Send,
     ) -> PyResult<()> {
+        self.wait(py, None)?;
         self.run(py, vec![src.get()?, dst.get()?], |s, r| op(s, &r[0], &r[1]))
             .or_raise()
     }
@@ -348,6 +375,7 @@ impl PySession {
 
     /// The function `name`, once every worker confirms it has it (else SessionError).
     fn get_function(&self, py: Python<'_>, name: &str) -> PyResult<PyFunction> {
+        self.wait(py, None)?;
         let function = py.detach(|| self.session.get_function(name)).or_raise()?;
         self.cache().insert(name.into(), function.clone());
         Ok(PyFunction { function })
@@ -448,6 +476,7 @@ impl PySession {
         register: &PyRegister,
     ) -> PyResult<Bound<'py, PyUntypedArray>> {
         let register = register.get()?;
+        self.wait(py, Some(0))?;
         let (dtype, shape) = py
             .detach(|| self.session.array_on_worker0(&register))
             .or_raise()?;
@@ -471,6 +500,7 @@ impl PySession {
         out: &Bound<'_, PyUntypedArray>,
     ) -> PyResult<()> {
         let register = register.get()?;
+        self.wait(py, Some(0))?;
         let mut dtype = arrays::data_type(out)?;
         if matches!(dtype, DataType::U8 | DataType::U16) {
             // Raw bits may stand for a float type NumPy has no name for: ask which.
@@ -510,12 +540,12 @@ impl PySession {
 
     /// Waits for worker `worker`'s commands; their failures are the error.
     fn sync_worker(&self, py: Python<'_>, worker: usize) -> PyResult<()> {
-        py.detach(|| self.session.sync_worker(worker)).or_raise()
+        self.wait(py, Some(worker))
     }
 
     /// Waits for every worker; every failure is reported, worker by worker.
     fn sync_all(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.session.sync_all()).or_raise()
+        self.wait(py, None)
     }
 
     /// `register`'s value on `worker`: an int, float, str, shape tuple or NumPy array.
@@ -526,6 +556,7 @@ impl PySession {
         worker: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let register = register.get()?;
+        self.wait(py, Some(worker))?;
         let value = self
             .run(py, vec![register], |s, r| s.debug_get(&r[0], worker))
             .or_raise()?;

@@ -1,4 +1,5 @@
-"""Ctrl-C in a Python program stops its devices: no device process outlives it."""
+"""Ctrl-C in a Python program stops its devices (no device process outlives it), and
+reaches a program waiting on its workers within a slice of the wait."""
 
 import select
 import signal
@@ -7,6 +8,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import alive, children_of
 from test_runtime import main_job_program
@@ -77,3 +80,66 @@ def test_a_session_leaves_pythons_ctrl_c_handler_in_place():
         del runtime
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+LONG_WAIT = textwrap.dedent(
+    """
+    import signal, sys, time
+    import numpy as np
+    import tessera
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sess = tessera.Session(sys.argv[1], workers=1, memory=96 << 20)
+    n = 1024
+    a = sess.copy_to_worker0(np.ones((n, n), np.float32))
+    matmul = sess.get_function("matmul")
+    start = time.monotonic()
+    sess.call(matmul, a, a)
+    sess.sync_all()
+    once = time.monotonic() - start
+    # Queued kernels worth at least 5 s of the worker's time.
+    for _ in range(max(1, int(5 / max(once, 1e-3)))):
+        product = sess.call(matmul, a, a)
+    print("ready", flush=True)
+    try:
+        sess.sync_all()
+        print("finished", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    sess.sync_all()  # the kernels still ran, in order: the session is usable
+    print(sess.copy_from_worker0(product)[0, 0], flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("placement", ["thread", "process"])
+def test_ctrl_c_reaches_a_long_wait_within_a_slice(placement):
+    """Caught: Ctrl-C arrived only when the running command returned (46.5 s behind a long
+    matmul). A wait now looks for signals every 0.1 s; the commands sent keep running and
+    the next sync finds them done."""
+    program = subprocess.Popen(
+        [sys.executable, "-c", LONG_WAIT, placement],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready, _, _ = select.select([program.stdout], [], [], 120)
+        assert ready, "the program did not start within 120 s"
+        assert program.stdout.readline().strip() == "ready", program.stderr.read()
+        time.sleep(0.3)
+        sent = time.monotonic()
+        program.send_signal(signal.SIGINT)
+        ready, _, _ = select.select([program.stdout], [], [], 30)
+        assert ready, "nothing printed within 30 s of Ctrl-C"
+        line = program.stdout.readline().strip()
+        took = time.monotonic() - sent
+        assert line == "interrupted", (line, program.stderr.read())
+        assert took < 1.0, f"KeyboardInterrupt arrived {took:.2f} s after Ctrl-C"
+        out, err = program.communicate(timeout=120)
+        assert out.strip() == "1024.0", (out, err)
+        assert program.returncode == 0, err
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()

@@ -91,6 +91,7 @@ mod value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_CALL_ARGS};
@@ -543,6 +544,27 @@ impl Session {
         state.sync_each(0..workers)
     }
 
+    /// [`sync_all`](Self::sync_all) for at most `wait`: `Ok(true)` when every worker
+    /// answered (its failures are the error, as `sync_all`'s), `Ok(false)` when one had not
+    /// yet — nothing is lost: the commands still running stay pending in order, and the
+    /// failures already claimed are reported by this thread's next sync. For a caller that
+    /// must look up between waits (a Python program polling for Ctrl-C).
+    pub fn sync_all_for(&self, wait: Duration) -> Result<bool, SessionError> {
+        let until = Instant::now() + wait;
+        let mut state = self.lock()?;
+        let workers = state.workers.len();
+        state.sync_each_until(0..workers, until)
+    }
+
+    /// [`sync_worker`](Self::sync_worker) for at most `wait`, as
+    /// [`sync_all_for`](Self::sync_all_for) is.
+    pub fn sync_worker_for(&self, worker: usize, wait: Duration) -> Result<bool, SessionError> {
+        let until = Instant::now() + wait;
+        let mut state = self.lock()?;
+        state.check_worker(worker)?;
+        state.sync_each_until([worker], until)
+    }
+
     /// Register `register`'s value on worker `worker` (after its earlier commands).
     pub fn debug_get(&self, register: &Register, worker: usize) -> Result<HostValue, SessionError> {
         let id = self.own(register)?;
@@ -579,7 +601,7 @@ impl Session {
     /// Changes how long every worker's oldest unanswered command may take before it is
     /// sent again. A worker silent through every attempt is then reported as what it is:
     /// busy (waited for, up to the busy deadline), stopped, ended, or timed out.
-    pub fn set_deadline(&self, deadline: std::time::Duration) -> Result<(), SessionError> {
+    pub fn set_deadline(&self, deadline: Duration) -> Result<(), SessionError> {
         let mut state = self.lock()?;
         for worker in &mut state.workers {
             worker.set_deadline(deadline);
@@ -591,7 +613,7 @@ impl Session {
     /// device works, it is not dead) may work on it before the command fails as busy
     /// ([`TransportError::Busy`]); [`BUSY_DEADLINE`](crate::transport::BUSY_DEADLINE) by
     /// default.
-    pub fn set_busy_deadline(&self, deadline: std::time::Duration) -> Result<(), SessionError> {
+    pub fn set_busy_deadline(&self, deadline: Duration) -> Result<(), SessionError> {
         let mut state = self.lock()?;
         for worker in &mut state.workers {
             worker.set_busy_deadline(deadline);

@@ -19,6 +19,7 @@
 //!   earlier in the same sync: that one failure is reported, not once per chunk after it.
 
 use std::thread::{self, ThreadId};
+use std::time::Instant;
 
 use tessera_core::wire::{ErrorCode, Request};
 
@@ -90,8 +91,32 @@ impl State {
     /// commands is the error (module doc), the other threads' are parked for them.
     pub(super) fn sync(&mut self, worker: usize) -> Result<(), SessionError> {
         let mut failures = Vec::new();
-        self.claim(worker, &mut failures);
+        self.claim(worker, &mut failures, None);
         SessionError::of_failures(failures)
+    }
+
+    /// [`sync_each`](Self::sync_each) that stops waiting at `until`: true when every reply
+    /// was claimed (the failures are the error, as `sync_each`'s), false when one had not
+    /// arrived by then — what was claimed so far stays claimed, its failures parked for
+    /// this thread's next sync of their workers, and the rest stay pending in order.
+    pub(super) fn sync_each_until(
+        &mut self,
+        workers: impl IntoIterator<Item = usize>,
+        until: Instant,
+    ) -> Result<bool, SessionError> {
+        let mut failures = Vec::new();
+        for worker in workers {
+            if !self.claim(worker, &mut failures, Some(until)) {
+                let me = thread::current().id();
+                self.parked
+                    .extend(failures.into_iter().map(|failure| Parked {
+                        thread: me,
+                        failure,
+                    }));
+                return Ok(false);
+            }
+        }
+        SessionError::of_failures(failures).map(|()| true)
     }
 
     /// [`sync`](Self::sync) of every worker in `workers`, every failure among them
@@ -102,14 +127,20 @@ impl State {
     ) -> Result<(), SessionError> {
         let mut failures = Vec::new();
         for worker in workers {
-            self.claim(worker, &mut failures);
+            self.claim(worker, &mut failures, None);
         }
         SessionError::of_failures(failures)
     }
 
     /// Claims `worker`'s pending replies, adding the calling thread's failures (those
-    /// parked for it first, being older) to `failures`.
-    fn claim(&mut self, worker: usize, failures: &mut Vec<WorkerFailure>) {
+    /// parked for it first, being older) to `failures`; with `until`, only those that
+    /// arrive by then: false when one had not (it and the rest stay pending).
+    fn claim(
+        &mut self,
+        worker: usize,
+        failures: &mut Vec<WorkerFailure>,
+        until: Option<Instant>,
+    ) -> bool {
         let me = thread::current().id();
         let mut kept = Vec::with_capacity(self.parked.len());
         for parked in self.parked.drain(..) {
@@ -121,7 +152,16 @@ impl State {
         }
         self.parked = kept;
         let mut not_allocated = Vec::new();
-        while let Some(pending) = self.pending[worker].pop_front() {
+        loop {
+            if let (Some(until), Some(front)) = (until, self.pending[worker].front()) {
+                // A link that fails here fails the receive below too, which reports it.
+                if let Ok(false) = self.workers[worker].arrived_by(front.seq, until) {
+                    return false;
+                }
+            }
+            let Some(pending) = self.pending[worker].pop_front() else {
+                return true;
+            };
             let source = match self.workers[worker].receive(pending.seq) {
                 Ok(_) => continue,
                 Err(TransportError::Device {

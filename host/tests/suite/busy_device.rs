@@ -150,3 +150,54 @@ fn a_kernel_past_the_busy_deadline_is_reported_busy_on_every_worker() {
         }
     }
 }
+
+/// A wait in slices (what Python's Ctrl-C polling does): while a long kernel runs, a
+/// slice returns "not yet" on time, losing nothing — the kernel's result is read after
+/// — and a failure claimed in an early slice is reported once, by the next sync.
+#[test]
+fn a_wait_in_slices_returns_on_time_and_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for placement in placements() {
+        let session = Session::new(&placement, 1, 1, MEMORY).unwrap();
+        let ones = HostArray::from_f32(&[N, N], &vec![1.0; (N * N) as usize]).unwrap();
+        let a = session.copy_to_worker0(&ones).unwrap();
+        session.sync_worker(0).unwrap();
+        let matmul = session.get_function("matmul").unwrap();
+        let missing = session.get_function("add_one").unwrap();
+        // A failure first (add_one of a shape is refused), then kernels long enough to
+        // outlast a slice.
+        let _failed = session.call(&missing, &[CallArg::Shape(&[1])]).unwrap();
+        let mut product = None;
+        for _ in 0..8 {
+            product = Some(
+                session
+                    .call(&matmul, &[CallArg::Register(&a), CallArg::Register(&a)])
+                    .unwrap(),
+            );
+        }
+        let start = std::time::Instant::now();
+        let mut slices = 0;
+        let outcome = loop {
+            match session.sync_worker_for(0, Duration::from_millis(5)) {
+                Ok(false) => slices += 1,
+                other => break other,
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{placement:?}: the kernels never finished"
+            );
+        };
+        assert!(
+            slices > 0,
+            "{placement:?}: the kernels outlast a slice of 5 ms"
+        );
+        // The failure claimed in the first slice is the error, reported once.
+        match outcome {
+            Err(e) => assert_eq!(e.worker_failures().len(), 1, "{placement:?}: {e}"),
+            Ok(done) => panic!("{placement:?}: the failed call went unreported ({done})"),
+        }
+        session.sync_worker(0).unwrap();
+        let back = session.copy_from_worker0(&product.unwrap()).unwrap();
+        assert_eq!(back.to_f32().unwrap()[0], N as f32, "{placement:?}");
+    }
+}

@@ -504,6 +504,23 @@ impl Channel {
         }
     }
 
+    /// Waits until the reply to request `seq` has arrived (it stays to be claimed by
+    /// [`receive`](Self::receive)), or `until` passes: true once it has (or once `seq` is not
+    /// in flight, which `receive` reports). Re-sends and deadlines run as in `receive`, so
+    /// waiting in several slices costs a request nothing.
+    pub fn arrived_by(&mut self, seq: u32, until: Instant) -> Result<bool, TransportError> {
+        loop {
+            let here = self.arrived.iter().any(|a| a.seq == seq);
+            if here || !self.in_flight.iter().any(|f| f.seq == seq) {
+                return Ok(true);
+            }
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+            self.pump(Some(until), true)?;
+        }
+    }
+
     /// Waits for every request in flight to be answered (their replies stay to be
     /// claimed).
     pub fn drain(&mut self) -> Result<(), TransportError> {
