@@ -50,7 +50,7 @@ pub enum ReduceOp {
 }
 
 /// Why inputs could not be combined; nothing was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CombineError {
     /// Input `input` (its place among the inputs) holds `actual` elements, the output
     /// `expected`.

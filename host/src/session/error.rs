@@ -236,19 +236,6 @@ pub enum SessionError {
         /// The memory's size.
         memory: usize,
     },
-    /// A worker placed an in-place allreduce's source and destination registers partly
-    /// over each other (the plan runs such a pair on the copying path, so this names a
-    /// plan that let one through).
-    RegistersOverlap {
-        /// The worker.
-        worker: usize,
-        /// The source and destination registers.
-        registers: (u16, u16),
-        /// Where the worker said each one's bytes start.
-        at: (usize, usize),
-        /// The length of each.
-        bytes: usize,
-    },
     /// A host array that does not match the register it is copied from or into.
     HostMismatch {
         /// The operation.
@@ -269,15 +256,14 @@ pub enum SessionError {
     },
     /// Setting up the session across MPI ranks failed.
     Instances(crate::instance::InstanceError),
-    /// A rank of a session across MPI ranks failed its part of an operation (or did not
-    /// answer).
-    Rank {
-        /// The rank.
-        rank: usize,
+    /// Moving a collective's bytes between the workers failed otherwise than on one
+    /// worker's link: a rank of a session across MPI ranks that failed its part or did not
+    /// answer, a device that placed bytes outside its memory.
+    Group {
         /// The operation.
         operation: &'static str,
-        /// What went wrong there.
-        reason: String,
+        /// What failed (boxed: the rare path).
+        source: Box<crate::transport::group::GroupError>,
     },
     /// A host array too large to send with a call.
     InlineTooLarge {
@@ -419,16 +405,6 @@ impl fmt::Display for SessionError {
                 "worker {worker} places register {register}'s {bytes} bytes at {at}, outside \
                  its {memory} bytes of memory"
             ),
-            Self::RegistersOverlap {
-                worker,
-                registers: (src, dst),
-                at: (src_at, dst_at),
-                bytes,
-            } => write!(
-                f,
-                "worker {worker} places registers {src} and {dst} ({bytes} bytes each) at \
-                 {src_at} and {dst_at}, partly over each other"
-            ),
             Self::HostMismatch {
                 operation,
                 register,
@@ -451,11 +427,7 @@ impl fmt::Display for SessionError {
                  workers"
             ),
             Self::Instances(e) => write!(f, "the session across MPI ranks: {e}"),
-            Self::Rank {
-                rank,
-                operation,
-                reason,
-            } => write!(f, "rank {rank}: its part of the {operation} failed: {reason}"),
+            Self::Group { operation, source } => write!(f, "the {operation}: {source}"),
         }
     }
 }
@@ -539,6 +511,7 @@ impl std::error::Error for SessionError {
             Self::Array(e) => Some(e),
             Self::Description(e) => Some(e),
             Self::Instances(e) => Some(e),
+            Self::Group { source, .. } => Some(&**source),
             _ => None,
         }
     }

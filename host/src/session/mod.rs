@@ -79,7 +79,6 @@
 
 pub mod claims;
 pub mod collective;
-mod direct;
 mod error;
 pub mod loader;
 mod pending;
@@ -104,6 +103,7 @@ pub use value::CallArg;
 use state::{alloc_request, State};
 
 use crate::placement::{self, Placement};
+use crate::transport::group::Group;
 use crate::transport::{Channel, TransportError};
 
 /// The most workers a session has: each costs the host a device thread (or two processes)
@@ -233,12 +233,26 @@ impl Session {
 
     /// A session on devices already opened, worker `i` being `channels[i]`.
     pub fn on(channels: Vec<Channel>, num_groups: usize) -> Result<Self, SessionError> {
-        check_groups(channels.len(), num_groups)?;
-        let pending = channels.iter().map(|_| VecDeque::new()).collect();
+        Self::with_group(
+            Group::new(channels),
+            num_groups,
+            #[cfg(feature = "mpi")]
+            None,
+        )
+    }
+
+    /// A session on `group`, its workers (`finalize`: MPI to finalize at its end).
+    fn with_group(
+        group: Group,
+        num_groups: usize,
+        #[cfg(feature = "mpi")] finalize: Option<ranks::Finalize>,
+    ) -> Result<Self, SessionError> {
+        check_groups(group.len(), num_groups)?;
+        let pending = group.iter().map(|_| VecDeque::new()).collect();
         Ok(Self {
             id: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             state: Arc::new(Mutex::new(State {
-                workers: channels,
+                workers: group,
                 pending,
                 parked: Vec::new(),
                 next_id: 1,
@@ -247,7 +261,7 @@ impl Session {
                 num_groups,
                 shut_down: false,
                 #[cfg(feature = "mpi")]
-                across: None,
+                finalize,
             })),
         })
     }
@@ -629,14 +643,14 @@ impl Session {
             return;
         }
         state.shut_down = true;
-        // Dropping the channels stops the devices (threads end, processes are killed).
-        state.workers.clear();
+        // Dropping the channels stops the devices (threads end, processes are killed);
+        // with them every link to another rank ends, and the ranks are told to finish.
+        state.workers.shutdown();
         state.pending.clear();
         state.parked.clear();
-        // With the channels gone, every link to another rank has ended.
         #[cfg(feature = "mpi")]
-        if let Some(across) = state.across.take() {
-            across.finish();
+        if let Some(finalize) = state.finalize.take() {
+            finalize.now();
         }
     }
 }

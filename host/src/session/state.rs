@@ -14,12 +14,14 @@ use super::claims;
 use super::pending::{Parked, Pending};
 use super::{ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::array::{ArrayView, ArrayViewMut};
-use crate::transport::{Channel, SharedMemory, Span, TransportError};
+use crate::transport::group::Group;
+use crate::transport::TransportError;
 
 /// Everything the controller holds; register handles reach it through a weak reference.
 #[derive(Debug)]
 pub(super) struct State {
-    pub(super) workers: Vec<Channel>,
+    /// The workers, as the group that moves bytes between them.
+    pub(super) workers: Group,
     pub(super) pending: Vec<VecDeque<Pending>>,
     /// Failures claimed by another thread's sync, kept for the thread that sent the
     /// command (see `pending`).
@@ -33,9 +35,9 @@ pub(super) struct State {
     pub(super) called: HashMap<u16, String>,
     pub(super) num_groups: usize,
     pub(super) shut_down: bool,
-    /// The other ranks and MPI, when the session spans an MPI job's ranks.
+    /// MPI to finalize at the session's end, when the session spans an MPI job's ranks.
     #[cfg(feature = "mpi")]
-    pub(super) across: Option<super::ranks::Across>,
+    pub(super) finalize: Option<super::ranks::Finalize>,
 }
 
 pub(super) fn alloc_request(
@@ -49,15 +51,6 @@ pub(super) fn alloc_request(
         shape: heapless::Vec::from_slice(shape)
             .map_err(|_| ArrayError::Rank { rank: shape.len() })?,
     })
-}
-
-/// All `len` bytes of register `id`.
-fn register_span(id: u16, len: usize) -> Span {
-    Span {
-        target: Target::Register(id),
-        offset: 0,
-        len,
-    }
 }
 
 /// The element type and shape of the array a description names (a tensor is flat `f32`).
@@ -240,37 +233,6 @@ impl State {
         Ok((dtype, shape, described))
     }
 
-    /// Register `id`'s array on every worker of `workers`, pipelined: every description
-    /// asked for, then every read started, before any reply is awaited, so a small array
-    /// costs two round trips whatever the number of workers. The caller has synced them.
-    pub(super) fn read_arrays(
-        &mut self,
-        workers: Range<usize>,
-        id: u16,
-    ) -> Result<Vec<HostArray>, SessionError> {
-        let described = self.describe_all(workers.clone(), id)?;
-        let mut bytes: Vec<Vec<u8>> = described
-            .iter()
-            .map(|held| crate::pages::zeroed(held.bytes as usize))
-            .collect::<Result<_, _>>()?;
-        let mut readings = Vec::with_capacity(described.len());
-        for (worker, out) in workers.clone().zip(bytes.iter_mut()) {
-            let span = register_span(id, out.len());
-            let take = |_: usize, data: &[u8]| out.copy_from_slice(data);
-            readings.push(self.workers[worker].start_read(&[span], take)?);
-        }
-        for ((worker, out), reading) in workers.clone().zip(bytes.iter_mut()).zip(readings) {
-            let take = |_: usize, data: &[u8]| out.copy_from_slice(data);
-            self.workers[worker].finish_read(reading, take)?;
-        }
-        let mut arrays = Vec::with_capacity(bytes.len());
-        for ((worker, held), data) in workers.zip(&described).zip(bytes) {
-            let (dtype, shape) = array_shape(worker, id, held)?;
-            arrays.push(HostArray::new(dtype, &shape, data)?);
-        }
-        Ok(arrays)
-    }
-
     /// Register `id`'s array on `worker`. The caller has synced the worker.
     pub(super) fn read_array(&mut self, worker: usize, id: u16) -> Result<HostArray, SessionError> {
         let (dtype, shape, described) = self.array_of(worker, id)?;
@@ -299,16 +261,6 @@ impl State {
         }
         self.workers[worker].read(Target::Register(id), 0, into.bytes_mut())?;
         Ok(shape)
-    }
-
-    /// Runs `f` on the memory `worker` shares with the host, once every request sent to it
-    /// has been answered; `None` when it shares none.
-    pub(super) fn with_memory<R>(
-        &mut self,
-        worker: usize,
-        f: impl FnOnce(&mut SharedMemory) -> R,
-    ) -> Result<Option<R>, SessionError> {
-        Ok(self.workers[worker].device_memory()?.map(f))
     }
 
     /// Makes register `id` on `worker` the array `array`: an allocation, then the bytes by

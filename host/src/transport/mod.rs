@@ -33,6 +33,7 @@ mod device;
 mod error;
 pub mod fault;
 mod frames;
+pub mod group;
 mod pipe_link;
 mod process_share;
 mod reader;

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use safetensors::{Dtype, SafeTensorError};
 use tessera_core::dtype::DataType;
 
-use super::part::PartError;
 use super::ShardRule;
 use crate::array::ArrayError;
 use crate::input::InputError;
@@ -36,21 +35,14 @@ pub enum LoadError {
         /// Bytes there are.
         actual: u64,
     },
-    /// The host could not allocate the buffer one part of a tensor is read into.
-    HostMemory {
+    /// The tensors could not be read from the file into the workers' registers (the
+    /// load's registers were freed).
+    Fill {
         /// The file.
         file: PathBuf,
-        /// The tensor.
-        tensor: String,
-        /// The part's bytes.
-        bytes: usize,
-    },
-    /// A part of a tensor could not be read from its file.
-    Part {
-        /// The tensor.
-        tensor: String,
-        /// Why (the error names the file).
-        source: PartError,
+        /// Why: the file refused a read, a worker failed, a rank failed its part (boxed: the
+        /// rare path).
+        source: Box<crate::transport::group::GroupError>,
     },
     /// Not a well-formed safetensors file: truncated, a corrupt header, offsets that do not
     /// cover the data.
@@ -181,17 +173,11 @@ impl fmt::Display for LoadError {
                 "{}: the header claims {claimed} bytes for {part}; the file has {actual}",
                 file.display()
             ),
-            Self::HostMemory {
-                file,
-                tensor,
-                bytes,
-            } => write!(
+            Self::Fill { file, source } => write!(
                 f,
-                "{}: tensor {tensor:?}: the host cannot allocate the {bytes} bytes of one \
-                 worker's part",
+                "{}: reading the tensors into the workers: {source}",
                 file.display()
             ),
-            Self::Part { tensor, source } => write!(f, "tensor {tensor:?}: {source}"),
             Self::Format { file, source } => {
                 write!(
                     f,
@@ -299,7 +285,7 @@ impl std::error::Error for LoadError {
         match self {
             Self::Read { source, .. } => Some(source),
             Self::Input(e) => Some(e),
-            Self::Part { source, .. } => Some(source),
+            Self::Fill { source, .. } => Some(&**source),
             Self::Format { source, .. } => Some(source),
             Self::Shape { source, .. } => Some(source),
             Self::Worker { source, .. } => Some(&**source),

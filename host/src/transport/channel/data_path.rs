@@ -417,22 +417,65 @@ impl Channel {
     fn route(&mut self, span: &Span) -> Result<Route, TransportError> {
         wire(span.offset, "offset")?;
         wire(span.len, "length")?;
-        if self.memory.is_some() {
-            if let Some(range) = self.locate(span.target)? {
-                let end = span.offset.checked_add(span.len);
-                if end.is_some_and(|end| end <= range.len()) {
-                    self.drain()?;
-                    return Ok(Route::InPlace {
-                        at: range.start + span.offset,
-                        whole_ring: span.offset == 0 && span.len == range.len(),
-                    });
-                }
-            }
+        if let Some((at, whole_ring)) = self.in_memory(span)? {
+            self.drain()?;
+            return Ok(Route::InPlace { at, whole_ring });
         }
         if span.len <= self.bulk_capacity() && span.len > 0 {
             return Ok(Route::Bulk);
         }
         Ok(Route::Chunks)
+    }
+
+    /// Where `span` lies in the memory the host maps, when it can move there in place (the
+    /// group's moves between devices ask too): its address, and whether it covers its
+    /// target's whole range from its start. `None` when the host maps none of this
+    /// device's memory, the device does not locate the target, or the span runs past it;
+    /// a location outside the mapping is the device breaking its layout, an error. The
+    /// device may still be busy: whoever moves the bytes waits for it
+    /// ([`Channel::device_memory`]).
+    pub(crate) fn in_memory(
+        &mut self,
+        span: &Span,
+    ) -> Result<Option<(usize, bool)>, TransportError> {
+        let Some(memory) = self.memory.as_ref().map(|m| m.len()) else {
+            return Ok(None);
+        };
+        self.placed(span, memory)
+    }
+
+    /// Where the device places `span` in its memory, as it locates the target (remembered):
+    /// for a device whose memory another host maps (a member on another rank). `None` when
+    /// the device does not locate the target or the span runs past it; bytes outside the
+    /// memory its hello announced are the device breaking its layout, an error.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn located(&mut self, span: &Span) -> Result<Option<usize>, TransportError> {
+        let memory = self.limits.memory as usize;
+        Ok(self.placed(span, memory)?.map(|(at, _)| at))
+    }
+
+    /// `span`'s address in a memory of `memory` bytes, and whether it covers its target's
+    /// whole range (see [`Channel::in_memory`]).
+    fn placed(
+        &mut self,
+        span: &Span,
+        memory: usize,
+    ) -> Result<Option<(usize, bool)>, TransportError> {
+        let Some(range) = self.locate(span.target)? else {
+            return Ok(None);
+        };
+        if span
+            .offset
+            .checked_add(span.len)
+            .is_none_or(|end| end > range.len())
+        {
+            return Ok(None);
+        }
+        let at = range.start + span.offset;
+        if at.checked_add(span.len).is_none_or(|end| end > memory) {
+            return Err(self.outside_memory(span, at));
+        }
+        Ok(Some((at, span.offset == 0 && span.len == range.len())))
     }
 
     /// Where `target` lies in the device's memory, remembered; `None` when the device

@@ -1,0 +1,175 @@
+//! What rank 0 asks of a serving rank, and its answers: control messages through the post
+//! offices (JSON: a few per command, never bulk data).
+//!
+//! Every message carries a number. A command's number comes back with each rank's answer,
+//! and rank 0 takes only answers with the number of the command under way: an answer that
+//! comes after its command was given up (a rank past the deadline) is dropped, never taken
+//! for the next command's. A question about a silent member has a number of its own, from
+//! the same count.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::collectives::Part;
+use super::fill::FillPart;
+use super::local::LocalPart;
+use super::moves::Moves;
+use crate::combine::CombineError;
+use crate::transport::Liveness;
+
+/// From rank 0 to a serving rank.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ToRank {
+    /// Take part in a collective across the ranks (rank 0 takes part too); answer
+    /// [`FromRank::Done`] or [`FromRank::Failed`].
+    Collective(Part),
+    /// Run a collective in this rank's sets, each of which lies wholly on it; answer
+    /// [`FromRank::Done`] or [`FromRank::Failed`].
+    InSets(LocalPart),
+    /// Take part in copies from member to member; answer [`FromRank::Done`] or
+    /// [`FromRank::Failed`].
+    Moves(Moves),
+    /// Read these parts of a file into this rank's members; answer [`FromRank::Done`] or
+    /// [`FromRank::Failed`].
+    Fill(FillPart),
+    /// Rank 0 has dropped every link: stop the devices, answer [`FromRank::Finished`] and
+    /// end.
+    Finish,
+    /// What this rank's member (by its index on the rank) is doing: it has been silent to
+    /// rank 0. Answer [`FromRank::Liveness`].
+    Liveness(usize),
+}
+
+/// From a serving rank to rank 0.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum FromRank {
+    /// The command is done.
+    Done,
+    /// The command failed on this rank (every MPI collective of it was still taken part
+    /// in, so no rank waits).
+    Failed(RankFailure),
+    /// Every device of this rank has stopped.
+    Finished,
+    /// What the member asked about is doing, as this rank sees it.
+    Liveness(Liveness),
+}
+
+/// Why a rank's part of a command failed (the first failure; the part went on).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum RankFailure {
+    /// A member of the rank whose memory its host does not map.
+    #[error("member {member} of the rank: its memory is not mapped")]
+    NotMapped {
+        /// The member's index on the rank.
+        member: usize,
+    },
+    /// Bytes a command placed outside a member's memory.
+    #[error("member {member} of the rank: {len} bytes at {at} lie outside its memory")]
+    Outside {
+        /// The member's index on the rank.
+        member: usize,
+        /// Where.
+        at: usize,
+        /// How many.
+        len: usize,
+    },
+    /// A command that does not fit the rank: members it does not have, a kind it does not
+    /// run across ranks.
+    #[error("a command the rank cannot run: {what}")]
+    Unfit {
+        /// What does not fit.
+        what: String,
+    },
+    /// The sources could not be combined.
+    #[error("combining: {0}")]
+    Combine(CombineError),
+    /// An MPI collective between the ranks refused its buffers.
+    #[error("between the ranks: {reason}")]
+    Mpi {
+        /// What MPI's side said.
+        reason: String,
+    },
+    /// A copy's bytes from another rank did not come within the deadline.
+    #[error("no bytes from rank {from} for copy {index} within {seconds} s")]
+    NoBytes {
+        /// The rank that was to send them.
+        from: usize,
+        /// The copy.
+        index: u32,
+        /// The deadline.
+        seconds: u64,
+    },
+    /// A message to another rank could not be posted.
+    #[error("sending to rank {to}: {reason}")]
+    Send {
+        /// The rank.
+        to: usize,
+        /// Why (the post office has stopped).
+        reason: String,
+    },
+    /// The file of a fill could not be read on this rank.
+    #[error("{}: {reason}", file.display())]
+    File {
+        /// The file.
+        file: PathBuf,
+        /// Why (the input rule it broke, or the system's error).
+        reason: String,
+    },
+    /// A message the rank does not know.
+    #[error("an unknown control message")]
+    Unknown,
+}
+
+/// A message with its number, as sent.
+#[derive(Serialize)]
+struct Outgoing<'a, T> {
+    number: u64,
+    body: &'a T,
+}
+
+/// A message with its number, as received.
+#[derive(Deserialize)]
+struct Incoming<T> {
+    number: u64,
+    body: T,
+}
+
+/// `message`, numbered `number`, as sent.
+pub(super) fn encode<T: Serialize>(number: u64, message: &T) -> Vec<u8> {
+    // Plain enums, numbers and strings always serialize.
+    serde_json::to_vec(&Outgoing {
+        number,
+        body: message,
+    })
+    .unwrap_or_default()
+}
+
+/// A message as received and its number, if it is one.
+pub(super) fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<(u64, T)> {
+    let Incoming { number, body } = serde_json::from_slice(bytes).ok()?;
+    Some((number, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches an answer that does not survive the trip (or loses its number), and garbage
+    /// or another kind of message taken for one.
+    #[test]
+    fn messages_survive_the_trip_and_garbage_is_none() {
+        let failed = FromRank::Failed(RankFailure::NotMapped { member: 1 });
+        let back: Option<(u64, FromRank)> = decode(&encode(7, &failed));
+        assert!(matches!(
+            back,
+            Some((7, FromRank::Failed(RankFailure::NotMapped { member: 1 })))
+        ));
+        assert!(matches!(
+            decode(&encode(8, &ToRank::Finish)),
+            Some((8, ToRank::Finish))
+        ));
+        assert!(decode::<FromRank>(b"\xff\x00not json").is_none());
+        assert!(decode::<ToRank>(&encode(1, &FromRank::Done)).is_none());
+    }
+}
