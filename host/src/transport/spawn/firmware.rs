@@ -9,8 +9,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::qemu::QEMU;
 use crate::input::{Input, InputError};
+
+/// The emulator the QEMU placement runs.
+pub(in crate::transport) const QEMU: &str = "qemu-system-arm";
 
 /// What is wrong with the firmware or the tools the QEMU placement needs.
 #[derive(Debug)]

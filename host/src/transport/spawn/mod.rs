@@ -41,6 +41,7 @@ mod reaper;
 mod relay;
 mod thread;
 
+pub(super) use firmware::QEMU;
 pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;
@@ -48,7 +49,7 @@ pub use handle::Liveness;
 pub(super) use pool::pool_on;
 pub(super) use pool::{in_process_pool, Mailbox, Pool};
 pub(super) use process::{child_process, device_processes};
-pub(super) use qemu::{qemu, QEMU};
+pub(super) use qemu::qemu;
 #[cfg(feature = "mpi")]
 pub(crate) use relay::{child_on, qemu_on, thread_on, Served};
 pub(super) use thread::in_process;

@@ -10,15 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::firmware::{board_of, FirmwareError};
+use super::firmware::{board_of, FirmwareError, QEMU};
 use super::reaper::reaper;
 use super::{DeviceHandle, Incoming, Link, Outgoing};
 use crate::transport::children::{self, Adopted};
 use crate::transport::shared::Window;
 use crate::transport::TransportError;
-
-/// The emulator the QEMU placement runs.
-pub(in crate::transport) const QEMU: &str = "qemu-system-arm";
 
 /// How long QEMU's UART socket may take to appear.
 const QEMU_START: Duration = Duration::from_secs(10);

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::dtype::DataType;
 
 use super::super::{Group, GroupError, Kind, Place, Set};
-use super::control::{RankFailure, ToRank};
+use super::failure::RankFailure;
 use super::MPI_BYTES;
 use crate::combine::{self, ReduceOp};
 use crate::instance::{Mpi, Peers};
@@ -124,7 +124,7 @@ pub(in crate::transport::group) fn run_across(
     for (member, channel) in group.members[..per_rank].iter_mut().enumerate() {
         memories.push(channel.device_memory().map_err(GroupError::on(member))?);
     }
-    ranks.tell_all(|rank| ToRank::Collective(parts[rank].clone()))?;
+    ranks.tell_all(|rank| parts[rank].clone())?;
     let mut scratch = std::mem::take(&mut ranks.scratch);
     let mine = run(&mpi, &parts[0], &mut memories, &mut scratch);
     ranks.scratch = scratch;

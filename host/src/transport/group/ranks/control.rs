@@ -7,15 +7,13 @@
 //! for the next command's. A question about a silent member has a number of its own, from
 //! the same count.
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
 use super::collectives::Part;
+use super::failure::RankFailure;
 use super::fill::FillPart;
 use super::local::LocalPart;
 use super::moves::Moves;
-use crate::combine::CombineError;
 use crate::transport::Liveness;
 
 /// From rank 0 to a serving rank.
@@ -53,72 +51,6 @@ pub(crate) enum FromRank {
     Finished,
     /// What the member asked about is doing, as this rank sees it.
     Liveness(Liveness),
-}
-
-/// Why a rank's part of a command failed (the first failure; the part went on).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-pub enum RankFailure {
-    /// A member of the rank whose memory its host does not map.
-    #[error("member {member} of the rank: its memory is not mapped")]
-    NotMapped {
-        /// The member's index on the rank.
-        member: usize,
-    },
-    /// Bytes a command placed outside a member's memory.
-    #[error("member {member} of the rank: {len} bytes at {at} lie outside its memory")]
-    Outside {
-        /// The member's index on the rank.
-        member: usize,
-        /// Where.
-        at: usize,
-        /// How many.
-        len: usize,
-    },
-    /// A command that does not fit the rank: members it does not have, a kind it does not
-    /// run across ranks.
-    #[error("a command the rank cannot run: {what}")]
-    Unfit {
-        /// What does not fit.
-        what: String,
-    },
-    /// The sources could not be combined.
-    #[error("combining: {0}")]
-    Combine(CombineError),
-    /// An MPI collective between the ranks refused its buffers.
-    #[error("between the ranks: {reason}")]
-    Mpi {
-        /// What MPI's side said.
-        reason: String,
-    },
-    /// A copy's bytes from another rank did not come within the deadline.
-    #[error("no bytes from rank {from} for copy {index} within {seconds} s")]
-    NoBytes {
-        /// The rank that was to send them.
-        from: usize,
-        /// The copy.
-        index: u32,
-        /// The deadline.
-        seconds: u64,
-    },
-    /// A message to another rank could not be posted.
-    #[error("sending to rank {to}: {reason}")]
-    Send {
-        /// The rank.
-        to: usize,
-        /// Why (the post office has stopped).
-        reason: String,
-    },
-    /// The file of a fill could not be read on this rank.
-    #[error("{}: {reason}", file.display())]
-    File {
-        /// The file.
-        file: PathBuf,
-        /// Why (the input rule it broke, or the system's error).
-        reason: String,
-    },
-    /// A message the rank does not know.
-    #[error("an unknown control message")]
-    Unknown,
 }
 
 /// A message with its number, as sent.
@@ -171,5 +103,29 @@ mod tests {
         ));
         assert!(decode::<FromRank>(b"\xff\x00not json").is_none());
         assert!(decode::<ToRank>(&encode(1, &FromRank::Done)).is_none());
+    }
+}
+
+impl From<Part> for ToRank {
+    fn from(part: Part) -> Self {
+        Self::Collective(part)
+    }
+}
+
+impl From<LocalPart> for ToRank {
+    fn from(part: LocalPart) -> Self {
+        Self::InSets(part)
+    }
+}
+
+impl From<Moves> for ToRank {
+    fn from(moves: Moves) -> Self {
+        Self::Moves(moves)
+    }
+}
+
+impl From<FillPart> for ToRank {
+    fn from(part: FillPart) -> Self {
+        Self::Fill(part)
     }
 }

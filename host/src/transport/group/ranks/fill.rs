@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::fill::{read_runs, Runs};
 use super::super::{Group, GroupError, Place};
-use super::control::{RankFailure, ToRank};
+use super::failure::RankFailure;
 use crate::input::Input;
 use crate::transport::SharedMemory;
 
@@ -77,7 +77,7 @@ pub(in crate::transport::group) fn run_fill(
     for (member, channel) in group.members[..per_rank].iter_mut().enumerate() {
         memories.push(channel.device_memory().map_err(GroupError::on(member))?);
     }
-    ranks.tell_all(|rank| ToRank::Fill(per[rank].clone()))?;
+    ranks.tell_all(|rank| per[rank].clone())?;
     let mine = run(&per[0], &mut memories);
     ranks.outcome(mine, "load")?;
     let places: Vec<Place> = parts.iter().map(|(place, _)| *place).collect();

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::dtype::DataType;
 
 use super::super::{Group, GroupError, Kind, Place, Set};
-use super::control::{RankFailure, ToRank};
+use super::failure::RankFailure;
 use crate::combine;
 use crate::transport::SharedMemory;
 
@@ -97,7 +97,7 @@ pub(in crate::transport::group) fn run_in_sets(
     for (member, channel) in group.members[..per_rank].iter_mut().enumerate() {
         memories.push(channel.device_memory().map_err(GroupError::on(member))?);
     }
-    ranks.tell_all(|rank| ToRank::InSets(parts[rank].clone()))?;
+    ranks.tell_all(|rank| parts[rank].clone())?;
     let mine = run(&parts[0], &mut memories);
     ranks.outcome(mine, kind.operation())?;
     let dests: Vec<Place> = sets

@@ -27,6 +27,7 @@
 
 pub(crate) mod collectives;
 pub(crate) mod control;
+mod failure;
 pub(crate) mod fill;
 pub(crate) mod local;
 pub(crate) mod moves;
@@ -36,8 +37,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use control::RankFailure;
 use control::{decode, encode, FromRank, ToRank};
+pub use failure::RankFailure;
 
 use super::{Group, GroupError, Place};
 use crate::instance::{Instances, Mpi};
@@ -114,12 +115,12 @@ impl Ranks {
 
     /// Sends every serving rank its share of a new command (`message` for each rank),
     /// under a number of its own: only answers with that number are taken for it.
-    fn tell_all(&self, message: impl Fn(usize) -> ToRank) -> Result<(), GroupError> {
+    fn tell_all<M: Into<ToRank>>(&self, message: impl Fn(usize) -> M) -> Result<(), GroupError> {
         let number = self.numbers.fetch_add(1, Ordering::Relaxed) + 1;
         self.current.store(number, Ordering::Relaxed);
         for &rank in &self.serving {
             self.office
-                .send_control(rank, encode(number, &message(rank)))
+                .send_control(rank, encode(number, &message(rank).into()))
                 .map_err(|source| GroupError::Post { rank, source })?;
         }
         Ok(())

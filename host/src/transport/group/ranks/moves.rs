@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::super::{Group, GroupError, Place};
-use super::control::{RankFailure, ToRank};
+use super::failure::RankFailure;
 use super::MPI_BYTES;
 use crate::transport::tunnel::PostOffice;
 use crate::transport::SharedMemory;
@@ -82,7 +82,7 @@ pub(in crate::transport::group) fn run_moves(
     for (member, channel) in group.members[..per_rank].iter_mut().enumerate() {
         memories.push(channel.device_memory().map_err(GroupError::on(member))?);
     }
-    ranks.tell_all(|_| ToRank::Moves(moves.clone()))?;
+    ranks.tell_all(|_| moves.clone())?;
     let number = ranks.current.load(std::sync::atomic::Ordering::Relaxed);
     let mine = run(
         0,

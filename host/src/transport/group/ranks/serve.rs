@@ -9,7 +9,8 @@
 use std::time::Duration;
 
 use super::collectives::{self, Scratch};
-use super::control::{decode, encode, FromRank, RankFailure, ToRank};
+use super::control::{decode, encode, FromRank, ToRank};
+use super::failure::RankFailure;
 use super::{fill, local, moves};
 use crate::instance::{Instances, Mpi};
 use crate::transport::tunnel::PostOffice;
