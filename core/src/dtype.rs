@@ -139,20 +139,13 @@ impl core::str::FromStr for DataType {
 }
 
 /// A name that is not one of [`DataType::name`]'s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[error(
+    "unknown data type; expected one of float16, bfloat16, float32, float64, \
+     int8..int64, uint8..uint64, bool, float8_e4m3, float8_e5m2"
+)]
 pub struct UnknownDataType;
-
-impl fmt::Display for UnknownDataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "unknown data type; expected one of float16, bfloat16, float32, float64, \
-                     int8..int64, uint8..uint64, bool, float8_e4m3, float8_e5m2",
-        )
-    }
-}
-
-impl core::error::Error for UnknownDataType {}
 
 /// How an input of one type becomes a replica buffer of another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,10 +236,14 @@ fn narrow_i64_to_i32<'a>(
 }
 
 /// Why an input buffer could not become a replica buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ConvertError<'a> {
     /// No conversion exists between the two types.
+    #[error(
+        "type discrepancy for tensor {tensor}: provided {provided}, expected {expected} \
+         (only the same type, int64 to int32, or uint8 to float8 convert)"
+    )]
     TypeDiscrepancy {
         /// The tensor being read.
         tensor: &'a str,
@@ -256,6 +253,10 @@ pub enum ConvertError<'a> {
         expected: DataType,
     },
     /// An `int64` value that does not fit `int32`.
+    #[error(
+        "tensor {tensor}: int64 value {value} at index {index} does not fit int32; \
+         refusing to truncate it"
+    )]
     OutOfRange {
         /// The tensor being read.
         tensor: &'a str,
@@ -265,6 +266,10 @@ pub enum ConvertError<'a> {
         value: i64,
     },
     /// Buffers whose sizes do not hold the same number of elements.
+    #[error(
+        "tensor {tensor}: provided {provided_bytes} bytes but {elements} elements \
+         need {expected_bytes}"
+    )]
     SizeMismatch {
         /// The tensor being read.
         tensor: &'a str,
@@ -276,43 +281,6 @@ pub enum ConvertError<'a> {
         elements: usize,
     },
 }
-
-impl fmt::Display for ConvertError<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::TypeDiscrepancy {
-                tensor,
-                provided,
-                expected,
-            } => write!(
-                f,
-                "type discrepancy for tensor {tensor}: provided {provided}, expected {expected} \
-                 (only the same type, int64 to int32, or uint8 to float8 convert)"
-            ),
-            Self::OutOfRange {
-                tensor,
-                index,
-                value,
-            } => write!(
-                f,
-                "tensor {tensor}: int64 value {value} at index {index} does not fit int32; \
-                 refusing to truncate it"
-            ),
-            Self::SizeMismatch {
-                tensor,
-                provided_bytes,
-                expected_bytes,
-                elements,
-            } => write!(
-                f,
-                "tensor {tensor}: provided {provided_bytes} bytes but {elements} elements \
-                 need {expected_bytes}"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for ConvertError<'_> {}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,9 @@
 //! Everything here is `no_std`, allocation-free and `unsafe`-free. Memory comes from the
 //! caller (slices, const-generic capacities); every fallible operation returns a small
 //! `Copy` error enum that implements `Display` and `core::error::Error` (and
-//! `defmt::Format` behind the `defmt` feature).
+//! `defmt::Format` behind the `defmt` feature). Both come from `thiserror`, each message
+//! beside its variant. An error that wraps another shows the inner message in its own and
+//! reports no `source()`, so that a reporter walking the chain does not print it twice.
 //!
 //! # Panics
 //!

@@ -180,24 +180,15 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
 }
 
 /// Why the serve loop stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ServeError<E> {
     /// The link failed.
+    #[error("the device's link failed: {0:?}")]
     Link(E),
     /// A reply did not fit a frame (a device built with too small a `FRAME`).
+    #[error("a reply does not fit the device's frame")]
     ReplyTooLarge,
 }
-
-impl<E: core::fmt::Debug> core::fmt::Display for ServeError<E> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::Link(e) => write!(f, "the device's link failed: {e:?}"),
-            Self::ReplyTooLarge => f.write_str("a reply does not fit the device's frame"),
-        }
-    }
-}
-
-impl<E: core::fmt::Debug> core::error::Error for ServeError<E> {}
 
 /// Serves `device` on the byte link `link` until it reaches end of file (the host went
 /// away), which returns `Ok`. Deadlines are measured on `clock`.

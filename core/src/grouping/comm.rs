@@ -112,17 +112,10 @@ impl core::str::FromStr for CommGroup {
 }
 
 /// Text that is not `all`, `none`, `consecutive:K` or `orthogonal:K`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[error("a comm group is one of all, none, consecutive:K or orthogonal:K")]
 pub struct CommGroupParseError;
-
-impl fmt::Display for CommGroupParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a comm group is one of all, none, consecutive:K or orthogonal:K")
-    }
-}
-
-impl core::error::Error for CommGroupParseError {}
 
 #[cfg(test)]
 mod tests {

@@ -78,17 +78,20 @@ impl fmt::Display for Shape {
 }
 
 /// Why a shape could not be built or converted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ShapeError {
     /// More dimensions than [`MAX_RANK`].
+    #[error("a shape of rank {rank} exceeds the maximum rank {MAX_RANK}")]
     RankTooLarge {
         /// The rank that was needed.
         rank: usize,
     },
     /// The product of the dimensions does not fit in `usize`.
+    #[error("the number of elements overflows usize")]
     TooManyElements,
     /// A host shape whose outer dimension is not the number of groups.
+    #[error(fmt = group_dim_mismatch)]
     GroupDimMismatch {
         /// The number of groups the outer dimension must equal.
         groups: usize,
@@ -97,26 +100,24 @@ pub enum ShapeError {
     },
 }
 
-impl fmt::Display for ShapeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::RankTooLarge { rank } => {
-                write!(f, "a shape of rank {rank} exceeds the maximum rank {MAX_RANK}")
-            }
-            Self::TooManyElements => f.write_str("the number of elements overflows usize"),
-            Self::GroupDimMismatch { groups, found: Some(found) } => write!(
-                f,
-                "the host shape's outer dimension ({found}) must equal the number of groups ({groups})"
-            ),
-            Self::GroupDimMismatch { groups, found: None } => write!(
-                f,
-                "a scalar host shape has no group dimension; {groups} groups need one"
-            ),
-        }
+/// [`ShapeError::GroupDimMismatch`]'s message, in two texts: a scalar host shape has no
+/// outer dimension to name.
+fn group_dim_mismatch(
+    groups: &usize,
+    found: &Option<usize>,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    match found {
+        Some(found) => write!(
+            f,
+            "the host shape's outer dimension ({found}) must equal the number of groups ({groups})"
+        ),
+        None => write!(
+            f,
+            "a scalar host shape has no group dimension; {groups} groups need one"
+        ),
     }
 }
-
-impl core::error::Error for ShapeError {}
 
 #[cfg(test)]
 mod tests {

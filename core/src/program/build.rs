@@ -1,7 +1,5 @@
 //! Building a program one tensor at a time, with the capacities checked as it grows.
 
-use core::fmt;
-
 use crate::dtype::DataType;
 use crate::grouping::{GroupingSpec, RetrievalMode};
 use crate::stream::AnchorReturnType;
@@ -9,10 +7,11 @@ use crate::stream::AnchorReturnType;
 use super::{Anchor, AnchorTensor, Layer, Optimizer, Program, Sharding, Stream, Variable};
 
 /// A program that would outgrow a fixed capacity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum CapacityError {
     /// More variables, streams, anchors or layers than the program holds.
+    #[error("a program holds at most {max} {what}")]
     TooMany {
         /// What was added.
         what: &'static str,
@@ -20,28 +19,12 @@ pub enum CapacityError {
         max: usize,
     },
     /// A name longer than [`MAX_NAME`](super::MAX_NAME) bytes.
+    #[error("names are at most {max} bytes", max = super::MAX_NAME)]
     NameTooLong,
     /// More than [`MAX_VARIABLE_RANK`](super::MAX_VARIABLE_RANK) dimensions.
+    #[error("shapes have at most {max} dimensions", max = super::MAX_VARIABLE_RANK)]
     RankTooLarge,
 }
-
-impl fmt::Display for CapacityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::TooMany { what, max } => write!(f, "a program holds at most {max} {what}"),
-            Self::NameTooLong => write!(f, "names are at most {} bytes", super::MAX_NAME),
-            Self::RankTooLarge => {
-                write!(
-                    f,
-                    "shapes have at most {} dimensions",
-                    super::MAX_VARIABLE_RANK
-                )
-            }
-        }
-    }
-}
-
-impl core::error::Error for CapacityError {}
 
 impl Program {
     /// An empty program (no tensors, no layers; input stream 0, not instrumented).

@@ -10,10 +10,11 @@ use crate::stream::{AnchorError, DataFlowError};
 use super::{AnchorTensor, Name, Variable};
 
 /// A program that breaks a rule of [`Program::check`](super::Program::check).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ProgramError {
     /// A variable breaks `rule`.
+    #[error("variable `{name}`: {rule}")]
     Variable {
         /// Its name.
         name: Name,
@@ -21,6 +22,7 @@ pub enum ProgramError {
         rule: ProgramRule,
     },
     /// A stream breaks `rule`.
+    #[error("stream `{name}`: {rule}")]
     Stream {
         /// Its name.
         name: Name,
@@ -28,6 +30,7 @@ pub enum ProgramError {
         rule: ProgramRule,
     },
     /// Layer `index` (0-based) breaks `rule`.
+    #[error("layer {index}: {rule}")]
     Layer {
         /// Its position in the model.
         index: usize,
@@ -35,6 +38,7 @@ pub enum ProgramError {
         rule: ProgramRule,
     },
     /// An anchor breaks `rule`.
+    #[error("anchor `{}`: {rule}", .tensor.name())]
     Anchor {
         /// The anchored tensor.
         tensor: AnchorTensor,
@@ -42,24 +46,34 @@ pub enum ProgramError {
         rule: ProgramRule,
     },
     /// The data flow is invalid.
+    #[error("data flow: {0}")]
     DataFlow(DataFlowError),
     /// A learning rate that is negative or not finite, or a momentum outside `[0, 1)`.
+    #[error("the learning rate must be finite and >= 0, the momentum in [0, 1)")]
     Optimizer,
     /// A variable index past the program's variables.
+    #[error("no variable has index {index}")]
     NoSuchVariable {
         /// The index.
         index: usize,
     },
     /// The model does not end in a loss layer.
+    #[error("the model must end in a loss layer (softmax cross-entropy or mean-squared error)")]
     NoLoss,
     /// No replicas to run on.
+    #[error("a program runs on at least one replica")]
     NoReplicas,
     /// A micro-batch of no samples, or of more than [`MAX_MICRO_BATCH`](super::MAX_MICRO_BATCH).
+    #[error(
+        "a micro-batch of {size} samples: it holds 1 to {max} samples",
+        max = super::MAX_MICRO_BATCH
+    )]
     MicroBatch {
         /// The samples asked for.
         size: u32,
     },
     /// The input stream index names no stream.
+    #[error("the input stream index {index} names no stream")]
     NoInput {
         /// The index.
         index: u8,
@@ -139,34 +153,6 @@ impl ProgramError {
     }
 }
 
-impl fmt::Display for ProgramError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Variable { name, rule } => write!(f, "variable `{name}`: {rule}"),
-            Self::Stream { name, rule } => write!(f, "stream `{name}`: {rule}"),
-            Self::Layer { index, rule } => write!(f, "layer {index}: {rule}"),
-            Self::Anchor { tensor, rule } => write!(f, "anchor `{}`: {rule}", tensor.name()),
-            Self::DataFlow(e) => write!(f, "data flow: {e}"),
-            Self::Optimizer => {
-                f.write_str("the learning rate must be finite and >= 0, the momentum in [0, 1)")
-            }
-            Self::NoSuchVariable { index } => write!(f, "no variable has index {index}"),
-            Self::NoReplicas => f.write_str("a program runs on at least one replica"),
-            Self::MicroBatch { size } => write!(
-                f,
-                "a micro-batch of {size} samples: it holds 1 to {} samples",
-                super::MAX_MICRO_BATCH
-            ),
-            Self::NoInput { index } => {
-                write!(f, "the input stream index {index} names no stream")
-            }
-            Self::NoLoss => f.write_str(
-                "the model must end in a loss layer (softmax cross-entropy or mean-squared error)",
-            ),
-        }
-    }
-}
-
 impl fmt::Display for ProgramRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -203,5 +189,3 @@ impl fmt::Display for ProgramRule {
         }
     }
 }
-
-impl core::error::Error for ProgramError {}

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use super::{AnchorTensor, Program, ProgramError, ProgramRule};
 
 /// Which rule a program breaks, and where: a small [`ProgramError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[error("{part}: {rule}")]
 pub struct ProgramFault {
     /// Where.
     pub part: ProgramPart,
@@ -254,11 +255,3 @@ impl fmt::Display for RuleKind {
         })
     }
 }
-
-impl fmt::Display for ProgramFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.part, self.rule)
-    }
-}
-
-impl core::error::Error for ProgramFault {}

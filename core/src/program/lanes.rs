@@ -27,8 +27,6 @@
 //!
 //! Nothing here panics.
 
-use core::fmt;
-
 use super::{Program, ProgramError, ProgramRule};
 
 /// Most lanes a device can run (the most replicas a run has): their ids fit 16 bits.
@@ -58,15 +56,20 @@ pub const fn lane_bytes(max_bytes: usize, lanes: usize) -> usize {
 }
 
 /// Why replicas cannot share a walk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum LaneError {
     /// No lanes, or more than [`MAX_LANES`].
+    #[error("{lanes} lanes: a device runs 1 to {MAX_LANES} replicas in one walk")]
     Count {
         /// The lanes asked for.
         lanes: usize,
     },
     /// The lanes run past the run's replicas.
+    #[error(
+        "lanes of replicas {first}..{end} run past the run's {replicas} replicas",
+        end = .first.saturating_add(*.lanes)
+    )]
     Replicas {
         /// The first lane's replica.
         first: usize,
@@ -76,6 +79,11 @@ pub enum LaneError {
         replicas: usize,
     },
     /// Replica `replica` is not in replica `first`'s group of variable `variable`.
+    #[error(
+        "replicas {first} and {replica} cannot share a walk: variable {variable} \
+         puts them in different groups (lanes of one device must share every \
+         variable's group)"
+    )]
     Apart {
         /// The variable's index.
         variable: usize,
@@ -85,41 +93,9 @@ pub enum LaneError {
         replica: usize,
     },
     /// The program does not resolve on the run's replicas.
+    #[error("{0}")]
     Program(ProgramError),
 }
-
-impl fmt::Display for LaneError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Count { lanes } => write!(
-                f,
-                "{lanes} lanes: a device runs 1 to {MAX_LANES} replicas in one walk"
-            ),
-            Self::Replicas {
-                first,
-                lanes,
-                replicas,
-            } => write!(
-                f,
-                "lanes of replicas {first}..{} run past the run's {replicas} replicas",
-                first.saturating_add(*lanes)
-            ),
-            Self::Apart {
-                variable,
-                first,
-                replica,
-            } => write!(
-                f,
-                "replicas {first} and {replica} cannot share a walk: variable {variable} \
-                 puts them in different groups (lanes of one device must share every \
-                 variable's group)"
-            ),
-            Self::Program(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl core::error::Error for LaneError {}
 
 impl Program {
     /// Checks that replicas `first .. first + lanes` of a run on `replicas` replicas may

@@ -1,14 +1,16 @@
 //! Why a shard layout could not be built or queried.
 
-use core::fmt;
-
 /// Why a shard layout could not be built or queried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error,
+)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ShardError {
     /// A shard domain of zero replicas.
+    #[error("the shard domain must hold at least one replica")]
     ZeroDomain,
     /// A shard index at or past the domain size.
+    #[error("shard {shard} is outside the shard domain of {domain} replicas")]
     ShardOutOfRange {
         /// The shard asked for.
         shard: usize,
@@ -16,8 +18,13 @@ pub enum ShardError {
         domain: usize,
     },
     /// The gathered size (or a sum of interval lengths) overflows `usize`.
+    #[error("the gathered buffer size overflows usize")]
     TooLarge,
     /// An explicit interval that is reversed or leaves the gathered buffer.
+    #[error(
+        "interval {index} [{begin}, {end}) must be ordered and lie inside the \
+         gathered buffer [0, {gathered})"
+    )]
     IntervalOutOfBounds {
         /// Position of the interval in the list.
         index: usize,
@@ -29,6 +36,7 @@ pub enum ShardError {
         gathered: usize,
     },
     /// Two explicit intervals share elements.
+    #[error("intervals {first} and {second} overlap; intervals must be disjoint")]
     IntervalsOverlap {
         /// Position of the earlier interval.
         first: usize,
@@ -36,6 +44,7 @@ pub enum ShardError {
         second: usize,
     },
     /// Explicit intervals whose lengths do not add up to the tensor's elements.
+    #[error("the intervals cover {covered} elements but the tensor has {elements}")]
     CoverageMismatch {
         /// Sum of the interval lengths.
         covered: usize,
@@ -43,40 +52,3 @@ pub enum ShardError {
         elements: usize,
     },
 }
-
-impl fmt::Display for ShardError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::ZeroDomain => f.write_str("the shard domain must hold at least one replica"),
-            Self::ShardOutOfRange { shard, domain } => {
-                write!(
-                    f,
-                    "shard {shard} is outside the shard domain of {domain} replicas"
-                )
-            }
-            Self::TooLarge => f.write_str("the gathered buffer size overflows usize"),
-            Self::IntervalOutOfBounds {
-                index,
-                begin,
-                end,
-                gathered,
-            } => write!(
-                f,
-                "interval {index} [{begin}, {end}) must be ordered and lie inside the \
-                 gathered buffer [0, {gathered})"
-            ),
-            Self::IntervalsOverlap { first, second } => {
-                write!(
-                    f,
-                    "intervals {first} and {second} overlap; intervals must be disjoint"
-                )
-            }
-            Self::CoverageMismatch { covered, elements } => write!(
-                f,
-                "the intervals cover {covered} elements but the tensor has {elements}"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for ShardError {}

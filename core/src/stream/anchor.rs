@@ -158,16 +158,25 @@ impl fmt::Display for AnchorReturnType {
 }
 
 /// Why an anchor return type was rejected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error,
+)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum AnchorError {
     /// Not one of all, final, sum, everyn:P.
+    #[error("Invalid anchor return type: expected all, final, sum or everyn:P")]
     Invalid,
     /// `everyn` without its period.
+    #[error("everyn needs a return period: write everyn:P with P > 0")]
     MissingPeriod,
     /// A period of zero or less.
+    #[error("the anchor return period must be greater than zero")]
     PeriodNotPositive,
     /// A period longer than a step.
+    #[error(
+        "the anchor return period ({period}) must be <= to the number of batches \
+         per step ({batches})"
+    )]
     PeriodExceedsBatches {
         /// The period.
         period: usize,
@@ -175,6 +184,10 @@ pub enum AnchorError {
         batches: usize,
     },
     /// A period that does not divide the batches per step.
+    #[error(
+        "the anchor return period ({period}) must be a factor of the number of \
+         batches per step ({batches})"
+    )]
     PeriodNotFactor {
         /// The period.
         period: usize,
@@ -182,34 +195,6 @@ pub enum AnchorError {
         batches: usize,
     },
 }
-
-impl fmt::Display for AnchorError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::Invalid => {
-                f.write_str("Invalid anchor return type: expected all, final, sum or everyn:P")
-            }
-            Self::MissingPeriod => {
-                f.write_str("everyn needs a return period: write everyn:P with P > 0")
-            }
-            Self::PeriodNotPositive => {
-                f.write_str("the anchor return period must be greater than zero")
-            }
-            Self::PeriodExceedsBatches { period, batches } => write!(
-                f,
-                "the anchor return period ({period}) must be <= to the number of batches \
-                 per step ({batches})"
-            ),
-            Self::PeriodNotFactor { period, batches } => write!(
-                f,
-                "the anchor return period ({period}) must be a factor of the number of \
-                 batches per step ({batches})"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for AnchorError {}
 
 #[cfg(test)]
 mod tests {

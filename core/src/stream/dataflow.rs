@@ -4,8 +4,6 @@
 //! size 1 dropped); broadcast streams have no replica dimension. Outputs are counted per
 //! replica per run from their anchor return type.
 
-use core::fmt;
-
 use super::{AnchorError, AnchorReturnType};
 
 /// A run's shape: batches per step and micro-batches per batch.
@@ -204,44 +202,45 @@ impl SizeCheck {
 }
 
 /// Why a data flow could not be built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error,
+)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum DataFlowError {
     /// Zero batches per step.
+    #[error("batches per step must be greater than 0")]
     ZeroBatches,
     /// A zero accumulation factor.
+    #[error("the accumulation factor must be greater than 0")]
     ZeroAccumulation,
     /// `bps·af` overflows.
+    #[error("batches per step × accumulation factor overflows")]
     TooLarge,
 }
 
-impl fmt::Display for DataFlowError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::ZeroBatches => "batches per step must be greater than 0",
-            Self::ZeroAccumulation => "the accumulation factor must be greater than 0",
-            Self::TooLarge => "batches per step × accumulation factor overflows",
-        })
-    }
-}
-
-impl core::error::Error for DataFlowError {}
-
 /// A user's step IO that does not fit the streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum SizeError<'a> {
     /// A provided name that is no stream of the run.
+    #[error("Tensor {tensor} is not a stream of this run (no input or anchor has that name)")]
     UnknownTensor {
         /// The name.
         tensor: &'a str,
     },
     /// A stream the user did not provide.
+    #[error("no data was provided for stream tensor {tensor}")]
     Missing {
         /// The stream's tensor.
         tensor: &'a str,
     },
     /// A wrong element count.
+    #[error(
+        "Unexpected number of {direction} elements for Tensor {tensor}. Expected \
+         {expected}, but received {received}. (sample {sample} × buffers per \
+         replica {per_replica} × replicas {replicas})",
+        direction = if *.input { "input" } else { "output" }
+    )]
     Mismatch {
         /// The tensor.
         tensor: &'a str,
@@ -259,38 +258,6 @@ pub enum SizeError<'a> {
         replicas: usize,
     },
 }
-
-impl fmt::Display for SizeError<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::UnknownTensor { tensor } => {
-                write!(f, "Tensor {tensor} is not a stream of this run (no input or anchor has that name)")
-            }
-            Self::Missing { tensor } => {
-                write!(f, "no data was provided for stream tensor {tensor}")
-            }
-            Self::Mismatch {
-                tensor,
-                input,
-                expected,
-                received,
-                sample,
-                per_replica,
-                replicas,
-            } => {
-                let direction = if input { "input" } else { "output" };
-                write!(
-                    f,
-                    "Unexpected number of {direction} elements for Tensor {tensor}. Expected \
-                     {expected}, but received {received}. (sample {sample} × buffers per \
-                     replica {per_replica} × replicas {replicas})"
-                )
-            }
-        }
-    }
-}
-
-impl core::error::Error for SizeError<'_> {}
 
 #[cfg(test)]
 mod tests {

@@ -15,8 +15,6 @@
 //! Nothing here panics: unknown tensors, replicas out of range, calls out of order and full
 //! FIFOs are all errors.
 
-use core::fmt;
-
 use heapless::Deque;
 
 use super::{AnchorReturnType, DataFlow};
@@ -421,10 +419,11 @@ impl<B: Copy, const REPLICAS: usize, const DEPTH: usize> Stream<B, REPLICAS, DEP
 }
 
 /// Why a splitter could not be built or given another stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum SetupError {
     /// Zero replicas, or more than the `REPLICAS` capacity.
+    #[error("a splitter serves 1 to {capacity} replicas, not {replicas}")]
     Replicas {
         /// Replicas asked for.
         replicas: usize,
@@ -432,38 +431,29 @@ pub enum SetupError {
         capacity: usize,
     },
     /// More streams than the `TENSORS` capacity.
+    #[error("a splitter holds at most {capacity} streams")]
     Tensors {
         /// The capacity.
         capacity: usize,
     },
 }
 
-impl fmt::Display for SetupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Replicas { replicas, capacity } => {
-                write!(
-                    f,
-                    "a splitter serves 1 to {capacity} replicas, not {replicas}"
-                )
-            }
-            Self::Tensors { capacity } => write!(f, "a splitter holds at most {capacity} streams"),
-        }
-    }
-}
-
-impl core::error::Error for SetupError {}
-
 /// Why a splitter call failed. `E` is the upstream IO's error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum SplitterError<E> {
     /// A tensor index no `add_*` call returned.
+    #[error("tensor {tensor} is not a stream of this splitter")]
     UnknownTensor {
         /// The index.
         tensor: usize,
     },
     /// An input call on an output stream or the reverse.
+    #[error(
+        "tensor {tensor} is an {stream} stream, not an {asked}",
+        stream = direction(!*.input),
+        asked = direction(*.input)
+    )]
     WrongDirection {
         /// The tensor.
         tensor: usize,
@@ -471,6 +461,7 @@ pub enum SplitterError<E> {
         input: bool,
     },
     /// A replica index at or past the number of replicas.
+    #[error("tensor {tensor}: replica {replica} is outside the {replicas} replicas")]
     ReplicaOutOfRange {
         /// The tensor.
         tensor: usize,
@@ -480,6 +471,7 @@ pub enum SplitterError<E> {
         replicas: usize,
     },
     /// A broadcast stream used by a replica other than 0.
+    #[error("tensor {tensor} is broadcast: only replica 0 reads it, not replica {replica}")]
     BroadcastReplica {
         /// The tensor.
         tensor: usize,
@@ -488,6 +480,10 @@ pub enum SplitterError<E> {
     },
     /// A replica's parked buffers would exceed the `DEPTH` capacity: other replicas are too
     /// far ahead of it. Nothing was fetched.
+    #[error(
+        "tensor {tensor}: replica {replica} already has {depth} buffers waiting; the \
+         other replicas are too far ahead of it"
+    )]
     FifoFull {
         /// The tensor.
         tensor: usize,
@@ -497,6 +493,7 @@ pub enum SplitterError<E> {
         depth: usize,
     },
     /// The replica has had all its buffers of this run.
+    #[error("tensor {tensor}: replica {replica} has had all {cap} of its buffers this run")]
     Exhausted {
         /// The tensor.
         tensor: usize,
@@ -506,6 +503,7 @@ pub enum SplitterError<E> {
         cap: usize,
     },
     /// The upstream returned no buffer on a call that was not a prefetch.
+    #[error("tensor {tensor}: the upstream IO provided no buffer for replica {replica}")]
     UpstreamEmpty {
         /// The tensor.
         tensor: usize,
@@ -513,6 +511,7 @@ pub enum SplitterError<E> {
         replica: usize,
     },
     /// A completion with no buffer handed out and not yet completed.
+    #[error("tensor {tensor}: replica {replica} completed a buffer it does not hold")]
     NothingOutstanding {
         /// The tensor.
         tensor: usize,
@@ -520,67 +519,15 @@ pub enum SplitterError<E> {
         replica: usize,
     },
     /// The upstream IO failed.
+    #[error("upstream IO failed: {0}")]
     Upstream(E),
 }
 
-impl<E: fmt::Display> fmt::Display for SplitterError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::UnknownTensor { tensor } => {
-                write!(f, "tensor {tensor} is not a stream of this splitter")
-            }
-            Self::WrongDirection {
-                tensor,
-                input: true,
-            } => {
-                write!(f, "tensor {tensor} is an output stream, not an input")
-            }
-            Self::WrongDirection {
-                tensor,
-                input: false,
-            } => {
-                write!(f, "tensor {tensor} is an input stream, not an output")
-            }
-            Self::ReplicaOutOfRange {
-                tensor,
-                replica,
-                replicas,
-            } => write!(
-                f,
-                "tensor {tensor}: replica {replica} is outside the {replicas} replicas"
-            ),
-            Self::BroadcastReplica { tensor, replica } => write!(
-                f,
-                "tensor {tensor} is broadcast: only replica 0 reads it, not replica {replica}"
-            ),
-            Self::FifoFull {
-                tensor,
-                replica,
-                depth,
-            } => write!(
-                f,
-                "tensor {tensor}: replica {replica} already has {depth} buffers waiting; the \
-                 other replicas are too far ahead of it"
-            ),
-            Self::Exhausted {
-                tensor,
-                replica,
-                cap,
-            } => write!(
-                f,
-                "tensor {tensor}: replica {replica} has had all {cap} of its buffers this run"
-            ),
-            Self::UpstreamEmpty { tensor, replica } => write!(
-                f,
-                "tensor {tensor}: the upstream IO provided no buffer for replica {replica}"
-            ),
-            Self::NothingOutstanding { tensor, replica } => write!(
-                f,
-                "tensor {tensor}: replica {replica} completed a buffer it does not hold"
-            ),
-            Self::Upstream(e) => write!(f, "upstream IO failed: {e}"),
-        }
+/// How [`SplitterError::WrongDirection`] names a stream: `input` true for an input.
+const fn direction(input: bool) -> &'static str {
+    if input {
+        "input"
+    } else {
+        "output"
     }
 }
-
-impl<E: fmt::Debug + fmt::Display> core::error::Error for SplitterError<E> {}

@@ -1,17 +1,21 @@
-use core::fmt;
-
 use crate::grouping::GroupingError;
 use crate::shard::ShardError;
 
 /// Why a [`WeightLayout`](super::WeightLayout) could not be built or queried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum LayoutError {
     /// Elements of zero bytes.
+    #[error("the element size must be greater than 0")]
     ZeroElementSize,
     /// An instance window that owns no replica.
+    #[error("an instance must own at least one replica")]
     EmptyWindow,
     /// An instance window that reaches past the last replica.
+    #[error(
+        "the instance window [{offset}, {offset}+{local}) must lie inside the \
+         {replicas} replicas"
+    )]
     WindowOutOfRange {
         /// First global replica of the window.
         offset: usize,
@@ -21,6 +25,7 @@ pub enum LayoutError {
         replicas: usize,
     },
     /// A shard layout built for a different number of elements.
+    #[error("the shard layout is for {shard} elements but the variable has {elements}")]
     ShardElements {
         /// Elements the shard layout was built for.
         shard: usize,
@@ -28,6 +33,7 @@ pub enum LayoutError {
         elements: usize,
     },
     /// A shard domain that does not divide the group size.
+    #[error("the shard domain ({domain}) must divide the group size ({group_size})")]
     DomainNotDividingGroup {
         /// Replicas in the shard domain.
         domain: usize,
@@ -35,8 +41,10 @@ pub enum LayoutError {
         group_size: usize,
     },
     /// A byte size that overflows `usize`.
+    #[error("the buffer size in bytes overflows usize")]
     TooLarge,
     /// A local replica index at or past the window size.
+    #[error("local replica {local} is outside the instance's {count} replicas")]
     LocalOutOfRange {
         /// The index asked for.
         local: usize,
@@ -44,8 +52,10 @@ pub enum LayoutError {
         count: usize,
     },
     /// A grouping query failed.
+    #[error("{0}")]
     Grouping(GroupingError),
     /// A shard query failed.
+    #[error("{0}")]
     Shard(ShardError),
 }
 
@@ -61,49 +71,13 @@ impl From<ShardError> for LayoutError {
     }
 }
 
-impl fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::ZeroElementSize => f.write_str("the element size must be greater than 0"),
-            Self::EmptyWindow => f.write_str("an instance must own at least one replica"),
-            Self::WindowOutOfRange {
-                offset,
-                local,
-                replicas,
-            } => write!(
-                f,
-                "the instance window [{offset}, {offset}+{local}) must lie inside the \
-                 {replicas} replicas"
-            ),
-            Self::ShardElements { shard, elements } => write!(
-                f,
-                "the shard layout is for {shard} elements but the variable has {elements}"
-            ),
-            Self::DomainNotDividingGroup { domain, group_size } => write!(
-                f,
-                "the shard domain ({domain}) must divide the group size ({group_size})"
-            ),
-            Self::TooLarge => f.write_str("the buffer size in bytes overflows usize"),
-            Self::LocalOutOfRange { local, count } => {
-                write!(
-                    f,
-                    "local replica {local} is outside the instance's {count} replicas"
-                )
-            }
-            Self::Grouping(e) => e.fmt(f),
-            Self::Shard(e) => e.fmt(f),
-        }
-    }
-}
-
-impl core::error::Error for LayoutError {}
-
 /// Why a weight transfer failed. `E` is the error of the caller's
 /// [`RemoteSlots`](super::RemoteSlots).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum TransferError<E> {
     /// A host buffer of the wrong size.
+    #[error("the host buffer has {actual} bytes but the layout needs exactly {expected}")]
     HostSize {
         /// Bytes the layout needs.
         expected: usize,
@@ -111,6 +85,10 @@ pub enum TransferError<E> {
         actual: usize,
     },
     /// A remote slot of the wrong size.
+    #[error(
+        "the remote slot of replica {replica} has {actual} bytes but the layout \
+         needs exactly {expected}"
+    )]
     SlotSize {
         /// Global replica owning the slot.
         replica: usize,
@@ -120,8 +98,10 @@ pub enum TransferError<E> {
         actual: usize,
     },
     /// The layout could not place a replica.
+    #[error("{0}")]
     Layout(LayoutError),
     /// The caller's slots failed.
+    #[error("the remote slot of replica {replica} failed: {error}")]
     Remote {
         /// Global replica whose slot failed.
         replica: usize,
@@ -135,29 +115,3 @@ impl<E> From<LayoutError> for TransferError<E> {
         Self::Layout(e)
     }
 }
-
-impl<E: fmt::Display> fmt::Display for TransferError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::HostSize { expected, actual } => write!(
-                f,
-                "the host buffer has {actual} bytes but the layout needs exactly {expected}"
-            ),
-            Self::SlotSize {
-                replica,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "the remote slot of replica {replica} has {actual} bytes but the layout \
-                 needs exactly {expected}"
-            ),
-            Self::Layout(e) => e.fmt(f),
-            Self::Remote { replica, error } => {
-                write!(f, "the remote slot of replica {replica} failed: {error}")
-            }
-        }
-    }
-}
-
-impl<E: fmt::Debug + fmt::Display> core::error::Error for TransferError<E> {}

@@ -1,5 +1,3 @@
-use core::fmt;
-
 /// The remote-buffer slots of an instance's local replicas, as the caller reaches them.
 ///
 /// `local` is the replica's index within the instance window. Offsets and lengths are in
@@ -68,8 +66,9 @@ fn slot_range<B: AsMut<[u8]>>(
 }
 
 /// A request outside an in-memory slot (or for a slot that does not exist).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[error("bytes [{offset}, {offset}+{len}) are outside the slot of local replica {local}")]
 pub struct SliceSlotError {
     /// Local replica index.
     pub local: usize,
@@ -78,15 +77,3 @@ pub struct SliceSlotError {
     /// Bytes asked for.
     pub len: usize,
 }
-
-impl fmt::Display for SliceSlotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "bytes [{}, {}+{}) are outside the slot of local replica {}",
-            self.offset, self.offset, self.len, self.local
-        )
-    }
-}
-
-impl core::error::Error for SliceSlotError {}

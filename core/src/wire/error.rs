@@ -9,15 +9,17 @@ use serde::{Deserialize, Serialize};
 use crate::program::ProgramFault;
 
 /// Why the device refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ErrorCode {
     /// The host speaks another protocol version.
+    #[error("the device speaks protocol version {device}")]
     Version {
         /// The device's version.
         device: u16,
     },
     /// The arena cannot hold the allocation.
+    #[error("the device arena cannot hold {requested} more bytes ({available} left)")]
     OutOfMemory {
         /// Bytes asked for.
         requested: u32,
@@ -25,18 +27,22 @@ pub enum ErrorCode {
         available: u32,
     },
     /// A table (slots, FIFOs, registers) is full.
+    #[error("the device table for that kind of object is full")]
     TableFull,
     /// No slot, FIFO or register with that id.
+    #[error("no object with id {id} on the device")]
     UnknownId {
         /// The id.
         id: u16,
     },
     /// An id already in use.
+    #[error("id {id} is already in use on the device")]
     IdInUse {
         /// The id.
         id: u16,
     },
     /// A range outside the object it addresses.
+    #[error("bytes [{offset}, {offset}+{len}) are outside an object of {size} bytes")]
     OutOfBounds {
         /// Byte offset asked for.
         offset: u32,
@@ -46,6 +52,7 @@ pub enum ErrorCode {
         size: u32,
     },
     /// A FIFO read of bytes that are not whole items.
+    #[error("FIFO items are {expected} bytes: {actual} bytes are not whole items")]
     ItemSize {
         /// The FIFO's item size.
         expected: u32,
@@ -53,11 +60,13 @@ pub enum ErrorCode {
         actual: u32,
     },
     /// Pushing to a full FIFO.
+    #[error("FIFO {fifo} is full")]
     FifoFull {
         /// The FIFO.
         fifo: u16,
     },
     /// Popping an empty FIFO.
+    #[error("FIFO {fifo} is empty")]
     FifoEmpty {
         /// The FIFO.
         fifo: u16,
@@ -65,6 +74,10 @@ pub enum ErrorCode {
     /// A FIFO written or read at another position than its stream's: a write must start
     /// where the next byte goes, a read at the oldest item (see
     /// [`target`](super::target)).
+    #[error(
+        "FIFO {fifo} is at position {expected}, not {offset}: a write appends where the \
+         next byte goes, a read starts at the oldest item"
+    )]
     FifoPosition {
         /// The FIFO.
         fifo: u16,
@@ -79,14 +92,17 @@ pub enum ErrorCode {
     /// [`ProgramFault`] (a few bytes: why not the whole [`ProgramError`] is said there).
     ///
     /// [`ProgramError`]: crate::program::ProgramError
+    #[error("the program breaks a rule: {0}")]
     Program(ProgramFault),
     /// A request that needs a prepared program
     /// ([`Request::RunStep`](super::Request::RunStep),
     /// [`Request::ResetStep`](super::Request::ResetStep)) before any
     /// [`Request::Prepare`](super::Request::Prepare) succeeded.
+    #[error("no program is prepared on the device")]
     NotPrepared,
     /// A program prepared for a replica outside the run: the hello made this device
     /// `replica`, and the run has only `replicas`.
+    #[error("the device is replica {replica}, outside a run of {replicas} replicas")]
     ReplicaOutOfRange {
         /// This device's replica.
         replica: u32,
@@ -95,6 +111,10 @@ pub enum ErrorCode {
     },
     /// A FIFO of zero-byte items, or with a depth of zero or past `u16::MAX` items
     /// (saturated to `u32::MAX` when it does not fit).
+    #[error(
+        "a FIFO of {depth} items of {item_bytes} bytes: items need at least 1 byte, \
+         the depth must lie in 1..=65535"
+    )]
     FifoShape {
         /// Bytes per item.
         item_bytes: u32,
@@ -103,25 +123,33 @@ pub enum ErrorCode {
     },
     /// A rule the device keeps by construction was found broken at `site`: a device bug,
     /// never the host's fault. The request is refused instead of panicking.
+    #[error("device invariant broken ({site}): a device bug")]
     Internal {
         /// Where.
         site: Invariant,
     },
     /// A reply that does not fit in one frame.
+    #[error("the reply does not fit in one frame")]
     ReplyTooLarge,
     /// No device function of that name.
+    #[error("no device function of that name")]
     UnknownFunction,
     /// Arguments of the wrong number or kind for the function.
+    #[error("wrong arguments for the device function")]
     BadArguments,
     /// The frame did not decode as a request, or a program it carries did not decode as
     /// exactly one program (a `Prepare`).
+    #[error("the frame, or the program it carries, does not decode")]
     Malformed,
     /// A combined result (a [`Combined`](super::Combined)) of another length than the
     /// contribution it answers.
+    #[error("the combined result of a reduction has the wrong length")]
     UnexpectedReduced,
     /// The host did not answer a [`Contribution`](super::Contribution) in time.
+    #[error("the host did not answer the reduction in time")]
     ReduceTimeout,
     /// A step whose reduction would not fit one frame.
+    #[error("a reduction of {bytes} bytes does not fit the device's frame ({max} bytes at most)")]
     ReductionTooLarge {
         /// Bytes one contribution would carry.
         bytes: u32,
@@ -130,13 +158,17 @@ pub enum ErrorCode {
     },
     /// A bulk request on a link that carries no bytes beside its messages, or whose bytes
     /// beside it are not the length it names.
+    #[error("no bulk bytes of that length came with the request on this link")]
     BulkUnavailable,
     /// A step abandoned while it waited for a reduction: the host sent a later request,
     /// so it will not answer this step's reductions any more.
+    #[error("the step was abandoned: the host moved on while it waited for a reduction")]
     StepAbandoned,
     /// A cycle count from a device whose program is not instrumented.
+    #[error("cycle counts need a program prepared with instrumentation enabled")]
     NotInstrumented,
     /// A hello asking a device to run more lanes than it can (or none).
+    #[error("the device runs 1 to {max} lanes (replicas in one walk), not {lanes}")]
     Lanes {
         /// The lanes asked for.
         lanes: u16,
@@ -145,6 +177,10 @@ pub enum ErrorCode {
     },
     /// A program whose groupings put two of the device's lanes in different groups of a
     /// variable: they cannot share a walk ([`lanes`](crate::program::lanes)).
+    #[error(
+        "variable {variable} puts replica {replica} in another group than the \
+         device's first lane: its lanes cannot share a walk"
+    )]
     LanesApart {
         /// The variable's index.
         variable: u8,
@@ -152,6 +188,7 @@ pub enum ErrorCode {
         replica: u32,
     },
     /// A request naming a lane the device does not run.
+    #[error("no lane {lane}: the device runs {lanes} lanes")]
     NoSuchLane {
         /// The lane named.
         lane: u16,
@@ -159,92 +196,6 @@ pub enum ErrorCode {
         lanes: u16,
     },
 }
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::Version { device } => write!(f, "the device speaks protocol version {device}"),
-            Self::OutOfMemory {
-                requested,
-                available,
-            } => write!(
-                f,
-                "the device arena cannot hold {requested} more bytes ({available} left)"
-            ),
-            Self::TableFull => f.write_str("the device table for that kind of object is full"),
-            Self::UnknownId { id } => write!(f, "no object with id {id} on the device"),
-            Self::IdInUse { id } => write!(f, "id {id} is already in use on the device"),
-            Self::OutOfBounds { offset, len, size } => write!(
-                f,
-                "bytes [{offset}, {offset}+{len}) are outside an object of {size} bytes"
-            ),
-            Self::ItemSize { expected, actual } => {
-                write!(
-                    f,
-                    "FIFO items are {expected} bytes: {actual} bytes are not whole items"
-                )
-            }
-            Self::FifoFull { fifo } => write!(f, "FIFO {fifo} is full"),
-            Self::FifoEmpty { fifo } => write!(f, "FIFO {fifo} is empty"),
-            Self::FifoPosition {
-                fifo,
-                expected,
-                offset,
-            } => write!(
-                f,
-                "FIFO {fifo} is at position {expected}, not {offset}: a write appends where the \
-                 next byte goes, a read starts at the oldest item"
-            ),
-            Self::Program(fault) => write!(f, "the program breaks a rule: {fault}"),
-            Self::NotPrepared => f.write_str("no program is prepared on the device"),
-            Self::ReplicaOutOfRange { replica, replicas } => write!(
-                f,
-                "the device is replica {replica}, outside a run of {replicas} replicas"
-            ),
-            Self::FifoShape { item_bytes, depth } => write!(
-                f,
-                "a FIFO of {depth} items of {item_bytes} bytes: items need at least 1 byte, \
-                 the depth must lie in 1..=65535"
-            ),
-            Self::Internal { site } => write!(f, "device invariant broken ({site}): a device bug"),
-            Self::ReplyTooLarge => f.write_str("the reply does not fit in one frame"),
-            Self::UnknownFunction => f.write_str("no device function of that name"),
-            Self::BadArguments => f.write_str("wrong arguments for the device function"),
-            Self::Malformed => f.write_str("the frame, or the program it carries, does not decode"),
-            Self::UnexpectedReduced => {
-                f.write_str("the combined result of a reduction has the wrong length")
-            }
-            Self::ReduceTimeout => f.write_str("the host did not answer the reduction in time"),
-            Self::StepAbandoned => f.write_str(
-                "the step was abandoned: the host moved on while it waited for a reduction",
-            ),
-            Self::NotInstrumented => {
-                f.write_str("cycle counts need a program prepared with instrumentation enabled")
-            }
-            Self::BulkUnavailable => {
-                f.write_str("no bulk bytes of that length came with the request on this link")
-            }
-            Self::Lanes { lanes, max } => write!(
-                f,
-                "the device runs 1 to {max} lanes (replicas in one walk), not {lanes}"
-            ),
-            Self::LanesApart { variable, replica } => write!(
-                f,
-                "variable {variable} puts replica {replica} in another group than the \
-                 device's first lane: its lanes cannot share a walk"
-            ),
-            Self::NoSuchLane { lane, lanes } => {
-                write!(f, "no lane {lane}: the device runs {lanes} lanes")
-            }
-            Self::ReductionTooLarge { bytes, max } => write!(
-                f,
-                "a reduction of {bytes} bytes does not fit the device's frame ({max} bytes at most)"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for ErrorCode {}
 
 /// Where the device found one of its own invariants broken ([`ErrorCode::Internal`]).
 /// Each is something [`Request::Prepare`](super::Request::Prepare) set up and the step

@@ -3,8 +3,6 @@
 //! COBS removes every zero from the frame, so `0x00` marks frame ends unambiguously: after
 //! any damage the decoder starts afresh at the next delimiter.
 
-use core::fmt;
-
 use serde::{Deserialize, Serialize};
 
 /// CRC-32 as Ethernet and zlib use it.
@@ -168,18 +166,23 @@ impl<const N: usize> FrameDecoder<N> {
 }
 
 /// Why a frame could not be built or was dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum FrameError {
     /// The message does not fit the buffers given.
+    #[error("the message does not fit the frame buffers")]
     TooLarge,
     /// A frame longer than the decoder's buffer; dropped whole.
+    #[error("a frame exceeded the decoder's buffer and was dropped")]
     Oversized,
     /// Bytes that are not valid COBS.
+    #[error("a frame is not valid COBS")]
     Cobs,
     /// A frame too short to hold a CRC.
+    #[error("a frame is too short to hold its CRC")]
     TooShort,
     /// The CRC does not match: the frame was damaged.
+    #[error("frame CRC mismatch: sent {sent:#010x}, computed {actual:#010x}")]
     Crc {
         /// CRC in the frame.
         sent: u32,
@@ -187,28 +190,9 @@ pub enum FrameError {
         actual: u32,
     },
     /// A body that is not the expected message.
+    #[error("a frame's body is not a valid message")]
     Malformed,
 }
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::TooLarge => f.write_str("the message does not fit the frame buffers"),
-            Self::Oversized => f.write_str("a frame exceeded the decoder's buffer and was dropped"),
-            Self::Cobs => f.write_str("a frame is not valid COBS"),
-            Self::TooShort => f.write_str("a frame is too short to hold its CRC"),
-            Self::Crc { sent, actual } => {
-                write!(
-                    f,
-                    "frame CRC mismatch: sent {sent:#010x}, computed {actual:#010x}"
-                )
-            }
-            Self::Malformed => f.write_str("a frame's body is not a valid message"),
-        }
-    }
-}
-
-impl core::error::Error for FrameError {}
 
 #[cfg(test)]
 mod tests {
