@@ -43,7 +43,7 @@ pub enum Scope {
     InGroup,
 }
 
-pub use crate::combine::ReduceOp;
+pub use tessera_core::wire::ReduceOp;
 
 /// One result to write, and the worker it goes to.
 type Output = (usize, Fitted);

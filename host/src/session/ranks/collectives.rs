@@ -34,12 +34,12 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::Description;
-use tessera_core::wire::ValueKind;
+use tessera_core::wire::{ReduceOp, ValueKind};
 
 use super::super::direct::{inside_memory, Member};
 use super::super::{SessionError, State};
 use super::control::ToRank;
-use crate::combine::{self, ReduceOp};
+use crate::combine;
 use crate::instance::{Mpi, Peers};
 use crate::transport::SharedMemory;
 
