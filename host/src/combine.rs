@@ -1,7 +1,8 @@
 //! How an element-wise reduction combines arrays: one kernel for the session's allreduce
 //! and the training step's reduction rounds, one block of elements at a time, so that
 //! the same code serves arrays copied to the host and arrays read in place from device
-//! memory.
+//! memory. The operations are core's [`ReduceOp`], the one type a device's contributions
+//! and the session's collectives share.
 //!
 //! # Rules
 //!
@@ -25,6 +26,7 @@
 use std::fmt;
 
 use tessera_core::dtype::DataType;
+use tessera_core::wire::ReduceOp;
 
 /// Elements combined per block: the accumulator (8 bytes an element) and one block of each
 /// input stay in the cache while the inputs are folded into it.
@@ -33,21 +35,6 @@ pub const BLOCK: usize = 4096;
 /// What an empty sum is: −0.0, the one value `x` with `NOTHING + x == x` bit for bit for
 /// every `x` (`+0.0 + -0.0` is `+0.0`).
 pub const NOTHING: f64 = -0.0;
-
-/// How an allreduce combines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ReduceOp {
-    /// Element-wise sum.
-    Sum,
-    /// Element-wise product.
-    Prod,
-    /// Element-wise minimum.
-    Min,
-    /// Element-wise maximum.
-    Max,
-    /// Element-wise mean (integers truncate).
-    Avg,
-}
 
 /// Why inputs could not be combined; nothing was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -90,7 +90,7 @@ pub fn inspect(path: &Path) -> Result<Report, InspectError> {
     drop(input);
     if is_executable {
         let exe = Executable::load(path).map_err(InspectError::Executable)?;
-        Ok(executable_report(&exe))
+        executable_report(&exe).map_err(InspectError::Checkpoint)
     } else {
         let c = Checkpoint::summary(path).map_err(InspectError::Checkpoint)?;
         Ok(checkpoint_report(&c))
@@ -128,9 +128,10 @@ fn checkpoint_report(c: &Summary) -> Report {
     }
 }
 
-fn executable_report(exe: &Executable) -> Report {
+fn executable_report(exe: &Executable) -> Result<Report, CheckpointError> {
     let p: &Program = &exe.program;
     let replicas = exe.replicas as usize;
+    let fingerprint = checkpoint::fingerprint(p, replicas)?;
     let tensors = p
         .variables
         .iter()
@@ -177,16 +178,16 @@ fn executable_report(exe: &Executable) -> Report {
             l.memory, l.max_frame, l.window
         ),
     ));
-    Report {
+    Ok(Report {
         kind: "executable",
         version: u32::from(executable::VERSION),
-        fingerprint: format!("{:016x}", checkpoint::fingerprint(p, replicas)),
+        fingerprint: format!("{fingerprint:016x}"),
         replicas,
         step: None,
         seed: None,
         tensors,
         program,
-    }
+    })
 }
 
 /// The report as a table.

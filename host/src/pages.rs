@@ -49,6 +49,9 @@ pub fn zeroed(len: usize) -> Result<Vec<u8>, OutOfMemory> {
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn advise_huge(buffer: &[u8]) {
+    use rustix::mm::{madvise, Advice};
+    use std::ffi::c_void;
+
     let start = buffer.as_ptr() as usize;
     let first = start.next_multiple_of(HUGE);
     let end = start + buffer.len();
@@ -65,9 +68,7 @@ fn advise_huge(buffer: &[u8]) {
     // the bytes nor the mapping's validity or ownership, and a refusal (EINVAL from a
     // kernel built without huge pages) leaves everything as it was, so its result is
     // ignored.
-    unsafe {
-        libc::madvise(first as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-    }
+    let _ = unsafe { madvise(first as *mut c_void, len, Advice::LinuxHugepage) };
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -113,14 +113,31 @@ pub enum Arg<'a> {
     Value(Value<'a>),
 }
 
-/// How a [`Contribution`](super::Contribution) combines with the group's others.
+/// How arrays combine element by element: a device's
+/// [`Contribution`](super::Contribution) with its group's others, and the host's
+/// collectives (tessera-host's session allreduce, whose combine kernel states the
+/// arithmetic).
+///
+/// # Rules
+///
+/// - A device's step contributes only [`Sum`](Self::Sum) (gathers) and
+///   [`Avg`](Self::Avg) (means) of `f32` buffers; the host's step rounds refuse a
+///   contribution asking for any other operation.
+/// - The wire writes a variant as its position: `Sum` and `Avg` keep 0 and 1 (`Avg` was
+///   named `Mean`), and the operations only the host's collectives use come after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ReduceOp {
-    /// Elementwise sum of f32 buffers.
+    /// Element-wise sum.
     Sum,
-    /// Elementwise mean of f32 buffers.
-    Mean,
+    /// Element-wise mean: the sum divided by the number of members (integers truncate).
+    Avg,
+    /// Element-wise product.
+    Prod,
+    /// Element-wise minimum.
+    Min,
+    /// Element-wise maximum.
+    Max,
 }
 
 /// Host to device.

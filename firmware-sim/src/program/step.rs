@@ -302,7 +302,7 @@ impl<'d, 'a> Step<'d, 'a> {
         // Core's rule keeps one kind per exchange.
         let op = match rounds.first() {
             Some(Reduction::Gather { .. }) => ReduceOp::Sum,
-            _ => ReduceOp::Mean,
+            _ => ReduceOp::Avg,
         };
         Ok(Leg::Exchange { round, op, span })
     }

@@ -177,7 +177,8 @@ fn combine(
                 let sum: f64 = members.iter().map(|&m| f64::from(inputs[m][e])).sum();
                 let value = match op {
                     ReduceOp::Sum => sum,
-                    ReduceOp::Mean => sum / members.len() as f64,
+                    ReduceOp::Avg => sum / members.len() as f64,
+                    other => panic!("a device contributes sums and means, not {other:?}"),
                 };
                 value as f32
             }));

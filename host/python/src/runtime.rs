@@ -29,13 +29,13 @@ use pyo3::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::program::Optimizer;
 use tessera_host::array::ArrayView;
-use tessera_host::checkpoint::Checkpoint;
+use tessera_host::checkpoint::{Checkpoint, CheckpointError};
 use tessera_host::executable::Executable;
 use tessera_host::runtime::Runtime;
 use tessera_host::train::Dataset;
 
 use crate::arrays::{to_host, Borrowed, BorrowedMut};
-use crate::error::OrRaise;
+use crate::error::{OrRaise, Raise};
 use crate::placement::{device_memory, placement};
 use crate::program::{named_to_numpy, PyProgram};
 
@@ -313,9 +313,13 @@ impl PyRuntime {
         let record = data
             .map(|(inputs, labels)| record(&inputs, &labels))
             .transpose()?;
+        // The runtime's failures are raised as the runtime's (a lost device, say).
         let captured = self
             .with(py, |r| Checkpoint::capture(r, step, seed))
-            .or_raise()?;
+            .map_err(|e| match e {
+                CheckpointError::Runtime(e) => e.raise(),
+                other => other.raise(),
+            })?;
         let checkpoint = Checkpoint {
             data: record,
             ..captured

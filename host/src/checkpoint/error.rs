@@ -111,6 +111,8 @@ pub enum CheckpointError {
         /// Words in the file.
         actual: usize,
     },
+    /// The program's fingerprint cannot be computed: its wire encoding failed.
+    Fingerprint(postcard::Error),
     /// The runtime failed while the checkpoint was captured or restored.
     Runtime(RuntimeError),
 }
@@ -218,6 +220,10 @@ impl fmt::Display for CheckpointError {
                 f,
                 "the checkpoint has {actual} words of RNG state; the run has {expected}"
             ),
+            Self::Fingerprint(e) => write!(
+                f,
+                "the program's fingerprint cannot be computed: encoding the program failed: {e}"
+            ),
             Self::Runtime(e) => e.fmt(f),
         }
     }
@@ -229,6 +235,7 @@ impl std::error::Error for CheckpointError {
             Self::Input(e) => Some(e),
             Self::Save(e) => Some(e),
             Self::Format(e) => Some(e),
+            Self::Fingerprint(e) => Some(e),
             Self::Runtime(e) => Some(e),
             _ => None,
         }

@@ -5,7 +5,8 @@
 //!
 //! - one tensor per variable, named as the variable, in its **host shape**: its shape, with
 //!   the group dimension first when it has several groups (one value per group, read from
-//!   each group's first replica whatever the retrieval mode);
+//!   each group's first replica whatever the retrieval mode). Both rules are core's, called
+//!   here, not restated: `VariableSettings::host_shape` and `WeightLayout::downsample`;
 //! - the optimizer's state as tensors of their own, `optimizer/NAME/velocity`, in the same
 //!   shapes (only for a program whose optimizer keeps one);
 //! - metadata: the format and its version, the program's [`fingerprint`], the replicas, the
@@ -47,11 +48,12 @@ use std::path::Path;
 
 use tessera_core::grouping::RetrievalMode;
 use tessera_core::program::Program;
+use tessera_core::transfer::InstanceWindow;
 
 pub use error::CheckpointError;
 
 use crate::array::HostArray;
-use crate::runtime::{Runtime, RuntimeError, WeightsIo, RNG_WORDS};
+use crate::runtime::{weights, Runtime, RuntimeError, WeightsIo, RNG_WORDS};
 
 /// The file format's name, in its metadata.
 pub const FORMAT: &str = "tessera-checkpoint";
@@ -116,26 +118,28 @@ pub struct Checkpoint {
 
 /// A 64-bit fingerprint of `program` prepared on `replicas` replicas: CRC-64 of its wire
 /// encoding and the replica count. Two runs share a fingerprint exactly when they run the
-/// same program on as many replicas.
-pub fn fingerprint(program: &Program, replicas: usize) -> u64 {
+/// same program on as many replicas. A program that does not encode has none
+/// ([`CheckpointError::Fingerprint`]).
+pub fn fingerprint(program: &Program, replicas: usize) -> Result<u64, CheckpointError> {
     const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_XZ);
+    let encoding = postcard::to_allocvec(program).map_err(CheckpointError::Fingerprint)?;
     let mut digest = CRC64.digest();
-    // A program always encodes (fixed capacities); an empty encoding still fingerprints the
-    // replica count.
-    digest.update(&postcard::to_allocvec(program).unwrap_or_default());
+    digest.update(&encoding);
     digest.update(&(replicas as u64).to_le_bytes());
-    digest.finalize()
+    Ok(digest.finalize())
 }
 
 impl Checkpoint {
-    /// The state of `runtime` after `step` steps of a run seeded with `seed`.
-    pub fn capture(runtime: &mut Runtime, step: u64, seed: u64) -> Result<Self, RuntimeError> {
-        let returned = runtime.weights_to_host()?;
-        let velocity = runtime.optimizer_state_to_host()?;
+    /// The state of `runtime` after `step` steps of a run seeded with `seed`. The runtime's
+    /// failures are [`CheckpointError::Runtime`].
+    pub fn capture(runtime: &mut Runtime, step: u64, seed: u64) -> Result<Self, CheckpointError> {
         let program = runtime.program().clone();
         let replicas = runtime.replicas();
+        let fingerprint = fingerprint(&program, replicas)?;
+        let returned = runtime.weights_to_host()?;
+        let velocity = runtime.optimizer_state_to_host()?;
         Ok(Self {
-            fingerprint: fingerprint(&program, replicas),
+            fingerprint,
             replicas,
             step,
             seed,
@@ -152,7 +156,7 @@ impl Checkpoint {
     pub fn restore(&self, runtime: &mut Runtime) -> Result<(), CheckpointError> {
         let program = runtime.program().clone();
         let replicas = runtime.replicas();
-        let expected = fingerprint(&program, replicas);
+        let expected = fingerprint(&program, replicas)?;
         if self.fingerprint != expected {
             return Err(CheckpointError::Program {
                 file: self.fingerprint,
@@ -227,7 +231,7 @@ impl Checkpoint {
             tensors.insert(v.name.to_string(), shape);
         }
         let expected = read::Expected {
-            fingerprint: fingerprint(program, replicas),
+            fingerprint: fingerprint(program, replicas)?,
             tensors,
         };
         read::load(path, Some(&expected))
@@ -240,18 +244,17 @@ impl Checkpoint {
     }
 }
 
-/// Variable `index`'s host shape.
+/// Variable `index`'s host shape: core's rule (`VariableSettings::host_shape`), as the
+/// runtime takes weights.
 fn host_shape(program: &Program, replicas: usize, index: usize) -> Result<Vec<u32>, RuntimeError> {
-    let groups = program.settings(index, replicas)?.group_count();
-    let mut shape: Vec<u32> = program.variables[index].shape.to_vec();
-    if groups > 1 {
-        shape.insert(0, groups as u32);
-    }
-    Ok(shape)
+    let shape = weights::shape_on_host(program, replicas, index, false)?;
+    // Dimensions of a variable and group counts (at most the replicas) fit in 32 bits.
+    Ok(shape.into_iter().map(|d| d as u32).collect())
 }
 
 /// `arrays` (returned shapes) in host shapes: with [`RetrievalMode::AllReplicas`], each
-/// group's row is its first replica's.
+/// group's row is its representative's (first replica's), kept by core's
+/// `WeightLayout::downsample`.
 fn host_shaped(
     program: &Program,
     replicas: usize,
@@ -262,17 +265,22 @@ fn host_shaped(
         let Some(index) = program.variable_index(&name) else {
             continue;
         };
-        let settings = program.settings(index, replicas)?;
         let shape = host_shape(program, replicas, index)?;
-        let row = array.bytes().len() / settings.returning().max(1);
-        let bytes = match settings.retrieval() {
+        let layout = weights::layout(program, replicas, InstanceWindow::whole(replicas), index)?;
+        let bytes = match layout.settings().retrieval() {
             RetrievalMode::OnePerGroup => array.bytes().to_vec(),
-            RetrievalMode::AllReplicas => (0..settings.group_count())
-                .flat_map(|g| {
-                    let r = settings.representative(g).unwrap_or(0);
-                    array.bytes()[r * row..(r + 1) * row].iter().copied()
-                })
-                .collect(),
+            RetrievalMode::AllReplicas => {
+                let mut rows = crate::pages::zeroed(layout.from_host_bytes()).map_err(|e| {
+                    RuntimeError::HostMemory {
+                        name: name.clone(),
+                        bytes: e.bytes,
+                    }
+                })?;
+                layout
+                    .downsample(array.bytes(), &mut rows)
+                    .map_err(|e| weights::transfer_error(&name, e, |never| match never {}))?;
+                rows
+            }
         };
         let len = bytes.len();
         let array =

@@ -180,7 +180,7 @@ impl Input {
         refuse(&std::fs::metadata(path).map_err(io)?)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
             .open(path)
             .map_err(io)?;
         // What was opened, not what the path named a moment ago.

@@ -8,7 +8,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::program::ProgramError;
 use tessera_core::stream::{SetupError, SplitterError};
 use tessera_core::transfer::LayoutError;
-use tessera_core::wire::Limits;
+use tessera_core::wire::{Limits, ReduceOp};
 
 use super::recovery::StepPhase;
 use crate::instance::InstanceError;
@@ -185,6 +185,16 @@ pub enum RuntimeError {
         replica: u32,
         /// The round.
         round: u32,
+    },
+    /// A contribution asking for an operation a step's reduction round does not do (a
+    /// round sums or takes the mean).
+    ReductionOp {
+        /// The replica that sent it.
+        replica: u32,
+        /// The round.
+        round: u32,
+        /// The operation asked for.
+        op: ReduceOp,
     },
     /// A contribution that is not a whole number of `f32` elements.
     ReductionElements {
@@ -454,6 +464,11 @@ impl fmt::Display for RuntimeError {
                 f,
                 "device {replica} asked for another operation in reduction round {round} than \
                  the round's first contribution"
+            ),
+            Self::ReductionOp { replica, round, op } => write!(
+                f,
+                "device {replica} asked for {op:?} in reduction round {round}; a round sums or \
+                 takes the mean"
             ),
             Self::ReductionElements {
                 replica,

@@ -10,6 +10,9 @@
 //!   and operation, whole `f32` elements, the plan's length for each of its lanes. One that
 //!   fails is an error naming its replica, never truncated; a member's second one is
 //!   ignored (the first is in).
+//! - A round sums ([`ReduceOp::Sum`]) or takes the mean ([`ReduceOp::Avg`]): a contribution
+//!   asking for any other of core's operations (which only the session's collectives use)
+//!   is refused like one of another operation, naming its replica and the operation.
 //! - Each segment's groups are summed in `f64` in replica order, whatever order the
 //!   messages raced in: a contribution is folded as soon as every member before it in
 //!   replica order is folded, and kept until then. A sum starts at [`NOTHING`] and adds one
@@ -260,6 +263,9 @@ impl OpenRound {
         if self.op != op {
             return Err(RuntimeError::ReductionOps { replica, round });
         }
+        if !matches!(op, ReduceOp::Sum | ReduceOp::Avg) {
+            return Err(RuntimeError::ReductionOp { replica, round, op });
+        }
         if !bytes.is_multiple_of(4) {
             return Err(RuntimeError::ReductionElements {
                 replica,
@@ -328,9 +334,11 @@ impl OpenRound {
         let mut by_segment = Vec::with_capacity(segments);
         for ((grouping, bytes), &base) in plan.segments.iter().zip(&self.bases) {
             let len = bytes / 4;
+            // A sum or a mean: every contribution folded was judged, and `judge` lets in no
+            // other operation.
             let divisor = match self.op {
-                ReduceOp::Mean => grouping.group_size() as f64,
-                ReduceOp::Sum => 1.0,
+                ReduceOp::Avg => grouping.group_size() as f64,
+                _ => 1.0,
             };
             let mut by_group = Vec::with_capacity(grouping.num_groups());
             let all = self.sums.get(base..base + grouping.num_groups() * len);
@@ -507,8 +515,8 @@ mod tests {
     #[test]
     fn contributions_must_match_the_rounds_first() {
         let plan = one(ReplicaGrouping::new(8, 1, 8).unwrap(), 8);
-        let mut open = OpenRound::open(2, ReduceOp::Mean, &plan, &replicas(8)).unwrap();
-        let mean = |data: &[u8]| share(2, ReduceOp::Mean, data);
+        let mut open = OpenRound::open(2, ReduceOp::Avg, &plan, &replicas(8)).unwrap();
+        let mean = |data: &[u8]| share(2, ReduceOp::Avg, data);
         assert_eq!(collect(&mut open, &plan, 0, mean(&[0; 8])).unwrap(), [0]);
         assert!(collect(&mut open, &plan, 0, mean(&[0; 8]))
             .unwrap()
@@ -531,13 +539,36 @@ mod tests {
             })
         ));
         assert!(matches!(
-            collect(&mut open, &plan, 1, share(3, ReduceOp::Mean, &[0; 8])),
+            collect(&mut open, &plan, 1, share(3, ReduceOp::Avg, &[0; 8])),
             Err(RuntimeError::ReductionRound {
                 replica: 1,
                 round: 3,
                 expected: 2
             })
         ));
+    }
+
+    /// Catches a contribution asking for an operation a step's round does not do (core's
+    /// operations include the session's product, minimum and maximum) summed anyway.
+    #[test]
+    fn a_round_only_sums_or_averages() {
+        let plan = one(ReplicaGrouping::new(8, 1, 8).unwrap(), 8);
+        for op in [ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
+            let mut open = OpenRound::open(1, op, &plan, &replicas(8)).unwrap();
+            let refused = collect(&mut open, &plan, 3, share(1, op, &[0; 8]));
+            assert!(
+                matches!(
+                    refused,
+                    Err(RuntimeError::ReductionOp {
+                        replica: 3,
+                        round: 1,
+                        op: o
+                    }) if o == op
+                ),
+                "{op:?}: {refused:?}"
+            );
+            assert_eq!(open.folded, 0, "{op:?}: nothing folded");
+        }
     }
 
     /// Catches a contribution of a partial element summed as if whole (its last bytes
@@ -661,7 +692,7 @@ mod tests {
     #[test]
     fn a_sum_of_negative_zeros_stays_negative() {
         let plan = one(ReplicaGrouping::new(2, 1, 2).unwrap(), 4);
-        let answers = arrived(ReduceOp::Mean, &plan, &[(0, vec![-0.0]), (1, vec![-0.0])]);
+        let answers = arrived(ReduceOp::Avg, &plan, &[(0, vec![-0.0]), (1, vec![-0.0])]);
         assert_eq!(each(&answers, 2), vec![f32s(&[-0.0]); 2]);
     }
 
@@ -762,12 +793,12 @@ mod tests {
         };
         let first = OpenRound::open_lanes(0, ReduceOp::Sum, &plan, &members).unwrap();
         let (used, _) = run(first, 7.0);
-        let fresh = OpenRound::open_lanes(3, ReduceOp::Mean, &plan, &members).unwrap();
+        let fresh = OpenRound::open_lanes(3, ReduceOp::Avg, &plan, &members).unwrap();
         let (_, expected) = run(fresh, 11.0);
         let again = used
-            .again(3, ReduceOp::Mean, &members)
+            .again(3, ReduceOp::Avg, &members)
             .expect("same members");
-        assert_eq!((again.round, again.op), (3, ReduceOp::Mean));
+        assert_eq!((again.round, again.op), (3, ReduceOp::Avg));
         let (used, answered) = run(again, 11.0);
         assert_eq!(answered, expected);
         assert_eq!(answered[0], f32s(&[6.5, 6.0]), "the pair's mean");

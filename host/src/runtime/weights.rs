@@ -21,24 +21,12 @@ use super::{Runtime, RuntimeError, WeightsIo};
 use std::collections::BTreeMap;
 
 use crate::array::{AsView, AsViewMut, HostArray};
-use crate::transport::{ChannelSlots, TransportError};
+use crate::transport::ChannelSlots;
 
 impl Runtime {
     /// The shape variable `index` has on the host (`returned`: in weights to host).
     pub fn host_shape(&self, name: &str, returned: bool) -> Result<Vec<usize>, RuntimeError> {
-        let index = self.variable(name)?;
-        let v = &self.program.variables[index];
-        let settings = self.program.settings(index, self.replicas)?;
-        let dims: Vec<usize> = v.shape.iter().map(|&d| d as usize).collect();
-        let shape = Shape::new(&dims).and_then(|s| {
-            if returned {
-                settings.returned_shape(&s)
-            } else {
-                settings.host_shape(&s)
-            }
-        });
-        // Ranks are at most 4 and group counts fit: the rank-8 shape cannot overflow.
-        Ok(shape.map(|s| s.dims().to_vec()).unwrap_or(dims))
+        shape_on_host(&self.program, self.replicas, self.variable(name)?, returned)
     }
 
     /// Weights from host: every array in `weights` names a variable and has its host
@@ -155,7 +143,7 @@ impl Runtime {
             let name = &self.program.variables[index].name;
             layout
                 .to_replicas(array.bytes(), &mut slots)
-                .map_err(|e| transfer_error(name, e))?;
+                .map_err(|e| transfer_error(name, e, RuntimeError::Transport))?;
             let variable = target(index as u8);
             self.send_every_replica(|seat| {
                 Ok(Request::RemoteLoad {
@@ -223,7 +211,7 @@ impl Runtime {
         let mut slots = ChannelSlots::variable(&mut self.channels, source(index as u8), held);
         let collective = layout
             .to_host(&mut slots, bytes)
-            .map_err(|e| transfer_error(name, e))?;
+            .map_err(|e| transfer_error(name, e, RuntimeError::Transport))?;
         // What the other instances hold (see the `instance` module).
         match collective {
             Collective::None => {}
@@ -303,8 +291,36 @@ impl Runtime {
     }
 }
 
+/// The shape variable `index` of `program` has on the host over `replicas` replicas, by
+/// core's rules ([`VariableSettings`]): its host shape, or with `returned` its returned
+/// shape. What the runtime and checkpoints both hold arrays to.
+///
+/// [`VariableSettings`]: tessera_core::grouping::VariableSettings
+pub(crate) fn shape_on_host(
+    program: &Program,
+    replicas: usize,
+    index: usize,
+    returned: bool,
+) -> Result<Vec<usize>, RuntimeError> {
+    let settings = program.settings(index, replicas)?;
+    let dims: Vec<usize> = program.variables[index]
+        .shape
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let shape = Shape::new(&dims).and_then(|s| {
+        if returned {
+            settings.returned_shape(&s)
+        } else {
+            settings.host_shape(&s)
+        }
+    });
+    // Ranks are at most 4 and group counts fit: the rank-8 shape cannot overflow.
+    Ok(shape.map(|s| s.dims().to_vec()).unwrap_or(dims))
+}
+
 /// The layout of variable `index` of `p` over `replicas` replicas, `window` of them here.
-fn layout(
+pub(crate) fn layout(
     p: &Program,
     replicas: usize,
     window: InstanceWindow,
@@ -320,11 +336,16 @@ fn layout(
     })
 }
 
-/// A transfer that failed: on a device (the transport error), on a layout, or on a size.
-fn transfer_error(name: &str, e: TransferError<TransportError>) -> RuntimeError {
+/// A transfer that failed: on a device (its error, as `remote` makes it a runtime error),
+/// on a layout, or on a size.
+pub(crate) fn transfer_error<E>(
+    name: &str,
+    e: TransferError<E>,
+    remote: fn(E) -> RuntimeError,
+) -> RuntimeError {
     let name = name.to_string();
     match e {
-        TransferError::Remote { error, .. } => RuntimeError::Transport(error),
+        TransferError::Remote { error, .. } => remote(error),
         TransferError::Layout(error) => RuntimeError::Layout { name, error },
         TransferError::HostSize { expected, actual } => RuntimeError::Bytes {
             name,

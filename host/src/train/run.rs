@@ -10,7 +10,7 @@ use tessera_core::transfer::InstanceWindow;
 use super::data::{Dataset, SPIRAL_FEATURES};
 use super::model::{self, INPUT, LABELS};
 use super::{DataSource, JobError, TrainError, TrainJob, TrainReport};
-use crate::checkpoint::{Checkpoint, DataRecord, MAX_STEP};
+use crate::checkpoint::{Checkpoint, CheckpointError, DataRecord, MAX_STEP};
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::runtime::check::Tally;
@@ -356,7 +356,12 @@ impl Training<'_> {
     /// reference's after the same steps; the reference goes on from it, and rank 0 saves it
     /// when `save`.
     fn check_state(&mut self, done: usize, save: bool) -> Result<(), TrainError> {
-        let mut state = Checkpoint::capture(&mut self.runtime, done as u64, self.prepared.seed)?;
+        let mut state = Checkpoint::capture(&mut self.runtime, done as u64, self.prepared.seed)
+            .map_err(|e| match e {
+                // The runtime's failures stay the runtime's (a lost device, say).
+                CheckpointError::Runtime(e) => TrainError::Runtime(e),
+                other => TrainError::Checkpoint(other),
+            })?;
         state.data = Some(self.prepared.record);
         let want = self.reference.host_weights();
         for (name, array) in &state.weights {

@@ -155,7 +155,7 @@ mod tests {
             let sent = Contribution {
                 step,
                 round,
-                op: ReduceOp::Mean,
+                op: ReduceOp::Avg,
                 data: &data,
             };
             let reply = Reply::from_contribution(sent.clone());

@@ -3,11 +3,12 @@
 //! pass through beside a link's messages (a memfd a child process maps too, or a file
 //! QEMU's firmware reaches by semihosting), and the memory of message rings.
 //!
-//! This is the only module of tessera-host with `unsafe`: the `memfd_create`, `fcntl`,
-//! `mmap` and `munmap` calls, the hook that hands a memory to one child between its fork
-//! and its exec, the views of a mapping as a Rust slice, the streaming stores, and a ring
-//! memory's atomic words and copies. Every other module sees a
-//! safe API: bounds-checked copies in and out, a read-only view of a window's prefix, and
+//! Besides `pages`' huge-page advice, this is the only module of tessera-host with
+//! `unsafe`: the `mmap` and `munmap` calls (rustix's; the memfd and its descriptor's flags
+//! need no `unsafe` through rustix), the hook that hands a memory to one child between its
+//! fork and its exec, the views of a mapping as a Rust slice, the streaming stores, and a
+//! ring memory's atomic words and copies. Every other module sees a safe API:
+//! bounds-checked copies in and out, a read-only view of a window's prefix, and
 //! mutable views of the memory.
 //!
 //! # Within this process: Rust's rules, per mapping
@@ -64,11 +65,15 @@ use std::fs::File;
 use std::io;
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use rustix::fs::{memfd_create, MemfdFlags};
+use rustix::io::{fcntl_dupfd_cloexec, fcntl_setfd, FdFlags};
+use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
 use tessera_firmware_sim::Memory;
 
@@ -125,31 +130,14 @@ impl SharedMemory {
     /// once touched), mapped. Its descriptor is closed on exec: no child inherits it unless
     /// it is handed to that child's command ([`SharedMemory::hand_to`]).
     pub(crate) fn create(len: usize) -> io::Result<Self> {
-        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new
-        // descriptor or -1 and touches no memory of ours.
-        #[allow(unsafe_code)]
-        let fd = unsafe { libc::memfd_create(c"tessera-shared".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
-        #[allow(unsafe_code)]
-        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        if fd <= 2 {
+        let mut fd = memfd_create(c"tessera-shared", MemfdFlags::CLOEXEC)?;
+        if fd.as_raw_fd() <= 2 {
             // A host started with a standard stream closed got that number: a child's
             // stdio would replace it there (or, for stderr, write into the memory). Moved
-            // above the three; the low number is closed with `file`.
-            // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one or -1.
-            #[allow(unsafe_code)]
-            let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-            if moved < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `moved` was just returned by fcntl and is owned by nobody else.
-            #[allow(unsafe_code)]
-            let moved = File::from(unsafe { OwnedFd::from_raw_fd(moved) });
-            file = moved;
+            // above the three; the low number is closed as the first descriptor is replaced.
+            fd = fcntl_dupfd_cloexec(&fd, 3)?;
         }
+        let file = File::from(fd);
         file.set_len(len as u64)?;
         Self::map(file, len)
     }
@@ -174,23 +162,14 @@ impl SharedMemory {
         if len == 0 {
             return Err(io::Error::other("a shared window needs at least one byte"));
         }
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
         // SAFETY: a fresh shared mapping of `len` bytes of an open file we own, at an
-        // address the kernel chooses; the result is checked before use.
+        // address the kernel chooses (a null hint, so no existing mapping is replaced);
+        // nothing of ours is touched, and the result is checked before use.
         #[allow(unsafe_code)]
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        let ptr = unsafe { mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, &file, 0)? };
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| io::Error::other("the kernel mapped the memory at address 0"))?;
         Ok(Self { ptr, len, file })
     }
 
@@ -215,17 +194,16 @@ impl SharedMemory {
     pub(crate) fn hand_to(command: &mut Command, memories: &[&SharedMemory]) {
         let fds: Vec<i32> = memories.iter().map(|m| m.fd()).collect();
         // SAFETY: the hook runs in the forked child before exec, where only
-        // async-signal-safe calls are allowed: it calls fcntl on descriptors the child
-        // inherited from this process (open here: each `SharedMemory` is borrowed while
-        // the command is built, and the caller spawns it before dropping them), reads a
-        // vector allocated before the fork, and allocates nothing.
+        // async-signal-safe calls are allowed: it calls fcntl (one system call each) on
+        // descriptors the child inherited from this process — open there, so each borrow
+        // of one lasts while it is open: each `SharedMemory` is borrowed while the command
+        // is built, and the caller spawns it before dropping them —, reads a vector
+        // allocated before the fork, and allocates nothing (an error is a raw OS error).
         #[allow(unsafe_code)]
         unsafe {
             command.pre_exec(move || {
                 for &fd in &fds {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                    fcntl_setfd(BorrowedFd::borrow_raw(fd), FdFlags::empty())?;
                 }
                 Ok(())
             });
@@ -453,10 +431,10 @@ impl Memory for SharedMemory {
 impl Drop for SharedMemory {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `map`; no view of it outlives `self`.
+        // It cannot fail for a whole mapping that exists; were it to, the mapping would
+        // only stay mapped, so the result is ignored.
         #[allow(unsafe_code)]
-        unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
-        }
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
@@ -644,21 +622,23 @@ mod tests {
     #[test]
     fn a_memory_never_takes_a_standard_stream_number() {
         if std::env::var_os(STDIN_CLOSED).is_some() {
+            let open = |fd: i32| std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).is_ok();
+            assert!(open(0), "standard input open before");
             // SAFETY: closes this process's standard input, which nothing else here uses
-            // (this test runs alone in its process).
+            // or owns (this test runs alone in its process, and fd 0 is open, checked
+            // above).
             #[allow(unsafe_code)]
-            let closed = unsafe { libc::close(0) };
-            assert_eq!(closed, 0, "standard input closed");
+            unsafe {
+                rustix::io::close(0);
+            }
+            assert!(!open(0), "standard input closed");
             let memory = SharedMemory::create(4096).unwrap();
             assert!(
                 memory.fd() > 2,
                 "the memory took descriptor {}",
                 memory.fd()
             );
-            // SAFETY: F_GETFD reads a descriptor's flags and touches no memory of ours.
-            #[allow(unsafe_code)]
-            let zero = unsafe { libc::fcntl(0, libc::F_GETFD) };
-            assert_eq!(zero, -1, "descriptor 0 is free again");
+            assert!(!open(0), "descriptor 0 is free again");
             return;
         }
         let name = "transport::shared::tests::a_memory_never_takes_a_standard_stream_number";

@@ -253,7 +253,7 @@ fn both_directions_have_their_golden_bytes() {
             FromDevice::Contribution(Contribution {
                 step: 5,
                 round: 2,
-                op: ReduceOp::Mean,
+                op: ReduceOp::Avg,
                 data: ONE_F32,
             }),
             "01 05 02 01 04 00 00 80 3f",

@@ -568,5 +568,11 @@ pub(super) fn kinds() -> Vec<(&'static str, RequestKind, &'static str)> {
 }
 
 pub(super) fn ops() -> Vec<(&'static str, ReduceOp, &'static str)> {
-    vec![("Sum", ReduceOp::Sum, "00"), ("Mean", ReduceOp::Mean, "01")]
+    vec![
+        ("Sum", ReduceOp::Sum, "00"),
+        ("Avg", ReduceOp::Avg, "01"),
+        ("Prod", ReduceOp::Prod, "02"),
+        ("Min", ReduceOp::Min, "03"),
+        ("Max", ReduceOp::Max, "04"),
+    ]
 }

@@ -172,6 +172,9 @@ pub(super) fn kind_variant(kind: RequestKind) -> u32 {
 pub(super) fn op_variant(op: ReduceOp) -> u32 {
     match op {
         ReduceOp::Sum => 0,
-        ReduceOp::Mean => 1,
+        ReduceOp::Avg => 1,
+        ReduceOp::Prod => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Max => 4,
     }
 }

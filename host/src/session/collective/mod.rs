@@ -44,7 +44,7 @@ pub enum Scope {
     InGroup,
 }
 
-pub use crate::combine::ReduceOp;
+pub use tessera_core::wire::ReduceOp;
 
 /// What one collective moves: its sets, by element type (sets of one type run together).
 type Plan = Vec<(DataType, Set)>;

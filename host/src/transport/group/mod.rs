@@ -48,9 +48,10 @@ pub use fill::Runs;
 use spread::Piece;
 
 use super::{Channel, Span, TransportError};
-use crate::combine::{CombineError, ReduceOp};
+use crate::combine::CombineError;
 use crate::input::{Input, InputError};
 use crate::pages::OutOfMemory;
+use tessera_core::wire::ReduceOp;
 
 /// A span of one member's target: what a group operation reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

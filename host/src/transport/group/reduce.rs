@@ -23,8 +23,9 @@ use tessera_core::dtype::DataType;
 
 use super::in_place::Memories;
 use super::{Group, GroupError, Path, Place};
-use crate::combine::{self, CombineError, ReduceOp, BLOCK};
+use crate::combine::{self, CombineError, BLOCK};
 use crate::transport::stream;
+use tessera_core::wire::ReduceOp;
 
 /// Elements of every source read, combined and written per block: four of the kernel's
 /// blocks (64 KiB of f32 per source), so that the copies read and the result stay in the

@@ -233,7 +233,7 @@ fn a_checkpoint_of_another_program_is_refused() {
     ];
     let mut target = started(default_mlp(), 2);
     let before = state(&mut target);
-    let mine = fingerprint(&default_mlp(), REPLICAS);
+    let mine = fingerprint(&default_mlp(), REPLICAS).unwrap();
     for (what, program, replicas) in others {
         let mut other = started_with(program.clone(), replicas, DEVICE_MEMORY, 3);
         run_steps(&mut other, 0, 1);
@@ -241,7 +241,7 @@ fn a_checkpoint_of_another_program_is_refused() {
             .unwrap()
             .save(&path)
             .unwrap();
-        let theirs = fingerprint(&program, replicas);
+        let theirs = fingerprint(&program, replicas).unwrap();
         assert_ne!(theirs, mine, "{what}");
         let loaded = Checkpoint::load(&path).unwrap();
         let e = loaded.restore(&mut target).expect_err(what);

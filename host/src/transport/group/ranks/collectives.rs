@@ -29,9 +29,10 @@ use tessera_core::dtype::DataType;
 use super::super::{Group, GroupError, Kind, Place, Set};
 use super::failure::RankFailure;
 use super::MPI_BYTES;
-use crate::combine::{self, ReduceOp};
+use crate::combine;
 use crate::instance::{Mpi, Peers};
 use crate::transport::SharedMemory;
+use tessera_core::wire::ReduceOp;
 
 /// One rank's part of a collective across ranks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
