@@ -1,11 +1,12 @@
 //! `tessera._native`: the extension module behind the `tessera` Python package.
 //!
-//! - `session`: `tessera.Session`, `Register`, `Function` — the SPMD session.
+//! - `session`: `tessera.Session`, `Register`, `Function` — the SPMD session, a file per
+//!   area (calls, copies, collectives, loads, …).
 //! - `program`: `tessera.Program` — a core program built from Python.
 //! - `runtime`: `tessera.Runtime` — the device runtime: weights, steps, anchors,
 //!   optimizer values, seeds, RNG state, checkpoints and executables.
 //! - `arrays`: NumPy arrays at the boundary (dtypes, bytes borrowed in place).
-//! - `error`: Rust errors as Python exceptions.
+//! - `error`: Rust errors as Python exceptions, each with its `kind` (`error::kind`).
 //! - `placement`: "thread", "process", "qemu".
 //! - `baseline`: the Rust API timed in Rust, the Python benchmark's baseline.
 //! - `main`: the `tessera` command, for the script the package installs.
@@ -14,6 +15,11 @@
 //!
 //! None on purpose: every binding returns a Python exception. A panic that slipped
 //! through reaches Python as `pyo3_runtime.PanicException`, never an abort.
+
+// The crate has no public Rust API (its modules are private, and what `#[pymodule]`
+// generates is `#[doc(hidden)]`): the lint holds the crate's own documentation and
+// anything made public later; nothing needs an `allow`.
+#![deny(missing_docs)]
 
 mod arrays;
 mod baseline;

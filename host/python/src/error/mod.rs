@@ -7,7 +7,8 @@
 //!   [`ExecutableError`], [`ProgramError`] for core's program rules). The message is the
 //!   Rust error's own (it names the tensor, the sizes and the rule), and the attribute
 //!   `kind` names the Rust variant (`"ForeignRegister"`, `"Worker"`, …), so a program can
-//!   tell failures apart without parsing messages.
+//!   tell failures apart without parsing messages. [`kind`] maps every variant of every
+//!   error raised to its string, explicitly and exhaustively.
 //! - A `SessionError` carries `workers`: the worker of each failure, in the order the
 //!   failures were reported (empty when no worker was involved). A failed load's kind and
 //!   workers are those of the session error under it, if one is; a register freed from
@@ -20,7 +21,7 @@
 //!   panic that slipped through into `pyo3_runtime.PanicException` instead of unwinding
 //!   into the interpreter.
 
-use std::fmt::{Debug, Display};
+mod kind;
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -77,24 +78,9 @@ fn exception<E: PyTypeInfo>(message: String, kind: &str, workers: Option<Vec<usi
     err
 }
 
-/// A Rust error raised as Python exception `E`, with its message and `kind`.
-fn raise<E: PyTypeInfo>(error: &(impl Display + Debug)) -> PyErr {
-    exception::<E>(error.to_string(), &kind(error), None)
-}
-
 /// The workers of a session error's failures, in the order they were reported.
 fn workers(error: &tessera_host::session::SessionError) -> Vec<usize> {
     error.worker_failures().iter().map(|f| f.0).collect()
-}
-
-/// The variant's name: what `Debug` prints before its fields.
-fn kind(error: &impl Debug) -> String {
-    let debug = format!("{error:?}");
-    debug
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .next()
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// A Rust error that becomes a Python exception.
@@ -105,7 +91,7 @@ pub(crate) trait Raise {
 
 impl Raise for tessera_host::session::SessionError {
     fn raise(self) -> PyErr {
-        exception::<SessionError>(self.to_string(), &kind(&self), Some(workers(&self)))
+        exception::<SessionError>(self.to_string(), kind::session(&self), Some(workers(&self)))
     }
 }
 
@@ -114,12 +100,12 @@ impl Raise for tessera_host::session::SessionError {
 impl Raise for tessera_host::session::loader::LoadError {
     fn raise(self) -> PyErr {
         use tessera_host::session::loader::LoadError;
-        let (kind, workers) = match &self {
-            LoadError::Session { source, .. } => (kind(source), workers(source)),
-            LoadError::Worker { source, .. } => (kind(source.as_ref()), workers(source)),
-            other => (kind(other), Vec::new()),
+        let workers = match &self {
+            LoadError::Session { source, .. } => workers(source),
+            LoadError::Worker { source, .. } => workers(source),
+            _ => Vec::new(),
         };
-        exception::<SessionError>(self.to_string(), &kind, Some(workers))
+        exception::<SessionError>(self.to_string(), kind::load(&self), Some(workers))
     }
 }
 
@@ -132,22 +118,23 @@ pub(crate) fn freed() -> PyErr {
     )
 }
 
+/// Each Rust error raised as the Python exception of its part, its kind from [`kind`].
 macro_rules! raise_as {
-    ($($rust:ty => $python:ty),* $(,)?) => {$(
+    ($($rust:ty => $python:ty, $kind:path);* $(;)?) => {$(
         impl Raise for $rust {
             fn raise(self) -> PyErr {
-                raise::<$python>(&self)
+                exception::<$python>(self.to_string(), $kind(&self), None)
             }
         }
     )*};
 }
 
 raise_as! {
-    tessera_host::runtime::RuntimeError => RuntimeError,
-    tessera_host::checkpoint::CheckpointError => CheckpointError,
-    tessera_host::executable::ExecutableError => ExecutableError,
-    tessera_core::program::ProgramError => ProgramError,
-    tessera_core::program::CapacityError => ProgramError,
+    tessera_host::runtime::RuntimeError => RuntimeError, kind::runtime;
+    tessera_host::checkpoint::CheckpointError => CheckpointError, kind::checkpoint;
+    tessera_host::executable::ExecutableError => ExecutableError, kind::executable;
+    tessera_core::program::ProgramError => ProgramError, kind::program;
+    tessera_core::program::CapacityError => ProgramError, kind::capacity;
 }
 
 /// `Result::map_err(raise)` for every error above.
