@@ -49,11 +49,10 @@ pub(crate) fn session(error: &SessionError) -> &'static str {
         SessionError::Array(_) => "Array",
         SessionError::Description(_) => "Description",
         SessionError::OutsideMemory { .. } => "OutsideMemory",
-        SessionError::RegistersOverlap { .. } => "RegistersOverlap",
         SessionError::HostMismatch { .. } => "HostMismatch",
         SessionError::Ranks { .. } => "Ranks",
         SessionError::Instances(_) => "Instances",
-        SessionError::Rank { .. } => "Rank",
+        SessionError::Group { .. } => "Group",
         SessionError::InlineTooLarge { .. } => "InlineTooLarge",
     }
 }
@@ -65,8 +64,7 @@ pub(crate) fn load(error: &LoadError) -> &'static str {
         LoadError::Read { .. } => "Read",
         LoadError::Input(_) => "Input",
         LoadError::Claim { .. } => "Claim",
-        LoadError::HostMemory { .. } => "HostMemory",
-        LoadError::Part { .. } => "Part",
+        LoadError::Fill { .. } => "Fill",
         LoadError::Format { .. } => "Format",
         LoadError::Dtype { .. } => "Dtype",
         LoadError::UnknownTensor { .. } => "UnknownTensor",
@@ -112,6 +110,7 @@ pub(crate) fn runtime(error: &RuntimeError) -> &'static str {
         RuntimeError::ReductionElements { .. } => "ReductionElements",
         RuntimeError::ReductionLength { .. } => "ReductionLength",
         RuntimeError::ReductionRound { .. } => "ReductionRound",
+        RuntimeError::ReductionOp { .. } => "ReductionOp",
         RuntimeError::ReductionSkipped { .. } => "ReductionSkipped",
         RuntimeError::ReductionGroup { .. } => "ReductionGroup",
         RuntimeError::MixedLanes { .. } => "MixedLanes",
@@ -126,6 +125,7 @@ pub(crate) fn runtime(error: &RuntimeError) -> &'static str {
 pub(crate) fn checkpoint(error: &CheckpointError) -> &'static str {
     match error {
         CheckpointError::Input(_) => "Input",
+        CheckpointError::Fingerprint(_) => "Fingerprint",
         CheckpointError::Save(_) => "Save",
         CheckpointError::Claim { .. } => "Claim",
         CheckpointError::Dimension { .. } => "Dimension",
