@@ -236,6 +236,13 @@ pub enum RuntimeError {
         /// The step's rounds.
         rounds: u32,
     },
+    /// A contribution from a device the round does not count among its members.
+    NotInRound {
+        /// The device's replica.
+        replica: u32,
+        /// The round.
+        round: u32,
+    },
     /// A device whose replica is in no group of its round's grouping.
     ReductionGroup {
         /// The device's replica.
@@ -516,6 +523,11 @@ impl fmt::Display for RuntimeError {
                 f,
                 "replicas {first} and {replica} run on one device but lie in different groups \
                  of reduction round {round}: a device's lanes share every variable's group"
+            ),
+            Self::NotInRound { replica, round } => write!(
+                f,
+                "a contribution from replica {replica}, which takes no part in reduction \
+                 round {round}"
             ),
             Self::ReductionGroup { replica, round } => write!(
                 f,

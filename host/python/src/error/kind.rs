@@ -111,6 +111,7 @@ pub(crate) fn runtime(error: &RuntimeError) -> &'static str {
         RuntimeError::ReductionLength { .. } => "ReductionLength",
         RuntimeError::ReductionRound { .. } => "ReductionRound",
         RuntimeError::ReductionOp { .. } => "ReductionOp",
+        RuntimeError::NotInRound { .. } => "NotInRound",
         RuntimeError::ReductionSkipped { .. } => "ReductionSkipped",
         RuntimeError::ReductionGroup { .. } => "ReductionGroup",
         RuntimeError::MixedLanes { .. } => "MixedLanes",
