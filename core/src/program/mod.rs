@@ -61,6 +61,7 @@
 
 mod build;
 mod check;
+mod checked;
 mod encoding;
 mod error;
 pub mod exchange;
@@ -69,6 +70,7 @@ pub mod ids;
 pub mod lanes;
 
 pub use build::CapacityError;
+pub use checked::Checked;
 pub use error::{ProgramError, ProgramRule};
 pub use exchange::{Exchange, Exchanges};
 pub use fault::{ProgramFault, ProgramPart, RuleKind};

@@ -1233,3 +1233,30 @@ fn items_and_anchors_hold_a_whole_micro_batch() {
     assert_eq!(p.anchor_width(AnchorTensor::Loss), Some(5));
     assert_eq!(p.anchor_width(AnchorTensor::Output), Some(5 * 3));
 }
+
+/// The checked program's facts are the ones the fallible lookups give, read without a
+/// lookup; a program that fails its check makes no `Checked`. Catches facts computed apart
+/// from the check (a stream's item, a variable's size, an anchor's width drifting).
+#[test]
+fn a_checked_program_carries_what_its_check_established() {
+    let mut p = mlp();
+    p.micro_batch_size = 8;
+    let checked = p.clone().checked(REPLICAS).expect("a valid program");
+    assert_eq!(checked.replicas(), REPLICAS);
+    for (k, &item) in checked.items().iter().enumerate() {
+        assert_eq!(Some(item), p.item_elements(k));
+    }
+    assert_eq!(checked.items(), [16, 8]);
+    assert_eq!(checked.sizes(), [32, 16, 48]);
+    assert_eq!(checked.output_width(), 3);
+    for tensor in [AnchorTensor::Loss, AnchorTensor::Output] {
+        assert_eq!(Some(checked.anchor_width(tensor)), p.anchor_width(tensor));
+    }
+    assert_eq!(checked.into_program(), p);
+    let broken = with_layer(5, Layer::Relu);
+    assert!(broken.clone().checked(REPLICAS).is_err());
+    assert_eq!(
+        broken.clone().checked(REPLICAS).err(),
+        broken.check(REPLICAS).err()
+    );
+}

@@ -75,7 +75,7 @@ pub mod weights;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tessera_core::program::{Optimizer, Program, ProgramError};
+use tessera_core::program::{Checked, Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
@@ -149,7 +149,9 @@ pub struct Runtime {
     channels: Vec<Channel>,
     /// Where each local replica runs, in replica order.
     seats: Vec<Seat>,
-    program: Program,
+    /// The program, checked for the run's replicas: what the check established (each
+    /// stream's item, each anchor's width) is read from it, never looked up again.
+    program: Checked,
     replicas: usize,
     window: InstanceWindow,
     instances: Arc<dyn Instances>,
@@ -239,10 +241,10 @@ impl Runtime {
         placement: &Placement,
         device_memory: usize,
     ) -> Result<Self, RuntimeError> {
-        Self::check(&program, replicas)?;
+        let program = Self::check(program, replicas)?;
         let window = window(replicas, &*instances)?;
         let channels = start(&program, replicas, window, placement, device_memory)?;
-        Self::set_up(program, replicas, channels, instances, window)
+        Self::set_up(program, channels, instances, window)
     }
 
     /// Starts the devices `executable` was prepared for on `placement` and places its
@@ -268,10 +270,9 @@ impl Runtime {
         // A file can hold any program (a hand-built one, or one from another version of
         // the rules): core's check names the rule it breaks, where a device could only
         // refuse it as a bad configuration.
-        Self::check(&executable.program, replicas)?;
+        let program = Self::check(executable.program.clone(), replicas)?;
         let window = window(replicas, &*instances)?;
-        let program = &executable.program;
-        let channels = start(program, replicas, window, placement, device_memory)?;
+        let channels = start(&program, replicas, window, placement, device_memory)?;
         let saved = executable.limits;
         for c in &channels {
             let actual = per_replica(c.limits());
@@ -285,19 +286,13 @@ impl Runtime {
                 });
             }
         }
-        Self::set_up(
-            executable.program.clone(),
-            replicas,
-            channels,
-            instances,
-            window,
-        )
+        Self::set_up(program, channels, instances, window)
     }
 
     /// This prepared program as an executable for the devices it runs on.
     pub fn executable(&self) -> Executable {
         Executable {
-            program: self.program.clone(),
+            program: self.program.program().clone(),
             replicas: self.replicas as u32, // At most MAX_REPLICAS.
             limits: per_replica(self.channels[0].limits()),
         }
@@ -315,29 +310,29 @@ impl Runtime {
     /// injected, or devices placed in ways [`Placement`] does not name.
     pub fn prepare_on(program: Program, channels: Vec<Channel>) -> Result<Self, RuntimeError> {
         let replicas = Seat::all(&channels).len();
-        Self::check(&program, replicas)?;
+        let program = Self::check(program, replicas)?;
         let window = InstanceWindow::whole(replicas);
-        Self::set_up(program, replicas, channels, Arc::new(Single), window)
+        Self::set_up(program, channels, Arc::new(Single), window)
     }
 
-    fn check(program: &Program, replicas: usize) -> Result<(), RuntimeError> {
+    /// `program` checked for `replicas` (a runtime drives 1 to [`MAX_REPLICAS`]).
+    fn check(program: Program, replicas: usize) -> Result<Checked, RuntimeError> {
         if replicas == 0 || replicas > MAX_REPLICAS {
             return Err(RuntimeError::Replicas {
                 replicas,
                 max: MAX_REPLICAS,
             });
         }
-        program.check(replicas)?;
-        Ok(())
+        Ok(program.checked(replicas)?)
     }
 
     fn set_up(
-        program: Program,
-        replicas: usize,
+        program: Checked,
         mut channels: Vec<Channel>,
         instances: Arc<dyn Instances>,
         window: InstanceWindow,
     ) -> Result<Self, RuntimeError> {
+        let replicas = program.replicas();
         let seats = Seat::all(&channels);
         // Each device's lanes start where the one before it ends: the window's replicas in
         // order.
@@ -368,7 +363,7 @@ impl Runtime {
         let rounds = plans(&program, replicas, &channels)?;
         // The program travels as bytes in the request; a request too large for a device's
         // frame is refused by the channel, naming its size.
-        let encoded = postcard::to_allocvec(&program).map_err(|e| {
+        let encoded = postcard::to_allocvec(program.program()).map_err(|e| {
             TransportError::Io(std::io::Error::other(format!(
                 "the program does not encode: {e}"
             )))
@@ -406,7 +401,7 @@ impl Runtime {
 
     /// The prepared program.
     pub fn program(&self) -> &Program {
-        &self.program
+        self.program.program()
     }
 
     /// Replicas of the run, across every instance.

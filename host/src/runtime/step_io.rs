@@ -99,12 +99,10 @@ impl Runtime {
         let streams = self.device_streams(io)?;
         let plan = self.split_plan()?;
         // Each stream's item bytes and the user's data.
-        let inputs: Vec<(usize, &[u8])> = (self.program.streams.iter().enumerate())
+        let inputs: Vec<(usize, &[u8])> = (self.program.streams.iter())
+            .zip(self.program.items())
             .zip(&streams)
-            .map(|((k, s), data)| {
-                let item = self.program.item_elements(k).unwrap_or(0);
-                (item * s.dtype.size(), &data[..])
-            })
+            .map(|((s, &item), data)| (item * s.dtype.size(), &data[..]))
             .collect();
         // Each anchor's array, its values put in their rows as they are read: no copy per
         // replica between the device and the user.
@@ -154,9 +152,8 @@ impl Runtime {
         let mut splitter = StepSplitter::new(replicas, self.flow)?;
         let mut counters = Counters::default();
         let mut inputs = Vec::with_capacity(self.program.streams.len());
-        for (k, s) in self.program.streams.iter().enumerate() {
+        for (s, &item) in self.program.streams.iter().zip(self.program.items()) {
             // One item: a micro-batch of samples.
-            let item = self.program.item_elements(k).unwrap_or(0);
             inputs.push(splitter.add_input(item, s.broadcast)?);
         }
         let mut outputs = Vec::with_capacity(self.program.anchors.len());
@@ -266,8 +263,8 @@ impl Runtime {
         let mut shares = vec![vec![Vec::new(); p.streams.len()]; replicas];
         let mut sample = Vec::new();
         for m in 0..per_replica {
-            for (k, s) in p.streams.iter().enumerate() {
-                let bytes = p.item_elements(k).unwrap_or(0) * s.dtype.size();
+            for (k, (s, &item)) in p.streams.iter().zip(p.items()).enumerate() {
+                let bytes = item * s.dtype.size();
                 for (r, share) in shares.iter_mut().enumerate() {
                     if !s.broadcast || r == 0 {
                         sample.clear();
@@ -279,7 +276,7 @@ impl Runtime {
             }
         }
         if let Some(&Layer::SoftmaxCrossEntropy { labels }) = p.layers.last() {
-            let classes = p.output_width().unwrap_or(0);
+            let classes = p.output_width();
             let name = p.streams[usize::from(labels)].name.as_str();
             for share in &shares {
                 check_labels(name, &share[usize::from(labels)], classes)?;
@@ -349,11 +346,12 @@ impl Runtime {
     fn feed(&mut self, fill: &mut Fill<'_>) -> Result<Vec<bool>, RuntimeError> {
         let per_replica = self.flow.inputs_per_replica();
         let streams = self.program.streams.len();
-        let one: Vec<(u16, usize)> = (self.program.streams.iter().enumerate())
-            .map(|(k, s)| {
+        let one: Vec<(u16, usize)> = (self.program.streams.iter())
+            .zip(self.program.items())
+            .enumerate()
+            .map(|(k, (s, &item))| {
                 let fifo = ids::stream_fifo(k as u8); // At most MAX_STREAMS.
-                let item = self.program.item_elements(k).unwrap_or(0) * s.dtype.size();
-                (fifo, per_replica * item)
+                (fifo, per_replica * item * s.dtype.size())
             })
             .collect();
         let mut sent = Vec::with_capacity(self.channels.len());
@@ -407,7 +405,7 @@ impl Runtime {
     /// Elements of one value of an anchored tensor.
     fn anchor_width(&self, tensor: AnchorTensor) -> usize {
         // Checked at prepare: a program's output has a width.
-        self.program.anchor_width(tensor).unwrap_or(0)
+        self.program.anchor_width(tensor)
     }
 
     /// Checks `io` and gives each array's bytes in its stream's type, in stream order: an
@@ -417,13 +415,11 @@ impl Runtime {
         io: &'io BTreeMap<String, A>,
     ) -> Result<Vec<Cow<'io, [u8]>>, RuntimeError> {
         let p = &self.program;
-        let specs: Vec<StreamSpec<'_>> = p
-            .streams
-            .iter()
-            .enumerate()
-            .map(|(k, s)| StreamSpec {
+        let specs: Vec<StreamSpec<'_>> = (p.streams.iter())
+            .zip(p.items())
+            .map(|(s, &item)| StreamSpec {
                 name: s.name.as_str(),
-                sample_elements: p.item_elements(k).unwrap_or(0),
+                sample_elements: item,
                 kind: StreamKind::Input {
                     broadcast: s.broadcast,
                 },
@@ -440,7 +436,7 @@ impl Runtime {
             Some(&Layer::SoftmaxCrossEntropy { labels }) => Some(usize::from(labels)),
             _ => None,
         };
-        let classes = p.output_width().unwrap_or(0);
+        let classes = p.output_width();
         let mut out = Vec::with_capacity(p.streams.len());
         for (i, s) in p.streams.iter().enumerate() {
             let name = s.name.as_str();
