@@ -89,6 +89,13 @@ struct Member {
     moved: InPlace,
 }
 
+impl Member {
+    /// Its global replicas: its lanes.
+    fn replicas(&self) -> std::ops::Range<usize> {
+        self.replica..self.replica + self.lanes
+    }
+}
+
 /// What a device's `RunStep` reports the host moved in place and did not report otherwise:
 /// the step's inputs (`fed`) and the anchors of the device's last step (`took`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -181,10 +188,14 @@ pub(super) fn run_step(
     fault: Option<StepFault>,
 ) -> Result<(), RuntimeError> {
     let started = Instant::now();
-    debug_assert_eq!(moved.len(), channels.len(), "a report per channel");
+    if moved.len() != channels.len() {
+        return Err(RuntimeError::Channels {
+            run: moved.len(),
+            replicas: channels.len(),
+        });
+    }
     let mut members = Vec::with_capacity(channels.len());
-    for (i, c) in channels.iter_mut().enumerate() {
-        let moved = moved.get(i).copied().unwrap_or_default();
+    for (c, &moved) in channels.iter_mut().zip(moved) {
         members.push(Member {
             seq: c.submit(&moved.run_step())?,
             moved,
@@ -197,12 +208,7 @@ pub(super) fn run_step(
             next_round: 0,
         });
     }
-    let replicas = members
-        .iter()
-        .map(|m| m.replica..m.replica + m.lanes)
-        .collect();
     let mut step = Step {
-        replicas,
         schedule: Schedule {
             rounds,
             last: u32::try_from(rounds.len())
@@ -260,8 +266,6 @@ pub(super) fn run_step(
 struct Step<'s> {
     schedule: Schedule<'s>,
     members: Vec<Member>,
-    /// Each member's global replicas (its lanes), indexed like the members.
-    replicas: Vec<std::ops::Range<usize>>,
     /// The round whose contributions are coming in.
     open: Option<OpenRound>,
     /// By exchange, its last round answered (see [`run_step`]).
@@ -322,11 +326,12 @@ impl Step<'_> {
         let open = match &mut self.open {
             Some(open) => open,
             empty => {
+                let replicas: Vec<_> = self.members.iter().map(Member::replicas).collect();
                 let kept = self.kept.get_mut(exchange).and_then(Option::take);
-                let again = kept.and_then(|k| k.again(round, op, &self.replicas));
+                let again = kept.and_then(|k| k.again(round, op, &replicas));
                 let open = match again {
                     Some(open) => open,
-                    None => OpenRound::open_lanes(round, op, plan, &self.replicas)?,
+                    None => OpenRound::open_lanes(round, op, plan, &replicas)?,
                 };
                 empty.insert(open)
             }
@@ -361,8 +366,12 @@ impl Step<'_> {
     ) -> Result<(), RuntimeError> {
         // The round's devices have waited by design until now: their silence starts over.
         for (from, m) in self.members.iter_mut().enumerate() {
-            let answer = answers.of(from).unwrap_or_default();
-            let lanes = m.replica..m.replica + m.lanes;
+            // Every member of the round has an answer: a missing one is a broken round.
+            let answer = answers.of(from).ok_or(RuntimeError::NotInRound {
+                replica: m.replica as u32,
+                round,
+            })?;
+            let lanes = m.replicas();
             let faulty = (self.fault)
                 .is_some_and(|f| f.round == round && lanes.contains(&(f.replica as usize)));
             let answer = if faulty {
