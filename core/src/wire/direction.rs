@@ -49,6 +49,12 @@ pub struct Combined<'a> {
     pub data: &'a [u8],
 }
 
+impl Combined<'_> {
+    /// The request whose contributions a combined result answers (an interruptible one:
+    /// [`RequestKind::is_interruptible`](super::RequestKind::is_interruptible)).
+    pub const ANSWERS: super::RequestKind = super::RequestKind::RunStep;
+}
+
 /// Everything the host sends a device: a frame's body.
 // As large as its largest request (an `Invoke`'s arguments): a frame is decoded into one
 // value at a time, on the stack, and never stored; no_std cannot box it.

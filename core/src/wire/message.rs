@@ -445,6 +445,17 @@ pub enum RequestKind {
     Malformed,
 }
 
+impl RequestKind {
+    /// True for a request the device runs while it reads its link for topic messages (a
+    /// [`Request::RunStep`], which waits for the host's combined results): any other
+    /// request that reaches the device meanwhile ends it ([`ErrorCode::StepAbandoned`]) and
+    /// is dropped unrun, so a host keeps every request it sends while one is unanswered, to
+    /// send it again.
+    pub fn is_interruptible(self) -> bool {
+        matches!(self, Self::RunStep)
+    }
+}
+
 impl Request<'_> {
     /// The kind of this request, for error replies.
     pub fn kind(&self) -> RequestKind {

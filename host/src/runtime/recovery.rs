@@ -217,7 +217,7 @@ impl Runtime {
         self.anchors_taken.fill(false);
         let mut first = None;
         for c in &mut self.channels {
-            if let Err(e) = c.request_after_abandoned_step(&Request::ResetStep) {
+            if let Err(e) = c.request_after_abandoned(&Request::ResetStep) {
                 tracing::warn!(replica = c.replica(), error = %e, "device not reset");
                 if e.link_gone() && self.recovery.lost.is_none() {
                     self.recovery.lost = Some((c.replica(), e.to_string()));

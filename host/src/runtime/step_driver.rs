@@ -238,13 +238,13 @@ pub(super) fn run_step(
             }
             let member = &mut step.members[i];
             match reply.response() {
-                Response::Done => {
+                Some(Response::Done) => {
                     finished_every_round(member, step.schedule.last)?;
                     member.done = true;
                     running -= 1;
                     channels[i].recycle(reply);
                 }
-                Response::Error { request, code } => {
+                Some(Response::Error { request, code }) => {
                     return Err(crate::transport::TransportError::Device {
                         replica: member.replica as u32,
                         request,
@@ -254,7 +254,8 @@ pub(super) fn run_step(
                 }
                 other => {
                     let request = member.moved.run_step();
-                    return Err(channels[i].unexpected(&request, &other).into());
+                    let reply = other.unwrap_or(Response::Done);
+                    return Err(channels[i].unexpected(&request, &reply).into());
                 }
             }
         }

@@ -40,6 +40,14 @@ pub enum TransportError {
         /// The rule broken.
         error: RingError,
     },
+    /// A message under a request's number that is no reply to it (a contribution to a
+    /// reduction).
+    NotAReply {
+        /// The replica.
+        replica: u32,
+        /// The request's number.
+        seq: u32,
+    },
     /// The device's process (or QEMU) exited before it answered.
     Exited {
         /// The replica.
@@ -191,6 +199,11 @@ impl fmt::Display for TransportError {
             Self::Firmware(e) => e.fmt(f),
             Self::Closed { replica } => write!(f, "device {replica} closed its link"),
             Self::Ring { replica, error } => write!(f, "device {replica}'s message ring: {error}"),
+            Self::NotAReply { replica, seq } => write!(
+                f,
+                "device {replica} sent a contribution to a reduction under request {seq}, \
+                 where its reply was due"
+            ),
             Self::Exited {
                 replica,
                 program,

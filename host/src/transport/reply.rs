@@ -68,12 +68,14 @@ impl fmt::Debug for Reply {
 }
 
 impl Reply {
-    /// The response, borrowing its payload from the frame.
-    pub fn response(&self) -> Response<'_> {
-        // Checked when the reply was accepted (see `Channel::pump`).
+    /// The response, borrowing its payload from the frame; `None` when the message is no
+    /// reply (a contribution to a reduction, which a step's driver reads with
+    /// [`Reply::contribution`]). A message that decodes as neither was dropped when it came
+    /// in, so nothing else is `None`.
+    pub fn response(&self) -> Option<Response<'_>> {
         match decode_body::<FromDevice<'_>>(&self.body) {
-            Ok(FromDevice::Reply(Envelope { body, .. })) => body,
-            _ => Response::Done,
+            Ok(FromDevice::Reply(Envelope { body, .. })) => Some(body),
+            _ => None,
         }
     }
 
@@ -127,7 +129,7 @@ pub struct Typed<E> {
 impl<E: Endpoint> Typed<E> {
     /// The reply's payload, borrowing from the frame.
     pub fn get(&self) -> E::Reply<'_> {
-        match E::reply(self.reply.response()) {
+        match self.reply.response().and_then(E::reply) {
             Some(payload) => payload,
             // `Channel::call` checked the type before building this.
             None => unreachable!("a typed reply of the wrong type"),
@@ -200,6 +202,13 @@ mod tests {
             share: None,
         };
         assert_eq!(reply.contribution(), None);
-        assert_eq!(reply.response(), Response::Done);
+        assert_eq!(reply.response(), Some(Response::Done));
+        let contribution = Reply::from_contribution(Contribution {
+            step: 0,
+            round: 0,
+            op: ReduceOp::Sum,
+            data: &[],
+        });
+        assert_eq!(contribution.response(), None, "a contribution is no reply");
     }
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tessera_core::wire::{Request, Target};
+use tessera_core::wire::{endpoint, Request, Target};
 use tessera_host::transport::{Channel, TransportError};
 
 /// The device memory of the killed child: a size no other test of the suite gives its
@@ -18,7 +18,7 @@ fn a_killed_child_process_is_reported() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
     let mut channel = Channel::child_process(exe, 0, KILLED_MEMORY).unwrap();
     channel
-        .request(&Request::AllocSlot { slot: 1, bytes: 8 })
+        .call(&endpoint::Command::new(Request::AllocSlot { slot: 1, bytes: 8 }).unwrap())
         .unwrap();
     let pids = common::devices_with_memory(Some(0), KILLED_MEMORY);
     assert_eq!(pids.len(), 1, "this test's one device process: {pids:?}");
@@ -30,7 +30,7 @@ fn a_killed_child_process_is_reported() {
     }
     let start = Instant::now();
     let err = channel
-        .request(&Request::Read {
+        .call(&endpoint::Read {
             target: Target::Slot(1),
             offset: 0,
             len: 8,
@@ -77,20 +77,26 @@ fn a_silent_device_times_out() {
 fn a_request_larger_than_the_device_frame_is_refused_at_once() {
     let mut channel = Channel::in_process(0, 1 << 20, None).unwrap();
     channel
-        .request(&Request::CreateFifo {
-            fifo: 1,
-            item_bytes: 100_000,
-            depth: 1,
-        })
+        .call(
+            &endpoint::Command::new(Request::CreateFifo {
+                fifo: 1,
+                item_bytes: 100_000,
+                depth: 1,
+            })
+            .unwrap(),
+        )
         .unwrap();
     let item = vec![1u8; 100_000];
     let start = Instant::now();
     let err = channel
-        .request(&Request::Write {
-            target: Target::Fifo(1),
-            offset: 0,
-            data: &item,
-        })
+        .call(
+            &endpoint::Command::new(Request::Write {
+                target: Target::Fifo(1),
+                offset: 0,
+                data: &item,
+            })
+            .unwrap(),
+        )
         .unwrap_err();
     assert!(
         err.to_string().contains("exceeds device 0's maximum frame"),

@@ -35,7 +35,7 @@
 //! - **Errors name the cause.** A [`LoadError`] names the file, the tensor, its shape and
 //!   the rule. A truncated or corrupt file is a [`LoadError::Format`], never a panic.
 //!
-//! Element types are those safetensors and [`DataType`] share: F16, BF16, F32, F64,
+//! Element types are those safetensors and [`DataType`](tessera_core::dtype::DataType) share: F16, BF16, F32, F64,
 //! I8–I64, U8–U64, BOOL, F8_E4M3 and F8_E5M2; any other is a [`LoadError::Dtype`]. Bytes
 //! are copied as they are: both sides are little-endian.
 //!

@@ -386,7 +386,8 @@ impl Channel {
                     let mut whole = vec![0u8; len];
                     for (seq, at, n) in chunks {
                         let reply = self.receive(seq)?;
-                        let tessera_core::wire::Response::Data { data } = reply.response() else {
+                        let Some(tessera_core::wire::Response::Data { data }) = reply.response()
+                        else {
                             return Err(TransportError::UnexpectedReply {
                                 replica: self.limits.replica,
                                 request: RequestKind::Read,

@@ -16,9 +16,10 @@
 //!   frame, so each unanswered frame is kept to be sent again. A queue to a device thread
 //!   (or a ring in memory shared with a device process, `transport::ring`) loses nothing:
 //!   its messages go into the queue (or are copied into the ring) and no copy is kept — except
-//!   while a step is in flight, because a device inside a step drops the next request it
-//!   gets (it takes it as the host giving the step up) and that request must be sent
-//!   again. On a queue, a deadline without a reply only counts an attempt: the device is
+//!   while an interruptible request is in flight
+//!   ([`RequestKind::is_interruptible`]), because a device running one drops the next
+//!   request it gets (it takes it as the host giving the first up), and that request must
+//!   be sent again. On a queue, a deadline without a reply only counts an attempt: the device is
 //!   working or gone, and the channel asks which.
 //! - **Typed.** [`Channel::call`] takes an [`Endpoint`] and returns its reply's payload
 //!   with its type; an error reply is [`TransportError::Device`], a reply of another type
@@ -26,8 +27,8 @@
 //! - Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
 //!   holds ends there and costs only itself, and is flushed at once.
 
-mod abandoned;
 mod data_path;
+mod interruptible;
 mod located;
 mod open;
 mod receive;
@@ -283,7 +284,7 @@ impl Channel {
         ticket: Ticket<E>,
     ) -> Result<Typed<E>, TransportError> {
         let reply = self.receive(ticket.seq)?;
-        if E::reply(reply.response()).is_none() {
+        if reply.response().and_then(E::reply).is_none() {
             return Err(TransportError::UnexpectedReply {
                 replica: self.limits.replica,
                 request: ticket.kind,
@@ -305,8 +306,10 @@ impl Channel {
         }
     }
 
-    /// Sends `request` and returns the device's reply (an error reply is an error).
-    pub fn request(&mut self, request: &Request<'_>) -> Result<Reply, TransportError> {
+    /// Sends `request` and returns the device's reply (an error reply is an error): the
+    /// untyped form of [`Channel::call`], for this crate's requests whose reply it reads
+    /// itself.
+    pub(crate) fn request(&mut self, request: &Request<'_>) -> Result<Reply, TransportError> {
         let seq = self.submit(request)?;
         self.receive(seq)
     }
@@ -469,13 +472,10 @@ impl Channel {
     }
 
     /// True when a request submitted now may have to be sent again: on a byte link always,
-    /// on a queue only while a step is in flight (module doc).
+    /// on a queue only while an interruptible request is in flight (module doc).
     fn may_resend(&self) -> bool {
         matches!(self.writer, Outgoing::Bytes(_))
-            || self
-                .in_flight
-                .iter()
-                .any(|f| f.kind == RequestKind::RunStep)
+            || self.in_flight.iter().any(|f| f.kind.is_interruptible())
     }
 
     /// Waits for the reply to request `seq` (sent with [`Channel::submit`]), sending the
@@ -484,15 +484,24 @@ impl Channel {
         loop {
             if let Some(message) = self.take(seq) {
                 let reply = message.reply();
-                if let Response::Error { request, code } = reply.response() {
-                    tracing::debug!(replica = self.limits.replica, ?request, %code, "device error");
-                    return Err(TransportError::Device {
-                        replica: self.limits.replica,
-                        request,
-                        code,
-                    });
+                match reply.response() {
+                    Some(Response::Error { request, code }) => {
+                        tracing::debug!(replica = self.limits.replica, ?request, %code, "device error");
+                        return Err(TransportError::Device {
+                            replica: self.limits.replica,
+                            request,
+                            code,
+                        });
+                    }
+                    Some(_) => return Ok(reply),
+                    // A contribution under a request's number is no reply to it.
+                    None => {
+                        return Err(TransportError::NotAReply {
+                            replica: self.limits.replica,
+                            seq,
+                        })
+                    }
                 }
-                return Ok(reply);
             }
             if !self.in_flight.iter().any(|f| f.seq == seq) {
                 return Err(TransportError::NotInFlight {

@@ -110,7 +110,7 @@ fn a_recycled_reply_carries_the_next_request() {
         bulk: None,
     });
     let reply = queue.receive(1).unwrap();
-    assert_eq!(reply.response(), Response::Seed { seed: 7 });
+    assert_eq!(reply.response(), Some(Response::Seed { seed: 7 }));
     queue.recycle(reply);
     queue.submit(&Request::GetSeed).unwrap();
     let next = device_in.try_recv().unwrap().body;

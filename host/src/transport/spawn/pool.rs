@@ -683,7 +683,7 @@ mod tests {
         for seq in [first, second] {
             let reply = channels[0].receive(seq).unwrap();
             assert!(
-                matches!(reply.response(), Response::Seed { .. }),
+                matches!(reply.response(), Some(Response::Seed { .. })),
                 "{reply:?}"
             );
         }

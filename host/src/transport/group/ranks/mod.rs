@@ -229,7 +229,7 @@ pub fn finished(number: u64) -> Vec<u8> {
 }
 
 /// What member `index` of rank `rank` is doing, as its rank sees it; `Unknown` when the
-/// rank does not say within [`LIVENESS_LIMIT`]. The question has a number of its own (from
+/// rank does not say within `LIVENESS_LIMIT`. The question has a number of its own (from
 /// `numbers`), so a late answer to an earlier one is never taken for it.
 pub fn ask_liveness(
     office: &PostOffice,
