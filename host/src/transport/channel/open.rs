@@ -141,12 +141,10 @@ impl Channel {
         writer: super::super::tunnel::LinkWriter,
         liveness: Box<dyn Fn() -> spawn::Liveness + Send>,
     ) -> Result<Self, TransportError> {
-        let link = Link {
-            incoming: Incoming::Bytes(Box::new(reader)),
-            outgoing: spawn::Outgoing::Bytes(Box::new(writer)),
+        let link = Link::Framed {
+            to: Box::new(writer),
+            from: Box::new(reader),
             handle: DeviceHandle::Remote(liveness),
-            window: None,
-            memory: None,
         };
         Self::open(link, worker, 1)
     }
@@ -161,13 +159,13 @@ impl Channel {
     /// A channel to replica `replica` and the `lanes − 1` after it over `link`, ready once
     /// the device has answered its hello.
     fn open(link: Link, replica: u32, lanes: u16) -> Result<Self, TransportError> {
-        let Link {
+        let spawn::Parts {
             incoming,
             outgoing: writer,
             handle,
             window,
             memory,
-        } = link;
+        } = link.into_parts();
         let frames = messages(incoming, replica)?;
         let mut channel = Self {
             writer,

@@ -61,15 +61,131 @@ use tessera_firmware_sim::std_link::Message;
 
 use super::shared::{SharedMemory, Window};
 
-/// Both ends of a new link to a device, and what keeps the device running.
-pub(super) struct Link {
+/// A new link to a device, by kind: each case holds exactly what its kind of link has, so
+/// what a channel can do on it — whole messages or framed bytes, bulk bytes beside a
+/// message, memory the host maps — follows from the case, and a new placement is one new
+/// case here (and its line in [`Link::into_parts`]).
+pub(super) enum Link {
+    /// A device thread of the pool: whole messages (and bulk bytes) on queues; its memory
+    /// mapped by the host where the pool could share it.
+    Pooled {
+        to: Mailbox,
+        from: Incoming,
+        memory: Option<SharedMemory>,
+        handle: DeviceHandle,
+    },
+    /// Frames both ways and nothing else: a device thread behind injected faults, or a
+    /// device another rank serves.
+    Framed {
+        to: Box<dyn Write + Send>,
+        from: Box<dyn Read + Send>,
+        handle: DeviceHandle,
+    },
+    /// A child process serving one device: frames on its stdin, its stdout read in place;
+    /// bulk bytes through a window, and its memory, both mapped by the host.
+    Child {
+        stdin: Box<dyn Write + Send>,
+        stdout: std::os::fd::OwnedFd,
+        window: SharedMemory,
+        memory: SharedMemory,
+        handle: DeviceHandle,
+    },
+    /// A device of a process share: messages on rings in shared memory (the process's
+    /// stdout, whose end says it has gone); bulk bytes through a window, and its memory,
+    /// both mapped by the host.
+    Share {
+        to: crate::transport::ring::RingSender,
+        from: crate::transport::ring::RingReceiver,
+        stdout: std::os::fd::OwnedFd,
+        window: SharedMemory,
+        memory: SharedMemory,
+        handle: DeviceHandle,
+    },
+    /// The firmware under QEMU: frames on its UART socket; bulk bytes through the file it
+    /// reads by semihosting; nothing the host can map.
+    Qemu {
+        to: Box<dyn Write + Send>,
+        from: Box<dyn Read + Send>,
+        bulk: Window,
+        handle: DeviceHandle,
+    },
+}
+
+/// What a channel keeps of a link: where messages come from and go, the window, the
+/// memory, and what keeps the device running.
+pub(super) struct Parts {
     pub incoming: Incoming,
     pub outgoing: Outgoing,
     pub handle: DeviceHandle,
-    /// The window bulk bytes pass through (child processes, QEMU).
     pub window: Option<Window>,
-    /// The host's mapping of the device's memory (threads on a queue, child processes).
     pub memory: Option<SharedMemory>,
+}
+
+impl Link {
+    /// The link's parts, as a channel keeps them.
+    pub(super) fn into_parts(self) -> Parts {
+        let parts = |incoming, outgoing, handle, window, memory| Parts {
+            incoming,
+            outgoing,
+            handle,
+            window,
+            memory,
+        };
+        match self {
+            Self::Pooled {
+                to,
+                from,
+                memory,
+                handle,
+            } => parts(from, Outgoing::Messages(to), handle, None, memory),
+            Self::Framed { to, from, handle } => parts(
+                Incoming::Bytes(from),
+                Outgoing::Bytes(to),
+                handle,
+                None,
+                None,
+            ),
+            Self::Child {
+                stdin,
+                stdout,
+                window,
+                memory,
+                handle,
+            } => parts(
+                Incoming::Pipe(stdout),
+                Outgoing::Bytes(stdin),
+                handle,
+                Some(Window::Shared(window)),
+                Some(memory),
+            ),
+            Self::Share {
+                to,
+                from,
+                stdout,
+                window,
+                memory,
+                handle,
+            } => parts(
+                Incoming::Ring(from, stdout),
+                Outgoing::Ring(to),
+                handle,
+                Some(Window::Shared(window)),
+                Some(memory),
+            ),
+            Self::Qemu {
+                to,
+                from,
+                bulk,
+                handle,
+            } => parts(
+                Incoming::Bytes(from),
+                Outgoing::Bytes(to),
+                handle,
+                Some(bulk),
+                None,
+            ),
+        }
+    }
 }
 
 /// Where the device's messages come from.

@@ -77,7 +77,7 @@ use embedded_hal::digital::OutputPin;
 use tessera_firmware_sim::std_link::{BusyLine, Message, Queue, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Memory, Server};
 
-use super::{DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Incoming, Link};
 use crate::transport::device::{HOST_FRAME, HOST_WINDOW};
 use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
@@ -268,16 +268,15 @@ pub(in crate::transport) fn pool_on(
     });
     Ok(links
         .into_iter()
-        .map(|(i, from_device, mailbox, memory)| Link {
-            incoming: if host_serves {
+        .map(|(i, from_device, mailbox, memory)| Link::Pooled {
+            from: if host_serves {
                 // Every wait of the host on any of the pool's channels serves the pool.
                 Incoming::Served(from_device, Arc::clone(&pool))
             } else {
                 Incoming::Messages(from_device)
             },
-            outgoing: Outgoing::Messages(mailbox),
+            to: mailbox,
             handle: DeviceHandle::Pooled(Arc::clone(&workers), i),
-            window: None,
             memory,
         })
         .collect())

@@ -24,10 +24,10 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Arc;
 
 use super::reaper::reaper;
-use super::{DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Link};
 use crate::transport::children::{self, Adopted};
 use crate::transport::ring::{self, RingReceiver, RingSender};
-use crate::transport::shared::{SharedMemory, Window};
+use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
 
 /// The program that runs a device in a child process.
@@ -103,16 +103,16 @@ pub(in crate::transport) fn child_process(
     };
     // Should the reaper not start, dropping `child` stops the device.
     let reaper = reaper(replica, &[pid])?;
-    Ok(Link {
-        incoming: Incoming::Pipe(stdout.into()),
-        outgoing: Outgoing::Bytes(Box::new(stdin)),
+    Ok(Link::Child {
+        stdin: Box::new(stdin),
+        stdout: stdout.into(),
+        window,
+        memory: shared,
         handle: DeviceHandle::Child(Arc::new(DeviceProcess {
             child: Some(child),
             reaper: Some(reaper),
             program: DEVICE_PROCESS,
         })),
-        window: Some(Window::Shared(window)),
-        memory: Some(shared),
     })
 }
 
@@ -196,23 +196,17 @@ fn process_share(
     let mut links = Vec::with_capacity(members.len());
     for (j, (&(i, _), (window, memory))) in members.iter().zip(shared).enumerate() {
         let (to_device, from_device) = ring::share_rings(j);
-        let link = Link {
-            incoming: Incoming::Ring(
-                RingReceiver::new(
-                    rings.map_again()?,
-                    from_device,
-                    from_device + ring::OWN_BELL,
-                )?,
-                stdout.try_clone()?,
-            ),
-            outgoing: Outgoing::Ring(RingSender::new(
+        let link = Link::Share {
+            to: RingSender::new(rings.map_again()?, to_device, ring::DOORBELL)?,
+            from: RingReceiver::new(
                 rings.map_again()?,
-                to_device,
-                ring::DOORBELL,
-            )?),
+                from_device,
+                from_device + ring::OWN_BELL,
+            )?,
+            stdout: stdout.try_clone()?,
+            window,
+            memory,
             handle: DeviceHandle::Child(Arc::clone(&process)),
-            window: Some(Window::Shared(window)),
-            memory: Some(memory),
         };
         links.push((i, link));
     }

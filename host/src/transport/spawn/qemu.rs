@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::firmware::{board_of, FirmwareError, QEMU};
 use super::reaper::reaper;
-use super::{DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Link};
 use crate::transport::children::{self, Adopted};
 use crate::transport::shared::Window;
 use crate::transport::TransportError;
@@ -79,16 +79,14 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     };
     let stream = connect_when_ready(&socket, &handle, replica)?;
     let reader = stream.try_clone()?;
-    Ok(Link {
-        incoming: Incoming::Bytes(Box::new(reader)),
-        outgoing: Outgoing::Bytes(Box::new(stream)),
-        handle,
-        window: Some(Window::File {
+    Ok(Link::Qemu {
+        to: Box::new(stream),
+        from: Box::new(reader),
+        bulk: Window::File {
             file: bulk,
             len: QEMU_WINDOW_BYTES,
-        }),
-        // The firmware's memory is the emulated board's: the host cannot map it.
-        memory: None,
+        },
+        handle,
     })
 }
 

@@ -126,13 +126,13 @@ fn relayed(
     reader: impl Read + Send + 'static,
     writer: impl Write + Send + 'static,
 ) -> Result<Served, TransportError> {
-    let Link {
+    let super::Parts {
         incoming,
         outgoing,
         handle,
         memory,
         ..
-    } = link;
+    } = link.into_parts();
     let from_device: Box<dyn Read + Send> = match incoming {
         Incoming::Bytes(reader) => reader,
         Incoming::Pipe(fd) => Box::new(File::from(fd)),

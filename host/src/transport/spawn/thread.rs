@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tessera_firmware_sim::std_link::BusyLine;
 
-use super::{DeviceHandle, Incoming, Link, Outgoing};
+use super::{DeviceHandle, Link};
 use crate::transport::device::run_device_watched;
 use crate::transport::fault::{Delayed, FaultConfig, FaultInjector};
 use crate::transport::TransportError;
@@ -57,11 +57,9 @@ pub(in crate::transport) fn in_process(
         Some(config) => Box::new(FaultInjector::new(host_end, config)),
         None => Box::new(host_end),
     };
-    Ok(Link {
-        incoming: Incoming::Bytes(Box::new(reader)),
-        outgoing: Outgoing::Bytes(writer),
+    Ok(Link::Framed {
+        to: writer,
+        from: Box::new(reader),
         handle: DeviceHandle::Thread(Some(thread), Some(control), busy),
-        window: None,
-        memory: None,
     })
 }
