@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tessera_core::wire::{Combined, Request, ToDevice};
 
-use super::{transmit, Channel, Reply, TransportError};
+use super::send::transmit;
+use super::{Channel, Reply, TransportError};
 
 impl Channel {
     /// Sends `request` after an interruptible request this host gave up on (a step another

@@ -10,7 +10,8 @@ use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Envelope, FromDevice, Response};
 use tessera_firmware_sim::std_link::{Bulk, Message};
 
-use super::{transmit, Arrival, Channel, Outgoing, Share, Silence, TransportError, ATTEMPTS};
+use super::send::transmit;
+use super::{Arrival, Channel, Outgoing, Share, Silence, TransportError, ATTEMPTS};
 
 impl Channel {
     /// Takes in what the device sent, until one message arrives or `until` passes; with

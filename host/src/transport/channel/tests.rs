@@ -2,7 +2,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::{mpsc, Arc, Mutex};
 
 use crate::transport::spawn::Mailbox;
-use tessera_core::wire::{FrameDecoder, FromDevice};
+use std::io::Write;
+
+use tessera_core::wire::{Envelope, FrameDecoder, FromDevice, ToDevice};
 use tessera_firmware_sim::std_link::SPIN;
 
 use super::*;

@@ -1,0 +1,276 @@
+//! What a channel sends: a request encoded (a frame, delimiter first, on a byte link; a bare
+//! body on a link that carries whole messages), sent once the device's window of requests
+//! has room, kept to be sent again where it may be lost (module doc of `channel`), with its
+//! bulk bytes beside it on a queue or through the link's window.
+
+use std::io::Write;
+use std::time::Instant;
+
+use tessera_core::wire::{encode_body, encode_frame, Envelope, Request, RequestKind, ToDevice};
+use tessera_firmware_sim::std_link::{Bulk, Message};
+
+use super::spares::Spares;
+use super::{Channel, InFlight, TransportError};
+use crate::transport::reader::MAX_FRAME;
+use crate::transport::spawn::Outgoing;
+
+impl Channel {
+    /// Like [`Channel::submit`], with `bulk` beside the request (a
+    /// [`Request::WriteBulk`]) on a device thread's queue. Refused at once
+    /// ([`TransportError::TooLarge`]) on a link without a queue.
+    pub(super) fn submit_bulk(
+        &mut self,
+        request: &Request<'_>,
+        bulk: Bulk,
+    ) -> Result<u32, TransportError> {
+        if !matches!(self.writer, Outgoing::Messages(_)) {
+            return Err(self.too_large(request.kind(), bulk.as_ref().len()));
+        }
+        self.submit_with(request, Some(bulk))
+    }
+
+    /// Like [`Channel::submit`], with `data` put in the link's window for the device to take
+    /// while it serves the request (a [`Request::WriteBulk`]): once no earlier request uses
+    /// the window. Refused at once ([`TransportError::TooLarge`]) when it does not fit.
+    pub(super) fn submit_in_window(
+        &mut self,
+        request: &Request<'_>,
+        data: &[u8],
+    ) -> Result<u32, TransportError> {
+        if data.len() > self.bulk_capacity() || self.window.is_none() {
+            // Refused here: the device never sees it.
+            return Err(self.too_large(request.kind(), data.len()));
+        }
+        self.wait_for_window()?;
+        if let Some(window) = &mut self.window {
+            if !window.write(data) {
+                return Err(TransportError::Io(std::io::Error::other(
+                    "the bulk window could not be written",
+                )));
+            }
+        }
+        self.submit_with(request, None)
+    }
+
+    pub(super) fn too_large(&self, request: RequestKind, bytes: usize) -> TransportError {
+        TransportError::TooLarge {
+            replica: self.limits.replica,
+            request,
+            bytes,
+            max: self.bulk_capacity(),
+        }
+    }
+
+    /// Waits until no request that uses the shared window is in flight.
+    pub(super) fn wait_for_window(&mut self) -> Result<(), TransportError> {
+        while self.in_flight.iter().any(|f| uses_window(f.kind)) {
+            self.pump(None, true)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn submit_with(
+        &mut self,
+        request: &Request<'_>,
+        bulk: Option<Bulk>,
+    ) -> Result<u32, TransportError> {
+        if self.window.is_some() && request.kind() == RequestKind::ReadBulk {
+            // Its reply's bytes come back through the window: nothing else may use it.
+            self.wait_for_window()?;
+        }
+        // The device keeps replies for the last `window` numbers, not for the last `window`
+        // unanswered requests: while the oldest unanswered one is `window` numbers back, a
+        // newer request would push its reply out of the device's cache.
+        let window = u32::from(self.limits.window.max(1));
+        while self
+            .in_flight
+            .front()
+            .is_some_and(|oldest| self.next_seq.wrapping_sub(oldest.seq) >= window)
+        {
+            self.pump(None, true)?;
+        }
+        if !keeps_layout(request.kind()) {
+            self.located.clear();
+        }
+        let seq = self.next_seq;
+        // Zero is never used: the device answers undecodable frames under it.
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        let kept = self.may_resend();
+        let n = self.frame(seq, request)?.len();
+        let frame = &self.out[..n];
+        // A kept frame is copied each time it is sent (`transmit`); one sent whole goes in a
+        // buffer with room for its reply.
+        let frame = if kept {
+            frame.to_vec()
+        } else {
+            self.spares.holding(frame)
+        };
+        if self.in_flight.is_empty() {
+            self.oldest_sent = Instant::now();
+        }
+        let replica = self.limits.replica;
+        let frame = if kept {
+            let sent = (&mut self.writer, &mut self.spares);
+            transmit(sent, &frame, bulk.clone(), replica)?;
+            Some(frame)
+        } else {
+            send_queued(
+                (&mut self.writer, &mut self.spares),
+                frame,
+                bulk.clone(),
+                replica,
+            )?;
+            None
+        };
+        self.traffic.requests += 1;
+        self.in_flight.push_back(InFlight {
+            seq,
+            kind: request.kind(),
+            frame,
+            bulk,
+            attempts: 1,
+            first_sent: Instant::now(),
+        });
+        Ok(seq)
+    }
+
+    /// True when a request submitted now may have to be sent again: on a byte link always,
+    /// on a queue only while an interruptible request is in flight (module doc).
+    fn may_resend(&self) -> bool {
+        matches!(self.writer, Outgoing::Bytes(_))
+            || self.in_flight.iter().any(|f| f.kind.is_interruptible())
+    }
+
+    /// Encodes `request` under `seq` into the output buffer: a frame, delimiter first, for
+    /// a byte link; the bare body for a message link.
+    pub(super) fn frame(
+        &mut self,
+        seq: u32,
+        request: &Request<'_>,
+    ) -> Result<&[u8], TransportError> {
+        // A request's payload is borrowed: the clone copies no bulk bytes.
+        let message = ToDevice::Request(Envelope {
+            seq,
+            body: request.clone(),
+        });
+        self.encode(&message, request.kind())
+    }
+
+    /// Encodes `message` into the output buffer as [`Channel::frame`] says; `kind` names
+    /// the request it belongs to in a size error.
+    pub(super) fn encode(
+        &mut self,
+        message: &ToDevice<'_>,
+        kind: RequestKind,
+    ) -> Result<&[u8], TransportError> {
+        let too_large = |bytes| TransportError::TooLarge {
+            replica: self.limits.replica,
+            request: kind,
+            bytes,
+            max: self.limits.max_frame as usize,
+        };
+        let n = match self.writer {
+            Outgoing::Bytes(_) => {
+                // out[0] is the delimiter that ends whatever the device's decoder holds.
+                let Some((first, rest)) = self.out.split_first_mut() else {
+                    return Err(too_large(0));
+                };
+                *first = 0;
+                let n = encode_frame(message, &mut self.scratch, rest)
+                    .map_err(|_| too_large(MAX_FRAME))?;
+                // The device would drop a longer frame unread: refuse it here, at once.
+                if n > self.limits.max_frame as usize {
+                    return Err(too_large(n));
+                }
+                n + 1
+            }
+            // Links that carry whole messages: no framing.
+            Outgoing::Messages(_) | Outgoing::Ring(_) => {
+                let n = encode_body(message, &mut self.out).map_err(|_| too_large(MAX_FRAME))?;
+                if n > self.limits.max_frame as usize {
+                    return Err(too_large(n));
+                }
+                n
+            }
+        };
+        Ok(&self.out[..n])
+    }
+}
+
+/// True for the requests that never allocate, free or move device memory, so that where a
+/// target lies stays as [`Request::Locate`] said. Any other request makes the channel
+/// locate targets again: a register set, freed or written by a call may move.
+fn keeps_layout(kind: RequestKind) -> bool {
+    use RequestKind as K;
+    matches!(
+        kind,
+        K::Write
+            | K::Read
+            | K::WriteBulk
+            | K::ReadBulk
+            | K::Locate
+            | K::Wrote
+            | K::Took
+            | K::RunStep
+            | K::ResetStep
+            | K::DescribeRegister
+            | K::GetRegister
+            | K::GetSeed
+            | K::SetSeed
+            | K::GetRngState
+            | K::SetRngState
+            | K::SetOptimizer
+            | K::CycleCount
+            | K::HasFunction
+    )
+}
+
+/// True for the requests whose bytes pass through a shared window.
+fn uses_window(kind: RequestKind) -> bool {
+    matches!(kind, RequestKind::WriteBulk | RequestKind::ReadBulk)
+}
+
+/// Sends one encoded message (a frame, or a bare body) and flushes it; a message to a
+/// device thread goes in a spare buffer. A link whose other end is gone is
+/// [`TransportError::Closed`], naming the replica.
+pub(super) fn transmit(
+    (writer, spares): (&mut Outgoing, &mut Spares),
+    encoded: &[u8],
+    bulk: Option<Bulk>,
+    replica: u32,
+) -> Result<(), TransportError> {
+    let closed = TransportError::Closed { replica };
+    match writer {
+        Outgoing::Bytes(writer) => match writer.write_all(encoded).and_then(|()| writer.flush()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(closed),
+            Err(e) => Err(e.into()),
+        },
+        Outgoing::Messages(mailbox) => mailbox
+            .send(Message {
+                body: spares.holding(encoded),
+                bulk,
+            })
+            .map_err(|()| closed),
+        // A full ring breaks the window's bound (`transport::ring`): reported, not waited.
+        Outgoing::Ring(ring) => ring
+            .send(encoded)
+            .map_err(|error| TransportError::Ring { replica, error }),
+    }
+}
+
+/// Sends `frame` whole: into a device thread's queue without a copy, onto a byte link as
+/// [`transmit`] does.
+fn send_queued(
+    (writer, spares): (&mut Outgoing, &mut Spares),
+    frame: Vec<u8>,
+    bulk: Option<Bulk>,
+    replica: u32,
+) -> Result<(), TransportError> {
+    match writer {
+        Outgoing::Messages(mailbox) => mailbox
+            .send(Message { body: frame, bulk })
+            .map_err(|()| TransportError::Closed { replica }),
+        Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit((writer, spares), &frame, bulk, replica),
+    }
+}
