@@ -18,14 +18,16 @@ pub struct HostArray {
 }
 
 /// Why a host array cannot be built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ArrayError {
     /// More dimensions than a register holds.
+    #[error("an array has at most {MAX_SHAPE_RANK} dimensions, not {rank}")]
     Rank {
         /// Dimensions given.
         rank: usize,
     },
     /// Bytes that do not make `product(shape)` elements of the type.
+    #[error("the shape and element type need {expected} bytes, not {actual}")]
     Length {
         /// Bytes the shape and type need.
         expected: usize,
@@ -33,34 +35,15 @@ pub enum ArrayError {
         actual: usize,
     },
     /// A shape whose byte size overflows.
+    #[error("the array's byte size overflows")]
     Overflow,
     /// An array larger than the host can allocate.
+    #[error("the host cannot allocate the array's {bytes} bytes")]
     HostMemory {
         /// Bytes asked for.
         bytes: usize,
     },
 }
-
-impl std::fmt::Display for ArrayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Rank { rank } => write!(
-                f,
-                "an array has at most {MAX_SHAPE_RANK} dimensions, not {rank}"
-            ),
-            Self::Length { expected, actual } => write!(
-                f,
-                "the shape and element type need {expected} bytes, not {actual}"
-            ),
-            Self::Overflow => f.write_str("the array's byte size overflows"),
-            Self::HostMemory { bytes } => {
-                write!(f, "the host cannot allocate the array's {bytes} bytes")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ArrayError {}
 
 /// Bytes of an array of `dtype` and `shape`.
 pub fn byte_len(dtype: DataType, shape: &[u32]) -> Result<usize, ArrayError> {

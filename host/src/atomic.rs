@@ -40,9 +40,14 @@ use std::sync::Mutex;
 use crate::input::irregular_kind;
 
 /// Why a file could not be replaced.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReplaceError {
     /// The destination exists and is not a regular file.
+    #[error(
+        "{} is {kind}; only a regular file (or a new name) is replaced, and symbolic links are \
+         not followed",
+        .path.display()
+    )]
     Destination {
         /// The destination.
         path: PathBuf,
@@ -50,6 +55,7 @@ pub enum ReplaceError {
         kind: &'static str,
     },
     /// The destination's directory is missing, not a directory, or not writable.
+    #[error(fmt = describe_directory)]
     Directory {
         /// The directory.
         dir: PathBuf,
@@ -59,6 +65,7 @@ pub enum ReplaceError {
         source: Option<std::io::Error>,
     },
     /// Writing, flushing or renaming failed.
+    #[error("{}: {step}: {source}", .path.display())]
     Io {
         /// The file written (the temporary, or the destination for the rename).
         path: PathBuf,
@@ -69,42 +76,18 @@ pub enum ReplaceError {
     },
 }
 
-impl fmt::Display for ReplaceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Destination { path, kind } => write!(
-                f,
-                "{} is {kind}; only a regular file (or a new name) is replaced, and symbolic \
-                 links are not followed",
-                path.display()
-            ),
-            Self::Directory {
-                dir,
-                problem,
-                source,
-            } => {
-                write!(f, "directory {}: {problem}", dir.display())?;
-                match source {
-                    Some(e) => write!(f, " ({e})"),
-                    None => Ok(()),
-                }
-            }
-            Self::Io { path, step, source } => {
-                write!(f, "{}: {step}: {source}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for ReplaceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Directory {
-                source: Some(e), ..
-            } => Some(e),
-            Self::Io { source, .. } => Some(source),
-            _ => None,
-        }
+/// [`ReplaceError::Directory`]'s message: the system's reason, when it gave one, after the
+/// problem.
+fn describe_directory(
+    dir: &Path,
+    problem: &str,
+    source: &Option<std::io::Error>,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    write!(f, "directory {}: {problem}", dir.display())?;
+    match source {
+        Some(e) => write!(f, " ({e})"),
+        None => Ok(()),
     }
 }
 

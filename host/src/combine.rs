@@ -23,8 +23,6 @@
 //! - Every input must be as long as the output: anything else is an error, never a
 //!   panic or a short result.
 
-use std::fmt;
-
 use tessera_core::dtype::DataType;
 use tessera_core::wire::ReduceOp;
 
@@ -37,10 +35,13 @@ pub const BLOCK: usize = 4096;
 pub const NOTHING: f64 = -0.0;
 
 /// Why inputs could not be combined; nothing was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error,
+)]
 pub enum CombineError {
     /// Input `input` (its place among the inputs) holds `actual` elements, the output
     /// `expected`.
+    #[error("input {input} holds {actual} elements where {expected} are combined")]
     Length {
         /// The input's place among the inputs.
         input: usize,
@@ -50,29 +51,12 @@ pub enum CombineError {
         actual: usize,
     },
     /// An integer result that does not fit its type.
+    #[error("an integer result does not fit its type")]
     Overflow,
     /// An element type that is not combined.
+    #[error("{0:?} elements are not combined")]
     Dtype(DataType),
 }
-
-impl fmt::Display for CombineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::Length {
-                input,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "input {input} holds {actual} elements where {expected} are combined"
-            ),
-            Self::Overflow => write!(f, "an integer result does not fit its type"),
-            Self::Dtype(dtype) => write!(f, "{dtype:?} elements are not combined"),
-        }
-    }
-}
-
-impl std::error::Error for CombineError {}
 
 /// True for the element types an allreduce combines.
 pub fn supported(dtype: DataType) -> bool {

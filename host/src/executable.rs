@@ -23,7 +23,6 @@
 //! - Saving is atomic, as for checkpoints, and replaces only a regular file
 //!   ([`crate::atomic`]).
 
-use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -59,15 +58,19 @@ pub struct Executable {
 }
 
 /// Why an executable could not be saved or loaded.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ExecutableError {
     /// The file to read is not a regular file, is too large, or could not be read.
-    Input(InputError),
+    #[error("{0}")]
+    Input(#[source] InputError),
     /// The file could not be saved.
-    Save(ReplaceError),
+    #[error("{0}")]
+    Save(#[source] ReplaceError),
     /// The file does not start with [`MAGIC`].
+    #[error("not a tessera executable (wrong magic bytes)")]
     NotAnExecutable,
     /// Another version of the format.
+    #[error("executable format version {file}; this tessera reads version {supported}")]
     Version {
         /// The file's.
         file: u16,
@@ -75,6 +78,10 @@ pub enum ExecutableError {
         supported: u16,
     },
     /// The checksum does not match: the file was truncated or altered.
+    #[error(
+        "the executable is truncated or altered: checksum {computed:08x}, recorded \
+         {recorded:08x}"
+    )]
     Checksum {
         /// Recorded in the file (0 when the file is too short to hold one).
         recorded: u32,
@@ -82,38 +89,8 @@ pub enum ExecutableError {
         computed: u32,
     },
     /// The body does not decode.
-    Body(postcard::Error),
-}
-
-impl fmt::Display for ExecutableError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Input(e) => e.fmt(f),
-            Self::Save(e) => e.fmt(f),
-            Self::NotAnExecutable => f.write_str("not a tessera executable (wrong magic bytes)"),
-            Self::Version { file, supported } => write!(
-                f,
-                "executable format version {file}; this tessera reads version {supported}"
-            ),
-            Self::Checksum { recorded, computed } => write!(
-                f,
-                "the executable is truncated or altered: checksum {computed:08x}, recorded \
-                 {recorded:08x}"
-            ),
-            Self::Body(e) => write!(f, "the executable's program does not decode: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ExecutableError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Input(e) => Some(e),
-            Self::Save(e) => Some(e),
-            Self::Body(e) => Some(e),
-            _ => None,
-        }
-    }
+    #[error("the executable's program does not decode: {0}")]
+    Body(#[source] postcard::Error),
 }
 
 impl Executable {

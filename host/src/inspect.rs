@@ -5,7 +5,7 @@
 //! anything is shown. Only a regular file is read ([`crate::input`]), and a checkpoint's
 //! tensors go through its checksum a piece at a time: inspecting holds no tensor.
 
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
@@ -50,34 +50,17 @@ pub struct Tensor {
 }
 
 /// Why a file could not be inspected.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     /// The file is not a regular file, or could not be read.
-    Input(InputError),
+    #[error("{0}")]
+    Input(#[source] InputError),
     /// A checkpoint that does not load.
-    Checkpoint(CheckpointError),
+    #[error("{0}")]
+    Checkpoint(#[source] CheckpointError),
     /// An executable that does not load.
-    Executable(ExecutableError),
-}
-
-impl fmt::Display for InspectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Input(e) => e.fmt(f),
-            Self::Checkpoint(e) => e.fmt(f),
-            Self::Executable(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for InspectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Input(e) => Some(e),
-            Self::Checkpoint(e) => Some(e),
-            Self::Executable(e) => Some(e),
-        }
-    }
+    #[error("{0}")]
+    Executable(#[source] ExecutableError),
 }
 
 /// Reads and checks the file at `path`.

@@ -1,6 +1,5 @@
 //! Why a checkpoint could not be saved, read or restored.
 
-use std::fmt;
 use std::path::PathBuf;
 
 use tessera_core::dtype::DataType;
@@ -10,14 +9,20 @@ use crate::input::InputError;
 use crate::runtime::RuntimeError;
 
 /// A checkpoint failure; each names the file's part at fault.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// The file to read is not a regular file, or could not be read.
-    Input(InputError),
+    #[error("{0}")]
+    Input(#[source] InputError),
     /// The file could not be saved.
-    Save(ReplaceError),
+    #[error("{0}")]
+    Save(#[source] ReplaceError),
     /// The header claims more bytes for one of its parts than the file holds (or than a
     /// header may have): nothing of the claimed size was allocated.
+    #[error(
+        "{}: the header claims {claimed} bytes for {field}; the file has {actual}",
+        .path.display()
+    )]
     Claim {
         /// The file.
         path: PathBuf,
@@ -29,6 +34,10 @@ pub enum CheckpointError {
         actual: u64,
     },
     /// A tensor dimension too large for a tessera shape (32 bits).
+    #[error(
+        "tensor `{tensor}` has a dimension of {dimension}; a dimension is at most {}",
+        u32::MAX
+    )]
     Dimension {
         /// The tensor.
         tensor: String,
@@ -36,6 +45,7 @@ pub enum CheckpointError {
         dimension: u64,
     },
     /// A metadata value that no run writes (checksummed, so sealed on purpose or by a bug).
+    #[error("the checkpoint's metadata entry `{entry}` is {value}, which no run writes: {rule}")]
     Impossible {
         /// The metadata entry.
         entry: &'static str,
@@ -45,13 +55,16 @@ pub enum CheckpointError {
         rule: String,
     },
     /// Not a safetensors file, or a truncated one.
-    Format(safetensors::SafeTensorError),
+    #[error("not a whole safetensors file: {0}")]
+    Format(#[source] safetensors::SafeTensorError),
     /// A safetensors file that is not a tessera checkpoint, or lacks a metadata entry.
+    #[error("not a tessera checkpoint: its metadata entry `{entry}` is missing or malformed")]
     NotACheckpoint {
         /// The metadata entry missing or malformed.
         entry: &'static str,
     },
     /// A checkpoint of another format version.
+    #[error("checkpoint format version {file}; this tessera reads version {supported}")]
     Version {
         /// The file's version.
         file: u32,
@@ -59,6 +72,7 @@ pub enum CheckpointError {
         supported: u32,
     },
     /// The checksum does not match: the file was altered after it was written.
+    #[error("the checkpoint was altered: checksum {computed:08x}, recorded {recorded:08x}")]
     Checksum {
         /// The checksum recorded in the file.
         recorded: u32,
@@ -66,6 +80,10 @@ pub enum CheckpointError {
         computed: u32,
     },
     /// The checkpoint was made for another program (or another replica count).
+    #[error(
+        "the checkpoint is of another program: fingerprint {file:016x}, this run's \
+         {program:016x} (the model, its settings and the replica count must match)"
+    )]
     Program {
         /// The file's fingerprint.
         file: u64,
@@ -74,16 +92,22 @@ pub enum CheckpointError {
     },
     /// A tensor that belongs to no variable of the program (or optimizer state for a
     /// program whose optimizer keeps none).
+    #[error("the checkpoint's tensor `{tensor}` belongs to no variable of this program")]
     Unexpected {
         /// The tensor.
         tensor: String,
     },
     /// A variable's tensor is missing.
+    #[error("the checkpoint has no tensor `{tensor}`")]
     Missing {
         /// The tensor.
         tensor: String,
     },
     /// A tensor whose shape or type does not match its variable.
+    #[error(
+        "tensor `{tensor}` is {dtype} {actual:?} in the checkpoint; the variable is float32 \
+         {expected:?}"
+    )]
     Shape {
         /// The tensor.
         tensor: String,
@@ -96,6 +120,10 @@ pub enum CheckpointError {
     },
     /// A tensor holding a value no run can train from: NaN, an infinity or a magnitude of
     /// 2^64 or more (core's `finite` rule). A run that wrote one had already failed.
+    #[error(
+        "tensor `{tensor}` holds {value} at {index:?}: a run trains only from values finite and \
+         of magnitude below 2^64 (1.8e19); nothing was loaded"
+    )]
     BadValue {
         /// The tensor, as the file names it.
         tensor: String,
@@ -105,6 +133,7 @@ pub enum CheckpointError {
         value: f32,
     },
     /// An RNG state of the wrong length.
+    #[error("the checkpoint has {actual} words of RNG state; the run has {expected}")]
     RngState {
         /// Words the run has.
         expected: usize,
@@ -112,9 +141,11 @@ pub enum CheckpointError {
         actual: usize,
     },
     /// The program's fingerprint cannot be computed: its wire encoding failed.
-    Fingerprint(postcard::Error),
+    #[error("the program's fingerprint cannot be computed: encoding the program failed: {0}")]
+    Fingerprint(#[source] postcard::Error),
     /// The runtime failed while the checkpoint was captured or restored.
-    Runtime(RuntimeError),
+    #[error("{0}")]
+    Runtime(#[from] RuntimeError),
 }
 
 impl CheckpointError {
@@ -146,104 +177,5 @@ impl CheckpointError {
             },
             other => other,
         }
-    }
-}
-
-impl fmt::Display for CheckpointError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Input(e) => e.fmt(f),
-            Self::Save(e) => e.fmt(f),
-            Self::BadValue {
-                tensor,
-                index,
-                value,
-            } => write!(
-                f,
-                "tensor `{tensor}` holds {value} at {index:?}: a run trains only from values \
-                 finite and of magnitude below 2^64 (1.8e19); nothing was loaded"
-            ),
-            Self::Claim {
-                path,
-                field,
-                claimed,
-                actual,
-            } => write!(
-                f,
-                "{}: the header claims {claimed} bytes for {field}; the file has {actual}",
-                path.display()
-            ),
-            Self::Dimension { tensor, dimension } => write!(
-                f,
-                "tensor `{tensor}` has a dimension of {dimension}; a dimension is at most {}",
-                u32::MAX
-            ),
-            Self::Impossible { entry, value, rule } => write!(
-                f,
-                "the checkpoint's metadata entry `{entry}` is {value}, which no run writes: \
-                 {rule}"
-            ),
-            Self::Format(e) => write!(f, "not a whole safetensors file: {e}"),
-            Self::NotACheckpoint { entry } => write!(
-                f,
-                "not a tessera checkpoint: its metadata entry `{entry}` is missing or malformed"
-            ),
-            Self::Version { file, supported } => write!(
-                f,
-                "checkpoint format version {file}; this tessera reads version {supported}"
-            ),
-            Self::Checksum { recorded, computed } => write!(
-                f,
-                "the checkpoint was altered: checksum {computed:08x}, recorded {recorded:08x}"
-            ),
-            Self::Program { file, program } => write!(
-                f,
-                "the checkpoint is of another program: fingerprint {file:016x}, this run's \
-                 {program:016x} (the model, its settings and the replica count must match)"
-            ),
-            Self::Missing { tensor } => write!(f, "the checkpoint has no tensor `{tensor}`"),
-            Self::Unexpected { tensor } => write!(
-                f,
-                "the checkpoint's tensor `{tensor}` belongs to no variable of this program"
-            ),
-            Self::Shape {
-                tensor,
-                expected,
-                actual,
-                dtype,
-            } => write!(
-                f,
-                "tensor `{tensor}` is {dtype} {actual:?} in the checkpoint; the variable is \
-                 float32 {expected:?}"
-            ),
-            Self::RngState { expected, actual } => write!(
-                f,
-                "the checkpoint has {actual} words of RNG state; the run has {expected}"
-            ),
-            Self::Fingerprint(e) => write!(
-                f,
-                "the program's fingerprint cannot be computed: encoding the program failed: {e}"
-            ),
-            Self::Runtime(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for CheckpointError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Input(e) => Some(e),
-            Self::Save(e) => Some(e),
-            Self::Format(e) => Some(e),
-            Self::Fingerprint(e) => Some(e),
-            Self::Runtime(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<RuntimeError> for CheckpointError {
-    fn from(e: RuntimeError) -> Self {
-        Self::Runtime(e)
     }
 }

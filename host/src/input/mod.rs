@@ -29,16 +29,16 @@
 
 pub mod safetensors;
 
-use std::fmt;
 use std::fs::{File, Metadata};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why a file named for reading was refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// The file could not be looked at, opened or read.
+    #[error("{}: {source}", .path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -46,6 +46,10 @@ pub enum InputError {
         source: std::io::Error,
     },
     /// The path names something other than a regular file.
+    #[error(
+        "{} is {kind}, not a regular file (only regular files are read)",
+        .path.display()
+    )]
     NotRegular {
         /// The path.
         path: PathBuf,
@@ -53,6 +57,7 @@ pub enum InputError {
         kind: &'static str,
     },
     /// The file is larger than its reader accepts.
+    #[error("{} is {size} bytes; a {what} is at most {limit} bytes", .path.display())]
     TooLarge {
         /// The file.
         path: PathBuf,
@@ -65,6 +70,10 @@ pub enum InputError {
     },
     /// A read that would go past the file's end: a size the file claims that it does not
     /// hold.
+    #[error(
+        "{}: {count} bytes at {at} lie past the end of the file ({size} bytes)",
+        .path.display()
+    )]
     PastEnd {
         /// The file.
         path: PathBuf,
@@ -76,6 +85,10 @@ pub enum InputError {
         size: u64,
     },
     /// The file shrank while it was read (another process truncated it).
+    #[error(
+        "{} shrank while it was read: {size} bytes when opened, {read} there",
+        .path.display()
+    )]
     Shrunk {
         /// The file.
         path: PathBuf,
@@ -84,53 +97,6 @@ pub enum InputError {
         /// Bytes there were.
         read: u64,
     },
-}
-
-impl fmt::Display for InputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            Self::NotRegular { path, kind } => write!(
-                f,
-                "{} is {kind}, not a regular file (only regular files are read)",
-                path.display()
-            ),
-            Self::TooLarge {
-                path,
-                size,
-                limit,
-                what,
-            } => write!(
-                f,
-                "{} is {size} bytes; a {what} is at most {limit} bytes",
-                path.display()
-            ),
-            Self::PastEnd {
-                path,
-                at,
-                count,
-                size,
-            } => write!(
-                f,
-                "{}: {count} bytes at {at} lie past the end of the file ({size} bytes)",
-                path.display()
-            ),
-            Self::Shrunk { path, size, read } => write!(
-                f,
-                "{} shrank while it was read: {size} bytes when opened, {read} there",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for InputError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// What a file's metadata says it is, when it is not a regular file.

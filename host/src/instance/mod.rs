@@ -132,21 +132,34 @@ impl Instances for Single {
 }
 
 /// Why a collective or the set-up failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InstanceError {
     /// The process was started by `mpirun` (its environment says so) but this tessera was
     /// built without the `mpi` feature.
+    #[error(
+        "this process was started by mpirun (${variable} is set) but tessera was built without \
+         MPI: rebuild with `--features mpi`"
+    )]
     MpiNotBuilt {
         /// The environment variable that showed it.
         variable: &'static str,
     },
     /// MPI was already initialized in this process (a session across ranks initializes it
     /// itself, once per job).
+    #[error(
+        "MPI is already initialized in this process (it is initialized once per job: one \
+         session across ranks, or the instances of one runtime)"
+    )]
     AlreadyInitialized,
     /// This MPI cannot be called from several threads (`MPI_THREAD_MULTIPLE`), which a
     /// session across ranks needs.
+    #[error(
+        "this MPI does not support calls from several threads (MPI_THREAD_MULTIPLE), which a \
+         session across ranks needs"
+    )]
     NoThreads,
     /// A buffer longer than MPI counts (2³¹ − 1 elements).
+    #[error("rank {rank}: a collective of {elements} elements is larger than MPI counts")]
     TooLarge {
         /// The rank that found it.
         rank: usize,
@@ -154,6 +167,7 @@ pub enum InstanceError {
         elements: usize,
     },
     /// The host could not allocate a collective's result.
+    #[error("rank {rank}: the host cannot allocate the {bytes} bytes of a collective's result")]
     HostMemory {
         /// The rank that found it.
         rank: usize,
@@ -161,6 +175,7 @@ pub enum InstanceError {
         bytes: usize,
     },
     /// Instances disagree: a collective's buffers differ in length across ranks.
+    #[error("rank {rank}: the instances disagree on {what}")]
     Mismatch {
         /// The rank that found it.
         rank: usize,
@@ -169,53 +184,15 @@ pub enum InstanceError {
     },
     /// The collectives' deadline (`TESSERA_MPI_DEADLINE`) is not a whole number of seconds
     /// above zero.
+    #[error("TESSERA_MPI_DEADLINE must be a whole number of seconds above zero, not {text:?}")]
     Deadline {
         /// What the variable holds.
         text: String,
     },
     /// The thread that watches the collectives' deadline could not start.
+    #[error("the thread that watches the MPI collectives' deadline did not start")]
     Watchdog,
 }
-
-impl fmt::Display for InstanceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MpiNotBuilt { variable } => write!(
-                f,
-                "this process was started by mpirun (${variable} is set) but tessera was built \
-                 without MPI: rebuild with `--features mpi`"
-            ),
-            Self::AlreadyInitialized => f.write_str(
-                "MPI is already initialized in this process (it is initialized once per job: \
-                 one session across ranks, or the instances of one runtime)",
-            ),
-            Self::NoThreads => f.write_str(
-                "this MPI does not support calls from several threads (MPI_THREAD_MULTIPLE), \
-                 which a session across ranks needs",
-            ),
-            Self::TooLarge { rank, elements } => write!(
-                f,
-                "rank {rank}: a collective of {elements} elements is larger than MPI counts"
-            ),
-            Self::HostMemory { rank, bytes } => write!(
-                f,
-                "rank {rank}: the host cannot allocate the {bytes} bytes of a collective's result"
-            ),
-            Self::Mismatch { rank, what } => {
-                write!(f, "rank {rank}: the instances disagree on {what}")
-            }
-            Self::Deadline { text } => write!(
-                f,
-                "TESSERA_MPI_DEADLINE must be a whole number of seconds above zero, not {text:?}"
-            ),
-            Self::Watchdog => {
-                f.write_str("the thread that watches the MPI collectives' deadline did not start")
-            }
-        }
-    }
-}
-
-impl std::error::Error for InstanceError {}
 
 /// Environment variables `mpirun` (OpenMPI, or a PMI launcher) sets in every rank.
 const LAUNCHED_BY: [&str; 2] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"];

@@ -266,14 +266,16 @@ fn placement_report(
 }
 
 /// Why a layout cannot be shown: the rule the request breaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum InspectError {
     /// A number of replicas outside `1..=MAX_REPLICAS`.
+    #[error("--replicas ({replicas}) must be in 1..={MAX_REPLICAS}")]
     Replicas {
         /// The number asked for.
         replicas: usize,
     },
     /// A dimension of the shape above [`MAX_ELEMENTS`].
+    #[error("--shape: dimension {index} ({dim}) must be at most {MAX_ELEMENTS}")]
     Dimension {
         /// Position of the dimension.
         index: usize,
@@ -281,16 +283,19 @@ pub enum InspectError {
         dim: usize,
     },
     /// A shape of more than [`MAX_ELEMENTS`] elements.
+    #[error(fmt = describe_elements)]
     Elements {
         /// The product of the dimensions (`None`: it overflows `usize`).
         elements: Option<usize>,
     },
     /// A shard domain outside `1..=MAX_REPLICAS`.
+    #[error("--shard-domain ({domain}) must be in 1..={MAX_REPLICAS}")]
     ShardDomain {
         /// The domain asked for.
         domain: usize,
     },
     /// A grouping or comm group that does not fit the replicas.
+    #[error(fmt = describe_spec)]
     Spec {
         /// The grouping asked for.
         spec: GroupingSpec,
@@ -300,14 +305,22 @@ pub enum InspectError {
         error: GroupingError,
     },
     /// An invalid grouping or comm group.
+    #[error("{0}")]
     Grouping(GroupingError),
     /// An invalid shape.
+    #[error("{0}")]
     Shape(ShapeError),
     /// An invalid shard layout.
+    #[error("{0}")]
     Shard(ShardError),
     /// Pieces that do not fit together (e.g. a domain not dividing the group size).
+    #[error("{0}")]
     Layout(LayoutError),
     /// Instances that do not split the replicas evenly, or an instance out of range.
+    #[error(
+        "--instances ({instances}) must be at least 1 and divide --replicas ({replicas}), and \
+         --instance ({instance}) must be below --instances"
+    )]
     Instances {
         /// Number of replicas.
         replicas: usize,
@@ -318,60 +331,36 @@ pub enum InspectError {
     },
 }
 
-impl fmt::Display for InspectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Replicas { replicas } => {
-                write!(f, "--replicas ({replicas}) must be in 1..={MAX_REPLICAS}")
-            }
-            Self::Dimension { index, dim } => write!(
-                f,
-                "--shape: dimension {index} ({dim}) must be at most {MAX_ELEMENTS}"
-            ),
-            Self::Elements {
-                elements: Some(elements),
-            } => write!(
-                f,
-                "--shape: the variable has {elements} elements; at most {MAX_ELEMENTS} are allowed"
-            ),
-            Self::Elements { elements: None } => write!(
-                f,
-                "--shape: the number of elements overflows; at most {MAX_ELEMENTS} are allowed"
-            ),
-            Self::ShardDomain { domain } => {
-                write!(f, "--shard-domain ({domain}) must be in 1..={MAX_REPLICAS}")
-            }
-            Self::Spec {
-                spec,
-                replicas,
-                error,
-            } => {
-                match spec {
-                    GroupingSpec::Comm(comm) => write!(f, "--comm {comm}")?,
-                    GroupingSpec::Strided { stride, group_size } => {
-                        write!(f, "--grouping {stride}:{group_size}")?
-                    }
-                }
-                write!(f, " does not fit --replicas {replicas}: {error}")
-            }
-            Self::Grouping(e) => e.fmt(f),
-            Self::Shape(e) => e.fmt(f),
-            Self::Shard(e) => e.fmt(f),
-            Self::Layout(e) => e.fmt(f),
-            Self::Instances {
-                replicas,
-                instances,
-                instance,
-            } => write!(
-                f,
-                "--instances ({instances}) must be at least 1 and divide --replicas \
-                 ({replicas}), and --instance ({instance}) must be below --instances"
-            ),
-        }
+/// [`InspectError::Elements`]'s message: the count, unless it overflows.
+fn describe_elements(elements: &Option<usize>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match elements {
+        Some(elements) => write!(
+            f,
+            "--shape: the variable has {elements} elements; at most {MAX_ELEMENTS} are allowed"
+        ),
+        None => write!(
+            f,
+            "--shape: the number of elements overflows; at most {MAX_ELEMENTS} are allowed"
+        ),
     }
 }
 
-impl std::error::Error for InspectError {}
+/// [`InspectError::Spec`]'s message: the grouping as its argument spells it, and the rule
+/// it breaks.
+fn describe_spec(
+    spec: &GroupingSpec,
+    replicas: &usize,
+    error: &GroupingError,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    match spec {
+        GroupingSpec::Comm(comm) => write!(f, "--comm {comm}")?,
+        GroupingSpec::Strided { stride, group_size } => {
+            write!(f, "--grouping {stride}:{group_size}")?
+        }
+    }
+    write!(f, " does not fit --replicas {replicas}: {error}")
+}
 
 macro_rules! from_core {
     ($($variant:ident($ty:ty)),*) => {$(

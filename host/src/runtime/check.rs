@@ -5,9 +5,10 @@
 use std::fmt;
 
 /// Why device values cannot be compared with the reference: the self-check fails.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
 pub enum CheckError {
     /// The device returned a different number of values than the reference computed.
+    #[error("the device returned {device} values but the reference has {reference}")]
     LengthMismatch {
         /// Values from the device.
         device: usize,
@@ -17,6 +18,12 @@ pub enum CheckError {
     /// A NaN or an infinity on both sides: the run's arithmetic left `f32`'s range on the
     /// device and on the host alike (the values trained on, or the learning rate, made
     /// numbers too large), which says nothing about the accelerator. Still a failure.
+    #[error(
+        "value {index} left f32's range on the device and the host alike (device {}, reference \
+         {}): the training overflowed, the accelerator agrees",
+        Number(*.device),
+        Number(*.reference)
+    )]
     Overflowed {
         /// Position of the first such value.
         index: usize,
@@ -26,6 +33,11 @@ pub enum CheckError {
         reference: f64,
     },
     /// A NaN or an infinity on one side only.
+    #[error(
+        "value {index} is not finite (device {}, reference {})",
+        Number(*.device),
+        Number(*.reference)
+    )]
     NotFinite {
         /// Position of the first such value.
         index: usize,
@@ -34,38 +46,6 @@ pub enum CheckError {
         /// The reference's value there.
         reference: f64,
     },
-}
-
-impl fmt::Display for CheckError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::LengthMismatch { device, reference } => write!(
-                f,
-                "the device returned {device} values but the reference has {reference}"
-            ),
-            Self::NotFinite {
-                index,
-                device,
-                reference,
-            } => write!(
-                f,
-                "value {index} is not finite (device {}, reference {})",
-                Number(device),
-                Number(reference)
-            ),
-            Self::Overflowed {
-                index,
-                device,
-                reference,
-            } => write!(
-                f,
-                "value {index} left f32's range on the device and the host alike (device {}, \
-                 reference {}): the training overflowed, the accelerator agrees",
-                Number(device),
-                Number(reference)
-            ),
-        }
-    }
 }
 
 /// A value as written for people: plain when moderate, in exponent form otherwise.
@@ -82,8 +62,6 @@ impl<T: Copy + Into<f64> + fmt::Display + fmt::LowerExp> fmt::Display for Number
         }
     }
 }
-
-impl std::error::Error for CheckError {}
 
 /// Largest relative difference between device values and the reference, relative to
 /// `1 + |reference|` so that values near zero compare absolutely.

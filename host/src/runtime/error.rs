@@ -15,14 +15,17 @@ use crate::instance::InstanceError;
 use crate::transport::TransportError;
 
 /// A runtime failure.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// Talking to a device failed (unreachable at prepare, silent, or it answered with an
     /// error); the transport error names the replica.
-    Transport(TransportError),
+    #[error("{0}")]
+    Transport(#[from] TransportError),
     /// The program breaks one of core's rules.
-    Program(ProgramError),
+    #[error("the program is invalid: {0}")]
+    Program(#[from] ProgramError),
     /// More replicas than one runtime drives, or none.
+    #[error("a runtime drives 1 to {max} replicas, not {replicas}")]
     Replicas {
         /// Replicas asked for.
         replicas: usize,
@@ -30,6 +33,7 @@ pub enum RuntimeError {
         max: usize,
     },
     /// Replicas that do not split evenly over the instances.
+    #[error("{replicas} replicas do not split evenly over {instances} instances")]
     Window {
         /// Replicas of the run.
         replicas: usize,
@@ -38,6 +42,10 @@ pub enum RuntimeError {
     },
     /// Devices whose replicas (their lanes, in channel order) are not the run's replicas
     /// in order.
+    #[error(
+        "channels to devices of {run} replicas for {replicas}: the devices must run the \
+         replicas in order, each starting where the one before ends"
+    )]
     Channels {
         /// Replicas the channels' devices run.
         run: usize,
@@ -45,6 +53,7 @@ pub enum RuntimeError {
         replicas: usize,
     },
     /// A name that is no variable (weights) or no stream (step IO) of the program.
+    #[error("`{name}` is no {expected} of the program")]
     UnknownTensor {
         /// The name.
         name: String,
@@ -52,11 +61,16 @@ pub enum RuntimeError {
         expected: &'static str,
     },
     /// A stream the step IO does not provide.
+    #[error("no data was provided for stream `{name}`")]
     MissingStream {
         /// The stream.
         name: String,
     },
     /// A step-IO array of the wrong element count.
+    #[error(
+        "stream `{name}` needs {expected} elements (sample {sample} × samples per replica per \
+         step {per_replica} × replicas {replicas}), not {received}"
+    )]
     Elements {
         /// The stream.
         name: String,
@@ -72,6 +86,7 @@ pub enum RuntimeError {
         replicas: usize,
     },
     /// A host array of the wrong shape.
+    #[error("`{name}` must have shape {expected:?}, not {actual:?} ({rule})")]
     Shape {
         /// The tensor.
         name: String,
@@ -83,6 +98,7 @@ pub enum RuntimeError {
         rule: &'static str,
     },
     /// A host array whose type does not convert to the tensor's.
+    #[error("`{name}` holds {expected}: an array of {actual} does not convert to it")]
     Type {
         /// The tensor.
         name: String,
@@ -92,6 +108,7 @@ pub enum RuntimeError {
         actual: DataType,
     },
     /// An input value the conversion to the stream's type cannot hold (`int64 → int32`).
+    #[error("`{name}`: element {index} ({value}) does not fit the stream's type")]
     OutOfRange {
         /// The stream.
         name: String,
@@ -101,6 +118,7 @@ pub enum RuntimeError {
         value: i64,
     },
     /// A label outside the classes of the cross-entropy that reads it.
+    #[error("`{name}`: label {index} is {value}, outside the {classes} classes [0, {classes})")]
     Label {
         /// The labels stream.
         name: String,
@@ -112,6 +130,7 @@ pub enum RuntimeError {
         classes: usize,
     },
     /// A buffer of the wrong size (a weight transfer's, an input array's, an anchor's).
+    #[error("`{name}`: the {what} has {actual} bytes where {expected} are needed")]
     Bytes {
         /// The variable.
         name: String,
@@ -123,17 +142,31 @@ pub enum RuntimeError {
         what: &'static str,
     },
     /// A variable's transfer layout does not build.
+    #[error("variable `{name}`: {error}")]
     Layout {
         /// The variable.
         name: String,
         /// Why.
+        #[source]
         error: LayoutError,
     },
     /// The step-IO splitter could not be set up (more streams or replicas than it holds).
-    SplitterSetup(SetupError),
+    #[error("step IO: {0}")]
+    SplitterSetup(#[from] SetupError),
     /// The step-IO splitter refused a call: the runtime asked out of order (a bug here).
-    Splitter(SplitterError<Infallible>),
+    #[error("step IO: {0}")]
+    Splitter(#[from] SplitterError<Infallible>),
     /// A device whose limits differ from those a saved executable was prepared for.
+    #[error(
+        "device {replica} has {} bytes of memory, {}-byte frames and a window of {}; the \
+         executable was prepared for {}, {} and {}",
+        .actual.memory,
+        .actual.max_frame,
+        .actual.window,
+        .saved.memory,
+        .saved.max_frame,
+        .saved.window
+    )]
     Limits {
         /// The device.
         replica: u32,
@@ -143,8 +176,10 @@ pub enum RuntimeError {
         actual: Limits,
     },
     /// Optimizer state for a program whose optimizer keeps none (plain SGD).
+    #[error("the program's optimizer keeps no state (plain SGD has no velocity)")]
     NoOptimizerState,
     /// An RNG state of the wrong length.
+    #[error("the RNG state must have exactly {expected} words, not {actual}")]
     RngState {
         /// Words expected: words per replica × replicas.
         expected: usize,
@@ -153,10 +188,12 @@ pub enum RuntimeError {
     },
     /// A training step failed; the runtime then reset every device's step state (the rule
     /// is stated in [`recovery`](super::recovery)).
+    #[error(fmt = describe_step_failed)]
     StepFailed {
         /// What the step was doing.
         phase: StepPhase,
         /// Why it failed.
+        #[source]
         cause: Box<RuntimeError>,
         /// True when the replicas may have applied different parts of the step: until
         /// every variable (and its optimizer state) is loaded again, the runtime refuses
@@ -171,6 +208,7 @@ pub enum RuntimeError {
     },
     /// A device of this runtime was lost (its link gone for good: its process ended, its
     /// link closed): nothing more runs on this runtime.
+    #[error("device {replica} was lost ({cause}): this runtime cannot run again; {PREPARE_AGAIN}")]
     DeviceLost {
         /// The device's first replica.
         replica: u32,
@@ -178,8 +216,13 @@ pub enum RuntimeError {
         cause: String,
     },
     /// A collective between instances failed.
-    Instance(InstanceError),
+    #[error("between instances: {0}")]
+    Instance(#[from] InstanceError),
     /// The contributions of one reduction round ask for different operations.
+    #[error(
+        "device {replica} asked for another operation in reduction round {round} than the \
+         round's first contribution"
+    )]
     ReductionOps {
         /// The replica whose operation differs from the round's first contribution.
         replica: u32,
@@ -188,6 +231,10 @@ pub enum RuntimeError {
     },
     /// A contribution asking for an operation a step's reduction round does not do (a
     /// round sums or takes the mean).
+    #[error(
+        "device {replica} asked for {op:?} in reduction round {round}; a round sums or takes \
+         the mean"
+    )]
     ReductionOp {
         /// The replica that sent it.
         replica: u32,
@@ -197,6 +244,10 @@ pub enum RuntimeError {
         op: ReduceOp,
     },
     /// A contribution that is not a whole number of `f32` elements.
+    #[error(
+        "device {replica} contributed {bytes} bytes to reduction round {round}: not a whole \
+         number of f32 elements"
+    )]
     ReductionElements {
         /// The replica that sent it.
         replica: u32,
@@ -206,6 +257,10 @@ pub enum RuntimeError {
         bytes: usize,
     },
     /// The contributions of one reduction round disagree in length.
+    #[error(
+        "device {replica} contributed {actual} bytes to reduction round {round}, the round's \
+         first contribution {expected}: contributions must match"
+    )]
     ReductionLength {
         /// The replica whose contribution disagrees with the round's first.
         replica: u32,
@@ -219,6 +274,11 @@ pub enum RuntimeError {
     /// A device contributed to a reduction round out of turn (see the step driver's rule:
     /// one round after another, each once the one before is answered, none past the
     /// step's last).
+    #[error(
+        "device {replica} contributed to reduction round {round} while the host expects at \
+         most round {expected}: a device contributes to each round in order, once the round \
+         before is answered"
+    )]
     ReductionRound {
         /// The device's replica.
         replica: u32,
@@ -228,6 +288,10 @@ pub enum RuntimeError {
         expected: u32,
     },
     /// A device that ended its step before it contributed to every reduction round of it.
+    #[error(
+        "device {replica} ended its step without contributing to reduction round {round} (the \
+         step has {rounds}): its peers would wait for it forever"
+    )]
     ReductionSkipped {
         /// The device's replica.
         replica: u32,
@@ -237,6 +301,9 @@ pub enum RuntimeError {
         rounds: u32,
     },
     /// A contribution from a device the round does not count among its members.
+    #[error(
+        "a contribution from replica {replica}, which takes no part in reduction round {round}"
+    )]
     NotInRound {
         /// The device's replica.
         replica: u32,
@@ -244,6 +311,7 @@ pub enum RuntimeError {
         round: u32,
     },
     /// A device whose replica is in no group of its round's grouping.
+    #[error("device {replica} is in no group of reduction round {round}'s grouping")]
     ReductionGroup {
         /// The device's replica.
         replica: u32,
@@ -252,6 +320,10 @@ pub enum RuntimeError {
     },
     /// Devices of different lane counts: they would cut a batch's rounds into different
     /// exchanges (each for its own share of a frame).
+    #[error(
+        "the device of replica {replica} runs {other} lanes, the first device {lanes}: a \
+         runtime's devices run as many lanes each"
+    )]
     MixedLanes {
         /// The first device's lanes.
         lanes: usize,
@@ -263,6 +335,10 @@ pub enum RuntimeError {
     /// A device whose lanes lie in different groups of a round's grouping: one answer
     /// cannot serve them all (core's lane rule, checked before any device starts, keeps
     /// this from happening).
+    #[error(
+        "replicas {first} and {replica} run on one device but lie in different groups of \
+         reduction round {round}: a device's lanes share every variable's group"
+    )]
     LanesApart {
         /// The device's first replica.
         first: u32,
@@ -273,6 +349,10 @@ pub enum RuntimeError {
     },
     /// A value the host handed the program that training cannot take: NaN, an infinity or
     /// a magnitude of 2^64 or more (core's `finite` rule); nothing of the call moved.
+    #[error(
+        "`{name}` ({what}) holds {value} at {index:?}: every value training takes is finite and \
+         of magnitude below 2^64 (1.8e19); nothing was loaded"
+    )]
     BadValue {
         /// The tensor (variable or stream).
         name: String,
@@ -284,6 +364,7 @@ pub enum RuntimeError {
         value: f32,
     },
     /// The host could not allocate a buffer of `bytes` for `name`.
+    #[error("`{name}`: the host cannot allocate {bytes} bytes for it")]
     HostMemory {
         /// The variable or tensor.
         name: String,
@@ -292,6 +373,10 @@ pub enum RuntimeError {
     },
     /// A step or a read of weights refused because a failed step may have left the
     /// replicas of one group holding different values of `name`.
+    #[error(
+        "the {what} of `{name}` may differ between its replicas since a step failed: load it \
+         again from the host (or resume a checkpoint) before running a step or reading weights"
+    )]
     Diverged {
         /// The variable.
         name: String,
@@ -304,286 +389,36 @@ pub enum RuntimeError {
 const PREPARE_AGAIN: &str = "prepare a new runtime (`Runtime::prepare`, or \
     `Runtime::load_executable`), then load its weights or resume a checkpoint";
 
-impl fmt::Display for RuntimeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Transport(e) => e.fmt(f),
-            Self::Program(e) => write!(f, "the program is invalid: {e}"),
-            Self::BadValue {
-                name,
-                what,
-                index,
-                value,
-            } => write!(
-                f,
-                "`{name}` ({what}) holds {value} at {index:?}: every value training takes is \
-                 finite and of magnitude below 2^64 (1.8e19); nothing was loaded"
-            ),
-            Self::HostMemory { name, bytes } => {
-                write!(f, "`{name}`: the host cannot allocate {bytes} bytes for it")
-            }
-            Self::Replicas { replicas, max } => {
-                write!(f, "a runtime drives 1 to {max} replicas, not {replicas}")
-            }
-            Self::Window {
-                replicas,
-                instances,
-            } => write!(
-                f,
-                "{replicas} replicas do not split evenly over {instances} instances"
-            ),
-            Self::MixedLanes {
-                lanes,
-                replica,
-                other,
-            } => write!(
-                f,
-                "the device of replica {replica} runs {other} lanes, the first device {lanes}: \
-                 a runtime's devices run as many lanes each"
-            ),
-            Self::Channels {
-                run: channels,
-                replicas,
-            } => write!(
-                f,
-                "channels to devices of {channels} replicas for {replicas}: the devices must run \
-                 the replicas in order, each starting where the one before ends"
-            ),
-            Self::UnknownTensor { name, expected } => {
-                write!(f, "`{name}` is no {expected} of the program")
-            }
-            Self::Elements {
-                name,
-                expected,
-                received,
-                sample,
-                per_replica,
-                replicas,
-            } => write!(
-                f,
-                "stream `{name}` needs {expected} elements (sample {sample} × samples per \
-                 replica per step {per_replica} × replicas {replicas}), not {received}"
-            ),
-            Self::MissingStream { name } => write!(f, "no data was provided for stream `{name}`"),
-            Self::Shape {
-                name,
-                expected,
-                actual,
-                rule,
-            } => write!(
-                f,
-                "`{name}` must have shape {expected:?}, not {actual:?} ({rule})"
-            ),
-            Self::Type {
-                name,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "`{name}` holds {expected}: an array of {actual} does not convert to it"
-            ),
-            Self::OutOfRange { name, index, value } => write!(
-                f,
-                "`{name}`: element {index} ({value}) does not fit the stream's type"
-            ),
-            Self::Label {
-                name,
-                index,
-                value,
-                classes,
-            } => write!(
-                f,
-                "`{name}`: label {index} is {value}, outside the {classes} classes [0, {classes})"
-            ),
-            Self::Layout { name, error } => write!(f, "variable `{name}`: {error}"),
-            Self::Bytes {
-                name,
-                expected,
-                actual,
-                what,
-            } => write!(
-                f,
-                "`{name}`: the {what} has {actual} bytes where {expected} are needed"
-            ),
-            Self::SplitterSetup(e) => write!(f, "step IO: {e}"),
-            Self::Splitter(e) => write!(f, "step IO: {e}"),
-            Self::Limits {
-                replica,
-                saved,
-                actual,
-            } => write!(
-                f,
-                "device {replica} has {} bytes of memory, {}-byte frames and a window of {}; \
-                 the executable was prepared for {}, {} and {}",
-                actual.memory,
-                actual.max_frame,
-                actual.window,
-                saved.memory,
-                saved.max_frame,
-                saved.window
-            ),
-            Self::NoOptimizerState => {
-                f.write_str("the program's optimizer keeps no state (plain SGD has no velocity)")
-            }
-            Self::RngState { expected, actual } => write!(
-                f,
-                "the RNG state must have exactly {expected} words, not {actual}"
-            ),
-            Self::StepFailed {
-                phase,
-                cause,
-                diverged,
-                reset,
-                lost,
-            } => {
-                write!(f, "the step failed while {phase}: {cause}")?;
-                if let Some(replica) = lost {
-                    return write!(
-                        f,
-                        "; device {replica} was lost: this runtime cannot run again; \
-                         {PREPARE_AGAIN}"
-                    );
-                }
-                match reset {
-                    None => f.write_str("; every device's step state was reset")?,
-                    Some(e) => write!(
-                        f,
-                        "; the devices' step state could not be reset ({e}): the next step \
-                         tries again first"
-                    )?,
-                }
-                if *diverged {
-                    f.write_str(
-                        "; the replicas may hold different weights now: load every variable \
-                         (and the optimizer state) again, or resume a checkpoint, before the \
-                         next step",
-                    )?;
-                }
-                Ok(())
-            }
-            Self::DeviceLost { replica, cause } => write!(
-                f,
-                "device {replica} was lost ({cause}): this runtime cannot run again; \
-                 {PREPARE_AGAIN}"
-            ),
-            Self::Instance(e) => write!(f, "between instances: {e}"),
-            Self::ReductionOps { replica, round } => write!(
-                f,
-                "device {replica} asked for another operation in reduction round {round} than \
-                 the round's first contribution"
-            ),
-            Self::ReductionOp { replica, round, op } => write!(
-                f,
-                "device {replica} asked for {op:?} in reduction round {round}; a round sums or \
-                 takes the mean"
-            ),
-            Self::ReductionElements {
-                replica,
-                round,
-                bytes,
-            } => write!(
-                f,
-                "device {replica} contributed {bytes} bytes to reduction round {round}: not a \
-                 whole number of f32 elements"
-            ),
-            Self::ReductionLength {
-                replica,
-                round,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "device {replica} contributed {actual} bytes to reduction round {round}, the \
-                 round's first contribution {expected}: contributions must match"
-            ),
-            Self::ReductionRound {
-                replica,
-                round,
-                expected,
-            } => write!(
-                f,
-                "device {replica} contributed to reduction round {round} while the host \
-                 expects at most round {expected}: a device contributes to each round in \
-                 order, once the round before is answered"
-            ),
-            Self::ReductionSkipped {
-                replica,
-                round,
-                rounds,
-            } => write!(
-                f,
-                "device {replica} ended its step without contributing to reduction round \
-                 {round} (the step has {rounds}): its peers would wait for it forever"
-            ),
-            Self::LanesApart {
-                first,
-                replica,
-                round,
-            } => write!(
-                f,
-                "replicas {first} and {replica} run on one device but lie in different groups \
-                 of reduction round {round}: a device's lanes share every variable's group"
-            ),
-            Self::NotInRound { replica, round } => write!(
-                f,
-                "a contribution from replica {replica}, which takes no part in reduction \
-                 round {round}"
-            ),
-            Self::ReductionGroup { replica, round } => write!(
-                f,
-                "device {replica} is in no group of reduction round {round}'s grouping"
-            ),
-            Self::Diverged { name, what } => write!(
-                f,
-                "the {what} of `{name}` may differ between its replicas since a step failed: \
-                 load it again from the host (or resume a checkpoint) before running a step \
-                 or reading weights"
-            ),
-        }
+/// [`RuntimeError::StepFailed`]'s message: the phase and the cause, then what became of
+/// the devices (lost, reset or not) and whether the replicas may have diverged.
+fn describe_step_failed(
+    phase: &StepPhase,
+    cause: &RuntimeError,
+    diverged: &bool,
+    reset: &Option<TransportError>,
+    lost: &Option<u32>,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    write!(f, "the step failed while {phase}: {cause}")?;
+    if let Some(replica) = lost {
+        return write!(
+            f,
+            "; device {replica} was lost: this runtime cannot run again; {PREPARE_AGAIN}"
+        );
     }
-}
-
-impl std::error::Error for RuntimeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Transport(e) => Some(e),
-            Self::Program(e) => Some(e),
-            Self::Layout { error, .. } => Some(error),
-            Self::SplitterSetup(e) => Some(e),
-            Self::Splitter(e) => Some(e),
-            Self::StepFailed { cause, .. } => Some(&**cause),
-            Self::Instance(e) => Some(e),
-            _ => None,
-        }
+    match reset {
+        None => f.write_str("; every device's step state was reset")?,
+        Some(e) => write!(
+            f,
+            "; the devices' step state could not be reset ({e}): the next step tries again \
+             first"
+        )?,
     }
-}
-
-impl From<TransportError> for RuntimeError {
-    fn from(e: TransportError) -> Self {
-        Self::Transport(e)
+    if *diverged {
+        f.write_str(
+            "; the replicas may hold different weights now: load every variable (and the \
+             optimizer state) again, or resume a checkpoint, before the next step",
+        )?;
     }
-}
-
-impl From<InstanceError> for RuntimeError {
-    fn from(e: InstanceError) -> Self {
-        Self::Instance(e)
-    }
-}
-
-impl From<ProgramError> for RuntimeError {
-    fn from(e: ProgramError) -> Self {
-        Self::Program(e)
-    }
-}
-
-impl From<SetupError> for RuntimeError {
-    fn from(e: SetupError) -> Self {
-        Self::SplitterSetup(e)
-    }
-}
-
-impl From<SplitterError<Infallible>> for RuntimeError {
-    fn from(e: SplitterError<Infallible>) -> Self {
-        Self::Splitter(e)
-    }
+    Ok(())
 }

@@ -26,9 +26,10 @@ use tessera_core::wire::ValueKind;
 use super::SessionError;
 
 /// How a worker's description of a register broke the rule (module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BadDescription {
     /// An array's byte count disagrees with its type and shape.
+    #[error(fmt = describe_size)]
     Size {
         /// The worker.
         worker: usize,
@@ -41,34 +42,28 @@ pub enum BadDescription {
     },
 }
 
-impl fmt::Display for BadDescription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::Size {
-                worker,
-                register,
-                bytes,
-                expected: Some(expected),
-            } => write!(
-                f,
-                "worker {worker} describes register {register} as {bytes} bytes, but its \
-                 type and shape take {expected}"
-            ),
-            Self::Size {
-                worker,
-                register,
-                bytes,
-                expected: None,
-            } => write!(
-                f,
-                "worker {worker} describes register {register} ({bytes} bytes) with a shape \
-                 whose size overflows"
-            ),
-        }
+/// [`BadDescription::Size`]'s message: the size its type and shape take, unless it
+/// overflows.
+fn describe_size(
+    worker: &usize,
+    register: &u16,
+    bytes: &u32,
+    expected: &Option<usize>,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    match expected {
+        Some(expected) => write!(
+            f,
+            "worker {worker} describes register {register} as {bytes} bytes, but its type and \
+             shape take {expected}"
+        ),
+        None => write!(
+            f,
+            "worker {worker} describes register {register} ({bytes} bytes) with a shape whose \
+             size overflows"
+        ),
     }
 }
-
-impl std::error::Error for BadDescription {}
 
 /// Checks `described`, worker `worker`'s description of register `register`, against the
 /// `memory` bytes it announced (module doc).

@@ -42,7 +42,8 @@ impl fmt::Display for Command {
 }
 
 /// One command that failed on one worker.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("worker {worker}: {command} failed: {source}")]
 pub struct WorkerFailure {
     /// The worker.
     pub worker: usize,
@@ -52,27 +53,59 @@ pub struct WorkerFailure {
     pub source: TransportError,
 }
 
-impl fmt::Display for WorkerFailure {
+/// Two or more commands that failed, worker by worker in the order they were sent: what
+/// [`SessionError::Failures`] reports. Its source is the first failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{} commands failed{}", 1 + .rest.len(), Each(self))]
+pub struct WorkerFailures {
+    /// The first failure.
+    #[source]
+    first: WorkerFailure,
+    /// The others (one at least).
+    rest: Vec<WorkerFailure>,
+}
+
+impl WorkerFailures {
+    /// Every failure, in the order reported.
+    pub fn iter(&self) -> impl Iterator<Item = &WorkerFailure> {
+        std::iter::once(&self.first).chain(&self.rest)
+    }
+}
+
+impl<'a> IntoIterator for &'a WorkerFailures {
+    type Item = &'a WorkerFailure;
+    type IntoIter =
+        std::iter::Chain<std::iter::Once<&'a WorkerFailure>, std::slice::Iter<'a, WorkerFailure>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.first).chain(&self.rest)
+    }
+}
+
+/// [`WorkerFailures`]' list: `; ` before each failure.
+struct Each<'a>(&'a WorkerFailures);
+
+impl fmt::Display for Each<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Self {
-            worker,
-            command,
-            source,
-        } = self;
-        write!(f, "worker {worker}: {command} failed: {source}")
+        self.0
+            .iter()
+            .try_for_each(|failure| write!(f, "; {failure}"))
     }
 }
 
 /// Why a session command failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// Starting or reaching a worker failed.
-    Transport(TransportError),
+    #[error("{0}")]
+    Transport(#[from] TransportError),
     /// The host could not allocate a buffer for a command's bytes.
+    #[error("{0} for a command's bytes; nothing was read")]
     HostMemory(crate::pages::OutOfMemory),
     /// A session of no workers, or of more than it may have ([`MAX_WORKERS`]).
     ///
     /// [`MAX_WORKERS`]: super::MAX_WORKERS
+    #[error("a session has 1 to {max} workers, not {workers}; nothing was started")]
     Workers {
         /// Workers asked for.
         workers: usize,
@@ -80,6 +113,7 @@ pub enum SessionError {
         max: usize,
     },
     /// The groups do not divide the workers.
+    #[error("{groups} groups do not divide {workers} workers: groups are equal contiguous blocks")]
     Groups {
         /// Workers.
         workers: usize,
@@ -87,6 +121,7 @@ pub enum SessionError {
         groups: usize,
     },
     /// A function no worker (or not every worker) has; nothing was run.
+    #[error("worker {worker} has no function {name:?}; nothing was run")]
     UnknownFunction {
         /// Its name.
         name: String,
@@ -94,6 +129,7 @@ pub enum SessionError {
         worker: usize,
     },
     /// A command failed on a worker (reported at the next sync).
+    #[error("worker {worker}: {command} failed: {source}")]
     Worker {
         /// The worker.
         worker: usize,
@@ -104,10 +140,13 @@ pub enum SessionError {
     },
     /// Several commands failed (reported by one sync: every one of them, worker by
     /// worker, in the order they were sent). One failure alone is [`Self::Worker`].
-    Failures(Vec<WorkerFailure>),
+    #[error(transparent)]
+    Failures(Box<WorkerFailures>),
     /// The session was shut down.
+    #[error("the session was shut down")]
     ShutDown,
     /// No worker with that index.
+    #[error("no worker {worker}: the session has {workers}")]
     NoWorker {
         /// The index given.
         worker: usize,
@@ -116,12 +155,20 @@ pub enum SessionError {
     },
     /// Every register a worker can hold is in use: a new one is refused where it is asked
     /// for, before anything is sent.
+    #[error(
+        "all {capacity} registers a worker holds are in use: drop some registers before making \
+         another"
+    )]
     RegistersExhausted {
         /// Registers a worker holds ([`MAX_REGISTERS`](super::MAX_REGISTERS)).
         capacity: usize,
     },
     /// A register of another session: its id names an unrelated value in this one, so
     /// nothing was sent.
+    #[error(
+        "register {register} belongs to session {owner}, not to session {session}: a register \
+         is only valid in the session that made it; nothing was sent"
+    )]
     ForeignRegister {
         /// The register's id.
         register: u16,
@@ -132,6 +179,10 @@ pub enum SessionError {
     },
     /// A function handle used in another session than the one that checked it; nothing
     /// was sent.
+    #[error(
+        "function {name:?} was looked up in session {owner}, not in session {session}: look it \
+         up in this session; nothing was sent"
+    )]
     ForeignFunction {
         /// The function's name.
         name: String,
@@ -142,6 +193,7 @@ pub enum SessionError {
     },
     /// A register that holds no value on a worker: the call that made it returned nothing
     /// (a function that changes an argument in place), or it was never written.
+    #[error(fmt = describe_no_value)]
     NoValue {
         /// The worker.
         worker: usize,
@@ -151,6 +203,7 @@ pub enum SessionError {
         function: Option<String>,
     },
     /// A register that must hold an array holds something else.
+    #[error("register {register} on worker {worker} holds a {kind:?}, not an array")]
     NotAnArray {
         /// The worker.
         worker: usize,
@@ -160,6 +213,7 @@ pub enum SessionError {
         kind: ValueKind,
     },
     /// A list of the wrong length (call arguments, one array per worker).
+    #[error("{actual} {what} given, {expected} expected")]
     Count {
         /// What is counted.
         what: &'static str,
@@ -169,6 +223,7 @@ pub enum SessionError {
         actual: usize,
     },
     /// An array's element count does not fit the operation.
+    #[error("{operation}: worker {worker}'s array has {actual} elements, {expected} expected")]
     Elements {
         /// The operation.
         operation: &'static str,
@@ -180,6 +235,7 @@ pub enum SessionError {
         actual: usize,
     },
     /// Arrays of different element types meet in one operation.
+    #[error("{operation}: worker {worker}'s array is {actual}, worker 0's {expected}")]
     DtypeMismatch {
         /// The operation.
         operation: &'static str,
@@ -191,6 +247,7 @@ pub enum SessionError {
         actual: DataType,
     },
     /// An element type the operation does not support.
+    #[error("{operation} does not support {dtype} arrays")]
     Dtype {
         /// The operation.
         operation: &'static str,
@@ -198,6 +255,7 @@ pub enum SessionError {
         dtype: DataType,
     },
     /// An element count that does not split into equal parts.
+    #[error("{operation}: {elements} elements do not split into {parts} equal parts")]
     Indivisible {
         /// The operation.
         operation: &'static str,
@@ -207,6 +265,7 @@ pub enum SessionError {
         parts: usize,
     },
     /// A send to the next group from the last group.
+    #[error("group {group} is the last of {groups}: it has no next group to send to")]
     NoNextGroup {
         /// The group.
         group: usize,
@@ -214,16 +273,23 @@ pub enum SessionError {
         groups: usize,
     },
     /// An integer result that does not fit its type.
+    #[error("{operation}: an integer result does not fit its type")]
     Overflow {
         /// The operation.
         operation: &'static str,
     },
     /// A host array that is not well formed.
-    Array(ArrayError),
+    #[error("{0}")]
+    Array(#[from] ArrayError),
     /// A worker described a register in a way no register on it can be (see
     /// [`claims`](super::claims)): nothing was allocated or read by it.
-    Description(BadDescription),
+    #[error("{0}")]
+    Description(#[from] BadDescription),
     /// A worker reported a register's bytes outside the memory the host shares with it.
+    #[error(
+        "worker {worker} places register {register}'s {bytes} bytes at {at}, outside its \
+         {memory} bytes of memory"
+    )]
     OutsideMemory {
         /// The worker.
         worker: usize,
@@ -237,6 +303,14 @@ pub enum SessionError {
         memory: usize,
     },
     /// A host array that does not match the register it is copied from or into.
+    #[error(
+        "{operation}: register {register} holds {} {} elements, the host array {} {}: type and \
+         element count must match",
+        .held.1,
+        .held.0,
+        .host.1,
+        .host.0
+    )]
     HostMismatch {
         /// The operation.
         operation: &'static str,
@@ -248,6 +322,7 @@ pub enum SessionError {
         host: (DataType, usize),
     },
     /// Under `mpirun`, the ranks do not divide the workers (each rank hosts as many).
+    #[error("{ranks} MPI ranks do not divide {workers} workers: every rank hosts as many workers")]
     Ranks {
         /// Workers asked for.
         workers: usize,
@@ -255,10 +330,12 @@ pub enum SessionError {
         ranks: usize,
     },
     /// Setting up the session across MPI ranks failed.
-    Instances(crate::instance::InstanceError),
+    #[error("the session across MPI ranks: {0}")]
+    Instances(#[from] crate::instance::InstanceError),
     /// Moving a collective's bytes between the workers failed otherwise than on one
     /// worker's link: a rank of a session across MPI ranks that failed its part or did not
     /// answer, a device that placed bytes outside its memory.
+    #[error("the {operation}: {source}")]
     Group {
         /// The operation.
         operation: &'static str,
@@ -266,6 +343,10 @@ pub enum SessionError {
         source: Box<crate::transport::group::GroupError>,
     },
     /// A host array too large to send with a call.
+    #[error(
+        "an array of {bytes} bytes does not fit a call ({max} bytes at most): copy it into a \
+         register first"
+    )]
     InlineTooLarge {
         /// Its bytes.
         bytes: usize,
@@ -274,161 +355,22 @@ pub enum SessionError {
     },
 }
 
-impl fmt::Display for SessionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Transport(e) => e.fmt(f),
-            Self::HostMemory(e) => write!(f, "{e} for a command's bytes; nothing was read"),
-            Self::Workers { workers, max } => write!(
-                f,
-                "a session has 1 to {max} workers, not {workers}; nothing was started"
-            ),
-            Self::Groups { workers, groups } => write!(
-                f,
-                "{groups} groups do not divide {workers} workers: groups are equal contiguous blocks"
-            ),
-            Self::UnknownFunction { name, worker } => write!(
-                f,
-                "worker {worker} has no function {name:?}; nothing was run"
-            ),
-            Self::Worker {
-                worker,
-                command,
-                source,
-            } => write!(f, "worker {worker}: {command} failed: {source}"),
-            Self::Failures(failures) => {
-                write!(f, "{} commands failed", failures.len())?;
-                for failure in failures {
-                    write!(f, "; {failure}")?;
-                }
-                Ok(())
-            }
-            Self::ShutDown => f.write_str("the session was shut down"),
-            Self::NoWorker { worker, workers } => {
-                write!(f, "no worker {worker}: the session has {workers}")
-            }
-            Self::RegistersExhausted { capacity } => write!(
-                f,
-                "all {capacity} registers a worker holds are in use: drop some registers \
-                 before making another"
-            ),
-            Self::ForeignRegister {
-                register,
-                owner,
-                session,
-            } => write!(
-                f,
-                "register {register} belongs to session {owner}, not to session {session}: a \
-                 register is only valid in the session that made it; nothing was sent"
-            ),
-            Self::ForeignFunction {
-                name,
-                owner,
-                session,
-            } => write!(
-                f,
-                "function {name:?} was looked up in session {owner}, not in session {session}: \
-                 look it up in this session; nothing was sent"
-            ),
-            Self::NoValue {
-                worker,
-                register,
-                function,
-            } => match function {
-                Some(function) => write!(
-                    f,
-                    "register {register} holds no value on worker {worker}: the call of \
-                     {function:?} that made it returned nothing (a function that works in \
-                     place changes its argument)"
-                ),
-                None => write!(f, "register {register} holds no value on worker {worker}"),
-            },
-            Self::NotAnArray {
-                worker,
-                register,
-                kind,
-            } => write!(
-                f,
-                "register {register} on worker {worker} holds a {kind:?}, not an array"
-            ),
-            Self::Count {
-                what,
-                expected,
-                actual,
-            } => write!(f, "{actual} {what} given, {expected} expected"),
-            Self::Elements {
-                operation,
-                worker,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "{operation}: worker {worker}'s array has {actual} elements, {expected} expected"
-            ),
-            Self::DtypeMismatch {
-                operation,
-                worker,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "{operation}: worker {worker}'s array is {actual}, worker 0's {expected}"
-            ),
-            Self::Dtype { operation, dtype } => {
-                write!(f, "{operation} does not support {dtype} arrays")
-            }
-            Self::Indivisible {
-                operation,
-                elements,
-                parts,
-            } => write!(
-                f,
-                "{operation}: {elements} elements do not split into {parts} equal parts"
-            ),
-            Self::NoNextGroup { group, groups } => write!(
-                f,
-                "group {group} is the last of {groups}: it has no next group to send to"
-            ),
-            Self::Overflow { operation } => {
-                write!(f, "{operation}: an integer result does not fit its type")
-            }
-            Self::Array(e) => e.fmt(f),
-            Self::Description(e) => e.fmt(f),
-            Self::OutsideMemory {
-                worker,
-                register,
-                at,
-                bytes,
-                memory,
-            } => write!(
-                f,
-                "worker {worker} places register {register}'s {bytes} bytes at {at}, outside \
-                 its {memory} bytes of memory"
-            ),
-            Self::HostMismatch {
-                operation,
-                register,
-                held,
-                host,
-            } => write!(
-                f,
-                "{operation}: register {register} holds {} {} elements, the host array {} {}: \
-                 type and element count must match",
-                held.1, held.0, host.1, host.0
-            ),
-            Self::InlineTooLarge { bytes, max } => write!(
-                f,
-                "an array of {bytes} bytes does not fit a call ({max} bytes at most): copy it \
-                 into a register first"
-            ),
-            Self::Ranks { workers, ranks } => write!(
-                f,
-                "{ranks} MPI ranks do not divide {workers} workers: every rank hosts as many \
-                 workers"
-            ),
-            Self::Instances(e) => write!(f, "the session across MPI ranks: {e}"),
-            Self::Group { operation, source } => write!(f, "the {operation}: {source}"),
-        }
+/// [`SessionError::NoValue`]'s message: why the register holds nothing, where a call made
+/// it.
+fn describe_no_value(
+    worker: &usize,
+    register: &u16,
+    function: &Option<String>,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    match function {
+        Some(function) => write!(
+            f,
+            "register {register} holds no value on worker {worker}: the call of {function:?} \
+             that made it returned nothing (a function that works in place changes its \
+             argument)"
+        ),
+        None => write!(f, "register {register} holds no value on worker {worker}"),
     }
 }
 
@@ -473,7 +415,13 @@ impl SessionError {
                     source,
                 })
             }
-            _ => Err(Self::Failures(failures)),
+            _ => {
+                let first = failures.remove(0);
+                Err(Self::Failures(Box::new(WorkerFailures {
+                    first,
+                    rest: failures,
+                })))
+            }
         }
     }
 
@@ -495,54 +443,8 @@ impl SessionError {
     }
 }
 
-impl std::error::Error for WorkerFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-impl std::error::Error for SessionError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Transport(e) | Self::Worker { source: e, .. } => Some(e),
-            Self::Failures(failures) => failures
-                .first()
-                .map(|f| f as &(dyn std::error::Error + 'static)),
-            Self::Array(e) => Some(e),
-            Self::Description(e) => Some(e),
-            Self::Instances(e) => Some(e),
-            Self::Group { source, .. } => Some(&**source),
-            _ => None,
-        }
-    }
-}
-
 impl From<crate::pages::OutOfMemory> for SessionError {
     fn from(e: crate::pages::OutOfMemory) -> Self {
         Self::HostMemory(e)
-    }
-}
-
-impl From<crate::instance::InstanceError> for SessionError {
-    fn from(e: crate::instance::InstanceError) -> Self {
-        Self::Instances(e)
-    }
-}
-
-impl From<TransportError> for SessionError {
-    fn from(e: TransportError) -> Self {
-        Self::Transport(e)
-    }
-}
-
-impl From<ArrayError> for SessionError {
-    fn from(e: ArrayError) -> Self {
-        Self::Array(e)
-    }
-}
-
-impl From<BadDescription> for SessionError {
-    fn from(e: BadDescription) -> Self {
-        Self::Description(e)
     }
 }

@@ -97,7 +97,7 @@ use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, ValueKind, MAX_C
 
 pub use crate::array::{byte_len, ArrayError, ArrayView, ArrayViewMut, HostArray, HostValue};
 pub use claims::BadDescription;
-pub use error::{Command, SessionError, WorkerFailure};
+pub use error::{Command, SessionError, WorkerFailure, WorkerFailures};
 pub use value::CallArg;
 
 use state::{alloc_request, State};

@@ -12,7 +12,6 @@
 //! a mismatch with the reference. [`Dataset::record`] fingerprints the samples, so that a
 //! resumed run can tell it is given the data its checkpoint was trained on.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::TensorView;
@@ -44,11 +43,16 @@ pub struct Dataset {
 }
 
 /// Why a data file cannot be used.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// The file is not a regular file, or cannot be read.
-    Input(InputError),
+    #[error("cannot read {0}")]
+    Input(#[source] InputError),
     /// Spirals of classes or samples outside the bounds.
+    #[error(
+        "spirals have 2 to {MAX_CLASSES} classes and as many samples as classes to \
+         {MAX_SAMPLES}, not {samples} samples of {classes} classes"
+    )]
     Spirals {
         /// Samples asked for.
         samples: usize,
@@ -56,6 +60,7 @@ pub enum DataError {
         classes: usize,
     },
     /// The file is not safetensors.
+    #[error("{} is not a safetensors file: {source}", .path.display())]
     Format {
         /// The file.
         path: PathBuf,
@@ -63,6 +68,7 @@ pub enum DataError {
         source: safetensors::SafeTensorError,
     },
     /// A tensor is missing or has the wrong type or shape.
+    #[error("{}: tensor `{name}` must be {rule}", .path.display())]
     Tensor {
         /// The file.
         path: PathBuf,
@@ -72,8 +78,14 @@ pub enum DataError {
         rule: &'static str,
     },
     /// A batch's arrays could not be built.
-    Shape(ArrayError),
+    #[error("a batch of the data: {0}")]
+    Shape(#[source] ArrayError),
     /// An input no run trains from: NaN, infinite, or of magnitude 2^64 or more.
+    #[error(
+        "{}: tensor `{tensor}` holds {value} at row {row}, column {column}; every input must be \
+         finite and of magnitude below 2^64 (1.8e19)",
+        .path.display()
+    )]
     NotFinite {
         /// The file.
         path: PathBuf,
@@ -87,60 +99,16 @@ pub enum DataError {
         value: f32,
     },
     /// A label outside `[0, 65536)`, or fewer than two classes.
+    #[error(
+        "{}: labels must lie in [0, 65536) and name at least 2 classes (found {value})",
+        .path.display()
+    )]
     Labels {
         /// The file.
         path: PathBuf,
         /// The offending label (or the largest one).
         value: i64,
     },
-}
-
-impl fmt::Display for DataError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Spirals { samples, classes } => write!(
-                f,
-                "spirals have 2 to {MAX_CLASSES} classes and as many samples as classes to \
-                 {MAX_SAMPLES}, not {samples} samples of {classes} classes"
-            ),
-            Self::Input(e) => write!(f, "cannot read {e}"),
-            Self::NotFinite {
-                path,
-                tensor,
-                row,
-                column,
-                value,
-            } => write!(
-                f,
-                "{}: tensor `{tensor}` holds {value} at row {row}, column {column}; every \
-                 input must be finite and of magnitude below 2^64 (1.8e19)",
-                path.display()
-            ),
-            Self::Format { path, source } => {
-                write!(f, "{} is not a safetensors file: {source}", path.display())
-            }
-            Self::Tensor { path, name, rule } => {
-                write!(f, "{}: tensor `{name}` must be {rule}", path.display())
-            }
-            Self::Shape(e) => write!(f, "a batch of the data: {e}"),
-            Self::Labels { path, value } => write!(
-                f,
-                "{}: labels must lie in [0, 65536) and name at least 2 classes (found {value})",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for DataError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Input(e) => Some(e),
-            Self::Format { source, .. } => Some(source),
-            Self::Shape(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 impl Dataset {

@@ -1,7 +1,6 @@
 //! Why talking to a device failed: one typed case per way it can fail, each naming the
 //! replica and the request where there is one.
 
-use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -12,11 +11,13 @@ use super::ring::RingError;
 use super::spawn::{self, FirmwareError};
 
 /// Why a request, a step or a placement failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// The link could not be read or written, or a pipe or socket could not be made.
-    Io(io::Error),
+    #[error("link error: {0}")]
+    Io(#[from] io::Error),
     /// A program (a device process, QEMU, defmt-print) could not be started.
+    #[error("device {replica}: cannot start {}: {source}", .program.display())]
     Spawn {
         /// The replica it was to serve.
         replica: u32,
@@ -26,22 +27,30 @@ pub enum TransportError {
         source: io::Error,
     },
     /// The firmware for the QEMU placement is missing or is not the device firmware.
-    Firmware(FirmwareError),
+    #[error("{0}")]
+    Firmware(#[from] FirmwareError),
     /// The device closed its link.
+    #[error("device {replica} closed its link")]
     Closed {
         /// The replica.
         replica: u32,
     },
     /// A message ring to or from a device of a process share broke its rules (full,
     /// corrupt): the link is unusable.
+    #[error("device {replica}'s message ring: {error}")]
     Ring {
         /// The replica.
         replica: u32,
         /// The rule broken.
+        #[source]
         error: RingError,
     },
     /// A message under a request's number that is no reply to it (a contribution to a
     /// reduction).
+    #[error(
+        "device {replica} sent a contribution to a reduction under request {seq}, where its \
+         reply was due"
+    )]
     NotAReply {
         /// The replica.
         replica: u32,
@@ -49,6 +58,10 @@ pub enum TransportError {
         seq: u32,
     },
     /// The device's process (or QEMU) exited before it answered.
+    #[error(
+        "device {replica} ({program}) exited ({status}) before it answered{}",
+        qemu_hint(.program)
+    )]
     Exited {
         /// The replica.
         replica: u32,
@@ -59,6 +72,11 @@ pub enum TransportError {
     },
     /// Still working on a request past the deadline for one request (its busy line high,
     /// or its process on a core): busy, not dead.
+    #[error(
+        "device {replica} has been working on {request:?} for {:.1} s without answering: it is \
+         busy, not dead, but past the deadline for one request",
+        .waited.as_secs_f64()
+    )]
     Busy {
         /// The replica.
         replica: u32,
@@ -69,6 +87,7 @@ pub enum TransportError {
     },
     /// The device's process is stopped (SIGSTOP, a debugger): it cannot answer until it is
     /// continued.
+    #[error("device {replica} is stopped (SIGSTOP or a debugger) and cannot answer {request:?}")]
     Stopped {
         /// The replica.
         replica: u32,
@@ -77,6 +96,7 @@ pub enum TransportError {
     },
     /// No reply after every attempt while the device was not working on anything: what it
     /// was sent does not reach it, or its answers do not reach the host.
+    #[error("device {replica} did not answer {request:?} after {attempts} attempts")]
     Timeout {
         /// The replica.
         replica: u32,
@@ -86,15 +106,18 @@ pub enum TransportError {
         attempts: u32,
     },
     /// The device answered with an error.
+    #[error("device {replica} refused {request:?}: {code}")]
     Device {
         /// The replica.
         replica: u32,
         /// The request.
         request: RequestKind,
         /// Why.
+        #[source]
         code: ErrorCode,
     },
     /// The device speaks another protocol version.
+    #[error("device {replica} speaks protocol version {device}, this host {host}")]
     Version {
         /// The replica.
         replica: u32,
@@ -104,6 +127,7 @@ pub enum TransportError {
         host: u16,
     },
     /// The device answered with a reply of the wrong type for the request.
+    #[error("device {replica} answered {request:?} with {reply}")]
     UnexpectedReply {
         /// The replica.
         replica: u32,
@@ -114,6 +138,10 @@ pub enum TransportError {
     },
     /// A reply was claimed for a sequence number that is not in flight (never sent, or
     /// already claimed).
+    #[error(
+        "request {seq} to device {replica} is not in flight (never sent, or its reply was \
+         claimed)"
+    )]
     NotInFlight {
         /// The replica.
         replica: u32,
@@ -121,6 +149,10 @@ pub enum TransportError {
         seq: u32,
     },
     /// A request does not fit the device's frame (the device would drop it unread).
+    #[error(
+        "a {request:?} frame of {bytes} bytes exceeds device {replica}'s maximum frame of {max} \
+         bytes"
+    )]
     TooLarge {
         /// The replica.
         replica: u32,
@@ -132,6 +164,7 @@ pub enum TransportError {
         max: usize,
     },
     /// A local replica index with no channel.
+    #[error("no local replica {local} (there are {replicas})")]
     NoReplica {
         /// The index asked for.
         local: usize,
@@ -139,6 +172,7 @@ pub enum TransportError {
         replicas: usize,
     },
     /// A size or offset that the protocol's 32-bit fields cannot carry.
+    #[error("{what} {value} does not fit the protocol's 32 bits")]
     Overflow {
         /// What it is.
         what: &'static str,
@@ -147,6 +181,9 @@ pub enum TransportError {
     },
     /// A device's memory outside what the host gives a device it places (checked before
     /// anything starts).
+    #[error(
+        "a device's memory is {min} to {max} bytes per replica, not {bytes}; nothing was started"
+    )]
     DeviceMemory {
         /// Bytes asked for.
         bytes: usize,
@@ -157,6 +194,10 @@ pub enum TransportError {
     },
     /// A device located a target's bytes outside the memory it shares with the host: a
     /// device that breaks its own layout, refused before a byte moves.
+    #[error(
+        "replica {replica} puts {len} bytes of {target} at {at}, outside the {memory} bytes of \
+         memory it shares with the host"
+    )]
     OutsideMemory {
         /// The replica.
         replica: u32,
@@ -183,138 +224,12 @@ impl TransportError {
     }
 }
 
-impl fmt::Display for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Io(e) => write!(f, "link error: {e}"),
-            Self::Spawn {
-                replica,
-                program,
-                source,
-            } => write!(
-                f,
-                "device {replica}: cannot start {}: {source}",
-                program.display()
-            ),
-            Self::Firmware(e) => e.fmt(f),
-            Self::Closed { replica } => write!(f, "device {replica} closed its link"),
-            Self::Ring { replica, error } => write!(f, "device {replica}'s message ring: {error}"),
-            Self::NotAReply { replica, seq } => write!(
-                f,
-                "device {replica} sent a contribution to a reduction under request {seq}, \
-                 where its reply was due"
-            ),
-            Self::Exited {
-                replica,
-                program,
-                status,
-            } => {
-                write!(f, "device {replica} ({program}) exited ({status}) before it answered")?;
-                if *program == spawn::QEMU {
-                    f.write_str(": is the firmware the tessera device (tessera-firmware)?")?;
-                }
-                Ok(())
-            }
-            Self::Busy {
-                replica,
-                request,
-                waited,
-            } => write!(
-                f,
-                "device {replica} has been working on {request:?} for {:.1} s without answering: \
-                 it is busy, not dead, but past the deadline for one request",
-                waited.as_secs_f64()
-            ),
-            Self::Stopped { replica, request } => write!(
-                f,
-                "device {replica} is stopped (SIGSTOP or a debugger) and cannot answer {request:?}"
-            ),
-            Self::Timeout {
-                replica,
-                request,
-                attempts,
-            } => write!(
-                f,
-                "device {replica} did not answer {request:?} after {attempts} attempts"
-            ),
-            Self::Device {
-                replica,
-                request,
-                code,
-            } => write!(f, "device {replica} refused {request:?}: {code}"),
-            Self::Version {
-                replica,
-                device,
-                host,
-            } => write!(
-                f,
-                "device {replica} speaks protocol version {device}, this host {host}"
-            ),
-            Self::UnexpectedReply {
-                replica,
-                request,
-                reply,
-            } => write!(f, "device {replica} answered {request:?} with {reply}"),
-            Self::TooLarge {
-                replica,
-                request,
-                bytes,
-                max,
-            } => write!(
-                f,
-                "a {request:?} frame of {bytes} bytes exceeds device {replica}'s maximum frame of {max} bytes"
-            ),
-            Self::NotInFlight { replica, seq } => write!(
-                f,
-                "request {seq} to device {replica} is not in flight (never sent, or its reply was claimed)"
-            ),
-            Self::NoReplica { local, replicas } => {
-                write!(f, "no local replica {local} (there are {replicas})")
-            }
-            Self::Overflow { what, value } => {
-                write!(f, "{what} {value} does not fit the protocol's 32 bits")
-            }
-            Self::DeviceMemory { bytes, min, max } => write!(
-                f,
-                "a device's memory is {min} to {max} bytes per replica, not {bytes}; \
-                 nothing was started"
-            ),
-            Self::OutsideMemory {
-                replica,
-                target,
-                at,
-                len,
-                memory,
-            } => write!(
-                f,
-                "replica {replica} puts {len} bytes of {target} at {at}, outside the {memory} \
-                 bytes of memory it shares with the host"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for TransportError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io(e) | Self::Spawn { source: e, .. } => Some(e),
-            Self::Firmware(e) => Some(e),
-            Self::Ring { error, .. } => Some(error),
-            Self::Device { code, .. } => Some(code),
-            _ => None,
-        }
-    }
-}
-
-impl From<io::Error> for TransportError {
-    fn from(e: io::Error) -> Self {
-        Self::Io(e)
-    }
-}
-
-impl From<FirmwareError> for TransportError {
-    fn from(e: FirmwareError) -> Self {
-        Self::Firmware(e)
+/// [`TransportError::Exited`]'s hint for QEMU: a firmware that is not the device's.
+fn qemu_hint(program: &str) -> &'static str {
+    if program == spawn::QEMU {
+        ": is the firmware the tessera device (tessera-firmware)?"
+    } else {
+        ""
     }
 }
 

@@ -76,9 +76,10 @@ pub(crate) fn share_rings(index: usize) -> (usize, usize) {
 }
 
 /// Why a ring refused a message, or what it found broken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
     /// The message (length word included) does not fit the free space.
+    #[error("a message of {bytes} bytes does not fit the ring's {free} free bytes")]
     Full {
         /// Bytes the message takes.
         bytes: usize,
@@ -86,6 +87,7 @@ pub enum RingError {
         free: usize,
     },
     /// The next message is longer than the buffer it is to be copied into: it was skipped.
+    #[error("a message of {length} bytes is longer than the {room} bytes it is read into")]
     TooLong {
         /// The message's length.
         length: usize,
@@ -94,6 +96,7 @@ pub enum RingError {
     },
     /// The counters say more is unread than the ring holds, or less than nothing: the
     /// other side broke the rules (or the memory is not a ring).
+    #[error("its counters say {written} bytes written and {read} read, past its capacity")]
     Counters {
         /// Bytes ever written.
         written: u64,
@@ -101,11 +104,13 @@ pub enum RingError {
         read: u64,
     },
     /// The unread bytes are fewer than a length word.
+    #[error("{available} bytes unread, fewer than a message's length word")]
     Truncated {
         /// Bytes unread.
         available: usize,
     },
     /// A length word names more bytes than were written.
+    #[error("the ring names a message of {length} bytes where {available} bytes are written")]
     Corrupt {
         /// The length it names.
         length: usize,
@@ -114,38 +119,9 @@ pub enum RingError {
     },
     /// The ring does not lie in its memory (`RingSender::new` and `RingReceiver::new`
     /// refuse such a ring: this cannot come from one they made).
+    #[error("the ring does not lie in its shared memory")]
     Misplaced,
 }
-
-impl std::fmt::Display for RingError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            Self::Full { bytes, free } => write!(
-                f,
-                "a message of {bytes} bytes does not fit the ring's {free} free bytes"
-            ),
-            Self::TooLong { length, room } => write!(
-                f,
-                "a message of {length} bytes is longer than the {room} bytes it is read into"
-            ),
-            Self::Counters { written, read } => write!(
-                f,
-                "its counters say {written} bytes written and {read} read, past its capacity"
-            ),
-            Self::Truncated { available } => write!(
-                f,
-                "{available} bytes unread, fewer than a message's length word"
-            ),
-            Self::Corrupt { length, available } => write!(
-                f,
-                "the ring names a message of {length} bytes where {available} bytes are written"
-            ),
-            Self::Misplaced => write!(f, "the ring does not lie in its shared memory"),
-        }
-    }
-}
-
-impl std::error::Error for RingError {}
 
 impl From<RingError> for io::Error {
     fn from(e: RingError) -> Self {

@@ -60,7 +60,6 @@
 //!   atomics and its copies never race here.
 
 use std::cell::Cell;
-use std::fmt;
 use std::fs::File;
 use std::io;
 use std::marker::PhantomData;
@@ -99,9 +98,10 @@ unsafe impl Send for SharedMemory {}
 unsafe impl Sync for SharedMemory {}
 
 /// Why [`SharedMemory::split_mut`] refused a set of ranges: nothing was split.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SplitError {
     /// A range that is not all in the memory (or runs backwards).
+    #[error("bytes {range:?} are not all in {len} bytes of memory")]
     Outside {
         /// The range.
         range: Range<usize>,
@@ -109,21 +109,9 @@ pub(crate) enum SplitError {
         len: usize,
     },
     /// Two ranges that share bytes.
+    #[error("bytes {0:?} and {1:?} overlap")]
     Overlap(Range<usize>, Range<usize>),
 }
-
-impl fmt::Display for SplitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Outside { range, len } => {
-                write!(f, "bytes {range:?} are not all in {len} bytes of memory")
-            }
-            Self::Overlap(a, b) => write!(f, "bytes {a:?} and {b:?} overlap"),
-        }
-    }
-}
-
-impl std::error::Error for SplitError {}
 
 impl SharedMemory {
     /// A new anonymous shared-memory file of `len` bytes (zeroed; pages are only backed

@@ -1,7 +1,6 @@
 //! Why a load failed: one case per rule, naming the file, the tensor, the shapes and the
 //! rule.
 
-use std::fmt;
 use std::path::PathBuf;
 
 use safetensors::{Dtype, SafeTensorError};
@@ -13,9 +12,10 @@ use crate::input::InputError;
 use crate::session::SessionError;
 
 /// Why a load failed. See the module documentation.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file cannot be read.
+    #[error("cannot read {}: {source}", .file.display())]
     Read {
         /// The file.
         file: PathBuf,
@@ -23,8 +23,13 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The file was refused (not a regular file) or could not be read.
-    Input(InputError),
+    #[error("cannot load {0}")]
+    Input(#[from] InputError),
     /// The header claims more bytes than the file holds.
+    #[error(
+        "{}: the header claims {claimed} bytes for {part}; the file has {actual}",
+        .file.display()
+    )]
     Claim {
         /// The file.
         file: PathBuf,
@@ -37,6 +42,7 @@ pub enum LoadError {
     },
     /// The tensors could not be read from the file into the workers' registers (the
     /// load's registers were freed).
+    #[error("{}: reading the tensors into the workers: {source}", .file.display())]
     Fill {
         /// The file.
         file: PathBuf,
@@ -46,6 +52,7 @@ pub enum LoadError {
     },
     /// Not a well-formed safetensors file: truncated, a corrupt header, offsets that do not
     /// cover the data.
+    #[error("{} is not a valid safetensors file: {source}", .file.display())]
     Format {
         /// The file.
         file: PathBuf,
@@ -53,6 +60,10 @@ pub enum LoadError {
         source: SafeTensorError,
     },
     /// An element type tessera has no [`DataType`] for.
+    #[error(
+        "{}: tensor {tensor:?} is {dtype}, which tessera has no element type for",
+        .file.display()
+    )]
     Dtype {
         /// The file.
         file: PathBuf,
@@ -62,6 +73,10 @@ pub enum LoadError {
         dtype: Dtype,
     },
     /// A rule names a tensor the file does not hold.
+    #[error(
+        "{}: a rule ({rule}) names tensor {tensor:?}, which the file does not hold",
+        .file.display()
+    )]
     UnknownTensor {
         /// The file.
         file: PathBuf,
@@ -71,6 +86,11 @@ pub enum LoadError {
         rule: ShardRule,
     },
     /// A split on a dimension the tensor does not have.
+    #[error(
+        "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule}: it has {} dimensions",
+        .file.display(),
+        .shape.len()
+    )]
     NoDim {
         /// The file.
         file: PathBuf,
@@ -82,6 +102,11 @@ pub enum LoadError {
         rule: ShardRule,
     },
     /// A split whose dimension is not a multiple of the workers it spans.
+    #[error(
+        "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule} across {workers} workers: the \
+         dimension does not divide into {workers} equal parts",
+        .file.display()
+    )]
     Indivisible {
         /// The file.
         file: PathBuf,
@@ -96,6 +121,10 @@ pub enum LoadError {
     },
     /// A shape a register cannot hold (too many dimensions, one over `u32::MAX`, a byte
     /// size that overflows) or bytes that do not match it.
+    #[error(
+        "{}: tensor {tensor:?} of shape {shape:?} does not fit a register: {source}",
+        .file.display()
+    )]
     Shape {
         /// The file.
         file: PathBuf,
@@ -108,6 +137,7 @@ pub enum LoadError {
     },
     /// [`load_presharded`](crate::session::Session::load_presharded) takes exactly one
     /// file per worker.
+    #[error("presharded loading takes one file per worker: {files} files for {workers} workers")]
     FileCount {
         /// Files given.
         files: usize,
@@ -115,6 +145,12 @@ pub enum LoadError {
         workers: usize,
     },
     /// Presharded files that do not hold the same tensor names.
+    #[error(
+        "{} (worker {worker}) has no tensor {tensor:?}, which {} holds: presharded files must \
+         hold the same tensors",
+        .file.display(),
+        .other.display()
+    )]
     ShardMissing {
         /// The file without the tensor.
         file: PathBuf,
@@ -126,6 +162,15 @@ pub enum LoadError {
         other: PathBuf,
     },
     /// A presharded tensor whose type or shape differs from worker 0's.
+    #[error(
+        "{} (worker {worker}): tensor {tensor:?} is {} of shape {:?}, worker 0's is {} of shape \
+         {:?}: presharded parts must be equal",
+        .file.display(),
+        .found.0,
+        .found.1,
+        .expected.0,
+        .expected.1
+    )]
     ShardMismatch {
         /// The file.
         file: PathBuf,
@@ -139,6 +184,7 @@ pub enum LoadError {
         expected: (DataType, Vec<usize>),
     },
     /// Writing a tensor failed on a worker; the load's registers were freed.
+    #[error("{}: loading tensor {tensor:?} failed: {source}", .file.display())]
     Worker {
         /// The file the tensor came from.
         file: PathBuf,
@@ -150,153 +196,11 @@ pub enum LoadError {
     },
     /// The session could not take the load (shut down, every register id in use, a broken
     /// link, or an earlier command that failed and is reported here first).
+    #[error("cannot load {}: {source}", .file.display())]
     Session {
         /// The file being loaded.
         file: PathBuf,
         /// Why.
         source: SessionError,
     },
-}
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Read { file, source } => write!(f, "cannot read {}: {source}", file.display()),
-            Self::Input(e) => write!(f, "cannot load {e}"),
-            Self::Claim {
-                file,
-                part,
-                claimed,
-                actual,
-            } => write!(
-                f,
-                "{}: the header claims {claimed} bytes for {part}; the file has {actual}",
-                file.display()
-            ),
-            Self::Fill { file, source } => write!(
-                f,
-                "{}: reading the tensors into the workers: {source}",
-                file.display()
-            ),
-            Self::Format { file, source } => {
-                write!(
-                    f,
-                    "{} is not a valid safetensors file: {source}",
-                    file.display()
-                )
-            }
-            Self::Dtype {
-                file,
-                tensor,
-                dtype,
-            } => write!(
-                f,
-                "{}: tensor {tensor:?} is {dtype}, which tessera has no element type for",
-                file.display()
-            ),
-            Self::UnknownTensor { file, tensor, rule } => write!(
-                f,
-                "{}: a rule ({rule}) names tensor {tensor:?}, which the file does not hold",
-                file.display()
-            ),
-            Self::NoDim {
-                file,
-                tensor,
-                shape,
-                rule,
-            } => write!(
-                f,
-                "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule}: it has {} dimensions",
-                file.display(),
-                shape.len()
-            ),
-            Self::Indivisible {
-                file,
-                tensor,
-                shape,
-                rule,
-                workers,
-            } => write!(
-                f,
-                "{}: tensor {tensor:?} of shape {shape:?} cannot be {rule} across {workers} \
-                 workers: the dimension does not divide into {workers} equal parts",
-                file.display()
-            ),
-            Self::Shape {
-                file,
-                tensor,
-                shape,
-                source,
-            } => write!(
-                f,
-                "{}: tensor {tensor:?} of shape {shape:?} does not fit a register: {source}",
-                file.display()
-            ),
-            Self::FileCount { files, workers } => write!(
-                f,
-                "presharded loading takes one file per worker: {files} files for {workers} workers"
-            ),
-            Self::ShardMissing {
-                file,
-                worker,
-                tensor,
-                other,
-            } => write!(
-                f,
-                "{} (worker {worker}) has no tensor {tensor:?}, which {} holds: presharded files \
-                 must hold the same tensors",
-                file.display(),
-                other.display()
-            ),
-            Self::ShardMismatch {
-                file,
-                worker,
-                tensor,
-                found,
-                expected,
-            } => write!(
-                f,
-                "{} (worker {worker}): tensor {tensor:?} is {} of shape {:?}, worker 0's is {} of \
-                 shape {:?}: presharded parts must be equal",
-                file.display(),
-                found.0,
-                found.1,
-                expected.0,
-                expected.1
-            ),
-            Self::Worker {
-                file,
-                tensor,
-                source,
-            } => write!(
-                f,
-                "{}: loading tensor {tensor:?} failed: {source}",
-                file.display()
-            ),
-            Self::Session { file, source } => {
-                write!(f, "cannot load {}: {source}", file.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for LoadError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Read { source, .. } => Some(source),
-            Self::Input(e) => Some(e),
-            Self::Fill { source, .. } => Some(&**source),
-            Self::Format { source, .. } => Some(source),
-            Self::Shape { source, .. } => Some(source),
-            Self::Worker { source, .. } => Some(&**source),
-            Self::Session { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
-
-impl From<InputError> for LoadError {
-    fn from(e: InputError) -> Self {
-        Self::Input(e)
-    }
 }

@@ -4,7 +4,6 @@
 //! (`thumbv7em-none-eabihf`) runs on `mps2-an386` (Cortex-M4F, floats in hardware), any
 //! other on `mps2-an385` (Cortex-M3, floats in software routines).
 
-use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -15,9 +14,13 @@ use crate::input::{Input, InputError};
 pub(in crate::transport) const QEMU: &str = "qemu-system-arm";
 
 /// What is wrong with the firmware or the tools the QEMU placement needs.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FirmwareError {
     /// The firmware file cannot be read.
+    #[error(
+        "cannot read the firmware {}: {source} ({BUILD_FIRMWARE})",
+        .path.display()
+    )]
     Unreadable {
         /// The path given.
         path: PathBuf,
@@ -25,13 +28,20 @@ pub enum FirmwareError {
         source: io::Error,
     },
     /// The firmware file was refused (not a regular file) or could not be read.
-    Refused(InputError),
+    #[error("cannot read the firmware: {0} ({BUILD_FIRMWARE})")]
+    Refused(#[source] InputError),
     /// The file is not a 32-bit little-endian ARM ELF executable.
+    #[error(
+        "{} is not the device firmware: it is not a 32-bit ARM ELF executable \
+         ({BUILD_FIRMWARE})",
+        .path.display()
+    )]
     NotArmElf {
         /// The path given.
         path: PathBuf,
     },
     /// A program the placement runs is not on the `PATH`.
+    #[error("the QEMU placement needs `{tool}` on the PATH ({install})")]
     MissingTool {
         /// Its name.
         tool: &'static str,
@@ -96,37 +106,6 @@ pub fn board_of(firmware: &Path) -> Result<Board, FirmwareError> {
     } else {
         Board::An385
     })
-}
-
-impl fmt::Display for FirmwareError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unreadable { path, source } => write!(
-                f,
-                "cannot read the firmware {}: {source} ({BUILD_FIRMWARE})",
-                path.display()
-            ),
-            Self::Refused(e) => write!(f, "cannot read the firmware: {e} ({BUILD_FIRMWARE})"),
-            Self::NotArmElf { path } => write!(
-                f,
-                "{} is not the device firmware: it is not a 32-bit ARM ELF executable ({BUILD_FIRMWARE})",
-                path.display()
-            ),
-            Self::MissingTool { tool, install } => {
-                write!(f, "the QEMU placement needs `{tool}` on the PATH ({install})")
-            }
-        }
-    }
-}
-
-impl std::error::Error for FirmwareError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Unreadable { source, .. } => Some(source),
-            Self::Refused(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 /// Checks, before anything starts, that `firmware` is a 32-bit little-endian ARM ELF
