@@ -83,29 +83,6 @@ pub(super) fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<(u64,
     Some((number, body))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Catches an answer that does not survive the trip (or loses its number), and garbage
-    /// or another kind of message taken for one.
-    #[test]
-    fn messages_survive_the_trip_and_garbage_is_none() {
-        let failed = FromRank::Failed(RankFailure::NotMapped { member: 1 });
-        let back: Option<(u64, FromRank)> = decode(&encode(7, &failed));
-        assert!(matches!(
-            back,
-            Some((7, FromRank::Failed(RankFailure::NotMapped { member: 1 })))
-        ));
-        assert!(matches!(
-            decode(&encode(8, &ToRank::Finish)),
-            Some((8, ToRank::Finish))
-        ));
-        assert!(decode::<FromRank>(b"\xff\x00not json").is_none());
-        assert!(decode::<ToRank>(&encode(1, &FromRank::Done)).is_none());
-    }
-}
-
 impl From<Part> for ToRank {
     fn from(part: Part) -> Self {
         Self::Collective(part)
@@ -127,5 +104,28 @@ impl From<Moves> for ToRank {
 impl From<FillPart> for ToRank {
     fn from(part: FillPart) -> Self {
         Self::Fill(part)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches an answer that does not survive the trip (or loses its number), and garbage
+    /// or another kind of message taken for one.
+    #[test]
+    fn messages_survive_the_trip_and_garbage_is_none() {
+        let failed = FromRank::Failed(RankFailure::NotMapped { member: 1 });
+        let back: Option<(u64, FromRank)> = decode(&encode(7, &failed));
+        assert!(matches!(
+            back,
+            Some((7, FromRank::Failed(RankFailure::NotMapped { member: 1 })))
+        ));
+        assert!(matches!(
+            decode(&encode(8, &ToRank::Finish)),
+            Some((8, ToRank::Finish))
+        ));
+        assert!(decode::<FromRank>(b"\xff\x00not json").is_none());
+        assert!(decode::<ToRank>(&encode(1, &FromRank::Done)).is_none());
     }
 }
