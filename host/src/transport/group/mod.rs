@@ -3,13 +3,15 @@
 //!
 //! A group's operations move bytes between [`Place`]s — a span of a target (a register, a
 //! slot, a FIFO) on one member: read and write ([`Group::read`], [`Group::write`]), reduce
-//! sources into destinations ([`Group::reduce`]), and assemble destinations from pieces of
-//! sources ([`Group::assemble`]: broadcast, scatter, gather, allgather, copies from member
-//! to member). The caller (a session) says *what* moves; the group alone decides *how*.
+//! sources into destinations ([`Group::reduce`]), assemble destinations from pieces of
+//! sources ([`Group::broadcast`], [`Group::scatter`], [`Group::gather`],
+//! [`Group::allgather`], and [`Group::copy`] from member to member: `spread`), and fill
+//! places from a file ([`Group::fill`]). The caller (a session) says *what* moves; the group
+//! alone decides *how*.
 //!
 //! # Paths
 //!
-//! Chosen once per operation, in [`Group::path`], the first that every place allows:
+//! Chosen once per operation, in `Group::path`, the first that every place allows:
 //!
 //! 1. **In place**: every member's memory is mapped by the host (device threads and child
 //!    processes) and every place lies in it, as its device locates it. The group moves the
