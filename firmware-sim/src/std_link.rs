@@ -21,17 +21,11 @@ use crate::link::{Incoming, Messages};
 /// machine, more than a whole request: while traffic flows, both ends stay awake; an idle
 /// end sleeps after this long.
 ///
-/// Measured with the train bench (`cargo bench -p tessera-host --bench train`, 2-core VM,
-/// 2026-12-02; default job, 4 device threads and the host on 2 cores, samples/s):
-/// looking and yielding for 200 µs, 0.87 M; for 20 µs, 0.55 M; sleeping at once, 0.09 M;
-/// spinning without yielding for 20 µs, 0.11 M, for 50 µs, 0.004 M (four spinning device
-/// threads starve the ones that work). The yield is what makes the spin cheap: a waiting
-/// thread hands its core to one that has work. The cost that remains is the number of
-/// messages a step exchanges, not how each is waited for. Measured again once device
-/// threads were pooled (at most one per core) and a batch's rounds sent together, with
-/// `tessera train`: the host sleeping at once instead of looking made the default job with
-/// micro-batches of 32 run at 0.85 M samples/s instead of 2.13 M, the 64 → 64 → 10 one at
-/// 0.32 M instead of 0.41 M.
+/// The yield is what makes the spin cheap: a waiting thread hands its core to one that has
+/// work (spinning without yielding starved the device threads that work, and sleeping at
+/// once ran the default job at a tenth of the speed; the train bench's figures are in the
+/// README, "A program"). The cost that remains is the number of messages a step exchanges,
+/// not how each is waited for.
 pub const SPIN: Duration = Duration::from_micros(200);
 
 /// The next item on `incoming` within `limit` (`None`: wait as long as it takes): looked for

@@ -378,6 +378,6 @@ pub enum HostValue {
     Str(String),
     /// A shape.
     Shape(Vec<u32>),
-    /// An array (f32 tensors come back as f32 arrays of one dimension).
+    /// An array.
     Array(HostArray),
 }

@@ -27,9 +27,10 @@
 //! - [`train`]: the main job (`tessera train`): a model trained on the simulated accelerator
 //!   and checked against the host reference.
 //! - [`transport`]: channels to devices in every placement, with deadlines and retries.
-// `unsafe` lives in two modules, `transport::shared` (the shared-memory mapping) and
-// `pages` (advice to back large buffers by huge pages), which allow it item by item with
-// a SAFETY note each.
+// `unsafe` lives in `transport::shared` (its `mapping`, the shared-memory mapping;
+// `ring_memory`, a ring's atomic words and copies; `stream`, the streaming stores) and in
+// `pages` (advice to back large buffers by huge pages), which allow it item by item with a
+// SAFETY note each.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -27,7 +27,7 @@
 //! bytes. A device refuses a hello of any other version with [`ErrorCode::Version`] (naming
 //! its own); the host sends nothing else before its hello is accepted, and reports the
 //! refusal as an error naming both versions. Every change to the bytes of a message bumps the version
-//! (`core/tests/wire_golden.rs` pins the bytes and the version together). Between bumps,
+//! (`core/tests/suite/wire_golden/` pins the bytes and the version together). Between bumps,
 //! new variants go at the end of their enum, so that a bump is needed only when an old
 //! one changes; at a bump the enums may be cleaned up and renumbered at once.
 //!

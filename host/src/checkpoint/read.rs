@@ -215,13 +215,35 @@ pub(super) fn load(
     expected: Option<&Expected>,
 ) -> Result<Checkpoint, CheckpointError> {
     let mut header = read_header(path, expected)?;
+    let (read, computed) = read_tensors(path, &mut header)?;
+    check_checksum(header.recorded, computed)?;
+    let fields = fields(&header.meta)?;
+    let (weights, optimizer) = arrays(read)?;
+    Ok(Checkpoint {
+        fingerprint: fields.fingerprint,
+        replicas: fields.replicas,
+        step: fields.step,
+        seed: fields.seed,
+        rng: fields.rng,
+        weights,
+        optimizer,
+        layouts: fields.layouts,
+        data: fields.data,
+    })
+}
+
+/// Every tensor of `header`, read in file order while a second thread digests them in name
+/// order as they become ready; returns them by name, with the checksum computed.
+fn read_tensors(
+    path: &Path,
+    header: &mut Header,
+) -> Result<(BTreeMap<String, Tensor>, u32), CheckpointError> {
     let mut rest = header.meta.clone();
     rest.remove("checksum");
-    // Tensors are read in file order and digested in name order, as they become ready.
     let mut by_name: Vec<String> = header.tensors.iter().map(|(n, _, _)| n.clone()).collect();
     by_name.sort();
     let mut read: BTreeMap<String, Tensor> = BTreeMap::new();
-    let input = &mut header.input;
+    let (input, tensors) = (&mut header.input, &header.tensors);
     let computed = std::thread::scope(|scope| -> Result<u32, CheckpointError> {
         let (send, receive) = mpsc::channel::<(String, Tensor)>();
         let digest = scope.spawn(move || {
@@ -232,23 +254,8 @@ pub(super) fn load(
             digest.finish()
         });
         let mut next = 0;
-        for (name, info, shape) in &header.tensors {
-            let (start, end) = info.data_offsets;
-            // Within the file (checked with the header): read into spare capacity, no pass
-            // zeroing the buffer first.
-            let want = end - start;
-            let mut data = Vec::new();
-            data.try_reserve_exact(want).map_err(|_| {
-                CheckpointError::Input(crate::input::InputError::TooLarge {
-                    path: path.to_owned(),
-                    size: want as u64,
-                    limit: isize::MAX as u64,
-                    what: "checkpoint tensor held in memory",
-                })
-            })?;
-            input
-                .read_into(want as u64, &mut data)
-                .map_err(CheckpointError::Input)?;
+        for (name, info, shape) in tensors {
+            let data = read_tensor(path, input, info)?;
             read.insert(name.clone(), (info.dtype, shape.clone(), Arc::new(data)));
             while let Some((name, tensor)) = by_name.get(next).and_then(|n| Some((n, read.get(n)?)))
             {
@@ -265,13 +272,45 @@ pub(super) fn load(
             })
         })
     })?;
-    if computed != header.recorded {
-        return Err(CheckpointError::Checksum {
-            recorded: header.recorded,
-            computed,
-        });
+    Ok((read, computed))
+}
+
+/// The bytes of the tensor `info` describes, read from where `input` stands.
+fn read_tensor(
+    path: &Path,
+    input: &mut Input,
+    info: &TensorInfo,
+) -> Result<Vec<u8>, CheckpointError> {
+    let (start, end) = info.data_offsets;
+    // Within the file (checked with the header): read into spare capacity, no pass
+    // zeroing the buffer first.
+    let want = end - start;
+    let mut data = Vec::new();
+    data.try_reserve_exact(want).map_err(|_| {
+        CheckpointError::Input(crate::input::InputError::TooLarge {
+            path: path.to_owned(),
+            size: want as u64,
+            limit: isize::MAX as u64,
+            what: "checkpoint tensor held in memory",
+        })
+    })?;
+    input
+        .read_into(want as u64, &mut data)
+        .map_err(CheckpointError::Input)?;
+    Ok(data)
+}
+
+/// The checksum the bytes gave against the one the file records.
+fn check_checksum(recorded: u32, computed: u32) -> Result<(), CheckpointError> {
+    if computed != recorded {
+        return Err(CheckpointError::Checksum { recorded, computed });
     }
-    let fields = fields(&header.meta)?;
+    Ok(())
+}
+
+/// The tensors read as arrays, each checked for values no run trains from: the weights by
+/// name, and the optimizer's velocities (`optimizer/NAME/velocity`) by variable.
+fn arrays(read: BTreeMap<String, Tensor>) -> Result<(WeightsIo, WeightsIo), CheckpointError> {
     let (mut weights, mut optimizer) = (WeightsIo::new(), WeightsIo::new());
     for (name, (dtype, shape, data)) in read {
         let array = HostArray::shared(data_type(dtype), &shape, data)
@@ -285,17 +324,7 @@ pub(super) fn load(
             None => weights.insert(name, array),
         };
     }
-    Ok(Checkpoint {
-        fingerprint: fields.fingerprint,
-        replicas: fields.replicas,
-        step: fields.step,
-        seed: fields.seed,
-        rng: fields.rng,
-        weights,
-        optimizer,
-        layouts: fields.layouts,
-        data: fields.data,
-    })
+    Ok((weights, optimizer))
 }
 
 /// Checks the checkpoint in `path` as [`load`] does, holding no tensor: their bytes go
@@ -326,13 +355,7 @@ pub(super) fn scan(path: &Path) -> Result<Summary, CheckpointError> {
             left -= n;
         }
     }
-    let computed = digest.finish();
-    if computed != header.recorded {
-        return Err(CheckpointError::Checksum {
-            recorded: header.recorded,
-            computed,
-        });
-    }
+    check_checksum(header.recorded, digest.finish())?;
     let fields = fields(&header.meta)?;
     Ok(Summary {
         fingerprint: fields.fingerprint,
@@ -351,11 +374,6 @@ pub(super) fn scan(path: &Path) -> Result<Summary, CheckpointError> {
 
 /// The metadata's values, each against the rule it must keep (see the module's rules).
 fn fields(meta: &BTreeMap<String, String>) -> Result<Fields, CheckpointError> {
-    let impossible = |entry, value: &dyn ToString, rule: String| CheckpointError::Impossible {
-        entry,
-        value: value.to_string(),
-        rule,
-    };
     let fingerprint = hex64(entry(meta, "fingerprint")?, "fingerprint")?;
     let replicas: usize = parse(entry(meta, "replicas")?, "replicas")?;
     if !(1..=MAX_REPLICAS).contains(&replicas) {
@@ -368,6 +386,34 @@ fn fields(meta: &BTreeMap<String, String>) -> Result<Fields, CheckpointError> {
         return Err(impossible("step", &step, rule));
     }
     let seed = parse(entry(meta, "seed")?, "seed")?;
+    Ok(Fields {
+        fingerprint,
+        replicas,
+        step,
+        seed,
+        rng: rng_state(meta, replicas)?,
+        layouts: meta
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("layout/")?.to_string(), v.clone())))
+            .collect(),
+        data: data_record(meta)?,
+    })
+}
+
+/// A value no run writes, `value` of `entry`, refused for `rule`.
+fn impossible(entry: &'static str, value: &dyn ToString, rule: String) -> CheckpointError {
+    CheckpointError::Impossible {
+        entry,
+        value: value.to_string(),
+        rule,
+    }
+}
+
+/// The replicas' RNG state: [`RNG_WORDS`] words for each of `replicas`, none all zeros.
+fn rng_state(
+    meta: &BTreeMap<String, String>,
+    replicas: usize,
+) -> Result<Vec<u32>, CheckpointError> {
     let rng = entry(meta, "rng")?
         .split(',')
         .filter(|w| !w.is_empty())
@@ -393,40 +439,32 @@ fn fields(meta: &BTreeMap<String, String>) -> Result<Fields, CheckpointError> {
             rule,
         ));
     }
-    let data = match (meta.get(DATA_SAMPLES), meta.get(DATA_FINGERPRINT)) {
-        (None, None) => None,
-        (samples, fingerprint) => {
-            let samples: u64 = parse(
-                samples.ok_or(CheckpointError::NotACheckpoint {
-                    entry: DATA_SAMPLES,
-                })?,
-                DATA_SAMPLES,
-            )?;
-            if samples == 0 {
-                let rule = "a run trains on at least one sample".to_string();
-                return Err(impossible(DATA_SAMPLES, &samples, rule));
-            }
-            let fingerprint = fingerprint.ok_or(CheckpointError::NotACheckpoint {
-                entry: DATA_FINGERPRINT,
-            })?;
-            Some(DataRecord {
-                samples,
-                fingerprint: hex64(fingerprint, DATA_FINGERPRINT)?,
-            })
-        }
+    Ok(rng)
+}
+
+/// The data record, when the metadata has one: both its entries, at least one sample.
+fn data_record(meta: &BTreeMap<String, String>) -> Result<Option<DataRecord>, CheckpointError> {
+    let (samples, fingerprint) = match (meta.get(DATA_SAMPLES), meta.get(DATA_FINGERPRINT)) {
+        (None, None) => return Ok(None),
+        pair => pair,
     };
-    Ok(Fields {
-        fingerprint,
-        replicas,
-        step,
-        seed,
-        rng,
-        layouts: meta
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("layout/")?.to_string(), v.clone())))
-            .collect(),
-        data,
-    })
+    let samples: u64 = parse(
+        samples.ok_or(CheckpointError::NotACheckpoint {
+            entry: DATA_SAMPLES,
+        })?,
+        DATA_SAMPLES,
+    )?;
+    if samples == 0 {
+        let rule = "a run trains on at least one sample".to_string();
+        return Err(impossible(DATA_SAMPLES, &samples, rule));
+    }
+    let fingerprint = fingerprint.ok_or(CheckpointError::NotACheckpoint {
+        entry: DATA_FINGERPRINT,
+    })?;
+    Ok(Some(DataRecord {
+        samples,
+        fingerprint: hex64(fingerprint, DATA_FINGERPRINT)?,
+    }))
 }
 
 fn entry<'a>(

@@ -53,7 +53,8 @@ pub(super) fn alloc_request(
     })
 }
 
-/// The element type and shape of the array a description names (a tensor is flat `f32`).
+/// The element type and shape of the array a description names; any other value is
+/// [`SessionError::NotAnArray`].
 pub(super) fn array_shape(
     worker: usize,
     id: u16,

@@ -22,17 +22,15 @@
 //! - Only the waits between a training runtime's host and its device processes follow these
 //!   rules. Among a process's own device threads any server serves any ready device, so a
 //!   server held behind another task's time slice delays only itself (the same rule there
-//!   measured 0.5–0.6× beside two busy loops). A session's process per worker shares the
-//!   cores with the other workers, whose yields hand a core back at once: there a sleeping
-//!   worker paid a wake-up at every call (call and sync of four workers beside two busy
-//!   loops took 63–99 µs with a first version of the rule, 34–50 µs without it). The MPI
-//!   post office, which cannot sleep on an incoming message, keeps yielding.
+//!   slowed them beside busy loops). A session's process per worker shares the cores with
+//!   the other workers, whose yields hand a core back at once: there a sleeping worker paid
+//!   a wake-up at every call (a call and sync beside busy loops took up to twice as long
+//!   with the rule). The MPI post office, which cannot sleep on an incoming message, keeps
+//!   yielding.
 //!
-//! Measured (`tessera train --placement process`, default job, 2-core VM, 2026-12-03, runs
-//! alternated with the waits before these rules, medians): beside two busy loops 38 k
-//! samples/s before, 753 k after (five rounds); alone, 40 steps 1.00× and 1.01× (twelve and
-//! ten rounds), 2,000 steps 1.00×; beside one busy loop 0.90× and 1.19× (five and six
-//! rounds). Holding the core on the first late yield cost the 40-step job 0.64–0.98×.
+//! With these rules the default job in child processes beside two busy loops ran about 20×
+//! faster (38 k against 753 k samples/s), and alone as fast as before; the runs, and what
+//! holding the core on the first late yield cost, are in the README ("A program").
 
 use std::cell::Cell;
 use std::thread;

@@ -21,10 +21,10 @@
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
 //! - [`fault`]: links that damage or delay bytes, for tests.
 //! - [`run_device`]: the device side, for threads and `tessera device`.
-//! - `shared`: memory shared with a device — the whole memory of a
-//!   device thread or child process, which the host reads and writes in place while the
-//!   device is idle (`Channel::device_memory`), and a child's bulk window (the one module
-//!   with `unsafe`).
+//! - `shared`: memory shared with a device — the whole memory of a device thread or child
+//!   process, which the host reads and writes in place while the device is idle
+//!   (`Channel::device_memory`), a child's bulk window, and a ring's memory (with `pages`,
+//!   the only modules with `unsafe`).
 
 mod channel;
 pub mod children;

@@ -63,9 +63,8 @@ pub const IDLE: Duration = Duration::from_millis(1);
 /// How long after its last message the office keeps looking without sleeping (yielding its
 /// core between looks). An incoming message cannot wake a sleeping office (MPI has no
 /// descriptor to wait on), so a reply arriving while it sleeps waits for the end of the
-/// step. Measured with the `ranks` bench (2-core VM, 2026-12-02, call + sync of 4 workers
-/// on 2 ranks): looking for 200 µs, 3,392 µs per call + sync (every reply waited for a
-/// sleep step); for 5 ms, 42 µs; for 50 ms, 43 µs.
+/// step: with a look of 200 µs every reply of a call + sync waited for one (the `ranks`
+/// bench's figures are in the README, "Across hosts").
 pub const LOOK: Duration = Duration::from_millis(5);
 
 /// How often an office with `deadline` sends each watched peer a heartbeat: a quarter of

@@ -1,8 +1,8 @@
 //! A file on the machine running QEMU, through semihosting: the window bulk bytes pass
 //! through (one trap moves a whole array, where the UART moves one byte per poll).
 //!
-//! With `mmio`, one of the board's two modules with `unsafe`: each semihosting call is a
-//! `bkpt 0xAB` with its arguments in a block the host reads. `call` is `unsafe` to use
+//! With `mmio` and `wait`, one of the board's modules with `unsafe`: each semihosting call
+//! is a `bkpt 0xAB` with its arguments in a block the host reads. `call` is `unsafe` to use
 //! (the block's addresses must be live buffers); each method builds its block from the
 //! slices and handle it holds, and its SAFETY note argues from those alone.
 

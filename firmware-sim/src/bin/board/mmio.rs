@@ -3,7 +3,8 @@
 //! memory map) that the firmware uses. Safe code elsewhere names a constant and reads or
 //! writes it; it cannot name an address, so it cannot reach memory through this module.
 //!
-//! With `host_file` (semihosting calls), one of the board's two modules with `unsafe`.
+//! With `host_file` (semihosting calls) and `wait` (the receive interrupt's number and its
+//! unmasking), one of the board's modules with `unsafe`.
 //! The argument for it is this module's invariant: **every `Register` holds the address of
 //! a documented, always-mapped, 4-byte aligned 32-bit device register** — true of every
 //! constant below, and no other `Register` can exist, since [`Register::at`] is private

@@ -42,8 +42,8 @@ const TICKS_PER_S: u32 = 100;
 /// Set once both wake-ups are on: without them a sleep could last forever.
 static AWAKENED: AtomicBool = AtomicBool::new(false);
 
-/// Enables the wake-ups, UART0's receive interrupt and a 1 ms SysTick, once the UART is
-/// enabled. Without the core peripherals (taken elsewhere) waits keep spinning.
+/// Enables the wake-ups, UART0's receive interrupt and SysTick at [`TICKS_PER_S`], once the
+/// UART is enabled. Without the core peripherals (taken elsewhere) waits keep spinning.
 pub fn enable() {
     let Some(core) = cortex_m::Peripherals::take() else {
         return;

@@ -174,7 +174,8 @@ impl<'s> Checks<'s> {
                 });
             }
             if target.kind != ValueKind::Array {
-                // A tensor register: it becomes an array of its element count.
+                // Not an array, yet with room for the elements (a string register: no other
+                // value has bytes): it becomes an array of its element count.
                 let shape =
                     [u32::try_from(elements).map_err(|_| crate::array::ArrayError::Overflow)?];
                 let alloc = alloc_request(dst, dtype, &shape)?;

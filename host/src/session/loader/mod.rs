@@ -31,13 +31,14 @@
 //!   full register table, a broken link) the error names the tensor and the worker, the
 //!   load's registers are freed, and the session stays usable.
 //! - **Across MPI ranks** (feature `mpi`), each rank reads only its own workers' parts of
-//!   the file, straight into their memory, after rank 0 has checked the header (`across`).
+//!   the file, straight into their memory, after rank 0 has checked the header (the
+//!   group's fill across ranks, `transport::group::ranks`).
 //! - **Errors name the cause.** A [`LoadError`] names the file, the tensor, its shape and
 //!   the rule. A truncated or corrupt file is a [`LoadError::Format`], never a panic.
 //!
-//! Element types are those safetensors and [`DataType`](tessera_core::dtype::DataType) share: F16, BF16, F32, F64,
-//! I8–I64, U8–U64, BOOL, F8_E4M3 and F8_E5M2; any other is a [`LoadError::Dtype`]. Bytes
-//! are copied as they are: both sides are little-endian.
+//! Element types are those safetensors and [`DataType`](tessera_core::dtype::DataType)
+//! share: F16, BF16, F32, F64, I8–I64, U8–U64, BOOL, F8_E4M3 and F8_E5M2; any other is a
+//! [`LoadError::Dtype`]. Bytes are copied as they are: both sides are little-endian.
 //!
 //! ```
 //! use std::collections::HashMap;

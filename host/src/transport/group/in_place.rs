@@ -12,7 +12,7 @@
 //! Every byte is reached through the mapping's checked ranges (`SharedMemory::range`,
 //! `range_mut`, `split_mut`): an address a device reported is never used unchecked, and the
 //! views several threads write are disjoint (`split_mut` refuses ranges that share a
-//! byte). The only `unsafe` is the mapping's own (`transport::shared`).
+//! byte). The only `unsafe` is the mapping's own (`transport::shared`'s `mapping`).
 
 use std::ops::Range;
 

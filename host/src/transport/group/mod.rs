@@ -3,15 +3,15 @@
 //!
 //! A group's operations move bytes between [`Place`]s — a span of a target (a register, a
 //! slot, a FIFO) on one member: read and write ([`Group::read`], [`Group::write`]), reduce
-//! sources into destinations ([`Group::reduce`]), broadcast, scatter, gather and allgather
-//! in sets of members ([`Set`]), copy from member to member ([`Group::copy`]) and fill from
-//! a file's byte ranges ([`Group::fill`]). The caller (a session) says *what* moves; the
-//! group alone decides *how*.
+//! sources into destinations ([`Group::reduce`]), assemble destinations from pieces of
+//! sources ([`Group::broadcast`], [`Group::scatter`], [`Group::gather`],
+//! [`Group::allgather`], and [`Group::copy`] from member to member: `spread`), and fill
+//! places from a file ([`Group::fill`]). The caller (a session) says *what* moves; the group
+//! alone decides *how*.
 //!
 //! # Paths
 //!
-//! Chosen once per operation, in one function (`Group::path`, after the ways across ranks
-//! are tried), the first that every place allows:
+//! Chosen once per operation, in `Group::path`, the first that every place allows:
 //!
 //! 1. **In place**: every member's memory is mapped by the host (device threads and child
 //!    processes) and every place lies in it, as its device locates it. The group moves the

@@ -353,7 +353,7 @@ fn metadata_value(bytes: &[u8], key: &str) -> std::ops::Range<usize> {
 // The command line
 // ---------------------------------------------------------------------------------------
 
-/// [`job`]'s model on the command line (without `--steps` and `--seed`).
+/// [`resume`]'s small job's model on the command line (without `--steps` and `--seed`).
 const CLI_JOB: [&str; 10] = [
     "--replicas",
     "4",

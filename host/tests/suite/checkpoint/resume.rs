@@ -7,7 +7,7 @@ use super::*;
 // 2. Exact resume
 // ---------------------------------------------------------------------------------------
 
-/// A small `tessera train` job, as [`cli_job`] spells it on the command line.
+/// A small `tessera train` job, as [`CLI_JOB`] spells it on the command line.
 fn job(steps: usize, placement: Placement) -> TrainJob {
     TrainJob {
         placement,

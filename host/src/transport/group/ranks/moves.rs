@@ -111,10 +111,31 @@ pub(crate) fn run(
     limit: Duration,
 ) -> Result<(), RankFailure> {
     let mut first: Option<RankFailure> = None;
-    let mut note = |failure: RankFailure| {
-        first.get_or_insert(failure);
+    let kept = send_sources(me, office, number, moves, memories, &mut first);
+    let inbox = Inbox {
+        office,
+        number,
+        limit,
     };
-    // Every source this rank reads, read first: sent at once, or kept for its destination.
+    write_destinations(me, &inbox, moves, memories, kept, &mut first);
+    match first {
+        None => Ok(()),
+        Some(failure) => Err(failure),
+    }
+}
+
+/// Every source this rank reads, read first (module rules): sent at once to its
+/// destination's rank, or kept — returned with its copy's place in `moves` — when the
+/// destination is this rank's too. A source that cannot be read is sent (or kept) as
+/// zeros; the first failure goes into `first` unless one is there.
+fn send_sources(
+    me: usize,
+    office: &PostOffice,
+    number: u64,
+    moves: &Moves,
+    memories: &[Option<&mut SharedMemory>],
+    first: &mut Option<RankFailure>,
+) -> Vec<(usize, Vec<u8>)> {
     let mut kept: Vec<(usize, Vec<u8>)> = Vec::new();
     for (k, m) in moves.moves.iter().enumerate() {
         let ((from_rank, from_j, src), (to_rank, _, _)) = (m.from, m.to);
@@ -128,7 +149,7 @@ pub(crate) fn run(
         let data = match read {
             Some(bytes) => bytes.to_vec(),
             None => {
-                note(RankFailure::Outside {
+                first.get_or_insert(RankFailure::Outside {
                     member: from_j,
                     at: src,
                     len: m.bytes,
@@ -144,12 +165,35 @@ pub(crate) fn run(
         message.extend_from_slice(&m.index.to_le_bytes());
         message.extend_from_slice(&data);
         if let Err(e) = office.send_bulk(to_rank, message) {
-            note(RankFailure::Send {
+            first.get_or_insert(RankFailure::Send {
                 to: to_rank,
                 reason: e.to_string(),
             });
         }
     }
+    kept
+}
+
+/// Where a rank's copies from other ranks come from: its post office, for command
+/// `number`, each waited for up to `limit`.
+struct Inbox<'a> {
+    office: &'a PostOffice,
+    number: u64,
+    limit: Duration,
+}
+
+/// Every destination on this rank written, in the order of `moves`: from `kept` when its
+/// source is this rank's too, else from the message its source's rank sent. A copy whose
+/// bytes never came, or whose destination is not in its member's memory, is skipped; the
+/// first failure goes into `first` unless one is there.
+fn write_destinations(
+    me: usize,
+    inbox: &Inbox<'_>,
+    moves: &Moves,
+    memories: &mut [Option<&mut SharedMemory>],
+    kept: Vec<(usize, Vec<u8>)>,
+    first: &mut Option<RankFailure>,
+) {
     let mut kept = kept.into_iter().peekable();
     let mut early: HashMap<(usize, u32), Vec<u8>> = HashMap::new();
     for (k, m) in moves.moves.iter().enumerate() {
@@ -163,10 +207,11 @@ pub(crate) fn run(
                 None => continue,
             }
         } else {
-            match receive(office, &mut early, (number, from_rank, m.index), limit) {
+            let copy = (inbox.number, from_rank, m.index);
+            match receive(inbox.office, &mut early, copy, inbox.limit) {
                 Ok(data) => data,
                 Err(failure) => {
-                    note(failure);
+                    first.get_or_insert(failure);
                     continue;
                 }
             }
@@ -177,16 +222,14 @@ pub(crate) fn run(
             .and_then(|memory| memory.range_mut(dst, m.bytes));
         match target {
             Some(target) if data.len() == m.bytes => target.copy_from_slice(&data),
-            _ => note(RankFailure::Outside {
-                member: to_j,
-                at: dst,
-                len: m.bytes,
-            }),
+            _ => {
+                first.get_or_insert(RankFailure::Outside {
+                    member: to_j,
+                    at: dst,
+                    len: m.bytes,
+                });
+            }
         }
-    }
-    match first {
-        None => Ok(()),
-        Some(failure) => Err(failure),
     }
 }
 
