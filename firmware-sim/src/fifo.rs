@@ -177,7 +177,9 @@ impl Fifos {
         self.entry(id).map(|(_, f)| *f)
     }
 
-    /// Appends `data` (see the module's contract).
+    /// Appends `data` (see the module's contract): the tests' push (a step pushes from
+    /// its scratch, [`Fifos::push_from`]; the host places its bytes).
+    #[cfg(test)]
     pub fn push(&mut self, arena: &mut Arena<'_>, id: u16, data: &[u8]) -> Result<(), ErrorCode> {
         let (at, block, start) = self.reserve(id, data.len())?;
         let (first, second) = data.split_at(data.len().min(block.len - start));
@@ -235,7 +237,8 @@ impl Fifos {
 
     /// Checks a move of FIFO `id`'s whole ring from its start by [`Fifos::place`]'s rules
     /// (the host wrote a step's items into the empty FIFO, or read every item of a full
-    /// one), and counts it when `settle`.
+    /// one), and counts it when `settle`: the tests' lookup to compare a walk with.
+    #[cfg(test)]
     pub fn whole(&mut self, id: u16, access: Access, settle: bool) -> Result<(), ErrorCode> {
         let mut walk = self.entry(id)?.0;
         self.whole_walking(&mut walk, id, access, settle)
@@ -324,7 +327,7 @@ impl Fifos {
     }
 
     /// [`Fifos::pop`] when the `items` oldest items lie in one piece before the ring's end
-    /// (what [`Fifos::poppable`] counts), else `None` and nothing changes: a step pops a
+    /// (a pop never wraps it), else `None` and nothing changes: a step pops a
     /// whole pass's items at once where it can, with one lookup.
     pub fn pop_in_one(
         &mut self,
@@ -361,7 +364,8 @@ impl Fifos {
     }
 
     /// Complete items of FIFO `id` that one [`Fifos::pop`] can take: those before the
-    /// ring's end (a pop never wraps it).
+    /// ring's end (a pop never wraps it). The tests'; a step asks [`Fifos::pop_in_one`].
+    #[cfg(test)]
     pub fn poppable(&self, id: u16) -> Result<usize, ErrorCode> {
         let (_, fifo) = self.entry(id)?;
         Ok(fifo.len.min(fifo.depth - fifo.head))
@@ -379,7 +383,8 @@ impl Fifos {
         Ok(())
     }
 
-    /// Forgets every FIFO (their blocks go with the arena's).
+    /// Forgets every FIFO (their blocks go with the arena's): the tests'.
+    #[cfg(test)]
     pub fn clear(&mut self) {
         self.table.clear();
         self.ids.clear();

@@ -112,8 +112,8 @@ impl<'b, const FRAME: usize, const WINDOW: usize> Server<'b, FRAME, WINDOW> {
         Self::keeping(crate::lent::Lent::Borrowed(replies))
     }
 
-    /// Empty buffers, owning the storage its replies are kept in (see [`crate::lent`]): a
-    /// server a host can keep in a struct of its own.
+    /// Empty buffers, owning the storage its replies are kept in (where [`Server::new`]
+    /// lends it): a server a host can keep in a struct of its own.
     #[cfg(feature = "std")]
     pub fn owning(
         replies: std::boxed::Box<[[u8; FRAME]; WINDOW]>,

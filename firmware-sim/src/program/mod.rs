@@ -492,7 +492,7 @@ fn release(arena: &mut Arena<'_>, fifos: &mut Fifos, program: &Program, lanes: u
 mod tests {
     use tessera_core::dtype::DataType;
     use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-    use tessera_core::program::{ids, Layer, Optimizer, Program, Sharding};
+    use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Sharding};
     use tessera_core::shard::Piece;
     use tessera_core::stream::AnchorReturnType;
     use tessera_core::wire::Limits;
@@ -500,6 +500,11 @@ mod tests {
     use super::{holdings, prepare, Prepared};
     use crate::arena::{Arena, Owner};
     use crate::fifo::Fifos;
+    #[cfg(not(feature = "firmware"))]
+    use {
+        super::scratch::{Cut, Scratch},
+        tessera_core::wire::ErrorCode,
+    };
 
     fn piece(src: core::ops::Range<usize>) -> Piece {
         Piece {
@@ -544,11 +549,8 @@ mod tests {
         let labels = p.add_stream("label", DataType::I32, &[1], false).unwrap();
         p.add_layer(Layer::Linear { weight: w }).unwrap();
         p.add_layer(Layer::SoftmaxCrossEntropy { labels }).unwrap();
-        p.add_anchor(
-            tessera_core::program::AnchorTensor::Loss,
-            AnchorReturnType::All,
-        )
-        .unwrap();
+        p.add_anchor(AnchorTensor::Loss, AnchorReturnType::All)
+            .unwrap();
         p
     }
 
@@ -624,5 +626,113 @@ mod tests {
             second.placed.per_lane[1][0].0,
             first.placed.per_lane[1][0].0
         );
+    }
+
+    /// `x[3] → w1[6, 3] → +b1 → ReLU → dropout → w2[4, 6] → +b2 → softmax cross-entropy`,
+    /// 8 micro-batches of 2 samples a batch, its loss and output anchored.
+    #[cfg(not(feature = "firmware"))]
+    fn with_dropout() -> Program {
+        let momentum = Optimizer::SgdMomentum {
+            learning_rate: 0.3,
+            momentum: 0.9,
+        };
+        let mut p = Program::new(2, 8, momentum);
+        p.micro_batch_size = 2;
+        let none = GroupingSpec::Comm(CommGroup::None);
+        let one = RetrievalMode::OnePerGroup;
+        let mut var = |name, shape: &[u32]| {
+            p.add_variable(name, shape, none, one, Sharding::None)
+                .unwrap()
+        };
+        let (w1, b1, w2, b2) = (
+            var("w1", &[6, 3]),
+            var("b1", &[6]),
+            var("w2", &[4, 6]),
+            var("b2", &[4]),
+        );
+        p.input = p.add_stream("x", DataType::F32, &[3], false).unwrap();
+        let labels = p.add_stream("label", DataType::I32, &[1], false).unwrap();
+        for layer in [
+            Layer::Linear { weight: w1 },
+            Layer::Bias { bias: b1 },
+            Layer::Relu,
+            Layer::Dropout { rate: 0.25 },
+            Layer::Linear { weight: w2 },
+            Layer::Bias { bias: b2 },
+            Layer::SoftmaxCrossEntropy { labels },
+        ] {
+            p.add_layer(layer).unwrap();
+        }
+        p.add_anchor(AnchorTensor::Loss, AnchorReturnType::All)
+            .unwrap();
+        p.add_anchor(AnchorTensor::Output, AnchorReturnType::EveryN(2))
+            .unwrap();
+        p
+    }
+
+    /// The largest arena [`pass_in`] tries.
+    #[cfg(not(feature = "firmware"))]
+    const MEMORY: usize = 1 << 16;
+
+    /// The micro-batches a pass of `program`, prepared alone on one replica in an arena of
+    /// `memory` bytes, computes; `None` when it does not fit there.
+    #[cfg(not(feature = "firmware"))]
+    fn pass_in(program: &Program, memory: usize) -> Option<usize> {
+        #[repr(align(8))]
+        struct Aligned([u8; MEMORY]);
+        let mut buffer = Aligned([0; MEMORY]);
+        let mut bytes = &mut buffer.0[..memory];
+        let mut arena = Arena::new(&mut bytes);
+        let limits = Limits {
+            memory: memory as u32,
+            max_frame: 1 << 16,
+            replica: 0,
+            lanes: 1,
+            window: 1,
+        };
+        let prepared = prepare(
+            &mut arena,
+            &mut Fifos::default(),
+            program.clone(),
+            1,
+            &limits,
+            &mut None,
+        );
+        match prepared {
+            Ok(prepared) => Some(prepared.scratch.chunk()),
+            Err(ErrorCode::OutOfMemory { .. }) => None,
+            Err(code) => panic!("{code}"),
+        }
+    }
+
+    /// Catches a wide pass that takes memory later requests need: its block may grow the
+    /// single pass's by at most a quarter of what the program leaves free.
+    #[cfg(not(feature = "firmware"))]
+    #[test]
+    fn a_wide_pass_leaves_three_quarters_of_the_free_memory() {
+        let p = with_dropout();
+        // One replica: no rounds to cut.
+        let cut = Cut {
+            rounds: &[],
+            exchanges: &[],
+            lanes: 1,
+        };
+        let wide = Scratch::passing(&p, 1, 8, cut).unwrap().bytes();
+        let extra = wide - Scratch::new(&p, 1, cut).unwrap().bytes();
+        // The smallest arena the program fits (within 16 bytes).
+        let (mut fits, mut fails) = (MEMORY, 0);
+        while fits - fails > 16 {
+            let mid = (fits + fails) / 2;
+            match pass_in(&p, mid) {
+                Some(_) => fits = mid,
+                None => fails = mid,
+            }
+        }
+        assert_eq!(pass_in(&p, fits), Some(1), "no room to spare: one a pass");
+        // Room for the pass of 8, but not for four times its extra bytes: a narrower one.
+        let pass = pass_in(&p, fits + 2 * extra).unwrap();
+        assert!((2..8).contains(&pass), "a pass of {pass}");
+        assert!(fits + 5 * extra <= MEMORY);
+        assert_eq!(pass_in(&p, fits + 5 * extra), Some(8));
     }
 }

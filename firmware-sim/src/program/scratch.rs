@@ -58,7 +58,9 @@ use tessera_core::program::{
 
 /// Most rows a pass of several micro-batches computes: enough to amortise the walk over
 /// the program (32 single samples run as fast as one micro-batch of 32), few enough that
-/// the block stays small.
+/// the block stays small. (Not in the firmware binary, which computes one micro-batch a
+/// pass: module doc.)
+#[cfg(not(feature = "firmware"))]
 pub const PASS_ROWS: usize = 32;
 
 /// A range of the scratch block, in elements.
@@ -139,7 +141,8 @@ impl Scratch {
     }
 
     /// The micro-batches per pass `program` allows, largest first (module doc): each a
-    /// divisor of its accumulation, the last 1.
+    /// divisor of its accumulation, the last 1. (Not in the firmware binary: module doc.)
+    #[cfg(not(feature = "firmware"))]
     pub fn passes(program: &Program) -> impl Iterator<Item = usize> {
         let a = program.accumulation as usize;
         let dropouts = (program.layers.iter())
@@ -464,6 +467,42 @@ mod tests {
             p.add_layer(layer).unwrap();
         }
         p
+    }
+
+    /// `x[3] → w[4, 3] → dropout × dropouts → squared error`, 8 micro-batches of 2 samples
+    /// a batch.
+    #[cfg(not(feature = "firmware"))]
+    fn dropping(dropouts: usize) -> Program {
+        let mut p = Program::new(1, 8, Optimizer::Sgd { learning_rate: 0.1 });
+        p.micro_batch_size = 2;
+        let g = GroupingSpec::Comm(CommGroup::None);
+        let one = RetrievalMode::OnePerGroup;
+        let w = p
+            .add_variable("w", &[4, 3], g, one, Sharding::None)
+            .unwrap();
+        p.add_stream("x", DataType::F32, &[3], false).unwrap();
+        let t = p.add_stream("t", DataType::F32, &[4], false).unwrap();
+        p.add_layer(Layer::Linear { weight: w }).unwrap();
+        for _ in 0..dropouts {
+            p.add_layer(Layer::Dropout { rate: 0.25 }).unwrap();
+        }
+        p.add_layer(Layer::MeanSquaredError { targets: t }).unwrap();
+        p
+    }
+
+    /// Catches passes over a program with two dropout layers: a pass would draw the first
+    /// layer's masks for all its micro-batches before the second's, where single
+    /// micro-batches draw both for one micro-batch, then both for the next. With one, every
+    /// divisor of the accumulation within [`PASS_ROWS`] is a pass, largest first.
+    #[cfg(not(feature = "firmware"))]
+    #[test]
+    fn two_dropout_layers_allow_one_micro_batch_a_pass() {
+        let passes = |dropouts| -> heapless::Vec<usize, 8> {
+            assert_eq!(dropping(dropouts).check(1), Ok(()));
+            Scratch::passes(&dropping(dropouts)).collect()
+        };
+        assert_eq!(passes(1).as_slice(), [8, 4, 2, 1]);
+        assert_eq!(passes(2).as_slice(), [1]);
     }
 
     /// Catches an exchange whose rounds are not side by side in the block: with `b1`

@@ -4,9 +4,10 @@
 //! One thread per device put 64 threads on 2 cores, and every wait in a step became a
 //! context switch or a yield (a third of a step's time went to the scheduler). A device
 //! never waits inside a request — a step runs in legs, each ending at an exchange
-//! ([`tessera_firmware_sim::program::step`]) — so one thread can serve many: each device
-//! has a queue of mail, and a device with mail waits on the pool's *ready queue* until one
-//! of the pool's *servers* takes it and serves its mail ([`serve_pending`]).
+//! ([`Device::start_step`](tessera_firmware_sim::Device::start_step)) — so one thread can
+//! serve many: each device has a queue of mail, and a device with mail waits on the pool's
+//! *ready queue* until one of the pool's *servers* takes it and serves its mail
+//! ([`serve_pending`]).
 //!
 //! A training step made that three threads on two cores: the host, waiting for the
 //! devices' contributions, took a core's turn at every look. So the host's own thread may
