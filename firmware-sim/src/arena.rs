@@ -68,8 +68,8 @@ pub struct Block {
 ///
 /// Both methods must return the same bytes — same address, same length — at every call:
 /// block offsets are remembered between calls. A device's memory is `Send`, so that a host
-/// may move a device to the thread that serves it or keep it among its own parts (see
-/// [`crate::lent`]).
+/// may move a device to the thread that serves it or keep it among its own parts (with
+/// `std`, a device may own its memory: `Device::owning`).
 pub trait Memory {
     /// The bytes, to read.
     fn view(&self) -> &[u8];
@@ -216,11 +216,6 @@ impl<'a> Arena<'a> {
     /// Frees `owner`'s block, if any.
     pub fn free_block(&mut self, owner: Owner) {
         self.blocks.retain(|b| b.owner != owner);
-    }
-
-    /// Frees every block.
-    pub fn clear(&mut self) {
-        self.blocks.clear();
     }
 
     /// `owner`'s block.

@@ -9,13 +9,21 @@
 //! (`tessera device`) and on bare metal.
 //!
 //! For SPMD sessions (a controller and its workers, as in TVM Disco) the device keeps
-//! [`registers`] of integers, floats, shapes, strings and arrays of any dtype, and runs
-//! named [`functions`] on them: the built-ins the session scenarios need (`add_one`,
-//! `transpose`, `matmul`, `gelu`, …) and any you add. A firmware built on this crate
-//! registers its own kernels with [`Device::with_functions`]; the [`functions`] module doc
-//! shows how, and `examples/custom_kernel.rs` builds a device with a `double` kernel and
-//! calls it through [`Device::handle`]
+//! registers (up to [`MAX_REGISTERS`]) of integers, floats, shapes, strings and arrays of
+//! any dtype, and runs named [`functions`] on them: the built-ins the session scenarios
+//! need (`add_one`, `transpose`, `matmul`, `gelu`, …) and any you add. A firmware built on
+//! this crate registers its own kernels with [`Device::with_functions`]; the [`functions`]
+//! module doc shows how, and `examples/custom_kernel.rs` builds a device with a `double`
+//! kernel and calls it through [`Device::handle`]
 //! (`cargo run -p tessera-firmware-sim --example custom_kernel`).
+//!
+//! # What is public
+//!
+//! The device, its serve loop and what they take and give ([`Device`], [`Server`],
+//! [`serve()`], [`Memory`], [`Clock`], [`Messages`], …), the [`functions`] a firmware
+//! extends the device with, and with `std` the host's links (`std_link`). Everything
+//! else — the arena, the FIFOs, the register file, the reply cache, the prepared program
+//! and its step — is the crate's own, each module stating its rules.
 //!
 //! # Panics
 //!
@@ -28,25 +36,33 @@
 #[cfg(feature = "std")]
 extern crate std;
 
-pub mod arena;
-pub mod clock;
-pub mod device;
-pub mod divisor;
-pub mod fifo;
+// Everything below is the device's own: only what the re-exports after it name is public.
+pub(crate) mod arena;
+pub(crate) mod clock;
+pub(crate) mod device;
+pub(crate) mod divisor;
+pub(crate) mod fifo;
 pub mod functions;
-pub mod lent;
-pub mod link;
-pub mod program;
-pub mod registers;
-pub mod reply_cache;
-pub mod serve;
-pub mod shift;
+pub(crate) mod lent;
+pub(crate) mod link;
+pub(crate) mod program;
+pub(crate) mod registers;
+pub(crate) mod reply_cache;
+pub(crate) mod serve;
+pub(crate) mod shift;
 
-pub use arena::Memory;
+pub use arena::{Access, Memory};
 pub use clock::Clock;
-pub use device::{CycleCounter, Device};
+pub use device::{CycleCounter, Device, Progress};
 pub use link::{Framed, Framing, Incoming, Messages};
-pub use serve::{serve, serve_messages, serve_pending, LinkLimits, ServeError, Server};
+/// The training step's dot product, public so that a host's baseline can run the same
+/// arithmetic as the device.
+pub use program::math::dot;
+pub use registers::MAX_REGISTERS;
+pub use serve::{
+    serve, serve_messages, serve_pending, LinkLimits, ServeError, Server, REDUCE_ATTEMPTS,
+    REDUCE_DEADLINE_MS,
+};
 
 #[cfg(feature = "std")]
 pub mod std_link;

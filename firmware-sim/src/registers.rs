@@ -295,11 +295,6 @@ impl Registers {
         free_block(arena, Owner::Register(id));
     }
 
-    /// Forgets every register (their blocks go with the arena's).
-    pub fn clear(&mut self) {
-        self.table.clear();
-    }
-
     /// Stores an inline value (not a string or array) in register `id`; 0 discards
     /// it.
     pub fn set_inline(

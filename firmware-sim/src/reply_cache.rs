@@ -74,7 +74,9 @@ impl<const FRAME: usize, const WINDOW: usize> core::fmt::Debug for ReplyCache<'_
 }
 
 impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> {
-    /// Nothing kept, in `replies`; the first request sets the numbering.
+    /// Nothing kept, in `replies`; the first request sets the numbering. (The server makes
+    /// its cache with [`ReplyCache::in_storage`]: this is the tests'.)
+    #[cfg(test)]
     pub fn new(replies: &'b mut [[u8; FRAME]; WINDOW]) -> Self {
         Self::in_storage(Lent::Borrowed(replies))
     }

@@ -425,7 +425,7 @@ impl Plain {
 /// The device's own dot product (eight lanes in a fixed order), so that both sides run
 /// the same arithmetic and the ratio measures the runtime, not a kernel.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    tessera_firmware_sim::program::math::dot(a, b)
+    tessera_firmware_sim::dot(a, b)
 }
 
 fn axpy(y: &mut [f32], a: f32, x: &[f32]) {

@@ -174,8 +174,8 @@ impl<'a> Device<'a> {
         }
     }
 
-    /// Replica `replica` owning its `memory` and cycle counter (see [`crate::lent`]): a
-    /// device a host can keep in a struct of its own.
+    /// Replica `replica` owning its `memory` and cycle counter (where [`Device::new`] lends
+    /// them): a device a host can keep in a struct of its own.
     #[cfg(feature = "std")]
     pub fn owning(
         replica: u32,

@@ -67,8 +67,9 @@ impl Device<'_> {
         self.leg(Cursor::new(), None)
     }
 
-    /// Micro-batches the prepared program computes a pass ([`scratch`](crate::program::scratch)'s
-    /// rule), if one is prepared: for a host that checks the pass a device chose.
+    /// Micro-batches the prepared program computes a pass (the step's scratch rule: as
+    /// many as fit, computed to the same bits as one at a time), if one is prepared: for a
+    /// host that checks the pass a device chose.
     #[cfg(not(feature = "firmware"))]
     pub fn pass(&self) -> Option<usize> {
         self.prepared.as_ref().map(|p| p.scratch.chunk())

@@ -48,17 +48,18 @@
 //!
 //! # Test kernels
 //!
-//! [`TEST_KERNELS`] holds functions that exist only to make tests fail on purpose:
+//! `TEST_KERNELS` holds functions that exist only to make tests fail on purpose:
 //!
 //! | name | arguments | result |
 //! |---|---|---|
 //! | `fail_on_replica` | int `r` | [`ErrorCode::BadArguments`] on replica `r`, else `r` |
 //!
-//! They are not built in: a device opts in with [`Device::with_functions`](crate::Device::with_functions)
-//! (`with_functions(TEST_KERNELS)`), so the firmware never ships them. Devices the host
-//! spawns itself (threads and child processes, which a test cannot hand a table) search
-//! them after the built-ins when this crate's `test-kernels` feature is on; the host
-//! enables it only as a dev-dependency, so only its test builds have them.
+//! They are test code: built only for this crate's unit tests and with its `test-kernels`
+//! feature, so the firmware never ships them. With the feature, every device searches
+//! them after the built-ins, so that devices the host spawns itself (threads and child
+//! processes, which a test cannot hand a table) have them; the host enables it only as a
+//! dev-dependency, so only its test builds do. A test that builds its own device hands it
+//! a failing function of its own ([`Device::with_functions`](crate::Device::with_functions)).
 //!
 //! # Your own kernels
 //!
@@ -204,11 +205,13 @@ pub const BUILTINS: &[(&str, Function)] = &[
     ("matmul", linalg::matmul),
 ];
 
-/// Kernels for tests only (see the module doc): not in [`BUILTINS`].
+/// Kernels for tests only (see the module doc): not in [`BUILTINS`], and built only for
+/// this crate's unit tests and with the `test-kernels` feature.
+#[cfg(any(test, feature = "test-kernels"))]
 pub const TEST_KERNELS: &[(&str, Function)] = &[("fail_on_replica", scalar::fail_on_replica)];
 
 /// The function called `name`: from `user` first, then the built-ins (then, with the
-/// `test-kernels` feature, [`TEST_KERNELS`]).
+/// `test-kernels` feature, `TEST_KERNELS`: module doc).
 pub fn lookup(user: &[(&str, Function)], name: &str) -> Result<Function, ErrorCode> {
     let found = find(user, name).or_else(|| find(BUILTINS, name));
     #[cfg(feature = "test-kernels")]
@@ -242,6 +245,20 @@ mod tests {
         for (name, _) in TEST_KERNELS {
             assert_eq!(lookup(&[], name).err(), Some(ErrorCode::UnknownFunction));
             assert!(lookup(TEST_KERNELS, name).is_ok());
+        }
+    }
+
+    /// Scenario 26 on the device: `fail_on_replica(2)` fails on replica 2 only.
+    #[test]
+    fn fail_on_replica_fails_on_that_replica_only() {
+        let f = lookup(TEST_KERNELS, "fail_on_replica").unwrap();
+        for replica in 0..4 {
+            let args = Args::new(&[tessera_core::wire::Value::Int(2)], replica).unwrap();
+            match f(&args) {
+                Ok(Output::Int(r)) => assert!(replica != 2 && r == 2, "replica {replica}"),
+                Ok(other) => panic!("replica {replica}: {other:?}"),
+                Err(code) => assert!(replica == 2 && code == ErrorCode::BadArguments),
+            }
         }
     }
 

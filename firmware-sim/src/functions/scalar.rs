@@ -68,7 +68,9 @@ pub(super) fn shape_extend(args: &Args<'_>) -> Result<Output, ErrorCode> {
 }
 
 /// `fail_on_replica(r)`: fails with [`ErrorCode::BadArguments`] on replica `r` and returns
-/// `r` on every other replica (a function that fails on one worker).
+/// `r` on every other replica (a function that fails on one worker). A test kernel: built
+/// only where [`TEST_KERNELS`](super::TEST_KERNELS) is.
+#[cfg(any(test, feature = "test-kernels"))]
 pub(super) fn fail_on_replica(args: &Args<'_>) -> Result<Output, ErrorCode> {
     args.expect(1)?;
     let r = args.int(0)?;

@@ -55,7 +55,7 @@ fn held_pieces(
             return Ok(());
         }
         let replica = (prepared.replicas, prepared.replica + lane);
-        return super::shard_pieces(&prepared.program, replica, i, each);
+        return super::holdings::shard_pieces(&prepared.program, replica, i, each);
     }
     let held = prepared.held.get(i).ok_or(broken(Invariant::Sharding))?;
     held.iter().copied().for_each(&mut each);

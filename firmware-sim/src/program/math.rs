@@ -8,7 +8,7 @@ use tessera_core::rng::Rng;
 pub const LANES: usize = 8;
 
 /// `a · b` over the shorter length, in a fixed order: element `i` of each whole block of
-/// [`LANES`] is added to lane `i mod LANES`, the lanes are then added pairwise
+/// `LANES` (8) is added to lane `i mod 8`, the lanes are then added pairwise
 /// (`((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`), and the elements past the last
 /// whole block one by one. The lanes are independent sums, so the loop runs in vector
 /// registers (one sum in order would wait on every addition); the order is fixed, so the

@@ -41,7 +41,7 @@
 //!
 //! A step fails on what the host can get wrong: an empty stream FIFO, a full anchor FIFO,
 //! a combination of the wrong length, a label outside the classes. Everything else it
-//! relies on, [`prepare`](super::prepare) set up; finding any of that broken is
+//! relies on, [`prepare`](fn@super::prepare) set up; finding any of that broken is
 //! [`ErrorCode::Internal`] naming the [`Invariant`] and its site, a device bug, answered
 //! instead of a panic.
 //!

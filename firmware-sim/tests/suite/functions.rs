@@ -8,20 +8,35 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::{
     Arg, Array, ErrorCode, Request, Response, Target, Value, ValueKind, MAX_SHAPE_RANK,
 };
-use tessera_firmware_sim::functions::{Args, Function, Output, TEST_KERNELS};
-use tessera_firmware_sim::registers::MAX_REGISTERS;
-use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
+use tessera_firmware_sim::functions::{Args, Function, Output};
+use tessera_firmware_sim::{CycleCounter, Device, LinkLimits, MAX_REGISTERS};
 
 const LINK: LinkLimits = LinkLimits {
     max_frame: 1024,
     window: 1,
 };
 
+/// A function that fails on one worker, as the device's test kernel of that name (built
+/// only for its unit tests and with its `test-kernels` feature) does:
+/// `fail_on_replica(r)` fails with [`ErrorCode::BadArguments`] on replica `r` and returns
+/// `r` on every other replica.
+fn fail_on_replica(args: &Args<'_>) -> Result<Output, ErrorCode> {
+    args.expect(1)?;
+    let r = args.int(0)?;
+    if r == i64::from(args.replica()) {
+        return Err(ErrorCode::BadArguments);
+    }
+    Ok(Output::Int(r))
+}
+
+/// The functions every device of these tests has besides the built-ins.
+const TEST_KERNELS: &[(&str, Function)] = &[("fail_on_replica", fail_on_replica)];
+
 /// Runs `f` on a fresh device of replica `replica` with `memory` bytes of arena.
 fn with_device<R>(replica: u32, memory: usize, f: impl FnOnce(&mut Device<'_>) -> R) -> R {
     let mut arena = &mut vec![0u8; memory][..];
     let cycles = CycleCounter::new();
-    // Opted in to the test kernels (`fail_on_replica`), which no device has built in.
+    // Opted in to a failing function, which no device has built in.
     let mut device = Device::new(replica, &mut arena, LINK, &cycles).with_functions(TEST_KERNELS);
     f(&mut device)
 }
@@ -385,7 +400,9 @@ fn missing_functions_are_clean_errors() {
     });
 }
 
-/// Scenario 26 on the device: `fail_on_replica(2)` fails on replica 2 only.
+/// Scenario 26 through the device: a user function that fails on replica 2 fails there
+/// only, as an error reply naming the call (the device's own `fail_on_replica` is checked
+/// by its unit tests).
 #[test]
 fn fail_on_replica_fails_on_that_replica_only() {
     for replica in 0..4 {

@@ -8,7 +8,7 @@ use tessera_core::program::lanes::in_lane;
 use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Reduction, Sharding};
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{ErrorCode, ReduceOp, Request, Response, Target};
-use tessera_firmware_sim::device::Progress;
+use tessera_firmware_sim::Progress;
 use tessera_firmware_sim::{CycleCounter, Device, Memory};
 
 use crate::support::WIDE_LINK as LINK;

@@ -9,7 +9,7 @@ use crate::support;
 use support::{combined, frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
 use tessera_core::wire::{Request, Target};
-use tessera_firmware_sim::serve::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
+use tessera_firmware_sim::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
 
 /// The step's sequence number in these scripts: it follows the 8 set-up requests (the
 /// device runs requests strictly in order).

@@ -6,9 +6,7 @@ use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{ErrorCode, Request, Response, Target};
-use tessera_firmware_sim::arena::Access;
-use tessera_firmware_sim::program::scratch::{Cut, Scratch};
-use tessera_firmware_sim::{CycleCounter, Device};
+use tessera_firmware_sim::{Access, CycleCounter, Device};
 
 use crate::support::WIDE_LINK as LINK;
 
@@ -335,7 +333,8 @@ fn a_pass_of_micro_batches_trains_to_the_same_bits_as_one_at_a_time() {
 
 /// Catches passes over a program with two dropout layers: a pass would draw the first
 /// layer's masks for all its micro-batches before the second's, where single micro-batches
-/// draw both for one micro-batch, then both for the next.
+/// draw both for one micro-batch, then both for the next. (The device's unit tests check
+/// the passes such a program allows, and how much of the free memory a wide pass may take.)
 #[test]
 fn two_dropout_layers_compute_one_micro_batch_a_pass() {
     let case = Case {
@@ -343,38 +342,6 @@ fn two_dropout_layers_compute_one_micro_batch_a_pass() {
         squared_error: false,
         dropouts: 2,
     };
-    assert_eq!(Scratch::passes(&program(case)).next(), Some(1));
     let (pass, _) = train(case, 1 << 20).unwrap();
     assert_eq!(pass, 1);
-}
-
-/// Catches a wide pass that takes memory later requests need: its block may grow the
-/// single pass's by at most a quarter of what the program leaves free.
-#[test]
-fn a_wide_pass_leaves_three_quarters_of_the_free_memory() {
-    let case = Case {
-        anchors: 0,
-        squared_error: false,
-        dropouts: 1,
-    };
-    let p = program(case);
-    // One replica: no rounds to cut.
-    let cut = Cut {
-        rounds: &[],
-        exchanges: &[],
-        lanes: 1,
-    };
-    let wide = Scratch::passing(&p, 1, 8, cut).unwrap().bytes();
-    let extra = wide - Scratch::new(&p, 1, cut).unwrap().bytes();
-    let smallest = smallest_arena(case);
-    assert_eq!(
-        train(case, smallest).unwrap().0,
-        1,
-        "no room to spare: one a pass"
-    );
-    // Room for the pass of 8, but not for four times its extra bytes: a narrower one.
-    let (pass, _) = train(case, smallest + 2 * extra).unwrap();
-    assert!((2..8).contains(&pass), "a pass of {pass}");
-    let (pass, _) = train(case, smallest + 5 * extra).unwrap();
-    assert_eq!(pass, 8);
 }

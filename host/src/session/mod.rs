@@ -121,7 +121,7 @@ use crate::transport::Channel;
 pub const MAX_WORKERS: usize = 1024;
 
 /// Registers a worker holds: the ids a session hands out are 1 to `MAX_REGISTERS`.
-pub use tessera_firmware_sim::registers::MAX_REGISTERS;
+pub use tessera_firmware_sim::MAX_REGISTERS;
 
 /// The largest register id, as ids travel (checked when compiled: ids are 16 bits).
 const MAX_REGISTER_ID: u16 = {

@@ -2,7 +2,7 @@
 //! cores.
 //!
 //! A device never waits inside a request — a step runs in legs, each ending at an exchange
-//! ([`tessera_firmware_sim::program::step`]) — so one thread can serve many: each device
+//! ([`Device::start_step`](tessera_firmware_sim::Device::start_step)) — so one thread can serve many: each device
 //! has a queue of mail, and a device with mail waits on the pool's *ready queue* until one
 //! of the pool's *servers* takes it and serves its mail
 //! ([`serve_pending`](tessera_firmware_sim::serve_pending)). (One thread per device put 64

@@ -44,21 +44,30 @@
 //! larger than one micro-batch's by at most a quarter of the memory the program leaves
 //! free with one micro-batch a pass (so the memory later requests need — slots,
 //! registers, function calls — shrinks by at most a quarter); a device takes the first
-//! that fits, else one micro-batch a pass, so a program that fitted before still fits. The firmware binary computes one micro-batch
-//! a pass: its flash budget has no room for the search.
+//! that fits, else one micro-batch a pass, so a program that fitted before still fits. The
+//! firmware binary computes one micro-batch a pass: its flash budget has no room for the
+//! search.
+//!
+//! # Parts
+//!
+//! This module holds the layout's regions and what a step asks of them; `layout` works
+//! them out for a program ([`Scratch::passing`]).
+
+mod layout;
 
 use core::ops::Range;
 
 use crate::divisor::Divisor;
 
 use tessera_core::program::{
-    elements, AnchorTensor, Exchange, Layer, Program, Reduction, MAX_ANCHORS, MAX_LAYERS,
-    MAX_VARIABLES,
+    AnchorTensor, Exchange, Reduction, MAX_ANCHORS, MAX_LAYERS, MAX_VARIABLES,
 };
 
 /// Most rows a pass of several micro-batches computes: enough to amortise the walk over
 /// the program (32 single samples run as fast as one micro-batch of 32), few enough that
-/// the block stays small.
+/// the block stays small. (Not in the firmware binary, which computes one micro-batch a
+/// pass: module doc.)
+#[cfg(not(feature = "firmware"))]
 pub const PASS_ROWS: usize = 32;
 
 /// A range of the scratch block, in elements.
@@ -79,6 +88,8 @@ impl Region {
 
 /// How a device sends a batch's rounds: cut into `exchanges` (positions in `rounds`, the
 /// batch's [`Program::reductions`]), each carrying `lanes` lanes' rounds side by side.
+///
+/// [`Program::reductions`]: tessera_core::program::Program::reductions
 #[derive(Debug, Clone, Copy)]
 pub struct Cut<'c> {
     /// The batch's rounds.
@@ -131,153 +142,6 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// The layout for `program` on `replicas` replicas, its rounds sent as `cut` says,
-    /// one micro-batch per pass; `None` when the program does not pass [`Program::check`]
-    /// or its size overflows.
-    pub fn new(program: &Program, replicas: usize, cut: Cut<'_>) -> Option<Self> {
-        Self::passing(program, replicas, 1, cut)
-    }
-
-    /// The micro-batches per pass `program` allows, largest first (module doc): each a
-    /// divisor of its accumulation, the last 1.
-    pub fn passes(program: &Program) -> impl Iterator<Item = usize> {
-        let a = program.accumulation as usize;
-        let dropouts = (program.layers.iter())
-            .filter(|l| matches!(l, Layer::Dropout { .. }))
-            .count();
-        let most = match dropouts {
-            0 | 1 => PASS_ROWS / (program.micro_batch_size as usize).max(1),
-            // Their draws would interleave otherwise (module doc).
-            _ => 1,
-        };
-        (1..=a.min(most).max(1))
-            .rev()
-            .filter(move |c| a.is_multiple_of(*c))
-    }
-
-    /// The layout for `program` on `replicas` replicas, its rounds sent as `cut` says,
-    /// `chunk` micro-batches per pass; `None` when the program does not pass
-    /// [`Program::check`], `chunk` does not divide its accumulation, there are no lanes,
-    /// an exchange names rounds `cut` lacks, or the size overflows.
-    pub fn passing(program: &Program, replicas: usize, chunk: usize, cut: Cut<'_>) -> Option<Self> {
-        program.check(replicas).ok()?;
-        if chunk == 0 || !(program.accumulation as usize).is_multiple_of(chunk) || cut.lanes == 0 {
-            return None;
-        }
-        let lanes = cut.lanes;
-        let mut next = 0usize;
-        let mut take = |len: usize| -> Option<Region> {
-            let region = Region { at: next, len };
-            next = next.checked_add(len)?;
-            Some(region)
-        };
-        let mut full = [None; MAX_VARIABLES];
-        let mut grad = [None; MAX_VARIABLES];
-        // Exchange after exchange, each lane's copy of its rounds side by side; the whole
-        // a round gathers is its `full`, the gradient it averages its `grad`.
-        for e in cut.exchanges {
-            let rounds = cut.rounds.get(e.rounds.clone())?;
-            let mut len = 0usize;
-            for r in rounds {
-                len = len.checked_add(elements(
-                    &program.variables.get(usize::from(r.variable()))?.shape,
-                )?)?;
-            }
-            let base = take(len.checked_mul(lanes)?)?.at;
-            let mut at = base;
-            for r in rounds {
-                let i = usize::from(r.variable());
-                let n = elements(&program.variables.get(i)?.shape)?;
-                let regions = match r {
-                    Reduction::Gather { .. } => &mut full,
-                    Reduction::Gradient { .. } => &mut grad,
-                };
-                *regions.get_mut(i)? = Some(Laned {
-                    region: Region { at, len: n },
-                    stride: len,
-                });
-                at = at.checked_add(n)?;
-            }
-        }
-        // The rest: one whole every lane reads, a gradient per lane.
-        for i in (0..program.variables.len()).filter(|&i| program.layer_of(i).is_some()) {
-            let n = elements(&program.variables.get(i)?.shape)?;
-            if full.get(i)?.is_none() {
-                full[i] = Some(Laned {
-                    region: take(n)?,
-                    stride: 0,
-                });
-            }
-            if grad.get(i)?.is_none() {
-                let at = take(n.checked_mul(lanes)?)?.at;
-                grad[i] = Some(Laned {
-                    region: Region { at, len: n },
-                    stride: n,
-                });
-            }
-        }
-        let rows = (program.micro_batch_size as usize)
-            .checked_mul(chunk)?
-            .checked_mul(lanes)?;
-        // A region of `rows` rows of `width`.
-        let batch = |width: usize| width.checked_mul(rows);
-        let input = program.streams.get(usize::from(program.input))?;
-        let mut width = elements(&input.sample)?;
-        let mut widths = heapless::Vec::<usize, { MAX_LAYERS + 1 }>::new();
-        widths.push(width).ok()?;
-        let mut masks = [None; MAX_LAYERS];
-        let mut target = Region::default();
-        for (k, layer) in program.layers.iter().enumerate() {
-            match *layer {
-                Layer::Linear { weight } => {
-                    width = *program.variables.get(usize::from(weight))?.shape.first()? as usize;
-                }
-                Layer::Dropout { .. } => masks[k] = Some(take(batch(width)?)?),
-                Layer::SoftmaxCrossEntropy { labels: s }
-                | Layer::MeanSquaredError { targets: s } => {
-                    let items = chunk.checked_mul(lanes)?;
-                    target = take(program.item_elements(usize::from(s))?.checked_mul(items)?)?;
-                    continue;
-                }
-                Layer::Bias { .. } | Layer::Relu => {}
-            }
-            widths.push(width).ok()?;
-        }
-        let mut acts = heapless::Vec::new();
-        let mut deltas = heapless::Vec::new();
-        for &w in &widths {
-            acts.push(take(batch(w)?)?).ok()?;
-            deltas.push(take(batch(w)?)?).ok()?;
-        }
-        let losses = take(rows)?;
-        let mut sums = [Laned::default(); MAX_ANCHORS];
-        for (j, a) in program.anchors.iter().enumerate() {
-            let width = program.anchor_width(a.tensor)?;
-            let at = take(width.checked_mul(lanes)?)?.at;
-            sums[j] = Laned {
-                region: Region { at, len: width },
-                stride: width,
-            };
-        }
-        let total = next;
-        Some(Self {
-            full,
-            grad,
-            acts,
-            deltas,
-            masks,
-            target,
-            losses,
-            sums,
-            rows,
-            chunk,
-            lanes,
-            per_lane: Divisor::new(super::one_to_max(lanes)),
-            per_chunk: Divisor::new(chunk),
-            total,
-        })
-    }
-
     /// Bytes of the block.
     pub fn bytes(&self) -> usize {
         self.total.saturating_mul(4)
@@ -427,97 +291,5 @@ impl Scratch {
     pub fn output_elements(&self) -> usize {
         let micro_batches = self.chunk.saturating_mul(self.lanes()).max(1);
         self.acts.last().map_or(0, |r| r.len / micro_batches)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tessera_core::dtype::DataType;
-    use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
-    use tessera_core::program::{Optimizer, Sharding};
-
-    /// Two layers on 4 replicas: `w1` sharded across all, `b1` alone on each replica (no
-    /// round), `w2` shared in pairs, `b2` across all.
-    fn two_layers() -> Program {
-        let sgd = Optimizer::Sgd { learning_rate: 0.1 };
-        let mut p = Program::new(2, 1, sgd);
-        let mut var = |name, shape: &[u32], comm, sharding| {
-            let g = GroupingSpec::Comm(comm);
-            p.add_variable(name, shape, g, RetrievalMode::OnePerGroup, sharding)
-                .unwrap()
-        };
-        let w1 = var("w1", &[5, 3], CommGroup::All, Sharding::Balanced);
-        let b1 = var("b1", &[5], CommGroup::None, Sharding::None);
-        let w2 = var("w2", &[2, 5], CommGroup::Consecutive(2), Sharding::None);
-        let b2 = var("b2", &[2], CommGroup::All, Sharding::None);
-        p.add_stream("x", DataType::F32, &[3], false).unwrap();
-        let t = p.add_stream("t", DataType::F32, &[2], false).unwrap();
-        for layer in [
-            Layer::Linear { weight: w1 },
-            Layer::Bias { bias: b1 },
-            Layer::Relu,
-            Layer::Linear { weight: w2 },
-            Layer::Bias { bias: b2 },
-            Layer::MeanSquaredError { targets: t },
-        ] {
-            p.add_layer(layer).unwrap();
-        }
-        p
-    }
-
-    /// Catches an exchange whose rounds are not side by side in the block: with `b1`
-    /// (no round) stored between `w1` and `w2` in variable order, the gradient exchange
-    /// sent as one span carried `b1`'s gradient and missed `b2`'s. With lanes, an
-    /// exchange is each lane's rounds one after another: lane `l`'s buffers lie `l`
-    /// lane-lengths into the span, and a lane's gradient is apart from every other's.
-    #[test]
-    fn every_exchange_is_one_span_of_its_rounds() {
-        let p = two_layers();
-        assert_eq!(p.check(4), Ok(()));
-        for lanes in [1, 2, 3] {
-            for max in [usize::MAX, 40, 0] {
-                let cut = p.exchanges(4, max);
-                let rounds: heapless::Vec<Reduction, 16> = cut.rounds().iter().copied().collect();
-                let exchanges: heapless::Vec<Exchange, 16> = cut.collect();
-                let cut = Cut {
-                    rounds: &rounds,
-                    exchanges: &exchanges,
-                    lanes,
-                };
-                let s = Scratch::new(&p, 4, cut).unwrap();
-                for e in &exchanges {
-                    let rounds = &rounds[e.rounds.clone()];
-                    let span = s.span(rounds).unwrap();
-                    assert_eq!(span.len() * 4, e.bytes * lanes, "frame {max}: {e:?}");
-                    let first = rounds[0];
-                    let lane_len = e.bytes / 4;
-                    for lane in 0..lanes {
-                        let region = match first {
-                            Reduction::Gather { variable } => s.full_in(variable, lane),
-                            Reduction::Gradient { variable } => s.grad_in(variable, lane),
-                        };
-                        assert_eq!(region.unwrap().start, span.start + lane * lane_len);
-                    }
-                }
-                let grads: heapless::Vec<Range<usize>, 16> = (0..4u8)
-                    .flat_map(|v| (0..lanes).map(move |l| (v, l)))
-                    .map(|(v, l)| s.grad_in(v, l).unwrap())
-                    .collect();
-                for (i, a) in grads.iter().enumerate() {
-                    for b in &grads[i + 1..] {
-                        assert!(
-                            a.end <= b.start || b.end <= a.start,
-                            "{a:?} and {b:?} overlap"
-                        );
-                    }
-                }
-            }
-        }
-        assert_eq!(
-            p.exchanges(4, usize::MAX).count(),
-            2,
-            "a gather, then gradients"
-        );
     }
 }
