@@ -334,6 +334,13 @@ impl Program {
             .map_err(|e| ProgramError::variable(v, ProgramRule::Grouping(e)))
     }
 
+    /// Elements of variable `index`, before sharding; a count that overflows is
+    /// [`ProgramRule::Size`].
+    pub fn variable_elements(&self, index: usize) -> Result<usize, ProgramError> {
+        let v = self.variable(index)?;
+        elements(&v.shape).ok_or(ProgramError::variable(v, ProgramRule::Size))
+    }
+
     /// Variable `index`'s shard layout on `replicas` replicas (`None` when it is not
     /// sharded); the shard domain is its group size.
     pub fn shard_layout(
@@ -342,7 +349,7 @@ impl Program {
         replicas: usize,
     ) -> Result<Option<ShardLayout<'_>>, ProgramError> {
         let v = self.variable(index)?;
-        let elements = elements(&v.shape).ok_or(ProgramError::variable(v, ProgramRule::Size))?;
+        let elements = self.variable_elements(index)?;
         let domain = self.settings(index, replicas)?.grouping().group_size();
         let layout = match &v.sharding {
             Sharding::None => return Ok(None),
@@ -363,10 +370,7 @@ impl Program {
     pub fn held_elements(&self, index: usize, replicas: usize) -> Result<usize, ProgramError> {
         match self.shard_layout(index, replicas)? {
             Some(layout) => Ok(layout.per_replica()),
-            None => {
-                let v = self.variable(index)?;
-                elements(&v.shape).ok_or(ProgramError::variable(v, ProgramRule::Size))
-            }
+            None => self.variable_elements(index),
         }
     }
 

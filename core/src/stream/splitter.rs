@@ -232,6 +232,24 @@ impl<B: Copy, const TENSORS: usize, const REPLICAS: usize, const DEPTH: usize>
         }
     }
 
+    /// Replica `replica`'s next input buffer of `tensor`, fetched upstream now: the
+    /// [`input`](Self::input) of a caller that does not prefetch, whose buffer is never
+    /// missing (an upstream with nothing left is [`SplitterError::Exhausted`]).
+    pub fn next_input<U: UpstreamIo<Buffer = B>>(
+        &mut self,
+        io: &mut U,
+        tensor: usize,
+        replica: usize,
+    ) -> Result<B, SplitterError<U::Error>> {
+        let cap = self.stream(tensor, replica, true)?.cap;
+        self.input(io, tensor, replica, false)?
+            .ok_or(SplitterError::Exhausted {
+                tensor,
+                replica,
+                cap,
+            })
+    }
+
     /// Replica `replica` has finished with its oldest input buffer of `tensor`.
     pub fn input_complete<U: UpstreamIo<Buffer = B>>(
         &mut self,

@@ -90,6 +90,21 @@ struct Member {
 }
 
 impl Member {
+    /// Sends the step's `RunStep` on `channel`, reporting what moved in place for it.
+    fn start(channel: &mut Channel, moved: InPlace) -> Result<Self, RuntimeError> {
+        Ok(Member {
+            seq: channel.submit(&moved.run_step())?,
+            moved,
+            replica: channel.replica() as usize,
+            lanes: channel.lanes(),
+            done: false,
+            quiet_since: None,
+            resent: 0,
+            waiting: false,
+            next_round: 0,
+        })
+    }
+
     /// Its global replicas: its lanes.
     fn replicas(&self) -> std::ops::Range<usize> {
         self.replica..self.replica + self.lanes
@@ -194,20 +209,11 @@ pub(super) fn run_step(
             replicas: channels.len(),
         });
     }
-    let mut members = Vec::with_capacity(channels.len());
-    for (c, &moved) in channels.iter_mut().zip(moved) {
-        members.push(Member {
-            seq: c.submit(&moved.run_step())?,
-            moved,
-            replica: c.replica() as usize,
-            lanes: c.lanes(),
-            done: false,
-            quiet_since: None,
-            resent: 0,
-            waiting: false,
-            next_round: 0,
-        });
-    }
+    let members = channels
+        .iter_mut()
+        .zip(moved)
+        .map(|(c, &moved)| Member::start(c, moved))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut step = Step {
         schedule: Schedule {
             rounds,
@@ -252,10 +258,16 @@ pub(super) fn run_step(
                     }
                     .into())
                 }
-                other => {
+                Some(other) => {
                     let request = member.moved.run_step();
-                    let reply = other.unwrap_or(Response::Done);
-                    return Err(channels[i].unexpected(&request, &reply).into());
+                    return Err(channels[i].unexpected(&request, &other).into());
+                }
+                None => {
+                    return Err(crate::transport::TransportError::NotAReply {
+                        replica: member.replica as u32,
+                        seq: member.seq,
+                    }
+                    .into())
                 }
             }
         }

@@ -193,7 +193,7 @@ impl Runtime {
                         order[k].push(shared[k]);
                         continue;
                     }
-                    let i = splitter.input(counters, tensor, r, false)?.unwrap_or(0);
+                    let i = splitter.next_input(counters, tensor, r)?;
                     shared[k] = i;
                     order[k].push(i);
                     splitter.input_complete(counters, tensor, r)?;

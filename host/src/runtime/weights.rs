@@ -12,7 +12,7 @@
 
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::Shape;
-use tessera_core::program::{elements, ids, Program};
+use tessera_core::program::{ids, Program};
 use tessera_core::transfer::{Collective, InstanceWindow, TransferError, WeightLayout};
 use tessera_core::wire::Request;
 
@@ -329,7 +329,7 @@ pub(crate) fn layout(
     let v = &p.variables[index];
     let settings = p.settings(index, replicas)?;
     let shard = p.shard_layout(index, replicas)?;
-    let n = elements(&v.shape).unwrap_or(0); // Checked at prepare.
+    let n = p.variable_elements(index)?;
     WeightLayout::new(settings, n, 4, shard, window).map_err(|error| RuntimeError::Layout {
         name: v.name.to_string(),
         error,
