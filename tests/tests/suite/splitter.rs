@@ -384,6 +384,34 @@ fn every_error_is_reported() {
     );
 }
 
+/// Caught: the runtime read a missing buffer as sample 0 (`input(..).unwrap_or(0)`), so an
+/// upstream that ran short would have trained replicas on the first sample again;
+/// `next_input` gives the buffer or the splitter's own `Exhausted`, never a default.
+#[test]
+fn next_input_is_a_buffer_or_exhausted_never_a_default() {
+    let (mut s, t) = splitter::<4>(2, 1, 1);
+    let mut io = RecordingIo::default();
+    assert_eq!(s.next_input(&mut io, t, 1), Ok(1));
+    assert_eq!(s.next_input(&mut io, t, 0), Ok(0));
+    s.input_complete(&mut io, t, 0).unwrap();
+    assert_eq!(
+        s.next_input(&mut io, t, 0),
+        Err(SplitterError::Exhausted {
+            tensor: t,
+            replica: 0,
+            cap: 1
+        })
+    );
+    assert_eq!(
+        s.next_input(&mut io, t, 2),
+        Err(SplitterError::ReplicaOutOfRange {
+            tensor: t,
+            replica: 2,
+            replicas: 2
+        })
+    );
+}
+
 #[test]
 fn a_full_fifo_is_an_error_and_loses_nothing() {
     let (mut s, t) = splitter::<1>(2, 4, 1);
