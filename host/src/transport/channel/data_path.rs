@@ -37,9 +37,9 @@ use std::sync::Arc;
 
 use tessera_core::wire::endpoint::Locate;
 use tessera_core::wire::{DataRequest, Request, Target};
-use tessera_firmware_sim::std_link::Bulk;
 
 use super::{Channel, TransportError};
+use crate::transport::queue::Bulk;
 
 /// `len` bytes of a target at byte `offset` (for a FIFO, a stream position).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

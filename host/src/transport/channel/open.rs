@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::{max_frame_len, ErrorCode, Limits, RequestKind, PROTOCOL_VERSION};
-use tessera_firmware_sim::std_link::SPIN;
 
 use super::super::fault::FaultConfig;
 use super::super::frames::Frames;
@@ -19,6 +18,7 @@ use super::super::spawn::{self, DeviceHandle, Incoming, Link};
 use super::located::Located;
 use super::spares::Spares;
 use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
+use crate::transport::spin::SPIN;
 
 impl Channel {
     /// A device in a thread of this process, `memory` bytes of arena, optionally with

@@ -3,10 +3,10 @@
 //! finished with each span's bytes checked against its length.
 
 use tessera_core::wire::{DataRequest, Request, RequestKind, Target};
-use tessera_firmware_sim::std_link::Bulk;
 
 use super::data_path::{wire, Access, Route, Sent, Span};
 use super::{Channel, TransportError};
+use crate::transport::queue::Bulk;
 
 /// A read under way ([`Channel::start_read`]): per span, what is still to arrive.
 #[derive(Debug)]

@@ -10,10 +10,10 @@ use tessera_core::wire::{
     encode_body, encode_frame, DataRequest, Envelope, KernelRequest, MemoryRequest, ProgramRequest,
     Request, RequestKind, StreamRequest, ToDevice,
 };
-use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::spares::Spares;
 use super::{Channel, InFlight, TransportError};
+use crate::transport::queue::{Bulk, Message};
 use crate::transport::reader::MAX_FRAME;
 use crate::transport::spawn::Outgoing;
 

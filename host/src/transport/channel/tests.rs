@@ -2,10 +2,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::{mpsc, Arc, Mutex};
 
 use crate::transport::spawn::Mailbox;
+use crate::transport::spin::SPIN;
 use std::io::Write;
 
 use tessera_core::wire::{Envelope, FrameDecoder, FromDevice, ProgramRequest, ToDevice};
-use tessera_firmware_sim::std_link::SPIN;
 
 use super::*;
 
@@ -106,7 +106,7 @@ fn a_recycled_reply_carries_the_next_request() {
     queue
         .submit(&Request::Program(ProgramRequest::GetSeed))
         .unwrap();
-    // The device answers in the request's buffer, as `std_link::Queue` does.
+    // The device answers in the request's buffer, as the device end of a `queue::Queue` does.
     let mut buffer = device_in.try_recv().unwrap().body;
     buffer.clear();
     let reply = FromDevice::Reply(Envelope {
