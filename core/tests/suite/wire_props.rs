@@ -142,7 +142,8 @@ proptest! {
         let sent: Vec<Envelope<Request<'_>>> =
             bodies.into_iter().enumerate().map(|(i, body)| Envelope { seq: i as u32, body }).collect();
         let mut stream: Vec<u8> = sent.iter().flat_map(encode).collect();
-        let undamaged_tail = encode(&Envelope { seq: 999, body: Request::Program(ProgramRequest::GetSeed) });
+        let get_seed = Request::Program(ProgramRequest::GetSeed);
+        let undamaged_tail = encode(&Envelope { seq: 999, body: get_seed });
         for (at, kind, mask) in damage {
             if stream.is_empty() { break; }
             let i = at.index(stream.len());

@@ -23,8 +23,8 @@
 //! [`RequestKind`].
 //!
 //! On the wire a request is its area's position in [`Request`], then the request's position
-//! in its area's enum, then its fields (postcard; see the [`wire`](super) module's
-//! versions).
+//! in its area's enum, then its fields (a hello: its position, then its fields; postcard,
+//! see the [`wire`](super) module's versions).
 
 mod data;
 mod kernels;

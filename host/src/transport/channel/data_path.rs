@@ -125,10 +125,10 @@ impl Channel {
     /// every stream FIFO of the prepared program, each whole, from its start — except that
     /// when every span moved in place and filled its FIFO's whole ring from its start (as
     /// the device located it), no `Wrote` is sent: the step's
-    /// [`RunStep`](tessera_core::wire::ProgramRequest::RunStep) then says so (`fed`, the bool returned), and the device
-    /// counts the FIFOs full by the same rules. Saves a request and its reply per stream
-    /// per replica; any span that could not move in place has every span reported as
-    /// `write_spans` reports it.
+    /// [`RunStep`](tessera_core::wire::ProgramRequest::RunStep) then says so (`fed`, the
+    /// bool returned), and the device counts the FIFOs full by the same rules. Saves a
+    /// request and its reply per stream per replica; any span that could not move in place
+    /// has every span reported as `write_spans` reports it.
     pub fn write_step_inputs(
         &mut self,
         spans: &[Span],

@@ -60,11 +60,12 @@ impl Channel {
     /// `spans` being every anchor FIFO of the prepared program, each whole, from its start
     /// — except that when every span moved in place and took its FIFO's whole ring from its
     /// start (as the device located it), no `Took` is sent: the device's next
-    /// [`RunStep`](tessera_core::wire::ProgramRequest::RunStep) must say so (`took`, the bool returned), and the device
-    /// drops the items then, by the same rules. The step's `Done` is what vouches for the
-    /// bytes: a device ends a step well only with every anchor FIFO holding exactly its
-    /// ring. Saves a request and its reply per anchor per replica; any span that could not
-    /// move in place has every span reported as `start_read` reports it.
+    /// [`RunStep`](tessera_core::wire::ProgramRequest::RunStep) must say so (`took`, the
+    /// bool returned), and the device drops the items then, by the same rules. The step's
+    /// `Done` is what vouches for the bytes: a device ends a step well only with every
+    /// anchor FIFO holding exactly its ring. Saves a request and its reply per anchor per
+    /// replica; any span that could not move in place has every span reported as
+    /// `start_read` reports it.
     pub fn read_step_outputs(
         &mut self,
         spans: &[Span],
