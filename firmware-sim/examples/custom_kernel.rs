@@ -5,7 +5,9 @@
 //! Run it with `cargo run -p tessera-firmware-sim --example custom_kernel`.
 
 use tessera_core::dtype::DataType;
-use tessera_core::wire::{Arg, Array, ErrorCode, Request, Response, Target, Value};
+use tessera_core::wire::{
+    Arg, Array, DataRequest, ErrorCode, KernelRequest, Request, Response, Target, Value,
+};
 use tessera_firmware_sim::functions::{element, Args, Function, Output};
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
@@ -58,13 +60,13 @@ fn double_an_array(device: &mut Device<'_>) {
         shape: heapless::Vec::from_slice(&[2, 3]).expect("rank 2"),
         data: &data,
     };
-    let invoke = Request::Invoke {
+    let invoke = Request::Kernels(KernelRequest::Invoke {
         function: "double",
         args: heapless::Vec::from_slice(&[Arg::Value(Value::Array(x))]).expect("one argument"),
         out: 1,
-    };
+    });
     assert_eq!(device.handle(invoke), Response::Done);
-    let reply = device.handle(Request::GetRegister { id: 1 });
+    let reply = device.handle(Request::Kernels(KernelRequest::GetRegister { id: 1 }));
     let Response::Register {
         value: Value::Array(doubled),
     } = reply
@@ -90,18 +92,18 @@ fn chain_through_registers(device: &mut Device<'_>) {
         ("add_one", 2, 2), // the result may replace its own argument
     ];
     for (function, from, out) in chain {
-        let call = Request::Invoke {
+        let call = Request::Kernels(KernelRequest::Invoke {
             function,
             args: heapless::Vec::from_slice(&[Arg::Register(from)]).expect("one argument"),
             out,
-        };
+        });
         assert_eq!(device.handle(call), Response::Done);
     }
-    let reply = device.handle(Request::Read {
+    let reply = device.handle(Request::Data(DataRequest::Read {
         target: Target::Register(2),
         offset: 4,
         len: 4,
-    });
+    }));
     println!("add_one(double(double(x)))[1] = {reply:?}");
     assert_eq!(
         reply,
@@ -113,11 +115,11 @@ fn chain_through_registers(device: &mut Device<'_>) {
 
 /// Refusals are error replies, never panics.
 fn refuse_a_string(device: &mut Device<'_>) {
-    let wrong = Request::Invoke {
+    let wrong = Request::Kernels(KernelRequest::Invoke {
         function: "double",
         args: heapless::Vec::from_slice(&[Arg::Value(Value::Str("two"))]).expect("one argument"),
         out: 3,
-    };
+    });
     let reply = device.handle(wrong);
     println!("double(\"two\") = {reply:?}");
     assert!(matches!(

@@ -20,10 +20,13 @@
 //! # What is public
 //!
 //! The device, its serve loop and what they take and give ([`Device`], [`Server`],
-//! [`serve()`], [`Memory`], [`Clock`], [`Messages`], …), the [`functions`] a firmware
-//! extends the device with, and with `std` the host's links (`std_link`). Everything
-//! else — the arena, the FIFOs, the register file, the reply cache, the prepared program
-//! and its step — is the crate's own, each module stating its rules.
+//! [`serve()`], [`Memory`], [`Clock`], [`Messages`], …), and the [`functions`] a firmware
+//! extends the device with; with `std`, a device and a server that own their memory
+//! (`Device::owning`, `Server::owning`), for a host that keeps them in structs of its
+//! own. A host's links (a thread's message queue, a byte link over std IO) are the host's:
+//! it implements [`Messages`], or hands [`serve()`] an `embedded-io` link, from its side.
+//! Everything else — the arena, the FIFOs, the register file, the reply cache, the
+//! prepared program and its step — is the crate's own, each module stating its rules.
 //!
 //! # Panics
 //!
@@ -63,9 +66,6 @@ pub use serve::{
     serve, serve_messages, serve_pending, LinkLimits, ServeError, Server, REDUCE_ATTEMPTS,
     REDUCE_DEADLINE_MS,
 };
-
-#[cfg(feature = "std")]
-pub mod std_link;
 
 /// The error for an invariant of the device's own found broken at `site`.
 pub(crate) const fn broken(site: tessera_core::wire::Invariant) -> tessera_core::wire::ErrorCode {

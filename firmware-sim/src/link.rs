@@ -9,10 +9,11 @@
 //!   delimiter (ending whatever garbage the host's decoder holds) and is flushed at once (a
 //!   buffered link must not hold a reply back until the next frame). Bytes read together
 //!   with a message wait in its inbox for the next call: none is set aside.
-//! - a message queue between threads of one process (`std_link::Queue`, with the `std`
-//!   feature): memory does not corrupt, so bodies move as they are, without framing, and
-//!   bulk bytes (a whole array) travel beside them as one buffer handed over: one copy
-//!   between the host's array and the device's memory, whatever the size.
+//! - a message queue between threads of one process (the host's, which implements
+//!   [`Messages`] from its side: tessera-host's `transport::queue`): memory does not
+//!   corrupt, so bodies move as they are, without framing, and bulk bytes (a whole array)
+//!   travel beside them as one buffer handed over: one copy between the host's array and
+//!   the device's memory, whatever the size.
 //!
 //! A third kind wraps [`Framed`] and carries bulk bytes through a window both sides can
 //! reach (shared memory for a child process, a host file for QEMU); a bulk write's bytes

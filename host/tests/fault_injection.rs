@@ -8,7 +8,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::{Command, Read};
-use tessera_core::wire::{ErrorCode, Request, Response, Target};
+use tessera_core::wire::{
+    DataRequest, ErrorCode, MemoryRequest, Request, Response, StreamRequest, Target,
+};
 use tessera_host::transport::{Channel, FaultConfig, TransportError};
 
 const REQUESTS: usize = 10_000;
@@ -47,17 +49,17 @@ fn damaged_device(seed: u64, slot_bytes: usize) -> Channel {
         Channel::in_process(0, 1 << 16, Some(damage(seed))).expect("hello gets through eventually");
     channel.set_deadline(Duration::from_millis(15));
     channel
-        .call(&command(Request::AllocSlot {
+        .call(&command(Request::Memory(MemoryRequest::AllocSlot {
             slot: 1,
             bytes: slot_bytes as u32,
-        }))
+        })))
         .unwrap();
     channel
-        .call(&command(Request::CreateFifo {
+        .call(&command(Request::Streams(StreamRequest::CreateFifo {
             fifo: 2,
             item_bytes: 8,
             depth: 4,
-        }))
+        })))
         .unwrap();
     channel
 }
@@ -89,11 +91,11 @@ impl FifoModel {
 
     /// The read of the oldest item, and the item if there is one (counted as taken).
     fn pop(&mut self) -> (Request<'static>, Option<[u8; 8]>) {
-        let read = Request::Read {
+        let read = Request::Data(DataRequest::Read {
             target: Target::Fifo(2),
             offset: (self.head * 8) as u32,
             len: 8,
-        };
+        });
         let item = self.items.pop_front();
         if item.is_some() {
             self.head = (self.head + 1) % Self::DEPTH;
@@ -114,11 +116,11 @@ fn command(request: Request<'_>) -> Command<'_> {
 /// A read request as its typed endpoint.
 fn read(request: &Request<'_>) -> Read {
     match *request {
-        Request::Read {
+        Request::Data(DataRequest::Read {
             target,
             offset,
             len,
-        } => Read {
+        }) => Read {
             target,
             offset,
             len,
@@ -129,11 +131,11 @@ fn read(request: &Request<'_>) -> Read {
 
 /// A write of `item` into FIFO 2 at stream position `offset`.
 fn write_fifo(offset: u32, item: &[u8]) -> Request<'_> {
-    Request::Write {
+    Request::Data(DataRequest::Write {
         target: Target::Fifo(2),
         offset,
         data: item,
-    }
+    })
 }
 
 #[test]
@@ -152,11 +154,11 @@ fn ten_thousand_requests_over_a_damaging_link() {
                 let at = rng.below(SLOT_BYTES - len);
                 let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                 channel
-                    .call(&command(Request::Write {
+                    .call(&command(Request::Data(DataRequest::Write {
                         target: Target::Slot(1),
                         offset: at as u32,
                         data: &data,
-                    }))
+                    })))
                     .unwrap();
                 slot[at..at + len].copy_from_slice(&data);
             }
@@ -283,11 +285,11 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
                     let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                     slot[at..at + len].copy_from_slice(&data);
                     let seq = channel
-                        .submit(&Request::Write {
+                        .submit(&Request::Data(DataRequest::Write {
                             target: Target::Slot(1),
                             offset: at as u32,
                             data: &data,
-                        })
+                        }))
                         .unwrap();
                     (seq, Expect::Done)
                 }
@@ -295,11 +297,11 @@ fn ten_thousand_pipelined_requests_over_a_damaging_link() {
                     let len = 1 + rng.below(48);
                     let at = rng.below(SLOT - len);
                     let seq = channel
-                        .submit(&Request::Read {
+                        .submit(&Request::Data(DataRequest::Read {
                             target: Target::Slot(1),
                             offset: at as u32,
                             len: len as u32,
-                        })
+                        }))
                         .unwrap();
                     (seq, Expect::Data(slot[at..at + len].to_vec()))
                 }

@@ -14,7 +14,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::message::{Envelope, ReduceOp, Request, Response};
+use super::message::{Envelope, ReduceOp, Response};
+use super::request::Request;
 
 /// A device's share of a reduction round during a step: combine `data` across the round's
 /// group and send the result back as a [`Combined`] with the same step and round. A device

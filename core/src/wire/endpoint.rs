@@ -5,9 +5,11 @@
 //! The requests whose reply carries data have an endpoint type of their own ([`Hello`],
 //! [`GetSeed`], [`Read`], [`GetRegister`], …). Every other request is answered
 //! [`Response::Done`]; wrap it in a [`Command`], which refuses (at construction) a request
-//! whose reply is not `Done`.
+//! whose reply is not `Done`. Which requests those are is decided area by area, every
+//! request named, so that a new request does not compile until its reply is.
 
-use super::message::{Limits, Request, Response, Value, ValueKind, MAX_SHAPE_RANK};
+use super::message::{Limits, Response, Value, ValueKind, MAX_SHAPE_RANK};
+use super::request::{DataRequest, KernelRequest, ProgramRequest, Request};
 use super::target::Target;
 use crate::dtype::DataType;
 
@@ -29,20 +31,41 @@ impl<'a> Command<'a> {
     /// `request` as a command; `None` when its reply is not [`Response::Done`] (use its own
     /// endpoint type instead).
     pub fn new(request: Request<'a>) -> Option<Self> {
-        let done = !matches!(
-            request,
-            Request::Hello { .. }
-                | Request::Read { .. }
-                | Request::ReadBulk { .. }
-                | Request::Locate { .. }
-                | Request::GetSeed
-                | Request::GetRngState { .. }
-                | Request::RunStep { .. }
-                | Request::CycleCount { .. }
-                | Request::GetRegister { .. }
-                | Request::DescribeRegister { .. }
-        );
-        done.then_some(Self(request))
+        is_command(&request).then_some(Self(request))
+    }
+}
+
+/// True for a request a [`Command`] carries: one answered [`Response::Done`] and nothing
+/// else.
+fn is_command(request: &Request<'_>) -> bool {
+    use DataRequest as D;
+    use KernelRequest as K;
+    use ProgramRequest as P;
+    match request {
+        Request::Hello { .. } => false,
+        Request::Data(request) => match request {
+            D::Write { .. } | D::WriteBulk { .. } | D::Wrote { .. } | D::Took { .. } => true,
+            D::Read { .. } | D::ReadBulk { .. } | D::Locate { .. } => false,
+        },
+        Request::Memory(_) | Request::Streams(_) => true,
+        Request::Program(request) => match request {
+            P::SetOptimizer { .. }
+            | P::SetSeed { .. }
+            | P::SetRngState { .. }
+            | P::Prepare { .. }
+            | P::ResetStep => true,
+            // A step exchanges contributions with the host before its reply: never a
+            // command.
+            P::GetSeed | P::GetRngState { .. } | P::RunStep { .. } | P::CycleCount { .. } => false,
+        },
+        Request::Kernels(request) => match request {
+            K::SetRegister { .. }
+            | K::FreeRegister { .. }
+            | K::Invoke { .. }
+            | K::HasFunction { .. }
+            | K::AllocArray { .. } => true,
+            K::GetRegister { .. } | K::DescribeRegister { .. } => false,
+        },
     }
 }
 
@@ -84,14 +107,14 @@ impl Endpoint for Hello {
     }
 }
 
-/// [`Request::GetSeed`]: the random seed.
+/// [`ProgramRequest::GetSeed`]: the random seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GetSeed;
 
 impl Endpoint for GetSeed {
     type Reply<'r> = u64;
     fn request(&self) -> Request<'_> {
-        Request::GetSeed
+        Request::Program(ProgramRequest::GetSeed)
     }
     fn reply(response: Response<'_>) -> Option<u64> {
         match response {
@@ -101,14 +124,14 @@ impl Endpoint for GetSeed {
     }
 }
 
-/// [`Request::GetRngState`]: the generator's words of lane `.0`'s replica.
+/// [`ProgramRequest::GetRngState`]: the generator's words of lane `.0`'s replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GetRngState(pub u16);
 
 impl Endpoint for GetRngState {
     type Reply<'r> = [u32; 4];
     fn request(&self) -> Request<'_> {
-        Request::GetRngState { lane: self.0 }
+        Request::Program(ProgramRequest::GetRngState { lane: self.0 })
     }
     fn reply(response: Response<'_>) -> Option<[u32; 4]> {
         match response {
@@ -118,14 +141,14 @@ impl Endpoint for GetRngState {
     }
 }
 
-/// [`Request::CycleCount`]: cycles counted by lane `.0`'s replica.
+/// [`ProgramRequest::CycleCount`]: cycles counted by lane `.0`'s replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CycleCount(pub u16);
 
 impl Endpoint for CycleCount {
     type Reply<'r> = u64;
     fn request(&self) -> Request<'_> {
-        Request::CycleCount { lane: self.0 }
+        Request::Program(ProgramRequest::CycleCount { lane: self.0 })
     }
     fn reply(response: Response<'_>) -> Option<u64> {
         match response {
@@ -143,7 +166,7 @@ fn data(response: Response<'_>) -> Option<&[u8]> {
     }
 }
 
-/// [`Request::Read`]: bytes of a target, exactly `len` of them.
+/// [`DataRequest::Read`]: bytes of a target, exactly `len` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Read {
     /// Where the bytes come from.
@@ -157,18 +180,18 @@ pub struct Read {
 impl Endpoint for Read {
     type Reply<'r> = &'r [u8];
     fn request(&self) -> Request<'_> {
-        Request::Read {
+        Request::Data(DataRequest::Read {
             target: self.target,
             offset: self.offset,
             len: self.len,
-        }
+        })
     }
     fn reply(response: Response<'_>) -> Option<&[u8]> {
         data(response)
     }
 }
 
-/// [`Request::Locate`]: where a target's bytes lie in the device's memory, as the range
+/// [`DataRequest::Locate`]: where a target's bytes lie in the device's memory, as the range
 /// `at..at + len`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Locate {
@@ -179,9 +202,9 @@ pub struct Locate {
 impl Endpoint for Locate {
     type Reply<'r> = core::ops::Range<usize>;
     fn request(&self) -> Request<'_> {
-        Request::Locate {
+        Request::Data(DataRequest::Locate {
             target: self.target,
-        }
+        })
     }
     fn reply(response: Response<'_>) -> Option<core::ops::Range<usize>> {
         match response {
@@ -194,7 +217,7 @@ impl Endpoint for Locate {
     }
 }
 
-/// [`Request::GetRegister`]: a register's value.
+/// [`KernelRequest::GetRegister`]: a register's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GetRegister {
     /// Register id.
@@ -204,7 +227,7 @@ pub struct GetRegister {
 impl Endpoint for GetRegister {
     type Reply<'r> = Value<'r>;
     fn request(&self) -> Request<'_> {
-        Request::GetRegister { id: self.id }
+        Request::Kernels(KernelRequest::GetRegister { id: self.id })
     }
     fn reply(response: Response<'_>) -> Option<Value<'_>> {
         match response {
@@ -229,7 +252,7 @@ pub struct Description {
     pub at: u32,
 }
 
-/// [`Request::DescribeRegister`]: what a register holds, without its bytes.
+/// [`KernelRequest::DescribeRegister`]: what a register holds, without its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DescribeRegister {
     /// Register id.
@@ -239,7 +262,7 @@ pub struct DescribeRegister {
 impl Endpoint for DescribeRegister {
     type Reply<'r> = Description;
     fn request(&self) -> Request<'_> {
-        Request::DescribeRegister { id: self.id }
+        Request::Kernels(KernelRequest::DescribeRegister { id: self.id })
     }
     fn reply(response: Response<'_>) -> Option<Description> {
         match response {
@@ -267,14 +290,14 @@ mod tests {
 
     #[test]
     fn commands_refuse_requests_with_payload_replies() {
-        assert!(Command::new(Request::GetSeed).is_none());
-        assert!(Command::new(Request::Read {
+        assert!(Command::new(Request::Program(ProgramRequest::GetSeed)).is_none());
+        assert!(Command::new(Request::Data(DataRequest::Read {
             target: Target::Register(1),
             offset: 0,
             len: 4
-        })
+        }))
         .is_none());
-        assert!(Command::new(Request::SetSeed { seed: 1 }).is_some());
+        assert!(Command::new(Request::Program(ProgramRequest::SetSeed { seed: 1 })).is_some());
     }
 
     #[test]

@@ -95,9 +95,9 @@ pub enum ErrorCode {
     #[error("the program breaks a rule: {0}")]
     Program(ProgramFault),
     /// A request that needs a prepared program
-    /// ([`Request::RunStep`](super::Request::RunStep),
-    /// [`Request::ResetStep`](super::Request::ResetStep)) before any
-    /// [`Request::Prepare`](super::Request::Prepare) succeeded.
+    /// ([`ProgramRequest::RunStep`](super::ProgramRequest::RunStep),
+    /// [`ProgramRequest::ResetStep`](super::ProgramRequest::ResetStep)) before any
+    /// [`ProgramRequest::Prepare`](super::ProgramRequest::Prepare) succeeded.
     #[error("no program is prepared on the device")]
     NotPrepared,
     /// A program prepared for a replica outside the run: the hello made this device
@@ -198,9 +198,9 @@ pub enum ErrorCode {
 }
 
 /// Where the device found one of its own invariants broken ([`ErrorCode::Internal`]).
-/// Each is something [`Request::Prepare`](super::Request::Prepare) set up and the step
-/// relies on; none can be reached by a request the host sends, so seeing one is a device
-/// bug, named precisely enough to find.
+/// Each is something [`ProgramRequest::Prepare`](super::ProgramRequest::Prepare) set up and
+/// the step relies on; none can be reached by a request the host sends, so seeing one is a
+/// device bug, named precisely enough to find.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Invariant {
@@ -233,8 +233,6 @@ pub enum Invariant {
     ItemSize,
     /// A FIFO's items lie outside its ring.
     FifoRing,
-    /// A request handed to a device area that does not serve it.
-    Routing,
     /// A step ended without filling each anchor FIFO exactly (its ring, from the ring's
     /// start): what the host reads in place after the step would not all be this step's.
     AnchorsWhole,
@@ -256,7 +254,6 @@ impl fmt::Display for Invariant {
             Self::Round => "a reduction round number",
             Self::ItemSize => "a stream item's size",
             Self::FifoRing => "a FIFO's ring bounds",
-            Self::Routing => "routing a request to its area",
             Self::AnchorsWhole => "a finished step's anchors filling their FIFOs",
         })
     }

@@ -197,7 +197,7 @@ pub enum FrameError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Envelope, Request};
+    use crate::wire::{DataRequest, Envelope, ProgramRequest, Request};
     use std::vec::Vec;
 
     fn frame(message: &Envelope<Request<'_>>) -> Vec<u8> {
@@ -223,11 +223,11 @@ mod tests {
     fn round_trip_and_zero_free_encoding() {
         let msg = Envelope {
             seq: 7,
-            body: Request::Write {
+            body: Request::Data(DataRequest::Write {
                 target: crate::wire::Target::Slot(1),
                 offset: 0,
                 data: &[0, 0, 1, 0],
-            },
+            }),
         };
         let bytes = frame(&msg);
         assert_eq!(
@@ -246,11 +246,11 @@ mod tests {
     fn damage_is_detected_and_the_next_frame_decodes() {
         let a = frame(&Envelope {
             seq: 1,
-            body: Request::GetSeed,
+            body: Request::Program(ProgramRequest::GetSeed),
         });
         let b = frame(&Envelope {
             seq: 2,
-            body: Request::CycleCount { lane: 0 },
+            body: Request::Program(ProgramRequest::CycleCount { lane: 0 }),
         });
         let mut flipped = a.clone();
         flipped[2] ^= 0x10;
@@ -267,11 +267,11 @@ mod tests {
     fn truncated_and_oversized_frames_are_dropped() {
         let a = frame(&Envelope {
             seq: 1,
-            body: Request::GetSeed,
+            body: Request::Program(ProgramRequest::GetSeed),
         });
         let b = frame(&Envelope {
             seq: 2,
-            body: Request::GetSeed,
+            body: Request::Program(ProgramRequest::GetSeed),
         });
         let mut d = FrameDecoder::<8>::new();
         // A truncated frame runs into the next one: one bad frame, then nothing lost after.
@@ -291,7 +291,7 @@ mod tests {
     fn a_framed_body_is_the_frame_of_its_message() {
         let msg = Envelope {
             seq: 3,
-            body: Request::GetSeed,
+            body: Request::Program(ProgramRequest::GetSeed),
         };
         let mut body = [0u8; 32];
         let n = postcard::to_slice(&msg, &mut body).unwrap().len();
@@ -308,11 +308,11 @@ mod tests {
     fn encoding_checks_buffer_sizes() {
         let msg = Envelope {
             seq: 1,
-            body: Request::Write {
+            body: Request::Data(DataRequest::Write {
                 target: crate::wire::Target::Slot(1),
                 offset: 0,
                 data: &[1; 100],
-            },
+            }),
         };
         let (mut scratch, mut out) = ([0u8; 64], [0u8; 300]);
         assert_eq!(

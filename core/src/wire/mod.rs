@@ -5,6 +5,8 @@
 //!   device can recognise (and answer again) one it already ran. The session starts with
 //!   [`Request::Hello`], which carries [`PROTOCOL_VERSION`]; the device answers with its
 //!   [`Limits`].
+//! - [`request`]: the requests, host to device, each in the enum of the device area that
+//!   serves it (data, memory, streams, program, kernels).
 //! - [`error`]: why a device refuses a request — the rule that failed.
 //! - [`direction`]: what travels each way — requests and combined results to a device,
 //!   replies and contributions from it (endpoints beside topics).
@@ -41,6 +43,7 @@ pub mod endpoint;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod request;
 pub mod target;
 
 pub use direction::{Combined, Contribution, FromDevice, ToDevice};
@@ -50,7 +53,10 @@ pub use frame::{
     FRAME_OVERHEAD,
 };
 pub use message::{
-    Arg, Array, Envelope, ErrorCode, Invariant, Limits, ReduceOp, Request, RequestKind, Response,
-    Value, ValueKind, MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
+    Arg, Array, Envelope, ErrorCode, Invariant, Limits, ReduceOp, Response, Value, ValueKind,
+    MAX_CALL_ARGS, MAX_SHAPE_RANK, PROTOCOL_VERSION,
+};
+pub use request::{
+    DataRequest, KernelRequest, MemoryRequest, ProgramRequest, Request, RequestKind, StreamRequest,
 };
 pub use target::Target;

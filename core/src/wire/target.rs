@@ -1,14 +1,15 @@
 //! What a byte-moving request addresses: a [`Target`] and a byte offset in it.
 //!
-//! The protocol moves bytes with one family of requests whatever they are for — a
-//! session's register, a weight's remote-buffer slot or the weight itself, a step's input
-//! or anchor FIFO:
-//! [`Write`](super::Request::Write) / [`Read`](super::Request::Read) carry them in the
-//! frame, [`WriteBulk`](super::Request::WriteBulk) / [`ReadBulk`](super::Request::ReadBulk)
-//! beside it, and [`Locate`](super::Request::Locate) /
-//! [`Wrote`](super::Request::Wrote) / [`Took`](super::Request::Took) let a host that maps
-//! the device's memory move them itself. Which of the three a host uses is its link's
-//! business; the device applies the same rules to all of them.
+//! The protocol moves bytes with one family of requests, the data path's
+//! ([`DataRequest`](super::DataRequest)), whatever they are for — a session's register, a
+//! weight's remote-buffer slot or the weight itself, a step's input or anchor FIFO:
+//! [`Write`](super::DataRequest::Write) / [`Read`](super::DataRequest::Read) carry them in
+//! the frame, [`WriteBulk`](super::DataRequest::WriteBulk) /
+//! [`ReadBulk`](super::DataRequest::ReadBulk) beside it, and
+//! [`Locate`](super::DataRequest::Locate) / [`Wrote`](super::DataRequest::Wrote) /
+//! [`Took`](super::DataRequest::Took) let a host that maps the device's memory move them
+//! itself. Which of the three a host uses is its link's business; the device applies the
+//! same rules to all of them.
 //!
 //! # Rules
 //!
@@ -21,13 +22,14 @@
 //!   empty when a step starts, as a step's FIFOs are, starts the step at position 0 and
 //!   never wraps). A write or read anywhere else is refused before anything changes: it
 //!   would reorder the stream, lose bytes or hand some out twice.
-//! - A host that moved bytes in place reports it: [`Wrote`](super::Request::Wrote) after
-//!   writing a FIFO's bytes (the FIFO then holds them), [`Took`](super::Request::Took)
-//!   after reading them (the FIFO then drops them); a step's inputs written in place, every
-//!   stream FIFO whole, are reported by the step itself
-//!   ([`RunStep`](super::Request::RunStep) `{ fed: true }`), and the last step's anchors
-//!   read in place, every anchor FIFO whole, by the next step (`{ took: true }`: until
-//!   then the FIFOs hold them). Registers and slots need no report.
+//! - A host that moved bytes in place reports it: [`Wrote`](super::DataRequest::Wrote)
+//!   after writing a FIFO's bytes (the FIFO then holds them),
+//!   [`Took`](super::DataRequest::Took) after reading them (the FIFO then drops them); a
+//!   step's inputs written in place, every stream FIFO whole, are reported by the step
+//!   itself ([`RunStep`](super::ProgramRequest::RunStep) `{ fed: true }`), and the last
+//!   step's anchors read in place, every anchor FIFO whole, by the next step
+//!   (`{ took: true }`: until then the FIFOs hold them). Registers and slots need no
+//!   report.
 
 use serde::{Deserialize, Serialize};
 

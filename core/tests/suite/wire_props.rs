@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, Array, Envelope, FrameDecoder, FromDevice, Request, Response, Target, ToDevice,
-    Value,
+    encode_frame, Array, DataRequest, Envelope, FrameDecoder, FromDevice, KernelRequest,
+    MemoryRequest, ProgramRequest, Request, Response, StreamRequest, Target, ToDevice, Value,
 };
 
 fn target() -> impl Strategy<Value = Target> {
@@ -27,48 +27,61 @@ fn request(data: &[u8]) -> impl Strategy<Value = Request<'_>> {
                 lanes,
             }
         }),
-        (any::<bool>(), any::<bool>()).prop_map(|(fed, took)| Request::RunStep { fed, took }),
-        (any::<u16>(), any::<u32>()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
+        (any::<bool>(), any::<bool>())
+            .prop_map(|(fed, took)| Request::Program(ProgramRequest::RunStep { fed, took })),
+        (any::<u16>(), any::<u32>())
+            .prop_map(|(slot, bytes)| Request::Memory(MemoryRequest::AllocSlot { slot, bytes })),
+        (any::<u16>(), any::<u32>(), any::<u16>()).prop_map(|(fifo, item_bytes, depth)| {
+            Request::Streams(StreamRequest::CreateFifo {
+                fifo,
+                item_bytes,
+                depth,
+            })
+        }),
         (target(), any::<u32>(), 0..=data.len()).prop_map(move |(target, offset, n)| {
-            Request::Write {
+            Request::Data(DataRequest::Write {
                 target,
                 offset,
                 data: &data[..n],
-            }
+            })
         }),
         (target(), any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
             |(target, offset, len, read)| if read {
-                Request::Read {
+                Request::Data(DataRequest::Read {
                     target,
                     offset,
                     len,
-                }
+                })
             } else {
-                Request::Wrote {
+                Request::Data(DataRequest::Wrote {
                     target,
                     offset,
                     len,
-                }
+                })
             }
         ),
-        any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
+        any::<u64>().prop_map(|seed| Request::Program(ProgramRequest::SetSeed { seed })),
         (0..3u8, any::<u16>(), any::<[u32; 4]>()).prop_map(|(kind, lane, state)| match kind {
-            0 => Request::SetRngState { lane, state },
-            1 => Request::GetRngState { lane },
-            _ => Request::CycleCount { lane },
+            0 => Request::Program(ProgramRequest::SetRngState { lane, state }),
+            1 => Request::Program(ProgramRequest::GetRngState { lane }),
+            _ => Request::Program(ProgramRequest::CycleCount { lane }),
         }),
-        (any::<u16>(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {
-            id,
-            value: Value::Int(v)
-        }),
-        (any::<u16>(), 0..=data.len()).prop_map(move |(id, n)| Request::SetRegister {
-            id,
-            value: Value::Array(Array {
-                dtype: DataType::U8,
-                shape: heapless::Vec::from_slice(&[n as u32]).unwrap(),
-                data: &data[..n]
-            })
-        }),
+        (any::<u16>(), any::<i64>()).prop_map(|(id, v)| Request::Kernels(
+            KernelRequest::SetRegister {
+                id,
+                value: Value::Int(v)
+            }
+        )),
+        (any::<u16>(), 0..=data.len()).prop_map(move |(id, n)| Request::Kernels(
+            KernelRequest::SetRegister {
+                id,
+                value: Value::Array(Array {
+                    dtype: DataType::U8,
+                    shape: heapless::Vec::from_slice(&[n as u32]).unwrap(),
+                    data: &data[..n]
+                })
+            }
+        )),
     ]
 }
 
@@ -129,7 +142,8 @@ proptest! {
         let sent: Vec<Envelope<Request<'_>>> =
             bodies.into_iter().enumerate().map(|(i, body)| Envelope { seq: i as u32, body }).collect();
         let mut stream: Vec<u8> = sent.iter().flat_map(encode).collect();
-        let undamaged_tail = encode(&Envelope { seq: 999, body: Request::GetSeed });
+        let get_seed = Request::Program(ProgramRequest::GetSeed);
+        let undamaged_tail = encode(&Envelope { seq: 999, body: get_seed });
         for (at, kind, mask) in damage {
             if stream.is_empty() { break; }
             let i = at.index(stream.len());

@@ -8,16 +8,17 @@
 //!   variable; a FIFO's stream position, free bytes and whole items as
 //!   [`fifo`](crate::fifo) says)
 //!   before a byte moves, so a refused move leaves the target as it was.
-//! - Then the bytes move — copied from a [`Write`](Request::Write)'s frame, received
+//! - Then the bytes move — copied from a [`Write`](DataRequest::Write)'s frame, received
 //!   beside a bulk request by the serve loop, or written by the host itself in place —
 //!   and only then is the move settled ([`Device::settle`]): a FIFO takes in written bytes
 //!   or drops read ones. Registers, slots and variables have nothing to settle.
 //! - A read answered in a frame fits one: more than the link's chunk is refused before
 //!   anything is read (a FIFO loses nothing).
-//! - [`Locate`](Request::Locate) answers where a target's bytes lie in the device's memory
-//!   (a FIFO's: its whole ring); [`Wrote`](Request::Wrote) and [`Took`](Request::Took)
-//!   report a move the host made there, checked and settled as the same move in a frame;
-//!   a [`RunStep`](Request::RunStep) that says the host fed the step in place reports a
+//! - [`Locate`](DataRequest::Locate) answers where a target's bytes lie in the device's
+//!   memory (a FIFO's: its whole ring); [`Wrote`](DataRequest::Wrote) and
+//!   [`Took`](DataRequest::Took) report a move the host made there, checked and settled as
+//!   the same move in a frame; a [`RunStep`](tessera_core::wire::ProgramRequest::RunStep)
+//!   that says the host fed the step in place reports a
 //!   whole-ring write to every stream FIFO, and one that says it took the last step's
 //!   anchors in place a whole-ring read of every anchor FIFO, checked and settled the same
 //!   way ([`Device::count_whole`]). A step that ends well leaves every anchor FIFO holding
@@ -38,7 +39,7 @@
 use core::ops::Range;
 
 use tessera_core::program::ids;
-use tessera_core::wire::{ErrorCode, Invariant, Request, Response, Target};
+use tessera_core::wire::{DataRequest, ErrorCode, Invariant, Response, Target};
 
 use super::{Answer, Device};
 use crate::arena::{saturate, Access, Block, Owner};
@@ -54,9 +55,9 @@ pub(super) enum Rings {
 }
 
 /// Runs a data-path request.
-pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &DataRequest<'_>) -> Answer<'d> {
     match *request {
-        Request::Write {
+        DataRequest::Write {
             target,
             offset,
             data,
@@ -65,7 +66,7 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             into.copy_from_slice(data);
             device.settle(target, data.len(), Access::Write);
         }
-        Request::Read {
+        DataRequest::Read {
             target,
             offset,
             len,
@@ -83,14 +84,14 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
                 .ok_or(broken(Invariant::FifoRing))?;
             return Ok(Some(Response::Data { data }));
         }
-        Request::Locate { target } => {
+        DataRequest::Locate { target } => {
             let block = device.block(target)?;
             return Ok(Some(Response::Located {
                 at: saturate(device.arena.address(block)),
                 len: saturate(block.len),
             }));
         }
-        Request::Wrote {
+        DataRequest::Wrote {
             target,
             offset,
             len,
@@ -98,7 +99,7 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             device.range(target, offset, len, Access::Write)?;
             device.settle(target, len as usize, Access::Write);
         }
-        Request::Took {
+        DataRequest::Took {
             target,
             offset,
             len,
@@ -106,10 +107,9 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             device.range(target, offset, len, Access::Read)?;
             device.settle(target, len as usize, Access::Read);
         }
-        Request::WriteBulk { .. } | Request::ReadBulk { .. } => {
+        DataRequest::WriteBulk { .. } | DataRequest::ReadBulk { .. } => {
             return Err(ErrorCode::BulkUnavailable)
         }
-        _ => return Err(broken(Invariant::Routing)),
     }
     Ok(None)
 }
@@ -134,8 +134,8 @@ impl Device<'_> {
 
     /// Counts every FIFO of `rings` moved whole by the host in place, each from the start
     /// of its ring (one step's items, which the FIFO holds exactly) and checked as a
-    /// [`Wrote`](Request::Wrote) (stream FIFOs) or [`Took`](Request::Took) (anchor FIFOs)
-    /// of that span is. The first refusal ends the count (the FIFOs counted before it stay
+    /// [`Wrote`](DataRequest::Wrote) (stream FIFOs) or [`Took`](DataRequest::Took) (anchor
+    /// FIFOs) of that span is. The first refusal ends the count (the FIFOs counted before it stay
     /// counted: the host resets a failed step's state).
     pub(super) fn count_whole(&mut self, rings: Rings) -> Result<(), ErrorCode> {
         self.whole_rings(rings, true)

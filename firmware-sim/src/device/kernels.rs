@@ -16,32 +16,31 @@
 //! [`OutOfMemory`](tessera_core::wire::ErrorCode::OutOfMemory), [`BadArguments`](tessera_core::wire::ErrorCode::BadArguments),
 //! [`UnknownFunction`](tessera_core::wire::ErrorCode::UnknownFunction).
 
-use tessera_core::wire::{Invariant, Request, Response};
+use tessera_core::wire::{KernelRequest, Response};
 
 use super::{Answer, Device};
-use crate::broken;
 use crate::functions;
 
 /// Runs a register or kernel request.
-pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &KernelRequest<'_>) -> Answer<'d> {
     let (arena, registers) = (&mut device.arena, &mut device.registers);
     match *request {
-        Request::SetRegister { id, ref value } => registers.set(arena, id, value)?,
-        Request::GetRegister { id } => {
+        KernelRequest::SetRegister { id, ref value } => registers.set(arena, id, value)?,
+        KernelRequest::GetRegister { id } => {
             let value = registers.get(arena, id)?;
             return Ok(Some(Response::Register { value }));
         }
-        Request::FreeRegister { id } => {
+        KernelRequest::FreeRegister { id } => {
             registers.stored(id)?;
             registers.free(arena, id);
         }
-        Request::DescribeRegister { id } => return Ok(Some(registers.describe(arena, id)?)),
-        Request::AllocArray {
+        KernelRequest::DescribeRegister { id } => return Ok(Some(registers.describe(arena, id)?)),
+        KernelRequest::AllocArray {
             id,
             dtype,
             ref shape,
         } => registers.alloc_array(arena, id, dtype, shape)?,
-        Request::Invoke {
+        KernelRequest::Invoke {
             function,
             ref args,
             out,
@@ -50,10 +49,9 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             let replica = device.limits.replica;
             functions::call::run(registers, arena, f, args, out, replica)?;
         }
-        Request::HasFunction { function } => {
+        KernelRequest::HasFunction { function } => {
             functions::lookup(device.functions, function)?;
         }
-        _ => return Err(broken(Invariant::Routing)),
     }
     Ok(None)
 }

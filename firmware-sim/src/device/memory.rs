@@ -15,19 +15,18 @@
 //! [`OutOfMemory`](ErrorCode::OutOfMemory), [`OutOfBounds`](ErrorCode::OutOfBounds)
 //! (a load or store between blocks of different sizes).
 
-use tessera_core::wire::{ErrorCode, Invariant, Request};
+use tessera_core::wire::{ErrorCode, MemoryRequest};
 
 use super::{Answer, Device};
 use crate::arena::Owner;
-use crate::broken;
 
 /// Runs a memory request.
-pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &MemoryRequest) -> Answer<'d> {
     match *request {
-        Request::AllocSlot { slot, bytes } => {
+        MemoryRequest::AllocSlot { slot, bytes } => {
             device.arena.alloc(Owner::Slot(slot), bytes as usize)?;
         }
-        Request::RemoteLoad { slot, variable } => {
+        MemoryRequest::RemoteLoad { slot, variable } => {
             let arena = &mut device.arena;
             let from = arena
                 .find(Owner::Slot(slot))
@@ -38,7 +37,7 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             };
             arena.copy(from, to)?;
         }
-        Request::RemoteStore { variable, slot } => {
+        MemoryRequest::RemoteStore { variable, slot } => {
             let arena = &mut device.arena;
             let from = arena
                 .find(Owner::Variable(variable))
@@ -48,7 +47,6 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
                 .ok_or(ErrorCode::UnknownId { id: slot })?;
             arena.copy(from, to)?;
         }
-        _ => return Err(broken(Invariant::Routing)),
     }
     Ok(None)
 }

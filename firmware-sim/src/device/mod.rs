@@ -3,8 +3,10 @@
 //! every request.
 //!
 //! [`Device::handle`] is the one entry point. It answers a hello itself (the protocol
-//! version must match exactly) and hands every other request to the area that serves it,
-//! each a module with its own handler and its own list of the errors it can answer:
+//! version must match exactly) and hands every other request to the area that serves it —
+//! the area core's [`Request`] names it by — each a module with its own handler, taking its
+//! area's requests only ([`DataRequest`](tessera_core::wire::DataRequest), …), and its own
+//! list of the errors it can answer:
 //!
 //! - `data`: the bytes of every register, slot and FIFO, however the host moves them (in a
 //!   frame, beside it, or in place);
@@ -34,7 +36,6 @@ mod streams;
 use core::cell::Cell;
 
 use critical_section::Mutex;
-use tessera_core::program::Program;
 use tessera_core::rng::Rng;
 use tessera_core::wire::{ErrorCode, Limits, Request, Response, PROTOCOL_VERSION};
 
@@ -191,7 +192,7 @@ impl<'a> Device<'a> {
     /// [`functions`](crate::functions) for how to write one.
     ///
     /// ```
-    /// use tessera_core::wire::{ErrorCode, Request, Response};
+    /// use tessera_core::wire::{ErrorCode, KernelRequest, Request, Response};
     /// use tessera_firmware_sim::functions::{Args, Function, Output};
     /// use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
     ///
@@ -204,7 +205,7 @@ impl<'a> Device<'a> {
     /// let (mut memory, cycles) = ([0u8; 256], CycleCounter::new());
     /// let link = LinkLimits { max_frame: 256, window: 1 };
     /// let mut device = Device::new(0, &mut memory, link, &cycles).with_functions(MINE);
-    /// let has = |name| Request::HasFunction { function: name };
+    /// let has = |name| Request::Kernels(KernelRequest::HasFunction { function: name });
     /// assert_eq!(device.handle(has("answer")), Response::Done);
     /// assert_eq!(device.handle(has("add_one")), Response::Done);
     /// ```
@@ -226,15 +227,7 @@ impl<'a> Device<'a> {
     #[inline(never)]
     pub fn handle(&mut self, request: Request<'_>) -> Response<'_> {
         let kind = request.kind();
-        let answer = match request {
-            // The device keeps the program it prepares: decoded once, then moved in.
-            Request::Prepare { replicas, program } => match Program::decode(program) {
-                Ok(decoded) => program::prepare(self, replicas, decoded),
-                Err(_) => Err(ErrorCode::Malformed),
-            },
-            other => self.route(&other),
-        };
-        match answer {
+        match self.route(&request) {
             Ok(Some(reply)) => reply,
             Ok(None) => Response::Done,
             Err(code) => Response::Error {
@@ -244,43 +237,19 @@ impl<'a> Device<'a> {
         }
     }
 
-    /// Hands `request` to the area that serves it.
+    /// Hands `request` to the area that serves it (a hello is the device's own).
     fn route(&mut self, request: &Request<'_>) -> Answer<'_> {
-        use Request as R;
-        match *request {
-            R::Hello {
+        match request {
+            &Request::Hello {
                 version,
                 replica,
                 lanes,
             } => self.hello(version, replica, lanes),
-            R::Write { .. }
-            | R::Read { .. }
-            | R::WriteBulk { .. }
-            | R::ReadBulk { .. }
-            | R::Locate { .. }
-            | R::Wrote { .. }
-            | R::Took { .. } => data::handle(self, request),
-            R::AllocSlot { .. } | R::RemoteLoad { .. } | R::RemoteStore { .. } => {
-                memory::handle(self, request)
-            }
-            R::CreateFifo { .. } => streams::handle(self, request),
-            R::SetOptimizer { .. }
-            | R::SetSeed { .. }
-            | R::GetSeed
-            | R::SetRngState { .. }
-            | R::GetRngState { .. }
-            | R::RunStep { .. }
-            | R::ResetStep
-            | R::CycleCount { .. } => program::handle(self, request),
-            // Taken by `handle` itself.
-            R::Prepare { .. } => Err(crate::broken(tessera_core::wire::Invariant::Routing)),
-            R::SetRegister { .. }
-            | R::GetRegister { .. }
-            | R::FreeRegister { .. }
-            | R::DescribeRegister { .. }
-            | R::AllocArray { .. }
-            | R::Invoke { .. }
-            | R::HasFunction { .. } => kernels::handle(self, request),
+            Request::Data(request) => data::handle(self, request),
+            Request::Memory(request) => memory::handle(self, request),
+            Request::Streams(request) => streams::handle(self, request),
+            Request::Program(request) => program::handle(self, request),
+            Request::Kernels(request) => kernels::handle(self, request),
         }
     }
 

@@ -25,8 +25,7 @@
 //!
 //! # Errors
 //!
-//! [`Malformed`](ErrorCode::Malformed) (a prepare's bytes are not exactly one program: the
-//! device's [`handle`](super::Device::handle) decodes it),
+//! [`Malformed`](ErrorCode::Malformed) (a prepare's bytes are not exactly one program),
 //! [`Program`](ErrorCode::Program) (the rule a program or optimizer value breaks),
 //! [`NotPrepared`](ErrorCode::NotPrepared),
 //! [`ReplicaOutOfRange`](ErrorCode::ReplicaOutOfRange),
@@ -44,15 +43,17 @@
 
 use tessera_core::program::{Optimizer, Program, ProgramFault, ProgramPart, RuleKind};
 use tessera_core::rng::Rng;
-use tessera_core::wire::{ErrorCode, Invariant, Request, Response};
+use tessera_core::wire::{ErrorCode, ProgramRequest, Response};
 
 use super::Progress;
 use super::{Answer, Device};
-use crate::broken;
 use crate::program as step;
 
-/// Prepares `program` for `replicas` (taken by value: the device keeps it).
-pub(super) fn prepare(device: &mut Device<'_>, replicas: u32, program: Program) -> Answer<'static> {
+/// Prepares the program `encoded` for `replicas`: decoded once, then moved into the
+/// device, which keeps it ([`ErrorCode::Malformed`] for bytes that are not exactly one
+/// program).
+fn prepare(device: &mut Device<'_>, replicas: u32, encoded: &[u8]) -> Result<(), ErrorCode> {
+    let program = Program::decode(encoded).map_err(|_| ErrorCode::Malformed)?;
     let prepared = step::prepare(
         &mut device.arena,
         &mut device.fifos,
@@ -64,13 +65,13 @@ pub(super) fn prepare(device: &mut Device<'_>, replicas: u32, program: Program) 
     let o = &prepared.program.optimizer;
     device.optimizer = (o.learning_rate(), o.momentum());
     device.prepared = Some(prepared);
-    Ok(None)
+    Ok(())
 }
 
-/// Runs a program request (a prepare comes through [`prepare`]).
-pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
+/// Runs a program request.
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &ProgramRequest<'_>) -> Answer<'d> {
     match *request {
-        Request::SetOptimizer {
+        ProgramRequest::SetOptimizer {
             learning_rate,
             momentum,
         } => {
@@ -82,17 +83,20 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             })?;
             device.optimizer = (learning_rate, momentum);
         }
-        Request::SetSeed { seed } => {
+        ProgramRequest::SetSeed { seed } => {
             device.seed = seed;
             device.reseed();
         }
-        Request::GetSeed => return Ok(Some(Response::Seed { seed: device.seed })),
-        Request::SetRngState { lane, state } => *device.lane_rng(lane)? = Rng::from_state(state),
-        Request::GetRngState { lane } => {
+        ProgramRequest::GetSeed => return Ok(Some(Response::Seed { seed: device.seed })),
+        ProgramRequest::SetRngState { lane, state } => {
+            *device.lane_rng(lane)? = Rng::from_state(state)
+        }
+        ProgramRequest::GetRngState { lane } => {
             let state = device.lane_rng(lane)?.state();
             return Ok(Some(Response::RngState { state }));
         }
-        Request::RunStep { fed, took } => {
+        ProgramRequest::Prepare { replicas, program } => prepare(device, replicas, program)?,
+        ProgramRequest::RunStep { fed, took } => {
             // No host answers exchanges here (see `Device::handle`).
             let outcome = match device.start_step(fed, took) {
                 Progress::Finished(Response::Error { code, .. }) => Err(code),
@@ -104,11 +108,11 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             }
             outcome?;
         }
-        Request::ResetStep => {
+        ProgramRequest::ResetStep => {
             let prepared = device.prepared.as_ref().ok_or(ErrorCode::NotPrepared)?;
             step::reset(&mut device.arena, &mut device.fifos, prepared)?;
         }
-        Request::CycleCount { lane } => {
+        ProgramRequest::CycleCount { lane } => {
             device.lane_rng(lane)?;
             let instrumented = device.prepared.as_ref().map(|p| p.program.instrumented);
             if instrumented != Some(true) {
@@ -117,7 +121,6 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> A
             let cycles = device.cycles.get();
             return Ok(Some(Response::Cycles { cycles }));
         }
-        _ => return Err(broken(Invariant::Routing)),
     }
     Ok(None)
 }

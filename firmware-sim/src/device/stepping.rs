@@ -12,7 +12,7 @@
 //! - A step ends at its last leg, at its first error, or when it is abandoned (the host
 //!   gave up on it: [`ErrorCode::StepAbandoned`]); after that no step is under way. What an
 //!   ended step changed stays as it is (FIFOs popped, variables updated by the batches
-//!   before): the host settles it ([`ResetStep`](tessera_core::wire::Request::ResetStep),
+//!   before): the host settles it ([`ResetStep`](tessera_core::wire::ProgramRequest::ResetStep),
 //!   weights from host).
 
 use core::ops::Range;
@@ -52,8 +52,8 @@ pub enum Progress<'d> {
 impl Device<'_> {
     /// Starts a step: drops the last step's anchors the host `took` in place whole, counts
     /// the stream FIFOs it `fed` in place whole
-    /// ([`Request::RunStep`](tessera_core::wire::Request::RunStep)'s rule), then runs its
-    /// first leg.
+    /// ([`ProgramRequest::RunStep`](tessera_core::wire::ProgramRequest::RunStep)'s rule),
+    /// then runs its first leg.
     pub fn start_step(&mut self, fed: bool, took: bool) -> Progress<'_> {
         self.stepping = None;
         for (whole, rings) in [(took, Rings::Anchors), (fed, Rings::Streams)] {

@@ -13,21 +13,19 @@
 //! [`TableFull`](tessera_core::wire::ErrorCode::TableFull), [`FifoShape`](tessera_core::wire::ErrorCode::FifoShape),
 //! [`OutOfMemory`](tessera_core::wire::ErrorCode::OutOfMemory).
 
-use tessera_core::wire::{Invariant, Request};
+use tessera_core::wire::StreamRequest;
 
 use super::{Answer, Device};
-use crate::broken;
 
 /// Runs a stream request.
-pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &Request<'_>) -> Answer<'d> {
+pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &StreamRequest) -> Answer<'d> {
     let (arena, fifos) = (&mut device.arena, &mut device.fifos);
     match *request {
-        Request::CreateFifo {
+        StreamRequest::CreateFifo {
             fifo,
             item_bytes,
             depth,
         } => fifos.create(arena, fifo, item_bytes, depth)?,
-        _ => return Err(broken(Invariant::Routing)),
     }
     Ok(None)
 }

@@ -1,4 +1,4 @@
-//! Named device functions (kernels), called by [`Request::Invoke`] —
+//! Named device functions (kernels), called by [`KernelRequest::Invoke`] —
 //! the workers' side of a Disco-style session.
 //!
 //! # Contract
@@ -72,7 +72,7 @@
 //!
 //! ```
 //! use tessera_core::dtype::DataType;
-//! use tessera_core::wire::{Arg, ErrorCode, Request, Response, Value};
+//! use tessera_core::wire::{Arg, ErrorCode, KernelRequest, Request, Response, Value};
 //! use tessera_firmware_sim::functions::{element, Args, Function, Output};
 //! use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 //!
@@ -96,19 +96,19 @@
 //! let (mut memory, cycles) = ([0u8; 1024], CycleCounter::new());
 //! let link = LinkLimits { max_frame: 256, window: 1 };
 //! let mut device = Device::new(0, &mut memory, link, &cycles).with_functions(KERNELS);
-//! let call = Request::Invoke {
+//! let call = KernelRequest::Invoke {
 //!     function: "double",
 //!     args: heapless::Vec::from_slice(&[Arg::Value(Value::Int(21))]).unwrap(),
 //!     out: 1,
 //! };
-//! assert_eq!(device.handle(call), Response::Done);
-//! let reply = device.handle(Request::GetRegister { id: 1 });
+//! assert_eq!(device.handle(Request::Kernels(call)), Response::Done);
+//! let reply = device.handle(Request::Kernels(KernelRequest::GetRegister { id: 1 }));
 //! assert_eq!(reply, Response::Register { value: Value::Int(42) });
 //! ```
 //!
 //! `examples/custom_kernel.rs` does the same on arrays.
 //!
-//! [`Request::Invoke`]: tessera_core::wire::Request::Invoke
+//! [`KernelRequest::Invoke`]: tessera_core::wire::KernelRequest::Invoke
 //! [`Arg::Register`]: tessera_core::wire::Arg::Register
 //! [`Arg::Value`]: tessera_core::wire::Arg::Value
 

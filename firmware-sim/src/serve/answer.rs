@@ -20,7 +20,7 @@
 use core::ops::ControlFlow;
 
 use tessera_core::wire::frame::decode_body;
-use tessera_core::wire::{Combined, Envelope, ErrorCode, Request, ToDevice};
+use tessera_core::wire::{Combined, Envelope, ErrorCode, ProgramRequest, Request, ToDevice};
 
 use super::bulk::answered_bulk;
 use super::reply::{finish, run_request, send_malformed};
@@ -145,7 +145,7 @@ fn in_order<M: Messages, const FRAME: usize, const WINDOW: usize>(
         }
         Verdict::Repeat => {}
         Verdict::Run => {
-            if let Request::RunStep { fed, took } = envelope.body {
+            if let Request::Program(ProgramRequest::RunStep { fed, took }) = envelope.body {
                 let start = Leg::Start { fed, took };
                 return step_progress((cache, contribution), seq, device, start, link);
             }

@@ -13,7 +13,7 @@
 //!   [`ErrorCode::BulkUnavailable`].
 
 use tessera_core::wire::{
-    encode_body, Envelope, ErrorCode, Request, RequestKind, Response, Target,
+    encode_body, DataRequest, Envelope, ErrorCode, Request, RequestKind, Response, Target,
 };
 
 use super::reply::reply;
@@ -57,16 +57,16 @@ pub(super) fn answered_bulk<M: Messages, const FRAME: usize, const WINDOW: usize
 /// The access, target, offset and length of a bulk request; `None` for any other request.
 fn bulk_request(body: &Request<'_>) -> Option<(Access, Target, u32, u32)> {
     match *body {
-        Request::WriteBulk {
+        Request::Data(DataRequest::WriteBulk {
             target,
             offset,
             len,
-        } => Some((Access::Write, target, offset, len)),
-        Request::ReadBulk {
+        }) => Some((Access::Write, target, offset, len)),
+        Request::Data(DataRequest::ReadBulk {
             target,
             offset,
             len,
-        } => Some((Access::Read, target, offset, len)),
+        }) => Some((Access::Read, target, offset, len)),
         _ => None,
     }
 }

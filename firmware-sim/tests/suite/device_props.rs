@@ -7,7 +7,10 @@ use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
-use tessera_core::wire::{Arg, Array, Request, Target, Value};
+use tessera_core::wire::{
+    Arg, Array, DataRequest, KernelRequest, MemoryRequest, ProgramRequest, Request, StreamRequest,
+    Target, Value,
+};
 
 use crate::support;
 
@@ -98,50 +101,57 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             replica: 0,
             lanes: 1,
         }),
-        Just(Request::ResetStep),
-        (id(), small()).prop_map(|(slot, bytes)| Request::AllocSlot { slot, bytes }),
-        (target(), small(), 0usize..64).prop_map(|(target, offset, n)| Request::Write {
-            target,
-            offset,
-            data: &BYTES[..n]
-        }),
+        Just(Request::Program(ProgramRequest::ResetStep)),
+        (id(), small())
+            .prop_map(|(slot, bytes)| Request::Memory(MemoryRequest::AllocSlot { slot, bytes })),
+        (target(), small(), 0usize..64).prop_map(|(target, offset, n)| Request::Data(
+            DataRequest::Write {
+                target,
+                offset,
+                data: &BYTES[..n]
+            }
+        )),
         (target(), small(), small(), 0u8..5).prop_map(|(target, offset, len, which)| {
             match which {
-                0 => Request::Read {
+                0 => Request::Data(DataRequest::Read {
                     target,
                     offset,
                     len,
-                },
-                1 => Request::ReadBulk {
+                }),
+                1 => Request::Data(DataRequest::ReadBulk {
                     target,
                     offset,
                     len,
-                },
-                2 => Request::WriteBulk {
+                }),
+                2 => Request::Data(DataRequest::WriteBulk {
                     target,
                     offset,
                     len,
-                },
-                3 => Request::Wrote {
+                }),
+                3 => Request::Data(DataRequest::Wrote {
                     target,
                     offset,
                     len,
-                },
-                _ => Request::Took {
+                }),
+                _ => Request::Data(DataRequest::Took {
                     target,
                     offset,
                     len,
-                },
+                }),
             }
         }),
-        target().prop_map(|target| Request::Locate { target }),
-        (id(), small(), any::<u16>()).prop_map(|(fifo, item_bytes, depth)| Request::CreateFifo {
-            fifo,
-            item_bytes,
-            depth
-        }),
-        any::<u64>().prop_map(|seed| Request::SetSeed { seed }),
-        (0..3u16, any::<[u32; 4]>()).prop_map(|(lane, state)| Request::SetRngState { lane, state }),
+        target().prop_map(|target| Request::Data(DataRequest::Locate { target })),
+        (id(), small(), any::<u16>()).prop_map(|(fifo, item_bytes, depth)| Request::Streams(
+            StreamRequest::CreateFifo {
+                fifo,
+                item_bytes,
+                depth
+            }
+        )),
+        any::<u64>().prop_map(|seed| Request::Program(ProgramRequest::SetSeed { seed })),
+        (0..3u16, any::<[u32; 4]>()).prop_map(|(lane, state)| Request::Program(
+            ProgramRequest::SetRngState { lane, state }
+        )),
         (
             0u32..4,
             0u32..4,
@@ -156,38 +166,46 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             .prop_map(
                 |(inputs, outputs, comm, b, a, replicas, sharding, dropout, anchor)| {
                     let program = program(inputs, outputs, comm, b, a, sharding, dropout, anchor);
-                    Request::Prepare {
+                    Request::Program(ProgramRequest::Prepare {
                         replicas,
                         // Leaked: a generated request lives as long as the test.
                         program: Vec::leak(support::encoded(&program)),
-                    }
+                    })
                 }
             ),
         (any::<f32>(), any::<f32>()).prop_map(|(learning_rate, momentum)| {
-            Request::SetOptimizer {
+            Request::Program(ProgramRequest::SetOptimizer {
                 learning_rate,
                 momentum,
-            }
-        }),
-        (any::<bool>(), any::<bool>()).prop_map(|(fed, took)| Request::RunStep { fed, took }),
-        (id(), id()).prop_map(|(slot, variable)| Request::RemoteLoad { slot, variable }),
-        (id(), id()).prop_map(|(variable, slot)| Request::RemoteStore { variable, slot }),
-        (0..3u16).prop_map(|lane| Request::CycleCount { lane }),
-        (id(), any::<i64>()).prop_map(|(id, v)| Request::SetRegister {
-            id,
-            value: Value::Int(v)
-        }),
-        (id(), 0usize..64, any::<bool>()).prop_map(|(id, n, right)| Request::SetRegister {
-            id,
-            value: Value::Array(Array {
-                dtype: DataType::F32,
-                // A shape that matches the bytes only sometimes.
-                shape: heapless::Vec::from_slice(&[(n / 4) as u32 + u32::from(!right)]).unwrap(),
-                data: &BYTES[..n]
             })
         }),
-        id().prop_map(|id| Request::GetRegister { id }),
-        id().prop_map(|id| Request::FreeRegister { id }),
+        (any::<bool>(), any::<bool>())
+            .prop_map(|(fed, took)| Request::Program(ProgramRequest::RunStep { fed, took })),
+        (id(), id()).prop_map(
+            |(slot, variable)| Request::Memory(MemoryRequest::RemoteLoad { slot, variable })
+        ),
+        (id(), id()).prop_map(
+            |(variable, slot)| Request::Memory(MemoryRequest::RemoteStore { variable, slot })
+        ),
+        (0..3u16).prop_map(|lane| Request::Program(ProgramRequest::CycleCount { lane })),
+        (id(), any::<i64>()).prop_map(|(id, v)| Request::Kernels(KernelRequest::SetRegister {
+            id,
+            value: Value::Int(v)
+        })),
+        (id(), 0usize..64, any::<bool>()).prop_map(|(id, n, right)| Request::Kernels(
+            KernelRequest::SetRegister {
+                id,
+                value: Value::Array(Array {
+                    dtype: DataType::F32,
+                    // A shape that matches the bytes only sometimes.
+                    shape: heapless::Vec::from_slice(&[(n / 4) as u32 + u32::from(!right)])
+                        .unwrap(),
+                    data: &BYTES[..n]
+                })
+            }
+        )),
+        id().prop_map(|id| Request::Kernels(KernelRequest::GetRegister { id })),
+        id().prop_map(|id| Request::Kernels(KernelRequest::FreeRegister { id })),
         (
             prop_oneof![
                 Just("add"),
@@ -199,11 +217,13 @@ fn request() -> impl Strategy<Value = Request<'static>> {
             prop::collection::vec(id(), 0..5),
             id()
         )
-            .prop_map(|(function, args, out)| Request::Invoke {
-                function,
-                args: args.into_iter().take(4).map(Arg::Register).collect(),
-                out,
-            }),
+            .prop_map(
+                |(function, args, out)| Request::Kernels(KernelRequest::Invoke {
+                    function,
+                    args: args.into_iter().take(4).map(Arg::Register).collect(),
+                    out,
+                })
+            ),
     ]
 }
 

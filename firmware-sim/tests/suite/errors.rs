@@ -6,7 +6,9 @@ use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{
     Layer, Optimizer, Program, ProgramFault, ProgramPart, RuleKind, Sharding,
 };
-use tessera_core::wire::{ErrorCode, Request, RequestKind, Response, PROTOCOL_VERSION};
+use tessera_core::wire::{
+    ErrorCode, ProgramRequest, Request, RequestKind, Response, PROTOCOL_VERSION,
+};
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
 const LINK: LinkLimits = LinkLimits {
@@ -60,10 +62,10 @@ fn a_program_rule_reaching_the_device_names_the_rule() {
             }
         );
         let program = crate::support::encoded(&program);
-        let prepare = Request::Prepare {
+        let prepare = Request::Program(ProgramRequest::Prepare {
             replicas: 1,
             program: &program,
-        };
+        });
         let (kind, code) = refusal(d, &prepare);
         assert_eq!(kind, RequestKind::Prepare);
         assert_eq!(code, ErrorCode::Program(expected));
@@ -80,10 +82,10 @@ fn a_program_rule_reaching_the_device_names_the_rule() {
 #[test]
 fn optimizer_values_break_the_programs_rule() {
     with_device(|d| {
-        let bad = Request::SetOptimizer {
+        let bad = Request::Program(ProgramRequest::SetOptimizer {
             learning_rate: f32::NAN,
             momentum: 0.5,
-        };
+        });
         let (_, code) = refusal(d, &bad);
         assert_eq!(
             code,
@@ -101,11 +103,11 @@ fn optimizer_values_break_the_programs_rule() {
 fn a_step_before_prepare_is_not_prepared() {
     with_device(|d| {
         for request in [
-            Request::RunStep {
+            Request::Program(ProgramRequest::RunStep {
                 fed: false,
                 took: false,
-            },
-            Request::ResetStep,
+            }),
+            Request::Program(ProgramRequest::ResetStep),
         ] {
             let (kind, code) = refusal(d, &request);
             assert_eq!((kind, code), (request.kind(), ErrorCode::NotPrepared));
@@ -122,9 +124,11 @@ fn a_prepare_that_is_not_exactly_one_program_is_malformed() {
     with_device(|d| {
         let program = crate::support::linear_program(1, 1, CommGroup::None, 1, 1);
         let program = crate::support::encoded(&program);
-        let prepare = |program| Request::Prepare {
-            replicas: 1,
-            program,
+        let prepare = |program| {
+            Request::Program(ProgramRequest::Prepare {
+                replicas: 1,
+                program,
+            })
         };
         assert!(matches!(d.handle(prepare(&program)), Response::Done));
         let mut padded = program.clone();
@@ -134,7 +138,10 @@ fn a_prepare_that_is_not_exactly_one_program_is_malformed() {
             assert_eq!((kind, code), (RequestKind::Prepare, ErrorCode::Malformed));
         }
         // Without a prepared program this is refused `NotPrepared`.
-        assert!(matches!(d.handle(Request::ResetStep), Response::Done));
+        assert!(matches!(
+            d.handle(Request::Program(ProgramRequest::ResetStep)),
+            Response::Done
+        ));
     });
 }
 

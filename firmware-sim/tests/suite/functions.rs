@@ -6,7 +6,8 @@
 use proptest::prelude::*;
 use tessera_core::dtype::DataType;
 use tessera_core::wire::{
-    Arg, Array, ErrorCode, Request, Response, Target, Value, ValueKind, MAX_SHAPE_RANK,
+    Arg, Array, DataRequest, ErrorCode, KernelRequest, MemoryRequest, Request, Response, Target,
+    Value, ValueKind, MAX_SHAPE_RANK,
 };
 use tessera_firmware_sim::functions::{Args, Function, Output};
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits, MAX_REGISTERS};
@@ -115,11 +116,11 @@ fn invoke(
     let args = heapless::Vec::from_slice(args).expect("at most four arguments");
     run(
         device,
-        &Request::Invoke {
+        &Request::Kernels(KernelRequest::Invoke {
             function,
             args,
             out,
-        },
+        }),
     )
 }
 
@@ -130,15 +131,15 @@ fn lit(value: &Owned) -> Arg<'_> {
 fn set(device: &mut Device<'_>, id: u16, value: &Owned) -> Result<(), ErrorCode> {
     run(
         device,
-        &Request::SetRegister {
+        &Request::Kernels(KernelRequest::SetRegister {
             id,
             value: value.value(),
-        },
+        }),
     )
 }
 
 fn get(device: &mut Device<'_>, id: u16) -> Result<Owned, ErrorCode> {
-    match device.handle(Request::GetRegister { id }) {
+    match device.handle(Request::Kernels(KernelRequest::GetRegister { id })) {
         Response::Register { value } => Ok(Owned::of(&value)),
         Response::Error { code, .. } => Err(code),
         other => panic!("unexpected reply {other:?}"),
@@ -146,11 +147,11 @@ fn get(device: &mut Device<'_>, id: u16) -> Result<Owned, ErrorCode> {
 }
 
 fn read(device: &mut Device<'_>, id: u16, offset: u32, len: u32) -> Result<Vec<u8>, ErrorCode> {
-    match device.handle(Request::Read {
+    match device.handle(Request::Data(DataRequest::Read {
         target: Target::Register(id),
         offset,
         len,
-    }) {
+    })) {
         Response::Data { data } => Ok(data.to_vec()),
         Response::Error { code, .. } => Err(code),
         other => panic!("unexpected reply {other:?}"),
@@ -164,28 +165,34 @@ fn alloc(
     shape: impl AsRef<[u32]>,
 ) -> Result<(), ErrorCode> {
     let shape = dims(shape.as_ref());
-    run(device, &Request::AllocArray { id, dtype, shape })
+    run(
+        device,
+        &Request::Kernels(KernelRequest::AllocArray { id, dtype, shape }),
+    )
 }
 
 fn write(device: &mut Device<'_>, id: u16, offset: u32, data: &[u8]) -> Result<(), ErrorCode> {
     run(
         device,
-        &Request::Write {
+        &Request::Data(DataRequest::Write {
             target: Target::Register(id),
             offset,
             data,
-        },
+        }),
     )
 }
 
 fn free(device: &mut Device<'_>, id: u16) -> Result<(), ErrorCode> {
-    run(device, &Request::FreeRegister { id })
+    run(
+        device,
+        &Request::Kernels(KernelRequest::FreeRegister { id }),
+    )
 }
 
 /// The register's description, its place in memory left out (`at` is 0): where a value
 /// lands is the allocator's business, checked in `arena`'s own tests.
 fn describe(device: &mut Device<'_>, id: u16) -> Response<'static> {
-    match device.handle(Request::DescribeRegister { id }) {
+    match device.handle(Request::Kernels(KernelRequest::DescribeRegister { id })) {
         Response::Described {
             kind,
             dtype,
@@ -219,10 +226,10 @@ fn frees_everything(device: &mut Device<'_>, last: u16) -> bool {
         && free(device, 1).is_ok();
     let all_registers =
         (2..=MAX_REGISTERS as u16).all(|id| set(device, id, &Owned::Int(0)).is_ok());
-    let whole = Request::AllocSlot {
+    let whole = Request::Memory(MemoryRequest::AllocSlot {
         slot: 1,
         bytes: device.limits().memory & !7,
-    };
+    });
     let arena_empty = run(device, &whole).is_ok();
     scratch_free && all_registers && arena_empty
 }
@@ -373,18 +380,18 @@ fn missing_functions_are_clean_errors() {
         assert_eq!(
             run(
                 d,
-                &Request::HasFunction {
+                &Request::Kernels(KernelRequest::HasFunction {
                     function: "add_one"
-                }
+                })
             ),
             Ok(())
         );
         assert_eq!(
             run(
                 d,
-                &Request::HasFunction {
+                &Request::Kernels(KernelRequest::HasFunction {
                     function: "no_such"
-                }
+                })
             ),
             Err(ErrorCode::UnknownFunction)
         );

@@ -7,7 +7,9 @@ use tessera_core::grouping::{CommGroup, GroupingSpec, ReplicaGrouping, Retrieval
 use tessera_core::program::lanes::in_lane;
 use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Reduction, Sharding};
 use tessera_core::stream::AnchorReturnType;
-use tessera_core::wire::{ErrorCode, ReduceOp, Request, Response, Target};
+use tessera_core::wire::{
+    DataRequest, ErrorCode, MemoryRequest, ProgramRequest, ReduceOp, Request, Response, Target,
+};
 use tessera_firmware_sim::Progress;
 use tessera_firmware_sim::{CycleCounter, Device, Memory};
 
@@ -74,11 +76,11 @@ fn ok(device: &mut Device<'_>, request: Request<'_>) -> Response<'static> {
 
 fn read(device: &mut Device<'_>, target: Target, len: usize) -> Vec<u8> {
     let len = u32::try_from(len).unwrap();
-    let request = Request::Read {
+    let request = Request::Data(DataRequest::Read {
         target,
         offset: 0,
         len,
-    };
+    });
     match ok(device, request) {
         Response::Data { data } => data.to_vec(),
         other => panic!("a read answered {other:?}"),
@@ -117,12 +119,15 @@ fn devices(p: &Program, lanes: usize) -> Vec<Device<'static>> {
                 lanes: lanes as u16,
             };
             ok(&mut device, hello);
-            let prepare = Request::Prepare {
+            let prepare = Request::Program(ProgramRequest::Prepare {
                 replicas: REPLICAS as u32,
                 program: &encoded,
-            };
+            });
             ok(&mut device, prepare);
-            ok(&mut device, Request::SetSeed { seed: 11 });
+            ok(
+                &mut device,
+                Request::Program(ProgramRequest::SetSeed { seed: 11 }),
+            );
             for l in 0..lanes {
                 for i in 0..p.variables.len() as u8 {
                     let n = p.held_elements(usize::from(i), REPLICAS).unwrap();
@@ -131,14 +136,17 @@ fn devices(p: &Program, lanes: usize) -> Vec<Device<'static>> {
                         .flat_map(|k| ((k as f32 * 1.7 + f32::from(i)).cos() * 0.6).to_le_bytes())
                         .collect();
                     let slot = lane(l, ids::slot(i));
-                    let write = Request::Write {
+                    let write = Request::Data(DataRequest::Write {
                         target: Target::Slot(slot),
                         offset: 0,
                         data: &data,
-                    };
+                    });
                     ok(&mut device, write);
                     let variable = lane(l, ids::variable(i));
-                    ok(&mut device, Request::RemoteLoad { slot, variable });
+                    ok(
+                        &mut device,
+                        Request::Memory(MemoryRequest::RemoteLoad { slot, variable }),
+                    );
                 }
             }
             device
@@ -226,11 +234,11 @@ fn train(lanes: usize) -> Vec<Vec<u8>> {
                     let target = Target::Fifo(lane(l, ids::stream_fifo(k)));
                     ok(
                         device,
-                        Request::Write {
+                        Request::Data(DataRequest::Write {
                             target,
                             offset: 0,
                             data,
-                        },
+                        }),
                     );
                 }
             }
@@ -295,17 +303,24 @@ fn train(lanes: usize) -> Vec<Vec<u8>> {
                 for variable in [ids::variable(i), ids::velocity(i)] {
                     let slot = lane(l, ids::slot(i));
                     let variable = lane(l, variable);
-                    ok(device, Request::RemoteStore { variable, slot });
+                    ok(
+                        device,
+                        Request::Memory(MemoryRequest::RemoteStore { variable, slot }),
+                    );
                     replica.push(read(device, Target::Slot(slot), len));
                 }
             }
-            let Response::RngState { state } = ok(device, Request::GetRngState { lane: l as u16 })
-            else {
+            let Response::RngState { state } = ok(
+                device,
+                Request::Program(ProgramRequest::GetRngState { lane: l as u16 }),
+            ) else {
                 panic!("no RNG state");
             };
             replica.push(bytes(&state.map(f32::from_bits)));
-            let Response::Cycles { cycles } = ok(device, Request::CycleCount { lane: l as u16 })
-            else {
+            let Response::Cycles { cycles } = ok(
+                device,
+                Request::Program(ProgramRequest::CycleCount { lane: l as u16 }),
+            ) else {
                 panic!("no cycle count");
             };
             assert!(cycles > 0);
@@ -348,10 +363,10 @@ fn lanes_apart_in_a_group_are_refused_at_prepare() {
         lanes: 2,
     };
     ok(&mut device, hello);
-    let prepare = Request::Prepare {
+    let prepare = Request::Program(ProgramRequest::Prepare {
         replicas: REPLICAS as u32,
         program: &encoded,
-    };
+    });
     let Response::Error { code, .. } = device.handle(prepare) else {
         panic!("lanes across two groups were prepared");
     };
@@ -362,7 +377,7 @@ fn lanes_apart_in_a_group_are_refused_at_prepare() {
             replica: 2
         }
     );
-    let lanes = Request::GetRngState { lane: 2 };
+    let lanes = Request::Program(ProgramRequest::GetRngState { lane: 2 });
     let Response::Error { code, .. } = device.handle(lanes) else {
         panic!("a lane the device does not run answered");
     };
@@ -393,10 +408,10 @@ fn a_hello_of_other_lanes_drops_the_program() {
         lanes,
     };
     ok(device, hello(2));
-    let step = Request::RunStep {
+    let step = Request::Program(ProgramRequest::RunStep {
         fed: false,
         took: false,
-    };
+    });
     // No host answers its first exchange here: the step is refused for that.
     let Response::Error { code, .. } = device.handle(step.clone()) else {
         panic!("a step without a host ran");
@@ -411,7 +426,9 @@ fn a_hello_of_other_lanes_drops_the_program() {
         panic!("a step ran on a program of other lanes");
     };
     assert_eq!(code, ErrorCode::NotPrepared);
-    let Response::Error { code, .. } = device.handle(Request::GetRngState { lane: 1 }) else {
+    let Response::Error { code, .. } =
+        device.handle(Request::Program(ProgramRequest::GetRngState { lane: 1 }))
+    else {
         panic!("a lane the device no longer runs answered");
     };
     assert_eq!(code, ErrorCode::NoSuchLane { lane: 1, lanes: 1 });

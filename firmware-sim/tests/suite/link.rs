@@ -8,7 +8,7 @@ use crate::support;
 
 use support::{combined, frame, linear_program, replies, serve_all, MemLink};
 use tessera_core::grouping::CommGroup;
-use tessera_core::wire::{Request, Target};
+use tessera_core::wire::{DataRequest, MemoryRequest, ProgramRequest, Request, Target};
 use tessera_firmware_sim::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
 
 /// The step's sequence number in these scripts: it follows the 8 set-up requests (the
@@ -37,32 +37,32 @@ fn script_fed(step: &[Vec<u8>], fed: bool) -> Vec<u8> {
         bytes.extend_from_slice(&frame(seq, &request));
     };
     let program = support::encoded(&linear_program(1, 1, CommGroup::All, 3, 1));
-    push(Request::Prepare {
+    push(Request::Program(ProgramRequest::Prepare {
         replicas: 2,
         program: &program,
-    });
-    push(Request::SetOptimizer {
+    }));
+    push(Request::Program(ProgramRequest::SetOptimizer {
         learning_rate: 0.5,
         momentum: 0.0,
-    });
+    }));
     for sample in 0..3 {
         if fed {
-            push(Request::GetSeed);
-            push(Request::GetSeed);
+            push(Request::Program(ProgramRequest::GetSeed));
+            push(Request::Program(ProgramRequest::GetSeed));
             continue;
         }
         // Each FIFO's samples are appended at its stream's next position.
         let (x, y) = (f32s(1.0), f32s(0.0));
-        push(Request::Write {
+        push(Request::Data(DataRequest::Write {
             target: Target::Fifo(1),
             offset: sample * x.len() as u32,
             data: &x,
-        });
-        push(Request::Write {
+        }));
+        push(Request::Data(DataRequest::Write {
             target: Target::Fifo(2),
             offset: sample * y.len() as u32,
             data: &y,
-        });
+        }));
     }
     for f in step {
         bytes.extend_from_slice(f);
@@ -70,28 +70,28 @@ fn script_fed(step: &[Vec<u8>], fed: bool) -> Vec<u8> {
     assert_eq!(seq + 1, STEP, "the step follows the set-up");
     bytes.extend_from_slice(&frame(
         STORE,
-        &Request::RemoteStore {
+        &Request::Memory(MemoryRequest::RemoteStore {
             variable: 1,
             slot: 1,
-        },
+        }),
     ));
     bytes.extend_from_slice(&frame(
         READ,
-        &Request::Read {
+        &Request::Data(DataRequest::Read {
             target: Target::Slot(1),
             offset: 0,
             len: 4,
-        },
+        }),
     ));
     bytes
 }
 
 /// The step's `RunStep`, its samples queued (not fed in place), framed.
 fn run_step() -> Vec<u8> {
-    let request = Request::RunStep {
+    let request = Request::Program(ProgramRequest::RunStep {
         fed: false,
         took: false,
-    };
+    });
     frame(STEP, &request)
 }
 
@@ -127,8 +127,14 @@ fn assert_trained(link: &MemLink, context: &str) {
 /// its round-0 contribution again, and the host answers both copies.
 fn retried_step(fed: bool) -> [Vec<u8>; 6] {
     [
-        frame(STEP, &Request::RunStep { fed, took: false }),
-        frame(STEP, &Request::RunStep { fed, took: false }), // the host's retry
+        frame(
+            STEP,
+            &Request::Program(ProgramRequest::RunStep { fed, took: false }),
+        ),
+        frame(
+            STEP,
+            &Request::Program(ProgramRequest::RunStep { fed, took: false }),
+        ), // the host's retry
         answer(0, 1.0),
         answer(0, 1.0), // its answer to the re-sent contribution
         answer(1, 2.0),
@@ -239,12 +245,12 @@ fn every_frame_is_flushed_before_the_device_reads() {
 /// `Malformed`, and the host timed out. The retry must get the cached reply.
 #[test]
 fn a_malformed_frame_leaves_the_reply_cache_alone() {
-    let mut input = frame(5, &Request::GetSeed);
+    let mut input = frame(5, &Request::Program(ProgramRequest::GetSeed));
     // A valid frame whose body (0xFF 0xFF 0xFF) decodes as no request.
     let (mut scratch, mut out) = ([0u8; 64], [0u8; 64]);
     let n = tessera_core::wire::encode_frame(&[0xFFu8; 3], &mut scratch, &mut out).unwrap();
     input.extend_from_slice(&out[..n]);
-    input.extend_from_slice(&frame(5, &Request::GetSeed));
+    input.extend_from_slice(&frame(5, &Request::Program(ProgramRequest::GetSeed)));
     let mut link = MemLink::new(input);
     serve_all(&mut link);
     let replies = replies(&link.output);
@@ -262,7 +268,7 @@ fn a_malformed_frame_leaves_the_reply_cache_alone() {
 /// earlier frame) ends there and costs the reply nothing.
 #[test]
 fn replies_start_with_a_delimiter() {
-    let mut link = MemLink::new(frame(1, &Request::GetSeed));
+    let mut link = MemLink::new(frame(1, &Request::Program(ProgramRequest::GetSeed)));
     serve_all(&mut link);
     assert_eq!(link.output.first(), Some(&0));
     let mut held = vec![0x55u8; 10]; // garbage without an end
@@ -281,19 +287,19 @@ fn replies_start_with_a_delimiter() {
 fn bulk_requests_on_a_byte_link_are_refused() {
     let mut input = frame(
         1,
-        &Request::WriteBulk {
+        &Request::Data(DataRequest::WriteBulk {
             target: Target::Register(1),
             offset: 0,
             len: 8,
-        },
+        }),
     );
     input.extend_from_slice(&frame(
         2,
-        &Request::ReadBulk {
+        &Request::Data(DataRequest::ReadBulk {
             target: Target::Register(1),
             offset: 0,
             len: 8,
-        },
+        }),
     ));
     let mut link = MemLink::new(input);
     serve_all(&mut link);
@@ -313,8 +319,8 @@ fn bulk_requests_on_a_byte_link_are_refused() {
 fn a_later_request_abandons_a_waiting_step() {
     let step = [
         run_step(),
-        frame(STORE, &Request::GetSeed),
-        frame(STORE, &Request::GetSeed), // the host's retry
+        frame(STORE, &Request::Program(ProgramRequest::GetSeed)),
+        frame(STORE, &Request::Program(ProgramRequest::GetSeed)), // the host's retry
     ];
     let mut link = MemLink::new(script(&step));
     let counters = serve_all(&mut link);
@@ -406,7 +412,7 @@ fn a_silent_host_gets_the_contribution_again_at_each_deadline_then_the_step_fail
         // Handled while the step waits, none of them its answer: a round it does not wait
         // on, a request from before the step (dropped), a frame that fails its CRC.
         combined(STEP, 2, &1.0f32.to_le_bytes()),
-        frame(STEP - 1, &Request::GetSeed),
+        frame(STEP - 1, &Request::Program(ProgramRequest::GetSeed)),
         vec![0x01, 0x02, 0x03, 0x00],
     ];
     // The set-up and the step only: the requests after it would end the step at once.
@@ -486,14 +492,14 @@ fn contribution_bodies(output: &[u8]) -> Vec<Vec<u8>> {
 
 /// Bytes of the two requests [`script`] puts after the step (`STORE` and `READ`).
 fn script_tail_len() -> usize {
-    let store = Request::RemoteStore {
+    let store = Request::Memory(MemoryRequest::RemoteStore {
         variable: 1,
         slot: 1,
-    };
-    let read = Request::Read {
+    });
+    let read = Request::Data(DataRequest::Read {
         target: Target::Slot(1),
         offset: 0,
         len: 4,
-    };
+    });
     frame(STORE, &store).len() + frame(READ, &read).len()
 }

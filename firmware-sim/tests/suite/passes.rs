@@ -5,7 +5,9 @@ use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
 use tessera_core::program::{ids, AnchorTensor, Layer, Optimizer, Program, Sharding};
 use tessera_core::stream::AnchorReturnType;
-use tessera_core::wire::{ErrorCode, Request, Response, Target};
+use tessera_core::wire::{
+    DataRequest, ErrorCode, MemoryRequest, ProgramRequest, Request, Response, Target,
+};
 use tessera_firmware_sim::{Access, CycleCounter, Device};
 
 use crate::support::WIDE_LINK as LINK;
@@ -90,21 +92,21 @@ fn ok(device: &mut Device<'_>, request: Request<'_>) {
 fn write(device: &mut Device<'_>, target: Target, offset: u32, data: &[u8]) {
     ok(
         device,
-        Request::Write {
+        Request::Data(DataRequest::Write {
             target,
             offset,
             data,
-        },
+        }),
     );
 }
 
 fn read(device: &mut Device<'_>, target: Target, len: usize) -> Vec<u8> {
     let len = u32::try_from(len).unwrap();
-    match device.handle(Request::Read {
+    match device.handle(Request::Data(DataRequest::Read {
         target,
         offset: 0,
         len,
-    }) {
+    })) {
         Response::Data { data } => data.to_vec(),
         other => panic!("a read answered {other:?}"),
     }
@@ -154,16 +156,19 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
     let mut device = Device::new(0, &mut arena, LINK, &cycles);
     let program = program(case);
     let encoded = crate::support::encoded(&program);
-    let prepare = Request::Prepare {
+    let prepare = Request::Program(ProgramRequest::Prepare {
         replicas: 1,
         program: &encoded,
-    };
+    });
     if let Response::Error { code, .. } = device.handle(prepare) {
         // Only a lack of memory is expected: anything else is the test's mistake.
         assert!(matches!(code, ErrorCode::OutOfMemory { .. }), "{code}");
         return None;
     }
-    ok(&mut device, Request::SetSeed { seed: 7 });
+    ok(
+        &mut device,
+        Request::Program(ProgramRequest::SetSeed { seed: 7 }),
+    );
     // Weights drawn from a fixed formula (zeros would leave every output the same).
     for i in 0..program.variables.len() as u8 {
         let n = program.held_elements(usize::from(i), 1).unwrap();
@@ -173,18 +178,18 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
         let slot = ids::slot(i);
         ok(
             &mut device,
-            Request::Write {
+            Request::Data(DataRequest::Write {
                 target: Target::Slot(slot),
                 offset: 0,
                 data: &data,
-            },
+            }),
         );
         ok(
             &mut device,
-            Request::RemoteLoad {
+            Request::Memory(MemoryRequest::RemoteLoad {
                 slot,
                 variable: ids::variable(i),
-            },
+            }),
         );
     }
     let items = (ACCUMULATION * BATCHES * SAMPLES) as usize;
@@ -203,10 +208,10 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
                 .collect()
         };
         if in_place && step == 0 {
-            let refused = device.handle(Request::RunStep {
+            let refused = device.handle(Request::Program(ProgramRequest::RunStep {
                 fed: false,
                 took: true,
-            });
+            }));
             let Response::Error { code, .. } = refused else {
                 panic!("a step reporting anchors the device never held ran: {refused:?}");
             };
@@ -216,15 +221,15 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
             // empty it again.
             let target = Target::Fifo(ids::stream_fifo(1));
             write(&mut device, target, 0, &labels[..4]);
-            let refused = device.handle(Request::RunStep {
+            let refused = device.handle(Request::Program(ProgramRequest::RunStep {
                 fed: true,
                 took: false,
-            });
+            }));
             let Response::Error { code, .. } = refused else {
                 panic!("a step fed onto a FIFO holding bytes ran: {refused:?}");
             };
             assert!(matches!(code, ErrorCode::FifoPosition { .. }), "{code}");
-            ok(&mut device, Request::ResetStep);
+            ok(&mut device, Request::Program(ProgramRequest::ResetStep));
         }
         for (k, data) in [(0u8, &x), (1, &labels)] {
             let target = Target::Fifo(ids::stream_fifo(k));
@@ -243,10 +248,10 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
         }
         ok(
             &mut device,
-            Request::RunStep {
+            Request::Program(ProgramRequest::RunStep {
                 fed: in_place,
                 took: in_place && step > 0,
-            },
+            }),
         );
         for (j, a) in program.anchors.iter().enumerate() {
             let flow = program.data_flow().unwrap();
@@ -265,7 +270,10 @@ fn train_fed(case: Case, memory: usize, feed: Feed) -> Option<(usize, Vec<Vec<u8
         let len = program.held_elements(usize::from(i), 1).unwrap() * 4;
         for variable in [ids::variable(i), ids::velocity(i)] {
             let slot = ids::slot(i);
-            ok(&mut device, Request::RemoteStore { variable, slot });
+            ok(
+                &mut device,
+                Request::Memory(MemoryRequest::RemoteStore { variable, slot }),
+            );
             out.push(read(&mut device, Target::Slot(slot), len));
         }
     }

@@ -79,7 +79,7 @@ use tessera_core::program::{Checked, Optimizer, Program, ProgramError};
 use tessera_core::stream::DataFlow;
 use tessera_core::transfer::InstanceWindow;
 use tessera_core::wire::endpoint::{CycleCount, GetRngState, GetSeed};
-use tessera_core::wire::{Limits, Request};
+use tessera_core::wire::{Limits, ProgramRequest, Request};
 
 pub use error::RuntimeError;
 pub use recovery::{StepFault, StepPhase};
@@ -368,10 +368,10 @@ impl Runtime {
                 "the program does not encode: {e}"
             )))
         })?;
-        let prepare = Request::Prepare {
+        let prepare = Request::Program(ProgramRequest::Prepare {
             replicas: replicas as u32, // At most MAX_REPLICAS.
             program: &encoded,
-        };
+        });
         // Sent to every device before any reply is awaited.
         let seqs = channels
             .iter_mut()
@@ -452,17 +452,17 @@ impl Runtime {
     pub fn set_optimizer(&mut self, optimizer: Optimizer) -> Result<(), RuntimeError> {
         let (lr, momentum) = (optimizer.learning_rate(), optimizer.momentum());
         Optimizer::check_values(lr, momentum)?;
-        let request = Request::SetOptimizer {
+        let request = Request::Program(ProgramRequest::SetOptimizer {
             learning_rate: optimizer.learning_rate(),
             momentum: optimizer.momentum(),
-        };
+        });
         self.broadcast(&request)
     }
 
     /// Sends the random seed to every replica (each derives its own stream from it by
     /// core's [`rng`](tessera_core::rng) rule).
     pub fn set_random_seed(&mut self, seed: u64) -> Result<(), RuntimeError> {
-        self.broadcast(&Request::SetSeed { seed })
+        self.broadcast(&Request::Program(ProgramRequest::SetSeed { seed }))
     }
 
     /// The random seed, as this instance's first replica holds it.
@@ -503,7 +503,9 @@ impl Runtime {
         for (seat, state) in self.seats.iter().zip(mine.chunks_exact(RNG_WORDS)) {
             let state = [state[0], state[1], state[2], state[3]];
             let lane = seat.wire_lane();
-            self.channels[seat.channel].request(&Request::SetRngState { lane, state })?;
+            self.channels[seat.channel].request(&Request::Program(
+                ProgramRequest::SetRngState { lane, state },
+            ))?;
         }
         Ok(())
     }

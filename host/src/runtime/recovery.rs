@@ -24,7 +24,7 @@
 //! applied every update: the runtime cannot tell which replicas did.)
 //!
 //! After a failure in any phase the runtime sends every device
-//! [`ResetStep`](tessera_core::wire::Request::ResetStep): stream and anchor FIFOs emptied,
+//! [`ResetStep`](tessera_core::wire::ProgramRequest::ResetStep): stream and anchor FIFOs emptied,
 //! the step's scratch (where `Sum` anchors accumulate) zeroed, so nothing of the failed
 //! step reaches the next one. A device that cannot be reset (its link is gone) is tried
 //! again before the next step, which fails if it still cannot.
@@ -65,7 +65,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use tessera_core::wire::Request;
+use tessera_core::wire::{ProgramRequest, Request};
 
 use super::{Runtime, RuntimeError};
 use crate::transport::TransportError;
@@ -217,7 +217,8 @@ impl Runtime {
         self.anchors_taken.fill(false);
         let mut first = None;
         for c in &mut self.channels {
-            if let Err(e) = c.request_after_abandoned(&Request::ResetStep) {
+            if let Err(e) = c.request_after_abandoned(&Request::Program(ProgramRequest::ResetStep))
+            {
                 tracing::warn!(replica = c.replica(), error = %e, "device not reset");
                 if e.link_gone() && self.recovery.lost.is_none() {
                     self.recovery.lost = Some((c.replica(), e.to_string()));

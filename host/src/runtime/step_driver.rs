@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use tessera_core::program::lanes::lane_bytes;
 use tessera_core::program::Program;
-use tessera_core::wire::{Combined, Request, RequestKind, Response};
+use tessera_core::wire::{Combined, ProgramRequest, Request, RequestKind, Response};
 
 use super::round::{Answers, Heading, OpenRound, Plan};
 use super::{RuntimeError, StepFault};
@@ -122,10 +122,10 @@ pub(super) struct InPlace {
 impl InPlace {
     /// The `RunStep` that reports it.
     fn run_step(self) -> Request<'static> {
-        Request::RunStep {
+        Request::Program(ProgramRequest::RunStep {
             fed: self.fed,
             took: self.took,
-        }
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::grouping::Shape;
 use tessera_core::program::{ids, Program};
 use tessera_core::transfer::{Collective, InstanceWindow, TransferError, WeightLayout};
-use tessera_core::wire::Request;
+use tessera_core::wire::{MemoryRequest, Request};
 
 use super::recovery::Recovery;
 use super::{Runtime, RuntimeError, WeightsIo};
@@ -146,10 +146,10 @@ impl Runtime {
                 .map_err(|e| transfer_error(name, e, RuntimeError::Transport))?;
             let variable = target(index as u8);
             self.send_every_replica(|seat| {
-                Ok(Request::RemoteLoad {
+                Ok(Request::Memory(MemoryRequest::RemoteLoad {
                     slot: seat.id(slot)?,
                     variable: seat.id(variable)?,
-                })
+                }))
             })?;
             loaded(&mut self.recovery, index);
         }

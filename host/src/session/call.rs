@@ -13,7 +13,7 @@
 //! - **Arguments travel with the call**: at most [`MAX_CALL_ARGS`]; an inline array must
 //!   fit one frame ([`SessionError::InlineTooLarge`]); larger arrays go through a register.
 
-use tessera_core::wire::{Arg, Array, ErrorCode, Request, Value, MAX_CALL_ARGS};
+use tessera_core::wire::{Arg, Array, ErrorCode, KernelRequest, Request, Value, MAX_CALL_ARGS};
 
 use super::{ArrayError, CallArg, Command, HostArray, Register, Session, SessionError};
 use crate::transport::TransportError;
@@ -44,7 +44,7 @@ impl Session {
     /// nothing runs).
     pub fn get_function(&self, name: &str) -> Result<Function, SessionError> {
         let mut state = self.lock()?;
-        let request = Request::HasFunction { function: name };
+        let request = Request::Kernels(KernelRequest::HasFunction { function: name });
         let seqs = state.submit_everywhere(&request)?;
         // Every reply is claimed, so none is left behind; the first failure is the answer.
         let mut first = Ok(());
@@ -98,11 +98,11 @@ impl Session {
         let register = self.new_register()?;
         let mut state = self.lock()?;
         let wire_args = self.wire_args(args, state.max_chunk())?;
-        let request = Request::Invoke {
+        let request = Request::Kernels(KernelRequest::Invoke {
             function: &function.name,
             args: wire_args,
             out: register.id(),
-        };
+        });
         for worker in 0..state.workers.len() {
             state.submit(worker, &request, Command::Call(function.name.clone()))?;
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::endpoint::{DescribeRegister, Description, GetRegister};
-use tessera_core::wire::{ErrorCode, Request, Target, Value, ValueKind};
+use tessera_core::wire::{ErrorCode, KernelRequest, Request, Target, Value, ValueKind};
 
 use super::claims;
 use super::pending::{Parked, Pending};
@@ -45,12 +45,12 @@ pub(super) fn alloc_request(
     dtype: DataType,
     shape: &[u32],
 ) -> Result<Request<'static>, SessionError> {
-    Ok(Request::AllocArray {
+    Ok(Request::Kernels(KernelRequest::AllocArray {
         id,
         dtype,
         shape: heapless::Vec::from_slice(shape)
             .map_err(|_| ArrayError::Rank { rank: shape.len() })?,
-    })
+    }))
 }
 
 /// The element type and shape of the array a description names; any other value is
@@ -111,7 +111,11 @@ impl State {
     pub(super) fn free(&mut self, id: u16) -> Result<(), SessionError> {
         let mut first = Ok(());
         for worker in 0..self.workers.len() {
-            let sent = self.submit(worker, &Request::FreeRegister { id }, Command::Free(id));
+            let sent = self.submit(
+                worker,
+                &Request::Kernels(KernelRequest::FreeRegister { id }),
+                Command::Free(id),
+            );
             if first.is_ok() {
                 first = sent;
             }
@@ -129,7 +133,7 @@ impl State {
     ) -> Result<(), SessionError> {
         self.submit(
             worker,
-            &Request::SetRegister { id, value },
+            &Request::Kernels(KernelRequest::SetRegister { id, value }),
             Command::Set(id),
         )
     }

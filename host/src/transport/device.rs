@@ -5,12 +5,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use tessera_firmware_sim::std_link::{BusyLine, NoPin, StdClock, StdLink};
 use tessera_firmware_sim::{
     serve, serve_messages, CycleCounter, Device, Framed, Framing, Incoming, Memory, Messages,
     ServeError, Server,
 };
 
+use super::board::{BusyLine, InstantClock, NoPin};
+use super::io_link::IoLink;
 use super::pipe_link::PipeLink;
 use super::shared::SharedMemory;
 
@@ -60,18 +61,18 @@ pub(super) fn run_device_on(
     writer: impl Write,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
-    run_device_on_link(replica, arena, StdLink::new(reader, writer), busy)
+    run_device_on_link(replica, arena, IoLink::new(reader, writer), busy)
 }
 
 /// Like [`run_device_on`], on a link made already.
 pub(super) fn run_device_on_link<W: Write>(
     replica: u32,
     arena: &mut (dyn Memory + Send),
-    mut link: StdLink<W>,
+    mut link: IoLink<W>,
     busy: &mut BusyLine,
 ) -> Result<(), io::Error> {
     with_device(replica, arena, |server, device| {
-        serve(server, device, &mut link, &mut StdClock::new(), busy)
+        serve(server, device, &mut link, &mut InstantClock::new(), busy)
     })
 }
 
@@ -148,7 +149,7 @@ fn run_device_with_window(
             server,
             device,
             &mut windowed,
-            &mut StdClock::new(),
+            &mut InstantClock::new(),
             &mut NoPin,
         )
     })

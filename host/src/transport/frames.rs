@@ -18,13 +18,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::FrameDecoder;
-use tessera_firmware_sim::std_link::{receive_spinning, Message};
 
 use super::contention::{may_yield, yield_core};
 use super::pipe_link::Pipe;
+use super::queue::Message;
 use super::reader::MAX_FRAME;
 use super::ring::{Received, RingError, RingReceiver};
 use super::spawn::Pool;
+use super::spin::receive_spinning;
 
 /// A channel's source of messages.
 pub(super) enum Frames {

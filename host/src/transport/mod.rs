@@ -12,7 +12,11 @@
 //!   `frames`: a channel's source of messages — that thread's queue, a device thread's, a
 //!   child process's stdout read in place, or a process share's ring.
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
-//!   side, its stdout on the host's).
+//!   side, its stdout on the host's); `io_link`: a device's byte link over any reader and
+//!   writer (a socket to a device thread, a tunnel's chunks, stdin/stdout).
+//! - `queue`: the message queue between the host and a device thread (no framing, bulk
+//!   bytes beside the messages); `spin`: how every wait for a message looks before it
+//!   sleeps (`SPIN`).
 //! - `process_share`: the device side of `tessera devices`, one process serving a share of
 //!   a training runtime's devices; `ring`: the message rings in shared memory they and the
 //!   host speak on.
@@ -20,12 +24,14 @@
 //!   whose controller is on another rank; `spawn`'s relay serves such a link.
 //! - [`children`]: every child process tessera starts, stopped on drop and on SIGINT/SIGTERM.
 //! - [`fault`]: links that damage or delay bytes, for tests.
-//! - [`run_device`]: the device side, for threads and `tessera device`.
+//! - [`run_device`]: the device side, for threads and `tessera device`; `board`: what such
+//!   a device has for a board (a clock, busy lines).
 //! - `shared`: memory shared with a device — the whole memory of a device thread or child
 //!   process, which the host reads and writes in place while the device is idle
 //!   (`Channel::device_memory`), a child's bulk window, and a ring's memory (with `pages`,
 //!   the only modules with `unsafe`).
 
+mod board;
 mod channel;
 pub mod children;
 mod contention;
@@ -34,8 +40,10 @@ mod error;
 pub mod fault;
 mod frames;
 pub mod group;
+mod io_link;
 mod pipe_link;
 mod process_share;
+mod queue;
 mod reader;
 mod reply;
 mod ring;
@@ -43,6 +51,7 @@ mod seat;
 mod shared;
 mod slots;
 mod spawn;
+mod spin;
 #[cfg(feature = "mpi")]
 pub mod tunnel;
 

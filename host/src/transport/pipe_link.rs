@@ -25,7 +25,8 @@ use embedded_io::{ErrorType, Read, ReadReady, Write};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use rustix::io::Errno;
-use tessera_firmware_sim::std_link::SPIN;
+
+use super::spin::SPIN;
 
 /// Bytes read from the pipe at once.
 const CHUNK: usize = 64 * 1024;

@@ -31,13 +31,14 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use tessera_firmware_sim::std_link::{NoPin, SPIN};
 use tessera_firmware_sim::{serve_pending, Device, Incoming, Memory, Messages, Server};
 
+use super::board::NoPin;
 use super::contention::{may_yield, yield_core};
 use super::device::{open_inherited, Windowed, HOST_FRAME, HOST_WINDOW};
 use super::ring::{self, Bell, Received, RingError, RingReceiver, RingSender};
 use super::shared::{RingMemory, SharedMemory};
+use super::spin::SPIN;
 
 /// How often a sleeping device process checks that its host is still there.
 const HOST_CHECK: Duration = Duration::from_millis(100);

@@ -6,7 +6,8 @@ use std::io::Read;
 use std::sync::mpsc::Sender;
 
 use tessera_core::wire::FrameDecoder;
-use tessera_firmware_sim::std_link::Message;
+
+use super::queue::Message;
 
 /// Largest frame the host accepts: any device's (host-placed devices send the largest).
 pub const MAX_FRAME: usize = 128 * 1024;

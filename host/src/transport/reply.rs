@@ -12,7 +12,8 @@ use std::ops::Range;
 
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Contribution, Endpoint, Envelope, FromDevice, ReduceOp, Response};
-use tessera_firmware_sim::std_link::Bulk;
+
+use super::queue::Bulk;
 
 /// A reply: the frame body it came in, its decoded response, and any bulk bytes beside it.
 #[derive(Clone)]

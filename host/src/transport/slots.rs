@@ -3,7 +3,7 @@
 //! their bytes through the channel's one data path (in place, in bulk or in chunks).
 
 use tessera_core::transfer::RemoteSlots;
-use tessera_core::wire::{Request, Target};
+use tessera_core::wire::{MemoryRequest, Request, Target};
 
 use super::{Channel, Seat, Span, TransportError};
 
@@ -32,7 +32,10 @@ impl<'c> ChannelSlots<'c> {
         })?;
         for seat in Seat::all(channels) {
             let slot = seat.id(slot)?;
-            channels[seat.channel].request(&Request::AllocSlot { slot, bytes: size })?;
+            channels[seat.channel].request(&Request::Memory(MemoryRequest::AllocSlot {
+                slot,
+                bytes: size,
+            }))?;
         }
         Ok(Self::existing(channels, slot, bytes))
     }

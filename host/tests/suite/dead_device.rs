@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tessera_core::wire::{endpoint, Request, Target};
+use tessera_core::wire::{endpoint, DataRequest, MemoryRequest, Request, StreamRequest, Target};
 use tessera_host::transport::{Channel, TransportError};
 
 /// The device memory of the killed child: a size no other test of the suite gives its
@@ -18,7 +18,13 @@ fn a_killed_child_process_is_reported() {
     let exe = Path::new(env!("CARGO_BIN_EXE_tessera"));
     let mut channel = Channel::child_process(exe, 0, KILLED_MEMORY).unwrap();
     channel
-        .call(&endpoint::Command::new(Request::AllocSlot { slot: 1, bytes: 8 }).unwrap())
+        .call(
+            &endpoint::Command::new(Request::Memory(MemoryRequest::AllocSlot {
+                slot: 1,
+                bytes: 8,
+            }))
+            .unwrap(),
+        )
         .unwrap();
     let pids = common::devices_with_memory(Some(0), KILLED_MEMORY);
     assert_eq!(pids.len(), 1, "this test's one device process: {pids:?}");
@@ -78,11 +84,11 @@ fn a_request_larger_than_the_device_frame_is_refused_at_once() {
     let mut channel = Channel::in_process(0, 1 << 20, None).unwrap();
     channel
         .call(
-            &endpoint::Command::new(Request::CreateFifo {
+            &endpoint::Command::new(Request::Streams(StreamRequest::CreateFifo {
                 fifo: 1,
                 item_bytes: 100_000,
                 depth: 1,
-            })
+            }))
             .unwrap(),
         )
         .unwrap();
@@ -90,11 +96,11 @@ fn a_request_larger_than_the_device_frame_is_refused_at_once() {
     let start = Instant::now();
     let err = channel
         .call(
-            &endpoint::Command::new(Request::Write {
+            &endpoint::Command::new(Request::Data(DataRequest::Write {
                 target: Target::Fifo(1),
                 offset: 0,
                 data: &item,
-            })
+            }))
             .unwrap(),
         )
         .unwrap_err();

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::{Command as DeviceCommand, GetSeed};
-use tessera_core::wire::Request;
+use tessera_core::wire::{ProgramRequest, Request};
 use tessera_host::transport::{Channel, TransportError};
 
 /// Device memory sizes no other test of the suite gives its devices, so that the process
@@ -27,7 +27,8 @@ fn process_shares(memory: usize) -> Vec<u32> {
 
 /// Sets device `c`'s seed to `seed` and reads it back.
 fn seed_round_trip(c: &mut Channel, seed: u64) -> Result<u64, TransportError> {
-    let set = DeviceCommand::new(Request::SetSeed { seed }).expect("a command");
+    let set =
+        DeviceCommand::new(Request::Program(ProgramRequest::SetSeed { seed })).expect("a command");
     c.call(&set)?;
     Ok(c.call(&GetSeed)?.get())
 }
@@ -62,7 +63,8 @@ fn a_process_serves_a_share_and_each_device_keeps_its_state() {
     }
     let mut gone = channels.remove(0);
     for _ in 0..8 {
-        gone.submit(&Request::GetSeed).unwrap();
+        gone.submit(&Request::Program(ProgramRequest::GetSeed))
+            .unwrap();
     }
     drop(gone);
     for c in &mut channels {

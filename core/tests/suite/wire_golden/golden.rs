@@ -6,24 +6,62 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 
 /// A change to the bytes below is a protocol change: bump [`PROTOCOL_VERSION`] with it and
-/// update this number together with the literals (19: a hello names the device's lanes,
-/// and the RNG state and cycle count requests name one).
+/// update this number together with the literals (20: requests nested by the device area
+/// that serves them, each its area's position, then its own in the area).
 #[test]
 fn protocol_version_is_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 19);
+    assert_eq!(PROTOCOL_VERSION, 20);
 }
 
 #[test]
 fn every_request_has_its_golden_bytes() {
     let cases = requests();
     check_golden!(Envelope<Request<'_>>, cases);
+    let positions: Vec<(u32, u32)> = cases
+        .iter()
+        .map(|(_, e, _)| request_variant(&e.body))
+        .collect();
+    // Every area (a hello is one of its own), then every request of each area.
+    let mut areas: Vec<u32> = positions.iter().map(|&(area, _)| area).collect();
+    areas.sort_unstable();
+    areas.dedup();
     assert_covers(
         "Request",
-        cases
-            .iter()
-            .map(|(_, e, _)| request_variant(&e.body))
-            .collect(),
+        areas,
         probed_variants(|b| decode_body::<Request<'_>>(b).is_ok()),
+    );
+    let in_area = |area: u32| -> Vec<u32> {
+        positions
+            .iter()
+            .filter(|&&(a, _)| a == area)
+            .map(|&(_, position)| position)
+            .collect()
+    };
+    assert_covers("Hello", in_area(0), 1);
+    assert_covers(
+        "DataRequest",
+        in_area(1),
+        probed_variants(|b| decode_body::<DataRequest<'_>>(b).is_ok()),
+    );
+    assert_covers(
+        "MemoryRequest",
+        in_area(2),
+        probed_variants(|b| decode_body::<MemoryRequest>(b).is_ok()),
+    );
+    assert_covers(
+        "StreamRequest",
+        in_area(3),
+        probed_variants(|b| decode_body::<StreamRequest>(b).is_ok()),
+    );
+    assert_covers(
+        "ProgramRequest",
+        in_area(4),
+        probed_variants(|b| decode_body::<ProgramRequest<'_>>(b).is_ok()),
+    );
+    assert_covers(
+        "KernelRequest",
+        in_area(5),
+        probed_variants(|b| decode_body::<KernelRequest<'_>>(b).is_ok()),
     );
     // `kind()` is what error replies carry; each request reports its own kind.
     for (name, envelope, _) in &cases {
@@ -182,17 +220,17 @@ fn described_without_a_dtype_has_its_golden_bytes() {
 fn frames_have_their_golden_bytes() {
     let request = Envelope {
         seq: 0x0102_0304,
-        body: Request::Write {
+        body: Request::Data(DataRequest::Write {
             target: Target::Fifo(1),
             offset: 0,
             data: &[0, 0, 0],
-        },
+        }),
     };
     let response = Envelope {
         seq: 0,
         body: Response::Done,
     };
-    let golden_request = bytes("08 84 86 88 08 14 02 01 02 03 01 01 05 72 d4 cd 7f 00");
+    let golden_request = bytes("06 84 86 88 08 01 03 02 01 02 03 01 01 05 0c 2e a5 67 00");
     let golden_response = bytes("01 06 01 69 22 de 36 00");
     let (mut scratch, mut out) = ([0u8; 64], [0u8; 80]);
     let n = encode_frame(&request, &mut scratch, &mut out).unwrap();
@@ -221,12 +259,12 @@ fn both_directions_have_their_golden_bytes() {
             "Request",
             ToDevice::Request(Envelope {
                 seq: 5,
-                body: Request::RunStep {
+                body: Request::Program(ProgramRequest::RunStep {
                     fed: false,
                     took: true,
-                },
+                }),
             }),
-            "00 05 09 00 01",
+            "00 05 04 06 00 01",
         ),
         (
             "Combined",

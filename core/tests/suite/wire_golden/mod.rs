@@ -1,6 +1,7 @@
 //! Golden bytes for every wire message.
 //!
-//! One representative value of every `Request`, `Response`, `ErrorCode`, `Value`, `Arg`,
+//! One representative value of every `Request` (every area's, and a hello), `Response`,
+//! `ErrorCode`, `Value`, `Arg`,
 //! `ValueKind`, `RequestKind`, `ReduceOp` and `DataType` variant, and of `Limits`,
 //! `Program`, `Array` and `Envelope`, is encoded and compared with bytes written
 //! literally below; each also decodes back to the value it came from. A few whole frames
@@ -31,9 +32,10 @@ use tessera_core::program::{
 };
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::{
-    decode_body, encode_frame, Arg, Array, Combined, Contribution, Envelope, ErrorCode,
-    FrameDecoder, FromDevice, Invariant, Limits, ReduceOp, Request, RequestKind, Response, Target,
-    ToDevice, Value, ValueKind, PROTOCOL_VERSION,
+    decode_body, encode_frame, Arg, Array, Combined, Contribution, DataRequest, Envelope,
+    ErrorCode, FrameDecoder, FromDevice, Invariant, KernelRequest, Limits, MemoryRequest,
+    ProgramRequest, ReduceOp, Request, RequestKind, Response, StreamRequest, Target, ToDevice,
+    Value, ValueKind, PROTOCOL_VERSION,
 };
 
 /// `"0a ff"` → `[0x0a, 0xff]`.

@@ -106,197 +106,197 @@ pub(super) fn requests() -> Vec<(&'static str, Envelope<Request<'static>>, &'sta
         ),
         (
             "AllocSlot",
-            env(Request::AllocSlot {
+            env(Request::Memory(MemoryRequest::AllocSlot {
                 slot: 1,
                 bytes: 300,
-            }),
-            "05 01 01 ac 02",
+            })),
+            "05 02 00 01 ac 02",
         ),
         (
             "CreateFifo",
-            env(Request::CreateFifo {
+            env(Request::Streams(StreamRequest::CreateFifo {
                 fifo: 4,
                 item_bytes: 8,
                 depth: 9,
-            }),
-            "05 02 04 08 09",
+            })),
+            "05 03 00 04 08 09",
         ),
         (
             "SetOptimizer",
-            env(Request::SetOptimizer {
+            env(Request::Program(ProgramRequest::SetOptimizer {
                 learning_rate: 0.5,
                 momentum: 0.25,
-            }),
-            "05 03 00 00 00 3f 00 00 80 3e",
+            })),
+            "05 04 00 00 00 00 3f 00 00 80 3e",
         ),
         (
             "SetSeed",
-            env(Request::SetSeed {
+            env(Request::Program(ProgramRequest::SetSeed {
                 seed: 0x0123_4567_89ab_cdef,
-            }),
-            "05 04 ef 9b af cd f8 ac d1 91 01",
+            })),
+            "05 04 01 ef 9b af cd f8 ac d1 91 01",
         ),
-        ("GetSeed", env(Request::GetSeed), "05 05"),
+        ("GetSeed", env(Request::Program(ProgramRequest::GetSeed)), "05 04 02"),
         (
             "SetRngState",
-            env(Request::SetRngState {
+            env(Request::Program(ProgramRequest::SetRngState {
                 lane: 1,
                 state: [1, 2, 3, 4],
-            }),
-            "05 06 01 01 02 03 04",
+            })),
+            "05 04 03 01 01 02 03 04",
         ),
         (
             "GetRngState",
-            env(Request::GetRngState { lane: 1 }),
-            "05 07 01",
+            env(Request::Program(ProgramRequest::GetRngState { lane: 1 })),
+            "05 04 04 01",
         ),
         (
             "Prepare",
-            env(Request::Prepare {
+            env(Request::Program(ProgramRequest::Prepare {
                 replicas: 4,
                 program: program_bytes(),
-            }),
-            "05 08 04 35 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 \
-             00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01",
+            })),
+            "05 04 05 04 35 01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 \
+             00 01 00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01",
         ),
         (
             "RunStep",
-            env(Request::RunStep {
+            env(Request::Program(ProgramRequest::RunStep {
                 fed: true,
                 took: false,
-            }),
-            "05 09 01 00",
+            })),
+            "05 04 06 01 00",
         ),
         (
             "CycleCount",
-            env(Request::CycleCount { lane: 1 }),
-            "05 0a 01",
+            env(Request::Program(ProgramRequest::CycleCount { lane: 1 })),
+            "05 04 07 01",
         ),
         (
             "SetRegister",
-            env(Request::SetRegister {
+            env(Request::Kernels(KernelRequest::SetRegister {
                 id: 11,
                 value: Value::Int(-2),
-            }),
-            "05 0b 0b 00 03",
+            })),
+            "05 05 00 0b 00 03",
         ),
         (
             "GetRegister",
-            env(Request::GetRegister { id: 12 }),
-            "05 0c 0c",
+            env(Request::Kernels(KernelRequest::GetRegister { id: 12 })),
+            "05 05 01 0c",
         ),
         (
             "FreeRegister",
-            env(Request::FreeRegister { id: 13 }),
-            "05 0d 0d",
+            env(Request::Kernels(KernelRequest::FreeRegister { id: 13 })),
+            "05 05 02 0d",
         ),
         (
             "RemoteLoad",
-            env(Request::RemoteLoad {
+            env(Request::Memory(MemoryRequest::RemoteLoad {
                 slot: 15,
                 variable: 16,
-            }),
-            "05 0e 0f 10",
+            })),
+            "05 02 01 0f 10",
         ),
         (
             "RemoteStore",
-            env(Request::RemoteStore {
+            env(Request::Memory(MemoryRequest::RemoteStore {
                 variable: 17,
                 slot: 18,
-            }),
-            "05 0f 11 12",
+            })),
+            "05 02 02 11 12",
         ),
         (
             "Invoke",
-            env(Request::Invoke {
+            env(Request::Kernels(KernelRequest::Invoke {
                 function: "mul",
                 args: heapless::Vec::from_slice(&[Arg::Register(19), Arg::Value(Value::Int(3))])
                     .unwrap(),
                 out: 20,
-            }),
-            "05 10 03 6d 75 6c 02 00 13 01 00 06 14",
+            })),
+            "05 05 03 03 6d 75 6c 02 00 13 01 00 06 14",
         ),
         (
             "HasFunction",
-            env(Request::HasFunction { function: "relu" }),
-            "05 11 04 72 65 6c 75",
+            env(Request::Kernels(KernelRequest::HasFunction { function: "relu" })),
+            "05 05 04 04 72 65 6c 75",
         ),
         (
             "AllocArray",
-            env(Request::AllocArray {
+            env(Request::Kernels(KernelRequest::AllocArray {
                 id: 21,
                 dtype: DataType::U32,
                 shape: heapless::Vec::from_slice(&[4, 200]).unwrap(),
-            }),
-            "05 12 15 0a 02 04 c8 01",
+            })),
+            "05 05 05 15 0a 02 04 c8 01",
         ),
         (
             "DescribeRegister",
-            env(Request::DescribeRegister { id: 26 }),
-            "05 13 1a",
+            env(Request::Kernels(KernelRequest::DescribeRegister { id: 26 })),
+            "05 05 06 1a",
         ),
         (
             "Write",
-            env(Request::Write {
+            env(Request::Data(DataRequest::Write {
                 target: Target::Slot(2),
                 offset: 130,
                 data: &[0xaa, 0xbb],
-            }),
-            "05 14 01 02 82 01 02 aa bb",
+            })),
+            "05 01 00 01 02 82 01 02 aa bb",
         ),
         (
             "Read",
-            env(Request::Read {
+            env(Request::Data(DataRequest::Read {
                 target: Target::Register(3),
                 offset: 6,
                 len: 7,
-            }),
-            "05 15 00 03 06 07",
+            })),
+            "05 01 01 00 03 06 07",
         ),
         (
             "WriteBulk",
-            env(Request::WriteBulk {
+            env(Request::Data(DataRequest::WriteBulk {
                 target: Target::Fifo(27),
                 offset: 128,
                 len: 70000,
-            }),
-            "05 16 02 1b 80 01 f0 a2 04",
+            })),
+            "05 01 02 02 1b 80 01 f0 a2 04",
         ),
         (
             "ReadBulk",
-            env(Request::ReadBulk {
+            env(Request::Data(DataRequest::ReadBulk {
                 target: Target::Slot(29),
                 offset: 300,
                 len: 4096,
-            }),
-            "05 17 01 1d ac 02 80 20",
+            })),
+            "05 01 03 01 1d ac 02 80 20",
         ),
         (
             "Locate",
-            env(Request::Locate {
+            env(Request::Data(DataRequest::Locate {
                 target: Target::Variable(31),
-            }),
-            "05 18 03 1f",
+            })),
+            "05 01 04 03 1f",
         ),
         (
             "Wrote",
-            env(Request::Wrote {
+            env(Request::Data(DataRequest::Wrote {
                 target: Target::Fifo(32),
                 offset: 301,
                 len: 4097,
-            }),
-            "05 19 02 20 ad 02 81 20",
+            })),
+            "05 01 05 02 20 ad 02 81 20",
         ),
         (
             "Took",
-            env(Request::Took {
+            env(Request::Data(DataRequest::Took {
                 target: Target::Fifo(33),
                 offset: 302,
                 len: 4098,
-            }),
-            "05 1a 02 21 ae 02 82 20",
+            })),
+            "05 01 06 02 21 ae 02 82 20",
         ),
-        ("ResetStep", env(Request::ResetStep), "05 1b"),
+        ("ResetStep", env(Request::Program(ProgramRequest::ResetStep)), "05 04 08"),
     ]
 }
 

@@ -6,36 +6,68 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 // Exhaustive matches: a new variant fails to compile here.
 
-pub(super) fn request_variant(request: &Request<'_>) -> u32 {
+/// A request's area (its position in `Request`; a hello is one of its own) and its position
+/// in that area's enum (0 for a hello).
+pub(super) fn request_variant(request: &Request<'_>) -> (u32, u32) {
     match request {
-        Request::Hello { .. } => 0,
-        Request::AllocSlot { .. } => 1,
-        Request::CreateFifo { .. } => 2,
-        Request::SetOptimizer { .. } => 3,
-        Request::SetSeed { .. } => 4,
-        Request::GetSeed => 5,
-        Request::SetRngState { .. } => 6,
-        Request::GetRngState { .. } => 7,
-        Request::Prepare { .. } => 8,
-        Request::RunStep { .. } => 9,
-        Request::CycleCount { .. } => 10,
-        Request::SetRegister { .. } => 11,
-        Request::GetRegister { .. } => 12,
-        Request::FreeRegister { .. } => 13,
-        Request::RemoteLoad { .. } => 14,
-        Request::RemoteStore { .. } => 15,
-        Request::Invoke { .. } => 16,
-        Request::HasFunction { .. } => 17,
-        Request::AllocArray { .. } => 18,
-        Request::DescribeRegister { .. } => 19,
-        Request::Write { .. } => 20,
-        Request::Read { .. } => 21,
-        Request::WriteBulk { .. } => 22,
-        Request::ReadBulk { .. } => 23,
-        Request::Locate { .. } => 24,
-        Request::Wrote { .. } => 25,
-        Request::Took { .. } => 26,
-        Request::ResetStep => 27,
+        Request::Hello { .. } => (0, 0),
+        Request::Data(request) => (1, data_request_variant(request)),
+        Request::Memory(request) => (2, memory_request_variant(request)),
+        Request::Streams(request) => (3, stream_request_variant(request)),
+        Request::Program(request) => (4, program_request_variant(request)),
+        Request::Kernels(request) => (5, kernel_request_variant(request)),
+    }
+}
+
+fn data_request_variant(request: &DataRequest<'_>) -> u32 {
+    match request {
+        DataRequest::Write { .. } => 0,
+        DataRequest::Read { .. } => 1,
+        DataRequest::WriteBulk { .. } => 2,
+        DataRequest::ReadBulk { .. } => 3,
+        DataRequest::Locate { .. } => 4,
+        DataRequest::Wrote { .. } => 5,
+        DataRequest::Took { .. } => 6,
+    }
+}
+
+fn memory_request_variant(request: &MemoryRequest) -> u32 {
+    match request {
+        MemoryRequest::AllocSlot { .. } => 0,
+        MemoryRequest::RemoteLoad { .. } => 1,
+        MemoryRequest::RemoteStore { .. } => 2,
+    }
+}
+
+fn stream_request_variant(request: &StreamRequest) -> u32 {
+    match request {
+        StreamRequest::CreateFifo { .. } => 0,
+    }
+}
+
+fn program_request_variant(request: &ProgramRequest<'_>) -> u32 {
+    match request {
+        ProgramRequest::SetOptimizer { .. } => 0,
+        ProgramRequest::SetSeed { .. } => 1,
+        ProgramRequest::GetSeed => 2,
+        ProgramRequest::SetRngState { .. } => 3,
+        ProgramRequest::GetRngState { .. } => 4,
+        ProgramRequest::Prepare { .. } => 5,
+        ProgramRequest::RunStep { .. } => 6,
+        ProgramRequest::CycleCount { .. } => 7,
+        ProgramRequest::ResetStep => 8,
+    }
+}
+
+fn kernel_request_variant(request: &KernelRequest<'_>) -> u32 {
+    match request {
+        KernelRequest::SetRegister { .. } => 0,
+        KernelRequest::GetRegister { .. } => 1,
+        KernelRequest::FreeRegister { .. } => 2,
+        KernelRequest::Invoke { .. } => 3,
+        KernelRequest::HasFunction { .. } => 4,
+        KernelRequest::AllocArray { .. } => 5,
+        KernelRequest::DescribeRegister { .. } => 6,
     }
 }
 

@@ -18,7 +18,8 @@ use tessera_core::rng::Rng;
 use tessera_core::stream::AnchorReturnType;
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{
-    encode_frame, Arg, Array, Envelope, FrameDecoder, Request, Response, Target, Value,
+    encode_frame, Arg, Array, DataRequest, Envelope, FrameDecoder, KernelRequest, MemoryRequest,
+    ProgramRequest, Request, Response, Target, Value,
 };
 use tessera_firmware_sim::{CycleCounter, Device};
 
@@ -59,20 +60,23 @@ fn main() -> ! {
 
 /// Slots: bounds-checked writes and reads.
 fn check_slots(device: &mut Device<'_>) {
-    ok(device, Request::AllocSlot { slot: 1, bytes: 4 });
     ok(
         device,
-        Request::Write {
+        Request::Memory(MemoryRequest::AllocSlot { slot: 1, bytes: 4 }),
+    );
+    ok(
+        device,
+        Request::Data(DataRequest::Write {
             target: Target::Slot(1),
             offset: 0,
             data: &f32s(&[0.5]),
-        },
+        }),
     );
-    let reply = device.handle(Request::Write {
+    let reply = device.handle(Request::Data(DataRequest::Write {
         target: Target::Slot(1),
         offset: 2,
         data: &[0; 4],
-    });
+    }));
     assert!(
         matches!(reply, Response::Error { .. }),
         "an out-of-bounds write must fail"
@@ -100,25 +104,25 @@ fn prepare_linear_program(device: &mut Device<'_>) {
     assert!(program.is_ok(), "the program fits its buffer");
     ok(
         device,
-        Request::Prepare {
+        Request::Program(ProgramRequest::Prepare {
             replicas: 1,
             program: program.map_or(&[][..], |p| p),
-        },
+        }),
     );
     ok(
         device,
-        Request::Write {
+        Request::Data(DataRequest::Write {
             target: Target::Slot(ids::slot(0)),
             offset: 0,
             data: &f32s(&[0.5]),
-        },
+        }),
     );
     ok(
         device,
-        Request::RemoteLoad {
+        Request::Memory(MemoryRequest::RemoteLoad {
             slot: ids::slot(0),
             variable: ids::variable(0),
-        },
+        }),
     );
 }
 
@@ -128,32 +132,32 @@ fn check_training_step(device: &mut Device<'_>) {
     for (stream, value) in [(0, 2.0), (1, 3.0)] {
         ok(
             device,
-            Request::Write {
+            Request::Data(DataRequest::Write {
                 target: Target::Fifo(ids::stream_fifo(stream)),
                 offset: 0,
                 data: &f32s(&[value]),
-            },
+            }),
         );
     }
     ok(
         device,
-        Request::RunStep {
+        Request::Program(ProgramRequest::RunStep {
             fed: false,
             took: false,
-        },
+        }),
     );
     ok(
         device,
-        Request::RemoteStore {
+        Request::Memory(MemoryRequest::RemoteStore {
             variable: ids::variable(0),
             slot: ids::slot(0),
-        },
+        }),
     );
-    let pop = Request::Read {
+    let pop = Request::Data(DataRequest::Read {
         target: Target::Fifo(ids::anchor_fifo(0)),
         offset: 0,
         len: 4,
-    };
+    });
     let Response::Data { data } = device.handle(pop) else {
         panic!("no loss")
     };
@@ -162,11 +166,11 @@ fn check_training_step(device: &mut Device<'_>) {
         4.0,
         "loss"
     );
-    let Response::Data { data } = device.handle(Request::Read {
+    let Response::Data { data } = device.handle(Request::Data(DataRequest::Read {
         target: Target::Slot(1),
         offset: 0,
         len: 4,
-    }) else {
+    })) else {
         panic!("no weights")
     };
     let w = f32::from_le_bytes([data[0], data[1], data[2], data[3]]);
@@ -180,27 +184,27 @@ fn check_registers(device: &mut Device<'_>) {
     let tensor = [1.0f32.to_le_bytes(), 2.5f32.to_le_bytes()].concat_bytes();
     ok(
         device,
-        Request::SetRegister {
+        Request::Kernels(KernelRequest::SetRegister {
             id: 1,
             value: Value::Array(Array {
                 dtype: DataType::F32,
                 shape: heapless::Vec::from_slice(&[2]).unwrap_or_default(),
                 data: &tensor,
             }),
-        },
+        }),
     );
     let args = heapless::Vec::from_slice(&[Arg::Register(1)]).unwrap_or_default();
     ok(
         device,
-        Request::Invoke {
+        Request::Kernels(KernelRequest::Invoke {
             function: "sum",
             args,
             out: 2,
-        },
+        }),
     );
     let Response::Register {
         value: Value::Float(sum),
-    } = device.handle(Request::GetRegister { id: 2 })
+    } = device.handle(Request::Kernels(KernelRequest::GetRegister { id: 2 }))
     else {
         panic!("no sum")
     };
@@ -217,7 +221,7 @@ fn check_rng_and_wire() -> ([u8; 80], usize) {
     let (mut scratch, mut frame) = ([0u8; 64], [0u8; 80]);
     let message = Envelope {
         seq: 9,
-        body: Request::SetSeed { seed: u64::MAX },
+        body: Request::Program(ProgramRequest::SetSeed { seed: u64::MAX }),
     };
     let n = encode_frame(&message, &mut scratch, &mut frame).unwrap_or(0);
     let mut decoder = FrameDecoder::<80>::new();

@@ -7,19 +7,20 @@
 //! The first the placement offers, for each span:
 //!
 //! 1. **In place** (device threads and child processes: the host maps the device's
-//!    memory). The channel locates the target once ([`Request::Locate`], remembered until a
-//!    request that may move device memory is sent), waits until the device is idle, and
-//!    moves the bytes itself — a writer fills device memory directly, a reader reads it
-//!    there. A FIFO is then told ([`Request::Wrote`] / [`Request::Took`], one request per
-//!    span, all sent before any reply is awaited) — or by a training step's own
-//!    [`Request::RunStep`]: for its inputs all moved in place (`fed`,
-//!    [`Channel::write_step_inputs`]) and for the last step's anchors all read in place
-//!    (`took`, [`Channel::read_step_outputs`]); registers and slots need nothing.
-//! 2. **Bulk**, beside one request ([`Request::WriteBulk`] / [`Request::ReadBulk`]): handed
-//!    over on a device thread's queue, or through the link's window (QEMU's host file),
-//!    when the span fits it.
-//! 3. **Chunks**: framed [`Request::Write`] / [`Request::Read`] requests of at most the
-//!    device's chunk, all sent before any reply is awaited.
+//!    memory). The channel locates the target once ([`DataRequest::Locate`], remembered
+//!    until a request that may move device memory is sent), waits until the device is
+//!    idle, and moves the bytes itself — a writer fills device memory directly, a reader
+//!    reads it there. A FIFO is then told ([`DataRequest::Wrote`] / [`DataRequest::Took`],
+//!    one request per span, all sent before any reply is awaited) — or by a training
+//!    step's own [`RunStep`](tessera_core::wire::ProgramRequest::RunStep): for its inputs
+//!    all moved in place (`fed`, [`Channel::write_step_inputs`]) and for the last step's
+//!    anchors all read in place (`took`, [`Channel::read_step_outputs`]); registers and
+//!    slots need nothing.
+//! 2. **Bulk**, beside one request ([`DataRequest::WriteBulk`] /
+//!    [`DataRequest::ReadBulk`]): handed over on a device thread's queue, or through the
+//!    link's window (QEMU's host file), when the span fits it.
+//! 3. **Chunks**: framed [`DataRequest::Write`] / [`DataRequest::Read`] requests of at most
+//!    the device's chunk, all sent before any reply is awaited.
 //!
 //! A span the device refuses to locate (no such target, a register without an array) goes
 //! by bulk or chunks, so that the refusal comes back as the reply to the move itself, the
@@ -35,10 +36,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use tessera_core::wire::endpoint::Locate;
-use tessera_core::wire::{Request, Target};
-use tessera_firmware_sim::std_link::Bulk;
+use tessera_core::wire::{DataRequest, Request, Target};
 
 use super::{Channel, TransportError};
+use crate::transport::queue::Bulk;
 
 /// `len` bytes of a target at byte `offset` (for a FIFO, a stream position).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,10 +125,10 @@ impl Channel {
     /// every stream FIFO of the prepared program, each whole, from its start — except that
     /// when every span moved in place and filled its FIFO's whole ring from its start (as
     /// the device located it), no `Wrote` is sent: the step's
-    /// [`RunStep`](Request::RunStep) then says so (`fed`, the bool returned), and the device
-    /// counts the FIFOs full by the same rules. Saves a request and its reply per stream
-    /// per replica; any span that could not move in place has every span reported as
-    /// `write_spans` reports it.
+    /// [`RunStep`](tessera_core::wire::ProgramRequest::RunStep) then says so (`fed`, the
+    /// bool returned), and the device counts the FIFOs full by the same rules. Saves a
+    /// request and its reply per stream per replica; any span that could not move in place
+    /// has every span reported as `write_spans` reports it.
     pub fn write_step_inputs(
         &mut self,
         spans: &[Span],
@@ -331,11 +332,11 @@ impl Channel {
     ) -> Result<Vec<u32>, TransportError> {
         let (target, offset) = (span.target, wire(span.offset, "offset")?);
         if let Route::Bulk = route {
-            let request = Request::WriteBulk {
+            let request = Request::Data(DataRequest::WriteBulk {
                 target,
                 offset,
                 len: wire(data.len(), "length")?,
-            };
+            });
             self.traffic.bulk += data.len() as u64;
             if self.window.is_some() {
                 // The window is filled from the slice: no staging.
@@ -354,11 +355,11 @@ impl Channel {
         let chunk = self.limits.max_chunk().max(1);
         let mut seqs = Vec::with_capacity(data.len().div_ceil(chunk));
         for (i, piece) in data.chunks(chunk).enumerate() {
-            let request = Request::Write {
+            let request = Request::Data(DataRequest::Write {
                 target,
                 offset: wire(span.offset + i * chunk, "offset")?,
                 data: piece,
-            };
+            });
             seqs.push(self.submit(&request)?);
         }
         self.traffic.framed += data.len() as u64;
@@ -379,16 +380,16 @@ impl Channel {
                 wire(span.len, "length")?,
             );
             let request = match access {
-                Access::Write => Request::Wrote {
+                Access::Write => Request::Data(DataRequest::Wrote {
                     target,
                     offset,
                     len,
-                },
-                Access::Read => Request::Took {
+                }),
+                Access::Read => Request::Data(DataRequest::Took {
                     target,
                     offset,
                     len,
-                },
+                }),
             };
             sent.seqs.push(self.submit(&request)?);
         }

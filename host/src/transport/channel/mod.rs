@@ -44,13 +44,13 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::{Endpoint, Limits, Request, RequestKind, Response};
-use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::frames::Frames;
 use super::reply::{Reply, Share, Typed};
 use super::shared::{SharedMemory, Window};
 use super::spawn::{DeviceHandle, Liveness, Outgoing};
 use super::TransportError;
+use crate::transport::queue::{Bulk, Message};
 use located::Located;
 use spares::Spares;
 

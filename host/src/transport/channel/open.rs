@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::{max_frame_len, ErrorCode, Limits, RequestKind, PROTOCOL_VERSION};
-use tessera_firmware_sim::std_link::SPIN;
 
 use super::super::fault::FaultConfig;
 use super::super::frames::Frames;
@@ -19,6 +18,7 @@ use super::super::spawn::{self, DeviceHandle, Incoming, Link};
 use super::located::Located;
 use super::spares::Spares;
 use super::{Channel, Traffic, TransportError, BUSY_DEADLINE, DEFAULT_DEADLINE, EXIT_GRACE};
+use crate::transport::spin::SPIN;
 
 impl Channel {
     /// A device in a thread of this process, `memory` bytes of arena, optionally with
@@ -26,14 +26,15 @@ impl Channel {
     ///
     /// ```
     /// use tessera_core::wire::endpoint::{Command, GetSeed};
-    /// use tessera_core::wire::Request;
+    /// use tessera_core::wire::{ProgramRequest, Request};
     /// use tessera_host::transport::Channel;
     ///
     /// // Replica 2 in a thread, 64 KiB of arena, no faults; the hello is done when it returns.
     /// let mut channel = Channel::in_process(2, 64 << 10, None)?;
     /// assert_eq!((channel.replica(), channel.limits().memory), (2, 64 << 10));
     /// // Typed endpoints: a command is answered `Done`, `GetSeed` with the seed.
-    /// channel.call(&Command::new(Request::SetSeed { seed: 7 }).ok_or("not a command")?)?;
+    /// let set = Request::Program(ProgramRequest::SetSeed { seed: 7 });
+    /// channel.call(&Command::new(set).ok_or("not a command")?)?;
     /// assert_eq!(channel.call(&GetSeed)?.get(), 7);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -2,11 +2,11 @@
 //! once), in bulk or in framed chunks, every read started before any is awaited, and
 //! finished with each span's bytes checked against its length.
 
-use tessera_core::wire::{Request, RequestKind, Target};
-use tessera_firmware_sim::std_link::Bulk;
+use tessera_core::wire::{DataRequest, Request, RequestKind, Target};
 
 use super::data_path::{wire, Access, Route, Sent, Span};
 use super::{Channel, TransportError};
+use crate::transport::queue::Bulk;
 
 /// A read under way ([`Channel::start_read`]): per span, what is still to arrive.
 #[derive(Debug)]
@@ -60,11 +60,12 @@ impl Channel {
     /// `spans` being every anchor FIFO of the prepared program, each whole, from its start
     /// — except that when every span moved in place and took its FIFO's whole ring from its
     /// start (as the device located it), no `Took` is sent: the device's next
-    /// [`RunStep`](Request::RunStep) must say so (`took`, the bool returned), and the device
-    /// drops the items then, by the same rules. The step's `Done` is what vouches for the
-    /// bytes: a device ends a step well only with every anchor FIFO holding exactly its
-    /// ring. Saves a request and its reply per anchor per replica; any span that could not
-    /// move in place has every span reported as `start_read` reports it.
+    /// [`RunStep`](tessera_core::wire::ProgramRequest::RunStep) must say so (`took`, the
+    /// bool returned), and the device drops the items then, by the same rules. The step's
+    /// `Done` is what vouches for the bytes: a device ends a step well only with every
+    /// anchor FIFO holding exactly its ring. Saves a request and its reply per anchor per
+    /// replica; any span that could not move in place has every span reported as
+    /// `start_read` reports it.
     pub fn read_step_outputs(
         &mut self,
         spans: &[Span],
@@ -102,11 +103,11 @@ impl Channel {
                     Pending::Done(None)
                 }
                 Route::Bulk => {
-                    let request = Request::ReadBulk {
+                    let request = Request::Data(DataRequest::ReadBulk {
                         target: span.target,
                         offset: wire(span.offset, "offset")?,
                         len: wire(span.len, "length")?,
-                    };
+                    });
                     Pending::Bulk(self.submit(&request)?)
                 }
                 Route::Chunks => Pending::Chunks(self.request_chunks(span)?),
@@ -190,11 +191,11 @@ impl Channel {
         let mut chunks = Vec::with_capacity(span.len.div_ceil(chunk));
         for at in (0..span.len).step_by(chunk) {
             let n = (span.len - at).min(chunk);
-            let request = Request::Read {
+            let request = Request::Data(DataRequest::Read {
                 target: span.target,
                 offset: wire(span.offset + at, "offset")?,
                 len: wire(n, "length")?,
-            };
+            });
             chunks.push((self.submit(&request)?, at, n));
         }
         Ok(chunks)

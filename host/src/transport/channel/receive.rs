@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Envelope, FromDevice, Response};
-use tessera_firmware_sim::std_link::{Bulk, Message};
 
 use super::send::transmit;
 use super::{Arrival, Channel, Outgoing, Share, Silence, TransportError, ATTEMPTS};
+use crate::transport::queue::{Bulk, Message};
 
 impl Channel {
     /// Takes in what the device sent, until one message arrives or `until` passes; with

@@ -6,17 +6,20 @@
 use std::io::Write;
 use std::time::Instant;
 
-use tessera_core::wire::{encode_body, encode_frame, Envelope, Request, RequestKind, ToDevice};
-use tessera_firmware_sim::std_link::{Bulk, Message};
+use tessera_core::wire::{
+    encode_body, encode_frame, DataRequest, Envelope, KernelRequest, MemoryRequest, ProgramRequest,
+    Request, RequestKind, StreamRequest, ToDevice,
+};
 
 use super::spares::Spares;
 use super::{Channel, InFlight, TransportError};
+use crate::transport::queue::{Bulk, Message};
 use crate::transport::reader::MAX_FRAME;
 use crate::transport::spawn::Outgoing;
 
 impl Channel {
     /// Like [`Channel::submit`], with `bulk` beside the request (a
-    /// [`Request::WriteBulk`]) on a device thread's queue. Refused at once
+    /// [`DataRequest::WriteBulk`]) on a device thread's queue. Refused at once
     /// ([`TransportError::TooLarge`]) on a link without a queue.
     pub(super) fn submit_bulk(
         &mut self,
@@ -30,7 +33,7 @@ impl Channel {
     }
 
     /// Like [`Channel::submit`], with `data` put in the link's window for the device to take
-    /// while it serves the request (a [`Request::WriteBulk`]): once no earlier request uses
+    /// while it serves the request (a [`DataRequest::WriteBulk`]): once no earlier request uses
     /// the window. Refused at once ([`TransportError::TooLarge`]) when it does not fit.
     pub(super) fn submit_in_window(
         &mut self,
@@ -89,7 +92,7 @@ impl Channel {
         {
             self.pump(None, true)?;
         }
-        if !keeps_layout(request.kind()) {
+        if !keeps_layout(request) {
             self.located.clear();
         }
         let seq = self.next_seq;
@@ -198,31 +201,46 @@ impl Channel {
 }
 
 /// True for the requests that never allocate, free or move device memory, so that where a
-/// target lies stays as [`Request::Locate`] said. Any other request makes the channel
-/// locate targets again: a register set, freed or written by a call may move.
-fn keeps_layout(kind: RequestKind) -> bool {
-    use RequestKind as K;
-    matches!(
-        kind,
-        K::Write
-            | K::Read
-            | K::WriteBulk
-            | K::ReadBulk
-            | K::Locate
-            | K::Wrote
-            | K::Took
-            | K::RunStep
-            | K::ResetStep
-            | K::DescribeRegister
-            | K::GetRegister
-            | K::GetSeed
-            | K::SetSeed
-            | K::GetRngState
-            | K::SetRngState
-            | K::SetOptimizer
-            | K::CycleCount
-            | K::HasFunction
-    )
+/// target lies stays as [`DataRequest::Locate`] said. Any other request makes the channel
+/// locate targets again: a register set, freed or written by a call may move. Every
+/// request is named, area by area: a new one does not compile until it is classified.
+fn keeps_layout(request: &Request<'_>) -> bool {
+    use DataRequest as D;
+    use KernelRequest as K;
+    use MemoryRequest as M;
+    use ProgramRequest as P;
+    match request {
+        Request::Data(
+            D::Write { .. }
+            | D::Read { .. }
+            | D::WriteBulk { .. }
+            | D::ReadBulk { .. }
+            | D::Locate { .. }
+            | D::Wrote { .. }
+            | D::Took { .. },
+        ) => true,
+        Request::Program(request) => match request {
+            P::SetOptimizer { .. }
+            | P::SetSeed { .. }
+            | P::GetSeed
+            | P::SetRngState { .. }
+            | P::GetRngState { .. }
+            | P::RunStep { .. }
+            | P::CycleCount { .. }
+            | P::ResetStep => true,
+            P::Prepare { .. } => false,
+        },
+        Request::Kernels(request) => match request {
+            K::GetRegister { .. } | K::DescribeRegister { .. } | K::HasFunction { .. } => true,
+            K::SetRegister { .. }
+            | K::FreeRegister { .. }
+            | K::Invoke { .. }
+            | K::AllocArray { .. } => false,
+        },
+        Request::Hello { .. }
+        | Request::Memory(M::AllocSlot { .. } | M::RemoteLoad { .. } | M::RemoteStore { .. })
+        | Request::Streams(StreamRequest::CreateFifo { .. }) => false,
+    }
 }
 
 /// True for the requests whose bytes pass through a shared window.

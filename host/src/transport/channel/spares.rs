@@ -3,7 +3,7 @@
 //! # Rule
 //!
 //! A device thread sends its reply back in the buffer its request came in (see
-//! `std_link::Queue`). Once the host has read that reply, the buffer carries the channel's
+//! `queue::Queue`). Once the host has read that reply, the buffer carries the channel's
 //! next message instead of going back to the allocator: in a training step the host sends
 //! each device a message per reduction round in one burst (every replica's answer at once)
 //! and reads as many back, and bursts of same-sized allocations and frees are the
@@ -13,7 +13,7 @@
 //! reader hands back (`Channel::recycle`) or a message the channel drops is kept: a buffer
 //! never carries two messages at once.
 
-use tessera_firmware_sim::std_link::REPLY_ROOM;
+use crate::transport::queue::REPLY_ROOM;
 
 /// Buffers a channel keeps: a device has one request in flight in a step at a time (its
 /// step, then each round's answer), so a few cover a step and the requests around it.

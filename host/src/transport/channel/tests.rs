@@ -2,10 +2,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::{mpsc, Arc, Mutex};
 
 use crate::transport::spawn::Mailbox;
+use crate::transport::spin::SPIN;
 use std::io::Write;
 
-use tessera_core::wire::{Envelope, FrameDecoder, FromDevice, ToDevice};
-use tessera_firmware_sim::std_link::SPIN;
+use tessera_core::wire::{Envelope, FrameDecoder, FromDevice, ProgramRequest, ToDevice};
 
 use super::*;
 
@@ -70,14 +70,18 @@ fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
             .map(|f| f.frame.is_some())
             .collect::<Vec<_>>()
     };
-    queue.submit(&Request::GetSeed).unwrap();
     queue
-        .submit(&Request::RunStep {
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
+    queue
+        .submit(&Request::Program(ProgramRequest::RunStep {
             fed: false,
             took: false,
-        })
+        }))
         .unwrap();
-    queue.submit(&Request::GetSeed).unwrap();
+    queue
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
     assert_eq!(kept(&queue), [false, false, true]);
     assert_eq!(
         device_in.try_iter().count(),
@@ -86,7 +90,9 @@ fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
     );
 
     let mut bytes = channel(Outgoing::Bytes(Box::new(Capture::default())));
-    bytes.submit(&Request::GetSeed).unwrap();
+    bytes
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
     assert_eq!(kept(&bytes), [true], "a byte link can lose a frame");
 }
 
@@ -97,8 +103,10 @@ fn queue_frames_are_kept_only_while_a_step_is_in_flight() {
 fn a_recycled_reply_carries_the_next_request() {
     let (to_device, device_in) = mpsc::channel::<Message>();
     let mut queue = channel(Outgoing::Messages(Mailbox::unserved(to_device)));
-    queue.submit(&Request::GetSeed).unwrap();
-    // The device answers in the request's buffer, as `std_link::Queue` does.
+    queue
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
+    // The device answers in the request's buffer, as the device end of a `queue::Queue` does.
     let mut buffer = device_in.try_recv().unwrap().body;
     buffer.clear();
     let reply = FromDevice::Reply(Envelope {
@@ -114,7 +122,9 @@ fn a_recycled_reply_carries_the_next_request() {
     let reply = queue.receive(1).unwrap();
     assert_eq!(reply.response(), Some(Response::Seed { seed: 7 }));
     queue.recycle(reply);
-    queue.submit(&Request::GetSeed).unwrap();
+    queue
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
     let next = device_in.try_recv().unwrap().body;
     assert_eq!(
         next.as_ptr(),
@@ -126,7 +136,7 @@ fn a_recycled_reply_carries_the_next_request() {
         sent,
         ToDevice::Request(Envelope {
             seq: 2,
-            body: Request::GetSeed
+            body: Request::Program(ProgramRequest::GetSeed)
         })
     ));
 }
@@ -138,7 +148,9 @@ fn a_recycled_reply_carries_the_next_request() {
 fn every_frame_starts_with_a_delimiter() {
     let capture = Capture::default();
     let mut channel = channel(Outgoing::Bytes(Box::new(capture.clone())));
-    channel.submit(&Request::GetSeed).unwrap();
+    channel
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
     let sent = capture.0.lock().unwrap().clone();
     assert_eq!(sent.first(), Some(&0), "the frame opens with 0x00");
 

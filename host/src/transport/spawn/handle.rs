@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tessera_firmware_sim::std_link::BusyLine;
-
 use super::firmware::QEMU;
 use super::pool::Workers;
 use super::process::DeviceProcess;
+use crate::transport::board::BusyLine;
 use crate::transport::children::Adopted;
 
 /// How long the defmt decoder may take to print QEMU's last logs once QEMU is gone.

@@ -57,8 +57,7 @@ pub(super) use thread::in_process;
 use std::io::{Read, Write};
 use std::sync::mpsc::Receiver;
 
-use tessera_firmware_sim::std_link::Message;
-
+use super::queue::Message;
 use super::shared::{SharedMemory, Window};
 
 /// A new link to a device, by kind: each case holds exactly what its kind of link has, so

@@ -22,11 +22,12 @@ use std::thread::{self, JoinHandle};
 
 use std::sync::mpsc::Receiver;
 
-use tessera_firmware_sim::std_link::{BusyLine, StdLink};
 use tessera_firmware_sim::Memory;
 
 use super::{DeviceHandle, Incoming, Link, Liveness, Outgoing};
+use crate::transport::board::BusyLine;
 use crate::transport::device::run_device_on_link;
+use crate::transport::io_link::IoLink;
 use crate::transport::shared::SharedMemory;
 use crate::transport::TransportError;
 
@@ -95,7 +96,7 @@ pub(crate) fn thread_on(
         .name(format!("tessera-device-{replica}"))
         .spawn(move || {
             // The link's chunks go straight to the device: no reader thread between.
-            let link = StdLink::on_chunks(chunks, writer);
+            let link = IoLink::on_chunks(chunks, writer);
             let (mut device, mut own) = (device, Vec::new());
             let arena: &mut (dyn Memory + Send) = match device {
                 Some(ref mut shared) => shared,

@@ -6,9 +6,8 @@ use std::os::unix::net::UnixStream;
 use std::thread;
 use std::time::Duration;
 
-use tessera_firmware_sim::std_link::BusyLine;
-
 use super::{DeviceHandle, Link};
+use crate::transport::board::BusyLine;
 use crate::transport::device::run_device_watched;
 use crate::transport::fault::{Delayed, FaultConfig, FaultInjector};
 use crate::transport::TransportError;

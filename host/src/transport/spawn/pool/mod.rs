@@ -77,10 +77,11 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 
-use tessera_firmware_sim::std_link::{BusyLine, Message, SPIN};
-
 use super::{DeviceHandle, Incoming, Link};
+use crate::transport::board::BusyLine;
+use crate::transport::queue::Message;
 use crate::transport::shared::SharedMemory;
+use crate::transport::spin::SPIN;
 use crate::transport::TransportError;
 use ready::Ready;
 use slot::Slot;

@@ -22,9 +22,9 @@ use std::thread::{self, JoinHandle};
 
 use embedded_hal::digital::OutputPin;
 use tessera_firmware_sim::serve_pending;
-use tessera_firmware_sim::std_link::BusyLine;
 
 use super::{lock, Pool};
+use crate::transport::board::BusyLine;
 use crate::transport::TransportError;
 
 /// Starts a pool thread for each of `servers` (indices into the pool's busy lines).

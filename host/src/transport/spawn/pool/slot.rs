@@ -12,10 +12,11 @@
 use std::io;
 use std::sync::mpsc::{self, Sender};
 
-use tessera_firmware_sim::std_link::{BusyLine, Message, Queue};
 use tessera_firmware_sim::{Device, Memory, Server};
 
+use crate::transport::board::BusyLine;
 use crate::transport::device::{HOST_FRAME, HOST_WINDOW};
+use crate::transport::queue::{Message, Queue};
 use crate::transport::shared::SharedMemory;
 
 /// One device with everything serving it takes: its memory, its server (and kept

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tessera_core::wire::endpoint::{Command, GetSeed};
-use tessera_core::wire::{Request, Response};
+use tessera_core::wire::{ProgramRequest, Request, Response};
 
 use embedded_hal::digital::OutputPin;
 
@@ -16,7 +16,7 @@ use crate::transport::{Channel, TransportError};
 
 /// Sets device `c`'s seed to `seed` and reads it back.
 fn seed_round_trip(c: &mut Channel, seed: u64) -> Result<u64, TransportError> {
-    let set = Command::new(Request::SetSeed { seed }).expect("a command");
+    let set = Command::new(Request::Program(ProgramRequest::SetSeed { seed })).expect("a command");
     c.call(&set)?;
     Ok(c.call(&GetSeed)?.get())
 }
@@ -90,12 +90,16 @@ fn no_server_waits_for_another() {
         }
     };
     let held = lock(&pool.members[0].slot);
-    let first = channels[0].submit(&Request::GetSeed).unwrap();
+    let first = channels[0]
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
     taken();
     // As if its server had marked it unready and were still at work: the next message
     // readies it again, for the other thread.
     pool.members[0].queued.store(false, Ordering::Release);
-    let second = channels[0].submit(&Request::GetSeed).unwrap();
+    let second = channels[0]
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
     taken();
     assert_eq!(seed_round_trip(&mut channels[1], 7).unwrap(), 7);
     drop(held);
@@ -191,7 +195,8 @@ fn a_dropped_device_leaves_its_siblings_running() {
     let mut channels = Channel::in_process_all(0..4, 4096, false).unwrap();
     let mut gone = channels.remove(0);
     for _ in 0..8 {
-        gone.submit(&Request::GetSeed).unwrap();
+        gone.submit(&Request::Program(ProgramRequest::GetSeed))
+            .unwrap();
     }
     drop(gone);
     for c in &mut channels {
