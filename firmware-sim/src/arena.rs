@@ -20,11 +20,10 @@ use tessera_core::wire::ErrorCode;
 use crate::lent::Lent;
 use crate::shift;
 
-/// Objects a device can hold at once, all kinds together: one block for every register's
-/// bytes ([`MAX_REGISTERS`](crate::registers::MAX_REGISTERS)), and 64 more for every FIFO
-/// ([`MAX_FIFOS`](crate::fifo::MAX_FIFOS)), a call's scratch, the step's, slots and
-/// variables.
-pub const MAX_BLOCKS: usize = crate::registers::MAX_REGISTERS + 64;
+/// Objects a device can hold at once, all kinds together: one block for each of the 4096
+/// registers a device holds (the registers check at compile time that theirs fit), and 64
+/// more for every FIFO, a call's scratch, the step's, slots and variables.
+pub const MAX_BLOCKS: usize = 4096 + 64;
 
 const ALIGN: usize = 8;
 

@@ -57,14 +57,13 @@ pub(crate) mod shift;
 pub use arena::{Access, Memory};
 pub use clock::Clock;
 pub use device::{CycleCounter, Device, Progress};
-pub use link::{Framed, Framing, Incoming, Messages};
+pub use link::{Framed, Framing, Incoming, LinkLimits, Messages};
 /// The training step's dot product, public so that a host's baseline can run the same
 /// arithmetic as the device.
 pub use program::math::dot;
 pub use registers::MAX_REGISTERS;
 pub use serve::{
-    serve, serve_messages, serve_pending, LinkLimits, ServeError, Server, REDUCE_ATTEMPTS,
-    REDUCE_DEADLINE_MS,
+    serve, serve_messages, serve_pending, ServeError, Server, REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS,
 };
 
 /// The error for an invariant of the device's own found broken at `site`.

@@ -22,6 +22,15 @@
 use embedded_io::{Read, ReadReady, Write};
 use tessera_core::wire::{frame_body, FrameDecoder};
 
+/// What a device's link can carry, announced in its hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkLimits {
+    /// Largest frame, delimiter included.
+    pub max_frame: usize,
+    /// Requests the host may have outstanding (replies kept for retries).
+    pub window: u16,
+}
+
 /// What one look at the link found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Incoming {

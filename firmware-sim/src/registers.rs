@@ -34,6 +34,10 @@ use crate::arena::{saturate, Access, Arena, Block, Owner};
 /// beside its 3 MiB arena.
 pub const MAX_REGISTERS: usize = 4096;
 
+// Every register's bytes are one arena block, beside the 64 blocks the arena keeps for
+// FIFOs, scratch, slots and variables.
+const _: () = assert!(crate::arena::MAX_BLOCKS >= MAX_REGISTERS + 64);
+
 /// A shape as registers hold it.
 pub type Dims = heapless::Vec<u32, MAX_SHAPE_RANK>;
 

@@ -43,9 +43,9 @@ use crate::arena::{saturate, Arena, Memory};
 use crate::fifo::Fifos;
 use crate::functions::Function;
 use crate::lent::Shared;
+use crate::link::LinkLimits;
 use crate::program::{Prepared, MAX_LANES};
 use crate::registers::Registers;
-use crate::serve::LinkLimits;
 pub use stepping::Progress;
 use stepping::Stepping;
 

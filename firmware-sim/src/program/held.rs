@@ -25,7 +25,7 @@ use tessera_core::program::Sharding;
 use tessera_core::shard::Piece;
 use tessera_core::wire::{ErrorCode, Invariant};
 
-use super::step::as_floats;
+use super::view::as_floats;
 use super::Prepared;
 use crate::arena::{Arena, Block};
 use crate::broken;

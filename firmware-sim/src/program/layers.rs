@@ -13,7 +13,7 @@ use tessera_core::program::Layer;
 use tessera_core::rng::Rng;
 use tessera_core::wire::{ErrorCode, Invariant};
 
-use super::step::{floats, regions, MISSING};
+use super::view::{floats, regions, MISSING};
 use super::{math, narrow, Prepared};
 use crate::arena::{Arena, Block};
 use crate::broken;

@@ -35,6 +35,7 @@ mod place;
 mod prepare;
 pub mod scratch;
 pub mod step;
+mod view;
 
 use tessera_core::program::lanes::LANE_IDS;
 use tessera_core::program::{Exchange, Program, Reduction, MAX_INTERVALS, MAX_VARIABLES};

@@ -55,13 +55,11 @@ use tessera_core::rng::Rng;
 use tessera_core::stream::{AnchorAction, AnchorReturnType};
 use tessera_core::wire::{ErrorCode, Invariant, ReduceOp};
 
+use super::view::{floats, regions, MISSING};
 use super::{held, lane_id, layers, Prepared};
 use crate::arena::{Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
-
-/// A tensor the scratch layout lacks.
-pub(super) const MISSING: ErrorCode = broken(Invariant::ScratchLayout);
 
 /// Everything a step touches.
 #[derive(Debug)]
@@ -498,14 +496,6 @@ impl<'d, 'a> Step<'d, 'a> {
     }
 }
 
-/// The scratch block as `f32`s.
-pub(super) fn floats<'x>(
-    arena: &'x mut Arena<'_>,
-    block: Block,
-) -> Result<&'x mut [f32], ErrorCode> {
-    as_floats(arena.bytes_mut(block))
-}
-
 /// Elements `range` of the scratch block as bytes.
 fn bytes<'x>(
     arena: &'x mut Arena<'_>,
@@ -515,21 +505,6 @@ fn bytes<'x>(
     let x = floats(arena, block)?;
     let region = x.get_mut(range).ok_or(broken(Invariant::Regions))?;
     Ok(bytemuck::cast_slice_mut(region))
-}
-
-/// Disjoint mutable regions of `x`, in the order asked for; an error if any two overlap or
-/// one lies outside `x`.
-pub(super) fn regions<const N: usize>(
-    x: &mut [f32],
-    ranges: [Range<usize>; N],
-) -> Result<[&mut [f32]; N], ErrorCode> {
-    x.get_disjoint_mut(ranges)
-        .map_err(|_| broken(Invariant::Regions))
-}
-
-/// A block's bytes as `f32`s.
-pub(super) fn as_floats(bytes: &mut [u8]) -> Result<&mut [f32], ErrorCode> {
-    bytemuck::try_cast_slice_mut(bytes).map_err(|_| broken(Invariant::Alignment))
 }
 
 /// Items just popped (`from`, bytes `range` of its block) into elements `at` of the
@@ -552,34 +527,4 @@ fn copy_items(
         .ok_or(broken(Invariant::ItemSize))?
         .copy_from_slice(item);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Regions come back in the order asked for, whatever their order in the block; one
-    /// that overlaps another, or runs past the block, is a broken layout.
-    #[test]
-    fn regions_are_disjoint_and_in_the_order_asked_for() {
-        let mut x = [0.0f32; 8];
-        let [a, b, c] = regions(&mut x, [5..8, 0..2, 2..5]).unwrap();
-        a.fill(3.0);
-        b.fill(1.0);
-        c.fill(2.0);
-        assert_eq!(x, [1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0]);
-        let broken = Err(broken(Invariant::Regions));
-        assert_eq!(regions(&mut x, [0..3, 2..4]).map(|_| ()), broken);
-        assert_eq!(regions(&mut x, [0..3, 6..9]).map(|_| ()), broken);
-    }
-
-    /// An empty region at the start of another holds none of its elements, in whichever
-    /// order the two are asked for. (Regions once came out of a sort by their starts,
-    /// which refused the pair in one order and took it in the other.)
-    #[test]
-    fn an_empty_region_where_another_begins_is_apart_from_it() {
-        let mut x = [0.0f32; 4];
-        assert!(regions(&mut x, [2..4, 2..2]).is_ok());
-        assert!(regions(&mut x, [2..2, 2..4]).is_ok());
-    }
 }

@@ -61,6 +61,7 @@ use embedded_io::{Read, ReadReady, Write};
 
 use crate::clock::Clock;
 use crate::device::Device;
+use crate::link::LinkLimits;
 use crate::link::{Framed, Framing, Incoming, Messages};
 use crate::reply_cache::ReplyCache;
 use answer::answer;
@@ -69,15 +70,6 @@ pub use step::{REDUCE_ATTEMPTS, REDUCE_DEADLINE_MS};
 
 /// How long the device waits between two looks at an idle link during a step.
 const POLL_US: u32 = 50;
-
-/// What a device's link can carry, announced in its hello.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkLimits {
-    /// Largest frame, delimiter included.
-    pub max_frame: usize,
-    /// Requests the host may have outstanding (replies kept for retries).
-    pub window: u16,
-}
 
 /// The serve loop's state and buffers: a copy of the message being handled (`FRAME`
 /// bytes), a waiting step's contribution (`FRAME` bytes), the replies kept for retries
