@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 ///
 /// The yield is what makes the spin cheap: a waiting thread hands its core to one that has
 /// work (spinning without yielding starved the device threads that work, and sleeping at
-/// once ran the default job at a tenth of the speed; the train bench's figures are in the
-/// README, "A program"). The cost that remains is the number of messages a step exchanges,
+/// once ran the default job at a tenth of the speed; the train bench's runs are in the
+/// README's history, `git log -p README.md`). The cost that remains is the number of messages a step exchanges,
 /// not how each is waited for.
 pub const SPIN: Duration = Duration::from_micros(200);
 

@@ -16,8 +16,8 @@
 //! while the pool's thread sat idle) — but the device it served last first, when that one is
 //! ready: a device of 32 lanes keeps tens of kilobytes (its lanes' activations, gradients,
 //! FIFOs) in its server's core's caches, which taking whichever came first moved to the
-//! other core at half of its legs. The measurements behind these choices are in the README
-//! ("A program", "A device stays on its core").
+//! other core at half of its legs. The measurements behind these choices are in the
+//! README's history (`git log -p README.md`).
 //!
 //! - `ready`: the ready queue — which device a server takes next, how a pool thread waits
 //!   for one, and how a readied device wakes it.
