@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 use tessera_core::wire::{ErrorCode, RequestKind, Target};
 
 use super::ring::RingError;
-use super::spawn::{self, FirmwareError};
+use super::spawn::{self, FirmwareError, SerialError};
 
 /// Why a request, a step or a placement failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,10 @@ pub enum TransportError {
     /// The firmware for the QEMU placement is missing or is not the device firmware.
     #[error("{0}")]
     Firmware(#[from] FirmwareError),
+    /// A serial port was refused, or the board on it did not answer its hello (the error
+    /// names the port).
+    #[error("{0}")]
+    Serial(#[from] SerialError),
     /// The device closed its link.
     #[error("device {replica} closed its link")]
     Closed {

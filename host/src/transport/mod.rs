@@ -1,14 +1,16 @@
 //! Channels to devices, whatever their placement: a thread in this process, a child
 //! process speaking over stdio (or, serving a share of a training runtime's devices, on
-//! message rings in shared memory), or the firmware under QEMU on a UART socket.
+//! message rings in shared memory), the firmware under QEMU on a UART socket, or a board
+//! flashed with it on a serial port.
 //!
 //! - [`Channel`] (`channel`): the request protocol — sequence numbers, deadlines, retries
 //!   answered from the device's reply cache — and the one data path: spans of a register,
 //!   slot or FIFO written and read in place, in bulk or in chunks, as the placement allows.
 //! - `spawn`: starting and stopping a device in each placement (device threads pooled, at
 //!   most one per core); [`check_firmware`] checks what the QEMU placement needs before
-//!   anything starts.
-//! - `reader`: the thread that decodes a byte link's frames (QEMU, a thread with faults);
+//!   anything starts, `check_ports` the serial placement's ports ([`SerialError`]).
+//! - `reader`: the thread that decodes a byte link's frames (QEMU, a serial port, a thread
+//!   with faults);
 //!   `frames`: a channel's source of messages — that thread's queue, a device thread's, a
 //!   child process's stdout read in place, or a process share's ring.
 //! - `pipe_link`: a pipe read in place without blocking (a child's stdin on the device's
@@ -69,6 +71,7 @@ pub use ring::RingError;
 pub use seat::Seat;
 pub(crate) use shared::{stream, SharedMemory, SplitError};
 pub use slots::ChannelSlots;
-pub use spawn::{check_firmware, FirmwareError, Liveness};
+pub use spawn::{check_firmware, FirmwareError, Liveness, SerialError, BAUD, DEFAULT_BAUD};
+pub(crate) use spawn::{check_ports, port_of};
 #[cfg(feature = "mpi")]
-pub(crate) use spawn::{child_on, qemu_on, thread_on, Served};
+pub(crate) use spawn::{child_on, qemu_on, serial_on, thread_on, Served};

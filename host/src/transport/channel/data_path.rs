@@ -18,7 +18,8 @@
 //!    slots need nothing.
 //! 2. **Bulk**, beside one request ([`DataRequest::WriteBulk`] /
 //!    [`DataRequest::ReadBulk`]): handed over on a device thread's queue, or through the
-//!    link's window (QEMU's host file), when the span fits it.
+//!    link's window (QEMU's host file), when the span fits it. A serial port has no
+//!    window: a board's bytes always go by chunks.
 //! 3. **Chunks**: framed [`DataRequest::Write`] / [`DataRequest::Read`] requests of at most
 //!    the device's chunk, all sent before any reply is awaited.
 //!

@@ -144,8 +144,9 @@ pub struct Channel {
     /// Bytes moved, by path.
     traffic: Traffic,
     /// How long a wait for the device looks without sleeping: [`SPIN`] for devices that
-    /// answer within microseconds (threads, child processes); none for QEMU, whose replies
-    /// take milliseconds and whose emulators need every core a spinning host would take.
+    /// answer within microseconds (threads, child processes); none for QEMU and serial
+    /// ports, whose replies take milliseconds (and whose emulators need every core a
+    /// spinning host would take).
     spin: Duration,
     /// Held to be dropped with the channel, after the link's other ends: it stops the
     /// device.
@@ -320,7 +321,8 @@ impl Channel {
     }
 
     /// The most bulk bytes one request or reply carries beside it: any number on a device
-    /// thread's queue, the window's size for a child process or QEMU, 0 on other links.
+    /// thread's queue, the window's size for a child process or QEMU, 0 on other links (a
+    /// serial port's among them: a board has no window).
     pub fn bulk_capacity(&self) -> usize {
         match (&self.writer, &self.window) {
             (Outgoing::Messages(_), _) => usize::MAX,

@@ -1,6 +1,6 @@
-//! Opening a channel on each placement: the link started, its frames decoded by a thread
-//! of their own where it is a byte link, and the hello that checks the protocol version
-//! and the replica before anything else is sent.
+//! Opening a channel on each placement: the link started (or a serial port opened), its
+//! frames decoded by a thread of their own where it is a byte link, and the hello that
+//! checks the protocol version and the replica before anything else is sent.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -131,6 +131,35 @@ impl Channel {
         Self::open(spawn::qemu(firmware, replica)?, replica, 1)
     }
 
+    /// A board flashed with the firmware on serial port `port` (a board's `/dev/ttyACM0`, a
+    /// pseudo-terminal), as replica `replica`: the port opened in raw mode at `baud`, then
+    /// the QEMU placement's framed link without its bulk file (every byte in framed
+    /// chunks). The port is checked first; a hello that fails names it. Dropping the
+    /// channel closes the port. See `spawn::serial`'s module doc for what a board needs.
+    pub fn serial(port: &Path, baud: u32, replica: u32) -> Result<Self, TransportError> {
+        spawn::check_ports(&[port.to_path_buf()], baud)?;
+        Self::serial_checked(port, baud, replica)
+    }
+
+    /// Like [`Channel::serial`], for a caller that has checked every port already (once for
+    /// all its devices: `placement::open`).
+    pub(crate) fn serial_checked(
+        port: &Path,
+        baud: u32,
+        replica: u32,
+    ) -> Result<Self, TransportError> {
+        let mut channel = Self::open(spawn::serial(port, baud)?, replica, 1).map_err(|e| {
+            spawn::SerialError::Hello {
+                port: port.to_path_buf(),
+                replica,
+                source: Box::new(e),
+            }
+        })?;
+        let deadline = spawn::wire_deadline(baud, &channel.limits);
+        channel.set_deadline(deadline);
+        Ok(channel)
+    }
+
     /// Worker `worker`, served by another rank of an MPI job (which started it), over a
     /// link between the ranks: a byte link like a socket's, so every rule of the request
     /// protocol holds end to end.
@@ -193,7 +222,7 @@ impl Channel {
             located: Located::default(),
             traffic: Traffic::default(),
             spin: match handle {
-                DeviceHandle::Qemu { .. } => Duration::ZERO,
+                DeviceHandle::Qemu { .. } | DeviceHandle::Serial(_) => Duration::ZERO,
                 _ => SPIN,
             },
             handle,

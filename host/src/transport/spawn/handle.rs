@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::firmware::QEMU;
 use super::pool::Workers;
 use super::process::DeviceProcess;
+use super::serial::PortClosing;
 use crate::transport::board::BusyLine;
 use crate::transport::children::Adopted;
 
@@ -38,6 +39,8 @@ pub(in crate::transport) enum DeviceHandle {
         reaper: Option<(Adopted, ChildStdin)>,
         dir: PathBuf,
     },
+    /// A board on a serial port: closing it ends the link's reader and lets go of the port.
+    Serial(PortClosing),
     /// A device on another rank of an MPI job, reached through a link between the ranks
     /// (`transport::tunnel`); that rank keeps it running.
     /// Asks the serving rank what the device is doing.
@@ -52,6 +55,7 @@ impl DeviceHandle {
             Self::Thread(..) | Self::Pooled(..) => "thread",
             Self::Child(process) => process.program(),
             Self::Qemu { .. } => QEMU,
+            Self::Serial(_) => "a board on a serial port",
             #[cfg(feature = "mpi")]
             Self::Remote(_) => "another rank",
         }
@@ -80,6 +84,8 @@ impl DeviceHandle {
                 Liveness::Busy => Liveness::Unknown,
                 other => other,
             },
+            // A board shows nothing but its answers.
+            Self::Serial(_) => Liveness::Unknown,
             // Its rank sees it: asked.
             #[cfg(feature = "mpi")]
             Self::Remote(ask) => ask(),
@@ -117,6 +123,7 @@ impl Drop for DeviceHandle {
             }
             // The last device of its process to go stops it (`DeviceProcess`'s drop).
             Self::Child(_) => {}
+            Self::Serial(closing) => closing.close(),
             Self::Qemu {
                 qemu,
                 decoder,
@@ -150,7 +157,8 @@ pub enum Liveness {
     Stopped,
     /// Its thread or process has ended.
     Ended,
-    /// The host cannot tell (an emulator is on a core whether or not its firmware works).
+    /// The host cannot tell (an emulator is on a core whether or not its firmware works; a
+    /// board on a serial port shows nothing but its answers).
     Unknown,
 }
 

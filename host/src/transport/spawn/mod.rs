@@ -24,6 +24,7 @@
 //! - `process`: a `tessera device` child process on its stdio, or a share of a training
 //!   runtime's devices in one `tessera devices` process.
 //! - `qemu`: the firmware under QEMU, UART0 on a Unix socket.
+//! - `serial`: a board flashed with the firmware, on a serial port (framed bytes only).
 //! - `reaper`: the shell that kills a device process once tessera is gone.
 //! - `handle`: what keeps a device running ([`DeviceHandle`]) and what it is doing
 //!   ([`Liveness`]).
@@ -39,6 +40,7 @@ mod qemu;
 mod reaper;
 #[cfg(feature = "mpi")]
 mod relay;
+mod serial;
 mod thread;
 
 pub(super) use firmware::QEMU;
@@ -51,7 +53,9 @@ pub(super) use pool::{in_process_pool, Mailbox, Pool};
 pub(super) use process::{child_process, device_processes};
 pub(super) use qemu::qemu;
 #[cfg(feature = "mpi")]
-pub(crate) use relay::{child_on, qemu_on, thread_on, Served};
+pub(crate) use relay::{child_on, qemu_on, serial_on, thread_on, Served};
+pub(super) use serial::serial;
+pub use serial::{check_ports, port_of, wire_deadline, SerialError, BAUD, DEFAULT_BAUD};
 pub(super) use thread::in_process;
 
 use std::io::{Read, Write};
@@ -73,8 +77,8 @@ pub(super) enum Link {
         memory: Option<SharedMemory>,
         handle: DeviceHandle,
     },
-    /// Frames both ways and nothing else: a device thread behind injected faults, or a
-    /// device another rank serves.
+    /// Frames both ways and nothing else: a device thread behind injected faults, a device
+    /// another rank serves, or a board on a serial port.
     Framed {
         to: Box<dyn Write + Send>,
         from: Box<dyn Read + Send>,

@@ -4,7 +4,7 @@
 //!
 //! - On threads, the device reads and writes the link itself (a device thread on a byte
 //!   link, as with faults injected).
-//! - In a child process or under QEMU, two threads relay the bytes: the link to the
+//! - In a child process, under QEMU or on a serial port, two threads relay the bytes: the link to the
 //!   device's input, the device's output to the link.
 //!
 //! The host maps the device's memory where the placement shares it (threads and child
@@ -207,4 +207,16 @@ pub(crate) fn qemu_on(
     writer: impl Write + Send + 'static,
 ) -> Result<Served, TransportError> {
     relayed(super::qemu(firmware, replica)?, replica, reader, writer)
+}
+
+/// The board on serial port `port` (at `baud`) relayed to and from the link, as device
+/// `replica`.
+pub(crate) fn serial_on(
+    port: &Path,
+    baud: u32,
+    replica: u32,
+    reader: impl Read + Send + 'static,
+    writer: impl Write + Send + 'static,
+) -> Result<Served, TransportError> {
+    relayed(super::serial(port, baud)?, replica, reader, writer)
 }
