@@ -2,11 +2,14 @@
 //!
 //! A [`Placement`] names how a device runs: a thread of this process, a child process
 //! (`tessera device` for a session's worker, `tessera devices` serving a share of a
-//! training runtime's devices), or the firmware under QEMU. [`open`] starts one device per
+//! training runtime's devices), the firmware under QEMU, or a board flashed with it on a
+//! serial port (one port per device of this process, in replica order: device `i` of the
+//! ones a process starts is on port `i`). [`open`] starts one device per
 //! replica on it, in replica order, for the session (and [`open_devices`] a training
 //! runtime's devices, each running consecutive replicas as lanes: [`devices`] says how); everything the
-//! placement needs (QEMU's firmware and tools) is checked once, before the first device
-//! starts, so a missing piece fails at once instead of after some devices are up.
+//! placement needs (QEMU's firmware and tools, the serial ports) is checked once, before
+//! the first device starts, so a missing piece fails at once instead of after some devices
+//! are up.
 //! `serve` (feature `mpi`) starts one device on a byte link whose controller is on
 //! another rank.
 //!
@@ -17,8 +20,8 @@
 //! (what one process maps per device without surprising its host), checked before anything
 //! starts. A device running several replicas as lanes holds as many times that, and a
 //! device's memory travels as 32 bits ([`Limits`]): [`devices`] runs no more lanes on one
-//! device than fit [`MAX_DEVICE_BYTES`]. QEMU's boards have the memory they have; the
-//! request is not theirs to take.
+//! device than fit [`MAX_DEVICE_BYTES`]. QEMU's boards, and boards on serial ports, have
+//! the memory they have; the request is not theirs to take.
 
 use std::ops::{Range, RangeInclusive};
 use std::path::PathBuf;
@@ -27,7 +30,7 @@ use tessera_core::program::lanes::lane_bytes;
 use tessera_core::program::Program;
 use tessera_core::wire::Limits;
 
-use crate::transport::{check_firmware, Channel, TransportError, HOST_FRAME};
+use crate::transport::{check_firmware, check_ports, port_of, Channel, TransportError, HOST_FRAME};
 
 /// Where the devices run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,16 @@ pub enum Placement {
     Process(PathBuf),
     /// QEMU processes running this firmware ELF.
     Qemu(PathBuf),
+    /// Boards flashed with the firmware, on serial ports: one port per device this process
+    /// starts, in replica order, each opened in raw mode at `baud` (see
+    /// [`Channel::serial`]).
+    Serial {
+        /// The ports (`/dev/ttyACM0`, ...), one per device.
+        ports: Vec<PathBuf>,
+        /// Their baud rate, within [`BAUD`](crate::transport::BAUD)
+        /// ([`DEFAULT_BAUD`](crate::transport::DEFAULT_BAUD) is the usual one).
+        baud: u32,
+    },
 }
 
 /// How the devices share the machine's cores with the host's thread.
@@ -63,10 +76,13 @@ pub const DEVICE_MEMORY: RangeInclusive<usize> = (4 << 10)..=(1 << 30);
 pub const MAX_DEVICE_BYTES: usize = u32::MAX as usize;
 
 /// Everything `placement` needs before any device starts: for QEMU, its firmware and
-/// tools; for the host's own devices, `memory` within [`DEVICE_MEMORY`].
+/// tools; for serial ports, a baud rate within [`BAUD`](crate::transport::BAUD) and each port
+/// a character device given once; for the host's own devices, `memory` within
+/// [`DEVICE_MEMORY`].
 pub fn check(placement: &Placement, memory: usize) -> Result<(), TransportError> {
     match placement {
         Placement::Qemu(firmware) => Ok(check_firmware(firmware)?),
+        Placement::Serial { ports, baud } => Ok(check_ports(ports, *baud)?),
         Placement::Thread | Placement::Process(_) if !DEVICE_MEMORY.contains(&memory) => {
             Err(TransportError::DeviceMemory {
                 bytes: memory,
@@ -83,8 +99,8 @@ pub fn check(placement: &Placement, memory: usize) -> Result<(), TransportError>
 /// child processes, runs of [`lanes_per_device`] replicas as the lanes of one device (one
 /// walk of the step per core instead of one per replica, and one message per device where
 /// there was one per replica) when every run shares each variable's group (core's
-/// [`lanes`](tessera_core::program::lanes) rule); else — and always on QEMU, whose firmware
-/// runs one lane — one device per replica. No device runs more lanes than
+/// [`lanes`](tessera_core::program::lanes) rule); else — and always on QEMU and serial
+/// ports, whose firmware runs one lane — one device per replica. No device runs more lanes than
 /// [`MAX_DEVICE_BYTES`] holds at `memory` bytes each.
 pub fn devices(
     placement: &Placement,
@@ -95,7 +111,7 @@ pub fn devices(
 ) -> Vec<Range<u32>> {
     let n = local.len();
     let most = match placement {
-        Placement::Qemu(_) => 1,
+        Placement::Qemu(_) | Placement::Serial { .. } => 1,
         Placement::Thread | Placement::Process(_) => {
             let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
             lanes_per_device(n, cores)
@@ -170,7 +186,26 @@ pub fn open_devices(
             .flat_map(|d| d.clone())
             .map(|replica| Channel::qemu_checked(firmware, replica))
             .collect(),
+        Placement::Serial { ports, baud } => {
+            let replicas: Vec<u32> = devices.iter().flat_map(|d| d.clone()).collect();
+            on_ports(ports, *baud, &replicas)
+        }
     }
+}
+
+/// One channel per replica of `replicas`, replica `replicas[i]` on `ports[i]` (as many
+/// ports as replicas), in order.
+fn on_ports(
+    ports: &[PathBuf],
+    baud: u32,
+    replicas: &[u32],
+) -> Result<Vec<Channel>, TransportError> {
+    (replicas.iter().enumerate())
+        .map(|(i, &replica)| {
+            let port = port_of(ports, replicas.len(), i)?;
+            Channel::serial_checked(port, baud, replica)
+        })
+        .collect()
 }
 
 /// Starts one device for each of `replicas` on `placement` (each with `memory` bytes where
@@ -200,26 +235,33 @@ pub fn open(
         Placement::Qemu(firmware) => replicas
             .map(|replica| Channel::qemu_checked(firmware, replica))
             .collect(),
+        Placement::Serial { ports, baud } => on_ports(ports, *baud, &replicas.collect::<Vec<_>>()),
     }
 }
 
 /// Starts device `replica` on `placement` (`memory` bytes where the host places it),
 /// serving `reader` and `writer` (a link from a controller on another rank), after
 /// [`check`]; it stops when the link ends ([`Served::wait`](crate::transport::Served)).
+/// It is device `index` of the `count` this process serves (on serial ports, the port it
+/// takes).
 #[cfg(feature = "mpi")]
 pub(crate) fn serve(
     placement: &Placement,
-    replica: u32,
+    (replica, index, count): (u32, usize, usize),
     memory: usize,
     reader: crate::transport::tunnel::LinkReader,
     writer: crate::transport::tunnel::LinkWriter,
 ) -> Result<crate::transport::Served, TransportError> {
-    use crate::transport::{child_on, qemu_on, thread_on};
+    use crate::transport::{child_on, qemu_on, serial_on, thread_on};
     check(placement, memory)?;
     match placement {
         Placement::Thread => thread_on(replica, memory, reader.into_chunks(), writer),
         Placement::Process(exe) => child_on(exe, replica, memory, reader, writer),
         Placement::Qemu(firmware) => qemu_on(firmware, replica, reader, writer),
+        Placement::Serial { ports, baud } => {
+            let port = port_of(ports, count, index)?;
+            serial_on(port, *baud, replica, reader, writer)
+        }
     }
 }
 

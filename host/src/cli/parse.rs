@@ -36,6 +36,16 @@ pub(crate) fn learning_rate(text: &str) -> Result<f32, String> {
     )
 }
 
+/// A baud rate within the serial placement's [`BAUD`](crate::transport::BAUD).
+pub(crate) fn baud(text: &str) -> Result<u32, String> {
+    let range = crate::transport::BAUD;
+    number(
+        text,
+        |v: u32| range.contains(&v),
+        &format!("a whole number in {}..={}", range.start(), range.end()),
+    )
+}
+
 pub(crate) fn momentum(text: &str) -> Result<f32, String> {
     number(text, |v: f32| (0.0..1.0).contains(&v), "a number in [0, 1)")
 }

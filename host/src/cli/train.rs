@@ -15,7 +15,7 @@ use tessera_core::grouping::{CommGroup, RetrievalMode};
 use tessera_core::program::{AnchorTensor, Sharding, MAX_MICRO_BATCH};
 use tessera_core::stream::AnchorReturnType;
 
-use super::parse::{anchor, count, dropout, learning_rate, momentum, tolerance};
+use super::parse::{anchor, baud, count, dropout, learning_rate, momentum, tolerance};
 use super::Retrieval;
 
 #[derive(clap::Args)]
@@ -148,6 +148,22 @@ pub(crate) struct TrainArgs {
         default_value = "target/thumbv7em-none-eabihf/firmware/tessera-firmware"
     )]
     firmware: PathBuf,
+    /// Serial port of a board flashed with the firmware, for `--placement serial`: one per
+    /// replica, in replica order (repeat: --port /dev/ttyACM0 --port /dev/ttyACM1 ...).
+    #[arg(
+        long = "port",
+        value_name = "PATH",
+        required_if_eq("placement", "serial")
+    )]
+    ports: Vec<PathBuf>,
+    /// Baud rate of the serial ports (50–12000000).
+    #[arg(
+        long,
+        default_value_t = crate::transport::DEFAULT_BAUD,
+        value_parser = baud,
+        allow_negative_numbers = true
+    )]
+    baud: u32,
     /// Largest relative difference from the host reference that passes (in [0, 1]).
     #[arg(
         long,
@@ -198,9 +214,15 @@ pub(crate) enum Where {
     Process,
     /// QEMU processes running the firmware.
     Qemu,
+    /// Boards flashed with the firmware, on serial ports (--port).
+    Serial,
 }
 
 pub(crate) fn run(args: TrainArgs) -> ExitCode {
+    if !args.ports.is_empty() && !matches!(args.placement, Where::Serial) {
+        eprintln!("error: --port names a board's serial port, for --placement serial only");
+        return ExitCode::from(2);
+    }
     let job = match args.into_job() {
         Ok(job) => job,
         Err(e) => {
@@ -211,11 +233,15 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
     // The rules that span several arguments (groupings, step size): before anything
     // starts. The QEMU placement's firmware and tools are checked before anything is
     // printed or started (the runtime checks again for library users).
-    if let Placement::Qemu(firmware) = &job.placement {
-        if let Err(e) = crate::transport::check_firmware(firmware) {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+    // The serial placement's ports likewise.
+    let checked = match &job.placement {
+        Placement::Qemu(firmware) => crate::transport::check_firmware(firmware).map_err(Into::into),
+        Placement::Serial { .. } => crate::placement::check(&job.placement, 0),
+        Placement::Thread | Placement::Process(_) => Ok(()),
+    };
+    if let Err(e) = checked {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
     }
     if let Err(e) = job.validate() {
         eprintln!("error: {e}");
@@ -258,6 +284,10 @@ impl TrainArgs {
             Where::Thread => Placement::Thread,
             Where::Process => Placement::Process(std::env::current_exe()?),
             Where::Qemu => Placement::Qemu(self.firmware),
+            Where::Serial => Placement::Serial {
+                ports: self.ports,
+                baud: self.baud,
+            },
         };
         Ok(TrainJob {
             replicas: self.replicas,

@@ -159,7 +159,7 @@ fn start(
         PostOffice::open(0, &links, mpi.deadline()).map_err(TransportError::from)?;
     let office = Arc::new(office);
     let numbers = Arc::new(AtomicU64::new(0));
-    let maps_memory = !matches!(placement, Placement::Qemu(_));
+    let maps_memory = !matches!(placement, Placement::Qemu(_) | Placement::Serial { .. });
     let ranks_view = Ranks::new(*mpi, office.clone(), numbers.clone(), per_rank, maps_memory);
     // A failure below drops the channels made so far (ending their links) before the
     // ranks are waited for.
@@ -223,10 +223,10 @@ fn serve(
         PostOffice::open(mpi.rank(), &links, mpi.deadline()).map_err(TransportError::from)?;
     office.waiting_for("rank 0's next command");
     let mut served = Vec::with_capacity(links.len());
-    for (link, (reader, writer)) in links.iter().zip(ends) {
+    for (index, (link, (reader, writer))) in links.iter().zip(ends).enumerate() {
         served.push(placement::serve(
             placement,
-            link.worker,
+            (link.worker, index, links.len()),
             memory,
             reader,
             writer,

@@ -24,11 +24,11 @@ use crate::train::DEVICE_MEMORY;
 /// Every step where the devices' state is cheap to read (threads, child processes): an `f32`
 /// run and the `f64` reference drift apart (a ReLU's near-tie resolved the other way,
 /// amplified by momentum), and over ten steps of a wider model (`--hidden 64`) the drift
-/// reached 3e-3 in a clean run and failed its own check. Every ten steps on QEMU, whose
-/// state crosses the UART.
+/// reached 3e-3 in a clean run and failed its own check. Every ten steps on QEMU and serial
+/// ports, whose state crosses a UART.
 pub(super) fn check_interval(placement: &Placement) -> usize {
     match placement {
-        Placement::Qemu(_) => 10,
+        Placement::Qemu(_) | Placement::Serial { .. } => 10,
         Placement::Thread | Placement::Process(_) => 1,
     }
 }
