@@ -602,3 +602,49 @@ fn qemu_without_its_firmware_says_so_before_starting_anything() {
         ),
     ]);
 }
+
+/// Catches a serial placement that starts without its ports, takes ports it cannot use, or
+/// takes `--port` where no port is used: each refused in one line naming the argument (or
+/// the port) and its rule, before anything starts.
+#[test]
+fn serial_ports_are_checked_before_starting_anything() {
+    const EXE: &str = env!("CARGO_BIN_EXE_tessera");
+    assert_rejected(&[
+        rejected(&["train", "--placement", "serial"], "--port", "required"),
+        rejected(
+            &[
+                "train",
+                "--placement",
+                "serial",
+                "--port",
+                "/dev/tessera-no-such-port",
+            ],
+            "/dev/tessera-no-such-port",
+            "no such device",
+        ),
+        // This very binary: a regular file, not a terminal.
+        rejected(
+            &["train", "--placement", "serial", "--port", EXE],
+            EXE,
+            "it is a regular file, not a terminal",
+        ),
+        rejected(
+            &[
+                "train",
+                "--placement",
+                "serial",
+                "--port",
+                "/dev/null",
+                "--baud",
+                "0",
+            ],
+            "--baud",
+            "50..=12000000",
+        ),
+        rejected(
+            &["train", "--port", "/dev/ttyACM0"],
+            "--port",
+            "--placement serial only",
+        ),
+    ]);
+}

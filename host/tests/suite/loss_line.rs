@@ -1,6 +1,7 @@
 //! The default `tessera train` prints the same loss line on every placement: threads, child
-//! processes and the firmware under QEMU run the same device code on the same samples from
-//! the same seeds, so their losses agree to the last printed digit.
+//! processes and the firmware under QEMU (on its socket, or on a pty as a serial port) run
+//! the same device code on the same samples from the same seeds, so their losses agree to
+//! the last printed digit.
 
 use crate::common;
 
@@ -49,5 +50,23 @@ fn the_default_job_prints_the_same_loss_line_in_qemu() {
     assert_eq!(
         loss_line("qemu", &["--firmware", firmware.to_str().unwrap()]),
         threads
+    );
+}
+
+/// As above, over serial ports: the firmware under QEMU with UART0 on a pty, one board per
+/// replica, opened by `--placement serial --port` as boards on `/dev/ttyACM*` would be — every
+/// byte in frames (no bulk file), the same loss line as every placement, the README's.
+#[test]
+#[ignore = "needs qemu-system-arm and the firmware: tests/ci.sh runs it (--include-ignored)"]
+fn the_default_job_prints_the_same_loss_line_over_serial_ports() {
+    let _exclusive = common::exclusive();
+    let boards = common::pty_board::boards(&common::firmware(), 4);
+    let mut ports = Vec::new();
+    for board in &boards {
+        ports.extend(["--port", board.port().to_str().unwrap()]);
+    }
+    assert_eq!(
+        loss_line("serial", &ports),
+        "loss: 1.07970 at step 1, 0.18432 at step 40"
     );
 }

@@ -28,6 +28,7 @@ mod layout_cli;
 mod loss_line;
 mod process_share;
 mod runtime_parity;
+mod serial_port;
 mod session_errors;
 mod session_in_place;
 mod session_loader;

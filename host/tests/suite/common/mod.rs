@@ -16,6 +16,8 @@
 //! - `session_scenarios`: `(4 << 20) + 4096 * n` for scenarios n = 27, 29 and 31.
 #![allow(dead_code)] // each suite uses its own part
 
+pub mod pty_board;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 

@@ -70,7 +70,7 @@ fn allreduce(placement: Placement) {
 scenario! {
     /// Scenario 10: Allreduce on 2 workers, w0 = arange(12), w1 = 1 - arange(12), both (3, 4), f32
     /// and i32: sum, prod, min, max and avg are the element-wise op on both workers.
-    allreduce: allreduce_thread, allreduce_process
+    allreduce: allreduce_thread, allreduce_process, serial allreduce_serial
 }
 
 fn allreduce_in_worker_order(placement: Placement) {

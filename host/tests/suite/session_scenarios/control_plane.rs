@@ -16,7 +16,7 @@ fn integer_round_trip(placement: Placement) {
 scenario! {
     /// Scenario 1: `add_one(1)` on every worker: a debug read of the result gives 2 on each.
     integer_round_trip: integer_round_trip_thread, integer_round_trip_process,
-        integer_round_trip_qemu
+        integer_round_trip_qemu, integer_round_trip_serial
 }
 
 fn float_argument(placement: Placement) {
@@ -52,7 +52,7 @@ scenario! {
     /// worker 0 synced and the result copied back: `x + 1` (and worker 1, which got zeros,
     /// holds ones).
     tensor_through_worker0: tensor_through_worker0_thread, tensor_through_worker0_process,
-        tensor_through_worker0_qemu
+        tensor_through_worker0_qemu, tensor_through_worker0_serial
 }
 
 fn string_argument(placement: Placement) {

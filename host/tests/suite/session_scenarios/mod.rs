@@ -1,7 +1,9 @@
 //! TVM Disco's session scenarios (`shared/conformance/disco_scenarios.md`) on tessera's
 //! [`Session`]: each scenario is written once, as a function of the placement, and run on
 //! the thread placement and the child-process placement; the ones the list marks (Q) also
-//! run on 2 QEMU workers (ignored by default: `tests/ci.sh` runs them).
+//! run on 2 QEMU workers (ignored by default: `tests/ci.sh` runs them). Scenarios 1, 3 and
+//! 10 also run on 2 boards on serial ports: the firmware under QEMU with UART0 on a pty
+//! ([`common::pty_board`]), ignored likewise.
 //!
 //! Expected values are computed on the host, never read from a worker. Each test's doc
 //! names what it checks; for 26–31, the Disco failure it guards against.
@@ -37,9 +39,9 @@ fn process_placement() -> Placement {
     Placement::Process(PathBuf::from(env!("CARGO_BIN_EXE_tessera")))
 }
 
-/// 4 workers, or 2 under QEMU.
+/// 4 workers, or 2 under QEMU (and on its serial ports).
 fn workers_on(placement: &Placement) -> usize {
-    if matches!(placement, Placement::Qemu(_)) {
+    if matches!(placement, Placement::Qemu(_) | Placement::Serial { .. }) {
         2
     } else {
         4
@@ -80,6 +82,24 @@ macro_rules! scenario {
         fn $qemu() {
             let _exclusive = common::exclusive();
             $run(Placement::Qemu(common::firmware()));
+        }
+    };
+    ($(#[$doc:meta])* $run:ident: $thread:ident, $process:ident, $qemu:ident, $serial:ident) => {
+        scenario!($(#[$doc])* $run: $thread, $process, $qemu);
+        scenario!($(#[$doc])* $run: serial $serial);
+    };
+    ($(#[$doc:meta])* $run:ident: $thread:ident, $process:ident, serial $serial:ident) => {
+        scenario!($(#[$doc])* $run: $thread, $process);
+        scenario!($(#[$doc])* $run: serial $serial);
+    };
+    ($(#[$doc:meta])* $run:ident: serial $serial:ident) => {
+        $(#[$doc])*
+        #[test]
+        #[ignore = "needs qemu-system-arm and the firmware: tests/ci.sh runs it (--include-ignored)"]
+        fn $serial() {
+            let _exclusive = common::exclusive();
+            let boards = common::pty_board::boards(&common::firmware(), 2);
+            $run(common::pty_board::placement(&boards));
         }
     };
 }
