@@ -7,7 +7,7 @@
 //!   optimizer values, seeds, RNG state, checkpoints and executables.
 //! - `arrays`: NumPy arrays at the boundary (dtypes, bytes borrowed in place).
 //! - `error`: Rust errors as Python exceptions, each with its `kind` (`error::kind`).
-//! - `placement`: "thread", "process", "qemu".
+//! - `placement`: "thread", "process", "qemu", "serial".
 //! - `baseline`: the Rust API timed in Rust, the Python benchmark's baseline.
 //! - `main`: the `tessera` command, for the script the package installs.
 //!

@@ -33,10 +33,11 @@ use tessera_host::checkpoint::{Checkpoint, CheckpointError};
 use tessera_host::executable::Executable;
 use tessera_host::runtime::Runtime;
 use tessera_host::train::Dataset;
+use tessera_host::transport::DEFAULT_BAUD;
 
 use crate::arrays::{to_host, Borrowed, BorrowedMut};
 use crate::error::{OrRaise, Raise};
-use crate::placement::{device_memory, placement};
+use crate::placement::{device_memory, placement, Needs};
 use crate::program::{named_to_numpy, PyProgram};
 
 /// A program prepared on its replicas (see the module documentation).
@@ -79,10 +80,12 @@ impl PyRuntime {
 #[pymethods]
 impl PyRuntime {
     /// Checks `program` with core's rules, starts `replicas` devices on `placement`
-    /// ("thread", "process", "qemu"; `memory` bytes each where the host places them) and
-    /// prepares the program on every one.
+    /// ("thread", "process", "qemu", "serial"; `memory` bytes each where the host places
+    /// them; "serial": one of `ports` per replica, at `baud`) and prepares the program on
+    /// every one.
     #[new]
-    #[pyo3(signature = (program, replicas, placement = "thread", memory = 16 << 20, *, exe = None, firmware = None))]
+    #[pyo3(signature = (program, replicas, placement = "thread", memory = 16 << 20, *, exe = None, firmware = None, ports = None, baud = DEFAULT_BAUD))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one each
     fn new(
         py: Python<'_>,
         program: &PyProgram,
@@ -91,8 +94,16 @@ impl PyRuntime {
         memory: usize,
         exe: Option<PathBuf>,
         firmware: Option<PathBuf>,
+        ports: Option<Vec<PathBuf>>,
+        baud: u32,
     ) -> PyResult<Self> {
-        let placement = self::placement(py, placement, exe, firmware)?;
+        let needs = Needs {
+            exe,
+            firmware,
+            ports,
+            baud,
+        };
+        let placement = self::placement(py, placement, needs)?;
         let memory = device_memory(memory)?;
         let program = program.program.clone();
         let runtime = py
@@ -106,7 +117,8 @@ impl PyRuntime {
     /// Starts the devices a saved executable was prepared for and places its program as
     /// saved (not built again).
     #[staticmethod]
-    #[pyo3(signature = (path, placement = "thread", memory = 16 << 20, *, exe = None, firmware = None))]
+    #[pyo3(signature = (path, placement = "thread", memory = 16 << 20, *, exe = None, firmware = None, ports = None, baud = DEFAULT_BAUD))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one each
     fn load_executable(
         py: Python<'_>,
         path: PathBuf,
@@ -114,8 +126,16 @@ impl PyRuntime {
         memory: usize,
         exe: Option<PathBuf>,
         firmware: Option<PathBuf>,
+        ports: Option<Vec<PathBuf>>,
+        baud: u32,
     ) -> PyResult<Self> {
-        let placement = self::placement(py, placement, exe, firmware)?;
+        let needs = Needs {
+            exe,
+            firmware,
+            ports,
+            baud,
+        };
+        let placement = self::placement(py, placement, needs)?;
         let memory = device_memory(memory)?;
         let executable = py.detach(|| Executable::load(&path)).or_raise()?;
         let runtime = py

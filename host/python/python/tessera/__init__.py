@@ -2,7 +2,8 @@
 
 The SPMD session (TVM Disco's controller and workers) and the device runtime
 (PopART's Devicex) over NumPy arrays, running on simulated accelerators in
-threads, child processes or QEMU::
+threads, child processes or QEMU, or on boards flashed with the firmware on
+serial ports::
 
     import numpy as np
     import tessera

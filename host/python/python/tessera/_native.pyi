@@ -9,7 +9,7 @@ import numpy.typing as npt
 __version__: str
 MAX_REGISTERS: int
 
-Placement = Literal["thread", "process", "qemu"]
+Placement = Literal["thread", "process", "qemu", "serial"]
 ReduceOp = Literal["sum", "prod", "min", "max", "avg"]
 Shape = Sequence[int]
 Path = Union[str, PathLike[str]]
@@ -64,10 +64,10 @@ class Function:
     def name(self) -> str: ...
 
 class Session:
-    """A controller and its workers (TVM Disco's session), on threads, child processes or
-    QEMU. Every method releases the GIL while the workers work. Arrays are read and
-    written in place and must be C-contiguous (else ValueError); registers are freed on
-    the workers when collected."""
+    """A controller and its workers (TVM Disco's session), on threads, child processes,
+    QEMU or boards on serial ports (`ports`, one per worker). Every method releases the
+    GIL while the workers work. Arrays are read and written in place and must be
+    C-contiguous (else ValueError); registers are freed on the workers when collected."""
 
     def __init__(
         self,
@@ -78,6 +78,8 @@ class Session:
         *,
         exe: Optional[Path] = None,
         firmware: Optional[Path] = None,
+        ports: Optional[Sequence[Path]] = None,
+        baud: int = 115200,
     ) -> None: ...
     @property
     def id(self) -> int: ...
@@ -177,6 +179,8 @@ class Runtime:
         *,
         exe: Optional[Path] = None,
         firmware: Optional[Path] = None,
+        ports: Optional[Sequence[Path]] = None,
+        baud: int = 115200,
     ) -> None: ...
     @staticmethod
     def load_executable(
@@ -186,6 +190,8 @@ class Runtime:
         *,
         exe: Optional[Path] = None,
         firmware: Optional[Path] = None,
+        ports: Optional[Sequence[Path]] = None,
+        baud: int = 115200,
     ) -> "Runtime": ...
     def save_executable(self, path: Path) -> None: ...
     @property

@@ -58,6 +58,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tessera_host::session::{Function, Register, Session};
+use tessera_host::transport::DEFAULT_BAUD;
 
 pub(crate) use call::PyFunction;
 pub(crate) use register::PyRegister;
@@ -127,11 +128,12 @@ impl PySession {
 
 #[pymethods]
 impl PySession {
-    /// Starts `workers` devices on `placement` ("thread", "process" or "qemu"), with
-    /// `memory` bytes each (4 KiB to 1 GiB) where the host places them, in `groups` equal
-    /// contiguous groups.
+    /// Starts `workers` devices on `placement` ("thread", "process", "qemu" or "serial"),
+    /// with `memory` bytes each (4 KiB to 1 GiB) where the host places them ("serial": one
+    /// of `ports` per worker, at `baud`), in `groups` equal contiguous groups.
     #[new]
-    #[pyo3(signature = (placement = "thread", workers = 4, groups = 1, memory = 16 << 20, *, exe = None, firmware = None))]
+    #[pyo3(signature = (placement = "thread", workers = 4, groups = 1, memory = 16 << 20, *, exe = None, firmware = None, ports = None, baud = DEFAULT_BAUD))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one each
     fn new(
         py: Python<'_>,
         placement: &str,
@@ -140,8 +142,16 @@ impl PySession {
         memory: usize,
         exe: Option<PathBuf>,
         firmware: Option<PathBuf>,
+        ports: Option<Vec<PathBuf>>,
+        baud: u32,
     ) -> PyResult<Self> {
-        let placement = crate::placement::placement(py, placement, exe, firmware)?;
+        let needs = crate::placement::Needs {
+            exe,
+            firmware,
+            ports,
+            baud,
+        };
+        let placement = crate::placement::placement(py, placement, needs)?;
         let memory = crate::placement::device_memory(memory)?;
         let session = py
             .detach(|| Session::new(&placement, workers, groups, memory))
