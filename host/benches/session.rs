@@ -2,7 +2,10 @@
 //! of all workers (4 workers), copies to and from worker 0 beside `copy_from_slice` of the
 //! same bytes, and an allreduce of 16 MiB of f32 per worker beside one 16 MiB memcpy — in
 //! threads and in child processes; and QEMU's bytes per second both ways (when the
-//! firmware is built: `$TESSERA_FIRMWARE` or the workspace's release build).
+//! firmware is built: `$TESSERA_FIRMWARE` or the workspace's release build), beside the
+//! serial placement's on the same firmware with UART0 on a pty (as a board on a serial
+//! port: every byte in frames, where QEMU's socket placement has its bulk file), and a
+//! session's 1 MiB copy to worker 0 on both, timed in alternation, with their ratio.
 //!
 //! `cargo bench -p tessera-host --bench session`. Each figure is the median of several
 //! runs; ratios are baseline time / session time (1.0× = as fast as memcpy), each copy and
@@ -19,8 +22,13 @@ use tessera_core::dtype::DataType;
 use tessera_host::runtime::Placement;
 use tessera_host::session::collective::{ReduceOp, Scope};
 use tessera_host::session::{CallArg, HostArray, Session};
+use tessera_host::transport::Channel;
 
 const WORKERS: usize = 4;
+
+/// The firmware under QEMU with UART0 on a pty (the suite's helper).
+#[path = "../tests/suite/common/pty_board.rs"]
+mod pty_board;
 
 /// The median time of `runs` runs of `f`.
 fn median(runs: usize, mut f: impl FnMut()) -> Duration {
@@ -172,30 +180,98 @@ fn main() {
         allreduce(name, &session);
     }
     match firmware() {
-        Some(firmware) => {
-            let session = Session::new(&Placement::Qemu(firmware), 1, 1, 0).unwrap();
-            let bytes = 64 << 10;
-            let values = vec![7u8; bytes];
-            let array = HostArray::from_u8(&[bytes as u32], &values).unwrap();
-            let register = session.empty(DataType::U8, &[bytes as u32]).unwrap();
-            let mut host = HostArray::from_u8(&[bytes as u32], &vec![0; bytes]).unwrap();
-            // A UART and an emulator: the median of a few copies each way.
-            let to = median(5, || {
-                session.copy_to_worker0_into(&array, &register).unwrap();
-                session.sync_worker(0).unwrap();
-            });
-            let from = median(5, || {
-                session
-                    .copy_from_worker0_into(&register, &mut host)
-                    .unwrap();
-            });
-            assert_eq!(host.bytes(), array.bytes(), "the copies arrived whole");
-            println!(
-                "    qemu  64 KiB  to worker 0: {:7.1} KiB/s   from worker 0: {:7.1} KiB/s   (target: 1024 KiB/s)",
-                bytes as f64 / 1024.0 / to.as_secs_f64(),
-                bytes as f64 / 1024.0 / from.as_secs_f64()
-            );
-        }
+        Some(firmware) => emulated(&firmware),
         None => println!("    qemu  no firmware built: not measured"),
     }
+}
+
+/// Register `register` of `session`, `bytes` long, copied to worker 0 and back: the median
+/// time of `runs` copies each way.
+fn copies_both_ways(session: &Session, bytes: usize, runs: usize) -> (Duration, Duration) {
+    let values = vec![7u8; bytes];
+    let array = HostArray::from_u8(&[bytes as u32], &values).unwrap();
+    let register = session.empty(DataType::U8, &[bytes as u32]).unwrap();
+    let mut host = HostArray::from_u8(&[bytes as u32], &vec![0; bytes]).unwrap();
+    let to = median(runs, || copy_to(session, &array, &register));
+    let from = median(runs, || {
+        session
+            .copy_from_worker0_into(&register, &mut host)
+            .unwrap();
+    });
+    assert_eq!(host.bytes(), array.bytes(), "the copies arrived whole");
+    (to, from)
+}
+
+fn copy_to(session: &Session, array: &HostArray, register: &tessera_host::session::Register) {
+    session.copy_to_worker0_into(array, register).unwrap();
+    session.sync_worker(0).unwrap();
+}
+
+fn kib_per_s(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / 1024.0 / d.as_secs_f64()
+}
+
+/// The firmware on QEMU boards: on its socket with its bulk file (the QEMU placement), on
+/// its socket without the file (every byte in frames), and with UART0 on a pty (the serial
+/// placement, frames only): 64 KiB both ways on each, then a 1 MiB copy to worker 0 on each
+/// in alternation, and the serial placement's speed as a share of the two others'.
+fn emulated(firmware: &Path) {
+    let qemu = Session::new(&Placement::Qemu(firmware.to_path_buf()), 1, 1, 0).unwrap();
+    let framed = Channel::qemu(firmware, 0).unwrap().without_bulk().unwrap();
+    let framed = Session::on(vec![framed], 1).unwrap();
+    let board = pty_board::PtyBoard::start(firmware);
+    let serial =
+        Session::new(&pty_board::placement(std::slice::from_ref(&board)), 1, 1, 0).unwrap();
+    let sessions = [
+        ("qemu", "socket, bulk file", &qemu),
+        ("qemu", "socket, frames", &framed),
+        ("serial", "pty, frames", &serial),
+    ];
+    let bytes = 64 << 10;
+    // A UART and an emulator: the median of a few copies each way.
+    for (name, path, session) in sessions {
+        let (to, from) = copies_both_ways(session, bytes, 5);
+        let target = if path == "socket, bulk file" {
+            "   (target: 1024 KiB/s)"
+        } else {
+            ""
+        };
+        println!(
+            "{name:>8}  64 KiB  to worker 0: {:7.1} KiB/s   from worker 0: {:7.1} KiB/s   ({path}){target}",
+            kib_per_s(bytes, to),
+            kib_per_s(bytes, from)
+        );
+    }
+    let bytes = 1 << 20;
+    let array = HostArray::from_u8(&[bytes as u32], &vec![3u8; bytes]).unwrap();
+    let registers: Vec<_> = (sessions.iter())
+        .map(|(_, _, s)| s.empty(DataType::U8, &[bytes as u32]).unwrap())
+        .collect();
+    // Alternating, so that a slower stretch of this shared machine weighs on all three;
+    // the run whose serial copy took the median time.
+    let mut runs: Vec<Vec<Duration>> = (0..3)
+        .map(|_| {
+            (sessions.iter().zip(&registers))
+                .map(|((_, _, session), register)| {
+                    let start = Instant::now();
+                    copy_to(session, &array, register);
+                    start.elapsed()
+                })
+                .collect()
+        })
+        .collect();
+    runs.sort_by_key(|times| times[2]);
+    let times = &runs[runs.len() / 2];
+    let speed = |i: usize| kib_per_s(bytes, times[i]);
+    println!(
+        "   1 MiB  to worker 0: qemu (socket, bulk file) {:9.1} KiB/s   qemu (socket, frames) {:6.1} KiB/s   serial (pty, frames) {:6.1} KiB/s",
+        speed(0),
+        speed(1),
+        speed(2)
+    );
+    println!(
+        "          serial = {:6.4}× qemu's placement (target: at least 0.80×), {:4.2}× qemu's socket in frames",
+        speed(2) / speed(0),
+        speed(2) / speed(1)
+    );
 }

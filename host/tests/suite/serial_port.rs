@@ -270,3 +270,52 @@ fn a_session_names_the_port_it_could_not_open() {
         "{e}"
     );
 }
+
+/// The traffic of one training step of a small model on `channel`'s device, and its
+/// anchors' bytes.
+fn one_step(channel: Channel) -> (tessera_host::transport::Traffic, Vec<u8>) {
+    let p = common::Model::linear(4, 2).program();
+    let mut runtime = Runtime::prepare_on(p.clone(), vec![channel]).unwrap();
+    runtime
+        .weights_from_host(&common::initial_weights(&p, 1, 1))
+        .unwrap();
+    let before = runtime.traffic().channels;
+    let anchors = runtime.run(&common::step_io(&p, 1, 2)).unwrap();
+    let after = runtime.traffic().channels;
+    let moved = tessera_host::transport::Traffic {
+        in_place: after.in_place - before.in_place,
+        bulk: after.bulk - before.bulk,
+        framed: after.framed - before.framed,
+        staged: after.staged - before.staged,
+        requests: after.requests - before.requests,
+    };
+    let bytes = anchors.values().flat_map(|a| a.bytes().to_vec()).collect();
+    (moved, bytes)
+}
+
+/// Catches the one function that picks a path picking another on a board: the firmware
+/// under QEMU moves a step's bytes through its bulk file on its socket, and in frames on a
+/// pty (the serial placement) or on its socket without the file — the same anchors on all
+/// three.
+#[test]
+#[ignore = "needs qemu-system-arm, defmt-print and the firmware: tests/ci.sh runs it (--include-ignored)"]
+fn the_firmware_moves_frames_where_it_has_no_bulk_file() {
+    let _exclusive = common::exclusive();
+    let firmware = common::firmware();
+    let (on_socket, anchors) = one_step(Channel::qemu(&firmware, 0).unwrap());
+    assert!(on_socket.bulk > 0, "{on_socket:?}");
+    let framed = Channel::qemu(&firmware, 0).unwrap().without_bulk().unwrap();
+    assert!(!framed.carries_bulk());
+    let board = common::pty_board::PtyBoard::start(&firmware);
+    let serial = Channel::serial(board.port(), DEFAULT_BAUD, 0).unwrap();
+    for (name, channel) in [("socket, no file", framed), ("pty", serial)] {
+        let (moved, same) = one_step(channel);
+        assert_eq!(same, anchors, "{name}");
+        assert_eq!(moved.bulk, 0, "{name}: {moved:?}");
+        assert_eq!(
+            moved.framed,
+            on_socket.framed + on_socket.bulk,
+            "{name}: {moved:?}"
+        );
+    }
+}

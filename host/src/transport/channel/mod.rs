@@ -356,6 +356,17 @@ impl Channel {
         self.bulk_capacity() > 0
     }
 
+    /// This channel without its bulk window (a child process's, QEMU's file), once every
+    /// request sent has been answered: from then on its bytes move as on a link that has no
+    /// window (a board on a serial port) — in framed chunks, or in place where the host maps
+    /// the device's memory. (A device thread's queue carries bulk bytes without a window.)
+    /// The session bench compares QEMU's socket on both paths with a serial port this way.
+    pub fn without_bulk(mut self) -> Result<Self, TransportError> {
+        self.drain()?;
+        self.window = None;
+        Ok(self)
+    }
+
     /// Waits for the reply to request `seq` (sent with [`Channel::submit`]), sending the
     /// unanswered requests again as deadlines pass. An error reply is an error.
     pub fn receive(&mut self, seq: u32) -> Result<Reply, TransportError> {
