@@ -28,6 +28,12 @@ fi
 mpirun --version | head -n 1
 qemu-system-arm --version | head -n 1
 defmt-print --version
+# The serial placement's tests put the firmware's UART0 on pseudo-terminals (QEMU's
+# `-serial pty`) and open them as boards' ports: without /dev/ptmx they could not run.
+if [ ! -c /dev/ptmx ]; then
+    echo "error: no /dev/ptmx: the serial placement's tests need pseudo-terminals" >&2
+    exit 1
+fi
 
 step "firmware for both QEMU boards (built for size: cargo profile firmware), within the flash budget"
 # mps2-an386 (Cortex-M4F, hardware floats): the QEMU placement's default, and the one the
@@ -57,7 +63,7 @@ done
 step "formatting"
 cargo fmt --all --check
 
-step "workspace tests, the QEMU ones included (they run the firmware above)"
+step "workspace tests, the QEMU ones included (they run the firmware above, on QEMU's socket and on ptys as serial ports)"
 TESSERA_FIRMWARE="$PWD/$firmware" cargo test --workspace --locked -- --include-ignored
 
 step "the Cortex-M3 board (no FPU) through the QEMU placement: parity with the reference"
@@ -83,7 +89,8 @@ python3 -m venv "$venv"
 # (maturin's build backend runs the `maturin` it finds on PATH: the venv's.)
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check \
     --no-build-isolation ./host/python
-# The QEMU tests run the Cortex-M4F firmware built above, and fail if they cannot.
+# The QEMU tests (the serial placement's on ptys too) run the Cortex-M4F firmware built
+# above, and fail if they cannot.
 TESSERA_FIRMWARE="$PWD/$firmware" TESSERA_PYTHON_QEMU=required "$venv/bin/python" -m pytest -q host/python/tests
 
 step "clippy (warnings are errors), host and firmware"
