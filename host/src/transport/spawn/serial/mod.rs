@@ -52,7 +52,10 @@
 //! opened through this placement as a board's port would be: the default training job,
 //! session scenarios, and the errors (a missing port, a regular file, a busy port, a port
 //! that answers garbage or nothing). Not a physical board: a pseudo-terminal ignores the
-//! baud rate and loses no byte.
+//! baud rate and loses no byte. Its speed there is QEMU's UART model's: the model takes a
+//! byte only once the firmware has read the one before (its receive buffer is one byte), so
+//! the host's bytes reach the firmware as slowly on a pty as on QEMU's socket without its
+//! bulk file (the session bench prints both, beside the QEMU placement's).
 //!
 //! [`Link::Framed`]: super::Link::Framed
 //! [`Liveness::Unknown`]: super::Liveness::Unknown
