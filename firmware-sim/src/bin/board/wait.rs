@@ -3,10 +3,7 @@
 //! [`TICKS_PER_S`] (so that a wait with a deadline looks at the clock again within a tick).
 //! QEMU stops emulating a sleeping CPU, so four QEMUs waiting for their host leave its
 //! cores to the one that works; spinning on the UART's status register took a whole host
-//! core each. Spinning a while (2000 looks) before each sleep was tried for bytes that come
-//! one after another (QEMU's UART holds one at a time, and each sleep costs a wake-up): it
-//! sped a 64 KiB copy in frames to the device by a fifth to a half, and slowed the default
-//! job over four pty boards on two cores from 10.6–13.2 s to 15.9 s (by hand, 2026-12-07).
+//! core each.
 //!
 //! The handlers do nothing but acknowledge: the interrupt's only job is to end the sleep,
 //! and the code that slept looks at the UART itself.
