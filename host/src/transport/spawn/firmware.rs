@@ -43,6 +43,20 @@ pub enum FirmwareError {
         /// The path given.
         path: PathBuf,
     },
+    /// The file is a 32-bit little-endian ELF executable, but for a machine no tessera
+    /// board has (only ARM's and RISC-V's run the firmware).
+    #[error(
+        "{} is not the device firmware: it is an ELF executable for e_machine {machine}, \
+         and QEMU runs tessera's firmware only for ARM (e_machine {EM_ARM}: mps2-an386, \
+         mps2-an385) and RISC-V (e_machine {EM_RISCV}: virt) ({BUILD_FIRMWARE})",
+        .path.display()
+    )]
+    NoBoardFor {
+        /// The path given.
+        path: PathBuf,
+        /// Its ELF header's `e_machine`.
+        machine: u16,
+    },
     /// A program the placement runs is not on the `PATH`.
     #[error("the QEMU placement needs `{tool}` on the PATH ({install})")]
     MissingTool {
@@ -98,8 +112,9 @@ impl Board {
     }
 }
 
-/// `EM_ARM` and `EM_RISCV`, an ELF's `e_machine`.
+/// `EM_ARM` in an ELF's `e_machine`: the mps2 boards.
 const EM_ARM: u16 = 40;
+/// `EM_RISCV` in an ELF's `e_machine`: RISC-V's `virt`.
 const EM_RISCV: u16 = 243;
 /// `EF_ARM_ABI_FLOAT_HARD` in an ARM ELF's `e_flags`: built for a hardware FPU.
 const FLOAT_HARD: u32 = 0x400;
@@ -131,7 +146,10 @@ pub fn board_of(firmware: &Path) -> Result<Board, FirmwareError> {
         EM_RISCV => Ok(Board::Virt),
         EM_ARM if flags & FLOAT_HARD != 0 => Ok(Board::An386),
         EM_ARM => Ok(Board::An385),
-        _ => Err(not_firmware()),
+        machine => Err(FirmwareError::NoBoardFor {
+            path: firmware.to_path_buf(),
+            machine,
+        }),
     }
 }
 
@@ -189,13 +207,28 @@ mod tests {
         assert_eq!(board_of(&file).unwrap(), Board::An386);
         fs::write(&file, header(0x0500_0200)).unwrap();
         assert_eq!(board_of(&file).unwrap(), Board::An385);
-        let mut not_arm = header(0);
-        not_arm[18] = 62; // x86-64
-        fs::write(&file, not_arm).unwrap();
-        assert!(matches!(
-            board_of(&file),
-            Err(FirmwareError::NotFirmwareElf { .. })
-        ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Catches an ELF for another machine (here x86-64, a host build of the firmware)
+    /// handed to an emulator that cannot run it, or refused without saying which file and
+    /// which machine it is built for.
+    #[test]
+    fn an_elf_for_another_machine_is_refused_naming_the_file_and_its_e_machine() {
+        let dir = std::env::temp_dir().join(format!("tessera-board-x86-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fw.elf");
+        let mut x86 = header(0);
+        x86[18..20].copy_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+        fs::write(&file, x86).unwrap();
+        let error = board_of(&file).unwrap_err();
+        assert!(
+            matches!(error, FirmwareError::NoBoardFor { machine: 62, .. }),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains(&file.display().to_string()), "{message}");
+        assert!(message.contains("e_machine 62"), "{message}");
         fs::remove_dir_all(&dir).unwrap();
     }
 

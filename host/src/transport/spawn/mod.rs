@@ -12,7 +12,8 @@
 //!
 //! The QEMU placement checks everything it needs before it starts anything: the firmware
 //! exists and is a 32-bit little-endian ARM or RISC-V ELF, and its emulator
-//! (`qemu-system-arm` or `qemu-system-riscv32`) and `defmt-print` are on the `PATH`. Every child process is adopted by [`children`](super::children) so
+//! (`qemu-system-arm` or `qemu-system-riscv32`, by the ELF's `e_machine`) and `defmt-print`
+//! are on the `PATH`. Every child process is adopted by [`children`](super::children) so
 //! that dropping the link, or a signal to tessera, stops it.
 //!
 //! # Files
