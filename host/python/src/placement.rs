@@ -6,8 +6,9 @@
 //!   `tessera` command this package installs beside the interpreter (the `exe` argument,
 //!   else `TESSERA_EXE`, else the `tessera` script in `sys.executable`'s directory, else
 //!   the first `tessera` on `PATH`).
-//! - `"qemu"`: the firmware under `qemu-system-arm` (the `firmware` argument, else
-//!   `TESSERA_FIRMWARE`).
+//! - `"qemu"`: the firmware under QEMU on the board its ELF was built for
+//!   (`qemu-system-arm`, or `qemu-system-riscv32` for a RISC-V build; the `firmware`
+//!   argument, else `TESSERA_FIRMWARE`).
 //!
 //! A host-placed device's memory is 4 KiB to 1 GiB, the bounds of `tessera device
 //! --memory`: checked here for every placement, so that an absurd size is a `ValueError`

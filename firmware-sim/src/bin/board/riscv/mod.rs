@@ -2,8 +2,10 @@
 //! hart in machine mode, its RAM at 0x8000_0000 where QEMU loads the ELF and jumps to its
 //! start): the 16550 UART0 link (`uart`), a real-time clock on the CLINT's `mtime`
 //! (`timer`), a spinning delay on the same, sleeping until a byte arrives (`wait`), the
-//! semihosting trap (`semihosting`), and an exception handler that ends QEMU with a failing
-//! exit status. Its registers and their addresses are `mmio`'s.
+//! semihosting trap (`semihosting`), the register save and restore routines the compiler
+//! calls in function prologues and epilogues (`save_restore`), and an exception handler
+//! that ends QEMU with a failing exit status. Its registers and their addresses are
+//! `mmio`'s.
 //!
 //! The target, `riscv32imac-unknown-none-elf`, has no FPU: the device's `f32` arithmetic
 //! runs in compiler-builtins' software routines, as on the Cortex-M3 board.
@@ -41,8 +43,13 @@ impl embedded_hal::delay::DelayNs for SpinDelay {
 }
 
 /// Every exception (riscv-rt calls it for any without a handler of its own): a fault, an
-/// illegal instruction, a misaligned access. riscv-rt declares the symbol; exporting it
-/// under that name is the `unsafe` part, and its signature is the one riscv-rt calls.
+/// illegal instruction, a misaligned access. It logs the cause and the faulting `pc` and
+/// ends QEMU with a failing status, so that a crash is never mistaken for a pass (or for a
+/// hang until the test's timeout).
+// SAFETY: exporting a symbol by name is the `unsafe` part: riscv-rt declares
+// `ExceptionHandler` as `extern "C" fn(&TrapFrame) -> !` and calls it from its trap entry
+// with the saved frame, which is exactly this signature; nothing else defines the name
+// (a second definition would fail to link, not alias).
 #[allow(unsafe_code)]
 #[export_name = "ExceptionHandler"]
 extern "C" fn exception(_frame: &riscv_rt::TrapFrame) -> ! {

@@ -8,9 +8,11 @@
 //! stack pointer, `s0` at −8, `s1` at −12 and so on, in 16-byte aligned frames; these are
 //! compiler-rt's routines, which Rust's compiler-builtins does not provide.
 
-// The routines only move registers the calling convention gives them (`t0` and `t1` are
-// temporaries; the saved registers and `ra` go to the frame they allocate, as the compiler
-// expects), and touch no memory but that frame.
+// SAFETY: the routines only move registers the calling convention gives them (`t0` and
+// `t1` are temporaries; the saved registers and `ra` go to the frame they allocate, as the
+// compiler expects), and touch no memory but that frame, below the caller's stack pointer.
+// They are exercised by every function call of the firmware: the self-test and every QEMU
+// test of the host suite run through them.
 #[allow(unsafe_code)]
 mod routines {
     core::arch::global_asm!(
