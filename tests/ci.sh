@@ -119,6 +119,9 @@ cargo test -p tessera-host --features mpi --test mpi --locked
 step "the session scenarios (QEMU ones too) and the sharded loader across 2 and 4 MPI ranks (feature mpi)"
 TESSERA_FIRMWARE="$PWD/$firmware" cargo test -p tessera-host --features mpi --test suite --locked -- \
     --include-ignored session_scenarios::across_ranks
+# The QEMU scenarios across ranks again on the RISC-V board (about a second).
+TESSERA_FIRMWARE="$PWD/$riscv_firmware" cargo test -p tessera-host --features mpi --test suite --locked -- \
+    --include-ignored --exact session_scenarios::across_ranks::qemu_scenarios_across_two_ranks
 
 step "the Python package: installed into a virtual environment as the README says, then its pytest suite"
 # The package's build and test tools from PyPI, at the versions this suite was last run
