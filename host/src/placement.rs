@@ -40,7 +40,8 @@ pub enum Placement {
     /// Child processes running `exe device` or `exe devices` (`exe` being the `tessera`
     /// binary; [`Serving`] says which).
     Process(PathBuf),
-    /// QEMU processes running this firmware ELF.
+    /// QEMU processes running this firmware ELF, each on the board it was built for
+    /// (mps2-an386, mps2-an385 or RISC-V's virt: `transport::spawn`'s `board_of`).
     Qemu(PathBuf),
     /// Boards flashed with the firmware, on serial ports: one port per device this process
     /// starts, in replica order, each opened in raw mode at `baud` (see

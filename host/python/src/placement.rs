@@ -6,8 +6,9 @@
 //!   `tessera` command this package installs beside the interpreter (the `exe` argument,
 //!   else `TESSERA_EXE`, else the `tessera` script in `sys.executable`'s directory, else
 //!   the first `tessera` on `PATH`).
-//! - `"qemu"`: the firmware under `qemu-system-arm` (the `firmware` argument, else
-//!   `TESSERA_FIRMWARE`).
+//! - `"qemu"`: the firmware under QEMU on the board its ELF was built for
+//!   (`qemu-system-arm`, or `qemu-system-riscv32` for a RISC-V build; the `firmware`
+//!   argument, else `TESSERA_FIRMWARE`).
 //! - `"serial"`: boards flashed with the firmware on serial ports (the `ports` argument, one
 //!   per device, at `baud`, 50 to 12000000: `tessera_host::transport::BAUD`). `ports` with
 //!   any other placement is refused rather than ignored.

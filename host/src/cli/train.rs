@@ -141,7 +141,8 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_enum, default_value_t = Where::Thread)]
     placement: Where,
     /// Firmware ELF for `--placement qemu` (a hard-float build runs on QEMU mps2-an386,
-    /// Cortex-M4F; a thumbv7m build on mps2-an385, Cortex-M3).
+    /// Cortex-M4F; a thumbv7m build on mps2-an385, Cortex-M3; a riscv32imac build on the
+    /// RISC-V virt board).
     #[arg(
         long,
         value_name = "ELF",

@@ -230,7 +230,7 @@ impl TransportError {
 
 /// [`TransportError::Exited`]'s hint for QEMU: a firmware that is not the device's.
 fn qemu_hint(program: &str) -> &'static str {
-    if program == spawn::QEMU {
+    if spawn::QEMUS.contains(&program) {
         ": is the firmware the tessera device (tessera-firmware)?"
     } else {
         ""

@@ -1,4 +1,4 @@
-//! The firmware's link: frames on UART0, and bulk bytes through a host file (semihosting)
+//! The firmware's link: frames on the board's UART, and bulk bytes through a host file (semihosting)
 //! when QEMU's working folder holds one. The host writes the file before it sends a bulk
 //! write and reads it after the reply to a bulk read, so the two never touch it at once.
 
@@ -10,12 +10,12 @@ use core::convert::Infallible;
 use tessera_firmware_sim::{Framed, Incoming, Messages};
 
 use super::host_file::HostFile;
-use super::uart::Uart0;
+use super::Uart;
 
-/// UART0 framed, plus the bulk file if there is one.
+/// The UART framed, plus the bulk file if there is one.
 pub struct UartWithFile<'f, const FRAME: usize> {
     /// The framed UART.
-    pub framed: Framed<'f, Uart0, FRAME>,
+    pub framed: Framed<'f, Uart, FRAME>,
     /// The bulk window.
     pub file: Option<HostFile>,
 }

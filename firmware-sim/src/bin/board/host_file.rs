@@ -1,12 +1,14 @@
 //! A file on the machine running QEMU, through semihosting: the window bulk bytes pass
 //! through (one trap moves a whole array, where the UART moves one byte per poll).
 //!
-//! With `mmio` and `wait`, one of the board's modules with `unsafe`: each semihosting call
-//! is a `bkpt 0xAB` with its arguments in a block the host reads. `call` is `unsafe` to use
-//! (the block's addresses must be live buffers); each method builds its block from the
-//! slices and handle it holds, and its SAFETY note argues from those alone.
+//! The same on every board: each semihosting call is the board's trap (`bkpt 0xAB` on the
+//! Arm boards, the marked `ebreak` on RISC-V) with its arguments in a block the host reads,
+//! and the operations and blocks are the Arm semihosting specification's on both. One of
+//! the modules with `unsafe`: `call` is `unsafe` to use (the block's addresses must be live
+//! buffers); each method builds its block from the slices and handle it holds, and its
+//! SAFETY note argues from those alone.
 
-use cortex_m_semihosting::nr;
+use super::semihosting::{nr, syscall1, Number};
 
 /// An open file of the host.
 pub struct HostFile {
@@ -23,10 +25,10 @@ pub struct HostFile {
 /// call fills) for the whole call. Each caller below passes such a block, built from the
 /// slices and handle it was given.
 #[allow(unsafe_code)]
-unsafe fn call(number: usize, args: &[usize]) -> usize {
+unsafe fn call(number: Number, args: &[usize]) -> usize {
     // SAFETY: `args` is a live block of words for the length of the call; the addresses
     // in it are valid by this function's contract.
-    unsafe { cortex_m_semihosting::syscall1(number, args.as_ptr() as usize) }
+    unsafe { syscall1(number, args.as_ptr() as usize) }
 }
 
 impl HostFile {

@@ -10,7 +10,7 @@
 #[path = "../board/mod.rs"]
 mod board;
 
-use cortex_m_rt::entry;
+use board::entry;
 use static_cell::ConstStaticCell;
 use tessera_firmware_sim::{serve_messages, CycleCounter, Device, Framed, Framing, Server};
 
@@ -36,7 +36,7 @@ fn main() -> ! {
     let server = &mut Server::new(REPLIES.take());
     // The host assigns the replica id in its hello.
     let mut device = Device::new(0, memory, server.link(), &CYCLES);
-    let mut uart = board::uart::Uart0::take();
+    let mut uart = board::Uart::take();
     let file = board::host_file::HostFile::open(BULK_FILE);
     defmt::info!(
         "tessera device up: {} bytes of memory, {}-byte frames, {} bytes of bulk window",
@@ -56,8 +56,8 @@ fn main() -> ! {
         server,
         &mut device,
         &mut link,
-        &mut board::timer::Timer0Clock::take(),
-        &mut board::uart::BusyLed,
+        &mut board::Timer::take(),
+        &mut board::BusyLed,
     );
     defmt::error!("serve loop failed");
     board::exit(false)

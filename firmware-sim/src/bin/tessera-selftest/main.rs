@@ -9,7 +9,7 @@
 #[path = "../board/mod.rs"]
 mod board;
 
-use cortex_m_rt::entry;
+use board::entry;
 use static_cell::ConstStaticCell;
 use tessera_core::dtype::DataType;
 use tessera_core::grouping::{CommGroup, GroupingSpec, RetrievalMode};
@@ -242,7 +242,7 @@ fn check_board(frame: &[u8]) {
     use embedded_hal::delay::DelayNs;
     use embedded_hal::digital::OutputPin;
     use embedded_io::{ReadReady, Write};
-    let mut led = board::uart::BusyLed;
+    let mut led = board::BusyLed;
     let _ = led.set_high();
     board::SpinDelay.delay_us(50);
     let _ = led.set_low();
@@ -252,7 +252,7 @@ fn check_board(frame: &[u8]) {
         board::host_file::HostFile::open("tessera-no-such-file.bin\0").is_none(),
         "a missing host file does not open"
     );
-    let mut uart = board::uart::Uart0::take();
+    let mut uart = board::Uart::take();
     let _ = uart.write_all(frame);
     assert_eq!(
         uart.read_ready(),
@@ -266,7 +266,7 @@ fn check_board(frame: &[u8]) {
 fn check_clock() {
     use embedded_hal::delay::DelayNs;
     use tessera_firmware_sim::Clock;
-    let mut clock = board::timer::Timer0Clock::take();
+    let mut clock = board::Timer::take();
     let before = clock.now_ms();
     let mut waited = 0;
     while clock.now_ms() == before && waited < 100_000 {

@@ -116,8 +116,9 @@ impl Channel {
             .collect()
     }
 
-    /// The bare-metal firmware (`firmware`, an ELF for mps2-an386 or mps2-an385) under
-    /// `qemu-system-arm`, its UART0 on a Unix socket. The firmware's defmt logs go through
+    /// The bare-metal firmware (`firmware`, an ELF for mps2-an386 or mps2-an385 under
+    /// `qemu-system-arm`, or for RISC-V's virt under `qemu-system-riscv32`), its UART0 on a
+    /// Unix socket. The firmware's defmt logs go through
     /// `defmt-print` to stderr. Dropping the channel kills QEMU. The firmware and the tools
     /// are checked before anything starts.
     pub fn qemu(firmware: &Path, replica: u32) -> Result<Self, TransportError> {

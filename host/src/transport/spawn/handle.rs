@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::firmware::QEMU;
 use super::pool::Workers;
 use super::process::DeviceProcess;
 use super::serial::PortClosing;
@@ -31,9 +30,11 @@ pub(in crate::transport) enum DeviceHandle {
     /// A device process (`tessera device`, or `tessera devices` with its siblings),
     /// stopped when its last device's handle drops.
     Child(Arc<DeviceProcess>),
-    /// The emulator, the defmt decoder reading its stdout, their reaper (and the end of
-    /// its stdin we hold), and the folder of the UART socket.
+    /// The emulator (and its name: `qemu-system-arm` or `qemu-system-riscv32`), the defmt
+    /// decoder reading its stdout, their reaper (and the end of its stdin we hold), and the
+    /// folder of the UART socket.
     Qemu {
+        program: &'static str,
         qemu: Option<Adopted>,
         decoder: Option<Adopted>,
         reaper: Option<(Adopted, ChildStdin)>,
@@ -54,7 +55,7 @@ impl DeviceHandle {
         match self {
             Self::Thread(..) | Self::Pooled(..) => "thread",
             Self::Child(process) => process.program(),
-            Self::Qemu { .. } => QEMU,
+            Self::Qemu { program, .. } => program,
             Self::Serial(_) => "a board on a serial port",
             #[cfg(feature = "mpi")]
             Self::Remote(_) => "another rank",
@@ -129,6 +130,7 @@ impl Drop for DeviceHandle {
                 decoder,
                 reaper,
                 dir,
+                ..
             } => {
                 // The reaper goes first, so it never kills a process id that was reused.
                 drop(reaper.take());

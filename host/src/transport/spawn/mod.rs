@@ -1,8 +1,8 @@
 //! Starting a device in each placement, and stopping it: a thread of this process on a
 //! socket pair, a child process (`tessera device`) on its stdio or a share of a training
 //! runtime's devices in one (`tessera devices`) on rings, or the bare-metal firmware
-//! under `qemu-system-arm` with UART0 on a Unix socket and its defmt logs decoded by
-//! `defmt-print`.
+//! under QEMU (`qemu-system-arm`, or `qemu-system-riscv32` for a RISC-V build) with UART0
+//! on a Unix socket and its defmt logs decoded by `defmt-print`.
 //!
 //! Every device process has a reaper: a shell that kills it once this process is gone,
 //! however it ended (SIGKILL included). A device process would end by itself when its link
@@ -11,7 +11,8 @@
 //! parent-death signal would (Linux sends that when the spawning *thread* ends).
 //!
 //! The QEMU placement checks everything it needs before it starts anything: the firmware
-//! exists and is a 32-bit little-endian ARM ELF, and `qemu-system-arm` and `defmt-print`
+//! exists and is a 32-bit little-endian ARM or RISC-V ELF, and its emulator
+//! (`qemu-system-arm` or `qemu-system-riscv32`, by the ELF's `e_machine`) and `defmt-print`
 //! are on the `PATH`. Every child process is adopted by [`children`](super::children) so
 //! that dropping the link, or a signal to tessera, stops it.
 //!
@@ -43,7 +44,7 @@ mod relay;
 mod serial;
 mod thread;
 
-pub(super) use firmware::QEMU;
+pub(super) use firmware::QEMUS;
 pub use firmware::{check_firmware, FirmwareError};
 pub(super) use handle::DeviceHandle;
 pub use handle::Liveness;

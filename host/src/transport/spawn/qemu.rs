@@ -1,5 +1,6 @@
-//! The firmware under `qemu-system-arm`: its UART0 on a Unix socket, its bulk window a
-//! file in its working folder, its defmt logs decoded by `defmt-print`.
+//! The firmware under QEMU (`qemu-system-arm` for the mps2 boards, `qemu-system-riscv32`
+//! for RISC-V's `virt`): its UART0 (the first `-serial` on every board) on a Unix socket,
+//! its bulk window a file in its working folder, its defmt logs decoded by `defmt-print`.
 
 use std::fs::{self, File};
 use std::io;
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::firmware::{board_of, FirmwareError, QEMU};
+use super::firmware::{board_of, FirmwareError};
 use super::reaper::reaper;
 use super::{DeviceHandle, Link};
 use crate::transport::children::{self, Adopted};
@@ -25,7 +26,7 @@ pub const QEMU_WINDOW_BYTES: usize = 2 << 20;
 /// The bulk file's name in QEMU's working folder (the firmware opens it by this name).
 const QEMU_BULK_FILE: &str = "bulk.bin";
 
-/// The firmware ELF `firmware` under `qemu-system-arm` (on the board it was built for: see
+/// The firmware ELF `firmware` under QEMU, on the board it was built for (see
 /// [`board_of`]), its UART0 on a Unix socket, its defmt logs through `defmt-print` to stderr.
 /// The firmware and the tools are the caller's to check
 /// ([`check_firmware`](super::check_firmware)), once.
@@ -46,7 +47,8 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     );
     let bulk = bulk_file(&dir)?;
     let board = board_of(firmware)?;
-    let mut command = Command::new(QEMU);
+    let program = board.qemu();
+    let mut command = Command::new(program);
     command
         .current_dir(&dir)
         .args(board.qemu_args())
@@ -58,9 +60,9 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let (qemu, pipes) =
-        children::spawn(&mut command, QEMU).map_err(|source| TransportError::Spawn {
+        children::spawn(&mut command, program).map_err(|source| TransportError::Spawn {
             replica,
-            program: QEMU.into(),
+            program: program.into(),
             source,
         })?;
     let decoder = match pipes.stdout {
@@ -72,6 +74,7 @@ pub(in crate::transport) fn qemu(firmware: &Path, replica: u32) -> Result<Link, 
     let reaper = reaper(replica, &pids);
     // From here on, an early return stops QEMU through the handle's drop.
     let handle = DeviceHandle::Qemu {
+        program,
         qemu: Some(qemu),
         decoder,
         reaper: Some(reaper?),
@@ -135,7 +138,7 @@ fn connect_when_ready(
                 if let Some(status) = handle.exit_status(Duration::ZERO) {
                     return Err(TransportError::Exited {
                         replica,
-                        program: QEMU,
+                        program: handle.program(),
                         status,
                     });
                 }
