@@ -9,8 +9,10 @@ step() { printf '\n==> %s\n' "$*"; }
 # The toolchain the workspace declares as its minimum (rust-version in Cargo.toml).
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 
-step "install the bare-metal targets, the rust-version toolchain, QEMU, defmt-print and OpenMPI"
+step "install the bare-metal targets, llvm-tools, the rust-version toolchain, QEMU, defmt-print and OpenMPI"
 rustup target add thumbv6m-none-eabi thumbv7m-none-eabi thumbv7em-none-eabihf
+# llvm-nm, for the firmware's per-function size report.
+rustup component add llvm-tools
 rustup toolchain install "$msrv" --profile minimal
 if ! command -v qemu-system-arm >/dev/null; then
     apt-get update -qq
@@ -33,9 +35,11 @@ step "firmware for both QEMU boards (built for size: cargo profile firmware), wi
 # mps2-an386 (Cortex-M4F, hardware floats): the QEMU placement's default, and the one the
 # QEMU tests run; mps2-an385 (Cortex-M3, no FPU): built, sized and self-tested too.
 # Each board's .text must stay within 64 KiB (65536 bytes): the boards' code memory is
-# larger (memory.x), so no linker would refuse a firmware over it; this check does.
+# larger (memory.x), so no linker would refuse a firmware over it; this check does. The size
+# report before it lists the largest functions, so that growth shows in every run.
 for target in thumbv7em-none-eabihf thumbv7m-none-eabi; do
     cargo build -p tessera-firmware-sim --target "$target" --features firmware --profile firmware --locked
+    bash firmware-sim/size-report.sh "target/$target/firmware/tessera-firmware" 25
     size -A "target/$target/firmware/tessera-firmware" | awk -v t="$target" -v budget=65536 '
         $1 == ".text" {
             found = 1
