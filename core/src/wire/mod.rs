@@ -15,6 +15,9 @@
 //! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
 //!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
 //!   delimiter, so a corrupted, truncated or oversized frame costs only itself.
+//! - `decode` (internal): what a device decodes ([`ToDevice::decode`],
+//!   [`Program::decode`](crate::program::Program::decode)), read by hand as postcard
+//!   writes it, without serde's code in the device's flash.
 //!
 //! Bytes (weights, registers, stream samples) travel in one of three ways, which the same
 //! requests name by their [`Target`]: in frames, in chunks no larger than
@@ -38,6 +41,7 @@
 //! Nothing here panics, whatever the bytes on the link.
 
 pub(crate) mod bytes;
+pub(crate) mod decode;
 pub mod direction;
 pub mod endpoint;
 pub mod error;
