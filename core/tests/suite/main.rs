@@ -3,6 +3,7 @@
 //! a test once.
 
 mod device_decoders;
+mod device_encoders;
 mod grouping_laws;
 mod no_panic;
 mod program_props;

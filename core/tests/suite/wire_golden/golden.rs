@@ -328,3 +328,28 @@ fn the_devices_decoders_read_the_golden_bytes() {
     assert_eq!(ToDevice::decode(&combined), Ok(expected));
     assert_eq!(Program::decode(&bytes(GOLDEN_PROGRAM)), Ok(program()));
 }
+
+/// The device's own encoder (by hand, without serde: `FromDevice::encode`) writes every
+/// golden response as a reply, and both golden messages from a device, as their golden
+/// bytes. Catches a hand encoder that drifted from the bytes the host reads.
+#[test]
+fn the_devices_encoder_writes_the_golden_bytes() {
+    let mut out = [0u8; 256];
+    for (name, envelope, golden) in responses() {
+        // A reply travels from a device as `FromDevice::Reply`, at position 0.
+        let expected = [vec![0], bytes(golden)].concat();
+        let n = FromDevice::Reply(envelope).encode(&mut out);
+        assert_eq!(n.map(|n| hex(&out[..n])), Ok(hex(&expected)), "{name}");
+    }
+    let contribution = FromDevice::Contribution(Contribution {
+        step: 5,
+        round: 2,
+        op: ReduceOp::Avg,
+        data: ONE_F32,
+    });
+    let n = contribution.encode(&mut out);
+    assert_eq!(
+        n.map(|n| hex(&out[..n])),
+        Ok("01 05 02 01 04 00 00 80 3f".into())
+    );
+}

@@ -1,0 +1,244 @@
+//! What a device sends the host ([`FromDevice`]), written field by field in declaration
+//! order, each enum's variant by position (the [module](super) rules).
+
+use super::{Encode, Writer};
+use crate::dtype::DataType;
+use crate::program::{AnchorTensor, ProgramFault, ProgramPart, RuleKind};
+use crate::wire::{
+    Array, Contribution, ErrorCode, FrameError, FromDevice, Invariant, Limits, ReduceOp,
+    RequestKind, Response, Value, ValueKind,
+};
+
+impl FromDevice<'_> {
+    /// Writes the message into `out` as a frame's body (postcard's bytes, as
+    /// [`encode_body`](crate::wire::encode_body) writes them); returns its length, or
+    /// [`FrameError::TooLarge`] if it does not fit. Encoded by hand, without serde:
+    /// postcard's bytes for a fraction of serde's code in a device's flash.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, FrameError> {
+        let mut w = Writer::new(out);
+        w.put(self).ok_or(FrameError::TooLarge)?;
+        Ok(w.len())
+    }
+}
+
+impl Encode for FromDevice<'_> {
+    fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+        match self {
+            Self::Reply(envelope) => {
+                w.variant(0)?;
+                w.put(&envelope.seq)?;
+                w.put(&envelope.body)
+            }
+            Self::Contribution(Contribution {
+                step,
+                round,
+                op,
+                data,
+            }) => {
+                w.variant(1)?;
+                w.put(step)?;
+                w.put(round)?;
+                w.put(op)?;
+                w.put(*data)
+            }
+        }
+    }
+}
+
+impl Encode for Response<'_> {
+    fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+        match self {
+            Self::Hello { version, limits } => {
+                w.variant(0)?;
+                w.put(version)?;
+                w.put(limits)
+            }
+            Self::Done => w.variant(1),
+            Self::Data { data } => {
+                w.variant(2)?;
+                w.put(*data)
+            }
+            Self::Seed { seed } => {
+                w.variant(3)?;
+                w.put(seed)
+            }
+            Self::RngState { state } => {
+                w.variant(4)?;
+                w.put(state)
+            }
+            Self::Cycles { cycles } => {
+                w.variant(5)?;
+                w.put(cycles)
+            }
+            Self::Register { value } => {
+                w.variant(6)?;
+                w.put(value)
+            }
+            Self::Error { request, code } => {
+                w.variant(7)?;
+                w.put(request)?;
+                w.put(code)
+            }
+            Self::Described {
+                kind,
+                dtype,
+                shape,
+                bytes,
+                at,
+            } => {
+                w.variant(8)?;
+                w.put(kind)?;
+                w.put(dtype)?;
+                w.put(shape)?;
+                w.put(bytes)?;
+                w.put(at)
+            }
+            Self::Located { at, len } => {
+                w.variant(9)?;
+                w.put(at)?;
+                w.put(len)
+            }
+            Self::Bulk { len } => {
+                w.variant(10)?;
+                w.put(len)
+            }
+        }
+    }
+}
+
+impl Encode for Limits {
+    fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+        w.put(&self.memory)?;
+        w.put(&self.max_frame)?;
+        w.put(&self.replica)?;
+        w.put(&self.lanes)?;
+        w.put(&self.window)
+    }
+}
+
+impl Encode for Value<'_> {
+    fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+        match self {
+            Self::Int(v) => {
+                w.variant(0)?;
+                w.put(v)
+            }
+            Self::Float(v) => {
+                w.variant(1)?;
+                w.put(v)
+            }
+            Self::Shape(dims) => {
+                w.variant(2)?;
+                w.put(dims)
+            }
+            Self::Str(s) => {
+                w.variant(3)?;
+                w.put(*s)
+            }
+            Self::Array(Array { dtype, shape, data }) => {
+                w.variant(4)?;
+                w.put(dtype)?;
+                w.put(shape)?;
+                w.put(*data)
+            }
+        }
+    }
+}
+
+impl Encode for ErrorCode {
+    fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+        // Every field is a `u16` or `u32` varint unless named otherwise.
+        let (position, fields): (u32, &[u32]) = match *self {
+            Self::Version { device } => (0, &[u32::from(device)]),
+            Self::OutOfMemory {
+                requested,
+                available,
+            } => (1, &[requested, available]),
+            Self::TableFull => (2, &[]),
+            Self::UnknownId { id } => (3, &[u32::from(id)]),
+            Self::IdInUse { id } => (4, &[u32::from(id)]),
+            Self::OutOfBounds { offset, len, size } => (5, &[offset, len, size]),
+            Self::ItemSize { expected, actual } => (6, &[expected, actual]),
+            Self::FifoFull { fifo } => (7, &[u32::from(fifo)]),
+            Self::FifoEmpty { fifo } => (8, &[u32::from(fifo)]),
+            Self::FifoPosition {
+                fifo,
+                expected,
+                offset,
+            } => (9, &[u32::from(fifo), expected, offset]),
+            Self::Program(fault) => {
+                w.variant(10)?;
+                return w.put(&fault);
+            }
+            Self::NotPrepared => (11, &[]),
+            Self::ReplicaOutOfRange { replica, replicas } => (12, &[replica, replicas]),
+            Self::FifoShape { item_bytes, depth } => (13, &[item_bytes, depth]),
+            Self::Internal { site } => (14, &[site as u32]),
+            Self::ReplyTooLarge => (15, &[]),
+            Self::UnknownFunction => (16, &[]),
+            Self::BadArguments => (17, &[]),
+            Self::Malformed => (18, &[]),
+            Self::UnexpectedReduced => (19, &[]),
+            Self::ReduceTimeout => (20, &[]),
+            Self::ReductionTooLarge { bytes, max } => (21, &[bytes, max]),
+            Self::BulkUnavailable => (22, &[]),
+            Self::StepAbandoned => (23, &[]),
+            Self::NotInstrumented => (24, &[]),
+            Self::Lanes { lanes, max } => (25, &[u32::from(lanes), u32::from(max)]),
+            Self::LanesApart { variable, replica } => {
+                // `variable` is a `u8`: its byte, not a varint.
+                w.variant(26)?;
+                w.put(&variable)?;
+                return w.put(&replica);
+            }
+            Self::NoSuchLane { lane, lanes } => (27, &[u32::from(lane), u32::from(lanes)]),
+        };
+        w.variant(position)?;
+        fields.iter().try_for_each(|field| w.put(field))
+    }
+}
+
+impl Encode for ProgramFault {
+    fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+        match self.part {
+            ProgramPart::Program => w.variant(0)?,
+            ProgramPart::Variable { index } => {
+                w.variant(1)?;
+                w.put(&index)?;
+            }
+            ProgramPart::Stream { index } => {
+                w.variant(2)?;
+                w.put(&index)?;
+            }
+            ProgramPart::Layer { index } => {
+                w.variant(3)?;
+                w.put(&index)?;
+            }
+            ProgramPart::Anchor { tensor } => {
+                w.variant(4)?;
+                w.put(&tensor)?;
+            }
+        }
+        w.put(&self.rule)
+    }
+}
+
+/// Enums without fields: a value is its position.
+macro_rules! positions {
+    ($($t:ty),*) => {$(
+        impl Encode for $t {
+            fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
+                w.variant(*self as u32)
+            }
+        }
+    )*};
+}
+positions!(
+    RequestKind,
+    ValueKind,
+    Invariant,
+    RuleKind,
+    ReduceOp,
+    AnchorTensor,
+    DataType
+);
