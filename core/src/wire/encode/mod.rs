@@ -46,6 +46,17 @@ impl<'o> Writer<'o> {
         self.put(&position)
     }
 
+    /// Writes `values`, each a varint: one call where a run of them (a variant's position
+    /// and its integer fields, a `u8` below 128, a `bool`, an `Option`'s tag — each the
+    /// same byte as its varint) would take one each. Out of line: the point is to have one
+    /// copy of the loop, not one per run.
+    #[inline(never)]
+    pub(crate) fn varints(&mut self, values: &[u32]) -> Option<()> {
+        values
+            .iter()
+            .try_for_each(|&value| self.varint(u64::from(value)))
+    }
+
     /// Writes `bytes` as they are.
     fn raw(&mut self, bytes: &[u8]) -> Option<()> {
         let end = self.len.checked_add(bytes.len())?;

@@ -1,5 +1,6 @@
 //! What a device sends the host ([`FromDevice`]), written field by field in declaration
-//! order, each enum's variant by position (the [module](super) rules).
+//! order, each enum's variant by position (the [module](super) rules). Runs of integer
+//! fields go out in one [`Writer::varints`] call each: the same bytes, less code.
 
 use super::{Encode, Writer};
 use crate::dtype::DataType;
@@ -25,8 +26,7 @@ impl Encode for FromDevice<'_> {
     fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
         match self {
             Self::Reply(envelope) => {
-                w.variant(0)?;
-                w.put(&envelope.seq)?;
+                w.varints(&[0, envelope.seq])?;
                 w.put(&envelope.body)
             }
             Self::Contribution(Contribution {
@@ -35,10 +35,7 @@ impl Encode for FromDevice<'_> {
                 op,
                 data,
             }) => {
-                w.variant(1)?;
-                w.put(step)?;
-                w.put(round)?;
-                w.put(op)?;
+                w.varints(&[1, *step, *round, *op as u32])?;
                 w.put(*data)
             }
         }
@@ -49,8 +46,7 @@ impl Encode for Response<'_> {
     fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
         match self {
             Self::Hello { version, limits } => {
-                w.variant(0)?;
-                w.put(version)?;
+                w.varints(&[0, u32::from(*version)])?;
                 w.put(limits)
             }
             Self::Done => w.variant(1),
@@ -63,8 +59,8 @@ impl Encode for Response<'_> {
                 w.put(seed)
             }
             Self::RngState { state } => {
-                w.variant(4)?;
-                w.put(state)
+                let [a, b, c, d] = *state;
+                w.varints(&[4, a, b, c, d])
             }
             Self::Cycles { cycles } => {
                 w.variant(5)?;
@@ -75,8 +71,7 @@ impl Encode for Response<'_> {
                 w.put(value)
             }
             Self::Error { request, code } => {
-                w.variant(7)?;
-                w.put(request)?;
+                w.varints(&[7, *request as u32])?;
                 w.put(code)
             }
             Self::Described {
@@ -86,33 +81,29 @@ impl Encode for Response<'_> {
                 bytes,
                 at,
             } => {
-                w.variant(8)?;
-                w.put(kind)?;
-                w.put(dtype)?;
+                // An `Option`'s tag (0 or 1) is the byte of its varint.
+                match dtype {
+                    None => w.varints(&[8, *kind as u32, 0])?,
+                    Some(dtype) => w.varints(&[8, *kind as u32, 1, *dtype as u32])?,
+                }
                 w.put(shape)?;
-                w.put(bytes)?;
-                w.put(at)
+                w.varints(&[*bytes, *at])
             }
-            Self::Located { at, len } => {
-                w.variant(9)?;
-                w.put(at)?;
-                w.put(len)
-            }
-            Self::Bulk { len } => {
-                w.variant(10)?;
-                w.put(len)
-            }
+            Self::Located { at, len } => w.varints(&[9, *at, *len]),
+            Self::Bulk { len } => w.varints(&[10, *len]),
         }
     }
 }
 
 impl Encode for Limits {
     fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
-        w.put(&self.memory)?;
-        w.put(&self.max_frame)?;
-        w.put(&self.replica)?;
-        w.put(&self.lanes)?;
-        w.put(&self.window)
+        w.varints(&[
+            self.memory,
+            self.max_frame,
+            self.replica,
+            u32::from(self.lanes),
+            u32::from(self.window),
+        ])
     }
 }
 
@@ -136,8 +127,7 @@ impl Encode for Value<'_> {
                 w.put(*s)
             }
             Self::Array(Array { dtype, shape, data }) => {
-                w.variant(4)?;
-                w.put(dtype)?;
+                w.varints(&[4, *dtype as u32])?;
                 w.put(shape)?;
                 w.put(*data)
             }
@@ -194,7 +184,7 @@ impl Encode for ErrorCode {
             Self::NoSuchLane { lane, lanes } => (27, &[u32::from(lane), u32::from(lanes)]),
         };
         w.variant(position)?;
-        fields.iter().try_for_each(|field| w.put(field))
+        w.varints(fields)
     }
 }
 
@@ -215,8 +205,7 @@ impl Encode for ProgramFault {
                 w.put(&index)?;
             }
             ProgramPart::Anchor { tensor } => {
-                w.variant(4)?;
-                w.put(&tensor)?;
+                w.varints(&[4, tensor as u32])?;
             }
         }
         w.put(&self.rule)
