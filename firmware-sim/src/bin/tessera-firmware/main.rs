@@ -10,6 +10,11 @@
 #[path = "../board/mod.rs"]
 mod board;
 
+// The custom kernel example's kernel (feature `custom-kernel`): its own file, not a copy.
+#[cfg(feature = "custom-kernel")]
+#[path = "../../../examples/kernels/double.rs"]
+mod double;
+
 use cortex_m_rt::entry;
 use static_cell::ConstStaticCell;
 use tessera_firmware_sim::{serve_messages, CycleCounter, Device, Framed, Framing, Server};
@@ -48,7 +53,10 @@ fn main() -> ! {
     // The server itself (four frames) lives on main's stack; its replies in .bss.
     let server = &mut Server::new(replies);
     // The host assigns the replica id in its hello.
-    let mut device = Device::new(0, memory, server.link(), &CYCLES);
+    let device = Device::new(0, memory, server.link(), &CYCLES);
+    #[cfg(feature = "custom-kernel")]
+    let device = device.with_functions(double::KERNELS);
+    let mut device = device;
     let mut uart = board::uart::Uart0::take();
     let file = board::host_file::HostFile::open(BULK_FILE);
     defmt::info!(
