@@ -137,54 +137,54 @@ impl Encode for Value<'_> {
 
 impl Encode for ErrorCode {
     fn encode(&self, w: &mut Writer<'_>) -> Option<()> {
-        // Every field is a `u16` or `u32` varint unless named otherwise.
-        let (position, fields): (u32, &[u32]) = match *self {
-            Self::Version { device } => (0, &[u32::from(device)]),
+        // The variant's position, then its fields: each a `u16` or `u32` varint unless
+        // named otherwise. One `varints` call for all of them.
+        let (n, values): (usize, [u32; 4]) = match *self {
+            Self::Version { device } => (2, [0, u32::from(device), 0, 0]),
             Self::OutOfMemory {
                 requested,
                 available,
-            } => (1, &[requested, available]),
-            Self::TableFull => (2, &[]),
-            Self::UnknownId { id } => (3, &[u32::from(id)]),
-            Self::IdInUse { id } => (4, &[u32::from(id)]),
-            Self::OutOfBounds { offset, len, size } => (5, &[offset, len, size]),
-            Self::ItemSize { expected, actual } => (6, &[expected, actual]),
-            Self::FifoFull { fifo } => (7, &[u32::from(fifo)]),
-            Self::FifoEmpty { fifo } => (8, &[u32::from(fifo)]),
+            } => (3, [1, requested, available, 0]),
+            Self::TableFull => (1, [2, 0, 0, 0]),
+            Self::UnknownId { id } => (2, [3, u32::from(id), 0, 0]),
+            Self::IdInUse { id } => (2, [4, u32::from(id), 0, 0]),
+            Self::OutOfBounds { offset, len, size } => (4, [5, offset, len, size]),
+            Self::ItemSize { expected, actual } => (3, [6, expected, actual, 0]),
+            Self::FifoFull { fifo } => (2, [7, u32::from(fifo), 0, 0]),
+            Self::FifoEmpty { fifo } => (2, [8, u32::from(fifo), 0, 0]),
             Self::FifoPosition {
                 fifo,
                 expected,
                 offset,
-            } => (9, &[u32::from(fifo), expected, offset]),
+            } => (4, [9, u32::from(fifo), expected, offset]),
             Self::Program(fault) => {
                 w.variant(10)?;
                 return w.put(&fault);
             }
-            Self::NotPrepared => (11, &[]),
-            Self::ReplicaOutOfRange { replica, replicas } => (12, &[replica, replicas]),
-            Self::FifoShape { item_bytes, depth } => (13, &[item_bytes, depth]),
-            Self::Internal { site } => (14, &[site as u32]),
-            Self::ReplyTooLarge => (15, &[]),
-            Self::UnknownFunction => (16, &[]),
-            Self::BadArguments => (17, &[]),
-            Self::Malformed => (18, &[]),
-            Self::UnexpectedReduced => (19, &[]),
-            Self::ReduceTimeout => (20, &[]),
-            Self::ReductionTooLarge { bytes, max } => (21, &[bytes, max]),
-            Self::BulkUnavailable => (22, &[]),
-            Self::StepAbandoned => (23, &[]),
-            Self::NotInstrumented => (24, &[]),
-            Self::Lanes { lanes, max } => (25, &[u32::from(lanes), u32::from(max)]),
+            Self::NotPrepared => (1, [11, 0, 0, 0]),
+            Self::ReplicaOutOfRange { replica, replicas } => (3, [12, replica, replicas, 0]),
+            Self::FifoShape { item_bytes, depth } => (3, [13, item_bytes, depth, 0]),
+            Self::Internal { site } => (2, [14, site as u32, 0, 0]),
+            Self::ReplyTooLarge => (1, [15, 0, 0, 0]),
+            Self::UnknownFunction => (1, [16, 0, 0, 0]),
+            Self::BadArguments => (1, [17, 0, 0, 0]),
+            Self::Malformed => (1, [18, 0, 0, 0]),
+            Self::UnexpectedReduced => (1, [19, 0, 0, 0]),
+            Self::ReduceTimeout => (1, [20, 0, 0, 0]),
+            Self::ReductionTooLarge { bytes, max } => (3, [21, bytes, max, 0]),
+            Self::BulkUnavailable => (1, [22, 0, 0, 0]),
+            Self::StepAbandoned => (1, [23, 0, 0, 0]),
+            Self::NotInstrumented => (1, [24, 0, 0, 0]),
+            Self::Lanes { lanes, max } => (3, [25, u32::from(lanes), u32::from(max), 0]),
             Self::LanesApart { variable, replica } => {
                 // `variable` is a `u8`: its byte, not a varint.
                 w.variant(26)?;
                 w.put(&variable)?;
                 return w.put(&replica);
             }
-            Self::NoSuchLane { lane, lanes } => (27, &[u32::from(lane), u32::from(lanes)]),
+            Self::NoSuchLane { lane, lanes } => (3, [27, u32::from(lane), u32::from(lanes), 0]),
         };
-        w.variant(position)?;
-        w.varints(fields)
+        w.varints(values.get(..n)?)
     }
 }
 
