@@ -1,6 +1,7 @@
 //! A device with a kernel of your own: `double` multiplies an int, a float, or every element
-//! of an f32/f64 array by two. The device is built with `Device::with_functions` and driven
-//! through `Device::handle`, exactly as the serve loop would drive it.
+//! of an f32/f64 array by two (`kernels/double.rs`). The device is built with
+//! `Device::with_functions` and driven through `Device::handle`, exactly as the serve loop
+//! would drive it; the firmware built with feature `custom-kernel` has the same kernel.
 //!
 //! Run it with `cargo run -p tessera-firmware-sim --example custom_kernel`.
 
@@ -8,35 +9,13 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::{
     Arg, Array, DataRequest, ErrorCode, KernelRequest, Request, Response, Target, Value,
 };
-use tessera_firmware_sim::functions::{element, Args, Function, Output};
 use tessera_firmware_sim::{CycleCounter, Device, LinkLimits};
 
-/// `double(x)`: checks its argument first (count, kind, dtype), says what it returns, and
-/// leaves the bytes to its fill function, which the device calls once the result's memory
-/// is allocated.
-fn double(args: &Args<'_>) -> Result<Output, ErrorCode> {
-    args.expect(1)?;
-    match args.get(0)? {
-        Value::Int(v) => v
-            .checked_mul(2)
-            .map(Output::Int)
-            .ok_or(ErrorCode::BadArguments),
-        Value::Float(v) => Ok(Output::Float(v * 2.0)),
-        _ => {
-            let x = args.array(0)?;
-            if !element::is_float(x.dtype) {
-                return Err(ErrorCode::BadArguments);
-            }
-            Output::array(x.dtype, &x.shape, |args, out| {
-                let x = args.array(0)?;
-                element::map(x.dtype, x.data, out, Some, |v| v * 2.0)
-            })
-        }
-    }
-}
-
-/// The firmware's own table, searched before the built-ins.
-const KERNELS: &[(&str, Function)] = &[("double", double)];
+// The kernel itself, in a file of its own: the firmware built with feature `custom-kernel`
+// takes the same file, and CI runs it on every board.
+#[path = "kernels/double.rs"]
+mod double;
+use double::KERNELS;
 
 fn main() {
     let mut memory = &mut vec![0u8; 64 * 1024][..];

@@ -8,6 +8,7 @@
 //! [`FrameError::Malformed`], never a program read from a prefix. Neither side allocates:
 //! the caller gives the buffer, and a buffer too small is [`FrameError::TooLarge`].
 
+use crate::wire::decode::Reader;
 use crate::wire::FrameError;
 
 use super::Program;
@@ -18,12 +19,15 @@ impl Program {
         postcard::to_slice(self, out).map_err(|_| FrameError::TooLarge)
     }
 
-    /// The program `bytes` holds, exactly (module rule). Out of line: it runs once per
-    /// prepare, and inlined into a device's request handler it grew the firmware.
+    /// The program `bytes` holds, exactly (module rule). Decoded by hand, without serde
+    /// (core's device-side decoders: postcard's bytes for a fraction of serde's code in a
+    /// device's flash). Out of line: it runs once per prepare, and inlined into a device's
+    /// request handler it grew the firmware.
     #[inline(never)]
     pub fn decode(bytes: &[u8]) -> Result<Program, FrameError> {
-        match postcard::take_from_bytes::<Program>(bytes) {
-            Ok((program, [])) => Ok(program),
+        let mut reader = Reader::new(bytes);
+        match reader.read::<Program>() {
+            Some(program) if reader.rest().is_empty() => Ok(program),
             _ => Err(FrameError::Malformed),
         }
     }

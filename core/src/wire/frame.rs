@@ -154,9 +154,12 @@ impl<const N: usize> FrameDecoder<N> {
     fn check(&mut self, len: usize) -> Result<&[u8], FrameError> {
         let frame = self.buf.get_mut(..len).ok_or(FrameError::Oversized)?;
         let decoded = cobs::decode_in_place(frame).map_err(|_| FrameError::Cobs)?;
-        let body_len = decoded.checked_sub(4).ok_or(FrameError::TooShort)?;
-        let (body, crc) = self.buf[..decoded].split_at(body_len);
-        let sent = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        // The body, then its CRC-32's four bytes (split without an index that could
+        // panic: four bounds checks and their panic paths cost flash on a device).
+        let (body, crc) = (self.buf.get(..decoded))
+            .and_then(<[u8]>::split_last_chunk::<4>)
+            .ok_or(FrameError::TooShort)?;
+        let sent = u32::from_le_bytes(*crc);
         let actual = CRC.checksum(body);
         if sent != actual {
             return Err(FrameError::Crc { sent, actual });

@@ -15,6 +15,10 @@
 //! - [`frame`]: a frame is the postcard body, its CRC-32, COBS-encoded, then `0x00`.
 //!   [`FrameDecoder`] reassembles frames in a fixed buffer and resynchronises on every
 //!   delimiter, so a corrupted, truncated or oversized frame costs only itself.
+//! - `decode` and `encode` (internal): what a device decodes ([`ToDevice::decode`],
+//!   [`Program::decode`](crate::program::Program::decode)) and encodes
+//!   ([`FromDevice::encode`]), by hand as postcard does it, without serde's code in the
+//!   device's flash.
 //!
 //! Bytes (weights, registers, stream samples) travel in one of three ways, which the same
 //! requests name by their [`Target`]: in frames, in chunks no larger than
@@ -38,7 +42,9 @@
 //! Nothing here panics, whatever the bytes on the link.
 
 pub(crate) mod bytes;
+pub(crate) mod decode;
 pub mod direction;
+pub(crate) mod encode;
 pub mod endpoint;
 pub mod error;
 pub mod frame;

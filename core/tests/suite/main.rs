@@ -2,6 +2,8 @@
 //! was one file under `core/tests/`, one binary each), so `cargo test` links the crate into
 //! a test once.
 
+mod device_decoders;
+mod device_encoders;
 mod grouping_laws;
 mod no_panic;
 mod program_props;

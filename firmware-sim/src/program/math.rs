@@ -20,9 +20,9 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         b.get(..n).unwrap_or_default(),
     );
     let mut lanes = [0f32; LANES];
-    let (blocks_a, blocks_b) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (tail_a, tail_b) = (blocks_a.remainder(), blocks_b.remainder());
-    for (x, y) in blocks_a.zip(blocks_b) {
+    // Blocks as arrays: their lanes are indexed without bounds checks.
+    let ((blocks_a, tail_a), (blocks_b, tail_b)) = (a.as_chunks::<LANES>(), b.as_chunks::<LANES>());
+    for (x, y) in blocks_a.iter().zip(blocks_b) {
         for k in 0..LANES {
             lanes[k] += x[k] * y[k];
         }
@@ -112,8 +112,12 @@ pub fn softmax_cross_entropy(z: &[f32], label: i32, dz: &mut [f32]) -> Option<f3
     for d in dz.iter_mut() {
         *d /= total;
     }
-    dz[label] -= 1.0;
-    Some(-(z[label] - max - libm::logf(total)))
+    // `label` is one of `z`'s classes (checked above), and `dz` as long as `z` (the
+    // caller's to get right): a shorter `dz` loses the subtraction, never panics.
+    if let Some(d) = dz.get_mut(label) {
+        *d -= 1.0;
+    }
+    Some(-(z.get(label)? - max - libm::logf(total)))
 }
 
 /// Mean-squared error `Σ(y − t)² / n`; sets `dy = 2(y − t)/n`.

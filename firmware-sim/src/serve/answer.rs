@@ -19,7 +19,6 @@
 
 use core::ops::ControlFlow;
 
-use tessera_core::wire::frame::decode_body;
 use tessera_core::wire::{Combined, Envelope, ErrorCode, ProgramRequest, Request, ToDevice};
 
 use super::bulk::answered_bulk;
@@ -164,7 +163,7 @@ fn in_order<M: Messages, const FRAME: usize, const WINDOW: usize>(
 /// one large function), which that build has no room for.
 #[inline(never)]
 fn decode_message(bytes: &[u8]) -> Result<ToDevice<'_>, tessera_core::wire::FrameError> {
-    decode_body(bytes)
+    ToDevice::decode(bytes)
 }
 
 /// True when `seq` comes after `step` in the host's numbering (within half the number

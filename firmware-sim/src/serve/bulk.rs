@@ -13,7 +13,7 @@
 //!   [`ErrorCode::BulkUnavailable`].
 
 use tessera_core::wire::{
-    encode_body, DataRequest, Envelope, ErrorCode, Request, RequestKind, Response, Target,
+    DataRequest, Envelope, ErrorCode, Request, RequestKind, Response, Target,
 };
 
 use super::reply::reply;
@@ -105,8 +105,9 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
                 let bytes = &*bytes;
                 let slot = &mut cache.slot(seq)[..limit];
                 let body = Response::Bulk { len };
-                let n =
-                    encode_body(&reply(seq, body), slot).map_err(|_| ServeError::ReplyTooLarge)?;
+                let n = reply(seq, body)
+                    .encode(slot)
+                    .map_err(|_| ServeError::ReplyTooLarge)?;
                 cache.keep(seq, n);
                 let reply = cache.cached(seq).unwrap_or(&[]);
                 if link.send_bulk(reply, bytes).map_err(ServeError::Link)? {
@@ -123,7 +124,9 @@ fn answer_bulk<M: Messages, const FRAME: usize, const WINDOW: usize>(
         }
     };
     let slot = &mut cache.slot(seq)[..limit];
-    let n = encode_body(&reply(seq, response), slot).map_err(|_| ServeError::ReplyTooLarge)?;
+    let n = reply(seq, response)
+        .encode(slot)
+        .map_err(|_| ServeError::ReplyTooLarge)?;
     cache.keep(seq, n);
     link.send(cache.cached(seq).unwrap_or(&[]))
         .map_err(ServeError::Link)

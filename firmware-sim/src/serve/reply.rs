@@ -8,9 +8,7 @@
 //! - Only a request that ran fills the cache; a frame that does not decode as a request is
 //!   answered `Malformed` from a buffer of its own.
 
-use tessera_core::wire::{
-    encode_body, Envelope, ErrorCode, FromDevice, Request, RequestKind, Response,
-};
+use tessera_core::wire::{Envelope, ErrorCode, FromDevice, Request, RequestKind, Response};
 
 use super::{ServeError, Server};
 use crate::device::Device;
@@ -26,7 +24,9 @@ pub(super) fn finish<M: Messages, const FRAME: usize, const WINDOW: usize>(
 ) -> Result<(), ServeError<M::Error>> {
     let limit = Server::<FRAME, WINDOW>::body_limit();
     let slot = &mut cache.slot(seq)[..limit];
-    let n = encode_body(&self::reply(seq, reply), slot).map_err(|_| ServeError::ReplyTooLarge)?;
+    let n = self::reply(seq, reply)
+        .encode(slot)
+        .map_err(|_| ServeError::ReplyTooLarge)?;
     cache.keep(seq, n);
     link.send(cache.cached(seq).unwrap_or(&[]))
         .map_err(ServeError::Link)
@@ -42,14 +42,16 @@ pub(super) fn run_request<E, const FRAME: usize, const WINDOW: usize>(
     let limit = Server::<FRAME, WINDOW>::body_limit();
     let slot = &mut cache.slot(seq)[..limit];
     let response = device.handle(envelope.body);
-    let n = match encode_body(&reply(seq, response), slot) {
+    let n = match reply(seq, response).encode(slot) {
         Ok(n) => n,
         Err(_) => {
             let error = Response::Error {
                 request: kind,
                 code: ErrorCode::ReplyTooLarge,
             };
-            encode_body(&reply(seq, error), slot).map_err(|_| ServeError::ReplyTooLarge)?
+            reply(seq, error)
+                .encode(slot)
+                .map_err(|_| ServeError::ReplyTooLarge)?
         }
     };
     cache.keep(seq, n);
@@ -72,6 +74,8 @@ pub(super) fn send_malformed<M: Messages>(link: &mut M) -> Result<(), ServeError
         },
     );
     let mut body = [0u8; 16];
-    let n = encode_body(&malformed, &mut body).map_err(|_| ServeError::ReplyTooLarge)?;
+    let n = malformed
+        .encode(&mut body)
+        .map_err(|_| ServeError::ReplyTooLarge)?;
     link.send(&body[..n]).map_err(ServeError::Link)
 }

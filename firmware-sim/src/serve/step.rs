@@ -13,7 +13,7 @@
 //! - A contribution that does not fit a frame ends the step
 //!   ([`ErrorCode::ReplyTooLarge`]: prepare checked that none would).
 
-use tessera_core::wire::{encode_body, Contribution, ErrorCode, FromDevice};
+use tessera_core::wire::{Contribution, ErrorCode, FromDevice};
 
 use super::reply::finish;
 use super::{ServeError, Server};
@@ -110,7 +110,7 @@ pub(super) fn step_progress<M: Messages, const FRAME: usize, const WINDOW: usize
                 data,
             });
             let limit = Server::<FRAME, WINDOW>::body_limit();
-            encode_body(&ask, &mut contribution[..limit]).ok()
+            ask.encode(&mut contribution[..limit]).ok()
         }
         Progress::Finished(reply) => return finish(cache, seq, reply, link).map(|()| None),
     };

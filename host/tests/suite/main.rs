@@ -20,6 +20,7 @@ mod bounds;
 mod busy_device;
 mod checkpoint;
 mod cli_arguments;
+mod custom_kernel;
 mod dead_device;
 mod delayed_link;
 mod device_session;

@@ -223,7 +223,7 @@ fn heapless_vec<T: Clone, const N: usize>(items: Vec<T>) -> heapless::Vec<T, N> 
 }
 
 /// Every field arbitrary.
-fn any_program() -> impl Strategy<Value = Program> {
+pub(crate) fn any_program() -> impl Strategy<Value = Program> {
     (
         prop::collection::vec(any_variable(), 0..=MAX_VARIABLES),
         prop::collection::vec(any_stream(), 0..=MAX_STREAMS),
@@ -265,6 +265,7 @@ fn any_program() -> impl Strategy<Value = Program> {
 }
 
 mod valid;
+pub(crate) use valid::near_valid_program;
 use valid::*;
 mod rules;
 use rules::*;

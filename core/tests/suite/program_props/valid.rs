@@ -379,7 +379,7 @@ pub(super) fn valid_program() -> impl Strategy<Value = Valid> {
 /// arbitrary one, or a smaller edit that keeps the rest valid (one dimension, one data type,
 /// one dropout rate, a stream's sample emptied, the loss reading the input, the loss
 /// swapped for the other kind over a matching stream).
-pub(super) fn near_valid_program() -> impl Strategy<Value = (Program, usize)> {
+pub(crate) fn near_valid_program() -> impl Strategy<Value = (Program, usize)> {
     (
         valid_program(),
         any_program(),

@@ -181,16 +181,12 @@ fn limits_program_and_array_have_their_golden_bytes() {
             "05 02 02 03 0c 01 00 02 00 03 00 04 00 05 00 ff ff"
         )]
     );
-    check_golden!(
-        Program,
-        [(
-            "Program",
-            program(),
-            "01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 01 01 00 01 00 01 \
-             07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01"
-        )]
-    );
+    check_golden!(Program, [("Program", program(), GOLDEN_PROGRAM)]);
 }
+
+/// The golden bytes of [`program()`].
+const GOLDEN_PROGRAM: &str = "01 01 77 02 02 03 02 00 01 02 01 01 02 01 78 02 01 02 00 01 74 06 \
+    01 01 00 01 00 01 07 03 00 00 03 00 00 00 3f 04 01 00 07 08 03 01 00 00 00 3f 00 00 80 3e 01";
 
 /// An `Option` is a tag byte (0: `None`; 1: `Some`, then the value). The `Described` case
 /// above carries `Some`; this pins `None`, and an empty shape, as a device sends them for a
@@ -308,5 +304,52 @@ fn both_directions_have_their_golden_bytes() {
         "FromDevice",
         vec![0, 1],
         probed_variants(|b| decode_body::<FromDevice<'_>>(b).is_ok()),
+    );
+}
+
+/// The device's own decoders (by hand, without serde: `ToDevice::decode`,
+/// `Program::decode`) read every golden request, both golden messages to a device and the
+/// golden program as the values they pin. Catches a hand decoder that drifted from the
+/// bytes the host writes.
+#[test]
+fn the_devices_decoders_read_the_golden_bytes() {
+    for (name, envelope, golden) in requests() {
+        // A request travels to a device as `ToDevice::Request`, at position 0.
+        let body = [vec![0], bytes(golden)].concat();
+        let message = ToDevice::Request(envelope);
+        assert_eq!(ToDevice::decode(&body), Ok(message), "{name}");
+    }
+    let combined = bytes("01 05 02 04 00 00 80 3f");
+    let expected = ToDevice::Combined(Combined {
+        step: 5,
+        round: 2,
+        data: ONE_F32,
+    });
+    assert_eq!(ToDevice::decode(&combined), Ok(expected));
+    assert_eq!(Program::decode(&bytes(GOLDEN_PROGRAM)), Ok(program()));
+}
+
+/// The device's own encoder (by hand, without serde: `FromDevice::encode`) writes every
+/// golden response as a reply, and both golden messages from a device, as their golden
+/// bytes. Catches a hand encoder that drifted from the bytes the host reads.
+#[test]
+fn the_devices_encoder_writes_the_golden_bytes() {
+    let mut out = [0u8; 256];
+    for (name, envelope, golden) in responses() {
+        // A reply travels from a device as `FromDevice::Reply`, at position 0.
+        let expected = [vec![0], bytes(golden)].concat();
+        let n = FromDevice::Reply(envelope).encode(&mut out);
+        assert_eq!(n.map(|n| hex(&out[..n])), Ok(hex(&expected)), "{name}");
+    }
+    let contribution = FromDevice::Contribution(Contribution {
+        step: 5,
+        round: 2,
+        op: ReduceOp::Avg,
+        data: ONE_F32,
+    });
+    let n = contribution.encode(&mut out);
+    assert_eq!(
+        n.map(|n| hex(&out[..n])),
+        Ok("01 05 02 01 04 00 00 80 3f".into())
     );
 }

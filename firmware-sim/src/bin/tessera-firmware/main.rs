@@ -10,6 +10,11 @@
 #[path = "../board/mod.rs"]
 mod board;
 
+// The custom kernel example's kernel (feature `custom-kernel`): its own file, not a copy.
+#[cfg(feature = "custom-kernel")]
+#[path = "../../../examples/kernels/double.rs"]
+mod double;
+
 use board::entry;
 use static_cell::ConstStaticCell;
 use tessera_firmware_sim::{serve_messages, CycleCounter, Device, Framed, Framing, Server};
@@ -21,21 +26,37 @@ const WINDOW: usize = 8;
 /// Device memory: most of the board's 4 MiB of data RAM.
 const ARENA: usize = 3 << 20;
 
-// Const-initialised: they live in .bss from the start, never on the stack.
-static ARENA_MEMORY: ConstStaticCell<[u8; ARENA]> = ConstStaticCell::new([0; ARENA]);
-static REPLIES: ConstStaticCell<[[u8; FRAME]; WINDOW]> = ConstStaticCell::new([[0; FRAME]; WINDOW]);
-static FRAMING: ConstStaticCell<Framing<FRAME>> = ConstStaticCell::new(Framing::new());
+/// The firmware's buffers: the device's memory, the replies kept for retries, the link's
+/// frames. Const-initialised, they live in .bss from the start, never on the stack; in one
+/// cell, so that taking them is one piece of code (each cell's `take` is some 56 bytes).
+struct Buffers {
+    memory: [u8; ARENA],
+    replies: [[u8; FRAME]; WINDOW],
+    framing: Framing<FRAME>,
+}
+static BUFFERS: ConstStaticCell<Buffers> = ConstStaticCell::new(Buffers {
+    memory: [0; ARENA],
+    replies: [[0; FRAME]; WINDOW],
+    framing: Framing::new(),
+});
 static CYCLES: CycleCounter = CycleCounter::new();
 /// The host file bulk bytes pass through, relative to QEMU's working folder.
 const BULK_FILE: &str = "bulk.bin\0";
 
 #[entry]
 fn main() -> ! {
-    let memory = ARENA_MEMORY.take();
+    let Buffers {
+        memory,
+        replies,
+        framing,
+    } = BUFFERS.take();
     // The server itself (four frames) lives on main's stack; its replies in .bss.
-    let server = &mut Server::new(REPLIES.take());
+    let server = &mut Server::new(replies);
     // The host assigns the replica id in its hello.
-    let mut device = Device::new(0, memory, server.link(), &CYCLES);
+    let device = Device::new(0, memory, server.link(), &CYCLES);
+    #[cfg(feature = "custom-kernel")]
+    let device = device.with_functions(double::KERNELS);
+    let mut device = device;
     let mut uart = board::Uart::take();
     let file = board::host_file::HostFile::open(BULK_FILE);
     defmt::info!(
@@ -47,7 +68,7 @@ fn main() -> ! {
     let mut link = board::bulk_link::UartWithFile {
         framed: Framed {
             link: &mut uart,
-            framing: FRAMING.take(),
+            framing,
         },
         file,
     };

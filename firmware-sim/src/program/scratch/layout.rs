@@ -203,7 +203,7 @@ impl Carving {
                 Layer::Linear { weight } => {
                     width = *program.variables.get(usize::from(weight))?.shape.first()? as usize;
                 }
-                Layer::Dropout { .. } => masks[k] = Some(self.take(batch(width)?)?),
+                Layer::Dropout { .. } => *masks.get_mut(k)? = Some(self.take(batch(width)?)?),
                 Layer::SoftmaxCrossEntropy { labels: s }
                 | Layer::MeanSquaredError { targets: s } => {
                     let items = chunk.checked_mul(lanes)?;
@@ -228,7 +228,7 @@ impl Carving {
         for (j, a) in program.anchors.iter().enumerate() {
             let width = program.anchor_width(a.tensor)?;
             let at = self.take(width.checked_mul(lanes)?)?.at;
-            sums[j] = Laned {
+            *sums.get_mut(j)? = Laned {
                 region: Region { at, len: width },
                 stride: width,
             };

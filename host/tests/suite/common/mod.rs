@@ -50,6 +50,26 @@ pub fn firmware() -> PathBuf {
     path
 }
 
+/// The firmware ELF built with the custom kernel example's kernel (feature `custom-kernel`):
+/// `$TESSERA_CUSTOM_FIRMWARE`, or where tests/ci.sh puts it in this workspace. A QEMU test
+/// that cannot find it fails, never skips.
+pub fn custom_firmware() -> PathBuf {
+    let path = std::env::var_os("TESSERA_CUSTOM_FIRMWARE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/thumbv7em-none-eabihf/firmware/tessera-firmware-custom-kernel")
+        });
+    assert!(
+        path.exists(),
+        "the QEMU test cannot run: no firmware with the custom kernel at {}; build it with \
+         `cargo build -p tessera-firmware-sim --target thumbv7em-none-eabihf --features \
+         custom-kernel --profile firmware` and copy it there (tests/ci.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// Held by every QEMU test (each runs four emulated boards flat out), so that no two run
 /// together. Every suite shares this one process now; as separate binaries, QEMU tests of
 /// different suites never ran side by side, and a QEMU job beside another on two busy cores
