@@ -170,6 +170,9 @@ impl<'a> Decode<'a> for ProgramRequest<'a> {
 }
 
 impl<'a> Decode<'a> for KernelRequest<'a> {
+    // Out of line: inlined into the message's decoder, it took some 50 bytes more of a
+    // device's flash (LLVM's choices inside one large function).
+    #[inline(never)]
     fn decode(r: &mut Reader<'a>) -> Option<Self> {
         Some(match r.variant(7)? {
             0 => Self::SetRegister {
