@@ -101,6 +101,73 @@ pub fn write_float(dtype: DataType, value: f64, out: &mut [u8]) -> Result<(), Er
     }
 }
 
+/// The f64 bits of a negative number: the sign set, above −0 and up to −∞ (not a NaN).
+const NEGATIVE: core::ops::RangeInclusive<u64> = 0x8000_0000_0000_0001..=0xFFF0_0000_0000_0000;
+
+/// `v < 0.0`, from `v`'s bits. On a board without an FPU every f64 comparison is a library
+/// call; this one is integer compares (on RISC-V, `__ltdf2` was 142 bytes of flash).
+pub fn is_negative(v: f64) -> bool {
+    NEGATIVE.contains(&v.to_bits())
+}
+
+/// `v` as an `i64` if it is a whole number in `i64`'s range (−2⁶³ is, 2⁶³ is not), else
+/// `None` (fractions, NaN, infinities): what `v as i64` then `as f64` back to `v` tells,
+/// from `v`'s bits. The cast and the comparisons are library calls on a board without an
+/// FPU (on RISC-V `__fixdfdi`, `__gtdf2`, `__gedf2`, `__nedf2` and `__unorddf2`, some 650
+/// bytes of flash); this is integer shifts and masks.
+pub fn whole_i64(v: f64) -> Option<i64> {
+    const FRACTION: u64 = (1 << 52) - 1;
+    let bits = v.to_bits();
+    let negative = bits >> 63 != 0;
+    // The unbiased exponent: v's magnitude is in [2^exponent, 2^(exponent + 1)).
+    let exponent = i64::try_from((bits >> 52) & 0x7FF).ok()? - 1023;
+    let fraction = bits & FRACTION;
+    match exponent {
+        // ±0 is 0; anything else below 1 in magnitude (subnormals too) is a fraction. The
+        // test is on the halves: on all 64 bits LLVM sees `v == 0.0`, a library call again.
+        ..0 => ((bits >> 32) as u32 & 0x7FFF_FFFF | bits as u32 == 0).then_some(0),
+        0..=62 => {
+            let significand = fraction | (FRACTION + 1);
+            let magnitude = if exponent >= 52 {
+                significand << (exponent - 52)
+            } else {
+                let shift = 52 - exponent;
+                if significand & ((1 << shift) - 1) != 0 {
+                    return None;
+                }
+                significand >> shift
+            };
+            // Below 2^63: fits, and so does its negation.
+            let magnitude = i64::try_from(magnitude).ok()?;
+            Some(if negative { -magnitude } else { magnitude })
+        }
+        63 => (negative && fraction == 0).then_some(i64::MIN),
+        // 2^64 and up, infinities and NaNs.
+        _ => None,
+    }
+}
+
+/// `v as f64` (the nearest f64, ties to even) from integer operations: the conversion is a
+/// library call on a board without an FPU (on RISC-V `__floatdidf`, 332 bytes of flash).
+pub fn i64_to_f64(v: i64) -> f64 {
+    let magnitude = v.unsigned_abs();
+    if magnitude == 0 {
+        return 0.0;
+    }
+    let zeros = magnitude.leading_zeros();
+    // The leading 1 at bit 63: bits 62..11 are the fraction, bits 10..0 are rounded off.
+    let normal = magnitude << zeros;
+    let exponent = u64::from(63 - zeros) + 1023;
+    let mut bits = (exponent << 52) + ((normal >> 11) & ((1 << 52) - 1));
+    let dropped = normal & 0x7FF;
+    // Round to nearest, ties to even; a carry out of the fraction steps the exponent, as it
+    // should.
+    if dropped > 0x400 || (dropped == 0x400 && bits & 1 != 0) {
+        bits += 1;
+    }
+    f64::from_bits(bits | (u64::from(v < 0) << 63))
+}
+
 /// Writes `src`'s elements through `int_op` (integer dtypes; `None` is an overflow) or
 /// `float_op` (float dtypes) into `out`, which is as long as `src`.
 #[inline(never)]
@@ -171,6 +238,70 @@ pub fn le_f32(bytes: &[u8]) -> Result<f32, ErrorCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the integer-only helpers stand for, by the casts and comparisons they replace.
+    fn whole_by_casts(v: f64) -> Option<i64> {
+        let whole = v as i64;
+        (whole != i64::MAX && whole as f64 == v).then_some(whole)
+    }
+
+    /// Edge cases and a sweep of bit patterns (every exponent, random fractions and
+    /// integers of every width): the helpers agree with the casts and `< 0.0` bit for bit.
+    #[test]
+    fn integer_float_helpers_match_the_casts() {
+        let floats = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -0.5,
+            1.5,
+            f64::MIN_POSITIVE,
+            -f64::MIN_POSITIVE,
+            5e-324,
+            -5e-324,
+            f64::MAX,
+            f64::MIN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+            9_223_372_036_854_775_808.0,
+            -9_223_372_036_854_775_808.0,
+            9_223_372_036_854_774_784.0,
+            -9_223_372_036_854_774_784.0,
+            4_503_599_627_370_496.5,
+            4_503_599_627_370_497.0,
+            18_446_744_073_709_551_616.0,
+        ];
+        let ints = [0, 1, -1, i64::MAX, i64::MIN, i64::MIN + 1, (1 << 53) + 1];
+        let float = |v: f64| {
+            assert_eq!(
+                whole_i64(v),
+                whole_by_casts(v),
+                "{v:e} ({:#x})",
+                v.to_bits()
+            );
+            assert_eq!(is_negative(v), v < 0.0, "{v:e} ({:#x})", v.to_bits());
+        };
+        let int = |v: i64| assert_eq!(i64_to_f64(v).to_bits(), (v as f64).to_bits(), "{v}");
+        floats.into_iter().for_each(float);
+        ints.into_iter().for_each(int);
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..200_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            float(f64::from_bits(state));
+            // Every exponent, with random fractions: integers, fractions, the range's ends.
+            float(f64::from_bits(
+                (state & !(0x7FF << 52)) | ((i % 2048) << 52),
+            ));
+            int((state >> (i % 64)) as i64);
+            int(-((state >> (i % 64)) as i64));
+        }
+    }
 
     /// Sign extension: a reader that zero-extended would turn -1i8 into 255.
     #[test]

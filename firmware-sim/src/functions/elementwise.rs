@@ -40,7 +40,7 @@ pub(super) fn relu(args: &Args<'_>) -> Result<Output, ErrorCode> {
             a.data,
             out,
             |v| Some(v.max(0)),
-            |v| if v < 0.0 { 0.0 } else { v },
+            |v| if element::is_negative(v) { 0.0 } else { v },
         )
     })
 }
@@ -120,19 +120,13 @@ pub(super) fn fill(args: &Args<'_>) -> Result<Output, ErrorCode> {
 /// `value` as one element of `dtype`.
 fn encode(dtype: DataType, value: &Value<'_>, out: &mut [u8]) -> Result<(), ErrorCode> {
     match *value {
-        Value::Int(v) if is_float(dtype) => write_float(dtype, v as f64, out),
+        // `i64_to_f64` and `whole_i64` are `as` casts done with integer operations: the
+        // casts and f64 comparisons are library calls on a board without an FPU.
+        Value::Int(v) if is_float(dtype) => write_float(dtype, element::i64_to_f64(v), out),
         Value::Int(v) => write_int(dtype, v.into(), out),
         Value::Float(v) if is_float(dtype) => write_float(dtype, v, out),
-        Value::Float(v) => {
-            // A whole number in i64's range survives the round trip; NaN, infinities and
-            // fractions do not, and the cast saturates to i64::MAX only from 2^63 and up
-            // (the largest f64 below 2^63 is 2^63 − 1024).
-            let whole = v as i64;
-            if whole == i64::MAX || whole as f64 != v {
-                return Err(BAD);
-            }
-            write_int(dtype, whole.into(), out)
-        }
+        // Only a whole number in i64's range: NaN, infinities and fractions are refused.
+        Value::Float(v) => write_int(dtype, element::whole_i64(v).ok_or(BAD)?.into(), out),
         _ => Err(BAD),
     }
 }
