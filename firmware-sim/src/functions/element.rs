@@ -168,6 +168,113 @@ pub fn i64_to_f64(v: i64) -> f64 {
     f64::from_bits(bits | (u64::from(v < 0) << 63))
 }
 
+/// `a + b` in f64 (round to nearest, ties to even), the same bits as compiler-builtins'
+/// `__adddf3` gives, NaNs included (a NaN operand comes back quiet, without its sign; ∞ − ∞
+/// is the positive quiet NaN). On a board without an FPU `a + b` calls that routine, which
+/// takes 1,628 bytes of RISC-V flash; this one, built for size, far fewer. Its algorithm is
+/// that routine's: operands aligned with three guard bits and a sticky bit, one rounding.
+#[inline(never)]
+pub fn add_f64(a: f64, b: f64) -> f64 {
+    const SIGN: u64 = 1 << 63;
+    const INF: u64 = 0x7FF << 52;
+    const QUIET: u64 = 1 << 51;
+    const FRACTION: u64 = (1 << 52) - 1;
+    // The leading 1 of a significand shifted left by the three guard bits.
+    const LEADING: u64 = 1 << 55;
+    let (mut a, mut b) = (a.to_bits(), b.to_bits());
+    let (a_abs, b_abs) = (a & !SIGN, b & !SIGN);
+    // Zeros, infinities and NaNs.
+    if a_abs.wrapping_sub(1) >= INF - 1 || b_abs.wrapping_sub(1) >= INF - 1 {
+        let bits = if a_abs > INF {
+            a_abs | QUIET
+        } else if b_abs > INF {
+            b_abs | QUIET
+        } else if a_abs == INF {
+            if a ^ b == SIGN {
+                INF | QUIET
+            } else {
+                a
+            }
+        } else if b_abs == INF {
+            b
+        } else if a_abs == 0 {
+            // −0 only for −0 + −0.
+            if b_abs == 0 {
+                a & b
+            } else {
+                b
+            }
+        } else {
+            a
+        };
+        return f64::from_bits(bits);
+    }
+    if b_abs > a_abs {
+        core::mem::swap(&mut a, &mut b);
+    }
+    let (a_exponent, a_significand) = unpack(a);
+    let (b_exponent, b_significand) = unpack(b);
+    let (mut exponent, mut significand) = (a_exponent, a_significand << 3);
+    // b's, aligned to a's exponent; bits shifted out leave a sticky 1.
+    let align = a_exponent - b_exponent;
+    let b_significand = b_significand << 3;
+    let b_significand = if align == 0 {
+        b_significand
+    } else if align < 64 {
+        b_significand >> align | u64::from(b_significand << (64 - align) != 0)
+    } else {
+        1
+    };
+    if (a ^ b) & SIGN != 0 {
+        significand -= b_significand;
+        if significand == 0 {
+            return 0.0;
+        }
+        if significand < LEADING {
+            let shift = significand.leading_zeros() as i32 - LEADING.leading_zeros() as i32;
+            significand <<= shift;
+            exponent -= shift;
+        }
+    } else {
+        significand += b_significand;
+        if significand & (LEADING << 1) != 0 {
+            significand = significand >> 1 | (significand & 1);
+            exponent += 1;
+        }
+    }
+    let sign = a & SIGN;
+    if exponent >= 0x7FF {
+        return f64::from_bits(INF | sign);
+    }
+    if exponent <= 0 {
+        // A subnormal result: shifted to exponent 1, stored with the exponent field 0.
+        let shift = 1 - exponent;
+        significand = significand >> shift | u64::from(significand << (64 - shift) != 0);
+        exponent = 0;
+    }
+    let dropped = significand & 7;
+    let mut bits = sign | u64::from(exponent.unsigned_abs()) << 52 | (significand >> 3 & FRACTION);
+    // Round to nearest, ties to even; a carry steps the exponent (up to ∞), as it should.
+    if dropped > 4 || (dropped == 4 && bits & 1 != 0) {
+        bits += 1;
+    }
+    f64::from_bits(bits)
+}
+
+/// A finite nonzero f64's exponent field and significand with its leading 1, a subnormal's
+/// normalised (its exponent then 0 or below).
+fn unpack(bits: u64) -> (i32, u64) {
+    const FRACTION: u64 = (1 << 52) - 1;
+    let exponent = (bits >> 52 & 0x7FF) as i32;
+    let fraction = bits & FRACTION;
+    if exponent == 0 {
+        let shift = fraction.leading_zeros() as i32 - 11;
+        (1 - shift, fraction << shift)
+    } else {
+        (exponent, fraction | (FRACTION + 1))
+    }
+}
+
 /// Writes `src`'s elements through `int_op` (integer dtypes; `None` is an overflow) or
 /// `float_op` (float dtypes) into `out`, which is as long as `src`.
 #[inline(never)]
@@ -243,6 +350,85 @@ mod tests {
     fn whole_by_casts(v: f64) -> Option<i64> {
         let whole = v as i64;
         (whole != i64::MAX && whole as f64 == v).then_some(whole)
+    }
+
+    /// `add_f64` against the FPU's `+` (every finite and infinite case is IEEE 754's one
+    /// answer) and against compiler-builtins' NaN rules: special values, subnormals, near
+    /// cancellations, and random pairs of every exponent distance.
+    #[test]
+    fn add_f64_matches_ieee() {
+        let same = |a: f64, b: f64| {
+            let got = add_f64(a, b).to_bits();
+            let want = if a.is_nan() {
+                a.to_bits() & !(1 << 63) | 1 << 51
+            } else if b.is_nan() {
+                b.to_bits() & !(1 << 63) | 1 << 51
+            } else if a.is_infinite() && b == -a {
+                0x7FF8_0000_0000_0000
+            } else {
+                (a + b).to_bits()
+            };
+            assert_eq!(
+                got,
+                want,
+                "{a:e} + {b:e} ({:#x} + {:#x})",
+                a.to_bits(),
+                b.to_bits()
+            );
+        };
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.1,
+            f64::MIN_POSITIVE,
+            -f64::MIN_POSITIVE,
+            5e-324,
+            -5e-324,
+            f64::from_bits(0x000F_FFFF_FFFF_FFFF),
+            f64::MAX,
+            f64::MIN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+            f64::from_bits(0x7FF0_0000_0000_0001),
+            f64::from_bits(0xFFF0_0000_0000_0001),
+            9_007_199_254_740_993.0,
+            1.000_000_000_000_000_2,
+        ];
+        for a in special {
+            for b in special {
+                same(a, b);
+            }
+        }
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for i in 0..500_000u64 {
+            let a = next();
+            let b = next();
+            same(f64::from_bits(a), f64::from_bits(b));
+            // Exponents close together (cancellation, carries, subnormal results).
+            let near = (a & !(0x7FF << 52)) | ((b >> 52 & 0x7FF) ^ (i % 8)) << 52;
+            same(f64::from_bits(near), f64::from_bits(b));
+            same(f64::from_bits(near), -f64::from_bits(b));
+            // Tiny numbers: subnormals and the smallest normals.
+            same(
+                f64::from_bits(a >> 11 ^ a & 1 << 63),
+                f64::from_bits(b >> 11),
+            );
+            // Exact halves: ties.
+            same(
+                f64::from_bits(a),
+                f64::from_bits(a) * 2f64.powi(-53 - (i % 3) as i32),
+            );
+        }
     }
 
     /// Edge cases and a sweep of bit patterns (every exponent, random fractions and

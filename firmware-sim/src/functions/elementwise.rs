@@ -15,14 +15,20 @@ pub(super) fn add_one(args: &Args<'_>) -> Result<Output, ErrorCode> {
     args.expect(1)?;
     match args.get(0)? {
         Value::Int(v) => v.checked_add(1).map(Output::Int).ok_or(BAD),
-        Value::Float(v) => Ok(Output::Float(v + 1.0)),
+        Value::Float(v) => Ok(Output::Float(element::add_f64(*v, 1.0))),
         _ => {
             let a = args.array(0)?;
             check_numeric(a.dtype)?;
             Output::array(a.dtype, &a.shape, |args, out| {
                 let a = args.array(0)?;
                 // f32 elements are added in f64 and rounded once: the same as f32 addition.
-                element::map(a.dtype, a.data, out, |v| v.checked_add(1), |v| v + 1.0)
+                element::map(
+                    a.dtype,
+                    a.data,
+                    out,
+                    |v| v.checked_add(1),
+                    |v| element::add_f64(v, 1.0),
+                )
             })
         }
     }
@@ -158,7 +164,7 @@ pub(super) fn sum(args: &Args<'_>) -> Result<Output, ErrorCode> {
     }
     let mut total = 0.0;
     for v in a.data.chunks_exact(a.dtype.size()) {
-        total += element::read_float(a.dtype, v)?;
+        total = element::add_f64(total, element::read_float(a.dtype, v)?);
     }
     Ok(Output::Float(total))
 }
