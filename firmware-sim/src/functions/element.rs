@@ -79,7 +79,7 @@ pub fn write_int(dtype: DataType, value: i128, out: &mut [u8]) -> Result<(), Err
 #[inline(never)]
 pub fn read_float(dtype: DataType, bytes: &[u8]) -> Result<f64, ErrorCode> {
     match dtype {
-        DataType::F32 => le_f32(bytes).map(f64::from),
+        DataType::F32 => le_f32(bytes).map(f32_to_f64),
         DataType::F64 => Ok(f64::from_le_bytes(bytes.try_into().map_err(|_| BAD)?)),
         _ => Err(BAD),
     }
@@ -90,7 +90,7 @@ pub fn read_float(dtype: DataType, bytes: &[u8]) -> Result<f64, ErrorCode> {
 pub fn write_float(dtype: DataType, value: f64, out: &mut [u8]) -> Result<(), ErrorCode> {
     match dtype {
         DataType::F32 => {
-            let narrow = value as f32;
+            let narrow = f64_to_f32(value);
             if narrow.is_infinite() && value.is_finite() {
                 return Err(BAD);
             }
@@ -262,7 +262,9 @@ pub fn add_f64(a: f64, b: f64) -> f64 {
 }
 
 /// A finite nonzero f64's exponent field and significand with its leading 1, a subnormal's
-/// normalised (its exponent then 0 or below).
+/// normalised (its exponent then 0 or below). Out of line: inlined twice into `add_f64`, it
+/// cost RISC-V flash.
+#[inline(never)]
 fn unpack(bits: u64) -> (i32, u64) {
     const FRACTION: u64 = (1 << 52) - 1;
     let exponent = (bits >> 52 & 0x7FF) as i32;
@@ -273,6 +275,66 @@ fn unpack(bits: u64) -> (i32, u64) {
     } else {
         (exponent, fraction | (FRACTION + 1))
     }
+}
+
+/// `f64::from(v)` (exact; a NaN comes back quiet, its sign and payload kept) from `v`'s
+/// bits: the conversion is a library call on a board without an FPU (on RISC-V
+/// `__extendsfdf2`, 262 bytes of flash).
+pub fn f32_to_f64(v: f32) -> f64 {
+    let bits = v.to_bits();
+    let sign = u64::from(bits >> 31) << 63;
+    let exponent = bits >> 23 & 0xFF;
+    let fraction = bits & 0x7F_FFFF;
+    let abs = match exponent {
+        0 if fraction == 0 => 0,
+        // A subnormal: fraction · 2^−149, normalised to its leading 1 at bit 23.
+        0 => {
+            let shift = fraction.leading_zeros() - 8;
+            u64::from(897 - shift) << 52 | u64::from(fraction << shift & 0x7F_FFFF) << 29
+        }
+        // ∞, or a NaN made quiet.
+        0xFF => 0x7FF0_0000_0000_0000 | u64::from(fraction) << 29 | u64::from(fraction != 0) << 51,
+        _ => u64::from(exponent + (1023 - 127)) << 52 | u64::from(fraction) << 29,
+    };
+    f64::from_bits(sign | abs)
+}
+
+/// `v as f32` (round to nearest, ties to even; a NaN comes back quiet, its sign and the top
+/// of its payload kept) from `v`'s bits: the conversion is a library call on a board without
+/// an FPU (on RISC-V `__truncdfsf2`, 354 bytes of flash).
+pub fn f64_to_f32(v: f64) -> f32 {
+    const FRACTION: u64 = (1 << 52) - 1;
+    let bits = v.to_bits();
+    let sign = u32::from(bits >> 63 != 0) << 31;
+    let abs = bits & !(1 << 63);
+    // f32's biased exponent: f64's less 1023 − 127 (negative below f32's normal range).
+    let exponent = i64::try_from(abs >> 52).unwrap_or(0) - (1023 - 127);
+    let out = if abs > 0x7FF0_0000_0000_0000 {
+        0x7FC0_0000 | (abs >> 29 & 0x3F_FFFF) as u32
+    } else if exponent >= 0xFF {
+        0x7F80_0000
+    } else {
+        let significand = (abs & FRACTION) | (FRACTION + 1);
+        // Bits dropped: 29 for a normal result; more for a subnormal one, whose exponent
+        // field is 0; everything (rounding to 0) below half the smallest subnormal. The
+        // significand's leading 1, kept, adds 1 to the exponent field: `base` is one less.
+        let (base, shift) = if exponent >= 1 {
+            (exponent - 1, 29)
+        } else {
+            (0, 30 - exponent)
+        };
+        if shift > 54 {
+            0
+        } else {
+            let kept = (u64::try_from(base).unwrap_or(0) << 23) + (significand >> shift);
+            let dropped = significand & ((1 << shift) - 1);
+            let half = 1 << (shift - 1);
+            // Round to nearest, ties to even; a carry steps the exponent, up to ∞.
+            let up = dropped > half || (dropped == half && kept & 1 != 0);
+            (kept + u64::from(up)) as u32
+        }
+    };
+    f32::from_bits(sign | out)
 }
 
 /// Writes `src`'s elements through `int_op` (integer dtypes; `None` is an overflow) or
@@ -428,6 +490,72 @@ mod tests {
                 f64::from_bits(a),
                 f64::from_bits(a) * 2f64.powi(-53 - (i % 3) as i32),
             );
+        }
+    }
+
+    /// The f32/f64 conversions against the FPU's casts (x86's NaN rules are
+    /// compiler-builtins': quiet, sign kept, payload shifted): special values, subnormals,
+    /// ties, overflow to ∞, and random patterns of every exponent.
+    #[test]
+    fn f32_f64_conversions_match_the_casts() {
+        let narrow = |v: f64| {
+            let want = (v as f32).to_bits();
+            assert_eq!(f64_to_f32(v).to_bits(), want, "{v:e} ({:#x})", v.to_bits());
+        };
+        let wide = |v: f32| {
+            let want = f64::from(v).to_bits();
+            assert_eq!(f32_to_f64(v).to_bits(), want, "{v:e} ({:#x})", v.to_bits());
+        };
+        for v in [
+            0.0,
+            -0.0,
+            1.0,
+            f64::MAX,
+            f64::INFINITY,
+            -f64::INFINITY,
+            f64::NAN,
+            -f64::NAN,
+            f64::from_bits(0x7FF0_0000_2000_0001),
+            f64::from(f32::MAX),
+            3.402_823_567_797_337e38,
+            3.402_823_567_797_338e38,
+            f64::from(f32::MIN_POSITIVE),
+            1e-45,
+            7e-46,
+            7.006_492_321_624_085e-46,
+            7.006_492_321_624_086e-46,
+            1.401_298_464_324_817e-45,
+            5e-324,
+        ] {
+            narrow(v);
+            narrow(-v);
+        }
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..500_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            narrow(f64::from_bits(state));
+            // f32's exponent range and around it (subnormal results, ∞).
+            let exponent = 1023 - 160 + (i % 320);
+            narrow(f64::from_bits(state & !(0x7FF << 52) | exponent << 52));
+            // Ties: 29 dropped bits exactly half.
+            narrow(f64::from_bits(
+                state & !(0x7FF << 52) & !((1 << 29) - 1) | exponent << 52 | 1 << 28,
+            ));
+            wide(f32::from_bits(state as u32));
+            wide(f32::from_bits((state >> 32) as u32 & 0x807F_FFFF));
+        }
+        for v in [
+            0.0,
+            f32::MIN_POSITIVE,
+            1e-45,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NAN,
+        ] {
+            wide(v);
+            wide(-v);
         }
     }
 

@@ -149,7 +149,7 @@ pub(super) fn scale(args: &Args<'_>) -> Result<Output, ErrorCode> {
     Ok(Output::InPlace {
         arg: 0,
         fill: |args, data| {
-            let factor = args.float(1)? as f32;
+            let factor = element::f64_to_f32(args.float(1)?);
             element::map_f32_in_place(data, |v| v * factor)
         },
     })
