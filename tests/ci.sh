@@ -50,7 +50,13 @@ fi
 # the QEMU placement below. The boards' code memory is larger than the budgets (memory.x,
 # memory-riscv.x), so no linker would refuse a firmware over them; these checks do.
 firmware_targets=(thumbv7em-none-eabihf thumbv7m-none-eabi riscv32imac-unknown-none-elf)
-riscv_budget=73728
+# RISC-V's budget: 59 KiB (60416 bytes), its measured .text (59,988 bytes) rounded up to
+# the next KiB. 56 KiB, the Arm boards' budget, is the target not yet met: soft-float f64
+# is now the firmware's own (add_f64 and the conversions in functions/element.rs) and the
+# RISC-V build's LLVM settings are tuned (.cargo/config.toml), but RV32's code for the
+# device's shared paths stays larger than Thumb-2's (the same sources: 59,988 bytes here
+# against 55,976 on the Cortex-M3 and 53,768 on the Cortex-M4F).
+riscv_budget=60416
 # check_text ELF LABEL BUDGET: the ELF's .text within BUDGET bytes, or fail naming it.
 check_text() {
     size -A "$1" | awk -v t="$2" -v budget="$3" '

@@ -151,7 +151,12 @@ impl<L: Read + ReadReady + Write, const FRAME: usize> Messages for Framed<'_, L,
                 f.at = 0;
                 f.len = n.min(INBOX);
             }
-            let (used, frame) = f.decoder.feed(&f.inbox[f.at..f.len]);
+            // `at < len <= INBOX` here; were it not, the bytes are dropped (no panic path).
+            let Some(pending) = f.inbox.get(f.at..f.len) else {
+                f.at = f.len;
+                continue;
+            };
+            let (used, frame) = f.decoder.feed(pending);
             f.at += used;
             match frame {
                 None => continue,
@@ -181,7 +186,7 @@ impl<L: Read + ReadReady + Write, const FRAME: usize> Messages for Framed<'_, L,
             }
             None => 0,
         };
-        self.link.write_all(&out[..n])?;
+        self.link.write_all(out.get(..n).unwrap_or_default())?;
         self.link.flush()
     }
 }

@@ -127,7 +127,9 @@ impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> 
     /// already (one that replaces its reply) gets its own slot back; any other gets the
     /// oldest.
     pub fn slot(&mut self, seq: u32) -> &mut [u8; FRAME] {
-        let at = self.position(seq).unwrap_or(self.head);
+        // Below WINDOW always; `%` lets the compiler see it, so that the indexing below has
+        // no panic path (WINDOW is at least 1 for any cache that can hold a reply).
+        let at = self.position(seq).unwrap_or(self.head) % WINDOW.max(1);
         self.open = at;
         self.seqs[at] = None;
         &mut self.replies[at]
@@ -136,7 +138,8 @@ impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> 
     /// Keeps the first `len` bytes of the slot [`ReplyCache::slot`] last handed out as
     /// `seq`'s reply; `seq` has run.
     pub fn keep(&mut self, seq: u32, len: usize) {
-        let at = self.open;
+        // Below WINDOW always (see `slot`).
+        let at = self.open % WINDOW.max(1);
         self.seqs[at] = Some(seq);
         self.lens[at] = len.min(FRAME);
         self.next = Some(after(seq));
@@ -148,7 +151,7 @@ impl<'b, const FRAME: usize, const WINDOW: usize> ReplyCache<'b, FRAME, WINDOW> 
     /// The kept reply to `seq`.
     pub fn cached(&self, seq: u32) -> Option<&[u8]> {
         let at = self.position(seq)?;
-        self.replies[at].get(..self.lens[at])
+        self.replies.get(at)?.get(..*self.lens.get(at)?)
     }
 
     /// The slot holding `seq`'s reply. A linear look: `WINDOW` is a handful, and a slot

@@ -42,7 +42,7 @@ impl Program {
             };
             flow.check_anchor(a.return_type)
                 .map_err(|e| error(ProgramRule::ReturnType(e)))?;
-            if self.anchors[..i].iter().any(|b| b.tensor == a.tensor) {
+            if self.anchors.iter().take(i).any(|b| b.tensor == a.tensor) {
                 return Err(error(ProgramRule::AnchoredTwice));
             }
         }

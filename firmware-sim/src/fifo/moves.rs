@@ -51,9 +51,20 @@ impl Fifos {
             .pair_mut(from, block)
             .ok_or(broken(Invariant::BlockPair))?;
         let data = source.get(range).ok_or(broken(Invariant::FifoRing))?;
-        let (first, second) = data.split_at(len.min(ring.len() - start));
-        ring[start..start + first.len()].copy_from_slice(first);
-        ring[..second.len()].copy_from_slice(second);
+        // `reserve` placed `len` bytes from `start`, wrapping once: the checks below cannot
+        // fail, and leave no panic path.
+        let room = ring
+            .len()
+            .checked_sub(start)
+            .ok_or(broken(Invariant::FifoRing))?;
+        let (first, second) = data.split_at(len.min(room));
+        let (head, tail) = ring.split_at_mut(start);
+        tail.get_mut(..first.len())
+            .ok_or(broken(Invariant::FifoRing))?
+            .copy_from_slice(first);
+        head.get_mut(..second.len())
+            .ok_or(broken(Invariant::FifoRing))?
+            .copy_from_slice(second);
         fifo.commit(len);
         Ok(())
     }

@@ -15,14 +15,20 @@ pub(super) fn add_one(args: &Args<'_>) -> Result<Output, ErrorCode> {
     args.expect(1)?;
     match args.get(0)? {
         Value::Int(v) => v.checked_add(1).map(Output::Int).ok_or(BAD),
-        Value::Float(v) => Ok(Output::Float(v + 1.0)),
+        Value::Float(v) => Ok(Output::Float(element::add_f64(*v, 1.0))),
         _ => {
             let a = args.array(0)?;
             check_numeric(a.dtype)?;
             Output::array(a.dtype, &a.shape, |args, out| {
                 let a = args.array(0)?;
                 // f32 elements are added in f64 and rounded once: the same as f32 addition.
-                element::map(a.dtype, a.data, out, |v| v.checked_add(1), |v| v + 1.0)
+                element::map(
+                    a.dtype,
+                    a.data,
+                    out,
+                    |v| v.checked_add(1),
+                    |v| element::add_f64(v, 1.0),
+                )
             })
         }
     }
@@ -40,7 +46,7 @@ pub(super) fn relu(args: &Args<'_>) -> Result<Output, ErrorCode> {
             a.data,
             out,
             |v| Some(v.max(0)),
-            |v| if v < 0.0 { 0.0 } else { v },
+            |v| if element::is_negative(v) { 0.0 } else { v },
         )
     })
 }
@@ -120,19 +126,13 @@ pub(super) fn fill(args: &Args<'_>) -> Result<Output, ErrorCode> {
 /// `value` as one element of `dtype`.
 fn encode(dtype: DataType, value: &Value<'_>, out: &mut [u8]) -> Result<(), ErrorCode> {
     match *value {
-        Value::Int(v) if is_float(dtype) => write_float(dtype, v as f64, out),
+        // `i64_to_f64` and `whole_i64` are `as` casts done with integer operations: the
+        // casts and f64 comparisons are library calls on a board without an FPU.
+        Value::Int(v) if is_float(dtype) => write_float(dtype, element::i64_to_f64(v), out),
         Value::Int(v) => write_int(dtype, v.into(), out),
         Value::Float(v) if is_float(dtype) => write_float(dtype, v, out),
-        Value::Float(v) => {
-            // A whole number in i64's range survives the round trip; NaN, infinities and
-            // fractions do not, and the cast saturates to i64::MAX only from 2^63 and up
-            // (the largest f64 below 2^63 is 2^63 − 1024).
-            let whole = v as i64;
-            if whole == i64::MAX || whole as f64 != v {
-                return Err(BAD);
-            }
-            write_int(dtype, whole.into(), out)
-        }
+        // Only a whole number in i64's range: NaN, infinities and fractions are refused.
+        Value::Float(v) => write_int(dtype, element::whole_i64(v).ok_or(BAD)?.into(), out),
         _ => Err(BAD),
     }
 }
@@ -149,7 +149,7 @@ pub(super) fn scale(args: &Args<'_>) -> Result<Output, ErrorCode> {
     Ok(Output::InPlace {
         arg: 0,
         fill: |args, data| {
-            let factor = args.float(1)? as f32;
+            let factor = element::f64_to_f32(args.float(1)?);
             element::map_f32_in_place(data, |v| v * factor)
         },
     })
@@ -164,7 +164,7 @@ pub(super) fn sum(args: &Args<'_>) -> Result<Output, ErrorCode> {
     }
     let mut total = 0.0;
     for v in a.data.chunks_exact(a.dtype.size()) {
-        total += element::read_float(a.dtype, v)?;
+        total = element::add_f64(total, element::read_float(a.dtype, v)?);
     }
     Ok(Output::Float(total))
 }
