@@ -4,6 +4,7 @@ use tessera_core::dtype::DataType;
 use tessera_core::wire::{ErrorCode, Value};
 
 use super::element::{self, check_numeric, is_float, write_float, write_int};
+use super::float_bits;
 use super::{Args, Output};
 use crate::registers::copy_exact;
 
@@ -15,7 +16,7 @@ pub(super) fn add_one(args: &Args<'_>) -> Result<Output, ErrorCode> {
     args.expect(1)?;
     match args.get(0)? {
         Value::Int(v) => v.checked_add(1).map(Output::Int).ok_or(BAD),
-        Value::Float(v) => Ok(Output::Float(element::add_f64(*v, 1.0))),
+        Value::Float(v) => Ok(Output::Float(float_bits::add_f64(*v, 1.0))),
         _ => {
             let a = args.array(0)?;
             check_numeric(a.dtype)?;
@@ -27,7 +28,7 @@ pub(super) fn add_one(args: &Args<'_>) -> Result<Output, ErrorCode> {
                     a.data,
                     out,
                     |v| v.checked_add(1),
-                    |v| element::add_f64(v, 1.0),
+                    |v| float_bits::add_f64(v, 1.0),
                 )
             })
         }
@@ -46,7 +47,7 @@ pub(super) fn relu(args: &Args<'_>) -> Result<Output, ErrorCode> {
             a.data,
             out,
             |v| Some(v.max(0)),
-            |v| if element::is_negative(v) { 0.0 } else { v },
+            |v| if float_bits::is_negative(v) { 0.0 } else { v },
         )
     })
 }
@@ -128,11 +129,11 @@ fn encode(dtype: DataType, value: &Value<'_>, out: &mut [u8]) -> Result<(), Erro
     match *value {
         // `i64_to_f64` and `whole_i64` are `as` casts done with integer operations: the
         // casts and f64 comparisons are library calls on a board without an FPU.
-        Value::Int(v) if is_float(dtype) => write_float(dtype, element::i64_to_f64(v), out),
+        Value::Int(v) if is_float(dtype) => write_float(dtype, float_bits::i64_to_f64(v), out),
         Value::Int(v) => write_int(dtype, v.into(), out),
         Value::Float(v) if is_float(dtype) => write_float(dtype, v, out),
         // Only a whole number in i64's range: NaN, infinities and fractions are refused.
-        Value::Float(v) => write_int(dtype, element::whole_i64(v).ok_or(BAD)?.into(), out),
+        Value::Float(v) => write_int(dtype, float_bits::whole_i64(v).ok_or(BAD)?.into(), out),
         _ => Err(BAD),
     }
 }
@@ -149,7 +150,7 @@ pub(super) fn scale(args: &Args<'_>) -> Result<Output, ErrorCode> {
     Ok(Output::InPlace {
         arg: 0,
         fill: |args, data| {
-            let factor = element::f64_to_f32(args.float(1)?);
+            let factor = float_bits::f64_to_f32(args.float(1)?);
             element::map_f32_in_place(data, |v| v * factor)
         },
     })
@@ -164,7 +165,7 @@ pub(super) fn sum(args: &Args<'_>) -> Result<Output, ErrorCode> {
     }
     let mut total = 0.0;
     for v in a.data.chunks_exact(a.dtype.size()) {
-        total = element::add_f64(total, element::read_float(a.dtype, v)?);
+        total = float_bits::add_f64(total, element::read_float(a.dtype, v)?);
     }
     Ok(Output::Float(total))
 }

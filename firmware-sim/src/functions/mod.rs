@@ -121,6 +121,7 @@ mod args;
 pub(crate) mod call;
 pub mod element;
 mod elementwise;
+pub mod float_bits;
 mod linalg;
 mod scalar;
 

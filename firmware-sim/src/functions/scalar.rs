@@ -25,7 +25,7 @@ pub(super) fn add(args: &Args<'_>) -> Result<Output, ErrorCode> {
     match (args.get(0)?, args.get(1)?) {
         (Value::Int(x), Value::Int(y)) => x.checked_add(*y).map(Output::Int).ok_or(BAD),
         // f64 addition in flash-lean software: see `add_f64`.
-        (Value::Float(x), Value::Float(y)) => Ok(Output::Float(super::element::add_f64(*x, *y))),
+        (Value::Float(x), Value::Float(y)) => Ok(Output::Float(super::float_bits::add_f64(*x, *y))),
         _ => Err(BAD),
     }
 }
