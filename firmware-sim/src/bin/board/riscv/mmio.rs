@@ -99,6 +99,10 @@ pub mod uart0 {
     pub const IER: Register8 = Register8::at(BASE + 1);
     /// Line status (LSR): data ready, transmitter empty.
     pub const LSR: Register8 = Register8::at(BASE + 5);
+    /// LSR's bit 0: a received byte waits in DATA.
+    pub const LSR_DATA_READY: u8 = 1 << 0;
+    /// LSR's bit 5: the transmitter takes another byte.
+    pub const LSR_THR_EMPTY: u8 = 1 << 5;
 }
 
 /// The CLINT's machine timer for hart 0, at 0x0200_0000: `mtime` counts at 10 MHz on `virt`

@@ -9,12 +9,8 @@ use core::convert::Infallible;
 
 use embedded_io::{ErrorType, Read, ReadReady, Write};
 
-use super::mmio::uart0::{DATA, IER, LSR};
+use super::mmio::uart0::{DATA, IER, LSR, LSR_DATA_READY, LSR_THR_EMPTY};
 
-/// Line status: a received byte waits in DATA.
-pub(super) const LSR_DATA_READY: u8 = 1 << 0;
-/// Line status: the transmitter takes another byte.
-const LSR_THR_EMPTY: u8 = 1 << 5;
 /// Interrupt enable: received data available.
 const IER_RX: u8 = 1 << 0;
 

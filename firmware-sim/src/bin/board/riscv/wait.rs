@@ -17,8 +17,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use super::mmio::clint::{MTIMECMP_HI, MTIMECMP_LO, MTIME_HI, MTIME_LO};
 use super::mmio::plic::{CLAIM, ENABLE, THRESHOLD, UART0_PRIORITY, UART0_SOURCE};
-use super::mmio::uart0::LSR;
-use super::uart::LSR_DATA_READY;
+use super::mmio::uart0::{LSR, LSR_DATA_READY};
 
 /// The tick's rate: a sleep with a deadline looks at the clock at least this often (the Arm
 /// boards' SysTick rate). Bytes do not wait for it (see [`sleep`]).
