@@ -43,3 +43,23 @@ pub mod shard;
 pub mod stream;
 pub mod transfer;
 pub mod wire;
+
+/// `to.copy_from_slice(from)` without its panic path: `false`, nothing copied, when the
+/// lengths differ. Out of line, so that it is the only caller of `copy_from_slice` and the
+/// compiler inlines that here, where the lengths are known equal: called from many places,
+/// `copy_from_slice` stays out of line on some targets, and its length check with it, with
+/// the check's formatted panic (flash a device would rather keep).
+#[inline(never)]
+pub fn copy_exact<T: Copy>(to: &mut [T], from: &[T]) -> bool {
+    if to.len() != from.len() {
+        return false;
+    }
+    // `get_mut(..n)` is `n` long: the copy's own length check folds away.
+    match to.get_mut(..from.len()) {
+        Some(to) => {
+            to.copy_from_slice(from);
+            true
+        }
+        None => false,
+    }
+}

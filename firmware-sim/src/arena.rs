@@ -246,7 +246,7 @@ impl<'a> Arena<'a> {
             });
         }
         if let Some((source, destination)) = self.pair_mut(from, to) {
-            destination.copy_from_slice(source);
+            crate::copy_exact(destination, source);
         }
         Ok(())
     }

@@ -130,7 +130,7 @@ pub(crate) fn copy_exact(dst: &mut [u8], src: &[u8]) -> Result<(), ErrorCode> {
             size: saturate(dst.len()),
         });
     }
-    dst.copy_from_slice(src);
+    crate::copy_exact(dst, src);
     Ok(())
 }
 
