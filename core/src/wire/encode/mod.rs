@@ -42,6 +42,7 @@ impl<'o> Writer<'o> {
     }
 
     /// Writes an enum's variant: its position.
+    #[inline(never)]
     pub(crate) fn variant(&mut self, position: u32) -> Option<()> {
         self.put(&position)
     }
