@@ -50,12 +50,7 @@ fi
 # the QEMU placement below. The boards' code memory is larger than the budgets (memory.x,
 # memory-riscv.x), so no linker would refuse a firmware over them; these checks do.
 firmware_targets=(thumbv7em-none-eabihf thumbv7m-none-eabi riscv32imac-unknown-none-elf)
-# RISC-V's budget is 59 KiB (60416 bytes), its .text on 2026-12-07 rounded up to the next
-# KiB: the Arm boards' 56 KiB is its target, not yet met. The same sources compile to more
-# code for RV32 than for Thumb-2, even with the firmware's own soft-float f64
-# (functions/float_bits.rs) and the RISC-V build's LLVM settings (.cargo/config.toml); the
-# size reports below print each board's figure and largest functions.
-riscv_budget=60416
+# One .text budget for every board: 56 KiB (57344 bytes), below.
 # check_text ELF LABEL BUDGET: the ELF's .text within BUDGET bytes, or fail naming it.
 check_text() {
     size -A "$1" | awk -v t="$2" -v budget="$3" '
@@ -83,18 +78,14 @@ for target in "${firmware_targets[@]}"; do
 done
 
 step "firmware for the three QEMU boards (built for size: cargo profile firmware), within their budgets"
-# Each Arm board's .text must stay within 56 KiB (57344 bytes), so that 8 KiB of the 64 KiB
+# Each board's .text must stay within 56 KiB (57344 bytes), so that 8 KiB of the 64 KiB
 # flash budget are left for users' kernels (the firmware with the custom kernel example's,
-# built before); RISC-V's within its own budget, above. The size report before each check
-# lists the largest functions, so that growth shows in every run.
+# built before). The size report before each check lists the largest functions, so that
+# growth shows in every run.
 for target in "${firmware_targets[@]}"; do
     cargo build -p tessera-firmware-sim --target "$target" --features firmware --profile firmware --locked
     bash firmware-sim/size-report.sh "target/$target/firmware/tessera-firmware" 25
-    budget=57344
-    if [ "$target" = riscv32imac-unknown-none-elf ]; then
-        budget=$riscv_budget
-    fi
-    check_text "target/$target/firmware/tessera-firmware" "the $target firmware" "$budget"
+    check_text "target/$target/firmware/tessera-firmware" "the $target firmware" 57344
 done
 firmware=target/thumbv7em-none-eabihf/firmware/tessera-firmware
 riscv_firmware=target/riscv32imac-unknown-none-elf/firmware/tessera-firmware

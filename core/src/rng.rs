@@ -15,15 +15,18 @@ pub struct Rng {
 impl Rng {
     /// The generator a seed starts; the same seed always gives the same stream.
     pub fn from_seed(seed: u64) -> Self {
-        let mut sm = seed;
-        let mut next = || {
-            sm = sm.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = sm;
+        // SplitMix64's next word. Out of line: on a 32-bit device each 64-bit multiply is
+        // a run of instructions, and one copy serves both words and every caller.
+        #[inline(never)]
+        fn next(sm: &mut u64) -> u64 {
+            *sm = sm.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = *sm;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
-        };
-        let (a, b) = (next(), next());
+        }
+        let mut sm = seed;
+        let (a, b) = (next(&mut sm), next(&mut sm));
         // Truncating casts split each 64-bit word into its halves.
         Self::from_state([a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32])
     }

@@ -167,6 +167,7 @@ impl<'a> Arena<'a> {
     }
 
     /// Bytes not held by any block (possibly fragmented).
+    #[inline(never)]
     pub fn free(&self) -> usize {
         self.capacity()
             - self
@@ -213,6 +214,7 @@ impl<'a> Arena<'a> {
     }
 
     /// Frees `owner`'s block, if any.
+    #[inline(never)]
     pub fn free_block(&mut self, owner: Owner) {
         self.blocks.retain(|b| b.owner != owner);
     }
@@ -246,7 +248,7 @@ impl<'a> Arena<'a> {
             });
         }
         if let Some((source, destination)) = self.pair_mut(from, to) {
-            destination.copy_from_slice(source);
+            crate::copy_exact(destination, source);
         }
         Ok(())
     }

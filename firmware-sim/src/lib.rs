@@ -70,3 +70,5 @@ pub use serve::{
 pub(crate) const fn broken(site: tessera_core::wire::Invariant) -> tessera_core::wire::ErrorCode {
     tessera_core::wire::ErrorCode::Internal { site }
 }
+
+pub(crate) use tessera_core::copy_exact;

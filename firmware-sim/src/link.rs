@@ -162,13 +162,12 @@ impl<L: Read + ReadReady + Write, const FRAME: usize> Messages for Framed<'_, L,
                 None => continue,
                 Some(Err(_)) => return Ok(Incoming::Damaged),
                 Some(Ok(body)) => {
-                    return Ok(match into.get_mut(..body.len()) {
-                        Some(to) => {
-                            to.copy_from_slice(body);
-                            Incoming::Message(body.len())
-                        }
-                        None => Incoming::Damaged,
-                    })
+                    let to = into.get_mut(..body.len());
+                    return Ok(if to.is_some_and(|to| crate::copy_exact(to, body)) {
+                        Incoming::Message(body.len())
+                    } else {
+                        Incoming::Damaged
+                    });
                 }
             }
         }

@@ -74,9 +74,7 @@ impl Stored {
             Self::Int(v) => Value::Int(*v),
             Self::Float(v) => Value::Float(*v),
             Self::Shape(dims) => Value::Shape(dims.clone()),
-            Self::Str => {
-                Value::Str(core::str::from_utf8(data).map_err(|_| ErrorCode::BadArguments)?)
-            }
+            Self::Str => Value::Str(tessera_core::utf8(data).ok_or(ErrorCode::BadArguments)?),
             Self::Array { dtype, shape } => Value::Array(Array {
                 dtype: *dtype,
                 shape: shape.clone(),
@@ -130,7 +128,7 @@ pub(crate) fn copy_exact(dst: &mut [u8], src: &[u8]) -> Result<(), ErrorCode> {
             size: saturate(dst.len()),
         });
     }
-    dst.copy_from_slice(src);
+    crate::copy_exact(dst, src);
     Ok(())
 }
 

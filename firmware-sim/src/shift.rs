@@ -32,6 +32,7 @@ pub fn remove<T, const N: usize>(table: &mut Vec<T, N>, at: usize) -> Option<T> 
 
 /// Entries `i − 1` and `i` swapped, as two distinct places (`<[T]>::swap` allows the same
 /// place twice, and moves through a `memmove` for it).
+#[inline(never)]
 fn swap_back<T>(table: &mut [T], i: usize) {
     let (before, from) = table.split_at_mut(i.min(table.len()));
     if let (Some(a), Some(b)) = (before.last_mut(), from.first_mut()) {

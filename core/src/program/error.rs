@@ -145,6 +145,7 @@ pub enum ProgramRule {
 }
 
 impl ProgramError {
+    #[inline(never)]
     pub(super) fn variable(v: &Variable, rule: ProgramRule) -> Self {
         Self::Variable {
             name: v.name.clone(),

@@ -450,6 +450,7 @@ impl Program {
 }
 
 /// The element count of `dims` (1 for no dimension), `None` on overflow.
+#[inline(never)]
 pub fn elements(dims: &[u32]) -> Option<usize> {
     dims.iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d as usize))

@@ -133,16 +133,15 @@ impl<const N: usize> FrameDecoder<N> {
     pub fn feed(&mut self, bytes: &[u8]) -> (usize, Option<Result<&[u8], FrameError>>) {
         // The bytes up to the next delimiter are copied in one go, not one by one.
         let end = bytes.iter().position(|&b| b == 0);
-        let run = &bytes[..end.unwrap_or(bytes.len())];
+        let run = end.and_then(|end| bytes.get(..end)).unwrap_or(bytes);
         if !self.overflowed {
             // No room (or a length past usize, which is certainly no room): overflowed.
             let room = self.len.checked_add(run.len());
-            match room.and_then(|end| self.buf.get_mut(self.len..end)) {
-                Some(room) => {
-                    room.copy_from_slice(run);
-                    self.len += run.len();
-                }
-                None => self.overflowed = true,
+            let room = room.and_then(|end| self.buf.get_mut(self.len..end));
+            if room.is_some_and(|room| crate::copy_exact(room, run)) {
+                self.len += run.len();
+            } else {
+                self.overflowed = true;
             }
         }
         match end {
@@ -153,7 +152,7 @@ impl<const N: usize> FrameDecoder<N> {
 
     fn check(&mut self, len: usize) -> Result<&[u8], FrameError> {
         let frame = self.buf.get_mut(..len).ok_or(FrameError::Oversized)?;
-        let decoded = cobs::decode_in_place(frame).map_err(|_| FrameError::Cobs)?;
+        let decoded = decode_in_place(frame).ok_or(FrameError::Cobs)?;
         // The body, then its CRC-32's four bytes (split without an index that could
         // panic: four bounds checks and their panic paths cost flash on a device).
         let (body, crc) = (self.buf.get(..decoded))
@@ -197,10 +196,58 @@ pub enum FrameError {
     Malformed,
 }
 
+/// `cobs::decode_in_place` for a frame without its delimiter (so without zeros), by cobs's
+/// own state machine fed one byte at a time: `decode_in_place` indexes its buffer with a
+/// bounds-check panic path, whose formatting costs a device flash. The decoded bytes are
+/// written behind the ones read (each code byte yields at most one), so in place is safe;
+/// `None` where `decode_in_place` errs.
+fn decode_in_place(frame: &mut [u8]) -> Option<usize> {
+    use cobs::{DecodeResult, DecoderState};
+    let mut state = DecoderState::Idle;
+    let mut len = 0;
+    // The delimiter the frame came without ends it.
+    for at in 0..=frame.len() {
+        match state.feed(frame.get(at).copied().unwrap_or(0)).ok()? {
+            DecodeResult::NoData | DecodeResult::DataStart => {}
+            DecodeResult::DataContinue(byte) => {
+                *frame.get_mut(len)? = byte;
+                len += 1;
+            }
+            DecodeResult::DataComplete => return Some(len),
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wire::{DataRequest, Envelope, ProgramRequest, Request};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The state machine decodes in place as `cobs::decode_in_place` does: any bytes
+        /// without zeros (as frames reach the decoder), valid COBS or not, and encoded
+        /// bodies of every length across the 254-byte runs.
+        #[test]
+        fn decode_in_place_matches_cobs(
+            raw in proptest::collection::vec(1u8..=255, 0..600),
+            body in proptest::collection::vec(any::<u8>(), 0..600),
+        ) {
+            let mut encoded = std::vec![0u8; cobs::max_encoding_length(body.len())];
+            let n = cobs::encode(&body, &mut encoded);
+            encoded.truncate(n);
+            for bytes in [raw, encoded] {
+                let (mut ours, mut theirs) = (bytes.clone(), bytes);
+                let want = cobs::decode_in_place(&mut theirs).ok();
+                let got = decode_in_place(&mut ours);
+                prop_assert_eq!(got, want);
+                if let Some(n) = want {
+                    prop_assert_eq!(&ours[..n], &theirs[..n]);
+                }
+            }
+        }
+    }
     use std::vec::Vec;
 
     fn frame(message: &Envelope<Request<'_>>) -> Vec<u8> {

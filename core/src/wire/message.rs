@@ -52,6 +52,7 @@ pub struct Limits {
 
 impl Limits {
     /// The largest bulk chunk that fits one frame with its envelope.
+    #[inline(never)]
     pub fn max_chunk(&self) -> usize {
         // Worst case for COBS is one extra byte per 254; the envelope and payload header
         // take at most 32 bytes.

@@ -66,7 +66,9 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &DataRequest<'_>) 
             data,
         } => {
             let into = device.place(target, offset, saturate(data.len()), Access::Write)?;
-            into.copy_from_slice(data);
+            if !crate::copy_exact(into, data) {
+                return Err(broken(Invariant::FifoRing));
+            }
             device.settle(target, data.len(), Access::Write);
         }
         DataRequest::Read {

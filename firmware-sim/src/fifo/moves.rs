@@ -59,12 +59,12 @@ impl Fifos {
             .ok_or(broken(Invariant::FifoRing))?;
         let (first, second) = data.split_at(len.min(room));
         let (head, tail) = ring.split_at_mut(start);
-        tail.get_mut(..first.len())
-            .ok_or(broken(Invariant::FifoRing))?
-            .copy_from_slice(first);
-        head.get_mut(..second.len())
-            .ok_or(broken(Invariant::FifoRing))?
-            .copy_from_slice(second);
+        let copied = (tail.get_mut(..first.len()))
+            .is_some_and(|tail| crate::copy_exact(tail, first))
+            && (head.get_mut(..second.len())).is_some_and(|head| crate::copy_exact(head, second));
+        if !copied {
+            return Err(broken(Invariant::FifoRing));
+        }
         fifo.commit(len);
         Ok(())
     }

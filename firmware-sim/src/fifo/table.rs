@@ -149,6 +149,7 @@ impl Fifos {
     }
 
     /// FIFO `id`'s entry, to change.
+    #[inline(never)]
     pub(super) fn entry_mut(&mut self, id: u16) -> Result<&mut Fifo, ErrorCode> {
         (self.index(id).ok())
             .and_then(|at| self.table.get_mut(at))

@@ -262,7 +262,7 @@ fn compute(
     let args = rebuild(call.regs, call.args, &layout.places, copies, call.replica)?;
     fill(&args, result)?;
     if is_str {
-        core::str::from_utf8(result).map_err(|_| BAD)?;
+        tessera_core::utf8(result).ok_or(BAD)?;
     }
     Ok(())
 }

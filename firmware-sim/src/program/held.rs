@@ -99,7 +99,7 @@ pub(super) fn load_whole(
             full.get_mut(piece.src_begin..piece.src_end),
             w.get(piece.dst_offset..piece.dst_offset + piece.len()),
         ) {
-            (Some(to), Some(from)) => to.copy_from_slice(from),
+            (Some(to), Some(from)) => fits &= crate::copy_exact(to, from),
             _ => fits = false,
         }
     })?;
@@ -170,7 +170,9 @@ fn copy_lane_0(
     for (from, to) in [(Some(weights), Some(w)), (velocity, v)] {
         if let (Some(from), Some(to)) = (from, to) {
             let [from, to] = (arena.blocks_mut([from, to])).ok_or(broken(Invariant::BlockPair))?;
-            to.copy_from_slice(from);
+            if !crate::copy_exact(to, from) {
+                return Err(broken(Invariant::BlockPair));
+            }
         }
     }
     Ok(())

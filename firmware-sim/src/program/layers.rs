@@ -151,7 +151,9 @@ pub(super) fn backward(
                     }
                 }
                 let [dy, dx] = regions(x, [dy, dx])?;
-                dx.copy_from_slice(dy);
+                if !crate::copy_exact(dx, dy) {
+                    return Err(broken(Invariant::Regions));
+                }
             }
             Layer::Relu => {
                 let [y, dy, dx] = regions(x, [s.act(k + 1).ok_or(MISSING)?, dy, dx])?;

@@ -160,10 +160,9 @@ pub fn advance(
         };
         let lane = span.len() / step.prepared.lanes().max(1);
         let target = bytes(step.arena, step.block, span.start..span.start + lane)?;
-        if target.len() != data.len() {
+        if !crate::copy_exact(target, data) {
             return Err(ErrorCode::UnexpectedReduced);
         }
-        target.copy_from_slice(data);
         cursor.at = if j + 1 == gathers {
             At::Compute
         } else if j + 1 == per_batch {
@@ -524,9 +523,9 @@ fn copy_items(
         .pair_mut(from, block)
         .ok_or(broken(Invariant::BlockPair))?;
     let item = source.get(range).ok_or(broken(Invariant::FifoRing))?;
-    x.get_mut(at.start * 4..at.end * 4)
-        .filter(|to| to.len() == item.len())
-        .ok_or(broken(Invariant::ItemSize))?
-        .copy_from_slice(item);
+    let to = x.get_mut(at.start * 4..at.end * 4);
+    if !to.is_some_and(|to| crate::copy_exact(to, item)) {
+        return Err(broken(Invariant::ItemSize));
+    }
     Ok(())
 }

@@ -50,7 +50,9 @@ where
         dropped,
         ..
     } = state;
-    let envelope = match decode_message(&request[..len]) {
+    // `len` is what the link wrote into `request`; were it longer, the message is malformed
+    // (no slicing panic path).
+    let envelope = match decode_message(request.get(..len).unwrap_or_default()) {
         Ok(ToDevice::Request(envelope)) => envelope,
         Ok(ToDevice::Combined(combined)) => {
             let kept = (&mut **cache, &mut **contribution);

@@ -77,5 +77,7 @@ pub(super) fn send_malformed<M: Messages>(link: &mut M) -> Result<(), ServeError
     let n = malformed
         .encode(&mut body)
         .map_err(|_| ServeError::ReplyTooLarge)?;
-    link.send(&body[..n]).map_err(ServeError::Link)
+    // `n` is what `encode` wrote, within `body` (`get`: no slicing panic path).
+    link.send(body.get(..n).unwrap_or_default())
+        .map_err(ServeError::Link)
 }

@@ -62,6 +62,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `n` bytes.
+    #[inline(never)]
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let (taken, rest) = self.rest.split_at_checked(n)?;
         self.rest = rest;
@@ -100,6 +101,7 @@ impl<'a> Reader<'a> {
 }
 
 impl Decode<'_> for u8 {
+    #[inline(never)]
     fn decode(r: &mut Reader<'_>) -> Option<Self> {
         r.array().map(u8::from_le_bytes)
     }
@@ -155,7 +157,7 @@ impl<'a> Decode<'a> for &'a [u8] {
 
 impl<'a> Decode<'a> for &'a str {
     fn decode(r: &mut Reader<'a>) -> Option<Self> {
-        core::str::from_utf8(r.read()?).ok()
+        crate::utf8(r.read()?)
     }
 }
 
@@ -189,6 +191,7 @@ impl<const N: usize> Decode<'_> for heapless::String<N> {
 }
 
 impl Decode<'_> for DataType {
+    #[inline(never)]
     fn decode(r: &mut Reader<'_>) -> Option<Self> {
         let all = Self::ALL;
         all.get(r.variant(all.len() as u32)? as usize).copied()

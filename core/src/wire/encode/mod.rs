@@ -42,6 +42,7 @@ impl<'o> Writer<'o> {
     }
 
     /// Writes an enum's variant: its position.
+    #[inline(never)]
     pub(crate) fn variant(&mut self, position: u32) -> Option<()> {
         self.put(&position)
     }
@@ -60,7 +61,7 @@ impl<'o> Writer<'o> {
     /// Writes `bytes` as they are.
     fn raw(&mut self, bytes: &[u8]) -> Option<()> {
         let end = self.len.checked_add(bytes.len())?;
-        self.out.get_mut(self.len..end)?.copy_from_slice(bytes);
+        crate::copy_exact(self.out.get_mut(self.len..end)?, bytes).then_some(())?;
         self.len = end;
         Some(())
     }

@@ -44,6 +44,7 @@ pub mod nr {
 /// block) must be that of a live buffer of the length given beside it, readable (and
 /// writable, for a buffer the call fills) for the whole call.
 #[allow(unsafe_code)]
+#[inline(never)]
 pub unsafe fn syscall1(number: Number, parameter: usize) -> usize {
     // SAFETY: this function's contract is the trap's.
     unsafe { syscall(number, ParamRegW::usize(parameter)) }.usize()
