@@ -21,7 +21,10 @@ printf '  largest functions (bytes):\n'
 # and the hash suffix: sed finishes the job.
 "$nm" --print-size --size-sort --radix=d -C "$elf" |
     awk '$3 ~ /^[tTwW]$/ { size = $2 + 0; $1 = $2 = $3 = ""; sub(/^ +/, ""); print size "\t" $0 }' |
-    sort -t "$(printf '\t')" -k1,1nr | head -n "$count" |
+    sort -t "$(printf '\t')" -k1,1nr |
+    # The first COUNT, reading to the end: `head` would quit early and, under pipefail,
+    # sort's SIGPIPE would fail the script (and CI) at random.
+    awk -v n="$count" 'NR <= n' |
     sed -e 's/::h[0-9a-f]\{16\}$//' -e 's/\$LT\$/</g' -e 's/\$GT\$/>/g' -e 's/\$RF\$/\&/g' \
         -e 's/\$BP\$/*/g' -e 's/\$C\$/,/g' -e 's/\$LP\$/(/g' -e 's/\$RP\$/)/g' \
         -e 's/\$u20\$/ /g' -e 's/\$u27\$/'"'"'/g' -e 's/\$u3b\$/;/g' -e 's/\$u5b\$/[/g' \
