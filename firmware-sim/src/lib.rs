@@ -71,4 +71,4 @@ pub(crate) const fn broken(site: tessera_core::wire::Invariant) -> tessera_core:
     tessera_core::wire::ErrorCode::Internal { site }
 }
 
-pub(crate) use tessera_core::copy_exact;
+pub(crate) use tessera_core::panic_free::copy_exact;

@@ -74,7 +74,9 @@ impl Stored {
             Self::Int(v) => Value::Int(*v),
             Self::Float(v) => Value::Float(*v),
             Self::Shape(dims) => Value::Shape(dims.clone()),
-            Self::Str => Value::Str(tessera_core::utf8(data).ok_or(ErrorCode::BadArguments)?),
+            Self::Str => {
+                Value::Str(tessera_core::panic_free::utf8(data).ok_or(ErrorCode::BadArguments)?)
+            }
             Self::Array { dtype, shape } => Value::Array(Array {
                 dtype: *dtype,
                 shape: shape.clone(),

@@ -138,7 +138,7 @@ impl<const N: usize> FrameDecoder<N> {
             // No room (or a length past usize, which is certainly no room): overflowed.
             let room = self.len.checked_add(run.len());
             let room = room.and_then(|end| self.buf.get_mut(self.len..end));
-            if room.is_some_and(|room| crate::copy_exact(room, run)) {
+            if room.is_some_and(|room| crate::panic_free::copy_exact(room, run)) {
                 self.len += run.len();
             } else {
                 self.overflowed = true;

@@ -262,7 +262,7 @@ fn compute(
     let args = rebuild(call.regs, call.args, &layout.places, copies, call.replica)?;
     fill(&args, result)?;
     if is_str {
-        tessera_core::utf8(result).ok_or(BAD)?;
+        tessera_core::panic_free::utf8(result).ok_or(BAD)?;
     }
     Ok(())
 }

@@ -157,7 +157,7 @@ impl<'a> Decode<'a> for &'a [u8] {
 
 impl<'a> Decode<'a> for &'a str {
     fn decode(r: &mut Reader<'a>) -> Option<Self> {
-        crate::utf8(r.read()?)
+        crate::panic_free::utf8(r.read()?)
     }
 }
 

@@ -61,7 +61,7 @@ impl<'o> Writer<'o> {
     /// Writes `bytes` as they are.
     fn raw(&mut self, bytes: &[u8]) -> Option<()> {
         let end = self.len.checked_add(bytes.len())?;
-        crate::copy_exact(self.out.get_mut(self.len..end)?, bytes).then_some(())?;
+        crate::panic_free::copy_exact(self.out.get_mut(self.len..end)?, bytes).then_some(())?;
         self.len = end;
         Some(())
     }
