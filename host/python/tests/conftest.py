@@ -134,3 +134,16 @@ def firmware():
     if os.environ.get("TESSERA_PYTHON_QEMU") == "required":
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+def copies_calls_and_reduces(sess):
+    """A two-worker session's round on any placement: a copy to worker 0 and back, a call,
+    a broadcast and a sum allreduce, each checked against numpy."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    reg = sess.copy_to_worker0(a)
+    np.testing.assert_array_equal(sess.copy_from_worker0(reg), a)
+    one = sess.call("add_one", reg)
+    total = sess.empty((3, 4))
+    sess.broadcast_from_worker0(one, total)
+    sess.allreduce(total, total, "sum")
+    np.testing.assert_array_equal(sess.debug_get(total, 1), 2 * (a + 1))

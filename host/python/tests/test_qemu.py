@@ -6,22 +6,14 @@ import subprocess
 import threading
 from contextlib import ExitStack
 
-import numpy as np
-
 import tessera
+from conftest import copies_calls_and_reduces
 from test_runtime import REPLICAS, SAMPLES, SEED, main_job_program, start, train
 
 
 def test_a_session_on_qemu_copies_calls_and_reduces(firmware):
     with tessera.Session("qemu", workers=2, firmware=firmware) as sess:
-        a = np.arange(12, dtype=np.float32).reshape(3, 4)
-        reg = sess.copy_to_worker0(a)
-        np.testing.assert_array_equal(sess.copy_from_worker0(reg), a)
-        one = sess.call("add_one", reg)
-        total = sess.empty((3, 4))
-        sess.broadcast_from_worker0(one, total)
-        sess.allreduce(total, total, "sum")
-        np.testing.assert_array_equal(sess.debug_get(total, 1), 2 * (a + 1))
+        copies_calls_and_reduces(sess)
         assert [sess.debug_get(sess.call("replica_id"), w) for w in range(2)] == [0, 1]
 
 
@@ -70,11 +62,5 @@ def test_a_session_on_serial_ports_under_qemu(firmware, tmp_path):
     with ExitStack() as stack:
         ports = [_pty_board(stack, firmware, tmp_path / f"board{i}") for i in range(2)]
         with tessera.Session("serial", workers=2, ports=ports) as sess:
-            a = np.arange(12, dtype=np.float32).reshape(3, 4)
-            reg = sess.copy_to_worker0(a)
-            np.testing.assert_array_equal(sess.copy_from_worker0(reg), a)
-            total = sess.empty((3, 4))
-            sess.broadcast_from_worker0(sess.call("add_one", reg), total)
-            sess.allreduce(total, total, "sum")
-            np.testing.assert_array_equal(sess.debug_get(total, 1), 2 * (a + 1))
+            copies_calls_and_reduces(sess)
             assert [sess.debug_get(sess.call("replica_id"), w) for w in range(2)] == [0, 1]

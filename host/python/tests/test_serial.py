@@ -6,11 +6,10 @@ import os
 import subprocess
 from contextlib import ExitStack
 
-import numpy as np
 import pytest
 
 import tessera
-from conftest import tessera_command
+from conftest import copies_calls_and_reduces, tessera_command
 
 
 @pytest.fixture
@@ -52,14 +51,7 @@ class _board:
 
 def test_a_session_on_serial_ports_copies_calls_and_reduces(boards):
     with tessera.Session("serial", workers=2, ports=boards(2)) as sess:
-        a = np.arange(12, dtype=np.float32).reshape(3, 4)
-        reg = sess.copy_to_worker0(a)
-        np.testing.assert_array_equal(sess.copy_from_worker0(reg), a)
-        one = sess.call("add_one", reg)
-        total = sess.empty((3, 4))
-        sess.broadcast_from_worker0(one, total)
-        sess.allreduce(total, total, "sum")
-        np.testing.assert_array_equal(sess.debug_get(total, 1), 2 * (a + 1))
+        copies_calls_and_reduces(sess)
 
 
 def test_the_serial_placement_needs_its_ports_and_nothing_else_takes_them():
