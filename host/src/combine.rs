@@ -22,6 +22,22 @@
 //!   values is exact. `Min` and `Max` of floats skip NaN, as `f64::min` does.
 //! - Every input must be as long as the output: anything else is an error, never a
 //!   panic or a short result.
+//!
+//! # Orders
+//!
+//! An allreduce combines its sources in one of two orders ([`ReduceOrder`]):
+//!
+//! - **Worker order** (the default): the fold above over every worker's source, in worker
+//!   order — the same bits wherever the workers run, on one host or across MPI ranks.
+//! - **Ranks first**: the workers are taken in runs, one per rank hosting them (consecutive
+//!   workers); each run is folded by the rule above (a mean's as a sum) and rounded once to
+//!   the type, then the runs' results are folded in rank order, a mean divided by the
+//!   number of workers, and rounded once more. Across ranks, each rank then combines its
+//!   own workers before any byte leaves it, and only one array per rank crosses between
+//!   ranks; the result can differ from worker order's in the last bits, and is the same
+//!   bits for the same ranks and workers per rank. With one run (every worker on one
+//!   rank) it is worker order's result, and integers, exact in any order, are always
+//!   folded in worker order ([`combine_ranks_first`]).
 
 use tessera_core::dtype::DataType;
 use tessera_core::wire::ReduceOp;
@@ -56,6 +72,14 @@ pub enum CombineError {
     /// An element type that is not combined.
     #[error("{0:?} elements are not combined")]
     Dtype(DataType),
+    /// Runs of inputs (one per rank) that do not add up to the inputs.
+    #[error("{runs} ranks' runs of inputs do not add up to the {inputs} inputs")]
+    Runs {
+        /// Inputs given.
+        inputs: usize,
+        /// Runs given.
+        runs: usize,
+    },
 }
 
 /// True for the element types an allreduce combines.
@@ -66,6 +90,21 @@ pub fn supported(dtype: DataType) -> bool {
     )
 }
 
+/// In what order an allreduce combines its workers' sources (module doc, "Orders").
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum ReduceOrder {
+    /// Every worker's source folded in worker order: one host's result bit for bit,
+    /// whatever the ranks.
+    #[default]
+    Workers,
+    /// Each rank's workers folded first (rounded to the type), then the ranks' results in
+    /// rank order: deterministic for fixed ranks and workers per rank, and only one array
+    /// per rank crosses between ranks.
+    RanksFirst,
+}
+
 /// Combines `inputs` (the same elements of every member's array, in rank order) into
 /// `out`, all little-endian elements of `dtype`.
 pub fn combine(
@@ -74,9 +113,63 @@ pub fn combine(
     inputs: &[&[u8]],
     out: &mut [u8],
 ) -> Result<(), CombineError> {
+    combine_over(dtype, op, inputs, out, inputs.len())
+}
+
+/// Combines `inputs` ranks first (module doc, "Orders"): `runs[r]` consecutive inputs are
+/// rank `r`'s (their sum must be the number of inputs). Allocates one array per run.
+pub fn combine_ranks_first(
+    dtype: DataType,
+    op: ReduceOp,
+    inputs: &[&[u8]],
+    runs: &[usize],
+    out: &mut [u8],
+) -> Result<(), CombineError> {
+    let floats = matches!(dtype, DataType::F32 | DataType::F64);
+    if runs.len() <= 1 || !floats {
+        return combine(dtype, op, inputs, out);
+    }
+    same_length(inputs, out.len(), dtype.size().max(1))?;
+    if runs.iter().sum::<usize>() != inputs.len() {
+        return Err(CombineError::Runs {
+            inputs: inputs.len(),
+            runs: runs.len(),
+        });
+    }
+    let mut partials = Vec::with_capacity(runs.len());
+    let mut rest = inputs;
+    for &run in runs {
+        let (mine, others) = rest.split_at(run);
+        let mut partial = vec![0u8; out.len()];
+        combine_over(dtype, partial_op(op), mine, &mut partial, 1)?;
+        partials.push(partial);
+        rest = others;
+    }
+    let partials: Vec<&[u8]> = partials.iter().map(Vec::as_slice).collect();
+    combine_over(dtype, op, &partials, out, inputs.len())
+}
+
+/// What a rank's run of workers is folded with, ranks first: a mean's partial is a sum
+/// (divided once, by every worker, when the runs are combined).
+pub fn partial_op(op: ReduceOp) -> ReduceOp {
+    match op {
+        ReduceOp::Avg => ReduceOp::Sum,
+        other => other,
+    }
+}
+
+/// [`combine`], a mean dividing by `members` (at least 1) rather than the number of
+/// inputs: the ranks' partial sums of a mean, combined, divide by every worker.
+pub fn combine_over(
+    dtype: DataType,
+    op: ReduceOp,
+    inputs: &[&[u8]],
+    out: &mut [u8],
+    members: usize,
+) -> Result<(), CombineError> {
     let size = dtype.size().max(1);
     same_length(inputs, out.len(), size)?;
-    let members = inputs.len().max(1);
+    let members = members.max(1);
     match dtype {
         DataType::F32 => floats::<4>(inputs, out, op, members, read_f32, write_f32),
         DataType::F64 => floats::<8>(
@@ -371,6 +464,104 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Ranks first: each run folded and rounded to f32, then the runs folded, a mean
+    /// divided by every worker. Catches runs folded in f64 without the rounding, a mean
+    /// divided per run or by the number of ranks, and runs taken out of order.
+    #[test]
+    fn ranks_first_rounds_each_run_then_folds_the_runs() {
+        // Element 0: the first rank's run sums to 2^24, the second's 1 + 2^-25 rounds to 1;
+        // 2^24 + 1 is a tie that rounds to even, 2^24. Worker order keeps the 2^-25 to its
+        // one rounding (f64 holds 2^24 + 1 + 2^-25), which breaks the tie upwards: 2^24 + 2.
+        let runs_of = [
+            f32s(&[16_777_216.0, 3.0]),
+            f32s(&[0.0, 2.0]),
+            f32s(&[0.0, 2.0]),
+        ];
+        let tiny = f32s(&[2f32.powi(-25), 0.5]);
+        let one = f32s(&[1.0, -1.0]);
+        let inputs: Vec<&[u8]> = vec![&runs_of[0], &runs_of[1], &runs_of[2], &one, &tiny];
+        let read = |out: &[u8]| -> Vec<f32> {
+            (out.chunks_exact(4))
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Prod] {
+            let mut out = vec![0u8; 8];
+            combine_ranks_first(DataType::F32, op, &inputs, &[3, 2], &mut out).unwrap();
+            let values: Vec<Vec<f32>> = inputs.iter().map(|i| read(i)).collect();
+            let fold = |vs: &[f64]| {
+                vs.iter()
+                    .copied()
+                    .reduce(|a, v| match op {
+                        ReduceOp::Sum | ReduceOp::Avg => a + v,
+                        ReduceOp::Prod => a * v,
+                        ReduceOp::Min => a.min(v),
+                        ReduceOp::Max => a.max(v),
+                    })
+                    .unwrap()
+            };
+            let want: Vec<f32> = (0..2)
+                .map(|e| {
+                    let column = |r: std::ops::Range<usize>| -> Vec<f64> {
+                        r.map(|w| f64::from(values[w][e])).collect()
+                    };
+                    let a = fold(&column(0..3)) as f32;
+                    let b = fold(&column(3..5)) as f32;
+                    let total = fold(&[f64::from(a), f64::from(b)]);
+                    let total = if op == ReduceOp::Avg {
+                        total / 5.0
+                    } else {
+                        total
+                    };
+                    total as f32
+                })
+                .collect();
+            assert_eq!(read(&out), want, "{op:?}");
+        }
+        let mut out = vec![0u8; 8];
+        combine_ranks_first(DataType::F32, ReduceOp::Sum, &inputs, &[3, 2], &mut out).unwrap();
+        assert_eq!(read(&out)[0], 16_777_216.0);
+        let mut worker_order = vec![0u8; 8];
+        combine(DataType::F32, ReduceOp::Sum, &inputs, &mut worker_order).unwrap();
+        assert_eq!(
+            read(&worker_order)[0],
+            16_777_218.0,
+            "the orders differ here"
+        );
+    }
+
+    /// One run is worker order (a mean divided once, not rounded twice); integers are
+    /// always folded in worker order; runs that do not add up are refused.
+    #[test]
+    fn ranks_first_with_one_run_or_integers_is_worker_order() {
+        let a = f32s(&[1.0, 16_777_216.0]);
+        let b = f32s(&[2.0, 1.0]);
+        let c = f32s(&[4.0, 1.0]);
+        let inputs: Vec<&[u8]> = vec![&a, &b, &c];
+        let (mut one, mut plain) = (vec![0u8; 8], vec![0u8; 8]);
+        combine_ranks_first(DataType::F32, ReduceOp::Avg, &inputs, &[3], &mut one).unwrap();
+        combine(DataType::F32, ReduceOp::Avg, &inputs, &mut plain).unwrap();
+        assert_eq!(one, plain);
+        let ints: Vec<Vec<u8>> = [i32::MAX, 1, -5]
+            .iter()
+            .map(|v: &i32| v.to_le_bytes().to_vec())
+            .collect();
+        let views: Vec<&[u8]> = ints.iter().map(Vec::as_slice).collect();
+        let mut out = vec![0u8; 4];
+        // Ranks first would overflow i32 in the first run's partial; worker order, in i64,
+        // does not.
+        combine_ranks_first(DataType::I32, ReduceOp::Sum, &views, &[2, 1], &mut out).unwrap();
+        assert_eq!(
+            i32::from_le_bytes(out[..].try_into().unwrap()),
+            i32::MAX - 4
+        );
+        let refused = combine_ranks_first(DataType::F32, ReduceOp::Sum, &inputs, &[1, 1], &mut one);
+        assert!(matches!(
+            refused,
+            Err(CombineError::Runs { inputs: 3, runs: 2 })
+        ));
     }
 
     #[test]

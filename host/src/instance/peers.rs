@@ -8,6 +8,7 @@
 //! disagree with its peers') leaves them in the collective until the MPI deadline ends the
 //! job, so the callers derive every length from the shared plan.
 
+use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
@@ -133,6 +134,18 @@ impl Peers {
             self.comm.all_to_all_varcount_into(&outgoing, &mut incoming)
         });
         Ok(())
+    }
+
+    /// Whether `mine` holds on any peer, agreed by all (one small allreduce): what the
+    /// peers settle before writing what only some of them could make.
+    pub fn any(&self, mine: bool) -> bool {
+        let mine = i32::from(mine);
+        let mut any = 0i32;
+        self.mpi.guarded("an agreement", || {
+            self.comm
+                .all_reduce_into(&mine, &mut any, SystemOperation::max())
+        });
+        any != 0
     }
 
     /// The first peer's `data` into every peer's `data`.

@@ -396,6 +396,11 @@ impl SessionError {
                 operation: OPERATION,
                 dtype,
             },
+            // Runs the group made itself, not the caller's input.
+            CombineError::Runs { .. } => Self::Group {
+                operation: OPERATION,
+                source: Box::new(crate::transport::group::GroupError::Combine(e)),
+            },
         }
     }
 

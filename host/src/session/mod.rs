@@ -211,6 +211,7 @@ impl Session {
                 free_ids: Vec::new(),
                 called: HashMap::new(),
                 num_groups,
+                reduce_order: Default::default(),
                 shut_down: false,
                 #[cfg(feature = "mpi")]
                 finalize,
@@ -247,6 +248,18 @@ impl Session {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .num_groups
+    }
+
+    /// Workers each MPI rank hosts: all of them on one host. Ranks first, an allreduce
+    /// folds each run of this many consecutive workers before combining the runs
+    /// ([`collective::ReduceOrder`]).
+    pub fn workers_per_rank(&self) -> usize {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = state.workers.ranks() {
+            return ranks.per_rank();
+        }
+        state.workers.len()
     }
 
     /// Stops every worker. Calling it again does nothing; register handles dropped

@@ -34,6 +34,8 @@ pub(super) struct State {
     /// left without a value names it when read.
     pub(super) called: HashMap<u16, String>,
     pub(super) num_groups: usize,
+    /// The order the session's allreduces combine in, unless a call names one.
+    pub(super) reduce_order: crate::combine::ReduceOrder,
     pub(super) shut_down: bool,
     /// MPI to finalize at the session's end, when the session spans an MPI job's ranks.
     #[cfg(feature = "mpi")]

@@ -399,7 +399,7 @@ impl OpenRound {
 fn broken(round: u32, len: usize, replica: usize, e: CombineError) -> RuntimeError {
     let actual = match e {
         CombineError::Length { actual, .. } => actual * 4,
-        CombineError::Overflow | CombineError::Dtype(_) => 0,
+        CombineError::Overflow | CombineError::Dtype(_) | CombineError::Runs { .. } => 0,
     };
     RuntimeError::ReductionLength {
         replica: replica as u32,

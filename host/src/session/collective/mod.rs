@@ -8,8 +8,12 @@
 //!   independently in each contiguous group, whose leader is its first worker.
 //! - allreduce: element-wise sum, product, min, max or average (integers: the sum divided
 //!   and truncated) of the members' arrays, to every member; f32, f64, i32 and i64. The
-//!   members' sources are combined in worker order, so the result is the same bits on every
-//!   placement and across MPI ranks.
+//!   members' sources are combined in the session's [`ReduceOrder`] (or the one a call
+//!   names): in worker order by default, the same bits on every placement and across MPI
+//!   ranks; ranks first on request, each rank folding its own workers before the ranks
+//!   combine — faster across ranks, and the same bits for the same ranks and workers per
+//!   rank, but floats can differ from worker order's in the last bits. On one host, and in
+//!   groups that each lie on one rank, the orders agree; integers agree in either order.
 //! - allgather: the members' arrays concatenated flat in rank order, to every member.
 //! - broadcast: the leader's array to every member.
 //! - scatter: the leader's array split by flat element count into as many equal parts as
@@ -28,6 +32,7 @@
 mod checks;
 
 use std::ops::Range;
+use std::sync::PoisonError;
 
 use tessera_core::dtype::DataType;
 
@@ -44,19 +49,34 @@ pub enum Scope {
     InGroup,
 }
 
+pub use crate::combine::ReduceOrder;
 pub use tessera_core::wire::ReduceOp;
 
 /// What one collective moves: its sets, by element type (sets of one type run together).
 type Plan = Vec<(DataType, Set)>;
 
 impl Session {
-    /// Allreduce of `src` into `dst` on every worker of each group.
+    /// Allreduce of `src` into `dst` on every worker of each group, in the session's order
+    /// ([`Session::set_reduce_order`]; worker order unless set).
     pub fn allreduce(
         &self,
         src: &Register,
         dst: &Register,
         op: ReduceOp,
         scope: Scope,
+    ) -> Result<(), SessionError> {
+        self.allreduce_in_order(src, dst, op, scope, self.reduce_order())
+    }
+
+    /// Allreduce of `src` into `dst` on every worker of each group, combined in `order`
+    /// whatever the session's.
+    pub fn allreduce_in_order(
+        &self,
+        src: &Register,
+        dst: &Register,
+        op: ReduceOp,
+        scope: Scope,
+        order: ReduceOrder,
     ) -> Result<(), SessionError> {
         self.collective(
             scope,
@@ -75,8 +95,20 @@ impl Session {
                     },
                 ))
             },
-            |g, dtype, sets| g.reduce(dtype, op, sets),
+            |g, dtype, sets| g.reduce(dtype, op, order, sets),
         )
+    }
+
+    /// The order this session's allreduces combine in when a call names none.
+    pub fn reduce_order(&self) -> ReduceOrder {
+        let state = self.state.lock();
+        state.unwrap_or_else(PoisonError::into_inner).reduce_order
+    }
+
+    /// Makes `order` the one this session's allreduces combine in when a call names none.
+    pub fn set_reduce_order(&self, order: ReduceOrder) {
+        let state = self.state.lock();
+        state.unwrap_or_else(PoisonError::into_inner).reduce_order = order;
     }
 
     /// Allgather of `src` into `dst`: the group's arrays concatenated in rank order.

@@ -50,7 +50,7 @@ pub use fill::Runs;
 use spread::Piece;
 
 use super::{Channel, Span, TransportError};
-use crate::combine::CombineError;
+use crate::combine::{CombineError, ReduceOrder};
 use crate::input::{Input, InputError};
 use crate::pages::OutOfMemory;
 use tessera_core::wire::ReduceOp;
@@ -77,8 +77,9 @@ pub struct Set {
 /// Which collective (how a set's destinations are made of its sources).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Kind {
-    /// The sources combined element by element, into every destination.
-    Reduce(ReduceOp),
+    /// The sources combined element by element in the order given, into every
+    /// destination.
+    Reduce(ReduceOp, ReduceOrder),
     /// The sources end to end, into every destination.
     Allgather,
     /// The one source, into every destination.
@@ -95,12 +96,51 @@ impl Kind {
     #[cfg(feature = "mpi")]
     pub(crate) fn operation(self) -> &'static str {
         match self {
-            Self::Reduce(_) => "allreduce",
+            Self::Reduce(..) => "allreduce",
             Self::Allgather => "allgather",
             Self::Broadcast => "broadcast",
             Self::Scatter => "scatter",
             Self::Gather => "gather",
         }
+    }
+
+    /// A scatter's or a gather's sets as copies from member to member: each part of the
+    /// leader's source to its member, each member's source to its piece of the leader's
+    /// destination. `None` for the other collectives, or sets whose lengths do not split
+    /// evenly (the checked path refuses them).
+    #[cfg(feature = "mpi")]
+    fn as_copies(self, sets: &[Set]) -> Option<Vec<(Place, Place)>> {
+        let piece = |place: &Place, i: usize, len: usize| Place {
+            member: place.member,
+            span: Span {
+                offset: place.span.offset + i * len,
+                len,
+                ..place.span
+            },
+        };
+        let mut pairs = Vec::new();
+        for set in sets {
+            match self {
+                Self::Scatter => {
+                    let leader = set.sources.first()?;
+                    let part = leader.span.len / set.dests.len().max(1);
+                    for (i, dest) in set.dests.iter().enumerate() {
+                        (dest.span.len == part).then_some(())?;
+                        pairs.push((piece(leader, i, part), *dest));
+                    }
+                }
+                Self::Gather => {
+                    let leader = set.dests.first()?;
+                    let part = leader.span.len / set.sources.len().max(1);
+                    for (i, source) in set.sources.iter().enumerate() {
+                        (source.span.len == part).then_some(())?;
+                        pairs.push((*source, piece(leader, i, part)));
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(pairs)
     }
 
     /// Each destination of `set` as pieces of its sources.
@@ -115,7 +155,7 @@ impl Kind {
             .map(|(i, dest)| {
                 let pieces = match self {
                     Self::Allgather | Self::Gather => every(),
-                    Self::Broadcast | Self::Reduce(_) => vec![whole(0)],
+                    Self::Broadcast | Self::Reduce(..) => vec![whole(0)],
                     Self::Scatter => vec![Piece {
                         source: 0,
                         bytes: i * part..(i + 1) * part,
@@ -383,15 +423,16 @@ impl Group {
     }
 
     /// In every set: its sources (each of the same bytes, a whole number of `dtype`
-    /// elements) combined element by element with `op`, in the order given, into every one
-    /// of its destinations (`reduce`).
+    /// elements) combined element by element with `op`, in `order` (`crate::combine`),
+    /// into every one of its destinations (`reduce`).
     pub fn reduce(
         &mut self,
         dtype: DataType,
         op: ReduceOp,
+        order: ReduceOrder,
         sets: &[Set],
     ) -> Result<(), GroupError> {
-        self.collective(Kind::Reduce(op), dtype, sets)
+        self.collective(Kind::Reduce(op, order), dtype, sets)
     }
 
     /// In every set: its sources end to end into every one of its destinations.
@@ -451,14 +492,50 @@ impl Group {
             {
                 return Ok(());
             }
+            // A scatter's parts and a gather's pieces are copies from member to member:
+            // each byte crosses between ranks once, from the rank that holds it.
+            if let Some(pairs) = kind.as_copies(sets) {
+                if ranks::moves::run_moves(self, &pairs)? {
+                    return Ok(());
+                }
+            }
         }
         for set in sets {
             match kind {
-                Kind::Reduce(op) => reduce::run(self, dtype, op, &set.sources, &set.dests)?,
+                Kind::Reduce(op, order) => {
+                    let rule = reduce::Rule {
+                        dtype,
+                        op,
+                        runs: self.runs(&set.sources, order),
+                    };
+                    reduce::run(self, &rule, &set.sources, &set.dests)?
+                }
                 _ => spread::run(self, &set.sources, &kind.pieces(set))?,
             }
         }
         Ok(())
+    }
+
+    /// How a reduction in `order` takes `sources`: ranks first, the number of consecutive
+    /// sources each rank hosts; worker order (and on one host), no runs.
+    fn runs(&self, sources: &[Place], order: ReduceOrder) -> Vec<usize> {
+        let mut runs: Vec<usize> = Vec::new();
+        #[cfg(feature = "mpi")]
+        if let (ReduceOrder::RanksFirst, Some(ranks)) = (order, &self.ranks) {
+            let per_rank = ranks.per_rank().max(1);
+            let mut last = None;
+            for place in sources {
+                let rank = place.member / per_rank;
+                match runs.last_mut() {
+                    Some(run) if last == Some(rank) => *run += 1,
+                    _ => runs.push(1),
+                }
+                last = Some(rank);
+            }
+        }
+        #[cfg(not(feature = "mpi"))]
+        let _ = (sources, order);
+        runs
     }
 
     /// One round trip to the member of each of `places` (a [`Locate`] of its target, every

@@ -3,9 +3,10 @@
 //! # Rules
 //!
 //! - Every source and destination holds the same bytes, a whole number of elements. The
-//!   sources are combined in the order given by `crate::combine`'s kernel, a block of
-//!   [`PASS`] elements at a time — element by element, so how the elements are split
-//!   changes no result: the same bits on every path.
+//!   sources are combined by `crate::combine`'s kernel, in the order given (worker order,
+//!   or ranks first: [`Rule`]), a block of [`PASS`] elements at a time — element by
+//!   element, so how the elements are split changes no result: the same bits on every
+//!   path.
 //! - **Streamed in place** when every place lies in memory the host maps, the elements are
 //!   floats (whose combination cannot fail once the sizes are checked) and each member's
 //!   places are, two by two, the same bytes or apart: block by block, every source's block
@@ -32,14 +33,30 @@ use tessera_core::wire::ReduceOp;
 /// L2 cache while the next block streams in.
 const PASS: usize = 4 * BLOCK;
 
+/// How one reduction combines its sources: their type, the operation, and the ranks' runs
+/// of sources when it combines ranks first (none: worker order).
+pub(super) struct Rule {
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub runs: Vec<usize>,
+}
+
+impl Rule {
+    /// `inputs` (the sources' same elements, in order) combined into `out`.
+    fn combine(&self, inputs: &[&[u8]], out: &mut [u8]) -> Result<(), GroupError> {
+        combine::combine_ranks_first(self.dtype, self.op, inputs, &self.runs, out)
+            .map_err(GroupError::Combine)
+    }
+}
+
 /// [`Group::reduce`] by the module's rules.
 pub(super) fn run(
     group: &mut Group,
-    dtype: DataType,
-    op: ReduceOp,
+    rule: &Rule,
     sources: &[Place],
     dests: &[Place],
 ) -> Result<(), GroupError> {
+    let dtype = rule.dtype;
     let len = sources.first().map_or(0, |p| p.span.len);
     group.check(sources, Some(len))?;
     group.check(dests, Some(len))?;
@@ -51,8 +68,8 @@ pub(super) fn run(
         Path::InPlace(at) => {
             let floats = matches!(dtype, DataType::F32 | DataType::F64);
             match Streamed::plan(&all, &at, len, sources.len()).filter(|_| floats) {
-                Some(plan) => plan.run(group, dtype, op, len)?,
-                None => whole_in_place(group, dtype, op, &all, &at, sources.len())?,
+                Some(plan) => plan.run(group, rule, len)?,
+                None => whole_in_place(group, rule, &all, &at, sources.len())?,
             }
             group.confirm(dests)
         }
@@ -60,7 +77,7 @@ pub(super) fn run(
             let inputs = group.read(sources)?;
             let inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
             let mut out = crate::pages::zeroed(len)?;
-            combine::combine(dtype, op, &inputs, &mut out).map_err(GroupError::Combine)?;
+            rule.combine(&inputs, &mut out)?;
             let data: Vec<&[u8]> = dests.iter().map(|_| out.as_slice()).collect();
             group.write(dests, &data)
         }
@@ -71,8 +88,7 @@ pub(super) fn run(
 /// combined whole, then written to every destination.
 fn whole_in_place(
     group: &mut Group,
-    dtype: DataType,
-    op: ReduceOp,
+    rule: &Rule,
     places: &[Place],
     at: &[usize],
     sources: usize,
@@ -86,7 +102,7 @@ fn whole_in_place(
             .zip(at)
             .map(|(p, &at)| memories.read(p.member, at, len))
             .collect::<Result<Vec<_>, _>>()?;
-        combine::combine(dtype, op, &inputs, &mut out).map_err(GroupError::Combine)?;
+        rule.combine(&inputs, &mut out)?;
     }
     for (place, &at) in places[sources..].iter().zip(&at[sources..]) {
         memories.write(place.member, at, &out)?;
@@ -137,14 +153,8 @@ impl Streamed {
     }
 
     /// Runs the plan on `group`'s memories, the blocks split between host threads.
-    fn run(
-        &self,
-        group: &mut Group,
-        dtype: DataType,
-        op: ReduceOp,
-        len: usize,
-    ) -> Result<(), GroupError> {
-        let block = PASS * dtype.size();
+    fn run(&self, group: &mut Group, rule: &Rule, len: usize) -> Result<(), GroupError> {
+        let block = PASS * rule.dtype.size();
         let blocks = len.div_ceil(block);
         let threads = std::thread::available_parallelism()
             .map_or(1, usize::from)
@@ -196,9 +206,9 @@ impl Streamed {
         };
         std::thread::scope(|scope| {
             let others: Vec<_> = per_part
-                .map(|part| scope.spawn(move || reduce_part(dtype, op, part, sources, dests)))
+                .map(|part| scope.spawn(move || reduce_part(rule, part, sources, dests)))
                 .collect();
-            let mine = reduce_part(dtype, op, first, sources, dests);
+            let mine = reduce_part(rule, first, sources, dests);
             // The first failure is the answer (the scope joins the rest); a panic in a part
             // goes on as a panic here.
             others.into_iter().fold(mine, |outcome, part| {
@@ -214,13 +224,12 @@ impl Streamed {
 /// One part of a streamed reduction (a whole number of blocks from its start), block by
 /// block, through `views` (all of the part's length): `sources` and `dests` index them.
 fn reduce_part(
-    dtype: DataType,
-    op: ReduceOp,
+    rule: &Rule,
     mut views: Vec<&mut [u8]>,
     sources: &[usize],
     dests: &[usize],
 ) -> Result<(), GroupError> {
-    let block = PASS * dtype.size();
+    let block = PASS * rule.dtype.size();
     let part = views.first().map_or(0, |view| view.len());
     let mut inputs: Vec<Vec<u8>> = sources.iter().map(|_| vec![0u8; block]).collect();
     let mut out = vec![0u8; block];
@@ -234,7 +243,7 @@ fn reduce_part(
         }
         let inputs: Vec<&[u8]> = inputs.iter().map(|input| &input[..n]).collect();
         let out = &mut out[..n];
-        combine::combine(dtype, op, &inputs, out).map_err(GroupError::Combine)?;
+        rule.combine(&inputs, out)?;
         for &d in dests {
             // Streaming stores: the result is not read again here, and a plain store would
             // read every line of the destination first (~15 % of the time, measured when

@@ -19,6 +19,7 @@ mod mpirun;
 const SCENARIOS: &[(&str, usize)] = &[
     ("collectives::allreduce", 2),
     ("collectives::allreduce_in_worker_order", 4),
+    ("collectives::allreduce_ranks_first", 4),
     ("collectives::group_allreduce", 4),
     ("collectives::allgather", 2),
     ("collectives::group_allgather", 4),
@@ -90,6 +91,7 @@ const LOADER: &[(&str, usize)] = &[
 /// Scenarios also run with their workers in child processes on every rank.
 const ON_PROCESSES: &[&str] = &[
     "collectives::allreduce_in_worker_order",
+    "collectives::allreduce_ranks_first",
     "collectives::group_allreduce",
     "collectives::tensor_parallel_mlp",
     "control_plane::register_reuse",

@@ -137,6 +137,156 @@ scenario! {
     allreduce_in_worker_order: allreduce_in_worker_order_thread, allreduce_in_worker_order_process
 }
 
+/// Folds `values` (one array per worker) element by element in f64 with `op`, a mean's as
+/// a sum divided by `members`, rounded once to f32: the kernel's rule.
+fn fold_f32(op: ReduceOp, values: &[Vec<f32>], members: usize) -> Vec<f32> {
+    (0..values[0].len())
+        .map(|i| {
+            let mut acc = f64::from(values[0][i]);
+            for v in &values[1..] {
+                let x = f64::from(v[i]);
+                acc = match op {
+                    ReduceOp::Sum | ReduceOp::Avg => acc + x,
+                    ReduceOp::Prod => acc * x,
+                    ReduceOp::Min => acc.min(x),
+                    ReduceOp::Max => acc.max(x),
+                };
+            }
+            if op == ReduceOp::Avg {
+                acc /= members as f64;
+            }
+            acc as f32
+        })
+        .collect()
+}
+
+fn allreduce_ranks_first(placement: Placement) {
+    use tessera_host::session::collective::ReduceOrder;
+    const N: usize = 64;
+    let session = open(&placement, 4, 1);
+    let per_rank = session.workers_per_rank();
+    assert_eq!(4 % per_rank, 0, "{per_rank} workers per rank");
+    let mut state = 11;
+    // Order-sensitive values, as in the worker-order scenario: ±1e20 beside 1e3–1e6.
+    let huge: Vec<f32> = (uniform(&mut state, N, 1.0).iter())
+        .map(|v| (1.5 + v) * 1e20)
+        .collect();
+    let mut small = || -> Vec<f32> {
+        let raw = uniform(&mut state, N, 1.0);
+        (raw.iter().enumerate())
+            .map(|(i, v)| v * 10f32.powi(3 + (i % 4) as i32))
+            .collect()
+    };
+    let (w1, w3) = (small(), small());
+    let values = [huge.clone(), w1, negated(&huge), w3];
+    let src = empty(&session, &[N as u32]);
+    for (worker, v) in values.iter().enumerate() {
+        set(&session, &src, worker, &f32s(&[N as u32], v));
+    }
+    let dst = empty(&session, &[N as u32]);
+    let ops = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+    // Ranks first: each rank's run folded and rounded to f32, then the runs folded.
+    let ranks_first = |op: ReduceOp| {
+        let partial_op = if op == ReduceOp::Avg {
+            ReduceOp::Sum
+        } else {
+            op
+        };
+        let partials: Vec<Vec<f32>> = (values.chunks(per_rank))
+            .map(|run| fold_f32(partial_op, run, 1))
+            .collect();
+        match per_rank {
+            4 => fold_f32(op, &values, 4),
+            _ => fold_f32(op, &partials, 4),
+        }
+    };
+    session.set_reduce_order(ReduceOrder::RanksFirst);
+    for op in ops {
+        session.allreduce(&src, &dst, op, Scope::Global).unwrap();
+        expect_on(&session, &dst, 0..4, &f32s(&[N as u32], &ranks_first(op)));
+        // A call that names worker order overrides the session's.
+        let order = ReduceOrder::Workers;
+        (session.allreduce_in_order(&src, &dst, op, Scope::Global, order)).unwrap();
+        expect_on(
+            &session,
+            &dst,
+            0..4,
+            &f32s(&[N as u32], &fold_f32(op, &values, 4)),
+        );
+    }
+    if per_rank == 2 {
+        let sum = ranks_first(ReduceOp::Sum);
+        assert_ne!(
+            sum,
+            fold_f32(ReduceOp::Sum, &values, 4),
+            "the orders differ"
+        );
+    }
+    // Integers: exact in either order. i32::MAX + 1 - 5 fits, though a rank's run alone
+    // (i32::MAX + 1) would not.
+    let ints = session.empty(DataType::I32, &[2]).unwrap();
+    let out = session.empty(DataType::I32, &[2]).unwrap();
+    for (worker, v) in [[i32::MAX, 1], [1, 2], [-5, 3], [0, 4]].iter().enumerate() {
+        set(
+            &session,
+            &ints,
+            worker,
+            &HostArray::from_i32(&[2], v).unwrap(),
+        );
+    }
+    session
+        .allreduce(&ints, &out, ReduceOp::Sum, Scope::Global)
+        .unwrap();
+    let want = HostArray::from_i32(&[2], &[i32::MAX - 4, 10]).unwrap();
+    expect_on(&session, &out, 0..4, &want);
+    // An integer sum that overflows in one element only (one rank's slice across ranks) is
+    // refused, and no worker's destination is written: not even the other slices.
+    // (Element 1's sum changes too, to 11: a slice written by a rank whose own part
+    // combined would show.)
+    set(
+        &session,
+        &ints,
+        1,
+        &HostArray::from_i32(&[2], &[2, 2]).unwrap(),
+    );
+    set(
+        &session,
+        &ints,
+        2,
+        &HostArray::from_i32(&[2], &[0, 3]).unwrap(),
+    );
+    set(
+        &session,
+        &ints,
+        3,
+        &HostArray::from_i32(&[2], &[0, 5]).unwrap(),
+    );
+    for order in [ReduceOrder::RanksFirst, ReduceOrder::Workers] {
+        let refused = session.allreduce_in_order(&ints, &out, ReduceOp::Sum, Scope::Global, order);
+        // One host names the overflow itself; across ranks, the rank whose slice it was.
+        let text = refused
+            .expect_err("an overflowing sum is refused")
+            .to_string();
+        assert!(text.contains("does not fit its type"), "{order:?}: {text}");
+        expect_on(&session, &out, 0..4, &want);
+    }
+}
+
+scenario! {
+    /// Ranks first (opt-in, per session or per call): every op gives, bit for bit, each
+    /// rank's run of workers folded in f64 and rounded to f32, then the runs folded (a mean
+    /// divided by every worker) — on one host, worker order's result. Catches a rank-first
+    /// fold in another order or precision, a call's order ignored, and an integer
+    /// allreduce across ranks that writes the slices of the ranks that did not overflow.
+    allreduce_ranks_first: allreduce_ranks_first_thread, allreduce_ranks_first_process
+}
+
 fn group_allreduce(placement: Placement) {
     let session = open(&placement, 4, 2);
     // A distinct array per worker; group 1's have another shape, so reading across groups

@@ -1,19 +1,30 @@
 //! Collectives in sets of whole ranks whose bytes move between the ranks by MPI, each rank
-//! reading and writing its own members in place: a reduction of floats, an allgather and a
+//! reading and writing its own members in place: a reduction, an allgather and a
 //! broadcast.
 //!
 //! # Rules
 //!
 //! - **When** (besides the module's conditions): every set spans whole ranks (each set's
 //!   ranks are split off the others for it: what follows holds among them), and every
-//!   buffer of the collective fits one MPI call; for a reduction, of `f32` or `f64`.
-//! - **Reduction: bit for bit one host's result.** The elements are split among the ranks
-//!   (rank `k` of `R` takes elements `k·E/R .. (k+1)·E/R`). Each rank sends every other rank
-//!   that rank's slice of each of its members' sources (one all-to-all), combines its own
-//!   slice of every member's source in member order with the kernel one host uses (element
-//!   by element, so slicing changes no result), and the combined slices are gathered to
-//!   every rank (one allgather), which writes the result into each of its members'
-//!   destinations.
+//!   buffer of the collective fits one MPI call; for a reduction, of a type the kernel
+//!   combines (`crate::combine`).
+//! - **Reduction in worker order: bit for bit one host's result.** The elements are split
+//!   among the ranks (rank `k` of `R` takes elements `k·E/R .. (k+1)·E/R`). Each rank sends
+//!   every other rank that rank's slice of each of its members' sources (one all-to-all),
+//!   combines its own slice of every member's source in member order with the kernel one
+//!   host uses (element by element, so slicing changes no result), and the combined slices
+//!   are gathered to every rank (one allgather), which writes the result into each of its
+//!   members' destinations.
+//! - **Reduction ranks first** (floats, more than one member per rank): each rank first
+//!   folds its own members' sources into one array (a mean's as a sum, rounded to the
+//!   type), sends every other rank that rank's slice of it (one all-to-all: one array per
+//!   rank crosses, not one per member), combines its own slice of every rank's array in
+//!   rank order (a mean divided by every member), and the slices are gathered as above:
+//!   the kernel's ranks-first result for runs of the members per rank.
+//! - **Integers agree before writing**: an integer combination can fail (overflow) on one
+//!   rank's slice alone, so the ranks agree (one small allreduce) whether every slice was
+//!   combined, and none writes a destination unless all were: a refused reduction writes
+//!   nothing, as on one host.
 //! - **Allgather**: each rank's members' sources, in member order, gathered to every rank
 //!   (one allgather) straight into its first member's destination, then copied to the
 //!   others'. **Broadcast**: the leader's source, on the set's first rank, broadcast (one MPI
@@ -29,7 +40,7 @@ use tessera_core::dtype::DataType;
 use super::super::{Group, GroupError, Kind, Place, Set};
 use super::failure::RankFailure;
 use super::MPI_BYTES;
-use crate::combine;
+use crate::combine::{self, ReduceOrder};
 use crate::instance::{Mpi, Peers};
 use crate::transport::SharedMemory;
 use tessera_core::wire::ReduceOp;
@@ -80,9 +91,8 @@ pub(in crate::transport::group) fn run_across(
         return Ok(false);
     };
     let (per_rank, members) = (ranks.per_rank, group.members.len());
-    let floats = matches!(dtype, DataType::F32 | DataType::F64);
     let fits = match kind {
-        Kind::Reduce(_) => floats,
+        Kind::Reduce(..) => combine::supported(dtype),
         Kind::Allgather | Kind::Broadcast => true,
         Kind::Scatter | Kind::Gather => false,
     };
@@ -194,7 +204,10 @@ pub(crate) fn run(
     }
     let dst_bytes = part.dst_bytes(peers.size());
     match part.kind {
-        Kind::Reduce(op) => allreduce(&peers, part, op, memories, scratch, &mut failure)?,
+        Kind::Reduce(op, order) => {
+            let reduction = Reduction { op, order };
+            allreduce(&peers, part, reduction, memories, scratch, &mut failure)?
+        }
         Kind::Allgather => {
             scratch.send.clear();
             for (j, &(src, _)) in part.members.iter().enumerate() {
@@ -308,13 +321,78 @@ fn fan_out(
     Ok(())
 }
 
-/// A reduction's part on this rank (module doc).
+/// What a reduction computes: its operation, in its order.
+#[derive(Clone, Copy)]
+struct Reduction {
+    op: ReduceOp,
+    order: ReduceOrder,
+}
+
+/// A reduction's part on this rank (module doc): this rank's slice of the result combined
+/// (in worker order, or ranks first), then gathered into every member's destination.
 fn allreduce(
     peers: &Peers,
     part: &Part,
-    op: ReduceOp,
+    reduction: Reduction,
     memories: &mut [Option<&mut SharedMemory>],
     scratch: &mut Scratch,
+    failure: &mut Failure,
+) -> Result<(), RankFailure> {
+    let floats = matches!(part.dtype, DataType::F32 | DataType::F64);
+    let ranks_first = reduction.order == ReduceOrder::RanksFirst
+        && floats
+        && part.per_rank > 1
+        && peers.size() > 1;
+    let mut combined = std::mem::take(&mut scratch.combined);
+    let combining = if ranks_first {
+        slice_ranks_first(
+            peers,
+            part,
+            reduction.op,
+            memories,
+            scratch,
+            &mut combined,
+            failure,
+        )
+    } else {
+        slice_in_worker_order(
+            peers,
+            part,
+            reduction.op,
+            memories,
+            scratch,
+            &mut combined,
+            failure,
+        )
+    };
+    let gathered = combining.and_then(|()| {
+        // Integers: every rank's slice combined, or no destination written anywhere.
+        if !floats && peers.any(failure.0.is_some()) {
+            return Ok(());
+        }
+        fan_out(memories, part, part.src_bytes, scratch, failure, |target| {
+            peers.all_gather_into(&combined, target)
+        })
+    });
+    scratch.combined = combined;
+    gathered
+}
+
+/// The bytes of the slice of `elements` that peer `k` of `ranks` combines.
+fn slice_bytes(part: &Part, ranks: usize, k: usize) -> usize {
+    let size = part.dtype.size().max(1);
+    slice(part.src_bytes / size, ranks, k).len() * size
+}
+
+/// This rank's slice of every member's source, combined in member order into `combined`
+/// (module doc: worker order). `Err` is MPI's; the kernel's failure is noted.
+fn slice_in_worker_order(
+    peers: &Peers,
+    part: &Part,
+    op: ReduceOp,
+    memories: &[Option<&mut SharedMemory>],
+    scratch: &mut Scratch,
+    combined: &mut Vec<u8>,
     failure: &mut Failure,
 ) -> Result<(), RankFailure> {
     let size = part.dtype.size().max(1);
@@ -322,8 +400,9 @@ fn allreduce(
     let elements = part.src_bytes / size;
     let local = part.members.len();
     // Rank k's slice of every local source, rank after rank, in member order.
-    let slice_bytes = |k: usize| slice(elements, ranks, k).len() * size;
-    let send_counts: Vec<usize> = (0..ranks).map(|k| slice_bytes(k) * local).collect();
+    let send_counts: Vec<usize> = (0..ranks)
+        .map(|k| slice_bytes(part, ranks, k) * local)
+        .collect();
     scratch.send.clear();
     for k in 0..ranks {
         let range = slice(elements, ranks, k);
@@ -340,7 +419,7 @@ fn allreduce(
         }
     }
     // This rank's slice of every member's source, in global member order.
-    let n = slice_bytes(me);
+    let n = slice_bytes(part, ranks, me);
     let receive_counts = vec![n * part.per_rank; ranks];
     scratch.receive.resize(n * part.per_rank * ranks, 0);
     peers
@@ -355,17 +434,78 @@ fn allreduce(
         0 => vec![&[]; ranks * part.per_rank],
         n => scratch.receive.chunks_exact(n).collect(),
     };
-    let mut combined = std::mem::take(&mut scratch.combined);
     combined.resize(n, 0);
-    if let Err(e) = combine::combine(part.dtype, op, &inputs, &mut combined) {
+    if let Err(e) = combine::combine(part.dtype, op, &inputs, combined) {
         failure.note(|| RankFailure::Combine(e));
     }
-    // Gathered straight into the first member's destination, then copied to the others'.
-    let gathered = fan_out(memories, part, part.src_bytes, scratch, failure, |target| {
-        peers.all_gather_into(&combined, target)
-    });
-    scratch.combined = combined;
-    gathered
+    Ok(())
+}
+
+/// This rank's members folded into one array, whose slices go to their ranks; this rank's
+/// slice of every rank's array combined in rank order into `combined` (module doc: ranks
+/// first). `Err` is MPI's; the kernel's failure is noted.
+fn slice_ranks_first(
+    peers: &Peers,
+    part: &Part,
+    op: ReduceOp,
+    memories: &[Option<&mut SharedMemory>],
+    scratch: &mut Scratch,
+    combined: &mut Vec<u8>,
+    failure: &mut Failure,
+) -> Result<(), RankFailure> {
+    let (ranks, me) = (peers.size(), peers.rank());
+    let bytes = part.src_bytes;
+    // A source that cannot be read takes part as zeros (noted).
+    scratch.spare.clear();
+    scratch.spare.resize(bytes, 0);
+    let mut sources: Vec<&[u8]> = Vec::with_capacity(part.members.len());
+    for (j, &(src, _)) in part.members.iter().enumerate() {
+        let found = memories
+            .get(j)
+            .and_then(|m| m.as_ref())
+            .and_then(|m| m.range(src, bytes));
+        sources.push(found.unwrap_or_else(|| {
+            failure.note(|| RankFailure::Outside {
+                member: j,
+                at: src,
+                len: bytes,
+            });
+            &scratch.spare[..]
+        }));
+    }
+    scratch.send.resize(bytes, 0);
+    let folded = combine::combine_over(
+        part.dtype,
+        combine::partial_op(op),
+        &sources,
+        &mut scratch.send,
+        1,
+    );
+    if let Err(e) = folded {
+        failure.note(|| RankFailure::Combine(e));
+    }
+    // The folded array lies in rank order already: slice k goes to rank k as it is.
+    let send_counts: Vec<usize> = (0..ranks).map(|k| slice_bytes(part, ranks, k)).collect();
+    let n = send_counts.get(me).copied().unwrap_or(0);
+    scratch.receive.resize(n * ranks, 0);
+    peers
+        .all_to_all_into(
+            &scratch.send,
+            &send_counts,
+            &mut scratch.receive,
+            &vec![n; ranks],
+        )
+        .map_err(mpi_failure)?;
+    let inputs: Vec<&[u8]> = match n {
+        0 => vec![&[]; ranks],
+        n => scratch.receive.chunks_exact(n).collect(),
+    };
+    combined.resize(n, 0);
+    let members = part.per_rank * ranks;
+    if let Err(e) = combine::combine_over(part.dtype, op, &inputs, combined, members) {
+        failure.note(|| RankFailure::Combine(e));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! # Rules
 //!
 //! - **When** (besides the module's conditions): the set size divides the members per
-//!   rank, so that no set crosses a rank; a reduction of floats, an allgather, a
-//!   broadcast, a scatter or a gather.
+//!   rank, so that no set crosses a rank; a reduction (of any type the kernel combines,
+//!   in either order: on one rank they agree), an allgather, a broadcast, a scatter or a
+//!   gather.
 //! - **One host's result.** Each set is computed as one host computes it: the reduction
 //!   folds the sources in member order with the one kernel; the allgather concatenates them
 //!   in member order (the gather too, into the leader's destination only); the broadcast
@@ -53,8 +54,8 @@ pub(in crate::transport::group) fn run_in_sets(
         return Ok(false);
     };
     let per_rank = ranks.per_rank;
-    let floats = matches!(dtype, DataType::F32 | DataType::F64);
-    if size == 0 || !per_rank.is_multiple_of(size) || (matches!(kind, Kind::Reduce(_)) && !floats) {
+    let reducible = combine::supported(dtype) || !matches!(kind, Kind::Reduce(..));
+    if size == 0 || !per_rank.is_multiple_of(size) || !reducible {
         return Ok(false);
     }
     let count = group.members.len() / per_rank;
@@ -179,7 +180,8 @@ fn set_result(
         .map(source)
         .collect::<Result<Vec<_>, _>>()?;
     Ok(match kind {
-        Kind::Reduce(op) => {
+        // One rank's workers: worker order and ranks first are the same fold.
+        Kind::Reduce(op, _) => {
             let mut out = vec![0u8; bytes];
             combine::combine(set.dtype, op, &sources, &mut out).map_err(RankFailure::Combine)?;
             out

@@ -12,9 +12,10 @@
 //!   memory (threads and child processes, not QEMU), every place is located by its device
 //!   (a remote one asked through its link) inside the memory its hello announced, and the
 //!   operation has a way across the ranks: a collective in sets that each lie on one rank
-//!   (`local`); a reduction of floats, an allgather or a broadcast in sets of whole ranks
-//!   (`collectives`); copies from member to member (`moves`); a fill from a file (`fill`).
-//!   Otherwise its bytes go through rank 0, by the links, as on one host.
+//!   (`local`); a reduction, an allgather or a broadcast in sets of whole ranks
+//!   (`collectives`); copies from member to member (`moves`), which also carry a scatter's
+//!   parts and a gather's pieces across ranks; a fill from a file (`fill`). Otherwise its
+//!   bytes go through rank 0, by the links, as on one host.
 //! - **Rank 0 asks, the others answer** (`control`): a numbered command to every serving
 //!   rank, each answering once under its number, waited for up to the MPI deadline; an
 //!   answer to a command given up is dropped. A rank that fails its part says why
