@@ -1,6 +1,7 @@
 //! Opening a channel on each placement: the link started (or a serial port opened), its
-//! frames decoded by a thread of their own where it is a byte link, and the hello that
-//! checks the protocol version and the replica before anything else is sent.
+//! frames decoded by a thread of their own where it is a byte link read through `Read`
+//! (in place where its bytes come in chunks on a queue: a link between ranks), and the
+//! hello that checks the protocol version and the replica before anything else is sent.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -172,9 +173,9 @@ impl Channel {
         writer: super::super::tunnel::LinkWriter,
         liveness: Box<dyn Fn() -> spawn::Liveness + Send>,
     ) -> Result<Self, TransportError> {
-        let link = Link::Framed {
+        let link = Link::Remote {
             to: Box::new(writer),
-            from: Box::new(reader),
+            from: reader.into_chunks(),
             handle: DeviceHandle::Remote(liveness),
         };
         Self::open(link, worker, 1)
@@ -305,5 +306,7 @@ fn messages(incoming: Incoming, replica: u32) -> Result<Frames, TransportError> 
         Incoming::Served(frames, pool) => Frames::Served(frames, pool),
         Incoming::Pipe(pipe) => Frames::pipe(pipe, replica)?,
         Incoming::Ring(ring, process) => Frames::ring(ring, process, replica)?,
+        #[cfg(feature = "mpi")]
+        Incoming::Chunks(chunks) => Frames::chunks(chunks, replica),
     })
 }

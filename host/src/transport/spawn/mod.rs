@@ -78,11 +78,19 @@ pub(super) enum Link {
         memory: Option<SharedMemory>,
         handle: DeviceHandle,
     },
-    /// Frames both ways and nothing else: a device thread behind injected faults, a device
-    /// another rank serves, or a board on a serial port.
+    /// Frames both ways and nothing else: a device thread behind injected faults, or a
+    /// board on a serial port.
     Framed {
         to: Box<dyn Write + Send>,
         from: Box<dyn Read + Send>,
+        handle: DeviceHandle,
+    },
+    /// A device another rank serves: frames both ways, arriving in the chunks the post
+    /// office delivers (`transport::tunnel`), which the channel decodes in place.
+    #[cfg(feature = "mpi")]
+    Remote {
+        to: Box<dyn Write + Send>,
+        from: Receiver<Vec<u8>>,
         handle: DeviceHandle,
     },
     /// A child process serving one device: frames on its stdin, its stdout read in place;
@@ -149,6 +157,14 @@ impl Link {
                 None,
                 None,
             ),
+            #[cfg(feature = "mpi")]
+            Self::Remote { to, from, handle } => parts(
+                Incoming::Chunks(from),
+                Outgoing::Bytes(to),
+                handle,
+                None,
+                None,
+            ),
             Self::Child {
                 stdin,
                 stdout,
@@ -206,6 +222,10 @@ pub(super) enum Incoming {
     /// A message ring from a device of a process share, and that process's stdout, whose
     /// end says the process has gone.
     Ring(crate::transport::ring::RingReceiver, std::os::fd::OwnedFd),
+    /// A byte link's chunks on a queue another thread feeds (a link between ranks):
+    /// frames, decoded by the channel in place.
+    #[cfg(feature = "mpi")]
+    Chunks(Receiver<Vec<u8>>),
 }
 
 /// Where messages to the device go.

@@ -140,6 +140,8 @@ fn relayed(
         Incoming::Messages(_) | Incoming::Served(..) | Incoming::Ring(..) => {
             return Err(not_bytes(replica))
         }
+        #[cfg(feature = "mpi")]
+        Incoming::Chunks(_) => return Err(not_bytes(replica)),
     };
     let Outgoing::Bytes(to_device) = outgoing else {
         return Err(not_bytes(replica));

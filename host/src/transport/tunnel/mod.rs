@@ -11,8 +11,17 @@
 //!   queue and read what it routes to them. (MPI is initialized for threads: the
 //!   controller's thread may run collectives meanwhile.)
 //! - **A link is its worker's global id**, which is the MPI tag of its messages, between
-//!   the controller's rank and the worker's. MPI does not reorder messages of one tag
-//!   between two ranks, so a link's bytes arrive as they were written, whole or not at all.
+//!   the controller's rank and the worker's. An office's messages to a rank all leave from
+//!   its one thread, and the office there takes them whatever their tag: MPI does not let
+//!   one overtake another, so a link's bytes arrive as they were written, whole or not at
+//!   all, and in their place among the control messages and the other links' bytes.
+//! - **What is posted together travels together.** The office takes everything posted
+//!   since it last looked and sends each rank its small messages as one, on [`BATCH_TAG`]
+//!   (the `batch` module: the parts in the order posted, each routed there as if it had
+//!   come alone; bulk bytes go alone). A command's requests to a rank's workers — and the
+//!   frees posted before them — thereby cost that rank one receive, and its replies one
+//!   message back: measured on the `ranks` bench's call + sync, one message each way per
+//!   command, four posts in each.
 //! - **A message is a kind byte and its payload**: bytes of the link, or its end (the
 //!   writer was dropped: the reader at the other end reads the end of the stream). Control
 //!   messages between the ranks (what the session asks of a rank, and its answers) travel
@@ -52,12 +61,20 @@ use mpi::traits::*;
 
 use crate::instance::DEADLINE_VAR;
 
+mod batch;
+
+use batch::BATCH_BYTES;
+
 /// The tag of control messages between ranks (worker ids stay below it).
 pub const CONTROL_TAG: i32 = 32_767;
 /// The tag of bulk bytes between ranks (worker ids stay below it).
 pub const BULK_TAG: i32 = 32_766;
 /// The tag of heartbeats between offices (worker ids stay below it).
 pub const BEAT_TAG: i32 = 32_765;
+/// The tag of several messages to one rank sent as one (worker ids stay below it).
+pub const BATCH_TAG: i32 = 32_764;
+/// The most posts the office takes from its queue before it sends them.
+const BATCH_POSTS: usize = 256;
 /// How long a quiet office sleeps before it looks for incoming messages again.
 pub const IDLE: Duration = Duration::from_millis(1);
 /// How long after its last message the office keeps looking without sleeping (yielding its
@@ -78,6 +95,9 @@ pub fn beat(deadline: Duration) -> Duration {
 const BYTES: u8 = 0;
 /// The kind byte of a message ending a link.
 const END: u8 = 1;
+
+/// A message held for a batch: its tag and bytes.
+type Part = (i32, Vec<u8>);
 
 /// What the office is asked to do.
 enum Post {
@@ -111,7 +131,7 @@ pub struct PostOffice {
 }
 
 impl PostOffice {
-    /// Opens `links` (whose tags must be below [`BEAT_TAG`]) and starts the office of rank
+    /// Opens `links` (whose tags must be below [`BATCH_TAG`]) and starts the office of rank
     /// `me`, which watches every rank at the other end of a link under `deadline`; each
     /// link's reader and writer, in the order given.
     pub fn open(
@@ -282,19 +302,85 @@ impl Office {
                     Err(TryRecvError::Disconnected) => return,
                 }
             };
-            match post {
-                Some(Post::Send { to, tag, bytes }) => {
-                    self.send(&comm, to, tag, &bytes);
-                    worked = true;
+            if let Some(post) = post {
+                if !self.send_posted(&comm, post, &queue) {
+                    return;
                 }
-                Some(Post::Stop) => return,
-                None => {}
+                worked = true;
             }
             if worked {
                 last_traffic = Instant::now();
             } else if !quiet {
                 thread::yield_now();
             }
+        }
+    }
+
+    /// Sends `first` and every post queued behind it (up to [`BATCH_POSTS`]): the small
+    /// ones to each rank as one message (module rules), in the order they were posted;
+    /// false once the office is to stop (everything taken is sent first).
+    fn send_posted(
+        &mut self,
+        comm: &SimpleCommunicator,
+        first: Post,
+        queue: &Receiver<Post>,
+    ) -> bool {
+        // Each rank's small posts not yet sent, in the order posted.
+        let mut held: Vec<(i32, Vec<Part>)> = Vec::new();
+        let mut next = Some(first);
+        let mut taken = 0;
+        let go_on = loop {
+            let post = match next.take() {
+                Some(post) => post,
+                None if taken >= BATCH_POSTS => break true,
+                None => match queue.try_recv() {
+                    Ok(post) => post,
+                    Err(TryRecvError::Empty) => break true,
+                    Err(TryRecvError::Disconnected) => break false,
+                },
+            };
+            taken += 1;
+            let Post::Send { to, tag, bytes } = post else {
+                break false;
+            };
+            let at = match held.iter().position(|(peer, _)| *peer == to) {
+                Some(at) => at,
+                None => {
+                    held.push((to, Vec::new()));
+                    held.len() - 1
+                }
+            };
+            if bytes.len() > BATCH_BYTES {
+                // Sent alone, after what was posted to its rank before it.
+                let earlier = std::mem::take(&mut held[at].1);
+                self.send_batch(comm, to, earlier);
+                self.send(comm, to, tag, &bytes);
+            } else {
+                held[at].1.push((tag, bytes));
+            }
+        };
+        for (to, parts) in held {
+            self.send_batch(comm, to, parts);
+        }
+        go_on
+    }
+
+    /// Sends `parts` (tag, bytes) to rank `to`: one alone under its own tag, several as
+    /// one message under [`BATCH_TAG`].
+    fn send_batch(&mut self, comm: &SimpleCommunicator, to: i32, mut parts: Vec<Part>) {
+        if parts.len() > 1 {
+            match batch::encode(&parts) {
+                Ok(batch) => self.send(comm, to, BATCH_TAG, &batch),
+                // Not met (every tag here is below BATCH_TAG, every part at most
+                // BATCH_BYTES); were it, each part would still arrive, alone.
+                Err(_) => {
+                    for (tag, bytes) in parts {
+                        self.send(comm, to, tag, &bytes);
+                    }
+                }
+            }
+        } else if let Some((tag, bytes)) = parts.pop() {
+            self.send(comm, to, tag, &bytes);
         }
     }
 
@@ -380,12 +466,31 @@ impl Office {
         any
     }
 
+    /// Routes each part of a batch from rank `from`, in order (`batch` module rules).
+    fn route_batch(&mut self, from: i32, batch: &[u8]) {
+        for part in batch::parts(batch) {
+            match part {
+                Ok((BATCH_TAG, _)) => {
+                    tracing::warn!(from, "a batch inside a batch, dropped");
+                }
+                Ok((tag, bytes)) => self.route(from, tag, bytes.to_vec()),
+                Err(at) => {
+                    tracing::warn!(from, at, "a damaged batch between ranks, its rest dropped")
+                }
+            }
+        }
+    }
+
     fn route(&mut self, from: i32, tag: i32, mut bytes: Vec<u8>) {
         if let Some(heard) = self.heard.iter_mut().find(|(peer, _)| *peer == from) {
             heard.1 = Instant::now();
         }
         match tag {
             BEAT_TAG => return,
+            BATCH_TAG => {
+                self.route_batch(from, &bytes);
+                return;
+            }
             CONTROL_TAG => {
                 let _ = self.control.send((from as usize, bytes));
                 return;
@@ -431,7 +536,8 @@ pub struct LinkReader {
 
 impl LinkReader {
     /// The queue the link's bytes arrive on, in chunks as the other rank wrote them, for a
-    /// reader that takes them whole (a device's link) rather than through [`Read`].
+    /// reader that takes them whole (a device's link, or a channel decoding its frames in
+    /// place) rather than through [`Read`].
     pub fn into_chunks(self) -> Receiver<Vec<u8>> {
         debug_assert!(
             self.at >= self.pending.len(),
@@ -513,10 +619,10 @@ fn gone() -> io::Error {
 
 fn tag_of(worker: u32) -> io::Result<i32> {
     match i32::try_from(worker) {
-        Ok(tag) if tag < BEAT_TAG => Ok(tag),
+        Ok(tag) if tag < BATCH_TAG => Ok(tag),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("worker {worker}: ids across ranks stay below {BEAT_TAG} (MPI tags)"),
+            format!("worker {worker}: ids across ranks stay below {BATCH_TAG} (MPI tags)"),
         )),
     }
 }
