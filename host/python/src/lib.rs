@@ -10,7 +10,7 @@
 //! - `placement`: "thread", "process", "qemu", "serial".
 //! - `ranks`: across the ranks of an MPI job (`mpirun -np N python script.py`): a session's
 //!   controller on rank 0, a runtime as one instance of the job (cargo feature `mpi`).
-//! - `baseline`: the Rust API timed in Rust, the Python benchmark's baseline.
+//! - `baseline`: the Rust API timed in Rust, the Python benchmarks' baseline.
 //! - `main`: the `tessera` command, for the script the package installs.
 //!
 //! # Panics
@@ -72,6 +72,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(baseline::_baseline_round_trip, m)?)?;
     m.add_function(wrap_pyfunction!(baseline::_baseline_call_sync, m)?)?;
+    m.add_function(wrap_pyfunction!(baseline::_baseline_allreduce, m)?)?;
     m.add_function(wrap_pyfunction!(program::spirals, m)?)?;
     m.add_function(wrap_pyfunction!(program::initial_weights, m)?)?;
     m.add("TesseraError", py.get_type::<error::TesseraError>())?;
