@@ -149,24 +149,54 @@ TESSERA_FIRMWARE="$PWD/$firmware" cargo test -p tessera-host --features mpi --te
 TESSERA_FIRMWARE="$PWD/$riscv_firmware" cargo test -p tessera-host --features mpi --test suite --locked -- \
     --include-ignored --exact session_scenarios::across_ranks::qemu_scenarios_across_two_ranks
 
-step "the Python package: installed into a virtual environment as the README says, then its pytest suite"
-# The package's build and test tools from PyPI, at the versions this suite was last run
-# with; then the README's install command (a release build by maturin, the same tool
-# without a second download: no build isolation), so the suite tests what users install.
+step "the Python package: one wheel with MPI, installed where no Rust is; its pytest suite, across 2 MPI ranks too"
+# The build tool from PyPI, at the version this suite was last run with, in an environment
+# of its own.
+build_venv="$PWD/target/python-build-venv"
+rm -rf "$build_venv"
+python3 -m venv "$build_venv"
+"$build_venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0
+# The wheel is built once: a release build for every CPython from 3.9 (abi3), with the
+# cargo feature `mpi`. It links this machine's OpenMPI, the one its mpirun starts, so it is
+# tagged `linux` and left unrepaired (a repair would copy libmpi into the wheel).
+wheels="$PWD/target/python-wheels"
+rm -rf "$wheels"
+"$build_venv/bin/maturin" build --release --locked -m host/python/Cargo.toml --features mpi \
+    --compatibility linux --auditwheel skip --out "$wheels"
+wheel=$(echo "$wheels"/tessera-*-cp39-abi3-linux_*.whl)
+# Installed as a user without Rust installs it: a fresh virtual environment whose PATH has
+# no cargo and no rustc (every directory holding one dropped; the QEMU tests' defmt-print,
+# a decoder, not a toolchain, kept through a directory of its own).
+tools="$PWD/target/python-tools"
+rm -rf "$tools"
+mkdir -p "$tools"
+ln -s "$(command -v defmt-print)" "$tools/defmt-print"
+no_rust=$(printf '%s\n' "$PATH" | tr ':' '\n' | while read -r dir; do
+    if [ -n "$dir" ] && [ ! -e "$dir/cargo" ] && [ ! -e "$dir/rustc" ]; then printf '%s:' "$dir"; fi
+done)
 venv="$PWD/target/python-venv"
+python_path="$venv/bin:$tools:${no_rust%:}"
 rm -rf "$venv"
-python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 numpy==2.4.6 pytest==9.2.0
-# (maturin's build backend runs the `maturin` it finds on PATH: the venv's.)
-PATH="$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    --no-build-isolation ./host/python
+env PATH="$python_path" python3 -m venv "$venv"
+for tool in cargo rustc; do
+    if env PATH="$python_path" sh -c "command -v $tool"; then
+        echo "error: $tool is on the PATH of the Python package's tests" >&2
+        exit 1
+    fi
+done
+env PATH="$python_path" "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    numpy==2.4.6 pytest==9.2.0 "$wheel"
 # The QEMU tests (the serial placement's on ptys too) run the Cortex-M4F firmware built
-# above, and fail if they cannot.
-TESSERA_FIRMWARE="$PWD/$firmware" TESSERA_PYTHON_QEMU=required "$venv/bin/python" -m pytest -q host/python/tests
+# above, and the MPI tests (test_ranks.py: a session and a runtime across 2 ranks against
+# one host's results, a killed rank, a killed remote device) run mpirun from this
+# environment; both fail rather than skip.
+env PATH="$python_path" TESSERA_FIRMWARE="$PWD/$firmware" TESSERA_PYTHON_QEMU=required \
+    TESSERA_PYTHON_MPI=required "$venv/bin/python" -m pytest -q host/python/tests
 
 step "clippy (warnings are errors), host and firmware"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p tessera-host --all-targets --features mpi --locked -- -D warnings
+cargo clippy -p tessera-python --all-targets --features mpi --locked -- -D warnings
 for target in "${firmware_targets[@]}"; do
     cargo clippy -p tessera-firmware-sim --target "$target" --features firmware --locked -- -D warnings
 done

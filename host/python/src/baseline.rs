@@ -1,11 +1,13 @@
-//! The Rust side of the Python benchmark (`bench/roundtrip.py`): the same operations
-//! through the Rust API, on the same session, timed in Rust — the baseline each Python
-//! figure is printed beside, measured in the same run.
+//! The Rust side of the Python benchmarks (`bench/roundtrip.py`, and `bench/ranks.py`
+//! across MPI ranks): the same operations through the Rust API, on the same session, timed
+//! in Rust — the baseline each Python figure is printed beside, measured in the same run.
 
 use std::time::Instant;
 
 use pyo3::prelude::*;
+use tessera_core::dtype::DataType;
 use tessera_host::array::{ArrayView, HostArray};
+use tessera_host::session::collective::{ReduceOp, Scope};
 use tessera_host::session::CallArg;
 
 use crate::error::OrRaise;
@@ -77,5 +79,31 @@ pub(crate) fn _baseline_call_sync(
             drop(result);
         }
         Ok(start.elapsed().as_secs_f64() / repeats.max(1) as f64)
+    })
+}
+
+/// Seconds per sum allreduce of `elements` float32 per worker over every worker, between
+/// two registers made for it, through the Rust API: the median of `repeats`.
+#[pyfunction]
+pub(crate) fn _baseline_allreduce(
+    py: Python<'_>,
+    session: &PySession,
+    elements: u32,
+    repeats: usize,
+) -> PyResult<f64> {
+    let session = session.inner();
+    py.detach(|| {
+        let src = session.empty(DataType::F32, &[elements]).or_raise()?;
+        let dst = session.empty(DataType::F32, &[elements]).or_raise()?;
+        let mut times = Vec::with_capacity(repeats);
+        for _ in 0..repeats.max(1) {
+            let start = Instant::now();
+            session
+                .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
+                .or_raise()?;
+            times.push(start.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
     })
 }

@@ -8,7 +8,9 @@
 //! - `arrays`: NumPy arrays at the boundary (dtypes, bytes borrowed in place).
 //! - `error`: Rust errors as Python exceptions, each with its `kind` (`error::kind`).
 //! - `placement`: "thread", "process", "qemu", "serial".
-//! - `baseline`: the Rust API timed in Rust, the Python benchmark's baseline.
+//! - `ranks`: across the ranks of an MPI job (`mpirun -np N python script.py`): a session's
+//!   controller on rank 0, a runtime as one instance of the job (cargo feature `mpi`).
+//! - `baseline`: the Rust API timed in Rust, the Python benchmarks' baseline.
 //! - `main`: the `tessera` command, for the script the package installs.
 //!
 //! # Panics
@@ -26,6 +28,7 @@ mod baseline;
 mod error;
 mod placement;
 mod program;
+mod ranks;
 mod runtime;
 mod session;
 
@@ -69,6 +72,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(baseline::_baseline_round_trip, m)?)?;
     m.add_function(wrap_pyfunction!(baseline::_baseline_call_sync, m)?)?;
+    m.add_function(wrap_pyfunction!(baseline::_baseline_allreduce, m)?)?;
     m.add_function(wrap_pyfunction!(program::spirals, m)?)?;
     m.add_function(wrap_pyfunction!(program::initial_weights, m)?)?;
     m.add("TesseraError", py.get_type::<error::TesseraError>())?;
@@ -78,6 +82,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ExecutableError", py.get_type::<error::ExecutableError>())?;
     m.add("ProgramError", py.get_type::<error::ProgramError>())?;
     m.add("MAX_REGISTERS", tessera_host::session::MAX_REGISTERS)?;
+    m.add("HAS_MPI", ranks::HAS_MPI)?;
+    // MPI, once a session or a runtime under mpirun started it, ends with the interpreter.
+    #[cfg(feature = "mpi")]
+    py.import("atexit")?
+        .call_method1("register", (wrap_pyfunction!(ranks::_at_exit, m)?,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -18,6 +18,15 @@
 //! - A checkpoint saved here is the file `tessera train --checkpoint` writes (with the
 //!   training data's record when `data` is given, which `tessera train --resume` checks),
 //!   and `resume` restores one `tessera train` wrote.
+//! - **Across the ranks of an MPI job** (`mpirun -np N python script.py`, the package built
+//!   with the cargo feature `mpi`): every rank runs the script and its runtime is one
+//!   instance of the job, starting and driving its window of the replicas (instance `k`
+//!   of `n`: replicas `k·R/n .. (k+1)·R/n`, `Runtime.window`). Every rank calls the same
+//!   methods in the same order. A step's arrays and anchors are the window's (each rank
+//!   feeds its own replicas, and gets their anchors back); weights to host, the RNG state
+//!   and the cycle counts are the whole job's on every rank, and the reductions of a step
+//!   span the ranks, so the weights are one host's bit for bit, as `tessera train` under
+//!   `mpirun` does it (`tessera_host::instance`; MPI's life in Python: `ranks`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -39,6 +48,7 @@ use crate::arrays::{to_host, Borrowed, BorrowedMut};
 use crate::error::{OrRaise, Raise};
 use crate::placement::{device_memory, placement, Needs};
 use crate::program::{named_to_numpy, PyProgram};
+use crate::ranks::Part;
 
 /// A program prepared on its replicas (see the module documentation).
 #[pyclass(name = "Runtime", module = "tessera", frozen)]
@@ -106,8 +116,14 @@ impl PyRuntime {
         let placement = self::placement(py, placement, needs)?;
         let memory = device_memory(memory)?;
         let program = program.program.clone();
+        let instances = crate::ranks::instances(py, Part::Runtime)?;
         let runtime = py
-            .detach(|| Runtime::prepare(program, replicas, &placement, memory))
+            .detach(|| match instances {
+                Some(instances) => {
+                    Runtime::prepare_in(program, replicas, instances, &placement, memory)
+                }
+                None => Runtime::prepare(program, replicas, &placement, memory),
+            })
             .or_raise()?;
         Ok(Self {
             runtime: Mutex::new(runtime),
@@ -138,8 +154,14 @@ impl PyRuntime {
         let placement = self::placement(py, placement, needs)?;
         let memory = device_memory(memory)?;
         let executable = py.detach(|| Executable::load(&path)).or_raise()?;
+        let instances = crate::ranks::instances(py, Part::Runtime)?;
         let runtime = py
-            .detach(|| Runtime::load_executable(&executable, &placement, memory))
+            .detach(|| match instances {
+                Some(instances) => {
+                    Runtime::load_executable_in(&executable, instances, &placement, memory)
+                }
+                None => Runtime::load_executable(&executable, &placement, memory),
+            })
             .or_raise()?;
         Ok(Self {
             runtime: Mutex::new(runtime),
@@ -155,6 +177,27 @@ impl PyRuntime {
     #[getter]
     fn replicas(&self, py: Python<'_>) -> usize {
         self.with(py, |r| r.replicas())
+    }
+
+    /// The replicas this process starts and drives: all of them on one host, this
+    /// instance's window of them under `mpirun`.
+    #[getter]
+    fn window<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let window = self.with(py, |r| r.window());
+        let range = py.import("builtins")?.getattr("range")?;
+        range.call1((window.offset, window.offset + window.local))
+    }
+
+    /// This process's instance of the job (its MPI rank; 0 on one host).
+    #[getter]
+    fn instance(&self, py: Python<'_>) -> usize {
+        self.with(py, |r| r.instances().rank())
+    }
+
+    /// The job's instances (MPI ranks; 1 on one host).
+    #[getter]
+    fn instances(&self, py: Python<'_>) -> usize {
+        self.with(py, |r| r.instances().size())
     }
 
     /// The program the replicas run (a copy).

@@ -134,6 +134,14 @@ impl Mpi {
         ))
     }
 
+    /// Finalizes MPI (drops `guard`) under the deadline: MPI_Finalize waits for every
+    /// rank, so a stopped one would otherwise hold this one in it forever. For a program
+    /// that keeps MPI up longer than one session or runtime (the Python package keeps it
+    /// for the interpreter's life).
+    pub fn finalize(&self, guard: MpiGuard) {
+        self.guarded("finalizing MPI", || drop(guard));
+    }
+
     /// Runs the collective `what` under the deadline.
     pub(crate) fn guarded<T>(&self, what: &'static str, collective: impl FnOnce() -> T) -> T {
         let set = |value| *UNDER_WAY.lock().unwrap_or_else(|e| e.into_inner()) = value;

@@ -75,7 +75,9 @@ impl Finalize {
     /// under the deadline, as a collective.
     pub(super) fn now(self) {
         let Self { mpi, guard } = self;
-        mpi.guarded("finalizing MPI", || drop(guard));
+        if let Some(guard) = guard {
+            mpi.finalize(guard);
+        }
     }
 }
 

@@ -20,6 +20,7 @@ Rust error's message and ``kind``; wrong Python input raises ``TypeError`` or
 """
 
 from tessera._native import (
+    HAS_MPI,
     MAX_REGISTERS,
     CheckpointError,
     ExecutableError,
@@ -43,6 +44,7 @@ from tessera._native import (
 
 # `tessera.RuntimeError` stays out of `import *`, which would hide Python's own.
 __all__ = [
+    "HAS_MPI",
     "MAX_REGISTERS",
     "CheckpointError",
     "ExecutableError",

@@ -8,6 +8,9 @@ import numpy.typing as npt
 
 __version__: str
 MAX_REGISTERS: int
+HAS_MPI: bool
+"""True when built with MPI (the cargo feature `mpi`): under `mpirun`, a session spans the
+ranks and a runtime is one instance of the job. Without it, both refuse under `mpirun`."""
 
 Placement = Literal["thread", "process", "qemu", "serial"]
 ReduceOp = Literal["sum", "prod", "min", "max", "avg"]
@@ -67,7 +70,14 @@ class Session:
     """A controller and its workers (TVM Disco's session), on threads, child processes,
     QEMU or boards on serial ports (`ports`, one per worker). Every method releases the
     GIL while the workers work. Arrays are read and written in place and must be
-    C-contiguous (else ValueError); registers are freed on the workers when collected."""
+    C-contiguous (else ValueError); registers are freed on the workers when collected.
+
+    Under `mpirun -np N python script.py` (the package installed with MPI) the session
+    spans the ranks: on rank 0 the constructor returns the controller of `workers` workers
+    spread over the ranks (`workers / N` each; global ids, groups and results as on one
+    host); on every other rank it serves that rank's share until rank 0's session ends,
+    then raises `SystemExit(0)`, so the rest of the script runs on rank 0 alone. One such
+    session per job (MPI ends with it); a rank that dies ends the job."""
 
     def __init__(
         self,
@@ -168,7 +178,12 @@ class Program:
 class Runtime:
     """A program prepared on its replicas (PopART's Devicex). Named arrays are read where
     NumPy keeps them, with the GIL released (C-contiguous, else ValueError); a Python
-    thread writing into one during the call races."""
+    thread writing into one during the call races.
+
+    Under `mpirun -np N python script.py` (the package installed with MPI) every rank runs
+    the script and its runtime is one instance of the job: it drives `window`, its share
+    of the replicas; a step takes and returns that window's samples and anchors, while
+    weights to host, RNG state and cycle counts are the whole job's on every rank."""
 
     def __init__(
         self,
@@ -196,6 +211,15 @@ class Runtime:
     def save_executable(self, path: Path) -> None: ...
     @property
     def replicas(self) -> int: ...
+    @property
+    def window(self) -> range:
+        """The replicas this process drives: all on one host, its share under `mpirun`."""
+    @property
+    def instance(self) -> int:
+        """This process's instance of the job (its MPI rank; 0 on one host)."""
+    @property
+    def instances(self) -> int:
+        """The job's instances (MPI ranks; 1 on one host)."""
     @property
     def program(self) -> Program: ...
     @property

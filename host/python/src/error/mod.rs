@@ -66,7 +66,11 @@ create_exception!(
 
 /// Exception `E` with `message` and the attributes `kind` and, for session errors,
 /// `workers`. (Setting an attribute on a fresh exception cannot fail but for memory.)
-fn exception<E: PyTypeInfo>(message: String, kind: &str, workers: Option<Vec<usize>>) -> PyErr {
+pub(crate) fn exception<E: PyTypeInfo>(
+    message: String,
+    kind: &str,
+    workers: Option<Vec<usize>>,
+) -> PyErr {
     let err = PyErr::new::<E, _>(message);
     Python::attach(|py| {
         let value = err.value(py);

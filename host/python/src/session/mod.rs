@@ -26,6 +26,14 @@
 //!   leaves no device behind either: each device process has a watcher that stops it
 //!   once the Python process is gone.
 //!
+//! - **Across the ranks of an MPI job** (`mpirun -np N python script.py`, the package built
+//!   with the cargo feature `mpi`): the constructor makes rank 0 the controller of a
+//!   session whose workers are spread over the ranks, every other rank serving its share
+//!   until rank 0's session ends and then raising `SystemExit(0)`, so the rest of the
+//!   script runs on rank 0 alone. Everything else is as on one host, with the Rust rules
+//!   of `tessera_host::session::ranks`; the Python rules (one session per job, MPI's end)
+//!   are the `ranks` module's.
+//!
 //! # Layout
 //!
 //! The session's Python methods are kept by area, a file each with its own
@@ -71,7 +79,10 @@ const SLICE: Duration = Duration::from_millis(100);
 /// A controller and its workers (see the module documentation).
 #[pyclass(name = "Session", module = "tessera", frozen)]
 pub(crate) struct PySession {
-    session: Session,
+    /// Shared with the end at exit when it spans the ranks (`ranks`).
+    session: Arc<Session>,
+    /// Rank 0's session across the ranks of an MPI job: MPI ends with it.
+    across: bool,
     /// Functions called by name, each looked up once (a lookup waits for every worker;
     /// a device's function table never changes).
     functions: Mutex<HashMap<String, Function>>,
@@ -81,12 +92,19 @@ pub(crate) struct PySession {
 /// never with the GIL held.
 impl Drop for PySession {
     fn drop(&mut self) {
-        let session = &self.session;
-        Python::attach(|py| py.detach(|| session.shutdown()));
+        Python::attach(|py| py.detach(|| self.end()));
     }
 }
 
 impl PySession {
+    /// Shuts the session down (idempotent); across the ranks, MPI ends with it.
+    fn end(&self) {
+        self.session.shutdown();
+        if self.across {
+            crate::ranks::session_ended();
+        }
+    }
+
     /// The Rust session (for the benchmark's baseline).
     pub(crate) fn inner(&self) -> &Session {
         &self.session
@@ -130,7 +148,9 @@ impl PySession {
 impl PySession {
     /// Starts `workers` devices on `placement` ("thread", "process", "qemu" or "serial"),
     /// with `memory` bytes each (4 KiB to 1 GiB) where the host places them ("serial": one
-    /// of `ports` per worker, at `baud`), in `groups` equal contiguous groups.
+    /// of `ports` per worker, at `baud`), in `groups` equal contiguous groups. Under
+    /// `mpirun` the session spans the ranks (`ranks`): rank 0 gets the controller, every
+    /// other rank serves its share of the workers, then raises `SystemExit(0)`.
     #[new]
     #[pyo3(signature = (placement = "thread", workers = 4, groups = 1, memory = 16 << 20, *, exe = None, firmware = None, ports = None, baud = DEFAULT_BAUD))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one each
@@ -153,11 +173,19 @@ impl PySession {
         };
         let placement = crate::placement::placement(py, placement, needs)?;
         let memory = crate::placement::device_memory(memory)?;
-        let session = py
-            .detach(|| Session::new(&placement, workers, groups, memory))
-            .or_raise()?;
+        let (session, across) =
+            match crate::ranks::session(py, &placement, workers, groups, memory)? {
+                Some(session) => (session, true),
+                None => {
+                    let session = py
+                        .detach(|| Session::new(&placement, workers, groups, memory))
+                        .or_raise()?;
+                    (Arc::new(session), false)
+                }
+            };
         Ok(Self {
             session,
+            across,
             functions: Mutex::new(HashMap::new()),
         })
     }
@@ -206,7 +234,7 @@ impl PySession {
 
     /// Stops every worker; calling it again does nothing.
     fn shutdown(&self, py: Python<'_>) {
-        py.detach(|| self.session.shutdown());
+        py.detach(|| self.end());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
