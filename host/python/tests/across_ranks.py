@@ -4,7 +4,9 @@ job, each result checked against what one host computes.
 
     session PLACEMENT        rank 0 runs a session of 4 workers spread over the ranks: a
                              copy to worker 0 and back, a call, an allreduce (checked
-                             against NumPy's sum) and a gather; prints "session ok".
+                             against NumPy's sum), one ranks first and one in worker
+                             order (each against a NumPy reference of its order, bit
+                             for bit) and a gather; prints "session ok".
                              Every other rank serves its workers and ends with status 0.
     runtime OUT              every rank trains the README's program on 4 replicas (its
                              window of them), 3 steps, and writes OUT/rank<k>.npz (the
@@ -53,6 +55,31 @@ def session(placement):
         expected = np.sum(parts, axis=0, dtype=np.float32)
         for worker in range(WORKERS):
             np.testing.assert_array_equal(sess.debug_get(total, worker), expected)
+
+        # Ranks first: each rank's workers folded (f64, rounded to f32), then the ranks'
+        # arrays in rank order, bit for bit a NumPy reference of that order; worker
+        # order again when the call names it. Values whose sums depend on the order.
+        rng = np.random.default_rng(7)
+        huge = ((1.5 + rng.random(64)) * 1e20).astype(np.float32)
+        values = [huge, rng.random(64, dtype=np.float32) * 1e4, -huge,
+                  rng.random(64, dtype=np.float32) * 1e6]
+        sensitive = sess.copy_to_workers(values)
+        out = sess.empty((64,))
+        per_rank = sess.workers_per_rank
+        runs = [np.sum(np.array(values[r:r + per_rank], np.float64), axis=0).astype(np.float32)
+                for r in range(0, WORKERS, per_rank)]
+        first = np.sum(np.array(runs, np.float64), axis=0).astype(np.float32)
+        in_order = np.sum(np.array(values, np.float64), axis=0).astype(np.float32)
+        sess.reduce_order = "ranks_first"
+        assert sess.reduce_order == "ranks_first"
+        sess.allreduce(sensitive, out, "sum")
+        for worker in range(WORKERS):
+            np.testing.assert_array_equal(sess.debug_get(out, worker), first)
+        sess.allreduce(sensitive, out, "sum", order="workers")
+        for worker in range(WORKERS):
+            np.testing.assert_array_equal(sess.debug_get(out, worker), in_order)
+        if per_rank > 1 and per_rank < WORKERS:
+            assert not np.array_equal(first, in_order), "the orders differ here"
 
         gathered = sess.empty((WORKERS * 3, 4))
         sess.gather_to_worker0(src, gathered)

@@ -161,6 +161,32 @@ def test_integer_allreduce(session):
     np.testing.assert_array_equal(session.debug_get(dst, 2), [6, -6, 4 << 40])
 
 
+def test_reduce_orders_agree_on_one_host_and_bad_names_are_refused(session):
+    """On one host every worker lives on one rank: ranks first is worker order, bit for
+    bit. Catches an order name that does not reach the session, and a typo taken for a
+    default."""
+    assert session.reduce_order == "workers"
+    assert session.workers_per_rank == session.num_workers
+    values = [np.array([1e20, 1.0, -3.5], np.float32) * (w + 1) for w in range(4)]
+    values[2][0] = -2e20
+    src = session.copy_to_workers(values)
+    out = session.empty((3,))
+    reference = np.sum(np.array(values, np.float64), axis=0).astype(np.float32)
+    for order in ["workers", "ranks_first"]:
+        session.reduce_order = order
+        assert session.reduce_order == order
+        session.allreduce(src, out, "sum")
+        np.testing.assert_array_equal(session.debug_get(out, 3), reference)
+        session.allreduce(src, out, "sum", order=order)
+        np.testing.assert_array_equal(session.debug_get(out, 0), reference)
+    with pytest.raises(ValueError, match="ranks_first"):
+        session.allreduce(src, out, "sum", order="rank_first")
+    with pytest.raises(ValueError):
+        session.reduce_order = "by_rank"
+    assert session.reduce_order == "ranks_first"
+    session.reduce_order = "workers"
+
+
 def test_sharded_safetensors_load(session, tmp_path):
     q = np.arange(24, dtype=np.float32).reshape(4, 6)
     norm = np.linspace(0, 1, 5).astype(np.float32)

@@ -10,12 +10,16 @@
 //! - Each waits for every worker's earlier commands first (in slices, looking for
 //!   signals), then runs with the GIL released, holding both registers for its duration.
 //! - `in_group` runs each group on its own (`Scope::InGroup`), else over all the workers;
-//!   a reduction is one of "sum", "prod", "min", "max", "avg" (anything else is a
-//!   `ValueError`).
+//!   a reduction is one of "sum", "prod", "min", "max", "avg", and an order one of
+//!   "workers" (every worker's source folded in worker order: one host's bits across MPI
+//!   ranks) and "ranks_first" (each rank's workers folded first, one array per rank
+//!   crossing; the same bits for the same ranks and workers per rank). Anything else is a
+//!   `ValueError`. An allreduce without an order takes the session's (`reduce_order`,
+//!   "workers" unless set).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use tessera_host::session::collective::{ReduceOp, Scope};
+use tessera_host::session::collective::{ReduceOp, ReduceOrder, Scope};
 use tessera_host::session::{Register, Session, SessionError as RustSessionError};
 
 use super::{PyRegister, PySession};
@@ -46,6 +50,25 @@ fn reduce_op(op: &str) -> PyResult<ReduceOp> {
     })
 }
 
+/// An allreduce's order by its Python name.
+pub(super) fn reduce_order(order: &str) -> PyResult<ReduceOrder> {
+    match order {
+        "workers" => Ok(ReduceOrder::Workers),
+        "ranks_first" => Ok(ReduceOrder::RanksFirst),
+        other => Err(PyValueError::new_err(format!(
+            "reduce order {other:?} is neither \"workers\" nor \"ranks_first\""
+        ))),
+    }
+}
+
+/// An allreduce's order by its Python name (the inverse of [`reduce_order`]).
+pub(super) fn order_name(order: ReduceOrder) -> &'static str {
+    match order {
+        ReduceOrder::Workers => "workers",
+        ReduceOrder::RanksFirst => "ranks_first",
+    }
+}
+
 impl PySession {
     /// One collective on `src` and `dst`.
     fn collective(
@@ -64,8 +87,9 @@ impl PySession {
 #[pymethods]
 impl PySession {
     /// Element-wise `op` ("sum", "prod", "min", "max", "avg") of `src` over the workers
-    /// (or within each group) into `dst` on each of them.
-    #[pyo3(signature = (src, dst, op = "sum", in_group = false))]
+    /// (or within each group) into `dst` on each of them, combined in `order` ("workers",
+    /// "ranks_first"; the session's `reduce_order` when None).
+    #[pyo3(signature = (src, dst, op = "sum", in_group = false, order = None))]
     fn allreduce(
         &self,
         py: Python<'_>,
@@ -73,11 +97,37 @@ impl PySession {
         dst: &PyRegister,
         op: &str,
         in_group: bool,
+        order: Option<&str>,
     ) -> PyResult<()> {
         let op = reduce_op(op)?;
+        let order = match order {
+            Some(order) => reduce_order(order)?,
+            None => py.detach(|| self.session.reduce_order()),
+        };
         self.collective(py, src, dst, |s, src, dst| {
-            s.allreduce(src, dst, op, scope(in_group))
+            s.allreduce_in_order(src, dst, op, scope(in_group), order)
         })
+    }
+
+    /// The order allreduces combine in when a call names none: "workers" (the default) or
+    /// "ranks_first".
+    #[getter]
+    fn get_reduce_order(&self, py: Python<'_>) -> &'static str {
+        order_name(py.detach(|| self.session.reduce_order()))
+    }
+
+    #[setter]
+    fn set_reduce_order(&self, py: Python<'_>, order: &str) -> PyResult<()> {
+        let order = reduce_order(order)?;
+        py.detach(|| self.session.set_reduce_order(order));
+        Ok(())
+    }
+
+    /// Workers each MPI rank hosts (all of them on one host): ranks first, an allreduce
+    /// folds each run of this many consecutive workers before combining the runs.
+    #[getter]
+    fn workers_per_rank(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.session.workers_per_rank())
     }
 
     /// Every member's `src` concatenated in worker order, into `dst` on every member.
