@@ -137,7 +137,9 @@ pub(in crate::transport::group) fn run_across(
     }
     ranks.tell_all(|rank| parts[rank].clone())?;
     let mut scratch = std::mem::take(&mut ranks.scratch);
+    let hush = ranks.office.hush();
     let mine = run(&mpi, &parts[0], &mut memories, &mut scratch);
+    drop(hush);
     ranks.scratch = scratch;
     ranks.outcome(mine, kind.operation())?;
     let dests: Vec<Place> = sets

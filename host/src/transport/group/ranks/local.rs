@@ -99,7 +99,9 @@ pub(in crate::transport::group) fn run_in_sets(
         memories.push(channel.device_memory().map_err(GroupError::on(member))?);
     }
     ranks.tell_all(|rank| parts[rank].clone())?;
+    let hush = ranks.office.hush();
     let mine = run(&parts[0], &mut memories);
+    drop(hush);
     ranks.outcome(mine, kind.operation())?;
     let dests: Vec<Place> = sets
         .iter()

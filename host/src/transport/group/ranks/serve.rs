@@ -48,6 +48,12 @@ pub(crate) fn answer_commands(
         };
         let mut memories: Vec<Option<&mut SharedMemory>> =
             served.iter_mut().map(|device| device.memory()).collect();
+        // The office sleeps while this rank moves bytes itself (not for copies between
+        // ranks, whose bytes it carries).
+        let hush = match command {
+            ToRank::Collective(_) | ToRank::InSets(_) | ToRank::Fill(_) => Some(office.hush()),
+            _ => None,
+        };
         let outcome = match command {
             ToRank::Collective(part) => collectives::run(mpi, &part, &mut memories, &mut scratch),
             ToRank::InSets(part) => local::run(&part, &mut memories),
@@ -63,6 +69,7 @@ pub(crate) fn answer_commands(
             // Taken above, before the memory is borrowed.
             ToRank::Finish | ToRank::Liveness(_) => Ok(()),
         };
+        drop(hush);
         answer(
             number,
             &match outcome {
