@@ -519,10 +519,10 @@ impl Group {
     /// How a reduction in `order` takes `sources`: ranks first, the number of consecutive
     /// sources each rank hosts; worker order (and on one host), no runs.
     fn runs(&self, sources: &[Place], order: ReduceOrder) -> Vec<usize> {
-        let mut runs: Vec<usize> = Vec::new();
         #[cfg(feature = "mpi")]
         if let (ReduceOrder::RanksFirst, Some(ranks)) = (order, &self.ranks) {
             let per_rank = ranks.per_rank().max(1);
+            let mut runs: Vec<usize> = Vec::new();
             let mut last = None;
             for place in sources {
                 let rank = place.member / per_rank;
@@ -532,10 +532,11 @@ impl Group {
                 }
                 last = Some(rank);
             }
+            return runs;
         }
-        #[cfg(not(feature = "mpi"))]
+        // One host: worker order whatever was asked (they agree).
         let _ = (sources, order);
-        runs
+        Vec::new()
     }
 
     /// One round trip to the member of each of `places` (a [`Locate`] of its target, every
