@@ -280,14 +280,54 @@ fn floats_with<const N: usize>(
     write: impl Fn(f64) -> [u8; N],
     step: impl Fn(f64, f64) -> f64 + Copy,
 ) {
+    if inputs.len() <= 4 {
+        return in_one_pass(inputs, out, (mean, members), read, write, step);
+    }
     let mut acc = [0f64; BLOCK];
     for (block, out) in out.chunks_mut(BLOCK * N).enumerate() {
         let acc = &mut acc[..out.len() / N];
         fold_block::<N>(acc, inputs, block * BLOCK * N, read, step);
-        for (a, to) in acc.iter().zip(out.chunks_exact_mut(N)) {
-            let v = if mean { a / members as f64 } else { *a };
-            to.copy_from_slice(&write(v));
+        let out = out.as_chunks_mut::<N>().0.iter_mut();
+        if mean {
+            let members = members as f64;
+            acc.iter()
+                .zip(out)
+                .for_each(|(a, to)| *to = write(a / members));
+        } else {
+            acc.iter().zip(out).for_each(|(a, to)| *to = write(*a));
         }
+    }
+}
+
+/// Up to four inputs (the commonest folds: a host's workers, a rank's, a step's replicas)
+/// folded element by element straight into `out`, in the order given, each element divided
+/// by the member count when `mean` and rounded once: the accumulator's round trip cost as
+/// much as the fold (two inputs took 1.9× a plain f32 sum; in one pass, the same time).
+fn in_one_pass<const N: usize>(
+    inputs: &[&[u8]],
+    out: &mut [u8],
+    (mean, members): (bool, usize),
+    read: impl Fn([u8; N]) -> f64 + Copy,
+    write: impl Fn(f64) -> [u8; N],
+    step: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    let mut views = [&[][..]; 4];
+    for (view, input) in views.iter_mut().zip(inputs) {
+        *view = input.as_chunks::<N>().0;
+    }
+    let [a, b, c, d] = views;
+    let r = move |chunk: &[u8; N]| read(*chunk);
+    let members = members as f64;
+    let put = move |v: f64| if mean { write(v / members) } else { write(v) };
+    let out = out.as_chunks_mut::<N>().0.iter_mut();
+    match inputs.len() {
+        4 => (out.zip(a).zip(b).zip(c).zip(d))
+            .for_each(|((((to, a), b), c), d)| *to = put(step(step(step(r(a), r(b)), r(c)), r(d)))),
+        3 => (out.zip(a).zip(b).zip(c))
+            .for_each(|(((to, a), b), c)| *to = put(step(step(r(a), r(b)), r(c)))),
+        2 => (out.zip(a).zip(b)).for_each(|((to, a), b)| *to = put(step(r(a), r(b)))),
+        1 => out.zip(a).for_each(|(to, a)| *to = put(r(a))),
+        _ => {}
     }
 }
 
@@ -319,30 +359,30 @@ fn fold<const N: usize>(
     read: impl Fn([u8; N]) -> f64 + Copy,
     step: impl Fn(f64, f64) -> f64 + Copy,
 ) {
-    let r = move |chunk: &[u8]| read(bytes(chunk));
-    let head = move |x: f64, v: f64| if first { v } else { step(x, v) };
+    // Whole elements (`as_chunks`: no per-element length check), and the first pass's loop
+    // apart from the others' (no per-element branch): both kept the loops from
+    // vectorizing, and the kernel ran at half the speed of a plain f32 sum.
+    let r = move |chunk: &[u8; N]| read(*chunk);
+    let mut views = [&[][..]; 4];
+    for (view, input) in views.iter_mut().zip(group) {
+        *view = input.as_chunks::<N>().0;
+    }
+    let [a, b, c, d] = views;
     let acc = acc.iter_mut();
-    match group {
-        [a, b, c, d] => acc
-            .zip(a.chunks_exact(N))
-            .zip(b.chunks_exact(N))
-            .zip(c.chunks_exact(N))
-            .zip(d.chunks_exact(N))
-            .for_each(|((((x, a), b), c), d)| {
-                *x = step(step(step(head(*x, r(a)), r(b)), r(c)), r(d));
-            }),
-        [a, b, c] => acc
-            .zip(a.chunks_exact(N))
-            .zip(b.chunks_exact(N))
-            .zip(c.chunks_exact(N))
-            .for_each(|(((x, a), b), c)| *x = step(step(head(*x, r(a)), r(b)), r(c))),
-        [a, b] => acc
-            .zip(a.chunks_exact(N))
-            .zip(b.chunks_exact(N))
-            .for_each(|((x, a), b)| *x = step(head(*x, r(a)), r(b))),
-        [a] => acc
-            .zip(a.chunks_exact(N))
-            .for_each(|(x, a)| *x = head(*x, r(a))),
+    match (group.len(), first) {
+        (4, true) => (acc.zip(a).zip(b).zip(c).zip(d))
+            .for_each(|((((x, a), b), c), d)| *x = step(step(step(r(a), r(b)), r(c)), r(d))),
+        (4, false) => (acc.zip(a).zip(b).zip(c).zip(d)).for_each(|((((x, a), b), c), d)| {
+            *x = step(step(step(step(*x, r(a)), r(b)), r(c)), r(d))
+        }),
+        (3, true) => (acc.zip(a).zip(b).zip(c))
+            .for_each(|(((x, a), b), c)| *x = step(step(r(a), r(b)), r(c))),
+        (3, false) => (acc.zip(a).zip(b).zip(c))
+            .for_each(|(((x, a), b), c)| *x = step(step(step(*x, r(a)), r(b)), r(c))),
+        (2, true) => (acc.zip(a).zip(b)).for_each(|((x, a), b)| *x = step(r(a), r(b))),
+        (2, false) => (acc.zip(a).zip(b)).for_each(|((x, a), b)| *x = step(step(*x, r(a)), r(b))),
+        (1, true) => acc.zip(a).for_each(|(x, a)| *x = r(a)),
+        (1, false) => acc.zip(a).for_each(|(x, a)| *x = step(*x, r(a))),
         _ => {}
     }
 }
