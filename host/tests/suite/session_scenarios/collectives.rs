@@ -73,6 +73,29 @@ scenario! {
     allreduce: allreduce_thread, allreduce_process, serial allreduce_serial
 }
 
+/// Folds `values` (one array per worker) element by element in f64 with `op`, a mean's as
+/// a sum divided by `members`, rounded once to f32: the kernel's rule.
+fn fold_f32(op: ReduceOp, values: &[Vec<f32>], members: usize) -> Vec<f32> {
+    (0..values[0].len())
+        .map(|i| {
+            let mut acc = f64::from(values[0][i]);
+            for v in &values[1..] {
+                let x = f64::from(v[i]);
+                acc = match op {
+                    ReduceOp::Sum | ReduceOp::Avg => acc + x,
+                    ReduceOp::Prod => acc * x,
+                    ReduceOp::Min => acc.min(x),
+                    ReduceOp::Max => acc.max(x),
+                };
+            }
+            if op == ReduceOp::Avg {
+                acc /= members as f64;
+            }
+            acc as f32
+        })
+        .collect()
+}
+
 fn allreduce_in_worker_order(placement: Placement) {
     const N: usize = 64;
     let session = open(&placement, 4, 1);
@@ -107,24 +130,7 @@ fn allreduce_in_worker_order(placement: Placement) {
     ] {
         session.allreduce(&src, &dst, op, Scope::Global).unwrap();
         // The kernel's rule: read into f64, folded in worker order, rounded once.
-        let expected: Vec<f32> = (0..N)
-            .map(|i| {
-                let mut acc = f64::from(values[0][i]);
-                for v in &values[1..] {
-                    let x = f64::from(v[i]);
-                    acc = match op {
-                        ReduceOp::Sum | ReduceOp::Avg => acc + x,
-                        ReduceOp::Prod => acc * x,
-                        ReduceOp::Min => acc.min(x),
-                        ReduceOp::Max => acc.max(x),
-                    };
-                }
-                if op == ReduceOp::Avg {
-                    acc /= 4.0;
-                }
-                acc as f32
-            })
-            .collect();
+        let expected = fold_f32(op, &values, 4);
         expect_on(&session, &dst, 0..4, &f32s(&[N as u32], &expected));
     }
 }
@@ -135,29 +141,6 @@ scenario! {
     /// every worker and for every op. Catches a combination in another order (partial sums
     /// per host, or per rank across MPI ranks).
     allreduce_in_worker_order: allreduce_in_worker_order_thread, allreduce_in_worker_order_process
-}
-
-/// Folds `values` (one array per worker) element by element in f64 with `op`, a mean's as
-/// a sum divided by `members`, rounded once to f32: the kernel's rule.
-fn fold_f32(op: ReduceOp, values: &[Vec<f32>], members: usize) -> Vec<f32> {
-    (0..values[0].len())
-        .map(|i| {
-            let mut acc = f64::from(values[0][i]);
-            for v in &values[1..] {
-                let x = f64::from(v[i]);
-                acc = match op {
-                    ReduceOp::Sum | ReduceOp::Avg => acc + x,
-                    ReduceOp::Prod => acc * x,
-                    ReduceOp::Min => acc.min(x),
-                    ReduceOp::Max => acc.max(x),
-                };
-            }
-            if op == ReduceOp::Avg {
-                acc /= members as f64;
-            }
-            acc as f32
-        })
-        .collect()
 }
 
 fn allreduce_ranks_first(placement: Placement) {

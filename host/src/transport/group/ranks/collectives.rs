@@ -345,28 +345,20 @@ fn allreduce(
         && floats
         && part.per_rank > 1
         && peers.size() > 1;
-    let mut combined = std::mem::take(&mut scratch.combined);
-    let combining = if ranks_first {
-        slice_ranks_first(
-            peers,
-            part,
-            reduction.op,
-            memories,
-            scratch,
-            &mut combined,
-            failure,
-        )
-    } else {
-        slice_in_worker_order(
-            peers,
-            part,
-            reduction.op,
-            memories,
-            scratch,
-            &mut combined,
-            failure,
-        )
+    let slice_of = match ranks_first {
+        true => slice_ranks_first,
+        false => slice_in_worker_order,
     };
+    let mut combined = std::mem::take(&mut scratch.combined);
+    let combining = slice_of(
+        peers,
+        part,
+        reduction.op,
+        memories,
+        scratch,
+        &mut combined,
+        failure,
+    );
     let gathered = combining.and_then(|()| {
         // Integers: every rank's slice combined, or no destination written anywhere.
         if !floats && peers.any(failure.0.is_some()) {
