@@ -104,45 +104,6 @@ impl Kind {
         }
     }
 
-    /// A scatter's or a gather's sets as copies from member to member: each part of the
-    /// leader's source to its member, each member's source to its piece of the leader's
-    /// destination. `None` for the other collectives, or sets whose lengths do not split
-    /// evenly (the checked path refuses them).
-    #[cfg(feature = "mpi")]
-    fn as_copies(self, sets: &[Set]) -> Option<Vec<(Place, Place)>> {
-        let piece = |place: &Place, i: usize, len: usize| Place {
-            member: place.member,
-            span: Span {
-                offset: place.span.offset + i * len,
-                len,
-                ..place.span
-            },
-        };
-        let mut pairs = Vec::new();
-        for set in sets {
-            match self {
-                Self::Scatter => {
-                    let leader = set.sources.first()?;
-                    let part = leader.span.len / set.dests.len().max(1);
-                    for (i, dest) in set.dests.iter().enumerate() {
-                        (dest.span.len == part).then_some(())?;
-                        pairs.push((piece(leader, i, part), *dest));
-                    }
-                }
-                Self::Gather => {
-                    let leader = set.dests.first()?;
-                    let part = leader.span.len / set.sources.len().max(1);
-                    for (i, source) in set.sources.iter().enumerate() {
-                        (source.span.len == part).then_some(())?;
-                        pairs.push((*source, piece(leader, i, part)));
-                    }
-                }
-                _ => return None,
-            }
-        }
-        Some(pairs)
-    }
-
     /// Each destination of `set` as pieces of its sources.
     fn pieces(self, set: &Set) -> Vec<(Place, Vec<Piece>)> {
         let whole = |i: usize| Piece::whole(i, set.sources[i].span.len);
@@ -494,7 +455,7 @@ impl Group {
             }
             // A scatter's parts and a gather's pieces are copies from member to member:
             // each byte crosses between ranks once, from the rank that holds it.
-            if let Some(pairs) = kind.as_copies(sets) {
+            if let Some(pairs) = ranks::moves::as_copies(kind, sets) {
                 if ranks::moves::run_moves(self, &pairs)? {
                     return Ok(());
                 }

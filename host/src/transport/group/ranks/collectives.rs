@@ -390,17 +390,15 @@ fn slice_in_worker_order(
     failure: &mut Failure,
 ) -> Result<(), RankFailure> {
     let size = part.dtype.size().max(1);
-    let (ranks, me) = (peers.size(), peers.rank());
+    let ranks = peers.size();
     let elements = part.src_bytes / size;
-    let local = part.members.len();
-    // Rank k's slice of every local source, rank after rank, in member order.
-    let send_counts: Vec<usize> = (0..ranks)
-        .map(|k| slice_bytes(part, ranks, k) * local)
-        .collect();
+    // Rank k's slice of every local source, rank after rank, in member order (as many as
+    // every rank expects: a member missing here is zeros, noted).
     scratch.send.clear();
     for k in 0..ranks {
         let range = slice(elements, ranks, k);
-        for (j, &(src, _)) in part.members.iter().enumerate() {
+        for j in 0..part.per_rank {
+            let src = part.members.get(j).map_or(0, |&(src, _)| src);
             let at = src + range.start * size;
             read_into(
                 &mut scratch.send,
@@ -413,26 +411,7 @@ fn slice_in_worker_order(
         }
     }
     // This rank's slice of every member's source, in global member order.
-    let n = slice_bytes(part, ranks, me);
-    let receive_counts = vec![n * part.per_rank; ranks];
-    scratch.receive.resize(n * part.per_rank * ranks, 0);
-    peers
-        .all_to_all_into(
-            &scratch.send,
-            &send_counts,
-            &mut scratch.receive,
-            &receive_counts,
-        )
-        .map_err(mpi_failure)?;
-    let inputs: Vec<&[u8]> = match n {
-        0 => vec![&[]; ranks * part.per_rank],
-        n => scratch.receive.chunks_exact(n).collect(),
-    };
-    combined.resize(n, 0);
-    if let Err(e) = combine::combine(part.dtype, op, &inputs, combined) {
-        failure.note(|| RankFailure::Combine(e));
-    }
-    Ok(())
+    combine_slices(peers, part, op, scratch, part.per_rank, combined, failure)
 }
 
 /// This rank's members folded into one array, whose slices go to their ranks; this rank's
@@ -447,7 +426,6 @@ fn slice_ranks_first(
     combined: &mut Vec<u8>,
     failure: &mut Failure,
 ) -> Result<(), RankFailure> {
-    let (ranks, me) = (peers.size(), peers.rank());
     let bytes = part.src_bytes;
     // A source that cannot be read takes part as zeros (noted).
     scratch.spare.clear();
@@ -479,19 +457,38 @@ fn slice_ranks_first(
         failure.note(|| RankFailure::Combine(e));
     }
     // The folded array lies in rank order already: slice k goes to rank k as it is.
-    let send_counts: Vec<usize> = (0..ranks).map(|k| slice_bytes(part, ranks, k)).collect();
-    let n = send_counts.get(me).copied().unwrap_or(0);
-    scratch.receive.resize(n * ranks, 0);
+    combine_slices(peers, part, op, scratch, 1, combined, failure)
+}
+
+/// Sends `scratch.send` — rank `k`'s slice of each of this rank's `arrays` arrays, rank
+/// after rank — in one all-to-all, receives this rank's slice of `arrays` arrays from every
+/// rank, and combines them in the order received (rank after rank) into `combined`, a mean
+/// dividing by every member of the ranks. `Err` is MPI's; the kernel's failure is noted.
+fn combine_slices(
+    peers: &Peers,
+    part: &Part,
+    op: ReduceOp,
+    scratch: &mut Scratch,
+    arrays: usize,
+    combined: &mut Vec<u8>,
+    failure: &mut Failure,
+) -> Result<(), RankFailure> {
+    let ranks = peers.size();
+    let send_counts: Vec<usize> = (0..ranks)
+        .map(|k| slice_bytes(part, ranks, k) * arrays)
+        .collect();
+    let n = slice_bytes(part, ranks, peers.rank());
+    scratch.receive.resize(n * arrays * ranks, 0);
     peers
         .all_to_all_into(
             &scratch.send,
             &send_counts,
             &mut scratch.receive,
-            &vec![n; ranks],
+            &vec![n * arrays; ranks],
         )
         .map_err(mpi_failure)?;
     let inputs: Vec<&[u8]> = match n {
-        0 => vec![&[]; ranks],
+        0 => vec![&[]; ranks * arrays],
         n => scratch.receive.chunks_exact(n).collect(),
     };
     combined.resize(n, 0);

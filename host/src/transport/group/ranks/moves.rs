@@ -21,11 +21,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::super::{Group, GroupError, Place};
+use super::super::{Group, GroupError, Kind, Place, Set};
 use super::failure::RankFailure;
 use super::MPI_BYTES;
 use crate::transport::tunnel::PostOffice;
 use crate::transport::SharedMemory;
+use crate::transport::Span;
 
 /// Where one end of a copy is: the rank, the member's index on it, the address in its
 /// memory.
@@ -96,6 +97,47 @@ pub(in crate::transport::group) fn run_moves(
     let dests: Vec<Place> = pairs.iter().map(|(_, to)| *to).collect();
     group.confirm(&dests)?;
     Ok(true)
+}
+
+/// A scatter's or a gather's sets as copies from member to member: each part of the
+/// leader's source to its member, each member's source to its piece of the leader's
+/// destination. `None` for the other collectives, or sets whose lengths do not split
+/// evenly (the checked path refuses them).
+pub(in crate::transport::group) fn as_copies(
+    kind: Kind,
+    sets: &[Set],
+) -> Option<Vec<(Place, Place)>> {
+    let piece = |place: &Place, i: usize, len: usize| Place {
+        member: place.member,
+        span: Span {
+            offset: place.span.offset + i * len,
+            len,
+            ..place.span
+        },
+    };
+    let mut pairs = Vec::new();
+    for set in sets {
+        match kind {
+            Kind::Scatter => {
+                let leader = set.sources.first()?;
+                let part = leader.span.len / set.dests.len().max(1);
+                for (i, dest) in set.dests.iter().enumerate() {
+                    (dest.span.len == part).then_some(())?;
+                    pairs.push((piece(leader, i, part), *dest));
+                }
+            }
+            Kind::Gather => {
+                let leader = set.dests.first()?;
+                let part = leader.span.len / set.sources.len().max(1);
+                for (i, source) in set.sources.iter().enumerate() {
+                    (source.span.len == part).then_some(())?;
+                    pairs.push((*source, piece(leader, i, part)));
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(pairs)
 }
 
 /// Rank `me`'s share of `moves` (module doc), command `number`: its members' memory in
