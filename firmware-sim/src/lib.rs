@@ -48,6 +48,7 @@ pub(crate) mod fifo;
 pub mod functions;
 pub(crate) mod lent;
 pub(crate) mod link;
+pub(crate) mod phase;
 pub(crate) mod program;
 pub(crate) mod registers;
 pub(crate) mod reply_cache;

@@ -51,4 +51,5 @@ mod readme;
 pub mod runtime;
 pub mod session;
 pub mod train;
+pub mod trace;
 pub mod transport;

@@ -60,6 +60,7 @@ use super::{held, lane_id, layers, Prepared};
 use crate::arena::{Arena, Block, Owner};
 use crate::broken;
 use crate::fifo::Fifos;
+use crate::phase::phase;
 
 /// Everything a step touches.
 #[derive(Debug)]
@@ -158,6 +159,7 @@ pub fn advance(
         let Leg::Exchange { span, .. } = step.exchange(cursor.batch, j)? else {
             return Err(broken(Invariant::Round));
         };
+        let _p = phase!("exchange");
         let lane = span.len() / step.prepared.lanes().max(1);
         let target = bytes(step.arena, step.block, span.start..span.start + lane)?;
         if !crate::copy_exact(target, data) {
@@ -177,6 +179,7 @@ pub fn advance(
         }
         cursor.at = match cursor.at {
             At::Start => {
+                let _p = phase!("load");
                 step.load_wholes()?;
                 if gathers > 0 {
                     At::Exchange(0)
@@ -186,13 +189,19 @@ pub fn advance(
             }
             At::Exchange(j) => return step.exchange(cursor.batch, j),
             At::Compute => {
-                step.zero_gradients()?;
+                {
+                    let _p = phase!("backward");
+                    step.zero_gradients()?;
+                }
                 // A pass at a time (see `scratch`): the chunk divides the accumulation.
                 let chunk = step.prepared.scratch.chunk().max(1);
                 for m in (0..step.prepared.program.accumulation).step_by(chunk) {
                     cursor.work += step.pass(cursor.batch, m)?;
                 }
-                step.scale_gradients()?;
+                {
+                    let _p = phase!("backward");
+                    step.scale_gradients()?;
+                }
                 if gathers < per_batch {
                     At::Exchange(gathers)
                 } else {
@@ -200,6 +209,7 @@ pub fn advance(
                 }
             }
             At::Update => {
+                let _p = phase!("update");
                 cursor.work += step.update_variables()?;
                 cursor.batch += 1;
                 if cursor.batch == step.prepared.program.batches_per_step {
@@ -360,13 +370,24 @@ impl<'d, 'a> Step<'d, 'a> {
     fn pass(&mut self, b: u32, m: u32) -> Result<u64, ErrorCode> {
         let chunk = self.prepared.scratch.chunk();
         let lanes = self.prepared.lanes();
-        for lane in 0..lanes {
-            self.pop_streams(lane, chunk)?;
+        {
+            let _p = phase!("load");
+            for lane in 0..lanes {
+                self.pop_streams(lane, chunk)?;
+            }
         }
         let (arena, block, prepared) = (&mut *self.arena, self.block, self.prepared);
-        let mut work = layers::forward(arena, block, prepared, self.rngs)?;
-        layers::loss(arena, block, prepared)?;
-        work += layers::backward(arena, block, prepared)?;
+        let mut work = {
+            let _p = phase!("forward");
+            let work = layers::forward(arena, block, prepared, self.rngs)?;
+            layers::loss(arena, block, prepared)?;
+            work
+        };
+        work += {
+            let _p = phase!("backward");
+            layers::backward(arena, block, prepared)?
+        };
+        let _p = phase!("anchors");
         // Each anchor's FIFO gets its micro-batches' values in order (anchors are apart).
         for lane in 0..lanes {
             for (j, anchor) in prepared.program.anchors.iter().enumerate() {

@@ -20,6 +20,7 @@ use super::{ServeError, Server};
 use crate::clock::{elapsed_ms, Clock};
 use crate::device::{Device, Progress};
 use crate::link::Messages;
+use crate::phase::phase;
 use crate::reply_cache::ReplyCache;
 
 /// How long the device waits for the host's [`Combined`](tessera_core::wire::Combined)
@@ -103,6 +104,7 @@ pub(super) fn step_progress<M: Messages, const FRAME: usize, const WINDOW: usize
     };
     let encoded = match progress {
         Progress::Contribute { round, op, data } => {
+            let _p = phase!("exchange");
             let ask = FromDevice::Contribution(Contribution {
                 step: seq,
                 round,

@@ -39,7 +39,8 @@ struct Cli {
 enum Command {
     /// Train a perceptron classifier on the simulated accelerator and check it against the
     /// host.
-    Train(TrainArgs),
+    // Boxed: its options outweigh every other command's.
+    Train(Box<TrainArgs>),
     /// Show what a checkpoint or a saved executable holds.
     Inspect(InspectArgs),
     /// Show how a variable is grouped, sharded and placed on the replicas.
@@ -150,7 +151,7 @@ where
                 eprintln!("error: cannot watch for signals: {e}");
                 return ExitCode::FAILURE;
             }
-            train::run(args)
+            train::run(*args)
         }
         Command::Inspect(args) => inspect::run(args),
         Command::Layout(args) => layout::run(args),

@@ -195,6 +195,12 @@ pub(crate) struct TrainArgs {
     /// Run the saved executable at PATH instead of building the model from the options.
     #[arg(long, value_name = "PATH")]
     executable: Option<PathBuf>,
+    /// Write a timeline of the run to FILE in the Chrome trace-event format (open it in
+    /// ui.perfetto.dev or chrome://tracing): the host's steps, rounds, combines and waits,
+    /// and on device threads each device's load, forward, backward, exchange, update and
+    /// idle time.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -332,6 +338,7 @@ impl TrainArgs {
             resume: self.resume,
             save_executable: self.save_executable,
             executable: self.executable,
+            trace: self.trace,
         })
     }
 }

@@ -89,6 +89,7 @@ use crate::array::HostArray;
 use crate::executable::Executable;
 use crate::instance::{Instances, Single};
 use crate::placement;
+use crate::trace::{TraceError, TraceSummary};
 pub use crate::placement::Placement;
 use crate::transport::{Channel, Seat, Traffic, TransportError};
 use round::Plan;
@@ -176,6 +177,8 @@ pub struct Runtime {
     /// Where each step's items go, once the first step has worked it out
     /// ([`step_io`]'s contract).
     split: Option<Arc<step_io::SplitPlan>>,
+    /// A trace this runtime keeps (`start_trace`).
+    trace: crate::trace::Held,
 }
 
 /// How the bytes of a runtime's steps and weights moved so far: summed over its devices'
@@ -396,12 +399,26 @@ impl Runtime {
             fault: None,
             converted: 0,
             split: None,
+            trace: Default::default(),
         })
     }
 
     /// The prepared program.
     pub fn program(&self) -> &Program {
         self.program.program()
+    }
+
+    /// Starts a timeline of this process's work — this runtime's steps, weights and
+    /// devices — written to `path` in the Chrome trace-event format when
+    /// [`finish_trace`](Self::finish_trace) is called or the runtime drops
+    /// ([`crate::trace`]'s rules: one trace at a time per process; the file is created now).
+    pub fn start_trace(&self, path: impl AsRef<std::path::Path>) -> Result<(), TraceError> {
+        self.trace.start(path.as_ref())
+    }
+
+    /// Writes the trace [`start_trace`](Self::start_trace) began; `None` if none runs.
+    pub fn finish_trace(&self) -> Result<Option<TraceSummary>, TraceError> {
+        self.trace.finish()
     }
 
     /// Replicas of the run, across every instance.

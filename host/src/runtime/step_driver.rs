@@ -57,6 +57,7 @@ use super::round::{Answers, Heading, OpenRound, Plan};
 use super::{RuntimeError, StepFault};
 use crate::instance::Instances;
 use crate::transport::{Channel, Reply, Silence};
+use crate::trace::traced;
 
 /// How long the driver polls one channel before moving to the next.
 const POLL: Duration = Duration::from_millis(1);
@@ -202,6 +203,7 @@ pub(super) fn run_step(
     instances: &dyn Instances,
     fault: Option<StepFault>,
 ) -> Result<(), RuntimeError> {
+    let _driving = traced!("drive", batches);
     let started = Instant::now();
     if moved.len() != channels.len() {
         return Err(RuntimeError::Channels {
@@ -350,19 +352,24 @@ impl Step<'_> {
             }
         };
         // Folded: the contribution's buffer carries its device's answer.
+        let folding = traced!("fold", round, replica);
         open.collect(plan, i, replica, heading, message, |m, folded| {
             channels[m].recycle(folded)
         })?;
+        drop(folding);
         if !open.complete() {
             return Ok(());
         }
         match self.open.take() {
             Some(mut open) => {
+                let combining = traced!("combine", round);
                 let answers = open.answers(plan, self.instances)?;
+                drop(combining);
                 if self.kept.len() <= exchange {
                     self.kept.resize_with(exchange + 1, || None);
                 }
                 self.kept[exchange] = Some(open);
+                let _answering = traced!("answer", round);
                 self.answer(channels, round, answers)
             }
             None => Ok(()),
@@ -420,7 +427,10 @@ fn listen(
     if member.waiting {
         return Ok(None);
     }
-    if let Some(reply) = channel.poll(member.seq, POLL)? {
+    let waiting = traced!("wait", replica = member.replica);
+    let heard = channel.poll(member.seq, POLL)?;
+    drop(waiting);
+    if let Some(reply) = heard {
         member.quiet_since = None;
         member.resent = 0;
         return Ok(Some(reply));

@@ -51,6 +51,7 @@ use super::step_driver::{self, InPlace};
 use super::{Runtime, RuntimeError, StepPhase, MAX_REPLICAS};
 use crate::array::{AsView, HostArray};
 use crate::transport::{Seat, Span};
+use crate::trace::traced;
 
 /// Anchored tensors by name.
 pub type Anchors = BTreeMap<String, HostArray>;
@@ -311,10 +312,13 @@ impl Runtime {
     /// failure in any phase is settled by [`recovery`](super::recovery)'s rule before it
     /// is returned.
     fn step_bytes(&mut self, fill: &mut Fill<'_>, take: &mut Take<'_>) -> Result<(), RuntimeError> {
+        let _step = traced!("step");
+        let feeding = traced!("feed");
         let fed = match self.feed(fill) {
             Ok(fed) => fed,
             Err(e) => return Err(self.step_failed(StepPhase::Feeding, e)),
         };
+        drop(feeding);
         // Whatever happens next, the host's copy of the weights is no longer known good.
         self.weights_in_sync = false;
         let fault = self.fault.take();
@@ -335,6 +339,7 @@ impl Runtime {
         if let Err(e) = step {
             return Err(self.step_failed(StepPhase::Running, e));
         }
+        let _collecting = traced!("collect");
         self.collect(take)
             .map_err(|e| self.step_failed(StepPhase::Collecting, e))
     }

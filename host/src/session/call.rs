@@ -17,6 +17,7 @@ use tessera_core::wire::{Arg, Array, ErrorCode, KernelRequest, Request, Value, M
 
 use super::{ArrayError, CallArg, Command, HostArray, Register, Session, SessionError};
 use crate::transport::TransportError;
+use crate::trace::traced;
 
 /// A function the workers of one session have, checked by [`Session::get_function`]:
 /// valid in that session only, as its registers are.
@@ -43,6 +44,7 @@ impl Session {
     /// The function `name`, once every worker confirms it has one (else an error, and
     /// nothing runs).
     pub fn get_function(&self, name: &str) -> Result<Function, SessionError> {
+        let _traced = traced!("get_function");
         let mut state = self.lock()?;
         let request = Request::Kernels(KernelRequest::HasFunction { function: name });
         let seqs = state.submit_everywhere(&request)?;
@@ -81,6 +83,7 @@ impl Session {
         function: &Function,
         args: &[CallArg<'_>],
     ) -> Result<Register, SessionError> {
+        let _traced = traced!("call", function = function.name());
         if function.session != self.id {
             return Err(SessionError::ForeignFunction {
                 name: function.name.clone(),

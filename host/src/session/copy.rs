@@ -21,6 +21,7 @@ use super::{
     on_worker, ArrayView, ArrayViewMut, Command, HostArray, Register, Session, SessionError,
 };
 use crate::transport::TransportError;
+use crate::trace::traced;
 
 impl Session {
     /// Copies `array` (a [`HostArray`], or an [`ArrayView`] of bytes borrowed from their
@@ -31,6 +32,7 @@ impl Session {
         &self,
         array: impl Into<ArrayView<'a>>,
     ) -> Result<Register, SessionError> {
+        let _traced = traced!("copy_to_worker0");
         let array = array.into();
         let register = self.new_register()?;
         let mut state = self.lock()?;
@@ -52,6 +54,7 @@ impl Session {
         array: impl Into<ArrayView<'a>>,
         dst: &Register,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("copy_to_worker0");
         let array = array.into();
         let id = self.own(dst)?;
         let mut state = self.lock()?;
@@ -79,6 +82,7 @@ impl Session {
     /// Copies `register`'s array from worker 0 to the host (after worker 0's earlier
     /// commands: their failures are reported first).
     pub fn copy_from_worker0(&self, register: &Register) -> Result<HostArray, SessionError> {
+        let _traced = traced!("copy_from_worker0");
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;
@@ -108,6 +112,7 @@ impl Session {
         register: &Register,
         into: &mut HostArray,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("copy_from_worker0");
         let dtype = into.dtype();
         let shape =
             self.copy_from_worker0_to(register, ArrayViewMut::new(dtype, into.bytes_mut())?)?;
@@ -123,6 +128,7 @@ impl Session {
         register: &Register,
         into: ArrayViewMut<'_>,
     ) -> Result<Vec<u32>, SessionError> {
+        let _traced = traced!("copy_from_worker0");
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.sync(0)?;

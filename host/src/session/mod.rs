@@ -112,6 +112,7 @@ pub use value::CallArg;
 use state::State;
 
 use crate::placement::{self, Placement};
+use crate::trace::{TraceError, TraceSummary};
 use crate::transport::group::Group;
 use crate::transport::Channel;
 
@@ -142,6 +143,8 @@ pub struct Session {
     /// This session's identity, which its registers carry.
     id: u64,
     state: Arc<Mutex<State>>,
+    /// A trace this session keeps (`start_trace`).
+    trace: crate::trace::Held,
 }
 
 impl Session {
@@ -216,6 +219,7 @@ impl Session {
                 #[cfg(feature = "mpi")]
                 finalize,
             })),
+            trace: Default::default(),
         })
     }
 
@@ -225,6 +229,19 @@ impl Session {
             return Err(SessionError::ShutDown);
         }
         Ok(state)
+    }
+
+    /// Starts a timeline of this process's work — this session's commands and collectives
+    /// and its workers' requests — written to `path` in the Chrome trace-event format when
+    /// [`finish_trace`](Self::finish_trace) is called or the session drops
+    /// ([`crate::trace`]'s rules: one trace at a time per process; the file is created now).
+    pub fn start_trace(&self, path: impl AsRef<std::path::Path>) -> Result<(), TraceError> {
+        self.trace.start(path.as_ref())
+    }
+
+    /// Writes the trace [`start_trace`](Self::start_trace) began; `None` if none runs.
+    pub fn finish_trace(&self) -> Result<Option<TraceSummary>, TraceError> {
+        self.trace.finish()
     }
 
     /// This session's identity: unique among the sessions of this process, carried by

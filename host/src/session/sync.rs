@@ -15,11 +15,13 @@
 use std::time::{Duration, Instant};
 
 use super::{Session, SessionError};
+use crate::trace::traced;
 
 impl Session {
     /// Waits for worker `worker` to finish every command sent to it; every failure among
     /// the commands this thread sent is the error (see the module doc).
     pub fn sync_worker(&self, worker: usize) -> Result<(), SessionError> {
+        let _traced = traced!("sync", worker);
         let mut state = self.lock()?;
         state.check_worker(worker)?;
         state.sync(worker)
@@ -28,6 +30,7 @@ impl Session {
     /// Waits for every worker; every failure among the commands this thread sent is the
     /// error, worker by worker (see the module doc).
     pub fn sync_all(&self) -> Result<(), SessionError> {
+        let _traced = traced!("sync");
         let mut state = self.lock()?;
         let workers = state.workers.len();
         state.sync_each(0..workers)

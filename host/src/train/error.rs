@@ -159,4 +159,7 @@ pub enum TrainError {
     /// The executable could not be saved.
     #[error("--save-executable: {0}")]
     Executable(#[source] ExecutableError),
+    /// The trace could not be started or written.
+    #[error("--trace: {0}")]
+    Trace(#[source] crate::trace::TraceError),
 }

@@ -126,6 +126,8 @@ pub struct TrainJob {
     pub save_executable: Option<PathBuf>,
     /// Run this saved executable instead of building the model from the settings.
     pub executable: Option<PathBuf>,
+    /// Write a timeline of the run here ([`crate::trace`]).
+    pub trace: Option<PathBuf>,
 }
 
 /// The job `tessera train` runs given no options (a test holds the command to it), on
@@ -162,6 +164,7 @@ impl Default for TrainJob {
             resume: None,
             save_executable: None,
             executable: None,
+            trace: None,
         }
     }
 }
@@ -277,6 +280,8 @@ pub struct TrainReport {
     pub cycles: Vec<u64>,
     /// Samples per second through the runtime's steps.
     pub samples_per_second: f64,
+    /// The timeline written, when the job asked for one.
+    pub trace: Option<crate::trace::TraceSummary>,
 }
 
 impl TrainReport {
@@ -315,6 +320,14 @@ impl TrainReport {
         );
         let _ = writeln!(out, "work per replica (multiply-adds): {:?}", self.cycles);
         let _ = writeln!(out, "throughput: {:.0} samples/s", self.samples_per_second);
+        if let Some(trace) = &self.trace {
+            let _ = writeln!(
+                out,
+                "trace: {} events in {} (open it in ui.perfetto.dev)",
+                trace.events,
+                trace.path.display()
+            );
+        }
         out
     }
 

@@ -16,6 +16,7 @@ use crate::instance::{Instances, Single};
 use crate::runtime::check::Tally;
 use crate::runtime::reference::{Reference, Values};
 use crate::runtime::{Anchors, Placement, Runtime, RuntimeError, StepIo, WeightsIo};
+use crate::trace::{traced, Trace};
 use crate::train::DEVICE_MEMORY;
 
 /// Steps between two checks of the weights against the reference on `placement` (each also
@@ -59,6 +60,11 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
     if leader {
         check_destinations(job)?;
     }
+    // Started before the devices, so that the timeline covers their start.
+    let trace = (job.trace.as_ref())
+        .map(Trace::start)
+        .transpose()
+        .map_err(TrainError::Trace)?;
     let prepared = Prepared::read(job)?;
     let mut runtime = open_runtime(job, &prepared, &instances, leader)?;
     let reference = start_state(job, &prepared, &mut runtime)?;
@@ -79,7 +85,9 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
         last_state: None,
     };
     training.run_steps()?;
-    training.report()
+    let mut report = training.report()?;
+    report.trace = trace.map(Trace::finish).transpose().map_err(TrainError::Trace)?;
+    Ok(report)
 }
 
 /// The files rank 0 writes (`--checkpoint`, `--save-executable`) can be created.
@@ -316,6 +324,7 @@ impl Training<'_> {
         let anchors = self.runtime.run(&io)?;
         self.busy += start.elapsed();
         // The reference computes every replica, from the whole step's samples.
+        let _reference = traced!("reference", step);
         let (inputs, labels) = data.batch(position, per_step).map_err(shape_error)?;
         let whole: StepIo = [(INPUT.to_string(), inputs), (LABELS.to_string(), labels)].into();
         let expected = self.reference.step(&whole)?;
@@ -402,6 +411,7 @@ impl Training<'_> {
             samples: data.len(),
             cycles: self.runtime.cycle_counts()?,
             samples_per_second: (per_step * job.steps) as f64 / self.busy.as_secs_f64().max(1e-9),
+            trace: None,
         })
     }
 }

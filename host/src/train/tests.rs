@@ -35,6 +35,7 @@ fn report(outcome: Result<f64, CheckError>) -> TrainReport {
         samples: 10,
         cycles: vec![],
         samples_per_second: 0.0,
+        trace: None,
     }
 }
 

@@ -39,6 +39,7 @@ use tessera_core::dtype::DataType;
 use super::{Command, Register, Session, SessionError, State};
 use crate::transport::group::{Group, GroupError, Place, Set};
 use checks::Checks;
+use crate::trace::traced;
 
 /// Which workers one collective spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +79,7 @@ impl Session {
         scope: Scope,
         order: ReduceOrder,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("allreduce");
         self.collective(
             scope,
             "allreduce",
@@ -118,6 +120,7 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("allgather");
         self.collective(
             scope,
             "allgather",
@@ -145,6 +148,7 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("broadcast");
         self.collective(
             scope,
             "broadcast",
@@ -172,6 +176,7 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("scatter");
         self.collective(
             scope,
             "scatter",
@@ -200,6 +205,7 @@ impl Session {
         dst: &Register,
         scope: Scope,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("gather");
         self.collective(
             scope,
             "gather",
@@ -228,6 +234,7 @@ impl Session {
         to: usize,
         dst: &Register,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("send_to_worker");
         self.copies(Scope::Global, "send", (src, dst), |_| Ok(vec![(from, to)]))
     }
 
@@ -239,6 +246,7 @@ impl Session {
         dst: &Register,
         group: usize,
     ) -> Result<(), SessionError> {
+        let _traced = traced!("send_to_next_group");
         self.copies(Scope::InGroup, "send to next group", (src, dst), |groups| {
             let count = groups.len();
             if group.checked_add(1).is_none_or(|next| next >= count) {

@@ -78,6 +78,7 @@ mod write;
 
 use plan::{element_type, open, plan_split, Described, Planned, Source};
 use write::release;
+use crate::trace::traced;
 
 pub use error::LoadError;
 
@@ -185,6 +186,7 @@ impl Session {
         path: impl AsRef<Path>,
         rules: &ShardRules,
     ) -> Result<HashMap<String, Register>, LoadError> {
+        let _traced = traced!("load_safetensors");
         let file = path.as_ref();
         let (input, tensors) = open(file)?;
         let planned = self.plan_file(file, tensors, rules)?;
@@ -297,6 +299,7 @@ impl Session {
     /// type and shape. Returns once the copies are sent: failures come back at the next
     /// sync, as with [`Session::copy_to_worker0`].
     pub fn copy_to_workers(&self, arrays: &[HostArray]) -> Result<Register, SessionError> {
+        let _traced = traced!("copy_to_workers");
         let mut state = self.lock()?;
         let workers = state.workers.len();
         if arrays.len() != workers {

@@ -108,6 +108,8 @@ impl Pool {
         let Some(s) = slot.as_mut() else {
             return false;
         };
+        // A device's track in a trace (`crate::trace`): its requests, on whichever server.
+        let _served = crate::trace::traced!("serve", device = s.replica);
         let _ = line.set_high();
         let served = catch_unwind(AssertUnwindSafe(|| {
             serve_pending(&mut s.server, &mut s.device, &mut s.link, &mut s.busy)
