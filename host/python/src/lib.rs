@@ -80,6 +80,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RuntimeError", py.get_type::<error::RuntimeError>())?;
     m.add("CheckpointError", py.get_type::<error::CheckpointError>())?;
     m.add("ExecutableError", py.get_type::<error::ExecutableError>())?;
+    m.add("TraceError", py.get_type::<error::TraceError>())?;
     m.add("ProgramError", py.get_type::<error::ProgramError>())?;
     m.add("MAX_REGISTERS", tessera_host::session::MAX_REGISTERS)?;
     m.add("HAS_MPI", ranks::HAS_MPI)?;

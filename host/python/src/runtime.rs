@@ -243,6 +243,20 @@ impl PyRuntime {
         self.with(py, |r| r.weights_from_host(&weights)).or_raise()
     }
 
+    /// Starts a timeline of this process's work, written to `path` in the Chrome
+    /// trace-event format (Perfetto, chrome://tracing) by `finish_trace` or when the runtime
+    /// ends. One trace at a time per process; the file is created now.
+    fn start_trace(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.with(py, |r| r.start_trace(&path)).or_raise()
+    }
+
+    /// Writes the trace `start_trace` began: the number of events written, or `None` if
+    /// no trace was running.
+    fn finish_trace(&self, py: Python<'_>) -> PyResult<Option<usize>> {
+        let summary = self.with(py, |r| r.finish_trace()).or_raise()?;
+        Ok(summary.map(|s| s.events))
+    }
+
     /// Every variable, by name, in its returned shape.
     fn weights_to_host<'py>(
         &self,

@@ -42,6 +42,7 @@ impl Session {
     /// failures already claimed are reported by this thread's next sync. For a caller that
     /// must look up between waits (a Python program polling for Ctrl-C).
     pub fn sync_all_for(&self, wait: Duration) -> Result<bool, SessionError> {
+        let _traced = traced!("sync");
         let until = Instant::now() + wait;
         let mut state = self.lock()?;
         let workers = state.workers.len();
@@ -51,6 +52,7 @@ impl Session {
     /// [`sync_worker`](Self::sync_worker) for at most `wait`, as
     /// [`sync_all_for`](Self::sync_all_for) is.
     pub fn sync_worker_for(&self, worker: usize, wait: Duration) -> Result<bool, SessionError> {
+        let _traced = traced!("sync", worker);
         let until = Instant::now() + wait;
         let mut state = self.lock()?;
         state.check_worker(worker)?;

@@ -21,6 +21,7 @@ use tessera_host::executable::ExecutableError;
 use tessera_host::runtime::RuntimeError;
 use tessera_host::session::loader::LoadError;
 use tessera_host::session::SessionError;
+use tessera_host::trace::TraceError;
 
 /// A session error's kind.
 pub(crate) fn session(error: &SessionError) -> &'static str {
@@ -154,6 +155,14 @@ pub(crate) fn executable(error: &ExecutableError) -> &'static str {
         ExecutableError::Version { .. } => "Version",
         ExecutableError::Checksum { .. } => "Checksum",
         ExecutableError::Body(_) => "Body",
+    }
+}
+
+/// A trace error's kind.
+pub(crate) fn trace(error: &TraceError) -> &'static str {
+    match error {
+        TraceError::AlreadyTracing => "AlreadyTracing",
+        TraceError::File { .. } => "File",
     }
 }
 

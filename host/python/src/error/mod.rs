@@ -4,7 +4,7 @@
 //!
 //! - Every failure of tessera itself is a [`TesseraError`]; its subclass names the part that
 //!   failed ([`SessionError`], [`RuntimeError`] for the device runtime, [`CheckpointError`],
-//!   [`ExecutableError`], [`ProgramError`] for core's program rules). The message is the
+//!   [`ExecutableError`], [`ProgramError`] for core's program rules, [`TraceError`]). The message is the
 //!   Rust error's own (it names the tensor, the sizes and the rule), and the attribute
 //!   `kind` names the Rust variant (`"ForeignRegister"`, `"Worker"`, …), so a program can
 //!   tell failures apart without parsing messages. [`kind`] maps every variant of every
@@ -56,6 +56,12 @@ create_exception!(
     ExecutableError,
     TesseraError,
     "A saved executable could not be written or read."
+);
+create_exception!(
+    tessera,
+    TraceError,
+    TesseraError,
+    "A trace could not start (one at a time per process) or its file be written."
 );
 create_exception!(
     tessera,
@@ -138,6 +144,7 @@ raise_as! {
     tessera_host::checkpoint::CheckpointError => CheckpointError, kind::checkpoint;
     tessera_host::executable::ExecutableError => ExecutableError, kind::executable;
     tessera_core::program::ProgramError => ProgramError, kind::program;
+    tessera_host::trace::TraceError => TraceError, kind::trace;
     tessera_core::program::CapacityError => ProgramError, kind::capacity;
 }
 

@@ -213,6 +213,20 @@ impl PySession {
         self.wait(py, Some(worker))
     }
 
+    /// Starts a timeline of this process's work, written to `path` in the Chrome
+    /// trace-event format (Perfetto, chrome://tracing) by `finish_trace` or when this
+    /// object ends. One trace at a time per process; the file is created now.
+    fn start_trace(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.session.start_trace(&path)).or_raise()
+    }
+
+    /// Writes the trace `start_trace` began: the number of events written, or `None` if
+    /// no trace was running.
+    fn finish_trace(&self, py: Python<'_>) -> PyResult<Option<usize>> {
+        let summary = py.detach(|| self.session.finish_trace()).or_raise()?;
+        Ok(summary.map(|s| s.events))
+    }
+
     /// Waits for every worker; every failure is reported, worker by worker.
     fn sync_all(&self, py: Python<'_>) -> PyResult<()> {
         self.wait(py, None)
