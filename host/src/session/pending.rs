@@ -14,6 +14,11 @@
 //! - **A dead link is reported once per thread.** A closed or silent link fails every
 //!   command still waiting on it: each thread with commands there hears of it once (its
 //!   first such command), the rest are dropped.
+//! - **Successes are settled as they come in.** Each time a command is sent, the worker's
+//!   oldest commands whose replies are already in and plain successes are claimed, in
+//!   order, up to the first that is not (not in yet, or one that failed or carries a value,
+//!   left for a sync): a thread that pipelines thousands of calls holds only what is still
+//!   running, and its sync waits for that alone.
 //! - Freeing a register a worker never held (a copy to worker 0 only gives the others
 //!   nothing) is not a failure. Nor is a write into a register whose allocation failed
 //!   earlier in the same sync: that one failure is reported, not once per chunk after it.
@@ -64,6 +69,7 @@ impl State {
         match self.workers[worker].submit(request) {
             Ok(seq) => {
                 self.pending[worker].push_back(Pending::new(seq, command));
+                self.settle(worker);
                 Ok(())
             }
             Err(source) => Err(SessionError::Worker {
@@ -71,6 +77,17 @@ impl State {
                 command,
                 source,
             }),
+        }
+    }
+
+    /// Claims, without waiting, `worker`'s oldest commands whose replies are in and plain
+    /// successes (module rules: settled as they come in).
+    fn settle(&mut self, worker: usize) {
+        while let Some(front) = self.pending[worker].front() {
+            if !self.workers[worker].settle_done(front.seq) {
+                break;
+            }
+            self.pending[worker].pop_front();
         }
     }
 
@@ -163,7 +180,10 @@ impl State {
                 return true;
             };
             let source = match self.workers[worker].receive(pending.seq) {
-                Ok(_) => continue,
+                Ok(reply) => {
+                    self.workers[worker].recycle(reply);
+                    continue;
+                }
                 Err(TransportError::Device {
                     code: ErrorCode::UnknownId { .. },
                     ..
@@ -248,4 +268,57 @@ fn dead_link(e: &TransportError) -> Option<TransportError> {
         },
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::Placement;
+    use crate::session::{CallArg, Session};
+    use crate::transport::HOST_WINDOW;
+
+    /// Catches a session that keeps every reply of pipelined calls until a sync: a thread
+    /// that sends thousands of calls held thousands of replies (and their buffers), and its
+    /// sync then claimed them one by one. Settled as they come in, what stays pending is
+    /// at most the commands in flight.
+    #[test]
+    fn pipelined_successes_are_settled_before_the_sync() {
+        let session = Session::new(&Placement::Thread, 2, 1, 1 << 16).unwrap();
+        let add_one = session.get_function("add_one").unwrap();
+        for _ in 0..1000 {
+            // The call and, as the register drops, its free.
+            drop(session.call(&add_one, &[CallArg::Int(1)]).unwrap());
+        }
+        let state = session.lock().unwrap();
+        for (worker, pending) in state.pending.iter().enumerate() {
+            // A window of requests in flight, and the replies in before the last send.
+            assert!(
+                pending.len() <= 2 * HOST_WINDOW,
+                "worker {worker}: {} commands pending after 2000 sent",
+                pending.len()
+            );
+        }
+        drop(state);
+        session.sync_all().unwrap();
+    }
+
+    /// Catches settling that swallows a failure: a failed call among pipelined successes
+    /// is still reported by the next sync, naming its worker and the function.
+    #[test]
+    fn a_failure_among_settled_successes_is_still_reported() {
+        let session = Session::new(&Placement::Thread, 2, 1, 1 << 16).unwrap();
+        let add_one = session.get_function("add_one").unwrap();
+        for _ in 0..100 {
+            drop(session.call(&add_one, &[CallArg::Int(1)]).unwrap());
+        }
+        // add_one of no argument fails on every worker.
+        drop(session.call(&add_one, &[]).unwrap());
+        for _ in 0..100 {
+            drop(session.call(&add_one, &[CallArg::Int(1)]).unwrap());
+        }
+        let failure = session.sync_all().unwrap_err();
+        let failed: Vec<_> = failure.worker_failures().iter().map(|f| f.0).collect();
+        assert_eq!(failed, [0, 1], "{failure}");
+        assert!(failure.to_string().contains("add_one"), "{failure}");
+        session.sync_all().unwrap();
+    }
 }

@@ -62,7 +62,7 @@ pub use channel::{
     Channel, Reading, Sent, Span, Ticket, Traffic, BUSY_DEADLINE, DEFAULT_DEADLINE,
     UNREACHABLE_AFTER,
 };
-pub use device::{run_device, run_device_process, Inherited, HOST_FRAME};
+pub use device::{run_device, run_device_process, Inherited, HOST_FRAME, HOST_WINDOW};
 pub use error::TransportError;
 pub use fault::{FaultConfig, FaultInjector};
 pub use process_share::{run_process_share, InheritedDevice};

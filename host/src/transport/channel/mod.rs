@@ -428,6 +428,24 @@ impl Channel {
         Ok(())
     }
 
+    /// Claims the reply to `seq` if it is already in and a plain `Done` — nothing to read,
+    /// nothing failed — its buffer kept for the next message (see `spares`); false when it
+    /// is not in yet or says more (left for [`receive`](Self::receive)). Never waits: for a
+    /// sender of many pipelined commands, whose replies would otherwise pile up until it
+    /// syncs.
+    pub(crate) fn settle_done(&mut self, seq: u32) -> bool {
+        let Some(at) = self.arrived.iter().position(|a| a.seq == seq) else {
+            return false;
+        };
+        if !self.arrived[at].done {
+            return false;
+        }
+        if let Some(arrival) = self.arrived.remove(at) {
+            self.spares.give_back(arrival.message.body);
+        }
+        true
+    }
+
     /// Takes back the buffer of `reply`, read: the channel's next message to a device
     /// thread goes in it (see `spares`). For a reader of many replies, such as the step
     /// driver; a reply simply dropped is freed.
@@ -449,6 +467,8 @@ pub(super) struct Arrival {
     seq: u32,
     message: Message,
     share: Option<Share>,
+    /// A plain `Done`: nothing to read and nothing failed (`settle_done`).
+    done: bool,
 }
 
 impl Arrival {

@@ -52,8 +52,10 @@ impl Channel {
     /// Files a message from the device: a reply to a request in flight completes it; a
     /// reduction (during a step) is queued under the step; anything else is stale.
     pub(super) fn accept(&mut self, mut message: Message) {
+        let mut done = false;
         let (seq, completes, bulk, share) = match decode_body::<FromDevice<'_>>(&message.body) {
             Ok(FromDevice::Reply(Envelope { seq, body })) => {
+                done = body == Response::Done;
                 let bulk = match body {
                     Response::Bulk { len } => Some(len),
                     _ => None,
@@ -90,6 +92,7 @@ impl Channel {
             seq,
             message,
             share,
+            done,
         });
     }
 
