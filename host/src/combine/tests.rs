@@ -121,7 +121,7 @@ fn ranks_first_rounds_each_run_then_folds_the_runs() {
         };
         let want: Vec<f32> = (0..2)
             .map(|e| {
-                let column = |r: std::ops::Range<usize>| -> Vec<f64> {
+                let column = |r: Range<usize>| -> Vec<f64> {
                     r.map(|w| f64::from(values[w][e])).collect()
                 };
                 let a = fold(&column(0..3)) as f32;
