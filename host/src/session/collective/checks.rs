@@ -39,8 +39,11 @@ pub(super) struct Checks<'s> {
     anew: Vec<usize>,
     /// The destination's descriptions asked ahead ([`Checks::ask_dests`]), not yet
     /// claimed.
-    ahead: Option<(Range<usize>, Vec<(usize, Ticket<DescribeRegister>)>)>,
+    ahead: Option<(Range<usize>, Asked)>,
 }
+
+/// Descriptions asked and not yet claimed: each worker's ticket.
+type Asked = Vec<(usize, Ticket<DescribeRegister>)>;
 
 impl<'s> Checks<'s> {
     /// The checks of `operation` from register `src` into `dst`.
