@@ -23,6 +23,17 @@
 //! - Every input must be as long as the output: anything else is an error, never a
 //!   panic or a short result.
 //!
+//! # Across cores
+//!
+//! Every element is combined from the same element of every input and nothing else, so an
+//! array may be cut into ranges combined at once on several cores ([`parts`],
+//! [`on_cores`]) without changing a bit: each core reads its range of every input once and
+//! writes its range of the output once. The cuts fall every so many [`LINE`]s from the
+//! array's start (whole elements of every type; on an aligned array, no cache line written
+//! by two cores), and an array is cut only where each part holds about [`PART_MIN`] bytes
+//! or more: a part's thread costs its start, which a smaller part does not win back. There
+//! are as many parts as the host has cores, at most [`MOST_PARTS`].
+//!
 //! # Orders
 //!
 //! An allreduce combines its sources in one of two orders ([`ReduceOrder`]):
@@ -39,6 +50,9 @@
 //!   rank) it is worker order's result, and integers, exact in any order, are always
 //!   folded in worker order ([`combine_ranks_first`]).
 
+use std::ops::Range;
+use std::sync::OnceLock;
+
 use tessera_core::dtype::DataType;
 use tessera_core::wire::ReduceOp;
 
@@ -49,6 +63,20 @@ pub const BLOCK: usize = 4096;
 /// What an empty sum is: −0.0, the one value `x` with `NOTHING + x == x` bit for bit for
 /// every `x` (`+0.0 + -0.0` is `+0.0`).
 pub const NOTHING: f64 = -0.0;
+
+/// Where an array may be cut between cores: a cache line, a whole number of elements of
+/// every type combined.
+pub const LINE: usize = 64;
+
+/// The fewest bytes (of each input) a part of an array cut between cores holds: below
+/// this, a second thread's start, and its core's turns shared with the device threads
+/// still looking for their next request, cost more than the half of the work it takes
+/// over (four f32 inputs on a two-core host: the README gives the runs).
+pub const PART_MIN: usize = 2 << 20;
+
+/// The most parts an array is cut into: the fold is bound by memory, which a few cores
+/// already keep busy, and every part's thread costs its start.
+pub const MOST_PARTS: usize = 8;
 
 /// Why inputs could not be combined; nothing was written.
 #[derive(
@@ -114,6 +142,58 @@ pub fn combine(
     out: &mut [u8],
 ) -> Result<(), CombineError> {
     combine_over(dtype, op, inputs, out, inputs.len())
+}
+
+/// The cores this host runs threads on (asked once: the answer reads the cgroup's files,
+/// tens of microseconds, more than a small allreduce).
+pub fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+/// The byte ranges an array of `len` bytes is cut into between cores (module doc, "Across
+/// cores"): consecutive, together all of `0..len`, each but the last a whole number of
+/// [`LINE`]s and each about [`PART_MIN`] or more; one range (the whole) below twice
+/// [`PART_MIN`] or on one core.
+pub fn parts(len: usize) -> impl Iterator<Item = Range<usize>> {
+    parts_for(len, cores())
+}
+
+/// [`parts`] on a host of `cores` cores.
+pub fn parts_for(len: usize, cores: usize) -> impl Iterator<Item = Range<usize>> {
+    let count = (len / PART_MIN).clamp(1, cores.clamp(1, MOST_PARTS));
+    // `count` parts of `PART_MIN` or more fit, so rounding up to a line leaves none empty.
+    let size = len.div_ceil(count).next_multiple_of(LINE);
+    (0..count).map(move |i| (i * size).min(len)..((i + 1) * size).min(len))
+}
+
+/// Runs `work` on every one of `parts`, each on a core of its own: the first on the
+/// calling thread, the others on threads that last as long as the call. The first failure
+/// (in the parts' order) is the answer, once every part has ended; a part's panic goes on
+/// as a panic here.
+pub fn on_cores<P: Send, E: Send>(
+    parts: impl IntoIterator<Item = P>,
+    work: impl Fn(P) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    let mut parts = parts.into_iter().peekable();
+    let Some(first) = parts.next() else {
+        return Ok(());
+    };
+    if parts.peek().is_none() {
+        // One part: no thread, no scope (a small array's whole cost is its calls).
+        return work(first);
+    }
+    std::thread::scope(|scope| {
+        let work = &work;
+        let others: Vec<_> = parts.map(|part| scope.spawn(move || work(part))).collect();
+        let mine = work(first);
+        others.into_iter().fold(mine, |outcome, part| {
+            let theirs = part
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            outcome.and(theirs)
+        })
+    })
 }
 
 /// Combines `inputs` ranks first (module doc, "Orders"): `runs[r]` consecutive inputs are

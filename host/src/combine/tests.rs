@@ -121,9 +121,8 @@ fn ranks_first_rounds_each_run_then_folds_the_runs() {
         };
         let want: Vec<f32> = (0..2)
             .map(|e| {
-                let column = |r: std::ops::Range<usize>| -> Vec<f64> {
-                    r.map(|w| f64::from(values[w][e])).collect()
-                };
+                let column =
+                    |r: Range<usize>| -> Vec<f64> { r.map(|w| f64::from(values[w][e])).collect() };
                 let a = fold(&column(0..3)) as f32;
                 let b = fold(&column(3..5)) as f32;
                 let total = fold(&[f64::from(a), f64::from(b)]);

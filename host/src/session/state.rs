@@ -15,7 +15,7 @@ use super::pending::{Parked, Pending};
 use super::{ArrayError, Command, HostArray, HostValue, SessionError, MAX_REGISTER_ID};
 use crate::array::{ArrayView, ArrayViewMut};
 use crate::transport::group::Group;
-use crate::transport::TransportError;
+use crate::transport::{Ticket, TransportError};
 
 /// Everything the controller holds; register handles reach it through a weak reference.
 #[derive(Debug)]
@@ -207,6 +207,18 @@ impl State {
         workers: Range<usize>,
         id: u16,
     ) -> Result<Vec<Description>, SessionError> {
+        let asked = self.ask_all(workers, id)?;
+        self.answers(asked, id)
+    }
+
+    /// The first half of [`State::describe_all`]: register `id`'s description asked of
+    /// each of `workers`, nothing awaited (its [`State::answers`] claim the replies). What
+    /// a collective asks ahead, so that two registers' descriptions cost one round trip.
+    pub(super) fn ask_all(
+        &mut self,
+        workers: Range<usize>,
+        id: u16,
+    ) -> Result<Vec<(usize, Ticket<DescribeRegister>)>, SessionError> {
         let mut tickets = Vec::with_capacity(workers.len());
         for worker in workers {
             tickets.push((
@@ -214,18 +226,39 @@ impl State {
                 self.workers[worker].submit_typed(&DescribeRegister { id })?,
             ));
         }
-        let mut described = Vec::with_capacity(tickets.len());
-        for (worker, ticket) in tickets {
+        Ok(tickets)
+    }
+
+    /// The descriptions of register `id` that `asked` awaits, in its order, each checked as
+    /// [`State::describe`] checks it. Every reply is claimed, whatever fails: one left
+    /// unclaimed would stay on its channel for good. The first failure is the error.
+    pub(super) fn answers(
+        &mut self,
+        asked: Vec<(usize, Ticket<DescribeRegister>)>,
+        id: u16,
+    ) -> Result<Vec<Description>, SessionError> {
+        let mut described = Vec::with_capacity(asked.len());
+        let mut first = Ok(());
+        for (worker, ticket) in asked {
             let channel = &mut self.workers[worker];
-            let description = channel
-                .receive_typed(ticket)
-                .map_err(|e| self.no_value(worker, id, e))?
-                .get();
-            let channel = &mut self.workers[worker];
-            claims::check(worker, id, &description, channel.limits().memory)?;
-            described.push(description);
+            let answered = channel.receive_typed(ticket);
+            if first.is_err() {
+                continue;
+            }
+            let checked = answered
+                .map_err(|e| self.no_value(worker, id, e))
+                .and_then(|reply| {
+                    let description = reply.get();
+                    let memory = self.workers[worker].limits().memory;
+                    claims::check(worker, id, &description, memory)?;
+                    Ok(description)
+                });
+            match checked {
+                Ok(description) => described.push(description),
+                Err(e) => first = Err(e),
+            }
         }
-        Ok(described)
+        first.map(|()| described)
     }
 
     /// The element type and shape of the array register `id` holds on `worker`, and its

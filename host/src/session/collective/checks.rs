@@ -7,13 +7,14 @@
 use std::ops::Range;
 
 use tessera_core::dtype::DataType;
+use tessera_core::wire::endpoint::DescribeRegister;
 use tessera_core::wire::{Target, ValueKind};
 
 use super::super::state::{alloc_request, array_shape};
 use super::super::{Command, SessionError, State};
 use crate::combine;
 use crate::transport::group::Place;
-use crate::transport::Span;
+use crate::transport::{Span, Ticket};
 
 /// A source register's array on one worker, as described.
 pub(super) struct Held {
@@ -36,7 +37,13 @@ pub(super) struct Checks<'s> {
     operation: &'static str,
     /// Workers whose destination is being made an array.
     anew: Vec<usize>,
+    /// The destination's descriptions asked ahead ([`Checks::ask_dests`]), not yet
+    /// claimed.
+    ahead: Option<(Range<usize>, Asked)>,
 }
+
+/// Descriptions asked and not yet claimed: each worker's ticket.
+type Asked = Vec<(usize, Ticket<DescribeRegister>)>;
 
 impl<'s> Checks<'s> {
     /// The checks of `operation` from register `src` into `dst`.
@@ -51,7 +58,18 @@ impl<'s> Checks<'s> {
             dst,
             operation,
             anew: Vec::new(),
+            ahead: None,
         }
+    }
+
+    /// Asks each of `workers` now for the destination register's description, which
+    /// [`Checks::dests`] of the same workers then claims: asked before the sources'
+    /// ([`Checks::arrays`]), both travel in one round trip. A refusal is still reported
+    /// where `dests` reports it, after every check of the sources.
+    pub(super) fn ask_dests(&mut self, workers: Range<usize>) -> Result<(), SessionError> {
+        let asked = self.state.ask_all(workers.clone(), self.dst)?;
+        self.ahead = Some((workers, asked));
+        Ok(())
     }
 
     /// Worker `worker` exists.
@@ -152,7 +170,13 @@ impl<'s> Checks<'s> {
         elements: usize,
     ) -> Result<Vec<Place>, SessionError> {
         let (operation, dst) = (self.operation, self.dst);
-        let described = self.state.describe_all(workers.clone(), dst)?;
+        let described = match self.ahead.take() {
+            Some((asked, tickets)) if asked == workers => self.state.answers(tickets, dst)?,
+            ahead => {
+                self.ahead = ahead;
+                self.state.describe_all(workers.clone(), dst)?
+            }
+        };
         let mut places = Vec::with_capacity(described.len());
         for (worker, target) in workers.zip(described) {
             let held = target.dtype.unwrap_or(DataType::F32);
@@ -188,8 +212,19 @@ impl<'s> Checks<'s> {
     }
 
     /// The workers whose destination is being made an array (their allocations pending).
-    pub(super) fn made_anew(self) -> Vec<usize> {
-        self.anew
+    pub(super) fn made_anew(mut self) -> Vec<usize> {
+        std::mem::take(&mut self.anew)
+    }
+}
+
+impl Drop for Checks<'_> {
+    /// Descriptions asked ahead and never claimed (a check of the sources failed first)
+    /// are claimed here, their outcome dropped: a reply nobody claims would stay on its
+    /// channel for good.
+    fn drop(&mut self) {
+        if let Some((_, asked)) = self.ahead.take() {
+            let _unclaimed = self.state.answers(asked, self.dst);
+        }
     }
 }
 

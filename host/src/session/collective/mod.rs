@@ -85,6 +85,8 @@ impl Session {
             "allreduce",
             (src, dst),
             |c, group| {
+                // Every member is both: one round trip asks for both registers.
+                c.ask_dests(group.clone())?;
                 let sources = c.arrays(group.clone())?;
                 let (dtype, elements) = c.alike(&sources, true)?;
                 c.reducible(dtype)?;

@@ -10,10 +10,11 @@
 //! - **Streamed in place** when every place lies in memory the host maps, the elements are
 //!   floats (whose combination cannot fail once the sizes are checked) and each member's
 //!   places are, two by two, the same bytes or apart: block by block, every source's block
-//!   is read, combined and streamed into every destination before the next block, so
-//!   every byte is read once and written once and no host array holds the whole. The
-//!   blocks are split between as many host threads as there are cores (the members are
-//!   idle meanwhile), each writing only through views of its own.
+//!   is combined straight from the member's memory into one host block and streamed from
+//!   it into every destination before the next block, so every byte is read once and
+//!   written once and no host array holds the whole. A large array is cut by element
+//!   ranges between the host's cores (`combine::parts`; the members are idle meanwhile),
+//!   each writing only through views of its own.
 //! - **Whole** otherwise: every source is read (in place, or through the host), the result
 //!   made whole, then written — so an integer result that overflows is refused before
 //!   anything is written, and places that overlap partly read no result back in.
@@ -152,18 +153,10 @@ impl Streamed {
         })
     }
 
-    /// Runs the plan on `group`'s memories, the blocks split between host threads.
+    /// Runs the plan on `group`'s memories, the elements cut between the host's cores
+    /// (`combine::parts`).
     fn run(&self, group: &mut Group, rule: &Rule, len: usize) -> Result<(), GroupError> {
-        let block = PASS * rule.dtype.size();
-        let blocks = len.div_ceil(block);
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .clamp(1, blocks.max(1));
-        let per_thread = blocks.div_ceil(threads) * block;
-        let parts: Vec<Range<usize>> = (0..len)
-            .step_by(per_thread.max(1))
-            .map(|start| start..len.min(start + per_thread))
-            .collect();
+        let parts: Vec<Range<usize>> = combine::parts(len).collect();
         // Every member's ranges for every part, part after part.
         let wanted: Vec<Vec<Range<usize>>> = self
             .ranges
@@ -200,29 +193,14 @@ impl Streamed {
             }
             per_part.push(part);
         }
-        let mut per_part = per_part.into_iter();
-        let Some(first) = per_part.next() else {
-            return Ok(());
-        };
-        std::thread::scope(|scope| {
-            let others: Vec<_> = per_part
-                .map(|part| scope.spawn(move || reduce_part(rule, part, sources, dests)))
-                .collect();
-            let mine = reduce_part(rule, first, sources, dests);
-            // The first failure is the answer (the scope joins the rest); a panic in a part
-            // goes on as a panic here.
-            others.into_iter().fold(mine, |outcome, part| {
-                let theirs = part
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                outcome.and(theirs)
-            })
-        })
+        combine::on_cores(per_part, |part| reduce_part(rule, part, sources, dests))
     }
 }
 
-/// One part of a streamed reduction (a whole number of blocks from its start), block by
-/// block, through `views` (all of the part's length): `sources` and `dests` index them.
+/// One part of a streamed reduction, block by block, through `views` (all of the part's
+/// length): `sources` and `dests` index them. Each block is combined straight from the
+/// sources' views into one host buffer, then streamed into every destination: a source
+/// that is also a destination is read whole before it is written.
 fn reduce_part(
     rule: &Rule,
     mut views: Vec<&mut [u8]>,
@@ -231,18 +209,12 @@ fn reduce_part(
 ) -> Result<(), GroupError> {
     let block = PASS * rule.dtype.size();
     let part = views.first().map_or(0, |view| view.len());
-    let mut inputs: Vec<Vec<u8>> = sources.iter().map(|_| vec![0u8; block]).collect();
-    let mut out = vec![0u8; block];
+    // No longer than the part: a small allreduce zeroes no more than it writes.
+    let mut out = vec![0u8; block.min(part)];
     for start in (0..part).step_by(block) {
         let end = part.min(start + block);
-        let n = end - start;
-        // Every source's block is read before any destination's is written: a source that
-        // is also a destination is safe.
-        for (&s, input) in sources.iter().zip(&mut inputs) {
-            input[..n].copy_from_slice(&views[s][start..end]);
-        }
-        let inputs: Vec<&[u8]> = inputs.iter().map(|input| &input[..n]).collect();
-        let out = &mut out[..n];
+        let out = &mut out[..end - start];
+        let inputs: Vec<&[u8]> = sources.iter().map(|&s| &views[s][start..end]).collect();
         rule.combine(&inputs, out)?;
         for &d in dests {
             // Streaming stores: the result is not read again here, and a plain store would
@@ -253,4 +225,88 @@ fn reduce_part(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a cut between cores that changes bits or misses elements: an odd element
+    /// count (no part a whole number of blocks, the last part shorter), cut in three,
+    /// with values whose f64 sum depends on the order (`1e30 + x - 1e30` is 0, `1e30 -
+    /// 1e30 + x` is `x`), and a source that is its own destination — against one call
+    /// of the kernel on the whole arrays. A part that read a neighbour's elements, folded
+    /// in another order, skipped a tail or wrote a destination before its source was read
+    /// would differ; every destination starts as NaN, so a missed element shows too.
+    #[test]
+    fn an_array_cut_between_cores_gives_the_kernels_bits() {
+        let elements = (3 * combine::PART_MIN + 2 * PASS) / 4 + 13;
+        let len = elements * 4;
+        let parts: Vec<Range<usize>> = combine::parts_for(len, 3).collect();
+        assert_eq!(parts.len(), 3, "the array is cut in three");
+        assert!(parts.iter().all(|p| p.start % combine::LINE == 0));
+        assert_eq!(parts.last().map(|p| p.end), Some(len));
+        let value = |source: usize, i: usize| -> f32 {
+            let big = if i.is_multiple_of(2) { 1e30 } else { 3e29 };
+            match source {
+                0 => big,
+                1 => 1.0 + i as f32 / 7.0,
+                2 => -big,
+                _ => (i % 97) as f32 * 1e-3 - 0.05,
+            }
+        };
+        let mut arrays: Vec<Vec<u8>> = (0..4)
+            .map(|s| {
+                (0..elements)
+                    .flat_map(|i| value(s, i).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        let rule = Rule {
+            dtype: DataType::F32,
+            op: ReduceOp::Sum,
+            runs: Vec::new(),
+        };
+        let mut want = vec![0u8; len];
+        let inputs: Vec<&[u8]> = arrays.iter().map(Vec::as_slice).collect();
+        rule.combine(&inputs, &mut want).unwrap();
+        // Views 0-3 the sources, 0 and 4-6 the destinations (source 0 is its own).
+        arrays.extend((0..3).map(|_| f32::NAN.to_le_bytes().repeat(elements)));
+        let (sources, dests) = ([0, 1, 2, 3], [0, 4, 5, 6]);
+        let mut rests: Vec<&mut [u8]> = arrays.iter_mut().map(Vec::as_mut_slice).collect();
+        let mut per_part = Vec::new();
+        for part in &parts {
+            let mut views = Vec::new();
+            for rest in &mut rests {
+                let (view, others) = std::mem::take(rest).split_at_mut(part.len());
+                views.push(view);
+                *rest = others;
+            }
+            per_part.push(views);
+        }
+        combine::on_cores(per_part, |views| {
+            reduce_part(&rule, views, &sources, &dests)
+        })
+        .unwrap();
+        for &d in &dests {
+            assert!(arrays[d] == want, "destination {d} holds the kernel's bits");
+        }
+    }
+
+    /// Catches a cut that is no cut: below twice the smallest part, or on one core, the
+    /// array stays whole (a thread started for a few kilobytes costs more than it saves),
+    /// and an empty array is one empty part.
+    #[test]
+    fn small_arrays_and_one_core_stay_whole() {
+        let whole = |len: usize, cores: usize| {
+            let mut parts = combine::parts_for(len, cores);
+            parts.next() == Some(0..len) && parts.next().is_none()
+        };
+        assert!(whole(4096, 2));
+        assert!(whole(2 * combine::PART_MIN - 4, 8));
+        assert!(whole(64 << 20, 1));
+        assert!(whole(0, 2));
+        let most = combine::parts_for(64 << 20, 64).count();
+        assert_eq!(most, combine::MOST_PARTS);
+    }
 }
