@@ -1,6 +1,6 @@
 //! The session measured beside its baselines, in the same run: call + sync of worker 0 and
-//! of all workers (4 workers), copies to and from worker 0 beside `copy_from_slice` of the
-//! same bytes, an allreduce of 16 MiB of f32 per worker beside one 16 MiB memcpy and one of
+//! of all workers (4 workers), 2,000 pipelined calls then a sync beside that round trip,
+//! copies to and from worker 0 beside `copy_from_slice` of the same bytes, an allreduce of 16 MiB of f32 per worker beside one 16 MiB memcpy and one of
 //! 4 KiB beside one 4 KiB memcpy — in threads and in child processes; and QEMU's bytes per
 //! second both ways (when the firmware is built: `$TESSERA_FIRMWARE` or the workspace's
 //! release build), beside the serial placement's on the same firmware with UART0 on a pty
@@ -99,7 +99,24 @@ fn calls(name: &str, session: &Session) {
         micros(w0),
         micros(all)
     );
+    // Pipelined: 2,000 calls (each result dropped, which frees it on every worker), then
+    // one sync of worker 0 — per call, beside the round trip above (one call + sync).
+    let pipelined = median(11, || {
+        for _ in 0..PIPELINED {
+            drop(session.call(&add_one, &[CallArg::Int(1)]).unwrap());
+        }
+        session.sync_worker(0).unwrap();
+    });
+    session.sync_all().unwrap();
+    let per_call = micros(pipelined) / PIPELINED as f64;
+    println!(
+        "{name:>8}  {PIPELINED} pipelined calls, then sync worker 0: {per_call:6.2} µs per call = {:4.2} of a call + sync   (target: ≤ 2 µs on threads, ≤ 8 µs in child processes)",
+        per_call / micros(w0)
+    );
 }
+
+/// Calls sent before one sync, as TVM Disco's pipelined benchmark does.
+const PIPELINED: usize = 2000;
 
 fn copies(name: &str, session: &Session, sizes: &[usize]) {
     for &bytes in sizes {
