@@ -50,6 +50,6 @@ pub mod placement;
 mod readme;
 pub mod runtime;
 pub mod session;
-pub mod train;
 pub mod trace;
+pub mod train;
 pub mod transport;

@@ -56,8 +56,8 @@ use tessera_core::wire::{Combined, ProgramRequest, Request, RequestKind, Respons
 use super::round::{Answers, Heading, OpenRound, Plan};
 use super::{RuntimeError, StepFault};
 use crate::instance::Instances;
-use crate::transport::{Channel, Reply, Silence};
 use crate::trace::traced;
+use crate::transport::{Channel, Reply, Silence};
 
 /// How long the driver polls one channel before moving to the next.
 const POLL: Duration = Duration::from_millis(1);

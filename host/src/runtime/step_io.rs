@@ -50,8 +50,8 @@ use tessera_core::wire::Target;
 use super::step_driver::{self, InPlace};
 use super::{Runtime, RuntimeError, StepPhase, MAX_REPLICAS};
 use crate::array::{AsView, HostArray};
-use crate::transport::{Seat, Span};
 use crate::trace::traced;
+use crate::transport::{Seat, Span};
 
 /// Anchored tensors by name.
 pub type Anchors = BTreeMap<String, HostArray>;

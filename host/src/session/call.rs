@@ -16,8 +16,8 @@
 use tessera_core::wire::{Arg, Array, ErrorCode, KernelRequest, Request, Value, MAX_CALL_ARGS};
 
 use super::{ArrayError, CallArg, Command, HostArray, Register, Session, SessionError};
-use crate::transport::TransportError;
 use crate::trace::traced;
+use crate::transport::TransportError;
 
 /// A function the workers of one session have, checked by [`Session::get_function`]:
 /// valid in that session only, as its registers are.

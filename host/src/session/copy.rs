@@ -20,8 +20,8 @@ use super::state::alloc_request;
 use super::{
     on_worker, ArrayView, ArrayViewMut, Command, HostArray, Register, Session, SessionError,
 };
-use crate::transport::TransportError;
 use crate::trace::traced;
+use crate::transport::TransportError;
 
 impl Session {
     /// Copies `array` (a [`HostArray`], or an [`ArrayView`] of bytes borrowed from their

@@ -28,7 +28,10 @@ pub(super) fn write(file: File, finished: &Finished) -> io::Result<usize> {
         serde_json::to_writer(&mut *out, &value).map_err(io::Error::from)
     };
     put(&mut out, meta("process_name", HOST, None, "tessera host"))?;
-    put(&mut out, meta("process_name", DEVICES, None, "tessera devices"))?;
+    put(
+        &mut out,
+        meta("process_name", DEVICES, None, "tessera devices"),
+    )?;
     for (number, name) in &finished.threads {
         put(&mut out, meta("thread_name", HOST, Some(*number), name))?;
     }
@@ -42,7 +45,10 @@ pub(super) fn write(file: File, finished: &Finished) -> io::Result<usize> {
     devices.dedup();
     for &device in &devices {
         let name = format!("device {device}");
-        put(&mut out, meta("thread_name", DEVICES, Some(tid(device)), &name))?;
+        put(
+            &mut out,
+            meta("thread_name", DEVICES, Some(tid(device)), &name),
+        )?;
     }
     let mut written = 0;
     for event in &finished.events {

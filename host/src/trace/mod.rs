@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tracing::dispatcher::{self, DefaultGuard, Dispatch};
 use tracing_subscriber::layer::SubscriberExt;
 
-use record::{Recorder, Recorded};
+use record::{Recorded, Recorder};
 
 /// Whether a trace runs: read at every marked place, so that off costs one load.
 static TRACING: AtomicBool = AtomicBool::new(false);
@@ -98,9 +98,7 @@ impl Trace {
         })?;
         let recorded = Arc::new(Recorded::new());
         let recorder = Recorder::new(Arc::clone(&recorded));
-        *running = Some(Dispatch::new(
-            tracing_subscriber::registry().with(recorder),
-        ));
+        *running = Some(Dispatch::new(tracing_subscriber::registry().with(recorder)));
         TRACING.store(true, Ordering::Release);
         Ok(Self {
             path,

@@ -86,7 +86,10 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
     };
     training.run_steps()?;
     let mut report = training.report()?;
-    report.trace = trace.map(Trace::finish).transpose().map_err(TrainError::Trace)?;
+    report.trace = trace
+        .map(Trace::finish)
+        .transpose()
+        .map_err(TrainError::Trace)?;
     Ok(report)
 }
 

@@ -34,8 +34,15 @@ fn a_training_run_on_threads_is_traced_step_by_step_and_phase_by_phase() {
         .output()
         .expect("tessera runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("trace: "), "the report names the trace: {stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("trace: "),
+        "the report names the trace: {stdout}"
+    );
     let timeline = Timeline::read(&path);
     std::fs::remove_file(&path).ok();
     timeline.assert_nested();
@@ -66,7 +73,11 @@ fn a_training_run_in_child_processes_traces_the_host_only() {
         .arg(&path)
         .output()
         .expect("tessera runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let timeline = Timeline::read(&path);
     std::fs::remove_file(&path).ok();
     timeline.assert_nested();
@@ -90,7 +101,10 @@ fn a_sessions_trace_holds_its_commands_and_its_workers_requests() {
     let path = temp("session");
     session.start_trace(&path).unwrap();
     assert!(
-        matches!(Trace::start(temp("second")), Err(TraceError::AlreadyTracing)),
+        matches!(
+            Trace::start(temp("second")),
+            Err(TraceError::AlreadyTracing)
+        ),
         "one trace at a time"
     );
     let add_one = session.get_function("add_one").unwrap();
@@ -99,7 +113,9 @@ fn a_sessions_trace_holds_its_commands_and_its_workers_requests() {
         .unwrap();
     let y = session.call(&add_one, &[CallArg::Register(&x)]).unwrap();
     session.sync_all().unwrap();
-    session.allreduce(&y, &y, ReduceOp::Sum, Scope::Global).unwrap();
+    session
+        .allreduce(&y, &y, ReduceOp::Sum, Scope::Global)
+        .unwrap();
     let summary = session.finish_trace().unwrap().expect("a trace ran");
     assert_eq!(summary.path, path);
     assert!(session.finish_trace().unwrap().is_none(), "finished once");
@@ -108,7 +124,13 @@ fn a_sessions_trace_holds_its_commands_and_its_workers_requests() {
     assert_eq!(timeline.events(), summary.events);
     timeline.assert_nested();
     let controller = timeline.host_track_with("call");
-    for command in ["get_function", "copy_to_worker0", "call", "sync", "allreduce"] {
+    for command in [
+        "get_function",
+        "copy_to_worker0",
+        "call",
+        "sync",
+        "allreduce",
+    ] {
         assert!(timeline.count(controller, command) >= 1, "{command}");
     }
     assert_eq!(timeline.device_tracks().len(), 4, "one track per worker");

@@ -41,7 +41,10 @@ impl Timeline {
             }
             assert_eq!(e["ph"], "X", "{e}");
             let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
-            assert!(ts >= 0.0 && dur >= 0.0 && ts.is_finite() && dur.is_finite(), "{e}");
+            assert!(
+                ts >= 0.0 && dur >= 0.0 && ts.is_finite() && dur.is_finite(),
+                "{e}"
+            );
             let track = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
             let name = e["name"].as_str().unwrap().to_owned();
             end = end.max(ts + dur);

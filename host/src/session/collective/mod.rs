@@ -37,9 +37,9 @@ use std::sync::PoisonError;
 use tessera_core::dtype::DataType;
 
 use super::{Command, Register, Session, SessionError, State};
+use crate::trace::traced;
 use crate::transport::group::{Group, GroupError, Place, Set};
 use checks::Checks;
-use crate::trace::traced;
 
 /// Which workers one collective spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -76,9 +76,9 @@ mod part;
 mod plan;
 mod write;
 
+use crate::trace::traced;
 use plan::{element_type, open, plan_split, Described, Planned, Source};
 use write::release;
-use crate::trace::traced;
 
 pub use error::LoadError;
 
