@@ -1,14 +1,14 @@
 //! The session measured beside its baselines, in the same run: call + sync of worker 0 and
 //! of all workers (4 workers), 2,000 pipelined calls then a sync beside that round trip,
-//! copies to and from worker 0 beside `copy_from_slice` of the same bytes, an allreduce of 16 MiB of f32 per worker beside one 16 MiB memcpy and one of
-//! 4 KiB beside one 4 KiB memcpy — in threads and in child processes; and QEMU's bytes per
-//! second both ways (when the firmware is built: `$TESSERA_FIRMWARE` or the workspace's
-//! release build), beside the serial placement's on the same firmware with UART0 on a pty
-//! (as a board on a serial port: every byte in frames, where QEMU's socket placement has
-//! its bulk file), and a session's 1 MiB copy to worker 0 on both (and on QEMU's socket
-//! without its file, the same UART as the pty's), timed in alternation, with their ratios.
-//! The 1 MiB copies in frames take about a minute each: QEMU's UART hands the firmware one
-//! byte at a time.
+//! copies to and from worker 0 beside `copy_from_slice` of the same bytes, an allreduce of
+//! 16 MiB of f32 per worker beside one 16 MiB memcpy and one of 4 KiB beside one 4 KiB
+//! memcpy — in threads and in child processes; and QEMU's bytes per second both ways (when
+//! the firmware is built: `$TESSERA_FIRMWARE` or the workspace's release build), beside the
+//! serial placement's on the same firmware with UART0 on a pty (as a board on a serial
+//! port: every byte in frames, where QEMU's socket placement has its bulk file), and a
+//! session's 1 MiB copy to worker 0 on both (and on QEMU's socket without its file, the
+//! same UART as the pty's), timed in alternation, with their ratios. The 1 MiB copies in
+//! frames take about a minute each: QEMU's UART hands the firmware one byte at a time.
 //!
 //! `cargo bench -p tessera-host --bench session`. Each figure is the median of several
 //! runs; ratios are baseline time / session time (1.0× = as fast as memcpy), each copy and
@@ -159,16 +159,7 @@ fn copies(name: &str, session: &Session, sizes: &[usize]) {
 }
 
 fn allreduce(name: &str, session: &Session) {
-    let bytes = 16 << 20;
-    let elements = (bytes / 4) as u32;
-    let src = session.empty(DataType::F32, &[elements]).unwrap();
-    let dst = session.empty(DataType::F32, &[elements]).unwrap();
-    session.sync_all().unwrap();
-    let (base, time) = beside_memcpy(bytes, 11, || {
-        session
-            .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
-            .unwrap();
-    });
+    let (base, time) = allreduce_beside_memcpy(session, 16 << 20, 11);
     println!(
         "{name:>8}  allreduce 16 MiB f32 × {WORKERS}: {:8.1} ms = {:5.1}× one 16 MiB memcpy ({:.2} ms)   (target on threads: ≤ 3×)",
         time.as_secs_f64() * 1e3,
@@ -176,21 +167,26 @@ fn allreduce(name: &str, session: &Session) {
         base.as_secs_f64() * 1e3
     );
     // A small allreduce: its time is the round trips to the workers, not the bytes.
-    let bytes = 4 << 10;
-    let elements = (bytes / 4) as u32;
-    let src = session.empty(DataType::F32, &[elements]).unwrap();
-    let dst = session.empty(DataType::F32, &[elements]).unwrap();
-    session.sync_all().unwrap();
-    let (base, time) = beside_memcpy(bytes, 2001, || {
-        session
-            .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
-            .unwrap();
-    });
+    let (base, time) = allreduce_beside_memcpy(session, 4 << 10, 2001);
     println!(
         "{name:>8}  allreduce 4 KiB f32 × {WORKERS}:  {:8.1} µs   (one 4 KiB memcpy: {:.3} µs)   (target on threads: ≤ 20 µs)",
         micros(time),
         micros(base)
     );
+}
+
+/// An allreduce (sum) of `bytes` of f32 on every worker, in alternation with a memcpy of
+/// as many bytes: the medians of `runs` of each (memcpy's, the allreduce's).
+fn allreduce_beside_memcpy(session: &Session, bytes: usize, runs: usize) -> (Duration, Duration) {
+    let elements = (bytes / 4) as u32;
+    let src = session.empty(DataType::F32, &[elements]).unwrap();
+    let dst = session.empty(DataType::F32, &[elements]).unwrap();
+    session.sync_all().unwrap();
+    beside_memcpy(bytes, runs, || {
+        session
+            .allreduce(&src, &dst, ReduceOp::Sum, Scope::Global)
+            .unwrap();
+    })
 }
 
 fn firmware() -> Option<PathBuf> {
