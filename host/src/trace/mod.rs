@@ -11,24 +11,28 @@
 //! - **One trace at a time per process.** A trace records every runtime and session of the
 //!   process and every device thread while it runs; [`Trace::start`] while another runs is
 //!   [`TraceError::AlreadyTracing`].
-//! - **Off costs one atomic load per marked place**: a thread takes the trace's subscriber
-//!   ([`scope`]) only while a trace runs, and a span no subscriber wants is not built.
+//! - **Off costs a few nanoseconds per marked place**: a thread takes the trace's
+//!   subscriber (`scope`) only while a trace runs (else one atomic load), and a span no
+//!   subscriber wants is not built (`tracing`'s level check). On, each span costs its
+//!   clock readings and a lock: read a trace's proportions, not its absolute times, where
+//!   the steps are short.
 //! - **The file is created at start**, so a path that cannot be written fails before the
 //!   run, and written at [`Trace::finish`] (a trace dropped unfinished is written then, and
 //!   a failure to write is logged: drop cannot return it).
 //! - **Tracks**: process 1 holds one track per host thread (named after the thread), process
-//!   2 one per device (`device N`: a runtime's replica or a session's worker). A span marked
-//!   with a `device` field, and every span inside it, goes on that device's track, on
-//!   whichever thread served it.
+//!   2 one per device (`device N`: a session's worker, or a runtime's device by its first
+//!   replica — a device runs several replicas as lanes). A span marked with a `device`
+//!   field, and every span inside it, goes on that device's track, on whichever thread
+//!   served it.
 //! - **Events nest**: spans close before their parents on one thread, and one server at a
 //!   time serves a device, so a track's events are either apart or one inside the other.
 //!   Between a device's outermost events, from its first to the end of the trace, the
 //!   device is `idle`; those gaps are written as events too.
 //! - **What each placement shows**: on threads, a device's track holds its requests and,
-//!   within a step, its phases (`load`, `forward`, `backward`, `exchange`, `update`); the
-//!   devices of child processes, QEMU boards and serial ports run elsewhere, so their tracks
-//!   stay empty and the host's tracks (step, rounds, combines, waits, commands) show what
-//!   the host did and waited for.
+//!   within a step, its phases (`load`, `forward`, `backward`, `anchors`, `exchange`,
+//!   `update`); the devices of child processes, QEMU boards and serial ports run elsewhere,
+//!   so their tracks stay empty and the host's tracks (step, rounds, combines, waits,
+//!   commands) show what the host did and waited for.
 
 mod chrome;
 mod record;
