@@ -117,6 +117,36 @@ fn two_and_four_ranks_train_exactly_like_one_process() {
     }
 }
 
+/// Catches ranks that write one trace file at once (two processes truncating and writing
+/// the same path: a file of neither's events, or not JSON): `--trace run.json` across 2
+/// ranks leaves run.rank0.json and run.rank1.json, each a whole trace of its rank's steps,
+/// and no run.json.
+#[test]
+fn each_rank_writes_its_own_trace() {
+    let dir = scratch("trace");
+    let path = dir.join("run.json");
+    let args = [
+        "train",
+        "--replicas",
+        "4",
+        "--steps",
+        "3",
+        "--trace",
+        path.to_str().unwrap(),
+    ];
+    success(&run(mpirun(2, Path::new(TESSERA), &args, &dir)));
+    assert!(!path.exists(), "no file under the name as given");
+    for rank in 0..2 {
+        let file = dir.join(format!("run.rank{rank}.json"));
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        let trace: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let steps = (trace["traceEvents"].as_array().unwrap().iter())
+            .filter(|e| e["ph"] == "X" && e["name"] == "step")
+            .count();
+        assert_eq!(steps, 3, "rank {rank}: one `step` per step");
+    }
+}
+
 /// A checkpoint written by 2 ranks resumes in one process, and continues exactly as one
 /// process would have. Catches checkpoints that hold only rank 0's replicas.
 #[test]

@@ -198,7 +198,8 @@ pub(crate) struct TrainArgs {
     /// Write a timeline of the run to FILE in the Chrome trace-event format (open it in
     /// ui.perfetto.dev or chrome://tracing): the host's steps, rounds, combines and waits,
     /// and on device threads each device's load, forward, backward, exchange, update and
-    /// idle time.
+    /// idle time. Across MPI ranks each rank writes a file of its own: run.json becomes
+    /// run.rank0.json, run.rank1.json, …
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
 }
