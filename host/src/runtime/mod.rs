@@ -412,8 +412,12 @@ impl Runtime {
     /// devices — written to `path` in the Chrome trace-event format when
     /// [`finish_trace`](Self::finish_trace) is called or the runtime drops
     /// ([`crate::trace`]'s rules: one trace at a time per process; the file is created now).
+    /// Across MPI ranks each instance writes a file of its own (`run.json` becomes
+    /// `run.rank1.json` on rank 1).
     pub fn start_trace(&self, path: impl AsRef<std::path::Path>) -> Result<(), TraceError> {
-        self.trace.start(path.as_ref())
+        let (rank, ranks) = (self.instances.rank(), self.instances.size());
+        self.trace
+            .start(&crate::trace::rank_file(path.as_ref(), rank, ranks))
     }
 
     /// Writes the trace [`start_trace`](Self::start_trace) began; `None` if none runs.

@@ -16,6 +16,9 @@
 //!   subscriber wants is not built (`tracing`'s level check). On, each span costs its
 //!   clock readings and a lock: read a trace's proportions, not its absolute times, where
 //!   the steps are short.
+//! - **A file per process**: across MPI ranks, the command line and a runtime of several
+//!   instances write rank `r`'s trace to `run.rank<r>.json` for `run.json`
+//!   (`rank_file`), never one file from two processes.
 //! - **The file is created at start**, so a path that cannot be written fails before the
 //!   run, and written at [`Trace::finish`] (a trace dropped unfinished is written then, and
 //!   a failure to write is logged: drop cannot return it).
@@ -150,6 +153,21 @@ impl Drop for Trace {
             }
         }
     }
+}
+
+/// Where rank `rank` of `ranks` writes the trace asked for at `path`: `path` itself on one
+/// instance; across ranks, `run.json` becomes `run.rank1.json` (each rank's own timeline,
+/// never two processes writing one file).
+pub(crate) fn rank_file(path: &Path, rank: usize, ranks: usize) -> PathBuf {
+    if ranks <= 1 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.rank{rank}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.rank{rank}"),
+    };
+    path.with_file_name(name)
 }
 
 /// A trace a runtime or a session keeps until it is finished or they are dropped (their

@@ -1,7 +1,10 @@
 //! The writer's idle gaps and the file's shape (the recorder itself is exercised end to end
 //! by the suite's `trace` tests, each in a process of its own: a trace takes the process).
 
+use std::path::Path;
+
 use super::chrome::idle_gaps;
+use super::rank_file;
 use super::record::{Event, Track};
 
 fn event(track: Track, start: f64, length: f64) -> Event {
@@ -34,5 +37,23 @@ fn a_devices_idle_time_is_the_gaps_between_its_outermost_events() {
             (Track::Device(0), 30.0, 20.0),
             (Track::Device(1), 40.0, 10.0),
         ]
+    );
+}
+
+/// Catches ranks of one job writing one trace file (two processes truncating and
+/// writing it at once): across ranks each rank's name carries its rank.
+#[test]
+fn each_rank_traces_into_a_file_of_its_own() {
+    let path = Path::new("/tmp/out/run.json");
+    assert_eq!(
+        rank_file(path, 0, 1),
+        path,
+        "one instance: the path as given"
+    );
+    assert_eq!(rank_file(path, 0, 2), Path::new("/tmp/out/run.rank0.json"));
+    assert_eq!(rank_file(path, 1, 2), Path::new("/tmp/out/run.rank1.json"));
+    assert_eq!(
+        rank_file(Path::new("trace"), 3, 4),
+        Path::new("trace.rank3")
     );
 }

@@ -1,6 +1,5 @@
 //! Running a job: data, program, runtime and reference side by side, step by step.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +16,7 @@ use crate::instance::{Instances, Single};
 use crate::runtime::check::Tally;
 use crate::runtime::reference::{Reference, Values};
 use crate::runtime::{Anchors, Placement, Runtime, RuntimeError, StepIo, WeightsIo};
-use crate::trace::{traced, Trace};
+use crate::trace::{rank_file, traced, Trace};
 use crate::train::DEVICE_MEMORY;
 
 /// Steps between two checks of the weights against the reference on `placement` (each also
@@ -93,21 +92,6 @@ pub fn train_in(job: &TrainJob, instances: Arc<dyn Instances>) -> Result<TrainRe
         .transpose()
         .map_err(TrainError::Trace)?;
     Ok(report)
-}
-
-/// Where rank `rank` of `ranks` writes the trace asked for at `path`: `path` itself on one
-/// instance; across ranks, `run.json` becomes `run.rank1.json` (each rank's own timeline,
-/// never two processes writing one file).
-fn rank_file(path: &Path, rank: usize, ranks: usize) -> PathBuf {
-    if ranks <= 1 {
-        return path.to_path_buf();
-    }
-    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-    let name = match path.extension() {
-        Some(ext) => format!("{stem}.rank{rank}.{}", ext.to_string_lossy()),
-        None => format!("{stem}.rank{rank}"),
-    };
-    path.with_file_name(name)
 }
 
 /// The files rank 0 writes (`--checkpoint`, `--save-executable`) can be created.
@@ -553,29 +537,4 @@ fn replica_zero_accuracy(weights: &WeightsIo, data: &Dataset) -> f64 {
         first_row("b2", c),
     );
     model::accuracy([&w1, &b1, &w2, &b2], f, &data.inputs, &data.labels)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use super::rank_file;
-
-    /// Catches ranks of one job writing one trace file (two processes truncating and
-    /// writing it at once): across ranks each rank's name carries its rank.
-    #[test]
-    fn each_rank_traces_into_a_file_of_its_own() {
-        let path = Path::new("/tmp/out/run.json");
-        assert_eq!(
-            rank_file(path, 0, 1),
-            path,
-            "one instance: the path as given"
-        );
-        assert_eq!(rank_file(path, 0, 2), Path::new("/tmp/out/run.rank0.json"));
-        assert_eq!(rank_file(path, 1, 2), Path::new("/tmp/out/run.rank1.json"));
-        assert_eq!(
-            rank_file(Path::new("trace"), 3, 4),
-            Path::new("trace.rank3")
-        );
-    }
 }
