@@ -245,7 +245,8 @@ impl PyRuntime {
 
     /// Starts a timeline of this process's work, written to `path` in the Chrome
     /// trace-event format (Perfetto, chrome://tracing) by `finish_trace` or when the runtime
-    /// ends. One trace at a time per process; the file is created now.
+    /// ends. One trace at a time per process; the file is created now. Across MPI ranks each
+    /// rank writes its own (`run.json` becomes `run.rank1.json` on rank 1).
     fn start_trace(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         self.with(py, |r| r.start_trace(&path)).or_raise()
     }
