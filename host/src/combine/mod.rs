@@ -381,8 +381,8 @@ fn floats_with<const N: usize>(
 
 /// Up to four inputs (the commonest folds: a host's workers, a rank's, a step's replicas)
 /// folded element by element straight into `out`, in the order given, each element divided
-/// by the member count when `mean` and rounded once: the accumulator's round trip cost as
-/// much as the fold (two inputs took 1.9× a plain f32 sum; in one pass, the same time).
+/// by the member count when `mean` and rounded once: for so few inputs, the accumulator's
+/// round trip through memory cost as much as the fold itself.
 fn in_one_pass<const N: usize>(
     inputs: &[&[u8]],
     out: &mut [u8],

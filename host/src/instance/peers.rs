@@ -6,8 +6,8 @@
 //! the core between looks ([`finish`]): MPI's own blocking wait polls without ever
 //! yielding, and on a host with fewer cores than busy threads (2 cores, 2 ranks, each
 //! with a post office and devices) the rank it waits for — woken on the same core — got
-//! it only at the scheduler's next tick: every collective of a session across 2 ranks
-//! took 4 ms, whatever its size (measured with the `ranks` bench).
+//! it only at the scheduler's next tick, so that every collective cost a tick, whatever
+//! its size.
 //!
 //! The counts of a collective come from one plan every rank shares: a rank sending another
 //! count than its peer expects is an MPI error, which ends the job. Each length is checked

@@ -11,11 +11,11 @@
 //! - **One trace at a time per process.** A trace records every runtime and session of the
 //!   process and every device thread while it runs; [`Trace::start`] while another runs is
 //!   [`TraceError::AlreadyTracing`].
-//! - **Off costs a few nanoseconds per marked place**: a thread takes the trace's
-//!   subscriber (`scope`) only while a trace runs (else one atomic load), and a span no
-//!   subscriber wants is not built (`tracing`'s level check). On, each span costs its
-//!   clock readings and a lock: read a trace's proportions, not its absolute times, where
-//!   the steps are short.
+//! - **Off costs a flag per marked place**: a thread takes the trace's subscriber
+//!   (`scope`) only while a trace runs (else one atomic load), and a span no subscriber
+//!   wants is not built (`tracing`'s level check). On, each span costs its clock readings
+//!   and a lock: read a trace's proportions, not its absolute times, where the steps are
+//!   short.
 //! - **A file per process**: across MPI ranks, the command line and a runtime of several
 //!   instances write rank `r`'s trace to `run.rank<r>.json` for `run.json`
 //!   (`rank_file`), never one file from two processes.

@@ -3,8 +3,8 @@
 //! pool's ready devices (see `spawn::pool`), a child process's stdout read in place, or
 //! the chunks of a link between ranks (`transport::tunnel`), decoded in place as they come
 //! off the post office's queue: a reader thread between them slept on that queue and was
-//! woken for nearly every reply (1.8 and 3.3 times per call + sync on the `ranks` bench's
-//! two remote workers), and without it call + sync across ranks went from 60 to 34 µs.
+//! woken for nearly every reply, a switch of threads added to every round trip across
+//! ranks.
 //!
 //! A reader thread blocked on a child's pipe is woken by the kernel for every reply (tens
 //! of microseconds on a small virtual machine) before the channel sees it: reading the pipe

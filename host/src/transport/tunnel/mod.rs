@@ -51,8 +51,8 @@
 //! - **Hushed while the rank moves bytes itself** ([`PostOffice::hush`]): while this rank
 //!   runs its part of a collective (MPI's own messages, its members' memory copied), the
 //!   office sleeps as if quiet, whatever the traffic: on a host with fewer cores than busy
-//!   threads its looking took half a core from the thread doing the work (a 16 MiB
-//!   broadcast across 2 ranks waited 2 ms longer for the rank whose office looked). The
+//!   threads its looking took half a core from the thread doing the work, and the
+//!   collective waited for the rank whose office looked. The
 //!   hush ends by waking the office, which looks again at once.
 
 use std::collections::HashMap;
