@@ -47,28 +47,30 @@ pub(super) enum Frames {
 }
 
 impl Frames {
-    /// The next message before `until` (`None`: as long as it takes), looked for without
-    /// sleeping for up to `spin` first (on a ring, while its core is not contended:
-    /// `transport::contention`); `Disconnected` once the device's end is gone. A
-    /// message already on a queue (a device thread's) is taken without reading the clock
-    /// (most are: a step's replies arrive while the host serves the devices).
+    /// The next message before the time `until` gives (`None`: as long as it takes),
+    /// looked for without sleeping for up to `spin` first (on a ring, while its core is not
+    /// contended: `transport::contention`); `Disconnected` once the device's end is gone.
+    /// `until` is asked at most once, and on a queue (a device thread's) only once a look
+    /// finds nothing: a message already there is taken without reading the clock (most
+    /// are: a step's replies arrive while the host serves the devices, a pipelined
+    /// sender's while it sends).
     pub(super) fn receive(
         &mut self,
-        until: Option<Instant>,
+        until: impl FnOnce() -> Option<Instant>,
         spin: Duration,
     ) -> Result<Message, RecvTimeoutError> {
-        let left = || until.map(|u| u.saturating_duration_since(Instant::now()));
+        let left = |until: Option<Instant>| until.map(|u| u.saturating_duration_since(Instant::now()));
         match self {
             Self::Queue(queue) => match queue.try_recv() {
                 Ok(message) => Ok(message),
                 Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
-                Err(TryRecvError::Empty) => receive_spinning(queue, left(), spin),
+                Err(TryRecvError::Empty) => receive_spinning(queue, left(until()), spin),
             },
             Self::Served(queue, pool) => receive_serving(queue, pool, until, spin),
-            Self::Pipe(pipe) => pipe.receive(left()),
-            Self::Ring(ring) => ring.receive(left(), spin),
+            Self::Pipe(pipe) => pipe.receive(left(until())),
+            Self::Ring(ring) => ring.receive(left(until()), spin),
             #[cfg(feature = "mpi")]
-            Self::Chunks(chunks) => chunks.receive(until, spin),
+            Self::Chunks(chunks) => chunks.receive(until(), spin),
         }
     }
 
@@ -133,10 +135,12 @@ const NAP: Duration = Duration::from_millis(1);
 fn receive_serving(
     queue: &Receiver<Message>,
     pool: &Pool,
-    until: Option<Instant>,
+    until: impl FnOnce() -> Option<Instant>,
     spin: Duration,
 ) -> Result<Message, RecvTimeoutError> {
-    // The wait begins at its first look that finds nothing and serves nothing.
+    // The wait begins at its first look that finds nothing and serves nothing: its start
+    // and `until` are read then.
+    let mut until = Some(until);
     let mut begun = None;
     loop {
         match queue.try_recv() {
@@ -148,8 +152,11 @@ fn receive_serving(
             // A device replied or moved on: look again at once.
             continue;
         }
-        let start = *begun.get_or_insert_with(Instant::now);
-        let limit = until.map(|u| u.saturating_duration_since(start));
+        let (start, limit) = *begun.get_or_insert_with(|| {
+            let start = Instant::now();
+            let until = until.take().and_then(|until| until());
+            (start, until.map(|u| u.saturating_duration_since(start)))
+        });
         let AfterLook::Sleep(left) = after_look(start, limit, spin, Peer::Pool)? else {
             continue;
         };
@@ -412,14 +419,14 @@ mod tests {
         let mut frames = Frames::ring(receiver.unwrap(), OwnedFd::from(host), 3).unwrap();
         let limit = || Some(Instant::now() + Duration::from_millis(5));
         assert!(matches!(
-            frames.receive(limit(), Duration::ZERO),
+            frames.receive(limit, Duration::ZERO),
             Err(RecvTimeoutError::Timeout)
         ));
         assert_eq!(frames.broken(), None, "an empty ring is not broken");
         ring::break_counters(&mut memory, from_device);
         for _ in 0..2 {
             assert!(matches!(
-                frames.receive(limit(), Duration::ZERO),
+                frames.receive(limit, Duration::ZERO),
                 Err(RecvTimeoutError::Disconnected)
             ));
             assert!(
@@ -439,23 +446,23 @@ mod tests {
         let limit = || Some(Instant::now() + Duration::from_millis(5));
         let spin = Duration::ZERO;
         assert!(matches!(
-            frames.receive(limit(), spin),
+            frames.receive(limit, spin),
             Err(RecvTimeoutError::Timeout)
         ));
         let (one, two) = (framed(b"first"), framed(b"second"));
         device.write_all(&one[..3]).unwrap();
-        assert!(frames.receive(limit(), spin).is_err(), "a frame in part");
+        assert!(frames.receive(limit, spin).is_err(), "a frame in part");
         let mut damaged = framed(b"damaged");
         damaged[2] ^= 0x55;
         device.write_all(&one[3..]).unwrap();
         device.write_all(&damaged).unwrap();
         device.write_all(&two).unwrap();
         let long = || Some(Instant::now() + Duration::from_secs(5));
-        assert_eq!(frames.receive(long(), spin).unwrap().body, b"first");
-        assert_eq!(frames.receive(long(), spin).unwrap().body, b"second");
+        assert_eq!(frames.receive(long, spin).unwrap().body, b"first");
+        assert_eq!(frames.receive(long, spin).unwrap().body, b"second");
         drop(device);
         assert!(matches!(
-            frames.receive(long(), spin),
+            frames.receive(long, spin),
             Err(RecvTimeoutError::Disconnected)
         ));
     }
@@ -473,18 +480,18 @@ mod tests {
         let (one, two) = (framed(b"first"), framed(b"second"));
         chunks.send(one[..3].to_vec()).unwrap();
         assert!(matches!(
-            frames.receive(limit(), spin),
+            frames.receive(limit, spin),
             Err(RecvTimeoutError::Timeout)
         ));
         let mut damaged = framed(b"damaged");
         damaged[2] ^= 0x55;
         let rest = [&one[3..], &damaged[..], &two[..]].concat();
         chunks.send(rest).unwrap();
-        assert_eq!(frames.receive(limit(), spin).unwrap().body, b"first");
-        assert_eq!(frames.receive(limit(), spin).unwrap().body, b"second");
+        assert_eq!(frames.receive(limit, spin).unwrap().body, b"first");
+        assert_eq!(frames.receive(limit, spin).unwrap().body, b"second");
         drop(chunks);
         assert!(matches!(
-            frames.receive(limit(), spin),
+            frames.receive(limit, spin),
             Err(RecvTimeoutError::Disconnected)
         ));
     }

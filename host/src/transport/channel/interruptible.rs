@@ -42,7 +42,7 @@ impl Channel {
                     self.retries += 1;
                 }
             }
-            self.oldest_sent = Instant::now();
+            self.quiet_since = None;
         }
         let reply = self.receive(seq);
         // The abandoned requests' replies and topic messages are nobody's now.

@@ -8,8 +8,10 @@
 //!   unanswered at a time, and `submit` waits for room beyond that. Replies are matched
 //!   by sequence number and kept until [`Channel::receive`] claims them, in any order.
 //! - **Exactly once, go-back-N.** The device runs requests strictly in order and drops
-//!   one that follows a gap. When the oldest unanswered request has waited a deadline,
-//!   the channel sends every unanswered request again, in order, under the same numbers;
+//!   one that follows a gap. When the oldest unanswered request has waited a deadline —
+//!   timed from the first look that found nothing to take in since it became the oldest or
+//!   was last sent, so that no clock is read per message — the channel sends every
+//!   unanswered request again, in order, under the same numbers;
 //!   the device answers the ones it already ran from its reply cache. After
 //!   [`ATTEMPTS`] sends the device is declared dead: an error, never a hang.
 //! - **Copies kept only where they can be needed.** A byte link can lose or damage a
@@ -107,8 +109,9 @@ struct InFlight {
     bulk: Option<Bulk>,
     /// Times sent.
     attempts: u32,
-    /// When it was first sent.
-    first_sent: Instant,
+    /// When the channel was first found silent while it was the oldest unanswered request
+    /// (set at its first timeout): how long its device has kept it waiting.
+    silent_since: Option<Instant>,
 }
 
 /// A link to one device. See the module documentation.
@@ -127,8 +130,11 @@ pub struct Channel {
     spares: Spares,
     /// Unanswered requests, oldest first.
     in_flight: VecDeque<InFlight>,
-    /// When the oldest unanswered request was last sent.
-    oldest_sent: Instant,
+    /// When a look first found nothing to take in since the channel last made progress
+    /// (its oldest request sent or answered, or everything sent again): the oldest request's
+    /// deadline runs from there. `None` until such a look, so that no clock is read per
+    /// message.
+    quiet_since: Option<Instant>,
     /// Replies not yet claimed, with their sequence numbers, in the order they arrived; a
     /// step's reductions queue here too. Replies are claimed oldest first, so a search
     /// stops at the front: cheaper than a hash map's hashing and allocation per message.

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tessera_core::wire::endpoint::Hello;
 use tessera_core::wire::{max_frame_len, ErrorCode, Limits, RequestKind, PROTOCOL_VERSION};
@@ -216,7 +216,7 @@ impl Channel {
             out: vec![0; 1 + max_frame_len(MAX_FRAME)],
             spares: Spares::default(),
             in_flight: VecDeque::new(),
-            oldest_sent: Instant::now(),
+            quiet_since: None,
             arrived: VecDeque::new(),
             retries: 0,
             window,

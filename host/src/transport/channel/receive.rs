@@ -22,17 +22,27 @@ impl Channel {
         until: Option<Instant>,
         retransmit: bool,
     ) -> Result<(), TransportError> {
-        let resend_at = self.oldest_sent + self.deadline;
-        let wake = match until {
-            Some(until) if !retransmit || until < resend_at => until,
-            _ => resend_at,
+        let deadline = self.deadline;
+        let quiet = &mut self.quiet_since;
+        // Asked only once a look finds nothing: the silence is timed from then.
+        let wake = || {
+            let resend_at = *quiet.get_or_insert_with(Instant::now) + deadline;
+            Some(match until {
+                Some(until) if !retransmit || until < resend_at => until,
+                _ => resend_at,
+            })
         };
-        match self.frames.receive(Some(wake), self.spin) {
+        match self.frames.receive(wake, self.spin) {
             Ok(message) => {
                 self.accept(message);
                 Ok(())
             }
-            Err(RecvTimeoutError::Timeout) if retransmit && Instant::now() >= resend_at => {
+            Err(RecvTimeoutError::Timeout)
+                if retransmit
+                    && self
+                        .quiet_since
+                        .is_some_and(|quiet| quiet.elapsed() >= deadline) =>
+            {
                 self.go_back()
             }
             Err(RecvTimeoutError::Timeout) => Ok(()),
@@ -85,7 +95,8 @@ impl Channel {
         if completes {
             self.in_flight.remove(at);
             if at == 0 {
-                self.oldest_sent = Instant::now();
+                // Progress: the next oldest request's silence is timed afresh.
+                self.quiet_since = None;
             }
         }
         self.arrived.push_back(Arrival {
@@ -98,18 +109,25 @@ impl Channel {
 
     /// Sends every unanswered request again, oldest first (go-back-N).
     pub(super) fn go_back(&mut self) -> Result<(), TransportError> {
-        let Some(oldest) = self.in_flight.front() else {
+        let quiet_since = self.quiet_since;
+        let Some(oldest) = self.in_flight.front_mut() else {
             return Ok(());
         };
-        if oldest.attempts >= ATTEMPTS {
-            match self.silence(oldest.kind, oldest.first_sent, oldest.attempts) {
+        // Silent since the look that first found it so (the timed-out wait that brought us
+        // here set `quiet_since`), whatever came of the sends since.
+        let since = *oldest
+            .silent_since
+            .get_or_insert_with(|| quiet_since.unwrap_or_else(Instant::now));
+        let (kind, attempts, seq) = (oldest.kind, oldest.attempts, oldest.seq);
+        if attempts >= ATTEMPTS {
+            match self.silence(kind, since, attempts) {
                 Silence::Report(error) => {
-                    tracing::warn!(replica = self.limits.replica, request = ?oldest.kind, %error, "device did not answer");
+                    tracing::warn!(replica = self.limits.replica, request = ?kind, %error, "device did not answer");
                     return Err(error);
                 }
                 // Sending it again would only queue copies behind the work.
                 Silence::Working => {
-                    self.oldest_sent = Instant::now();
+                    self.quiet_since = None;
                     return Ok(());
                 }
                 Silence::Retry => {}
@@ -117,7 +135,7 @@ impl Channel {
         }
         tracing::debug!(
             replica = self.limits.replica,
-            seq = oldest.seq,
+            seq,
             unanswered = self.in_flight.len(),
             "no reply in time: sending the unanswered requests again"
         );
@@ -129,7 +147,7 @@ impl Channel {
         // A ring the device has not emptied still holds the earlier copies: more would only
         // queue behind them (and could fill it). The attempt counts all the same.
         if matches!(&self.writer, Outgoing::Ring(ring) if ring.holds_unread()) {
-            self.oldest_sent = Instant::now();
+            self.quiet_since = None;
             return Ok(());
         }
         // Frames not kept went into a queue that loses nothing: nothing to send again.
@@ -144,7 +162,7 @@ impl Channel {
                 self.retries += 1;
             }
         }
-        self.oldest_sent = Instant::now();
+        self.quiet_since = None;
         Ok(())
     }
 }

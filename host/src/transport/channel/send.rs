@@ -4,7 +4,6 @@
 //! bulk bytes beside it on a queue or through the link's window.
 
 use std::io::Write;
-use std::time::Instant;
 
 use tessera_core::wire::{
     encode_body, encode_frame, DataRequest, Envelope, KernelRequest, MemoryRequest, ProgramRequest,
@@ -109,7 +108,8 @@ impl Channel {
             self.spares.holding(frame)
         };
         if self.in_flight.is_empty() {
-            self.oldest_sent = Instant::now();
+            // The oldest now: its silence is timed from the first look that finds none.
+            self.quiet_since = None;
         }
         let replica = self.limits.replica;
         let frame = if kept {
@@ -132,7 +132,7 @@ impl Channel {
             frame,
             bulk,
             attempts: 1,
-            first_sent: Instant::now(),
+            silent_since: None,
         });
         Ok(seq)
     }

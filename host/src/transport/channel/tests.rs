@@ -44,7 +44,7 @@ fn channel(writer: Outgoing) -> Channel {
         out: vec![0; 600],
         spares: Spares::default(),
         in_flight: VecDeque::new(),
-        oldest_sent: Instant::now(),
+        quiet_since: None,
         arrived: VecDeque::new(),
         retries: 0,
         window: None,
