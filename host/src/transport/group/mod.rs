@@ -27,6 +27,10 @@
 //! - **Checked before a byte moves.** Every place's length against the operation's, every
 //!   member index, and (in place) every place against its member's memory; a failure
 //!   writes nothing.
+//! - **A member lost during an in-place move fails the move**: its memory stays mapped, so
+//!   once the bytes are in, every destination's member is confirmed there — a device
+//!   thread's end is seen by the host without a message; any other member answers a
+//!   `Locate` (one round trip, every member asked before any answer is awaited).
 //! - **A source may be a destination**: every source is read before the destinations of
 //!   the same bytes are written, on every path.
 //! - **The same result on every path**: reductions combine their sources in the order given
@@ -49,7 +53,7 @@ use tessera_core::wire::endpoint::Locate;
 pub use fill::Runs;
 use spread::Piece;
 
-use super::{Channel, Span, TransportError};
+use super::{Channel, Span, Ticket, TransportError};
 use crate::combine::{CombineError, ReduceOrder};
 use crate::input::{Input, InputError};
 use crate::pages::OutOfMemory;
@@ -500,24 +504,45 @@ impl Group {
         Vec::new()
     }
 
-    /// One round trip to the member of each of `places` (a [`Locate`] of its target, every
-    /// one sent before any is awaited), after bytes were moved without a request: a member
-    /// lost meanwhile — whose memory stays mapped — is told from one that is there to use
-    /// them.
+    /// After bytes were moved without a request: tells a member lost meanwhile from one
+    /// that is there to use them (module rules). The first member found gone, in the order
+    /// of `places`, is the error.
     fn confirm(&mut self, places: &[Place]) -> Result<(), GroupError> {
-        let mut tickets = Vec::with_capacity(places.len());
+        /// What is known of one member before any answer is awaited.
+        enum Asked {
+            There,
+            Gone(TransportError),
+            Waiting(Ticket<Locate>),
+        }
+        let mut asked = Vec::with_capacity(places.len());
         for place in places {
-            let locate = Locate {
-                target: place.span.target,
+            let channel = &mut self.members[place.member];
+            let known = match channel.ended_as_seen_here() {
+                Some(false) => Asked::There,
+                Some(true) => Asked::Gone(TransportError::Closed {
+                    replica: channel.replica(),
+                }),
+                None => {
+                    let locate = Locate {
+                        target: place.span.target,
+                    };
+                    match channel.submit_typed(&locate) {
+                        Ok(ticket) => Asked::Waiting(ticket),
+                        Err(e) => Asked::Gone(e),
+                    }
+                }
             };
-            let ticket = self.members[place.member].submit_typed(&locate);
-            tickets.push((place.member, ticket.map_err(GroupError::on(place.member))?));
+            asked.push((place.member, known));
         }
         let mut first = Ok(());
-        for (member, ticket) in tickets {
-            let answered = self.members[member].receive_typed(ticket);
+        for (member, known) in asked {
+            let answered = match known {
+                Asked::There => Ok(()),
+                Asked::Gone(e) => Err(e),
+                Asked::Waiting(ticket) => self.members[member].receive_typed(ticket).map(drop),
+            };
             if first.is_ok() {
-                first = answered.map(drop).map_err(GroupError::on(member));
+                first = answered.map_err(GroupError::on(member));
             }
         }
         first

@@ -62,6 +62,17 @@ impl DeviceHandle {
         }
     }
 
+    /// Whether the device has ended, where this process sees that without asking it (a
+    /// device thread's end, a pooled device's flag); `None` where only an answer tells (a
+    /// process, an emulator, a board, another rank).
+    pub fn ended_as_seen_here(&self) -> Option<bool> {
+        match self {
+            Self::Thread(thread, ..) => Some(thread.as_ref().is_some_and(JoinHandle::is_finished)),
+            Self::Pooled(workers, i) => Some(workers.has_ended(*i)),
+            _ => None,
+        }
+    }
+
     /// What the device is doing while it does not answer (see [`Liveness`]).
     pub fn liveness(&self) -> Liveness {
         match self {
