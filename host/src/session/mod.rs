@@ -212,6 +212,7 @@ impl Session {
                 parked: Vec::new(),
                 next_id: 1,
                 free_ids: Vec::new(),
+                dropped: None,
                 called: HashMap::new(),
                 num_groups,
                 reduce_order: Default::default(),

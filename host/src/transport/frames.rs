@@ -59,7 +59,8 @@ impl Frames {
         until: impl FnOnce() -> Option<Instant>,
         spin: Duration,
     ) -> Result<Message, RecvTimeoutError> {
-        let left = |until: Option<Instant>| until.map(|u| u.saturating_duration_since(Instant::now()));
+        let left =
+            |until: Option<Instant>| until.map(|u| u.saturating_duration_since(Instant::now()));
         match self {
             Self::Queue(queue) => match queue.try_recv() {
                 Ok(message) => Ok(message),
