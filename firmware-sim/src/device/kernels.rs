@@ -8,11 +8,7 @@
 //!   held; freeing one that holds nothing is refused.
 //! - An array is allocated zeroed; its bytes (and a string's) move through
 //!   [`data`](super::data).
-//! - A call empties its result register first, whatever comes of the call: a failed call,
-//!   or one whose function returns nothing, leaves it holding nothing — also when it held
-//!   a value before, so a host may name a register it let go of as the next call's result
-//!   without freeing it first.
-//! - A call then names its function: an unknown name is refused before anything runs.
+//! - A call names its function first: an unknown name is refused before anything runs.
 //!
 //! # Errors
 //!
@@ -52,8 +48,6 @@ pub(super) fn handle<'d>(device: &'d mut Device<'_>, request: &KernelRequest<'_>
             ref args,
             out,
         } => {
-            // Emptied first, whatever comes of the call (module rules).
-            registers.free(arena, out);
             let f = functions::lookup(device.functions, function)?;
             let replica = device.limits.replica;
             functions::call::run(registers, arena, f, args, out, replica)?;

@@ -10,10 +10,6 @@
 //! - **Pipelined**: a call returns once it is sent to every worker; its failures come back
 //!   at the next sync. A function that returns nothing leaves its result register without
 //!   a value, which names the function when read ([`SessionError::NoValue`]).
-//! - **The result may take a dropped register's id**: the register dropped last, whose
-//!   frees have not gone out yet, becomes the next call's result without them (`registers`
-//!   states why nothing stale survives): a call whose result is dropped costs one message
-//!   to each worker.
 //! - **Arguments travel with the call**: at most [`MAX_CALL_ARGS`]; an inline array must
 //!   fit one frame ([`SessionError::InlineTooLarge`]); larger arrays go through a register.
 
@@ -102,7 +98,7 @@ impl Session {
             }
         }
         // Made first, so that an early return frees the id on every worker that got it.
-        let register = self.result_register()?;
+        let register = self.new_register()?;
         let mut state = self.lock()?;
         let wire_args = self.wire_args(args, state.max_chunk())?;
         let request = Request::Kernels(KernelRequest::Invoke {

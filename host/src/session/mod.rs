@@ -212,7 +212,6 @@ impl Session {
                 parked: Vec::new(),
                 next_id: 1,
                 free_ids: Vec::new(),
-                dropped: None,
                 called: HashMap::new(),
                 num_groups,
                 reduce_order: Default::default(),

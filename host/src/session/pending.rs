@@ -107,7 +107,6 @@ impl State {
     /// Claims every pending reply of `worker`: every failure of the calling thread's
     /// commands is the error (module doc), the other threads' are parked for them.
     pub(super) fn sync(&mut self, worker: usize) -> Result<(), SessionError> {
-        self.free_dropped();
         let mut failures = Vec::new();
         self.claim(worker, &mut failures, None);
         SessionError::of_failures(failures)
@@ -122,7 +121,6 @@ impl State {
         workers: impl IntoIterator<Item = usize>,
         until: Instant,
     ) -> Result<bool, SessionError> {
-        self.free_dropped();
         let mut failures = Vec::new();
         for worker in workers {
             if !self.claim(worker, &mut failures, Some(until)) {
@@ -144,7 +142,6 @@ impl State {
         &mut self,
         workers: impl IntoIterator<Item = usize>,
     ) -> Result<(), SessionError> {
-        self.free_dropped();
         let mut failures = Vec::new();
         for worker in workers {
             self.claim(worker, &mut failures, None);

@@ -9,15 +9,8 @@
 //!   is sent.
 //! - **A handle belongs to its session**: it carries the session's identity, and another
 //!   session refuses it ([`SessionError::ForeignRegister`]) before sending anything.
-//! - **Dropping a handle frees the register on every worker**; after shutdown (or once its
-//!   session is gone) it does nothing. The frees of the register dropped last wait for the
-//!   next command: a call takes its id for its result instead (a worker empties a call's
-//!   result register before anything else, so nothing stale survives the call, whatever
-//!   comes of it), and saves the messages — pipelined calls whose results are dropped cost
-//!   one message to each worker, not two. Anything else sends them first: a second
-//!   register dropped, a new register for anything but a call's result, a value set,
-//!   every sync. So a dropped register's memory is back before anything else can ask a
-//!   worker for memory.
+//! - **Dropping a handle frees the id on every worker**; after shutdown (or once its
+//!   session is gone) it does nothing.
 //! - **A new register exists on every worker**: [`Session::empty`] allocates a zeroed array
 //!   everywhere, so a collective or a call on it runs on every worker.
 //! - **Reads come after the worker's earlier commands** (their failures first).
@@ -60,34 +53,8 @@ impl Drop for Register {
         if state.shut_down {
             return;
         }
-        state.drop_register(self.id);
-    }
-}
-
-impl State {
-    /// Register `id`'s handle dropped: its frees wait for the next command (module rules);
-    /// those of the register dropped before it are sent now.
-    fn drop_register(&mut self, id: u16) {
-        self.free_dropped();
-        self.dropped = Some(id);
-    }
-
-    /// The id for a call's result: the register dropped last, if its frees wait (the call
-    /// empties it on every worker first), else a new one.
-    fn result_id(&mut self) -> Result<u16, SessionError> {
-        match self.dropped.take() {
-            Some(id) => Ok(id),
-            None => self.allocate_id(),
-        }
-    }
-
-    /// Sends the frees of the register dropped last, if they wait. A worker that cannot be
-    /// reached is reported by the next sync, which waits on its link.
-    pub(super) fn free_dropped(&mut self) {
-        if let Some(id) = self.dropped.take() {
-            if let Err(e) = self.free(id) {
-                tracing::warn!(register = id, error = %e, "cannot free a register");
-            }
+        if let Err(e) = state.free(self.id) {
+            tracing::warn!(register = self.id, error = %e, "cannot free a register");
         }
     }
 }
@@ -116,15 +83,9 @@ impl Session {
         }
     }
 
-    /// A handle on a fresh register id (nothing is sent but a dropped register's frees).
+    /// A handle on a fresh register id (nothing is sent).
     pub(super) fn new_register(&self) -> Result<Register, SessionError> {
         let id = self.lock()?.allocate_id()?;
-        Ok(self.handle(id))
-    }
-
-    /// A handle on the id for a call's result (module rules).
-    pub(super) fn result_register(&self) -> Result<Register, SessionError> {
-        let id = self.lock()?.result_id()?;
         Ok(self.handle(id))
     }
 
@@ -161,8 +122,6 @@ impl Session {
         let id = self.own(register)?;
         let mut state = self.lock()?;
         state.check_worker(worker)?;
-        // A value may take memory: a dropped register's is given back first.
-        state.free_dropped();
         let set = match value {
             HostValue::Array(array) => state.write_host_array(worker, id, array.into()),
             HostValue::Int(v) => state.set_value(worker, id, Value::Int(*v)),

@@ -30,9 +30,6 @@ pub(super) struct State {
     pub(super) next_id: u16,
     /// Freed ids, reused last-in-first-out.
     pub(super) free_ids: Vec<u16>,
-    /// The register whose handle dropped last, its frees not sent yet: the next call's
-    /// result takes it (`registers`' rules).
-    pub(super) dropped: Option<u16>,
     /// The function whose call made each register (until it is freed): a register a call
     /// left without a value names it when read.
     pub(super) called: HashMap<u16, String>,
@@ -97,10 +94,7 @@ impl State {
             .max(1)
     }
 
-    /// A register id for anything but a call's result (`registers`' rules: a dropped
-    /// register's frees go first).
     pub(super) fn allocate_id(&mut self) -> Result<u16, SessionError> {
-        self.free_dropped();
         if let Some(id) = self.free_ids.pop() {
             return Ok(id);
         }

@@ -175,57 +175,9 @@ fn a_call_that_returns_nothing(placement: Placement) {
     );
 }
 
-/// Bug: a call's result takes the id of the register dropped last when its frees are not
-/// sent yet; a call that failed, or whose function returns nothing, would then have left
-/// that register's old value in place on the workers, read back as the new call's result.
-/// A worker empties a call's result register first: both read as holding nothing, naming
-/// their function, on every worker.
-fn a_call_on_a_dropped_register_leaves_nothing_stale(placement: Placement) {
-    let session = open(&placement, 2);
-    let add_one = session.get_function("add_one").unwrap();
-    let scale = session.get_function("scale").unwrap();
-    let x = session.empty(DataType::F32, &[2]).unwrap();
-    let empty_after = |register: &Register, function: &str| {
-        for worker in 0..2 {
-            match session.debug_get(register, worker).unwrap_err() {
-                SessionError::NoValue {
-                    worker: w,
-                    register: id,
-                    function: Some(f),
-                } if (w, id, f.as_str()) == (worker, register.id(), function) => {}
-                other => panic!("worker {worker}, a read after {function}: {other:?}"),
-            }
-        }
-    };
-
-    let old = session.call(&add_one, &[CallArg::Int(41)]).unwrap();
-    session.sync_all().unwrap();
-    assert_eq!(session.debug_get(&old, 1).unwrap(), HostValue::Int(42));
-    let id = old.id();
-    drop(old);
-    let nothing = session
-        .call(&scale, &[CallArg::Register(&x), CallArg::Float(2.0)])
-        .unwrap();
-    assert_eq!(nothing.id(), id, "the call took the dropped register's id");
-    session.sync_all().unwrap();
-    empty_after(&nothing, "scale");
-
-    drop(nothing);
-    let old = session.call(&add_one, &[CallArg::Int(6)]).unwrap();
-    assert_eq!(old.id(), id);
-    session.sync_all().unwrap();
-    assert_eq!(session.debug_get(&old, 0).unwrap(), HostValue::Int(7));
-    drop(old);
-    let failed = session.call(&add_one, &[CallArg::Int(i64::MAX)]).unwrap();
-    assert_eq!(failed.id(), id);
-    assert!(session.sync_all().is_err(), "the overflow is reported");
-    empty_after(&failed, "add_one");
-}
-
-/// Bug: the frees of the register dropped last wait for the next command; a new register,
-/// or a value set, that needs the dropped register's memory would have run out of it.
-/// Their frees go first: on a worker of 4 MiB, 3 MiB dropped makes room for 3 MiB more,
-/// again and again.
+/// Catches frees that lag behind a drop (sent late, or kept back for a later command): a
+/// new register, or a value set, that needs a dropped register's memory would run out of
+/// it. On a worker of 4 MiB, 3 MiB dropped makes room for 3 MiB more, again and again.
 fn a_dropped_register_gives_its_memory_back_first(placement: Placement) {
     let session = open(&placement, 2);
     const ELEMENTS: u32 = 3 << 18; // 3 MiB of f32
@@ -243,16 +195,6 @@ fn a_dropped_register_gives_its_memory_back_first(placement: Placement) {
 }
 
 #[test]
-fn a_call_on_a_dropped_register_leaves_nothing_stale_thread() {
-    a_call_on_a_dropped_register_leaves_nothing_stale(Placement::Thread);
-}
-
-#[test]
-fn a_call_on_a_dropped_register_leaves_nothing_stale_process() {
-    a_call_on_a_dropped_register_leaves_nothing_stale(process());
-}
-
-#[test]
 fn a_dropped_register_gives_its_memory_back_first_thread() {
     a_dropped_register_gives_its_memory_back_first(Placement::Thread);
 }
@@ -260,13 +202,6 @@ fn a_dropped_register_gives_its_memory_back_first_thread() {
 #[test]
 fn a_dropped_register_gives_its_memory_back_first_process() {
     a_dropped_register_gives_its_memory_back_first(process());
-}
-
-#[test]
-#[ignore = "needs qemu-system-arm and the firmware ($TESSERA_FIRMWARE): tests/ci.sh runs it"]
-fn a_call_on_a_dropped_register_leaves_nothing_stale_qemu() {
-    let _exclusive = common::exclusive();
-    a_call_on_a_dropped_register_leaves_nothing_stale(qemu());
 }
 
 #[test]
