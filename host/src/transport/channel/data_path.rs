@@ -39,7 +39,7 @@ use std::sync::Arc;
 use tessera_core::wire::endpoint::Locate;
 use tessera_core::wire::{DataRequest, Request, Target};
 
-use super::{Channel, TransportError};
+use super::{Channel, Ticket, TransportError};
 use crate::transport::queue::Bulk;
 
 /// `len` bytes of a target at byte `offset` (for a FIFO, a stream position).
@@ -233,6 +233,24 @@ impl Channel {
             }
         }
         first
+    }
+
+    /// After bytes moved into `target` in place: asks whether the device is still there to
+    /// use them. A device thread's end is seen by the host, so nothing is sent (`None`,
+    /// or [`TransportError::Closed`] once it has ended); any other device is sent a
+    /// [`Locate`] of `target`, whose ticket is returned, to be claimed once every member
+    /// of a move has been asked.
+    pub fn ask_present(
+        &mut self,
+        target: Target,
+    ) -> Result<Option<Ticket<Locate>>, TransportError> {
+        match self.handle.ended_as_seen_here() {
+            Some(false) => Ok(None),
+            Some(true) => Err(TransportError::Closed {
+                replica: self.limits.replica,
+            }),
+            None => self.submit_typed(&Locate { target }).map(Some),
+        }
     }
 
     /// Bytes this channel moved, by path.

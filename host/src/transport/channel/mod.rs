@@ -203,12 +203,6 @@ impl Channel {
         usize::from(self.limits.lanes).max(1)
     }
 
-    /// Whether the device has ended, where this process sees that without asking it
-    /// (device threads); `None` where only an answer tells.
-    pub(crate) fn ended_as_seen_here(&self) -> Option<bool> {
-        self.handle.ended_as_seen_here()
-    }
-
     /// What keeps the device running (a test looks at how devices share threads).
     #[cfg(test)]
     pub(in crate::transport) fn device_handle(&self) -> &DeviceHandle {

@@ -48,12 +48,11 @@ use std::ops::{Index, IndexMut};
 
 use serde::{Deserialize, Serialize};
 use tessera_core::dtype::DataType;
-use tessera_core::wire::endpoint::Locate;
 
 pub use fill::Runs;
 use spread::Piece;
 
-use super::{Channel, Span, Ticket, TransportError};
+use super::{Channel, Span, TransportError};
 use crate::combine::{CombineError, ReduceOrder};
 use crate::input::{Input, InputError};
 use crate::pages::OutOfMemory;
@@ -508,38 +507,19 @@ impl Group {
     /// that is there to use them (module rules). The first member found gone, in the order
     /// of `places`, is the error.
     fn confirm(&mut self, places: &[Place]) -> Result<(), GroupError> {
-        /// What is known of one member before any answer is awaited.
-        enum Asked {
-            There,
-            Gone(TransportError),
-            Waiting(Ticket<Locate>),
-        }
-        let mut asked = Vec::with_capacity(places.len());
-        for place in places {
-            let channel = &mut self.members[place.member];
-            let known = match channel.ended_as_seen_here() {
-                Some(false) => Asked::There,
-                Some(true) => Asked::Gone(TransportError::Closed {
-                    replica: channel.replica(),
-                }),
-                None => {
-                    let locate = Locate {
-                        target: place.span.target,
-                    };
-                    match channel.submit_typed(&locate) {
-                        Ok(ticket) => Asked::Waiting(ticket),
-                        Err(e) => Asked::Gone(e),
-                    }
-                }
-            };
-            asked.push((place.member, known));
-        }
+        let asked: Vec<_> = places
+            .iter()
+            .map(|place| {
+                let channel = &mut self.members[place.member];
+                (place.member, channel.ask_present(place.span.target))
+            })
+            .collect();
         let mut first = Ok(());
-        for (member, known) in asked {
-            let answered = match known {
-                Asked::There => Ok(()),
-                Asked::Gone(e) => Err(e),
-                Asked::Waiting(ticket) => self.members[member].receive_typed(ticket).map(drop),
+        for (member, asked) in asked {
+            let answered = match asked {
+                Ok(Some(ticket)) => self.members[member].receive_typed(ticket).map(drop),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
             };
             if first.is_ok() {
                 first = answered.map_err(GroupError::on(member));
