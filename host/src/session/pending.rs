@@ -66,7 +66,31 @@ impl State {
         request: &Request<'_>,
         command: Command,
     ) -> Result<(), SessionError> {
-        match self.workers[worker].submit(request) {
+        let sent = self.workers[worker].submit(request);
+        self.file(worker, sent, command)
+    }
+
+    /// [`submit`](Self::submit) of a request nobody waits on (freeing a register): its
+    /// message may be held back to travel with the worker's next one
+    /// ([`Channel::submit_held`](crate::transport::Channel::submit_held)).
+    pub(super) fn submit_held(
+        &mut self,
+        worker: usize,
+        request: &Request<'_>,
+        command: Command,
+    ) -> Result<(), SessionError> {
+        let sent = self.workers[worker].submit_held(request);
+        self.file(worker, sent, command)
+    }
+
+    /// Files `command`, sent to `worker` as `sent` says, as pending (or its error).
+    fn file(
+        &mut self,
+        worker: usize,
+        sent: Result<u32, TransportError>,
+        command: Command,
+    ) -> Result<(), SessionError> {
+        match sent {
             Ok(seq) => {
                 self.pending[worker].push_back(Pending::new(seq, command));
                 self.settle(worker);

@@ -108,12 +108,13 @@ impl State {
         Ok(self.next_id - 1)
     }
 
-    /// Frees `id` on every worker (pipelined) and returns it to the free list, even when a
-    /// worker cannot be reached (the first such failure is the error).
+    /// Frees `id` on every worker (pipelined, each free held back to travel with the
+    /// worker's next message) and returns it to the free list, even when a worker cannot be
+    /// reached (the first such failure is the error).
     pub(super) fn free(&mut self, id: u16) -> Result<(), SessionError> {
         let mut first = Ok(());
         for worker in 0..self.workers.len() {
-            let sent = self.submit(
+            let sent = self.submit_held(
                 worker,
                 &Request::Kernels(KernelRequest::FreeRegister { id }),
                 Command::Free(id),

@@ -200,12 +200,7 @@ impl RingFrames {
         }
         loop {
             match self.ring.receive(&mut self.scratch) {
-                Ok(Received::Message(n)) => {
-                    return Ok(Message {
-                        body: self.scratch[..n].to_vec(),
-                        bulk: None,
-                    })
-                }
+                Ok(Received::Message(n)) => return Ok(Message::alone(self.scratch[..n].to_vec())),
                 Ok(Received::Closed) => return Err(RecvTimeoutError::Disconnected),
                 Ok(Received::Empty) => {}
                 // Dropped as a damaged frame is: the request is retried.
@@ -327,10 +322,7 @@ impl PipeFrames {
             let (used, frame) = self.decoder.feed(rest);
             rest = &rest[used..];
             match frame {
-                Some(Ok(body)) => self.ready.push_back(Message {
-                    body: body.to_vec(),
-                    bulk: None,
-                }),
+                Some(Ok(body)) => self.ready.push_back(Message::alone(body.to_vec())),
                 Some(Err(e)) => {
                     tracing::debug!(replica = self.replica, error = %e, "dropped a damaged frame")
                 }
@@ -375,10 +367,7 @@ impl ChunkFrames {
                 let (used, frame) = self.decoder.feed(rest);
                 rest = &rest[used..];
                 match frame {
-                    Some(Ok(body)) => self.ready.push_back(Message {
-                        body: body.to_vec(),
-                        bulk: None,
-                    }),
+                    Some(Ok(body)) => self.ready.push_back(Message::alone(body.to_vec())),
                     Some(Err(e)) => {
                         tracing::debug!(replica = self.replica, error = %e, "dropped a damaged frame")
                     }

@@ -24,16 +24,7 @@ pub fn read_frames(mut reader: impl Read, tx: Sender<Message>, replica: u32) {
             rest = &rest[used..];
             match frame {
                 // The channel is gone: nobody is waiting for replies any more.
-                Some(Ok(body))
-                    if tx
-                        .send(Message {
-                            body: body.to_vec(),
-                            bulk: None,
-                        })
-                        .is_err() =>
-                {
-                    return
-                }
+                Some(Ok(body)) if tx.send(Message::alone(body.to_vec())).is_err() => return,
                 Some(Ok(_)) => {}
                 Some(Err(e)) => tracing::debug!(replica, error = %e, "dropped a damaged frame"),
                 None => {}

@@ -26,6 +26,13 @@
 //! - **Typed.** [`Channel::call`] takes an [`Endpoint`] and returns its reply's payload
 //!   with its type; an error reply is [`TransportError::Device`], a reply of another type
 //!   [`TransportError::UnexpectedReply`].
+//! - **Held requests.** A request nobody waits on (freeing a register) may be submitted
+//!   held ([`Channel::submit_held`]): on a device thread's queue its message waits to
+//!   travel with the channel's next message, as one hand-over, and goes alone before the
+//!   channel next waits for anything — so it never delays a reply waited for, and it
+//!   reaches the device before any later request. A pipelined caller who frees a result
+//!   after every call sends one message per call, not two. On every other link, and while
+//!   copies are kept, it is sent at once.
 //! - Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
 //!   holds ends there and costs only itself, and is flushed at once.
 
@@ -130,6 +137,9 @@ pub struct Channel {
     spares: Spares,
     /// Unanswered requests, oldest first.
     in_flight: VecDeque<InFlight>,
+    /// A request's message held back to travel with the next one (module doc: held
+    /// requests), on a device thread's queue only; it is in flight already.
+    held: Option<Vec<u8>>,
     /// When a look first found nothing to take in since the channel last made progress
     /// (its oldest request sent or answered, or everything sent again): the oldest request's
     /// deadline runs from there. `None` until such a look, so that no clock is read per
@@ -323,7 +333,14 @@ impl Channel {
     /// the window has room; returns the number (claim the reply with
     /// [`Channel::receive`]).
     pub fn submit(&mut self, request: &Request<'_>) -> Result<u32, TransportError> {
-        self.submit_with(request, None)
+        self.submit_with(request, None, false)
+    }
+
+    /// Like [`Channel::submit`], for a request whose reply nobody waits on: on a device
+    /// thread's queue its message is held back to travel with the next one (module doc:
+    /// held requests). A held message before it goes now.
+    pub(crate) fn submit_held(&mut self, request: &Request<'_>) -> Result<u32, TransportError> {
+        self.submit_with(request, None, true)
     }
 
     /// The most bulk bytes one request or reply carries beside it: any number on a device

@@ -216,6 +216,7 @@ impl Channel {
             out: vec![0; 1 + max_frame_len(MAX_FRAME)],
             spares: Spares::default(),
             in_flight: VecDeque::new(),
+            held: None,
             quiet_since: None,
             arrived: VecDeque::new(),
             retries: 0,

@@ -22,6 +22,8 @@ impl Channel {
         until: Option<Instant>,
         retransmit: bool,
     ) -> Result<(), TransportError> {
+        // Nothing is waited for while a message is held (module doc: held requests).
+        self.send_held()?;
         let deadline = self.deadline;
         let quiet = &mut self.quiet_since;
         // Asked only once a look finds nothing: the silence is timed from then.
@@ -62,6 +64,10 @@ impl Channel {
     /// Files a message from the device: a reply to a request in flight completes it; a
     /// reduction (during a step) is queued under the step; anything else is stale.
     pub(super) fn accept(&mut self, mut message: Message) {
+        if let Some(first) = message.ahead.take() {
+            // A reply the device held back to travel with this message came first.
+            self.accept(Message::alone(first));
+        }
         let mut done = false;
         let (seq, completes, bulk, share) = match decode_body::<FromDevice<'_>>(&message.body) {
             Ok(FromDevice::Reply(Envelope { seq, body })) => {

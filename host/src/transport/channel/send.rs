@@ -28,7 +28,7 @@ impl Channel {
         if !matches!(self.writer, Outgoing::Messages(_)) {
             return Err(self.too_large(request.kind(), bulk.as_ref().len()));
         }
-        self.submit_with(request, Some(bulk))
+        self.submit_with(request, Some(bulk), false)
     }
 
     /// Like [`Channel::submit`], with `data` put in the link's window for the device to take
@@ -51,7 +51,7 @@ impl Channel {
                 )));
             }
         }
-        self.submit_with(request, None)
+        self.submit_with(request, None, false)
     }
 
     pub(super) fn too_large(&self, request: RequestKind, bytes: usize) -> TransportError {
@@ -71,10 +71,13 @@ impl Channel {
         Ok(())
     }
 
+    /// Submits `request` with `bulk` beside it; with `hold`, its message is held back on a
+    /// device thread's queue (module doc of `channel`: held requests).
     pub(super) fn submit_with(
         &mut self,
         request: &Request<'_>,
         bulk: Option<Bulk>,
+        hold: bool,
     ) -> Result<u32, TransportError> {
         if self.window.is_some() && request.kind() == RequestKind::ReadBulk {
             // Its reply's bytes come back through the window: nothing else may use it.
@@ -113,14 +116,24 @@ impl Channel {
         }
         let replica = self.limits.replica;
         let frame = if kept {
+            // Nothing overtakes a held message.
+            self.send_held()?;
             let sent = (&mut self.writer, &mut self.spares);
             transmit(sent, &frame, bulk.clone(), replica)?;
             Some(frame)
+        } else if hold && bulk.is_none() && matches!(self.writer, Outgoing::Messages(_)) {
+            if let Some(earlier) = self.held.replace(frame) {
+                // One message travels ahead of another, no more: the earlier goes now.
+                let sent = (&mut self.writer, &mut self.spares);
+                send_queued(sent, earlier, None, None, replica)?;
+            }
+            None
         } else {
             send_queued(
                 (&mut self.writer, &mut self.spares),
                 frame,
                 bulk.clone(),
+                self.held.take(),
                 replica,
             )?;
             None
@@ -135,6 +148,20 @@ impl Channel {
             silent_since: None,
         });
         Ok(seq)
+    }
+
+    /// Sends the held message, if there is one, alone (module doc: held requests).
+    pub(super) fn send_held(&mut self) -> Result<(), TransportError> {
+        match self.held.take() {
+            Some(body) => send_queued(
+                (&mut self.writer, &mut self.spares),
+                body,
+                None,
+                None,
+                self.limits.replica,
+            ),
+            None => Ok(()),
+        }
     }
 
     /// True when a request submitted now may have to be sent again: on a byte link always,
@@ -268,6 +295,7 @@ pub(super) fn transmit(
             .send(Message {
                 body: spares.holding(encoded),
                 bulk,
+                ahead: None,
             })
             .map_err(|()| closed),
         // A full ring breaks the window's bound (`transport::ring`): reported, not waited.
@@ -277,17 +305,22 @@ pub(super) fn transmit(
     }
 }
 
-/// Sends `frame` whole: into a device thread's queue without a copy, onto a byte link as
-/// [`transmit`] does.
+/// Sends `frame` whole: into a device thread's queue without a copy, with the held message
+/// `ahead` of it (only ever held on a queue); onto a byte link as [`transmit`] does.
 fn send_queued(
     (writer, spares): (&mut Outgoing, &mut Spares),
     frame: Vec<u8>,
     bulk: Option<Bulk>,
+    ahead: Option<Vec<u8>>,
     replica: u32,
 ) -> Result<(), TransportError> {
     match writer {
         Outgoing::Messages(mailbox) => mailbox
-            .send(Message { body: frame, bulk })
+            .send(Message {
+                body: frame,
+                bulk,
+                ahead,
+            })
             .map_err(|()| TransportError::Closed { replica }),
         Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit((writer, spares), &frame, bulk, replica),
     }

@@ -5,7 +5,9 @@ use crate::transport::spawn::Mailbox;
 use crate::transport::spin::SPIN;
 use std::io::Write;
 
-use tessera_core::wire::{Envelope, FrameDecoder, FromDevice, ProgramRequest, ToDevice};
+use tessera_core::wire::{
+    Envelope, FrameDecoder, FromDevice, KernelRequest, ProgramRequest, ToDevice,
+};
 
 use super::*;
 
@@ -44,6 +46,7 @@ fn channel(writer: Outgoing) -> Channel {
         out: vec![0; 600],
         spares: Spares::default(),
         in_flight: VecDeque::new(),
+        held: None,
         quiet_since: None,
         arrived: VecDeque::new(),
         retries: 0,
@@ -115,10 +118,7 @@ fn a_recycled_reply_carries_the_next_request() {
     });
     buffer.extend_from_slice(&postcard::to_allocvec(&reply).unwrap());
     let at = buffer.as_ptr();
-    queue.accept(Message {
-        body: buffer,
-        bulk: None,
-    });
+    queue.accept(Message::alone(buffer));
     let reply = queue.receive(1).unwrap();
     assert_eq!(reply.response(), Some(Response::Seed { seed: 7 }));
     queue.recycle(reply);
@@ -167,4 +167,75 @@ fn every_frame_starts_with_a_delimiter() {
         [false, true],
         "the garbage, then the intact request"
     );
+}
+
+/// The request a message to a device thread carries, and the one travelling ahead of it.
+fn requests_in(message: &Message) -> (Option<u32>, u32) {
+    let seq = |body: &[u8]| match postcard::from_bytes::<ToDevice<'_>>(body).unwrap() {
+        ToDevice::Request(Envelope { seq, .. }) => seq,
+        other => panic!("not a request: {other:?}"),
+    };
+    (message.ahead.as_deref().map(seq), seq(&message.body))
+}
+
+/// Catches a held request (a register's free) that is never sent, that is overtaken by a
+/// later request, or that waits while the channel waits for a reply: it travels ahead of
+/// the next message, and goes alone before any wait.
+#[test]
+fn a_held_request_travels_with_the_next_message_or_alone_before_a_wait() {
+    let (to_device, device_in) = mpsc::channel();
+    let mut channel = channel(Outgoing::Messages(Mailbox::unserved(to_device)));
+    let free = Request::Kernels(KernelRequest::FreeRegister { id: 3 });
+    let first = channel.submit_held(&free).unwrap();
+    assert!(device_in.try_recv().is_err(), "held back");
+    let call = channel
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
+    let message = device_in.try_recv().unwrap();
+    assert_eq!(requests_in(&message), (Some(first), call), "one message");
+    assert!(device_in.try_recv().is_err());
+
+    // Two held in a row: the first goes alone as the second is held.
+    let second = channel.submit_held(&free).unwrap();
+    let third = channel.submit_held(&free).unwrap();
+    assert_eq!(requests_in(&device_in.try_recv().unwrap()), (None, second));
+    assert!(device_in.try_recv().is_err(), "the third held back");
+    // A wait sends it first (this one finds the replies' end gone: nothing answers here).
+    let soon = Instant::now() + Duration::from_millis(1);
+    let waited = channel.pump(Some(soon), false);
+    assert!(matches!(waited, Err(TransportError::Closed { .. })));
+    assert_eq!(requests_in(&device_in.try_recv().unwrap()), (None, third));
+    assert_eq!(
+        channel.in_flight(),
+        4,
+        "every request is in flight from its submit"
+    );
+}
+
+/// Catches a reply the device held back (the one to the first of a pair) that the host
+/// drops: it is filed before the reply it travels with.
+#[test]
+fn a_reply_travelling_ahead_of_another_is_filed_first() {
+    let (to_device, _device_in) = mpsc::channel();
+    let mut channel = channel(Outgoing::Messages(Mailbox::unserved(to_device)));
+    let free = channel
+        .submit_held(&Request::Kernels(KernelRequest::FreeRegister { id: 3 }))
+        .unwrap();
+    let seed = channel
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
+    let reply =
+        |seq, body| postcard::to_allocvec(&FromDevice::Reply(Envelope { seq, body })).unwrap();
+    channel.accept(Message {
+        body: reply(seed, Response::Seed { seed: 7 }),
+        bulk: None,
+        ahead: Some(reply(free, Response::Done)),
+    });
+    assert!(
+        channel.settle_done(free),
+        "the free's reply is in, a plain success"
+    );
+    let answer = channel.receive(seed).unwrap();
+    assert_eq!(answer.response(), Some(Response::Seed { seed: 7 }));
+    assert_eq!(channel.in_flight(), 0);
 }
