@@ -38,7 +38,7 @@ impl Channel {
             for f in &self.in_flight {
                 if let Some(frame) = &f.frame {
                     let link = (&mut self.writer, &mut self.spares);
-                    transmit(link, frame, f.bulk.clone(), self.limits.replica)?;
+                    transmit(link, frame, f.bulk.clone(), None, self.limits.replica)?;
                     self.retries += 1;
                 }
             }
@@ -78,13 +78,13 @@ impl Channel {
         // A size refusal names the request the topic answers.
         let n = self.encode(&message, Combined::ANSWERS)?.len();
         let link = (&mut self.writer, &mut self.spares);
-        transmit(link, &self.out[..n], None, self.limits.replica)
+        transmit(link, &self.out[..n], None, None, self.limits.replica)
     }
 
     /// Sends `request` under `seq` without tracking it: a retry the caller manages.
     pub fn resend(&mut self, seq: u32, request: &Request<'_>) -> Result<(), TransportError> {
         let n = self.frame(seq, request)?.len();
         let link = (&mut self.writer, &mut self.spares);
-        transmit(link, &self.out[..n], None, self.limits.replica)
+        transmit(link, &self.out[..n], None, None, self.limits.replica)
     }
 }

@@ -27,12 +27,14 @@
 //!   with its type; an error reply is [`TransportError::Device`], a reply of another type
 //!   [`TransportError::UnexpectedReply`].
 //! - **Held requests.** A request nobody waits on (freeing a register) may be submitted
-//!   held ([`Channel::submit_held`]): on a device thread's queue its message waits to
-//!   travel with the channel's next message, as one hand-over, and goes alone before the
-//!   channel next waits for anything — so it never delays a reply waited for, and it
-//!   reaches the device before any later request. A pipelined caller who frees a result
-//!   after every call sends one message per call, not two. On every other link, and while
-//!   copies are kept, it is sent at once.
+//!   held ([`Channel::submit_held`]): its message waits to travel with the channel's next
+//!   one — as one hand-over on a device thread's queue, in one write on a byte link, back
+//!   to back on a ring — and goes alone before the channel next waits for anything, so it
+//!   never delays a reply waited for, and it reaches the device before any later request.
+//!   A pipelined caller who frees a result after every call sends one message per call,
+//!   not two. One message is held at a time (holding another sends the first), none with
+//!   bulk bytes, and none while an interruptible request is in flight (whose device drops
+//!   the next request it gets, above).
 //! - Every frame goes out preceded by a `0x00` delimiter, so garbage the device's decoder
 //!   holds ends there and costs only itself, and is flushed at once.
 
@@ -138,7 +140,7 @@ pub struct Channel {
     /// Unanswered requests, oldest first.
     in_flight: VecDeque<InFlight>,
     /// A request's message held back to travel with the next one (module doc: held
-    /// requests), on a device thread's queue only; it is in flight already.
+    /// requests); it is in flight already.
     held: Option<Vec<u8>>,
     /// When a look first found nothing to take in since the channel last made progress
     /// (its oldest request sent or answered, or everything sent again): the oldest request's
@@ -336,9 +338,9 @@ impl Channel {
         self.submit_with(request, None, false)
     }
 
-    /// Like [`Channel::submit`], for a request whose reply nobody waits on: on a device
-    /// thread's queue its message is held back to travel with the next one (module doc:
-    /// held requests). A held message before it goes now.
+    /// Like [`Channel::submit`], for a request whose reply nobody waits on: its message is
+    /// held back to travel with the next one (module doc: held requests). A message held
+    /// before it goes now.
     pub(crate) fn submit_held(&mut self, request: &Request<'_>) -> Result<u32, TransportError> {
         self.submit_with(request, None, true)
     }

@@ -163,6 +163,7 @@ impl Channel {
                     (&mut self.writer, &mut self.spares),
                     frame,
                     request.bulk.clone(),
+                    None,
                     self.limits.replica,
                 )?;
                 self.retries += 1;

@@ -115,28 +115,26 @@ impl Channel {
             self.quiet_since = None;
         }
         let replica = self.limits.replica;
-        let frame = if kept {
-            // Nothing overtakes a held message.
-            self.send_held()?;
-            let sent = (&mut self.writer, &mut self.spares);
-            transmit(sent, &frame, bulk.clone(), replica)?;
-            Some(frame)
-        } else if hold && bulk.is_none() && matches!(self.writer, Outgoing::Messages(_)) {
+        let held =
+            hold && bulk.is_none() && !self.in_flight.iter().any(|f| f.kind.is_interruptible());
+        let frame = if held {
+            let copy = kept.then(|| frame.clone());
             if let Some(earlier) = self.held.replace(frame) {
                 // One message travels ahead of another, no more: the earlier goes now.
                 let sent = (&mut self.writer, &mut self.spares);
                 send_queued(sent, earlier, None, None, replica)?;
             }
-            None
+            copy
         } else {
-            send_queued(
-                (&mut self.writer, &mut self.spares),
-                frame,
-                bulk.clone(),
-                self.held.take(),
-                replica,
-            )?;
-            None
+            let ahead = self.held.take();
+            let sent = (&mut self.writer, &mut self.spares);
+            if kept {
+                transmit(sent, &frame, bulk.clone(), ahead, replica)?;
+                Some(frame)
+            } else {
+                send_queued(sent, frame, bulk.clone(), ahead, replica)?;
+                None
+            }
         };
         self.traffic.requests += 1;
         self.in_flight.push_back(InFlight {
@@ -275,38 +273,50 @@ fn uses_window(kind: RequestKind) -> bool {
     matches!(kind, RequestKind::WriteBulk | RequestKind::ReadBulk)
 }
 
-/// Sends one encoded message (a frame, or a bare body) and flushes it; a message to a
-/// device thread goes in a spare buffer. A link whose other end is gone is
-/// [`TransportError::Closed`], naming the replica.
+/// Sends one encoded message (a frame, or a bare body), with the held message `ahead` of
+/// it (module doc of `channel`: held requests), and flushes them: on a byte link in one
+/// write, on a device thread's queue as one message (in a spare buffer), on a ring back to
+/// back. A link whose other end is gone is [`TransportError::Closed`], naming the replica.
 pub(super) fn transmit(
     (writer, spares): (&mut Outgoing, &mut Spares),
     encoded: &[u8],
     bulk: Option<Bulk>,
+    ahead: Option<Vec<u8>>,
     replica: u32,
 ) -> Result<(), TransportError> {
     let closed = TransportError::Closed { replica };
     match writer {
-        Outgoing::Bytes(writer) => match writer.write_all(encoded).and_then(|()| writer.flush()) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(closed),
-            Err(e) => Err(e.into()),
-        },
+        Outgoing::Bytes(writer) => {
+            let written = match ahead {
+                Some(mut both) => {
+                    both.extend_from_slice(encoded);
+                    writer.write_all(&both)
+                }
+                None => writer.write_all(encoded),
+            };
+            match written.and_then(|()| writer.flush()) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(closed),
+                Err(e) => Err(e.into()),
+            }
+        }
         Outgoing::Messages(mailbox) => mailbox
             .send(Message {
                 body: spares.holding(encoded),
                 bulk,
-                ahead: None,
+                ahead,
             })
             .map_err(|()| closed),
         // A full ring breaks the window's bound (`transport::ring`): reported, not waited.
-        Outgoing::Ring(ring) => ring
-            .send(encoded)
+        Outgoing::Ring(ring) => ahead
+            .map_or(Ok(()), |ahead| ring.send(&ahead))
+            .and_then(|()| ring.send(encoded))
             .map_err(|error| TransportError::Ring { replica, error }),
     }
 }
 
-/// Sends `frame` whole: into a device thread's queue without a copy, with the held message
-/// `ahead` of it (only ever held on a queue); onto a byte link as [`transmit`] does.
+/// Sends `frame` whole, with the held message `ahead` of it: into a device thread's queue
+/// without a copy; onto any other link as [`transmit`] does.
 fn send_queued(
     (writer, spares): (&mut Outgoing, &mut Spares),
     frame: Vec<u8>,
@@ -322,6 +332,8 @@ fn send_queued(
                 ahead,
             })
             .map_err(|()| TransportError::Closed { replica }),
-        Outgoing::Bytes(_) | Outgoing::Ring(_) => transmit((writer, spares), &frame, bulk, replica),
+        Outgoing::Bytes(_) | Outgoing::Ring(_) => {
+            transmit((writer, spares), &frame, bulk, ahead, replica)
+        }
     }
 }

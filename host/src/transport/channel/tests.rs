@@ -239,3 +239,31 @@ fn a_reply_travelling_ahead_of_another_is_filed_first() {
     assert_eq!(answer.response(), Some(Response::Seed { seed: 7 }));
     assert_eq!(channel.in_flight(), 0);
 }
+
+/// Catches a held request that overtakes, or is lost behind, the next frame on a byte
+/// link (a child process's pipe): nothing is written while it is held, and then both
+/// frames, in order.
+#[test]
+fn a_held_request_goes_before_the_next_frame_on_a_byte_link() {
+    let capture = Capture::default();
+    let mut channel = channel(Outgoing::Bytes(Box::new(capture.clone())));
+    let free = channel
+        .submit_held(&Request::Kernels(KernelRequest::FreeRegister { id: 3 }))
+        .unwrap();
+    assert!(capture.0.lock().unwrap().is_empty(), "held back");
+    let seed = channel
+        .submit(&Request::Program(ProgramRequest::GetSeed))
+        .unwrap();
+    let sent = capture.0.lock().unwrap().clone();
+    let mut decoder = FrameDecoder::<256>::new();
+    let mut seqs = Vec::new();
+    for &byte in &sent {
+        if let Some(frame) = decoder.push(byte) {
+            match postcard::from_bytes(frame.unwrap()).unwrap() {
+                ToDevice::Request(Envelope { seq, .. }) => seqs.push(seq),
+                other => panic!("not a request: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(seqs, [free, seed]);
+}
