@@ -70,21 +70,8 @@ impl State {
         self.file(worker, sent, command)
     }
 
-    /// [`submit`](Self::submit) of a request nobody waits on (freeing a register): its
-    /// message may be held back to travel with the worker's next one
-    /// ([`Channel::submit_held`](crate::transport::Channel::submit_held)).
-    pub(super) fn submit_held(
-        &mut self,
-        worker: usize,
-        request: &Request<'_>,
-        command: Command,
-    ) -> Result<(), SessionError> {
-        let sent = self.workers[worker].submit_held(request);
-        self.file(worker, sent, command)
-    }
-
     /// Files `command`, sent to `worker` as `sent` says, as pending (or its error).
-    fn file(
+    pub(super) fn file(
         &mut self,
         worker: usize,
         sent: Result<u32, TransportError>,

@@ -113,14 +113,12 @@ impl State {
     /// reached (the first such failure is the error).
     pub(super) fn free(&mut self, id: u16) -> Result<(), SessionError> {
         let mut first = Ok(());
+        let request = Request::Kernels(KernelRequest::FreeRegister { id });
         for worker in 0..self.workers.len() {
-            let sent = self.submit_held(
-                worker,
-                &Request::Kernels(KernelRequest::FreeRegister { id }),
-                Command::Free(id),
-            );
+            let sent = self.workers[worker].submit_held(&request);
+            let filed = self.file(worker, sent, Command::Free(id));
             if first.is_ok() {
-                first = sent;
+                first = filed;
             }
         }
         self.free_ids.push(id);
