@@ -71,8 +71,8 @@ impl Channel {
         Ok(())
     }
 
-    /// Submits `request` with `bulk` beside it; with `hold`, its message is held back on a
-    /// device thread's queue (module doc of `channel`: held requests).
+    /// Submits `request` with `bulk` beside it; with `hold`, its message may be held back
+    /// (module doc of `channel`: held requests).
     pub(super) fn submit_with(
         &mut self,
         request: &Request<'_>,
@@ -118,12 +118,11 @@ impl Channel {
         let held =
             hold && bulk.is_none() && !self.in_flight.iter().any(|f| f.kind.is_interruptible());
         let frame = if held {
+            // One message travels ahead of another, no more: the earlier goes now (should
+            // that fail, this request is not held: it was not submitted).
+            self.send_held()?;
             let copy = kept.then(|| frame.clone());
-            if let Some(earlier) = self.held.replace(frame) {
-                // One message travels ahead of another, no more: the earlier goes now.
-                let sent = (&mut self.writer, &mut self.spares);
-                send_queued(sent, earlier, None, None, replica)?;
-            }
+            self.held = Some(frame);
             copy
         } else {
             let ahead = self.held.take();
