@@ -175,9 +175,9 @@ fn a_call_that_returns_nothing(placement: Placement) {
     );
 }
 
-/// Catches frees that lag behind a drop (sent late, or kept back for a later command): a
-/// new register, or a value set, that needs a dropped register's memory would run out of
-/// it. On a worker of 4 MiB, 3 MiB dropped makes room for 3 MiB more, again and again.
+/// Catches frees that lag behind a drop (sent late, or overtaken by the command that
+/// needs the memory): a new register, or a value set, that needs a dropped register's
+/// memory would run out of it. On a worker of 4 MiB, 3 MiB dropped makes room for 3 MiB more, again and again.
 fn a_dropped_register_gives_its_memory_back_first(placement: Placement) {
     let session = open(&placement, 2);
     const ELEMENTS: u32 = 3 << 18; // 3 MiB of f32

@@ -67,8 +67,7 @@ impl DeviceHandle {
     /// process, an emulator, a board, another rank).
     pub fn ended_as_seen_here(&self) -> Option<bool> {
         match self {
-            Self::Thread(thread, ..) => Some(thread.as_ref().is_some_and(JoinHandle::is_finished)),
-            Self::Pooled(workers, i) => Some(workers.has_ended(*i)),
+            Self::Thread(..) | Self::Pooled(..) => Some(self.liveness() == Liveness::Ended),
             _ => None,
         }
     }
