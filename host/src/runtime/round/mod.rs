@@ -20,7 +20,8 @@
 //!   at once gives ([`crate::combine`]'s rule). Folding on arrival keeps the fold off the
 //!   round's end: when the last contribution comes in, only it is left to add, and every
 //!   other message is already back with its channel.
-//! - A round's layout (each member's groups, where its sums lie, the fold order) depends only
+//! - A round's layout (each member's groups, where its sums lie, the fold order, which
+//!   members share an answer) depends only
 //!   on its plan and its members: once answered, a round is kept and opened again for the
 //!   same exchange of a later batch or step ([`OpenRound::again`]), its sums started over,
 //!   instead of working out every lane's group again (divisions by the groupings' strides,
@@ -28,8 +29,8 @@
 //! - Once every member is folded: the partial sums of the whole round are summed across
 //!   instances in one collective (an instance with no member of a group adds −0.0, the
 //!   empty sum), each segment is divided by its group size for a mean and rounded once to
-//!   `f32`. A member's answer is its groups' segments one after another; members in the
-//!   same groups share one ([`Answers`]).
+//!   `f32`. A member's answer is its groups' segments one after another, rounded straight
+//!   from the sums into it; members in the same groups share one ([`Answers`]).
 
 use tessera_core::grouping::ReplicaGrouping;
 use tessera_core::wire::{Contribution, ReduceOp};
@@ -121,6 +122,41 @@ pub(super) struct OpenRound {
     /// all of them once every contribution is in.
     order: Vec<usize>,
     folded: usize,
+    /// Who shares which answer, worked out with the layout (module rules).
+    sharing: Sharing,
+}
+
+/// Which members share an answer: those in the same group of every segment. A property of
+/// the layout, so worked out when a round is opened, not when it is answered.
+#[derive(Debug)]
+struct Sharing {
+    /// For each distinct answer, a member that gets it (whose groups name it).
+    first: Vec<usize>,
+    /// For each member, which distinct answer it gets.
+    of_member: Vec<usize>,
+}
+
+impl Sharing {
+    /// The sharing of `members`: members sorted by their groups lie next to the others
+    /// that share them (O(members × segments × log members), whatever the groupings).
+    fn of(members: &[Member]) -> Self {
+        let mut by_key: Vec<usize> = (0..members.len()).collect();
+        by_key.sort_unstable_by(|&a, &b| members[a].groups.cmp(&members[b].groups));
+        let mut sharing = Sharing {
+            first: Vec::new(),
+            of_member: vec![0; members.len()],
+        };
+        let mut last: Option<&[usize]> = None;
+        for m in by_key {
+            let groups = &members[m].groups[..];
+            if last != Some(groups) {
+                sharing.first.push(m);
+                last = Some(groups);
+            }
+            sharing.of_member[m] = sharing.first.len() - 1;
+        }
+        sharing
+    }
 }
 
 impl OpenRound {
@@ -170,6 +206,7 @@ impl OpenRound {
             round,
             op,
             len: plan.bytes(),
+            sharing: Sharing::of(&opened),
             members: opened,
             bases,
             sums: vec![NOTHING; total],
@@ -326,60 +363,43 @@ impl OpenRound {
     }
 
     /// Every member's answer, once the round is complete: the sums across instances,
-    /// divided for a mean and rounded (module rules).
+    /// divided for a mean and rounded (module rules). Each distinct answer is rounded
+    /// straight from the sums into its own bytes, segment after segment: one buffer per
+    /// distinct answer, nothing else allocated (the host's thread does this while every
+    /// device of the round waits).
     pub(super) fn answers(
         &mut self,
         plan: &Plan,
         instances: &dyn Instances,
     ) -> Result<Answers, RuntimeError> {
         instances.allreduce_sum(&mut self.sums)?;
-        let mut by_segment = Vec::with_capacity(plan.segments.len());
-        for ((grouping, bytes), &base) in plan.segments.iter().zip(&self.bases) {
-            let len = bytes / 4;
-            // A sum or a mean: every contribution folded was judged, and `judge` lets in no
-            // other operation.
-            let divisor = match self.op {
-                ReduceOp::Avg => grouping.group_size() as f64,
-                _ => 1.0,
-            };
-            let end = base + grouping.num_groups() * len;
-            let all = self
-                .sums
-                .get(base..end)
-                .ok_or(self.broken(0, CombineError::Overflow))?;
-            let mut by_group = Vec::with_capacity(grouping.num_groups());
-            for sums in all.chunks(len.max(1)) {
-                let mut out = vec![0u8; sums.len() * 4];
-                // `out` holds what `sums` does: the kernel refuses nothing here.
-                round_f32(sums, divisor, &mut out).map_err(|e| self.broken(0, e))?;
-                by_group.push(out);
-            }
-            by_segment.push(by_group);
-        }
-        // A member's groups, segment by segment, name its answer: each distinct one is
-        // built once. Members sorted by their groups lie next to the others that share
-        // them (O(members × segments × log members) a round, whatever the groupings).
-        let mut by_key: Vec<usize> = (0..self.members.len()).collect();
-        by_key.sort_unstable_by(|&a, &b| self.members[a].groups.cmp(&self.members[b].groups));
         let mut answers = Answers {
-            distinct: Vec::new(),
-            of_member: vec![0; self.members.len()],
+            distinct: Vec::with_capacity(self.sharing.first.len()),
+            of_member: self.sharing.of_member.clone(),
         };
-        let mut last: Option<&[usize]> = None;
-        for m in by_key {
-            let groups = &self.members[m].groups[..];
-            if last != Some(groups) {
-                let mut answer = Vec::with_capacity(self.len);
-                for (by_group, &g) in by_segment.iter().zip(groups) {
-                    let segment = by_group
-                        .get(g)
-                        .ok_or(self.broken(m, CombineError::Overflow))?;
-                    answer.extend_from_slice(segment);
-                }
-                answers.distinct.push(answer);
-                last = Some(groups);
+        for &m in &self.sharing.first {
+            let mut answer = Vec::with_capacity(self.len);
+            let segments = plan.segments.iter().zip(&self.bases);
+            for (((grouping, bytes), &base), &group) in segments.zip(&self.members[m].groups) {
+                // A sum or a mean: every contribution folded was judged, and `judge` lets
+                // in no other operation.
+                let divisor = match self.op {
+                    ReduceOp::Avg => grouping.group_size() as f64,
+                    _ => 1.0,
+                };
+                let n = bytes / 4;
+                let start = base + group * n;
+                let sums = (group < grouping.num_groups())
+                    .then(|| self.sums.get(start..start + n))
+                    .flatten()
+                    .ok_or(self.broken(self.members[m].replica(), CombineError::Overflow))?;
+                let at = answer.len();
+                answer.resize(at + n * 4, 0);
+                // `answer`'s new bytes hold what `sums` does: the kernel refuses nothing.
+                round_f32(sums, divisor, &mut answer[at..])
+                    .map_err(|e| self.broken(self.members[m].replica(), e))?;
             }
-            answers.of_member[m] = answers.distinct.len() - 1;
+            answers.distinct.push(answer);
         }
         // Rounded, the sums are spent: a round kept for its layout holds none of them (a
         // model's exchanges together hold every element of it, in f64).
