@@ -40,10 +40,11 @@
 //!   another, so no ready device waits while a server looks for work — and a bounded one:
 //!   the device first in line is passed over at most twice, then taken, so a device readied
 //!   again and again while its server serves it keeps no other waiting longer.
-//! - A pool thread that finds no ready device looks again, yielding between looks, for
-//!   [`SPIN`], then sleeps on the pool's bell; a device readied while a thread sleeps
-//!   rings it. A woken thread looks for a whole `SPIN` again before it sleeps again: the
-//!   device it was rung for is often gone — the host, serving in its waits, takes devices
+//! - A pool thread that finds no ready device looks again, yielding between looks, for a
+//!   while (`ready`'s `AWAKE`: longer than a channel's wait spins, to span a training
+//!   loop's own work between steps), then sleeps on the pool's bell; a device readied
+//!   while a thread sleeps rings it. A woken thread looks for as long again before it
+//!   sleeps again: the device it was rung for is often gone — the host, serving in its waits, takes devices
 //!   as soon as they are ready — and the next one comes within microseconds (a step
 //!   readies its devices round after round). Sleeping again at once meant a new wake-up
 //!   whenever the host had taken that device, and a step's first rounds ran on the host's
@@ -81,7 +82,6 @@ use super::{DeviceHandle, Incoming, Link};
 use crate::transport::board::BusyLine;
 use crate::transport::queue::Message;
 use crate::transport::shared::SharedMemory;
-use crate::transport::spin::SPIN;
 use crate::transport::TransportError;
 use ready::Ready;
 use slot::Slot;

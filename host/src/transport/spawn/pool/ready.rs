@@ -10,8 +10,8 @@
 //!   it served last when that one is ready and the first in line has been passed over fewer
 //!   than [`PASSES`] times; else the first in line. Never a wait for its own device.
 //! - **Look, then sleep, then look again**: a pool thread with nothing to take looks again,
-//!   yielding between looks, for [`SPIN`], then sleeps on the bell; woken, it looks for a
-//!   whole `SPIN` again before it sleeps again.
+//!   yielding between looks, for [`AWAKE`], then sleeps on the bell; woken, it looks for a
+//!   whole `AWAKE` again before it sleeps again.
 //! - **A ring per sleeper**: a device readied while a thread sleeps rings the bell, unless
 //!   every sleeper is already being woken (a ring costs a system call). The last mailbox to
 //!   go closes the queue and wakes every thread, which then ends.
@@ -20,14 +20,24 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{lock, Pool, SPIN};
+use super::{lock, Pool};
 
 /// Times the device first in line may be passed over for a server's own before it is
 /// taken: a device readied again and again while its server serves it cannot keep the
 /// others waiting (more devices than servers) for longer than that.
 const PASSES: usize = 2;
+
+/// How long a pool thread with nothing to serve stays awake, looking for a ready device
+/// and yielding its core between looks, before it sleeps. Ten times a channel's
+/// [`SPIN`](crate::transport::spin::SPIN): a training loop does work of its own on the host
+/// between steps (the next batch, the checks: a few hundred microseconds in `tessera
+/// train`), and a pool thread asleep by the next step is woken by its first message — a
+/// system call on the host's critical path, then a wake-up the step's first legs wait for,
+/// each costing more on a virtual machine than a short leg. Awake and yielding, an idle
+/// thread takes a core from nobody who wants it.
+const AWAKE: Duration = Duration::from_millis(2);
 
 /// Devices with mail, in the order they were readied.
 pub(super) struct Ready {
@@ -110,8 +120,8 @@ impl Pool {
     }
 
     /// For a pool thread: the next ready device, looked for without sleeping for up to
-    /// [`SPIN`] (yielding between looks, as every device wait does), then asleep on the
-    /// bell, and for up to `SPIN` again each time it wakes; `None` once the pool has closed.
+    /// [`AWAKE`] (yielding between looks, as every device wait does), then asleep on the
+    /// bell, and for up to `AWAKE` again each time it wakes; `None` once the pool has closed.
     pub(super) fn next(&self, last: Option<usize>) -> Option<usize> {
         // The clock is read once a look finds nothing.
         let mut begun = None;
@@ -123,7 +133,7 @@ impl Pool {
             if ready.closed {
                 return None;
             }
-            if begun.get_or_insert_with(Instant::now).elapsed() < SPIN {
+            if begun.get_or_insert_with(Instant::now).elapsed() < AWAKE {
                 drop(ready);
                 thread::yield_now();
                 ready = lock(&self.ready);
