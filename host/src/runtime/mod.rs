@@ -64,6 +64,7 @@
 
 pub mod check;
 mod error;
+mod items;
 pub mod recovery;
 pub mod reference;
 mod round;

@@ -47,6 +47,7 @@ use tessera_core::stream::{
 };
 use tessera_core::wire::Target;
 
+use super::items;
 use super::step_driver::{self, InPlace};
 use super::{Runtime, RuntimeError, StepPhase, MAX_REPLICAS};
 use crate::array::{AsView, HostArray};
@@ -122,16 +123,11 @@ impl Runtime {
         self.step_bytes(
             &mut |r, k, into: &mut [u8]| {
                 let (bytes, data) = inputs[k];
-                for (sample, &i) in into.chunks_exact_mut(bytes.max(1)).zip(&plan.order[r][k]) {
-                    sample.copy_from_slice(&data[i * bytes..(i + 1) * bytes]);
-                }
+                items::gather(into, data, bytes, &plan.order[r][k]);
             },
             &mut |j, r, bytes| {
                 let (item_bytes, out) = &mut outs[j];
-                let item_bytes = (*item_bytes).max(1);
-                for (item, &row) in bytes.chunks_exact(item_bytes).zip(&plan.rows[j][r]) {
-                    out[row * item_bytes..(row + 1) * item_bytes].copy_from_slice(item);
-                }
+                items::scatter(out, bytes, *item_bytes, &plan.rows[j][r]);
             },
         )?;
         let mut anchors = Anchors::new();
