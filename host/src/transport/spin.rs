@@ -1,6 +1,8 @@
 //! How a thread of this host waits for a message: it looks without sleeping (yielding its
 //! core between looks) for up to [`SPIN`], then sleeps until the message comes. Every wait
-//! for a device, and every device thread's wait for the host, waits this way.
+//! for a device, and every device thread's wait for the host, waits this way; a pool
+//! thread with no device to serve stays awake longer (the pool's `ready` module: a training
+//! loop's own work between steps outlasts a spin).
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::thread;

@@ -21,11 +21,11 @@
 //!   round's end: when the last contribution comes in, only it is left to add, and every
 //!   other message is already back with its channel.
 //! - A round's layout (each member's groups, where its sums lie, the fold order, which
-//!   members share an answer) depends only
-//!   on its plan and its members: once answered, a round is kept and opened again for the
-//!   same exchange of a later batch or step ([`OpenRound::again`]), its sums started over,
-//!   instead of working out every lane's group again (divisions by the groupings' strides,
-//!   on the host's critical path, every round).
+//!   members share an answer) depends only on its plan and its members: once answered, a
+//!   round is kept and opened again for the same exchange of a later batch or step
+//!   ([`OpenRound::again`]), its sums started over, instead of working out every lane's
+//!   group again (divisions by the groupings' strides, on the host's critical path, every
+//!   round).
 //! - Once every member is folded: the partial sums of the whole round are summed across
 //!   instances in one collective (an instance with no member of a group adds −0.0, the
 //!   empty sum), each segment is divided by its group size for a mean and rounded once to

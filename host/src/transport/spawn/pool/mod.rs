@@ -44,11 +44,11 @@
 //!   while (`ready`'s `AWAKE`: longer than a channel's wait spins, to span a training
 //!   loop's own work between steps), then sleeps on the pool's bell; a device readied
 //!   while a thread sleeps rings it. A woken thread looks for as long again before it
-//!   sleeps again: the device it was rung for is often gone — the host, serving in its waits, takes devices
-//!   as soon as they are ready — and the next one comes within microseconds (a step
-//!   readies its devices round after round). Sleeping again at once meant a new wake-up
-//!   whenever the host had taken that device, and a step's first rounds ran on the host's
-//!   thread alone.
+//!   sleeps again: the device it was rung for is often gone — the host, serving in its
+//!   waits, takes devices as soon as they are ready — and the next one comes within
+//!   microseconds (a step readies its devices round after round). Sleeping again at once
+//!   meant a new wake-up whenever the host had taken that device, and a step's first rounds
+//!   ran on the host's thread alone.
 //! - A device is readied once until a server takes it; its server marks it unready before
 //!   it reads its mail, so a message sent while it is being served readies it again: no
 //!   message waits unseen. A server that finds a ready device being served by another
