@@ -41,14 +41,18 @@
 //!   the device first in line is passed over at most twice, then taken, so a device readied
 //!   again and again while its server serves it keeps no other waiting longer.
 //! - A pool thread that finds no ready device looks again, yielding between looks, for a
-//!   while (`ready`'s `AWAKE`: longer than a channel's wait spins, to span a training
-//!   loop's own work between steps), then sleeps on the pool's bell; a device readied
-//!   while a thread sleeps rings it. A woken thread looks for as long again before it
-//!   sleeps again: the device it was rung for is often gone — the host, serving in its
-//!   waits, takes devices as soon as they are ready — and the next one comes within
-//!   microseconds (a step readies its devices round after round). Sleeping again at once
-//!   meant a new wake-up whenever the host had taken that device, and a step's first rounds
-//!   ran on the host's thread alone.
+//!   while, then sleeps on the pool's bell; a device readied while a thread sleeps rings
+//!   it. A training runtime's pool (the host serves) stays awake for `ready`'s `AWAKE`,
+//!   longer than a channel's wait spins, to span a training loop's own work between steps,
+//!   which leaves the pool's cores idle; a session's pool for a channel's [`SPIN`]: its
+//!   controller may put every core to work between calls (an allreduce's combine is cut
+//!   between cores), and a thread yielding beside it for that long took a share of each
+//!   core's time (the runs are in the README's speed section). A woken thread looks for as
+//!   long again before it sleeps again: the device it was rung for is often gone — the
+//!   host, serving in its waits, takes devices as soon as they are ready — and the next one
+//!   comes within microseconds (a step readies its devices round after round). Sleeping
+//!   again at once meant a new wake-up whenever the host had taken that device, and a
+//!   step's first rounds ran on the host's thread alone.
 //! - A device is readied once until a server takes it; its server marks it unready before
 //!   it reads its mail, so a message sent while it is being served readies it again: no
 //!   message waits unseen. A server that finds a ready device being served by another
@@ -77,11 +81,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
 use super::{DeviceHandle, Incoming, Link};
 use crate::transport::board::BusyLine;
 use crate::transport::queue::Message;
 use crate::transport::shared::SharedMemory;
+use crate::transport::spin::SPIN;
 use crate::transport::TransportError;
 use ready::Ready;
 use slot::Slot;
@@ -293,6 +299,8 @@ pub(in crate::transport) struct Pool {
     first_thread: usize,
     /// The device the host's waits served last (`usize::MAX`: none yet).
     host_last: AtomicUsize,
+    /// How long a pool thread with nothing to serve stays awake (module rules).
+    awake: Duration,
 }
 
 impl Pool {
@@ -308,6 +316,7 @@ impl Pool {
             lines: (0..servers.max(1)).map(|_| BusyLine::default()).collect(),
             first_thread: usize::from(host_serves),
             host_last: AtomicUsize::new(usize::MAX),
+            awake: if host_serves { ready::AWAKE } else { SPIN },
         }
     }
 }

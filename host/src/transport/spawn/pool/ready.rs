@@ -10,8 +10,9 @@
 //!   it served last when that one is ready and the first in line has been passed over fewer
 //!   than [`PASSES`] times; else the first in line. Never a wait for its own device.
 //! - **Look, then sleep, then look again**: a pool thread with nothing to take looks again,
-//!   yielding between looks, for [`AWAKE`], then sleeps on the bell; woken, it looks for a
-//!   whole `AWAKE` again before it sleeps again.
+//!   yielding between looks, for as long as its pool stays awake ([`AWAKE`] where the host
+//!   serves, a channel's spin in a session), then sleeps on the bell; woken, it looks for as
+//!   long again before it sleeps again.
 //! - **A ring per sleeper**: a device readied while a thread sleeps rings the bell, unless
 //!   every sleeper is already being woken (a ring costs a system call). The last mailbox to
 //!   go closes the queue and wakes every thread, which then ends.
@@ -29,15 +30,15 @@ use super::{lock, Pool};
 /// others waiting (more devices than servers) for longer than that.
 const PASSES: usize = 2;
 
-/// How long a pool thread with nothing to serve stays awake, looking for a ready device
-/// and yielding its core between looks, before it sleeps. Ten times a channel's
-/// [`SPIN`](crate::transport::spin::SPIN): a training loop does work of its own on the host
-/// between steps (the next batch, the checks: a few hundred microseconds in `tessera
-/// train`), and a pool thread asleep by the next step is woken by its first message — a
-/// system call on the host's critical path, then a wake-up the step's first legs wait for,
-/// each costing more on a virtual machine than a short leg. Awake and yielding, an idle
-/// thread takes a core from nobody who wants it.
-const AWAKE: Duration = Duration::from_millis(2);
+/// How long a training runtime's pool thread with nothing to serve stays awake, looking
+/// for a ready device and yielding its core between looks, before it sleeps. Ten times a
+/// channel's [`SPIN`](crate::transport::spin::SPIN): a training loop does work of its own
+/// on the host between steps (the next batch, the checks: a few hundred microseconds in
+/// `tessera train`), on the host's thread alone, and a pool thread asleep by the next step
+/// is woken by its first message — a system call on the host's critical path, then a
+/// wake-up the step's first legs wait for, each costing more on a virtual machine than a
+/// short leg.
+pub(super) const AWAKE: Duration = Duration::from_millis(2);
 
 /// Devices with mail, in the order they were readied.
 pub(super) struct Ready {
@@ -119,9 +120,9 @@ impl Pool {
         }
     }
 
-    /// For a pool thread: the next ready device, looked for without sleeping for up to
-    /// [`AWAKE`] (yielding between looks, as every device wait does), then asleep on the
-    /// bell, and for up to `AWAKE` again each time it wakes; `None` once the pool has closed.
+    /// For a pool thread: the next ready device, looked for without sleeping while the pool
+    /// stays awake (yielding between looks, as every device wait does), then asleep on the
+    /// bell, and for as long again each time it wakes; `None` once the pool has closed.
     pub(super) fn next(&self, last: Option<usize>) -> Option<usize> {
         // The clock is read once a look finds nothing.
         let mut begun = None;
@@ -133,7 +134,7 @@ impl Pool {
             if ready.closed {
                 return None;
             }
-            if begun.get_or_insert_with(Instant::now).elapsed() < AWAKE {
+            if begun.get_or_insert_with(Instant::now).elapsed() < self.awake {
                 drop(ready);
                 thread::yield_now();
                 ready = lock(&self.ready);
