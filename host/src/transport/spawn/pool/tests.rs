@@ -12,6 +12,7 @@ use embedded_hal::digital::OutputPin;
 
 use super::{lock, Workers};
 use crate::transport::spawn::{DeviceHandle, Liveness};
+use crate::transport::spin::SPIN;
 use crate::transport::{Channel, TransportError};
 
 /// Sets device `c`'s seed to `seed` and reads it back.
@@ -147,6 +148,20 @@ fn a_woken_thread_looks_again_before_it_sleeps() {
         std::thread::yield_now();
     }
     drop(channels);
+}
+
+/// Catches a session's pool kept awake as long as a training runtime's (its threads,
+/// yielding for milliseconds after each call, took a share of the cores a controller's
+/// allreduce combine is cut across), and a runtime's pool that sleeps after a channel's
+/// spin (the host's own work between steps outlasts it, and the next step's first message
+/// then pays a wake-up).
+#[test]
+fn a_runtime_pool_stays_awake_between_steps_and_a_sessions_does_not() {
+    let session = Channel::in_process_all(0..2, 4096, false).unwrap();
+    let runtime = Channel::in_process_all(0..2, 4096, true).unwrap();
+    assert_eq!(workers(&session).pool.awake, SPIN);
+    assert_eq!(workers(&runtime).pool.awake, super::ready::AWAKE);
+    assert!(super::ready::AWAKE > SPIN, "a runtime's threads outlast a spin");
 }
 
 /// Catches a pool of no device that starts a thread anyway: with no mailbox to close
