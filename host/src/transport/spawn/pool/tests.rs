@@ -161,7 +161,10 @@ fn a_runtime_pool_stays_awake_between_steps_and_a_sessions_does_not() {
     let runtime = Channel::in_process_all(0..2, 4096, true).unwrap();
     assert_eq!(workers(&session).pool.awake, SPIN);
     assert_eq!(workers(&runtime).pool.awake, super::ready::AWAKE);
-    assert!(super::ready::AWAKE > SPIN, "a runtime's threads outlast a spin");
+    assert!(
+        super::ready::AWAKE > SPIN,
+        "a runtime's threads outlast a spin"
+    );
 }
 
 /// Catches a pool of no device that starts a thread anyway: with no mailbox to close
