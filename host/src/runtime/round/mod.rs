@@ -378,6 +378,7 @@ impl OpenRound {
             of_member: self.sharing.of_member.clone(),
         };
         for &m in &self.sharing.first {
+            let replica = self.members[m].replica();
             let mut answer = Vec::with_capacity(self.len);
             let segments = plan.segments.iter().zip(&self.bases);
             for (((grouping, bytes), &base), &group) in segments.zip(&self.members[m].groups) {
@@ -392,12 +393,11 @@ impl OpenRound {
                 let sums = (group < grouping.num_groups())
                     .then(|| self.sums.get(start..start + n))
                     .flatten()
-                    .ok_or(self.broken(self.members[m].replica(), CombineError::Overflow))?;
+                    .ok_or_else(|| self.broken(replica, CombineError::Overflow))?;
                 let at = answer.len();
                 answer.resize(at + n * 4, 0);
                 // `answer`'s new bytes hold what `sums` does: the kernel refuses nothing.
-                round_f32(sums, divisor, &mut answer[at..])
-                    .map_err(|e| self.broken(self.members[m].replica(), e))?;
+                round_f32(sums, divisor, &mut answer[at..]).map_err(|e| self.broken(replica, e))?;
             }
             answers.distinct.push(answer);
         }
